@@ -1,0 +1,17 @@
+"""The one error type raised for bad progress state."""
+
+from __future__ import annotations
+
+
+class ProgressStateError(ValueError):
+    """A progress state is malformed, truncated, inconsistent or from a newer schema.
+
+    ``key`` is the dotted path of the offending entry (``""`` for the whole state);
+    the message names it and the problem. Raised before anything is changed.
+    """
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        self.problem = problem
+        where = key if key else "<root>"
+        super().__init__(f"progress state {where!r}: {problem}")
