@@ -1,4 +1,4 @@
-"""The one error type raised for bad progress state."""
+"""The error types of progress-tracker."""
 
 from __future__ import annotations
 
@@ -15,3 +15,11 @@ class ProgressStateError(ValueError):
         self.problem = problem
         where = key if key else "<root>"
         super().__init__(f"progress state {where!r}: {problem}")
+
+
+class EventOrderError(RuntimeError):
+    """An event phase was marked out of order (e.g. a batch completed before it was processed).
+
+    Raised by the owner's mutating API; it means the driving loop or adapter has a bug.
+    Nothing is changed when it is raised.
+    """

@@ -1,0 +1,38 @@
+"""progress-tracker core: one framework-neutral record of how far a training run has got."""
+
+from tracker_core._counts import PhaseCounts, ScopeCounts
+from tracker_core._errors import EventOrderError, ProgressStateError
+from tracker_core._progress import Progress
+from tracker_core._registry import get_progress
+from tracker_core._schema import SCHEMA_VERSION
+from tracker_core._stage import StageProgress, TrainStageProgress
+from tracker_core._view import (
+    BatchCounts,
+    DataloaderCounts,
+    EpochCounts,
+    ProgressView,
+    RunCounts,
+    StageView,
+    TrainStageView,
+    Where,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "BatchCounts",
+    "DataloaderCounts",
+    "EpochCounts",
+    "EventOrderError",
+    "PhaseCounts",
+    "Progress",
+    "ProgressStateError",
+    "ProgressView",
+    "RunCounts",
+    "ScopeCounts",
+    "StageProgress",
+    "StageView",
+    "TrainStageProgress",
+    "TrainStageView",
+    "Where",
+    "get_progress",
+]
