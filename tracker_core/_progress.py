@@ -78,10 +78,12 @@ class Progress:
         self._where = ("", "run", "completed")
 
     def _close_restored_run(self) -> None:
+        """End a restored run that will not be resumed; its unfinished epochs do not count."""
         self._resuming_run = False
         self._runs.set_all(self._runs.ready)
         for stage in self._stages():
             stage._resuming_epoch = False
+            stage._epochs.set_all(stage._epochs.processed)
 
     # state --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -114,10 +116,15 @@ class Progress:
         self._settle_in_flight()
         self._close_restored_run()
         for stage in self._stages():
-            stage._epochs.set_all(stage._epochs.processed)
             stage._begin_run_scope()
+        self._where = None
 
     def _settle_in_flight(self) -> None:
+        """Settle each in-flight event and rewrite ``where`` to match (see load_state_dict)."""
+        named = self._where_counter()
+        reached = 0
+        if named is not None and self._where is not None and self._where[2] != "cancelled":
+            reached = getattr(named, self._where[2])
         for stage in self._stages():
             _settle_stage(stage)
         runs = self._runs
@@ -126,6 +133,23 @@ class Progress:
         self._resuming_run = runs.ready != runs.completed
         if self._resuming_run:
             runs.started = runs.ready
+        if named is not None and self._where is not None:
+            stage, event, _ = self._where
+            if named.ready != named.completed:
+                self._where = (stage, event, "started")
+            elif reached and named.completed >= reached:
+                self._where = (stage, event, "completed")
+            else:
+                self._where = (stage, event, "cancelled")
+
+    def _where_counter(self) -> _Phased | None:
+        """The counter of the event that ``where`` names."""
+        if self._where is None:
+            return None
+        stage, event, _ = self._where
+        if event == "run":
+            return self._runs
+        return self.stage(stage)._epochs if event == "epoch" else self.stage(stage)._batches
 
 
 def _settle_stage(stage: StageProgress) -> None:

@@ -256,9 +256,8 @@ def _parse_where(value: object) -> tuple[str, str, str] | None:
             raise ProgressStateError("where.stage", f"unknown stage {stage!r}")
     else:
         raise ProgressStateError("where.event", f"unknown event {event!r}; expected run, epoch or batch")
-    phases = (*PHASES, "cancelled") if event == "batch" else PHASES
-    if phase not in phases:
-        raise ProgressStateError("where.phase", f"unknown phase {phase!r} for a {event} event")
+    if phase not in (*PHASES, "cancelled"):
+        raise ProgressStateError("where.phase", f"unknown phase {phase!r} for the {event} event")
     return (stage, event, phase)
 
 

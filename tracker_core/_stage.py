@@ -41,6 +41,10 @@ class StageProgress:
         "_dataloaders",
         "_resuming_epoch",
         "_at",
+        "_at_batch_ready",
+        "_at_batch_started",
+        "_at_batch_processed",
+        "_at_batch_completed",
     )
 
     def __init__(self, name: str, progress: Progress) -> None:
@@ -56,6 +60,10 @@ class StageProgress:
             for event in ("epoch", "batch")
             for phase in ("ready", "started", "processed", "completed", "cancelled")
         }
+        self._at_batch_ready = self._at["batch", "ready"]
+        self._at_batch_started = self._at["batch", "started"]
+        self._at_batch_processed = self._at["batch", "processed"]
+        self._at_batch_completed = self._at["batch", "completed"]
 
     # epochs -----------------------------------------------------------------
     def epoch_ready(self) -> None:
@@ -84,51 +92,67 @@ class StageProgress:
         self._epochs.mark_completed()
         self._progress._where = self._at["epoch", "completed"]
 
-    # batches ----------------------------------------------------------------
+    # batches (the hot path: counter operations inlined) ----------------------
     def batch_ready(self) -> None:
         """A batch was fetched from the data."""
+        batches = self._batches
+        if batches.ready != batches.completed:
+            raise EventOrderError(f"{self.name} batch: ready while the previous one is not completed")
+        epochs = self._epochs
+        if epochs.ready == epochs.completed:
+            raise EventOrderError(f"{self.name} batch: ready outside an epoch")
+        batches.ready += 1
         self._resuming_epoch = False
-        self._batches.mark_ready()
-        self._progress._where = self._at["batch", "ready"]
+        self._progress._where = self._at_batch_ready
 
     def batch_started(self) -> None:
         """The batch's start hooks are done."""
-        self._batches.mark_started()
-        self._progress._where = self._at["batch", "started"]
+        batches = self._batches
+        if batches.started == batches.ready:
+            raise EventOrderError(f"{self.name} batch: started before it was ready")
+        batches.started += 1
+        self._progress._where = self._at_batch_started
 
     def batch_processed(self, samples: int, dataloader: int = 0) -> None:
         """The batch's step is done: ``samples`` samples from dataloader number ``dataloader``."""
-        if samples < 0:
-            raise ValueError(f"{self.name} batch: samples must be >= 0, got {samples}")
-        dataloaders = self._dataloaders
-        if not 0 <= dataloader < len(dataloaders):
-            self._add_dataloaders(dataloader)
-        self._batches.mark_processed()
+        batches = self._batches
+        if batches.processed == batches.started:
+            raise EventOrderError(f"{self.name} batch: processed before it was started")
+        if samples < 0 or dataloader < 0:
+            raise ValueError(f"{self.name} batch: samples and dataloader must be >= 0, got {samples}, {dataloader}")
+        try:
+            tallies = self._dataloaders[dataloader]
+        except IndexError:
+            tallies = self._add_dataloaders(dataloader)
+        batches.processed += 1
         self._samples.total += samples
-        tallies = dataloaders[dataloader]
         tallies.batches.total += 1
         tallies.samples.total += samples
-        self._progress._where = self._at["batch", "processed"]
+        self._progress._where = self._at_batch_processed
 
     def batch_completed(self) -> None:
         """The batch's end hooks are done."""
-        self._batches.mark_completed()
-        self._progress._where = self._at["batch", "completed"]
+        batches = self._batches
+        if batches.completed == batches.processed:
+            raise EventOrderError(f"{self.name} batch: completed before it was processed")
+        batches.completed += 1
+        self._progress._where = self._at_batch_completed
 
     def cancel_batch(self) -> None:
         """Undo a fetched batch that will not be processed (e.g. a start hook asked to stop)."""
         batches = self._batches
+        if batches.ready == batches.completed:
+            raise EventOrderError(f"{self.name} batch: no batch in flight to cancel")
         if batches.processed != batches.completed:
             raise EventOrderError(f"{self.name} batch: cannot cancel a processed batch")
         batches.set_all(batches.completed)
         self._progress._where = self._at["batch", "cancelled"]
 
     # internals ----------------------------------------------------------------
-    def _add_dataloaders(self, index: int) -> None:
-        if index < 0:
-            raise ValueError(f"{self.name} batch: dataloader index must be >= 0, got {index}")
+    def _add_dataloaders(self, index: int) -> _DataloaderTallies:
         while len(self._dataloaders) <= index:
             self._dataloaders.append(_DataloaderTallies())
+        return self._dataloaders[index]
 
     def _tallies(self) -> list[_Tally]:
         """Every tally of the stage, for scope resets."""
@@ -164,15 +188,20 @@ class TrainStageProgress(StageProgress):
 
     def optimizer_step(self, optimizer: int = 0) -> None:
         """Optimizer number ``optimizer`` took a step."""
-        steps = self._optimizer_steps
-        if not 0 <= optimizer < len(steps):
-            self._add_optimizers(optimizer)
-        steps[optimizer].total += 1
+        if optimizer < 0:
+            raise ValueError(f"optimizer index must be >= 0, got {optimizer}")
+        try:
+            tally = self._optimizer_steps[optimizer]
+        except IndexError:
+            tally = self._add_optimizers(optimizer)
+        tally.total += 1
         self._stepped_at = self._batches.started
 
     def optimizer_step_skipped(self, optimizer: int = 0) -> None:
         """Optimizer number ``optimizer`` skipped a step (e.g. AMP found inf/nan gradients)."""
-        if not 0 <= optimizer < len(self._optimizer_steps):
+        if optimizer < 0:
+            raise ValueError(f"optimizer index must be >= 0, got {optimizer}")
+        if optimizer >= len(self._optimizer_steps):
             self._add_optimizers(optimizer)
         self._optimizer_steps_skipped[optimizer].total += 1
         self._stepped_at = self._batches.started
@@ -186,12 +215,11 @@ class TrainStageProgress(StageProgress):
         """Batches processed since the last optimizer step (taken or skipped)."""
         return max(0, self._batches.processed - self._stepped_at)
 
-    def _add_optimizers(self, index: int) -> None:
-        if index < 0:
-            raise ValueError(f"optimizer index must be >= 0, got {index}")
+    def _add_optimizers(self, index: int) -> _Tally:
         while len(self._optimizer_steps) <= index:
             self._optimizer_steps.append(_Tally())
             self._optimizer_steps_skipped.append(_Tally())
+        return self._optimizer_steps[index]
 
     def _tallies(self) -> list[_Tally]:
         return [

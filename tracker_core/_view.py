@@ -48,9 +48,9 @@ class Where(NamedTuple):
     phase: str
 
 
-def _read_only(self: object, name: str, value: object) -> NoReturn:
+def _read_only(self: object, name: str, value: object = None) -> NoReturn:
     raise AttributeError(
-        f"cannot set {name!r}: {type(self).__name__} is read-only; "
+        f"cannot set or delete {name!r}: {type(self).__name__} is read-only; "
         "progress changes only through the owning tracker"
     )
 
@@ -68,6 +68,7 @@ class StageView:
 
     __slots__ = ("_stage",)
     __setattr__ = _read_only
+    __delattr__ = _read_only
 
     def __init__(self, stage: StageProgress) -> None:
         object.__setattr__(self, "_stage", stage)
@@ -152,6 +153,7 @@ class ProgressView:
 
     __slots__ = ("_progress", "train", "validate", "test", "predict")
     __setattr__ = _read_only
+    __delattr__ = _read_only
 
     train: TrainStageView
     validate: StageView
