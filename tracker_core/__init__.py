@@ -2,10 +2,12 @@
 
 from tracker_core._counts import PhaseCounts, ScopeCounts
 from tracker_core._errors import EventOrderError, ProgressStateError
+from tracker_core._optimizer_hooks import count_optimizer_steps
 from tracker_core._progress import Progress
 from tracker_core._registry import get_progress
 from tracker_core._schema import SCHEMA_VERSION
 from tracker_core._stage import StageProgress, TrainStageProgress
+from tracker_core._sync import Divergence, check_divergence, reduce_state
 from tracker_core._view import (
     BatchCounts,
     DataloaderCounts,
@@ -21,6 +23,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "BatchCounts",
     "DataloaderCounts",
+    "Divergence",
     "EpochCounts",
     "EventOrderError",
     "PhaseCounts",
@@ -34,5 +37,8 @@ __all__ = [
     "TrainStageProgress",
     "TrainStageView",
     "Where",
+    "check_divergence",
+    "count_optimizer_steps",
     "get_progress",
+    "reduce_state",
 ]
