@@ -1,0 +1,47 @@
+# Two-command setup: `make demo` and `make test` each create .venv on first use
+# and install the pinned versions from constraints.txt (torch 2.13.0, CPU wheel).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+# Extra arguments for pytest, e.g. `make test PYTEST_ARGS="-k packaging"`.
+PYTEST_ARGS ?=
+
+.PHONY: venv test demo bench clean
+
+venv: $(STAMP)
+
+# The venv is (re)installed whenever pyproject.toml or constraints.txt changes.
+# torch goes in first, on its own and pinned, so no resolver path can pick
+# another build (an unpinned torch would pull a multi-GB CUDA wheel).
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -c constraints.txt torch==2.13.0
+	$(PIP) install -c constraints.txt -e ".[all,test]"
+	touch $@
+
+# pytest exits 5 when it collected no tests; that is a failure here, not a pass.
+test: $(STAMP)
+	@status=0; $(PY) -m pytest -n 2 -q $(PYTEST_ARGS) || status=$$?; \
+	if [ $$status -eq 5 ]; then \
+		echo "make test: pytest collected no tests (exit 5); failing" >&2; \
+		exit 1; \
+	fi; \
+	exit $$status
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+bench: $(STAMP)
+	@set -e; found=0; \
+	for f in benchmarks/*.py; do \
+		[ -e "$$f" ] || continue; \
+		found=1; echo "== $$f"; $(PY) "$$f"; \
+	done; \
+	if [ $$found -eq 0 ]; then echo "make bench: no benchmarks/*.py yet"; fi
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

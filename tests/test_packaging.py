@@ -1,0 +1,56 @@
+"""Packaging specifications: what pyproject.toml and constraints.txt promise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pyproject() -> dict:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            pins[name.strip().lower()] = version.strip()
+    return pins
+
+
+def test_constraints_pin_torch_to_the_cpu_wheel_version():
+    assert _pins()["torch"] == "2.13.0"
+
+
+def test_constraints_pin_every_framework_exactly():
+    pins = _pins()
+    assert pins["pytorch-lightning"] == "2.6.6"
+    assert pins["pytorch-ignite"] == "0.5.5"
+    assert pins["accelerate"] == "1.15.0"
+    assert pins["torchdata"] == "0.11.0"
+    assert all(version for version in pins.values()), "every constraint is an exact '==' pin"
+
+
+def test_every_extra_is_declared():
+    project = _pyproject()["project"]
+    assert set(project["optional-dependencies"]) == {"lightning", "ignite", "accelerate", "data", "all", "test"}
+
+
+def test_torch_range_admits_the_pinned_version_and_no_major_release_beyond():
+    assert _pyproject()["project"]["dependencies"] == ["torch>=2.13,<3"]
+
+
+def test_typed_markers_ship_with_both_packages():
+    package_data = _pyproject()["tool"]["setuptools"]["package-data"]
+    for package in ("tracker_core", "integrations"):
+        assert package_data[package] == ["py.typed"]
+        assert (ROOT / package / "py.typed").is_file()
