@@ -1,0 +1,533 @@
+"""LoaderPosition: a run killed mid-epoch resumes at exactly the next batch, in the same order.
+
+The resume tests drive 3 epochs like a framework does: one batch prefetched ahead of the
+training step, and one draw per step from each global RNG (torch, random, numpy: "dropout").
+After every step of epoch 2 they save ``state_dict(batches_consumed=k)`` and
+``capture_rng_state()``. A fresh loader, built under another seed, then loads each state
+(after a JSON round trip). It must yield the rest of epoch 2 and all of epoch 3 as the
+uninterrupted run did, while the per-step draws continue identically.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import io
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, get_worker_info
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from tracker_core._data_position import LoaderPosition, capture_rng_state, restore_rng_state
+from tracker_core._errors import ProgressStateError
+
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+
+
+# --- datasets ----------------------------------------------------------------------------
+
+
+class _Indexed(Dataset[int]):
+    """Map-style: sample ``i`` is ``i``. Notes the indices it loads (in this process)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.loaded: list[int] = []
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> int:
+        self.loaded.append(index)
+        return index
+
+
+class _Stream(IterableDataset[int]):
+    """``0..size-1`` in a fixed order, split across workers (deterministic per epoch)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __iter__(self) -> Any:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        return iter(range(worker, self.size, workers))
+
+
+class _WorkerShuffledStream(_Stream):
+    """Each worker yields its share in an order drawn from its own, loader-seeded torch RNG."""
+
+    def __iter__(self) -> Any:
+        share = list(super().__iter__())
+        return iter([share[i] for i in torch.randperm(len(share)).tolist()])
+
+
+# --- loader setups -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Setup:
+    name: str
+    build: Callable[[], DataLoader[Any]]
+    batches: int  # per epoch
+    shuffled: bool
+    set_epoch: bool = False  # the framework calls sampler.set_epoch (DistributedSampler)
+
+
+def _distributed() -> DataLoader[Any]:
+    dataset = _Indexed(17)
+    return DataLoader(dataset, batch_size=3, sampler=DistributedSampler(dataset, num_replicas=2, rank=1, seed=3))
+
+
+SETUPS = [
+    _Setup("map-in-order", lambda: DataLoader(_Indexed(11), batch_size=3), 4, shuffled=False),
+    _Setup("map-shuffled", lambda: DataLoader(_Indexed(13), batch_size=4, shuffle=True), 4, shuffled=True),
+    _Setup(
+        "map-shuffled-drop-last",
+        lambda: DataLoader(_Indexed(14), batch_size=4, shuffle=True, drop_last=True),
+        3,
+        shuffled=True,
+    ),
+    _Setup(
+        "map-shuffled-own-generator",
+        lambda: DataLoader(_Indexed(10), batch_size=3, shuffle=True, generator=torch.Generator().manual_seed(7)),
+        4,
+        shuffled=True,
+    ),
+    _Setup(
+        "map-unbatched-shuffled", lambda: DataLoader(_Indexed(7), batch_size=None, shuffle=True), 7, shuffled=True
+    ),
+    _Setup("map-distributed-sampler", _distributed, 3, shuffled=True, set_epoch=True),
+    _Setup(
+        "map-shuffled-2-workers",
+        lambda: DataLoader(_Indexed(10), batch_size=3, shuffle=True, num_workers=2),
+        4,
+        shuffled=True,
+    ),
+    _Setup(
+        "map-shuffled-2-persistent-workers",
+        lambda: DataLoader(_Indexed(10), batch_size=4, shuffle=True, num_workers=2, persistent_workers=True),
+        3,
+        shuffled=True,
+    ),
+    _Setup("iterable", lambda: DataLoader(_Stream(11), batch_size=3), 4, shuffled=False),
+    _Setup(
+        "iterable-worker-shuffled-2-workers",
+        lambda: DataLoader(_WorkerShuffledStream(10), batch_size=3, num_workers=2),
+        4,
+        shuffled=True,
+    ),
+    _Setup(
+        "stateful-shuffled", lambda: StatefulDataLoader(_Indexed(13), batch_size=4, shuffle=True), 4, shuffled=True
+    ),
+    _Setup(
+        "stateful-shuffled-2-workers",
+        lambda: StatefulDataLoader(_Indexed(10), batch_size=3, shuffle=True, num_workers=2),
+        4,
+        shuffled=True,
+    ),
+    _Setup(
+        "stateful-shuffled-2-persistent-workers",
+        lambda: StatefulDataLoader(_Indexed(10), batch_size=4, shuffle=True, num_workers=2, persistent_workers=True),
+        3,
+        shuffled=True,
+    ),
+    _Setup("stateful-iterable", lambda: StatefulDataLoader(_Stream(11), batch_size=3), 4, shuffled=False),
+]
+BY_NAME = {setup.name: setup for setup in SETUPS}
+_MAP = "map-shuffled-own-generator"  # a map-style setup whose state has every part
+POSITIONS = [pytest.param(setup, k, id=f"{setup.name}-k{k}") for setup in SETUPS for k in range(setup.batches + 1)]
+
+
+# --- a framework-like training loop --------------------------------------------------------
+
+EPOCHS = 3
+SAVED_EPOCH = 1  # epoch 2 of 3, counted from 0
+
+
+@dataclass
+class _Run:
+    batches: list[list[list[int]]] = field(default_factory=list)  # [epoch][batch] -> sample ids
+    draws: list[list[tuple[float, float, float]]] = field(default_factory=list)  # [epoch][step]
+    saved: dict[int, tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=dict)  # k -> states
+
+
+def _seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+def _train(
+    setup: _Setup,
+    loader: DataLoader[Any],
+    position: LoaderPosition,
+    epochs: range,
+    *,
+    consumed_before: int = 0,
+    save_in: int | None = None,
+) -> _Run:
+    """Run epochs with one batch prefetched; save after each step of epoch ``save_in``.
+
+    ``consumed_before`` is the step count the first epoch resumes at (progress counters).
+    """
+    run = _Run()
+    for epoch in epochs:
+        if setup.set_epoch:
+            loader.sampler.set_epoch(epoch)  # type: ignore[attr-defined]
+        consumed = consumed_before if epoch == epochs[0] else 0
+        ids: list[list[int]] = []
+        draws: list[tuple[float, float, float]] = []
+        batches = iter(loader)
+        ahead = next(batches, None)
+
+        def save() -> None:
+            run.saved[consumed] = (position.state_dict(batches_consumed=consumed), capture_rng_state())
+
+        if epoch == save_in:
+            save()
+        while ahead is not None:
+            batch, ahead = ahead, next(batches, None)
+            ids.append(torch.as_tensor(batch).reshape(-1).tolist())
+            draws.append((torch.rand(()).item(), random.random(), float(np.random.rand())))
+            consumed += 1
+            if epoch == save_in:
+                save()
+        run.batches.append(ids)
+        run.draws.append(draws)
+    return run
+
+
+@functools.cache
+def _uninterrupted(setup: _Setup) -> _Run:
+    _seed_all(0)
+    loader = setup.build()
+    return _train(setup, loader, LoaderPosition(loader), range(EPOCHS), save_in=SAVED_EPOCH)
+
+
+def _json(state: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(state))
+
+
+def _resume(setup: _Setup, k: int, saved: tuple[dict[str, Any], dict[str, Any]], **options: Any) -> _Run:
+    """A fresh process: other seed, new dataset and loader; load the position, then the RNGs."""
+    _seed_all(12345)
+    loader = setup.build()
+    position = LoaderPosition(loader)
+    state, rng = saved
+    position.load_state_dict(_json(state))
+    restore_rng_state(_json(rng))
+    return _train(setup, loader, position, range(SAVED_EPOCH, EPOCHS), consumed_before=k, **options)
+
+
+# --- resuming ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("setup", [pytest.param(s, id=s.name) for s in SETUPS])
+def test_uninterrupted_epochs_yield_each_sample_at_most_once_and_shuffled_ones_reshuffle(setup: _Setup) -> None:
+    full = _uninterrupted(setup)
+    for epoch in full.batches:
+        ids = [i for batch in epoch for i in batch]
+        assert len(epoch) == setup.batches
+        assert len(ids) == len(set(ids))
+    if setup.shuffled:
+        assert full.batches[0] != full.batches[1] != full.batches[2]
+
+
+@pytest.mark.parametrize(("setup", "k"), POSITIONS)
+def test_resume_after_k_batches_yields_the_rest_of_that_epoch_then_the_same_next_epoch(setup: _Setup, k: int) -> None:
+    full = _uninterrupted(setup)
+    resumed = _resume(setup, k, full.saved[k])
+    assert full.batches[SAVED_EPOCH][:k] + resumed.batches[0] == full.batches[SAVED_EPOCH]
+    assert resumed.batches[1] == full.batches[SAVED_EPOCH + 1]
+    assert resumed.draws == [full.draws[SAVED_EPOCH][k:], full.draws[SAVED_EPOCH + 1]]
+
+
+@pytest.mark.parametrize(
+    "name", ["map-shuffled", "map-shuffled-2-persistent-workers", "iterable", "stateful-shuffled"]
+)
+def test_a_second_checkpoint_inside_the_resumed_epoch_resumes_exactly_too(name: str) -> None:
+    setup = BY_NAME[name]
+    full = _uninterrupted(setup)
+    first = _resume(setup, 1, full.saved[1], save_in=SAVED_EPOCH)
+    again = _resume(setup, 2, first.saved[2])
+    assert again.batches == [full.batches[SAVED_EPOCH][2:], full.batches[SAVED_EPOCH + 1]]
+    assert again.draws == [full.draws[SAVED_EPOCH][2:], full.draws[SAVED_EPOCH + 1]]
+
+
+@pytest.mark.parametrize("name", ["map-shuffled-own-generator", "stateful-shuffled"])
+def test_a_state_saved_before_the_first_epoch_restores_the_loaders_own_generators(name: str) -> None:
+    setup = BY_NAME[name]
+    _seed_all(0)
+    loader = setup.build()
+    position = LoaderPosition(loader)
+    saved = (position.state_dict(batches_consumed=0), capture_rng_state())
+    full = _train(setup, loader, position, range(2))
+    _seed_all(12345)
+    loader = setup.build()
+    position = LoaderPosition(loader)
+    position.load_state_dict(_json(saved[0]))
+    restore_rng_state(_json(saved[1]))
+    assert _train(setup, loader, position, range(2)).batches == full.batches
+
+
+def test_a_state_saved_between_iter_and_the_first_batch_resumes_exactly() -> None:
+    setup = BY_NAME["map-shuffled"]
+    _seed_all(0)
+    loader = setup.build()
+    position = LoaderPosition(loader)
+    _train(setup, loader, position, range(1))
+    batches = iter(loader)  # the sampler has not drawn its seed yet
+    saved = (position.state_dict(batches_consumed=0), capture_rng_state())
+    expected = [torch.as_tensor(b).tolist() for b in batches]
+    _seed_all(12345)
+    loader = setup.build()
+    LoaderPosition(loader).load_state_dict(_json(saved[0]))
+    restore_rng_state(_json(saved[1]))
+    assert [torch.as_tensor(b).tolist() for b in loader] == expected
+
+
+def test_workers_of_a_resumed_epoch_get_the_seeds_the_loaders_own_generator_gave_them() -> None:
+    setup = _Setup(
+        "iterable-worker-shuffled-own-generator",
+        lambda: DataLoader(
+            _WorkerShuffledStream(10), batch_size=3, num_workers=2, generator=torch.Generator().manual_seed(7)
+        ),
+        4,
+        shuffled=True,
+    )
+    full = _uninterrupted(setup)
+    resumed = _resume(setup, 2, full.saved[2])
+    assert resumed.batches == [full.batches[SAVED_EPOCH][2:], full.batches[SAVED_EPOCH + 1]]
+
+
+def test_a_resumed_epoch_keeps_its_distributed_sampler_epoch_before_the_framework_sets_it() -> None:
+    setup = BY_NAME["map-distributed-sampler"]
+    full = _uninterrupted(setup)
+    _seed_all(12345)
+    loader = setup.build()  # its sampler is at epoch 0: set_epoch(1) has not been called
+    LoaderPosition(loader).load_state_dict(_json(full.saved[1][0]))
+    assert [torch.as_tensor(b).tolist() for b in loader] == full.batches[SAVED_EPOCH][1:]
+
+
+def test_a_resumed_map_style_epoch_never_loads_the_skipped_samples() -> None:
+    setup = BY_NAME["map-shuffled"]
+    full = _uninterrupted(setup)
+    _seed_all(12345)
+    loader = setup.build()
+    position = LoaderPosition(loader)
+    position.load_state_dict(_json(full.saved[3][0]))
+    _train(setup, loader, position, range(SAVED_EPOCH, SAVED_EPOCH + 1), consumed_before=3)
+    assert loader.dataset.loaded == full.batches[SAVED_EPOCH][3]  # type: ignore[attr-defined]
+
+
+def test_an_iterable_shorter_than_the_consumed_batches_raises_on_resume() -> None:
+    full = _uninterrupted(BY_NAME["iterable"])
+    loader = DataLoader(_Stream(5), batch_size=3)
+    LoaderPosition(loader).load_state_dict(_json(full.saved[3][0]))
+    with pytest.raises(ProgressStateError) as caught:
+        iter(loader)
+    assert caught.value.key == "batches_consumed"
+
+
+def test_the_loader_keeps_its_own_samplers_while_positioned() -> None:
+    loader = DataLoader(_Indexed(10), batch_size=3, shuffle=True)
+    sampler, batch_sampler = loader.sampler, loader.batch_sampler
+    LoaderPosition(loader)
+    assert len(list(loader)) == 4
+    assert loader.sampler is sampler and loader.batch_sampler is batch_sampler
+    assert len(loader) == 4
+
+
+# --- the state is plain data ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [_MAP, "map-distributed-sampler", "iterable-worker-shuffled-2-workers", "stateful-shuffled-2-workers"],
+)
+def test_state_round_trips_through_json_and_torch_load_weights_only(name: str) -> None:
+    state, rng = _uninterrupted(BY_NAME[name]).saved[2]
+    for saved in (state, rng):
+        assert _json(saved) == saved
+        buffer = io.BytesIO()
+        torch.save(saved, buffer)
+        buffer.seek(0)
+        assert torch.load(buffer, weights_only=True) == saved
+
+
+def test_state_names_the_mechanism_of_each_loader_kind() -> None:
+    expected = {
+        "map-shuffled": "sampler_replay",
+        "iterable": "iterable_replay",
+        "stateful-shuffled": "stateful_dataloader",
+    }
+    assert {name: _uninterrupted(BY_NAME[name]).saved[0][0]["kind"] for name in expected} == expected
+
+
+# --- bad states ----------------------------------------------------------------------------
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], Any]:
+    def mutate(state: dict[str, Any]) -> Any:
+        *parents, last = path.split("/")
+        node = state
+        for name in parents:
+            node = node[name]
+        node[last] = value
+        return state
+
+    return mutate
+
+
+def _delete(path: str) -> Callable[[dict[str, Any]], Any]:
+    def mutate(state: dict[str, Any]) -> Any:
+        *parents, last = path.split("/")
+        node = state
+        for name in parents:
+            node = node[name]
+        del node[last]
+        return state
+
+    return mutate
+
+
+_B64_SHORT = base64.b64encode(b"abc").decode()
+_EPOCHS_PATH = "epoch/sampler_rng/epochs/sampler.epoch"
+_SDL_TENSOR = "epoch/loader_state/_sampler_iter_state/sampler_iter_state/generator/__tensor__/data"
+BAD_STATES = [
+    # (id, setup, mutation, key named by the error)
+    ("missing-key", _MAP, _delete("batches_consumed"), "batches_consumed"),
+    ("missing-nested-key", _MAP, _delete("epoch/sampler_rng/torch"), "epoch.sampler_rng.torch"),
+    ("missing-generator", _MAP, _delete("generators/generator"), "generators.generator"),
+    ("unknown-key", _MAP, _set("cursor", 3), "cursor"),
+    ("unknown-nested-key", _MAP, _set("epoch/note", "x"), "epoch.note"),
+    ("wrong-type", _MAP, _set("batches_consumed", "2"), "batches_consumed"),
+    ("bool-for-int", _MAP, _set("num_workers", True), "num_workers"),
+    ("wrong-nested-type", _MAP, _set("epoch/iterator_rng/python", []), "epoch.iterator_rng.python"),
+    ("negative-count", _MAP, _set("batches_consumed", -1), "batches_consumed"),
+    ("count-beyond-epoch", _MAP, _set("batches_consumed", 5), "batches_consumed"),
+    ("other-epoch-length", _MAP, _set("batches_per_epoch", 9), "batches_per_epoch"),
+    ("unknown-kind", _MAP, _set("kind", "tape"), "kind"),
+    ("kind-of-another-loader", _MAP, _set("kind", "iterable_replay"), "kind"),
+    ("newer-version", _MAP, _set("version", 2), "version"),
+    ("bad-base64", _MAP, _set("epoch/sampler_rng/torch", "%%%"), "epoch.sampler_rng.torch"),
+    ("truncated-generator-state", _MAP, _set("generators/generator", _B64_SHORT), "generators.generator"),
+    ("negative-sampler-epoch", "map-distributed-sampler", _set(_EPOCHS_PATH, -1), _EPOCHS_PATH.replace("/", ".")),
+    ("other-worker-count", "iterable", _set("num_workers", 2), "num_workers"),
+    ("loader-state-not-a-mapping", "stateful-shuffled", _set("epoch/loader_state", 7), "epoch.loader_state"),
+    ("bad-tensor-in-loader-state", "stateful-shuffled", _set(_SDL_TENSOR, _B64_SHORT), _SDL_TENSOR.replace("/", ".")),
+    ("not-a-mapping", "map-shuffled", lambda state: [state], ""),
+]
+
+
+def _next_epoch_after(setup: _Setup, attempt: Callable[[LoaderPosition], None]) -> list[list[int]]:
+    _seed_all(5)
+    loader = setup.build()
+    position = LoaderPosition(loader)
+    _train(setup, loader, position, range(1))
+    attempt(position)
+    return _train(setup, loader, position, range(1, 2)).batches[0]
+
+
+@pytest.mark.parametrize(("name", "mutate", "key"), [pytest.param(*case[1:], id=case[0]) for case in BAD_STATES])
+def test_a_bad_state_raises_naming_its_key_and_changes_nothing(
+    name: str, mutate: Callable[[dict[str, Any]], Any], key: str
+) -> None:
+    setup = BY_NAME[name]
+    bad = mutate(copy.deepcopy(_uninterrupted(setup).saved[2][0]))
+
+    def load_bad(position: LoaderPosition) -> None:
+        before = position.state_dict(batches_consumed=setup.batches)
+        with pytest.raises(ProgressStateError) as caught:
+            position.load_state_dict(bad)
+        assert caught.value.key == key
+        assert repr(key if key else "<root>") in str(caught.value)
+        assert position.state_dict(batches_consumed=setup.batches) == before
+
+    assert _next_epoch_after(setup, load_bad) == _next_epoch_after(setup, lambda position: None)
+
+
+def test_state_dict_refuses_counts_an_epoch_cannot_have() -> None:
+    loader = DataLoader(_Indexed(10), batch_size=3, shuffle=True)
+    position = LoaderPosition(loader)
+    with pytest.raises(ValueError, match="no batch"):
+        position.state_dict(batches_consumed=1)
+    list(loader)
+    with pytest.raises(ValueError, match=">= 0"):
+        position.state_dict(batches_consumed=-1)
+    with pytest.raises(ValueError, match="exceeds"):
+        position.state_dict(batches_consumed=5)
+    with pytest.raises(TypeError):
+        position.state_dict(batches_consumed=1.0)  # type: ignore[arg-type]
+
+
+def test_a_loader_takes_one_position_only() -> None:
+    loader = DataLoader(_Indexed(10), batch_size=3)
+    first = LoaderPosition(loader)
+    with pytest.raises(ValueError, match="already"):
+        LoaderPosition(loader)
+    assert first.loader is loader
+
+
+def test_the_loader_keeps_its_position_alive() -> None:
+    loader = DataLoader(_Indexed(10), batch_size=3, shuffle=True)
+    LoaderPosition(loader)  # only the loader refers to it from here on
+    list(loader)
+    with pytest.raises(ValueError, match="already"):
+        LoaderPosition(loader)
+
+
+def test_workers_returning_batches_out_of_order_are_refused() -> None:
+    with pytest.raises(ValueError, match="in_order=False"):
+        LoaderPosition(DataLoader(_Indexed(10), batch_size=3, num_workers=2, in_order=False))
+
+
+# --- global RNG snapshots ------------------------------------------------------------------
+
+
+def _draws() -> list[float]:
+    return [torch.rand(()).item(), random.random(), float(np.random.rand()), random.gauss(0.0, 1.0)]
+
+
+def test_restore_rng_state_continues_the_torch_python_and_numpy_streams() -> None:
+    _seed_all(3)
+    random.gauss(0.0, 1.0)  # leaves a cached gaussian in Python's state
+    saved = capture_rng_state()
+    expected = _draws()
+    _seed_all(4)
+    restore_rng_state(_json(saved))
+    assert _draws() == expected
+
+
+BAD_RNG_STATES = [
+    ("missing-key", _delete("python"), "python"),
+    ("unknown-key", _set("cuda", []), "cuda"),
+    ("wrong-type", _set("torch", 5), "torch"),
+    ("truncated-torch-state", _set("torch", _B64_SHORT), "torch"),
+    ("truncated-python-words", _set("python/words", _B64_SHORT), "python.words"),
+    ("negative-numpy-pos", _set("numpy/pos", -1), "numpy.pos"),
+    ("newer-version", _set("version", 2), "version"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "key"), [pytest.param(*case[1:], id=case[0]) for case in BAD_RNG_STATES])
+def test_a_bad_rng_state_raises_naming_its_key_and_leaves_every_generator_as_it_was(
+    mutate: Callable[[dict[str, Any]], Any], key: str
+) -> None:
+    bad = mutate(capture_rng_state())
+    _seed_all(6)
+    expected = _draws()
+    _seed_all(6)
+    with pytest.raises(ProgressStateError) as caught:
+        restore_rng_state(bad)
+    assert caught.value.key == key
+    assert _draws() == expected
