@@ -8,6 +8,7 @@ from tracker_core._registry import get_progress
 from tracker_core._schema import SCHEMA_VERSION
 from tracker_core._stage import StageProgress, TrainStageProgress
 from tracker_core._sync import Divergence, check_divergence, reduce_state
+from tracker_core._tracker import InexactResumeWarning, Tracker
 from tracker_core._view import (
     BatchCounts,
     DataloaderCounts,
@@ -26,6 +27,7 @@ __all__ = [
     "Divergence",
     "EpochCounts",
     "EventOrderError",
+    "InexactResumeWarning",
     "PhaseCounts",
     "Progress",
     "ProgressStateError",
@@ -36,6 +38,7 @@ __all__ = [
     "StageView",
     "TrainStageProgress",
     "TrainStageView",
+    "Tracker",
     "Where",
     "check_divergence",
     "count_optimizer_steps",

@@ -232,8 +232,10 @@ class LoaderPosition:
         Sampler generators are restored at once. On a bad state raises
         ``ProgressStateError`` (key path and problem) and changes nothing.
         """
-        parsed = self._parse(state)
-        # Nothing has changed up to here.
+        self._apply(self._parse(state))
+
+    def _apply(self, parsed: _ParsedState) -> None:
+        """Arm a state that ``_parse`` accepted; cannot fail."""
         generators = self._generators()
         for path, saved in parsed.generators.items():
             generators[path].set_state(saved)

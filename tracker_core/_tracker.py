@@ -1,0 +1,162 @@
+"""The one checkpoint entry every adapter saves: progress, train-data positions and global RNGs."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from tracker_core._data_position import LoaderPosition, _ParsedState
+from tracker_core._data_rng import GlobalRng
+from tracker_core._errors import ProgressStateError
+from tracker_core._progress import Progress
+from tracker_core._schema import parse
+from tracker_core._view import ProgressView
+
+_ENTRY_KEYS = ("progress", "train_loaders", "rng")
+
+
+class InexactResumeWarning(UserWarning):
+    """A resume will not continue exactly where the run stopped; the message says why."""
+
+
+class Tracker:
+    """Progress plus what an exact mid-epoch resume needs, saved and loaded as one entry.
+
+    An adapter owns one Tracker: it drives ``tracker.progress``, registers the train
+    dataloaders with :meth:`track_train_loader`, and stores :meth:`state_dict` in its
+    framework's checkpoint. The entry is plain data: ``{"progress", "train_loaders", "rng"}``.
+    """
+
+    __slots__ = ("progress", "_loaders", "_untracked", "_pending")
+
+    def __init__(self) -> None:
+        self.progress = Progress()
+        self._loaders: dict[int, LoaderPosition] = {}
+        self._untracked: dict[int, str] = {}  # train dataloaders that are not torch DataLoaders
+        self._pending: dict[int, tuple[dict[str, Any], bool]] = {}  # loaded, waiting for their loader
+
+    @property
+    def view(self) -> ProgressView:
+        return self.progress.view
+
+    def track_train_loader(self, loader: object, index: int = 0) -> None:
+        """Make train dataloader number ``index`` resumable mid-epoch, in place.
+
+        Call it before the loader's first epoch is iterated, and again whenever the
+        framework hands over a new loader object. A loaded state waiting for this loader
+        is validated and armed now (``ProgressStateError`` on a mismatch). An iterable
+        that is not a torch DataLoader cannot be positioned: a mid-epoch checkpoint of it
+        warns with :class:`InexactResumeWarning`.
+        """
+        if not isinstance(loader, DataLoader):
+            self._loaders.pop(index, None)
+            self._untracked[index] = type(loader).__name__
+            return
+        self._untracked.pop(index, None)
+        position = self._loaders.get(index)
+        if position is None or position._loader_ref() is not loader:
+            hook = loader.__dict__.get("_get_iterator")
+            existing = getattr(hook, "__self__", None)
+            position = existing if isinstance(existing, LoaderPosition) else LoaderPosition(loader)
+            self._loaders[index] = position
+        pending = self._pending.pop(index, None)
+        if pending is not None:
+            state, resume_epoch = pending
+            position._apply(_parse_loader(position, state, index, resume_epoch))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data for the framework's checkpoint; see docs/schema.md."""
+        train = self.progress.train
+        counts = train._dataloaders
+        loaders: list[dict[str, Any]] = []
+        for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
+            consumed = counts[index].batches.total - counts[index].batches.epoch_base if index < len(counts) else 0
+            position = self._loaders.get(index)
+            if position is not None:
+                loaders.append(position.state_dict(batches_consumed=consumed))
+            else:
+                loaders.append({"kind": "untracked"})
+                if consumed and self.view.train.is_mid_epoch:
+                    warnings.warn(
+                        f"train dataloader {index} ({self._untracked.get(index, 'unknown')}) is not a torch "
+                        "DataLoader, so this mid-epoch checkpoint cannot resume at its batch position: the "
+                        "resumed epoch will read this loader from its start",
+                        InexactResumeWarning,
+                        stacklevel=2,
+                    )
+        return {"progress": self.progress.state_dict(), "train_loaders": loaders, "rng": GlobalRng.capture().to_plain()}
+
+    def load_state_dict(self, entry: object) -> None:
+        """Resume from an entry: validate all of it, then load progress and RNGs and arm the loaders.
+
+        Raises :class:`ProgressStateError` naming the key path and the problem; nothing
+        changes then. Loaders are armed to skip the batches already consumed only when
+        a train epoch is re-entered mid-way; otherwise only their generators are restored.
+        Loaders registered later are checked and armed by :meth:`track_train_loader`.
+        """
+        if not isinstance(entry, dict):
+            raise ProgressStateError("", f"expected a dict, got {type(entry).__name__}")
+        for key in _ENTRY_KEYS:
+            if key not in entry:
+                raise ProgressStateError(key, "missing")
+        for key in entry:
+            if key not in _ENTRY_KEYS:
+                raise ProgressStateError(str(key), "unknown key")
+        try:
+            parsed_progress = parse(entry["progress"])
+        except ProgressStateError as error:
+            raise ProgressStateError(f"progress.{error.key}" if error.key else "progress", error.problem) from None
+        rng = _prefixed("rng", lambda: GlobalRng.from_plain(entry["rng"]))
+        states = entry["train_loaders"]
+        if not isinstance(states, list) or not all(isinstance(s, dict) for s in states):
+            raise ProgressStateError("train_loaders", "expected a list of dicts")
+        resume_epoch = _resumes_train_epoch(parsed_progress)
+        ready = {}
+        pending = {}
+        for index, state in enumerate(states):
+            if state.get("kind") == "untracked":
+                if resume_epoch and parsed_progress.stages["train"].dataloaders[index:index + 1]:
+                    warnings.warn(
+                        f"train dataloader {index} was not a torch DataLoader when saved: the resumed epoch "
+                        "reads it from its start",
+                        InexactResumeWarning,
+                        stacklevel=2,
+                    )
+                continue
+            position = self._loaders.get(index)
+            if position is None:
+                pending[index] = (state, resume_epoch)
+            else:
+                ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
+        # Everything is valid: apply, which cannot fail.
+        from tracker_core._schema import apply
+
+        apply(self.progress, parsed_progress)
+        self.progress._settle_in_flight()
+        rng.apply()
+        for position, parsed in ready.values():
+            position._apply(parsed)
+        self._pending = pending
+
+
+def _resumes_train_epoch(parsed: Any) -> bool:
+    """True if the saved train epoch had begun and not processed all its batches."""
+    epochs = parsed.stages["train"].epochs_lifetime
+    return epochs.ready != epochs.completed and epochs.processed == epochs.completed
+
+
+def _parse_loader(position: LoaderPosition, state: dict[str, Any], index: int, resume_epoch: bool) -> _ParsedState:
+    parsed = _prefixed(f"train_loaders.{index}", lambda: position._parse(state))
+    if resume_epoch:
+        return parsed
+    return dataclasses.replace(parsed, record=None, loader_state=None)
+
+
+def _prefixed(prefix: str, read: Any) -> Any:
+    try:
+        return read()
+    except ProgressStateError as error:
+        raise ProgressStateError(f"{prefix}.{error.key}" if error.key else prefix, error.problem) from None
