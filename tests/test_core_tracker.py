@@ -1,0 +1,205 @@
+"""Tracker: one entry (progress, train loader positions, RNGs) that resumes a plain loop exactly."""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
+from tracker_core._gradients import capture_gradients, restore_gradients
+
+EPOCHS = 3
+
+
+class _Indexed(Dataset[tuple[int, torch.Tensor]]):
+    def __len__(self) -> int:
+        return 11
+
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor]:
+        return index, torch.full((4,), float(index))
+
+
+def _setup(seed: int) -> tuple[Tracker, DataLoader[Any], torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(_Indexed(), batch_size=3, shuffle=True)
+    tracker = Tracker()
+    tracker.track_train_loader(loader)
+    return tracker, loader, model, optimizer
+
+
+def _train(tracker: Tracker, loader: DataLoader[Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+           stop_after: int | None = None) -> tuple[list[int], dict[str, Any] | None]:
+    """Fit for EPOCHS epochs with dropout-like noise; return ids seen and, if asked, a checkpoint."""
+    progress, train = tracker.progress, tracker.progress.train
+    seen: list[int] = []
+    progress.run_ready("fit")
+    progress.run_started()
+    while train._epochs.completed < EPOCHS:
+        train.epoch_ready()
+        train.epoch_started()
+        for ids, x in loader:
+            train.batch_ready()
+            train.batch_started()
+            noise = torch.rand(1)  # global RNG draw: must continue identically after resume
+            loss = (model(x) * noise).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            train.optimizer_step()
+            train.batch_processed(len(ids))
+            train.batch_completed()
+            seen.extend(ids.tolist())
+            if stop_after is not None and train._batches.completed == stop_after:
+                entry = json.loads(json.dumps(tracker.state_dict()))
+                return seen, {"entry": entry, "model": copy.deepcopy(model.state_dict()),
+                              "optimizer": copy.deepcopy(optimizer.state_dict())}
+        train.epoch_processed()
+        train.epoch_completed()
+    progress.run_processed()
+    progress.run_completed()
+    return seen, None
+
+
+@pytest.fixture(scope="module")
+def uninterrupted() -> tuple[list[int], dict[str, torch.Tensor], dict[str, Any]]:
+    tracker, loader, model, optimizer = _setup(seed=0)
+    seen, _ = _train(tracker, loader, model, optimizer)
+    return seen, model.state_dict(), tracker.state_dict()["progress"]
+
+
+@pytest.mark.parametrize("stop_after", range(1, 4 * EPOCHS + 1))
+def test_a_plain_loop_resumed_from_any_batch_equals_the_uninterrupted_run(stop_after, uninterrupted) -> None:
+    tracker, loader, model, optimizer = _setup(seed=0)
+    first, checkpoint = _train(tracker, loader, model, optimizer, stop_after=stop_after)
+    assert checkpoint is not None
+    tracker, loader, model, optimizer = _setup(seed=999)  # fresh objects, different RNG
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    tracker.load_state_dict(checkpoint["entry"])
+    rest, _ = _train(tracker, loader, model, optimizer)
+    seen, weights, progress = uninterrupted
+    assert first + rest == seen
+    assert all(torch.equal(model.state_dict()[k], weights[k]) for k in weights)
+    assert tracker.state_dict()["progress"] == progress
+
+
+def test_the_entry_is_plain_data_that_survives_json_and_weights_only_load(tmp_path) -> None:
+    tracker, loader, model, optimizer = _setup(seed=0)
+    _, checkpoint = _train(tracker, loader, model, optimizer, stop_after=2)
+    assert checkpoint is not None
+    torch.save(checkpoint["entry"], tmp_path / "entry.pt")
+    assert torch.load(tmp_path / "entry.pt", weights_only=True) == checkpoint["entry"]
+
+
+def _entry_mid_epoch() -> dict[str, Any]:
+    tracker, loader, model, optimizer = _setup(seed=0)
+    _, checkpoint = _train(tracker, loader, model, optimizer, stop_after=2)
+    assert checkpoint is not None
+    return checkpoint["entry"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "key", "problem"),
+    [
+        (lambda e: e.pop("rng"), "rng", "missing"),
+        (lambda e: e.update(extra=1), "extra", "unknown key"),
+        (lambda e: e["progress"]["stages"]["train"]["samples"].update(run=-1), "progress.stages.train.samples.run",
+         "negative count"),
+        (lambda e: e["progress"].update(schema_version=99), "progress.schema_version", "newer"),
+        (lambda e: e["train_loaders"][0].pop("epoch"), "train_loaders.0.epoch", "missing"),
+        (lambda e: e["train_loaders"][0].update(kind="stateful_dataloader"), "train_loaders.0.kind", "saved from"),
+        (lambda e: e.update(train_loaders="x"), "train_loaders", "expected a list"),
+        (lambda e: e["rng"].update(torch="%%%"), "rng.torch", ""),
+    ],
+)
+def test_a_damaged_entry_raises_naming_the_key_and_changes_nothing(damage, key, problem) -> None:
+    entry = _entry_mid_epoch()
+    damage(entry)
+    tracker, loader, _, _ = _setup(seed=5)
+    before = tracker.state_dict()
+    rng_before = torch.get_rng_state()
+    with pytest.raises(ProgressStateError) as raised:
+        tracker.load_state_dict(entry)
+    assert raised.value.key == key
+    assert problem in raised.value.problem
+    assert torch.equal(torch.get_rng_state(), rng_before)
+    after = tracker.state_dict()
+    assert after["progress"] == before["progress"]
+    assert after["train_loaders"] == before["train_loaders"]
+
+
+def test_a_loader_tracked_after_the_load_is_armed_when_tracked() -> None:
+    entry = _entry_mid_epoch()
+    tracker = Tracker()
+    tracker.load_state_dict(entry)
+    loader = DataLoader(_Indexed(), batch_size=3, shuffle=True)
+    tracker.track_train_loader(loader)
+    assert len([batch for batch in loader]) == 2  # 4 batches an epoch, 2 consumed
+
+
+def test_a_loader_tracked_after_the_load_with_a_mismatching_state_raises_naming_the_key() -> None:
+    entry = _entry_mid_epoch()
+    entry["train_loaders"][0]["kind"] = "iterable_replay"
+    tracker = Tracker()
+    tracker.load_state_dict(entry)
+    with pytest.raises(ProgressStateError, match="train_loaders.0.kind"):
+        tracker.track_train_loader(DataLoader(_Indexed(), batch_size=3, shuffle=True))
+
+
+def test_a_checkpoint_between_epochs_does_not_replay_the_finished_epoch() -> None:
+    tracker, loader, model, optimizer = _setup(seed=0)
+    _, checkpoint = _train(tracker, loader, model, optimizer, stop_after=4)  # last batch of epoch 1
+    assert checkpoint is not None
+    tracker.progress.train.epoch_processed()
+    tracker.progress.train.epoch_completed()
+    entry = tracker.state_dict()
+    fresh, loader, _, _ = _setup(seed=3)
+    fresh.load_state_dict(entry)
+    assert len([batch for batch in loader]) == 4
+
+
+def test_a_mid_epoch_checkpoint_of_a_loader_that_is_not_a_dataloader_warns_that_it_cannot_resume_exactly() -> None:
+    tracker = Tracker()
+    tracker.track_train_loader([torch.zeros(2)] * 3)
+    train = tracker.progress.train
+    tracker.progress.run_ready("fit")
+    train.epoch_ready()
+    train.epoch_started()
+    train.batch_ready()
+    train.batch_started()
+    train.batch_processed(2)
+    with pytest.warns(InexactResumeWarning, match="not a torch DataLoader"):
+        entry = tracker.state_dict()
+    assert entry["train_loaders"] == [{"kind": "untracked"}]
+
+
+def test_a_checkpoint_between_epochs_of_a_loader_that_is_not_a_dataloader_does_not_warn() -> None:
+    tracker = Tracker()
+    tracker.track_train_loader([torch.zeros(2)] * 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tracker.state_dict()
+
+
+def test_saved_gradients_are_restored_into_fresh_parameters() -> None:
+    model = torch.nn.Linear(4, 1)
+    model(torch.ones(2, 4)).sum().backward()
+    saved = capture_gradients(model.parameters())
+    fresh = torch.nn.Linear(4, 1)
+    restore_gradients(fresh.parameters(), saved)
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), fresh.parameters()))
+
+
+def test_gradients_of_the_wrong_shape_raise_naming_the_index_and_change_nothing() -> None:
+    model = torch.nn.Linear(4, 1)
+    with pytest.raises(ProgressStateError, match="gradients.1"):
+        restore_gradients(model.parameters(), [torch.zeros(1, 4), torch.zeros(3)])
+    assert all(p.grad is None for p in model.parameters())
