@@ -60,6 +60,24 @@ def bare_increments(n: int) -> float:
     return time.perf_counter() - start
 
 
+class _Empty:
+    def mark(self) -> None:
+        pass
+
+
+def empty_calls(n: int) -> float:
+    """The interpreter's floor: the five method calls of a cycle, doing nothing."""
+    empty = _Empty()
+    start = time.perf_counter()
+    for _ in range(n):
+        empty.mark()
+        empty.mark()
+        empty.mark()
+        empty.mark()
+        empty.mark()
+    return time.perf_counter() - start
+
+
 def state_dict_calls(n: int) -> float:
     progress = _progress_in_epoch()
     start = time.perf_counter()
@@ -87,18 +105,21 @@ def _per_call_instructions(mode: str) -> float:
 
 def main() -> None:
     n, rounds = 200_000, 7
-    tracked, bare, dumps = [], [], []
-    for _ in range(rounds):  # interleaved so machine noise hits all three alike
+    tracked, bare, empty, dumps = [], [], [], []
+    for _ in range(rounds):  # interleaved so machine noise hits all alike
         tracked.append(tracked_cycles(n) / n * 1e6)
         bare.append(bare_increments(n) / n * 1e6)
+        empty.append(empty_calls(n) / n * 1e6)
         dumps.append(state_dict_calls(n // 100) / (n // 100) * 1e6)
-    t, b, s = statistics.median(tracked), statistics.median(bare), statistics.median(dumps)
+    t, b, e, s = (statistics.median(x) for x in (tracked, bare, empty, dumps))
     print(f"train-batch cycle (ready..completed + optimizer step): {t:.3f} us   target <= 1 us")
-    print(f"bare loop, {INCREMENTS_PER_CYCLE} int increments:                    {b:.3f} us   ratio {t / b:.1f}x")
+    print(f"bare loop, {INCREMENTS_PER_CYCLE} int increments:                        {b:.3f} us   cycle/bare {t / b:.1f}x")
+    print(f"floor, 5 empty method calls:                           {e:.3f} us   cycle/floor {t / e:.1f}x")
     print(f"state_dict():                                           {s:.2f} us   target <= 20 us")
     if shutil.which("valgrind"):
         print(f"callgrind, train-batch cycle: {_per_call_instructions('cycle'):.0f} instructions   target <= ~3000")
         print(f"callgrind, bare increments:   {_per_call_instructions('bare'):.0f} instructions")
+        print(f"callgrind, 5 empty calls:     {_per_call_instructions('empty'):.0f} instructions")
         print(f"callgrind, state_dict():      {_per_call_instructions('state_dict'):.0f} instructions")
     else:
         print("callgrind: valgrind not installed, instruction counts skipped")
@@ -106,6 +127,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) == 3:
-        {"cycle": tracked_cycles, "bare": bare_increments, "state_dict": state_dict_calls}[sys.argv[1]](int(sys.argv[2]))
+        {"cycle": tracked_cycles, "bare": bare_increments, "empty": empty_calls, "state_dict": state_dict_calls}[sys.argv[1]](int(sys.argv[2]))
     else:
         main()
