@@ -7,6 +7,7 @@ Never called per batch: each call is one collective.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -19,33 +20,54 @@ _OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp
 _NOT_COUNTS = ("schema_version", "where", "kind")
 
 
-def _leaves(state: object, path: str, out: list[tuple[str, int]]) -> None:
-    if isinstance(state, dict):
-        for key, value in state.items():
-            if key not in _NOT_COUNTS:
-                _leaves(value, f"{path}.{key}" if path else key, out)
-    elif isinstance(state, list):
-        for index, value in enumerate(state):
-            _leaves(value, f"{path}.{index}", out)
-    elif isinstance(state, int):
-        out.append((path, state))
+def _counts(state: dict[str, Any], out: list[int]) -> None:
+    """Append every count of ``state`` to ``out``, depth first in key order."""
+    for key, value in state.items():
+        if key in _NOT_COUNTS:
+            continue
+        if type(value) is int:
+            out.append(value)
+        elif type(value) is dict:
+            _counts(value, out)
+        elif type(value) is list:
+            for item in value:
+                _counts(item, out)
 
 
-def _replaced(state: object, values: Iterator[int]) -> Any:
-    if isinstance(state, dict):
-        return {k: v if k in _NOT_COUNTS else _replaced(v, values) for k, v in state.items()}
-    if isinstance(state, list):
-        return [_replaced(v, values) for v in state]
-    if isinstance(state, int):
-        return next(values)
-    return state
+def _paths(state: dict[str, Any], prefix: str, out: list[str]) -> None:
+    """Append the key path of every count, in the order of :func:`_counts`."""
+    for key, value in state.items():
+        if key in _NOT_COUNTS:
+            continue
+        path = f"{prefix}.{key}" if prefix else key
+        if type(value) is int:
+            out.append(path)
+        elif type(value) is dict:
+            _paths(value, path, out)
+        elif type(value) is list:
+            for index, item in enumerate(value):
+                _paths(item, f"{path}.{index}", out)
 
 
-def _pack(progress: Progress) -> tuple[dict[str, Any], list[str], torch.Tensor]:
+def _replaced(state: dict[str, Any], values: Iterator[int]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        if key in _NOT_COUNTS:
+            out[key] = value
+        elif type(value) is int:
+            out[key] = next(values)
+        elif type(value) is dict:
+            out[key] = _replaced(value, values)
+        else:
+            out[key] = [_replaced(item, values) for item in value]
+    return out
+
+
+def _pack(progress: Progress) -> tuple[dict[str, Any], torch.Tensor]:
     state = progress.state_dict()
-    leaves: list[tuple[str, int]] = []
-    _leaves(state, "", leaves)
-    return state, [p for p, _ in leaves], torch.tensor([v for _, v in leaves], dtype=torch.int64)
+    counts: list[int] = []
+    _counts(state, counts)
+    return state, torch.frombuffer(array("q", counts), dtype=torch.int64)
 
 
 def _distributed() -> bool:
@@ -60,10 +82,10 @@ def reduce_state(progress: Progress, op: str = "sum") -> dict[str, Any]:
     """
     if op not in _OPS:
         raise ValueError(f"unknown reduce op {op!r}; expected sum, min or max")
-    state, _, packed = _pack(progress)
+    state, packed = _pack(progress)
     if _distributed():
         dist.all_reduce(packed, op=_OPS[op])
-    return dict(_replaced(state, iter(packed.tolist())))
+    return _replaced(state, iter(packed.tolist()))
 
 
 class Divergence(NamedTuple):
@@ -90,7 +112,9 @@ def check_divergence(progress: Progress, keys: Sequence[str] = DEFAULT_DIVERGENC
     One all_gather. Call it where every rank is sure to arrive (e.g. each epoch's end),
     to learn of uneven data before a rank waits forever in a gradient collective.
     """
-    _, paths, packed = _pack(progress)
+    state, packed = _pack(progress)
+    paths: list[str] = []
+    _paths(state, "", paths)
     unknown = [k for k in keys if k not in paths]
     if unknown:
         raise KeyError(f"no count at {unknown[0]!r} in the progress state")
