@@ -1,0 +1,137 @@
+"""Per-batch cost of the Lightning ProgressTracker on a tiny model, against an empty Callback().
+
+Linear(32, 2), batch 4, SGD, one thread, a plain DataLoader, a real CPU Trainer. Lightning
+charges every registered callback ~6 hook calls per batch, so the fair baseline is an empty
+``Callback()``; no callback at all is shown for reference. Per-batch time is the difference
+of two fits (``LARGE`` and ``SMALL`` batches) over the extra batches, so Trainer setup
+cancels; modes are interleaved and medians printed (timings swing +-30% here). Callgrind
+instruction counts (valgrind run for the two batch counts, difference per extra batch)
+are deterministic. Target: at most 0.5% on top of the empty callback. Prints figures only.
+Run: .venv/bin/python benchmarks/lightning_overhead.py
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from integrations.lightning import ProgressTracker
+
+MODES = ("none", "empty", "tracker")
+SMALL, LARGE = 100, 1_100
+CALLGRIND_SMALL, CALLGRIND_LARGE = 20, 120
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(32, 2)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.layer(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _callbacks(mode: str) -> list[pl.Callback]:
+    return {"none": [], "empty": [pl.Callback()], "tracker": [ProgressTracker()]}[mode]
+
+
+def fit_seconds(mode: str, batches: int) -> float:
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(4 * batches, 32), torch.randint(0, 2, (4 * batches,)))
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_epochs=1, enable_progress_bar=False, logger=False,
+        enable_model_summary=False, enable_checkpointing=False, callbacks=_callbacks(mode),
+    )  # fmt: skip
+    start = time.perf_counter()
+    trainer.fit(Tiny(), DataLoader(data, batch_size=4))
+    return time.perf_counter() - start
+
+
+def hooks_seconds_per_batch(batches: int = 100_000) -> float:
+    """The tracker's own per-batch hooks called directly (no Lightning dispatch), within one epoch."""
+    tracker = ProgressTracker()
+    tracker._train.epoch_begin()
+    batch = (torch.zeros(4, 32), torch.zeros(4, dtype=torch.long))
+    start_batch, zero_grad = tracker.on_train_batch_start, tracker.on_before_zero_grad
+    backward, end_batch = tracker.on_before_backward, tracker.on_train_batch_end
+    start = time.perf_counter()
+    for index in range(batches):
+        start_batch(None, None, batch, index)  # type: ignore[arg-type]
+        zero_grad(None, None, None)  # type: ignore[arg-type]
+        backward(None, None, None)  # type: ignore[arg-type]
+        end_batch(None, None, None, batch, index)  # type: ignore[arg-type]
+    return (time.perf_counter() - start) / batches
+
+
+def _instructions(mode: str, batches: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        result = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__, mode,
+             str(batches)],
+            capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
+        )  # fmt: skip
+        match = re.search(r"Collected : (\d+)", result.stderr)
+        if match is None:
+            raise RuntimeError(result.stderr[-2000:])
+        return int(match.group(1))
+
+
+def _instructions_per_batch() -> dict[str, float]:
+    runs = [(mode, n) for mode in ("empty", "tracker") for n in (CALLGRIND_SMALL, CALLGRIND_LARGE)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        counts = dict(zip(runs, pool.map(lambda run: _instructions(*run), runs)))
+    extra = CALLGRIND_LARGE - CALLGRIND_SMALL
+    return {m: (counts[m, CALLGRIND_LARGE] - counts[m, CALLGRIND_SMALL]) / extra for m in ("empty", "tracker")}
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    rounds = 7
+    per_batch: dict[str, list[float]] = {mode: [] for mode in MODES}
+    ratios: list[float] = []
+    fit_seconds("empty", SMALL)  # warm up
+    for _ in range(rounds):
+        for mode in MODES:
+            per_batch[mode].append((fit_seconds(mode, LARGE) - fit_seconds(mode, SMALL)) / (LARGE - SMALL) * 1e6)
+        ratios.append(per_batch["tracker"][-1] / per_batch["empty"][-1])
+    for mode, label in (("none", "no callback"), ("empty", "empty Callback()"), ("tracker", "ProgressTracker")):
+        print(f"{label + ':':20} {statistics.median(per_batch[mode]):7.1f} us/batch")
+    print(f"ProgressTracker vs empty Callback(): {(statistics.median(ratios) - 1) * 100:+.2f}%  (target <= +0.5%)")
+    hooks = statistics.median(hooks_seconds_per_batch() for _ in range(5)) * 1e6
+    share = hooks / statistics.median(per_batch["empty"]) * 100
+    print(f"the tracker's per-batch hooks alone: {hooks:.2f} us/batch = {share:.2f}% of a batch with an empty callback")
+    if not shutil.which("valgrind"):
+        print("callgrind: valgrind not installed, instruction counts skipped")
+        return
+    counts = _instructions_per_batch()
+    base = counts["empty"]
+    print(f"callgrind, empty Callback(): {base:10.0f} instructions/batch")
+    print(f"callgrind, ProgressTracker:  {counts['tracker']:10.0f} instructions/batch  "
+          f"+{counts['tracker'] - base:.0f} ({(counts['tracker'] / base - 1) * 100:+.2f}%)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    warnings.filterwarnings("ignore")
+    if len(sys.argv) == 3:
+        torch.set_num_threads(1)
+        fit_seconds(sys.argv[1], int(sys.argv[2]))
+    else:
+        main()

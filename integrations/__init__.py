@@ -1,0 +1,1 @@
+"""Framework adapters for progress-tracker: Lightning, Ignite and Accelerate."""

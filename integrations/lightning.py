@@ -1,0 +1,339 @@
+"""PyTorch Lightning adapter: a Callback that keeps the core progress and saves it in Lightning's checkpoint.
+
+Add ``ProgressTracker()`` to ``Trainer(callbacks=[...])``; read progress anywhere with
+``tracker_core.get_progress(trainer)`` (in a LightningModule: ``get_progress(self.trainer)``).
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.trainer.states import TrainerFn
+from torch.utils.data import DataLoader
+from torch.utils.hooks import RemovableHandle
+
+from integrations import _lightning_resume as resume
+from integrations._lightning_stage import StageDriver
+from tracker_core import InexactResumeWarning, ProgressStateError, Tracker, count_optimizer_steps
+from tracker_core._data_rng import GlobalRng
+from tracker_core._gradients import capture_gradients, restore_gradients
+from tracker_core._registry import attach
+
+__all__ = ["GRADIENTS_KEY", "STATE_KEY", "ProgressTracker"]
+
+STATE_KEY = "ProgressTracker"
+"""Where the progress entry lives: ``checkpoint["callbacks"][STATE_KEY]``."""
+GRADIENTS_KEY = "progress_tracker_gradients"
+"""Where the partial gradients of an unfinished accumulation window live: ``checkpoint[GRADIENTS_KEY]``."""
+
+
+class ProgressTracker(pl.Callback):
+    """Counts runs, epochs, batches, samples and optimizer steps of every stage; resumes exactly.
+
+    ``lifetime_from``: the progress entry of an earlier checkpoint
+    (``checkpoint["callbacks"][STATE_KEY]``) whose weights this run starts from without
+    ``ckpt_path``; its lifetime counts continue, the run counts start at zero.
+    """
+
+    def __init__(self, lifetime_from: Mapping[str, Any] | None = None) -> None:
+        self.tracker = Tracker()
+        progress = self.tracker.progress
+        if lifetime_from is not None:
+            if not isinstance(lifetime_from, Mapping) or "progress" not in lifetime_from:
+                raise ProgressStateError("progress", "missing: pass checkpoint['callbacks'][STATE_KEY]")
+            progress.load_lifetime(lifetime_from["progress"])
+        self._train = StageDriver(progress.train)
+        self._validate = StageDriver(progress.validate)
+        self._test = StageDriver(progress.test)
+        self._predict = StageDriver(progress.predict)
+        self._trainer: weakref.ref[pl.Trainer] | None = None
+        self._step_hooks: list[RemovableHandle] = []
+        self._gradients: list[torch.Tensor | None] | None = None  # loaded, restored at on_train_start
+        self._loaded = False  # an entry was loaded; Lightning's restart not yet reconciled
+        self._rng_at_setup: GlobalRng | None = None  # after a load, before Lightning's setup_data iter()
+
+    @property
+    def state_key(self) -> str:
+        return STATE_KEY
+
+    # setup / teardown -------------------------------------------------------------------------
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._trainer = weakref.ref(trainer)
+        attach(trainer, self.tracker.progress)
+        if stage == "fit":
+            resume.hook_before_first_iter(trainer.fit_loop, self._track_train_loaders)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._remove_step_hooks()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._remove_step_hooks()
+
+    def _remove_step_hooks(self) -> None:
+        for handle in self._step_hooks:
+            handle.remove()
+        self._step_hooks = []
+
+    # fit -------------------------------------------------------------------------------------
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        progress = self.tracker.progress
+        progress.run_ready("fit")
+        progress.run_started()
+        self._remove_step_hooks()
+        self._step_hooks = count_optimizer_steps(progress.train, trainer.optimizers)
+
+    def _track_train_loaders(self, loaders: list[object]) -> None:
+        """Lightning set up its train loaders and is about to iterate them (see ``hook_before_first_iter``)."""
+        trainer = self._trainer() if self._trainer is not None else None
+        loaded, self._loaded = self._loaded, False
+        for index, loader in enumerate(loaders):
+            self.tracker.track_train_loader(loader, index)
+        if not loaded or trainer is None:
+            return
+        self._rng_at_setup = GlobalRng.capture()
+        if resume.restored_epoch_consumed(trainer.fit_loop) and self.tracker.view.train.epochs.lifetime.in_flight:
+            # Lightning's next iteration of these loaders is the next epoch: finish the restored
+            # one now (its replay yields nothing), as the uninterrupted run had.
+            for loader in loaders:
+                if isinstance(loader, DataLoader):
+                    next(iter(loader), None)
+        if resume.closes_restored_epoch(trainer.fit_loop):
+            # Lightning counts the restored epoch as finished without its end hooks, and starts
+            # the next one without its start hooks: so do we.
+            train = self.tracker.progress.train
+            train.epoch_processed()
+            train.epoch_completed()
+            self._train.epoch_to_open = True
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._gradients is not None:
+            restore_gradients(pl_module.parameters(), self._gradients)
+            self._gradients = None
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._train.epoch_begin()
+        if self._rng_at_setup is not None:
+            rng, self._rng_at_setup = self._rng_at_setup, None
+            if resume.discards_setup_iterator(trainer):
+                rng.apply()  # undo the draws of the iterator Lightning built in setup_data and drops now
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._train.batch_begin(batch)
+        self._rng_at_setup = None  # Lightning iterates the setup_data iterator: its draws stand
+
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+        self._train.batch_step()
+
+    def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        self._train.batch_step()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self._train.batch_end()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._train.epoch_end()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._train.settle()
+        self.tracker.progress.run_processed()
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.tracker.progress.run_completed()
+        self._remove_step_hooks()
+
+    # validate / test / predict -------------------------------------------------------------
+    def _evaluation_start(self, trainer: pl.Trainer, kind: str) -> None:
+        if trainer.state.fn == TrainerFn.FITTING:
+            self._train.settle()  # a train batch ended before this validation
+        else:
+            self.tracker.progress.run_ready(kind)
+            self.tracker.progress.run_started()
+
+    def _evaluation_end(self, trainer: pl.Trainer, driver: StageDriver) -> None:
+        driver.settle()
+        if trainer.state.fn != TrainerFn.FITTING:
+            self.tracker.progress.run_processed()
+            self.tracker.progress.run_completed()
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._evaluation_start(trainer, "validate")
+
+    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._validate.epoch_begin()
+
+    def on_validation_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if not trainer.sanity_checking:
+            self._validate.batch_begin(batch)
+
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if not trainer.sanity_checking:
+            self._validate.batch_end(dataloader_idx)
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._validate.epoch_end()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._evaluation_end(trainer, self._validate)
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_start(trainer, "test")
+
+    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._test.epoch_begin()
+
+    def on_test_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._test.batch_begin(batch)
+
+    def on_test_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._test.batch_end(dataloader_idx)
+
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._test.epoch_end()
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_end(trainer, self._test)
+
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_start(trainer, "predict")
+
+    def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._predict.epoch_begin()
+
+    def on_predict_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._predict.batch_begin(batch)
+
+    def on_predict_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._predict.batch_end(dataloader_idx)
+
+    def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._predict.epoch_end()
+
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_end(trainer, self._predict)
+
+    # checkpoints -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The core's plain entry, after catching up with phases Lightning marked before our hook ran."""
+        trainer = self._trainer() if self._trainer is not None else None
+        if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
+            self._catch_up(trainer)
+        if self.tracker.progress.train._epochs.ready != self.tracker.progress.train._epochs.completed:
+            return self.tracker.state_dict()
+        return _between_epochs_entry(self.tracker)
+
+    def _catch_up(self, trainer: pl.Trainer) -> None:
+        """A checkpoint taken in an end hook that ran before ours: mark what Lightning already marked."""
+        train = self.tracker.progress.train
+        if resume.on_train_batch_end(trainer) and train._batches.ready != train._batches.processed:
+            self._train.batch_end()
+        epochs = trainer.fit_loop.epoch_progress.current
+        in_epoch_end = epochs.ready == epochs.started == epochs.processed == epochs.completed + 1
+        if in_epoch_end and train._epochs.ready != train._epochs.processed:
+            self._train.epoch_end()
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        if trainer.state.fn != TrainerFn.FITTING:
+            return
+        if self.tracker.view.is_mid_accumulation:
+            checkpoint[GRADIENTS_KEY] = capture_gradients(pl_module.parameters())
+        if resume.on_train_batch_end(trainer) and resume.validation_due(trainer):
+            warnings.warn(
+                "checkpoint saved in on_train_batch_end before a due validation: Lightning skips that "
+                "validation when resuming from it, so the resumed run will not validate there (its "
+                "validation counts and any randomness the validation draws differ from an uninterrupted run)",
+                InexactResumeWarning,
+                stacklevel=2,
+            )
+
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        if STATE_KEY not in checkpoint.get("callbacks", {}):
+            warnings.warn(
+                f"the checkpoint has no progress entry (checkpoint['callbacks'][{STATE_KEY!r}]): progress "
+                "restarts from zero and the train data from its first batch",
+                InexactResumeWarning,
+                stacklevel=2,
+            )
+            self._train.epoch_to_open = True  # Lightning may resume mid-epoch, without on_train_epoch_start
+        self._gradients = checkpoint.get(GRADIENTS_KEY)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load the entry (``ProgressStateError`` on damage, before anything runs) and re-arm the hooks."""
+        self.tracker.load_state_dict(state_dict)
+        where = state_dict["progress"].get("where")
+        if isinstance(where, dict) and where.get("stage") == "validate":
+            warnings.warn(
+                "checkpoint saved during a validation: Lightning resumes training without finishing that "
+                "validation, so it is not counted; training itself resumes exactly",
+                InexactResumeWarning,
+                stacklevel=2,
+            )
+        for driver in (self._train, self._validate, self._test, self._predict):
+            driver.reset()
+        self._loaded = True
+
+
+def _between_epochs_entry(tracker: Tracker) -> dict[str, Any]:
+    """``tracker.state_dict()`` between train epochs, telling the loaders nothing of a new epoch is consumed.
+
+    Lightning may already have built the next epoch's iterator (``setup_data``); the core
+    would then pair it with the finished epoch's batch count and refuse. Between epochs a
+    loader's position is not replayed on load, so 0 is exact.
+    """
+    tallies = [counts.batches for counts in tracker.progress.train._dataloaders]
+    bases = [tally.epoch_base for tally in tallies]
+    for tally in tallies:
+        tally.epoch_base = tally.total
+    try:
+        entry = tracker.state_dict()
+    finally:
+        for tally, base in zip(tallies, bases):
+            tally.epoch_base = base
+    entry["progress"] = tracker.progress.state_dict()
+    return entry

@@ -1,0 +1,179 @@
+"""A run killed at any batch and resumed with ``fit(ckpt_path=...)`` ends exactly like an uninterrupted one."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from test_lightning_support import Indexed, IndexedStream, Recording, trainer, weights
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from integrations.lightning import ProgressTracker
+from tracker_core import InexactResumeWarning
+
+EPOCHS = 2
+BATCHES = 4  # 10 samples in batches of 3: 3, 3, 3, 1
+
+
+class Killed(Exception):
+    """Stands in for the process being killed right after a checkpoint."""
+
+
+class KillAfter(pl.Callback):
+    """Saves a checkpoint at the end of train batch number ``at`` (counted over the run), then dies.
+
+    With ``in_validation``, at the end of the ``at``-th validation batch instead (sanity check excluded).
+    """
+
+    def __init__(self, at: int, path: Path, in_validation: bool = False) -> None:
+        self.at = at
+        self.path = path
+        self.count = 0
+        self.in_validation = in_validation
+
+    def _count(self, trainer: pl.Trainer) -> None:
+        self.count += 1
+        if self.count == self.at + 1:
+            trainer.save_checkpoint(self.path)
+            raise Killed
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if not self.in_validation:
+            self._count(trainer)
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if self.in_validation and not trainer.sanity_checking:
+            self._count(trainer)
+
+
+class KillAtEpochEnd(KillAfter):
+    """Saves at the end of train epoch number ``at`` (like ModelCheckpoint's default), then dies."""
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        pass
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        self._count(trainer)
+
+
+@dataclass
+class Outcome:
+    seen: list[list[int]]
+    weights: list[torch.Tensor]
+    progress: dict[str, Any]
+
+
+def _loader(config: str) -> DataLoader:
+    shuffle = "shuffle" in config
+    workers = 2 if "workers" in config else 0
+    cls = StatefulDataLoader if "stateful" in config else DataLoader
+    data = IndexedStream() if "stream" in config else Indexed()
+    kwargs: dict[str, Any] = {"num_workers": workers}
+    if workers:
+        kwargs["multiprocessing_context"] = "fork"
+    return cls(data, batch_size=3, shuffle=shuffle, **kwargs)
+
+
+def _fit(config: str, seed: int, kill_at: int | None = None, path: Path | None = None) -> Outcome:
+    torch.manual_seed(seed)
+    model = Recording()
+    callbacks: list[pl.Callback] = [ProgressTracker()]
+    if kill_at is not None:
+        assert path is not None
+        kill = KillAtEpochEnd if "kill-at-epoch-end" in config else KillAfter
+        killer = kill(kill_at, path, in_validation="kill-in-validation" in config)
+        callbacks.insert(0 if "killer-first" in config else 1, killer)
+    accumulate = 3 if "accumulate" in config else 1
+    validation: dict[str, Any] = {"val_check_interval": 2} if "validate" in config else {"limit_val_batches": 0}
+    fit = trainer(callbacks, max_epochs=EPOCHS, accumulate_grad_batches=accumulate, **validation)
+    val = DataLoader(Indexed(7), batch_size=3) if "validate" in config else None
+    try:
+        fit.fit(model, _loader(config), val, ckpt_path=None if kill_at is not None else path)
+    except Killed:
+        pass
+    tracker = next(c for c in callbacks if isinstance(c, ProgressTracker))
+    return Outcome(model.seen, weights(model), tracker.state_dict()["progress"])
+
+
+_reference: dict[str, Outcome] = {}
+
+
+def _straight(config: str) -> Outcome:
+    if config not in _reference:
+        _reference[config] = _fit(config, seed=0)
+    return _reference[config]
+
+
+def _assert_resumes_exactly(config: str, at: int, tmp_path: Path) -> None:
+    straight = _straight(re.sub("-(kill-in-validation|kill-at-epoch-end|killer-first)", "", config))
+    path = tmp_path / "mid.ckpt"
+    first = _fit(config, seed=0, kill_at=at, path=path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InexactResumeWarning)
+        resumed = _fit(config, seed=1234, path=path)
+    assert first.seen + resumed.seen == straight.seen
+    assert all(torch.equal(a, b) for a, b in zip(resumed.weights, straight.weights))
+    assert resumed.progress == straight.progress
+
+
+@pytest.mark.parametrize("at", range(EPOCHS * BATCHES))
+@pytest.mark.parametrize("config", ["plain", "plain-shuffle"])
+def test_plain_dataloader_resumes_exactly_from_every_batch(config: str, at: int, tmp_path: Path) -> None:
+    _assert_resumes_exactly(config, at, tmp_path)
+
+
+@pytest.mark.parametrize("at", range(BATCHES))
+def test_checkpoint_inside_an_accumulation_window_resumes_exactly(at: int, tmp_path: Path) -> None:
+    _assert_resumes_exactly("plain-shuffle-accumulate", BATCHES + at, tmp_path)
+
+
+@pytest.mark.parametrize("at", [1, BATCHES - 1, BATCHES + 2])
+@pytest.mark.parametrize(
+    "config", ["stateful", "stateful-shuffle", "stateful-shuffle-workers", "plain-shuffle-workers"]
+)
+def test_stateful_and_multiprocess_loaders_resume_exactly(config: str, at: int, tmp_path: Path) -> None:
+    _assert_resumes_exactly(config, at, tmp_path)
+
+
+@pytest.mark.parametrize("at", [1, BATCHES - 1, BATCHES + 2])
+@pytest.mark.parametrize("config", ["plain-stream", "plain-stream-workers"])
+def test_iterable_dataset_resumes_exactly(config: str, at: int, tmp_path: Path) -> None:
+    _assert_resumes_exactly(config, at, tmp_path)
+
+
+@pytest.mark.parametrize("at", [0, 2, 3, 5])  # validation batches: 0-2 mid-epoch, 3-5 at the epoch end
+def test_checkpoint_during_a_validation_resumes_training_exactly_and_says_so(
+    at: int, tmp_path: Path
+) -> None:
+    straight = _straight("plain-shuffle-validate")
+    path = tmp_path / "mid.ckpt"
+    first = _fit("plain-shuffle-validate-kill-in-validation", seed=0, kill_at=at, path=path)
+    with pytest.warns(InexactResumeWarning, match="without finishing that validation"):
+        resumed = _fit("plain-shuffle-validate-kill-in-validation", seed=1234, path=path)
+    assert first.seen + resumed.seen == straight.seen
+    assert all(torch.equal(a, b) for a, b in zip(resumed.weights, straight.weights))
+    assert resumed.progress["stages"]["train"] == straight.progress["stages"]["train"]
+    validations = [run.progress["stages"]["validate"]["epochs"]["lifetime"]["completed"] for run in (resumed, straight)]
+    assert validations[0] == validations[1] - 1  # Lightning does not finish the interrupted validation
+
+
+def test_checkpoint_before_a_due_validation_says_lightning_will_skip_it(tmp_path: Path) -> None:
+    with pytest.warns(InexactResumeWarning, match="skips that validation"):
+        _fit("plain-validate", seed=0, kill_at=1, path=tmp_path / "mid.ckpt")
+
+
+@pytest.mark.parametrize("config", ["plain-shuffle", "plain-shuffle-validate"])
+def test_checkpoint_at_the_end_of_an_epoch_resumes_exactly(config: str, tmp_path: Path) -> None:
+    _assert_resumes_exactly(config + "-kill-at-epoch-end", 0, tmp_path)
+
+
+@pytest.mark.parametrize("at", [1, BATCHES - 1])
+def test_checkpoint_taken_by_a_callback_running_before_the_tracker_resumes_exactly(at: int, tmp_path: Path) -> None:
+    _assert_resumes_exactly("plain-shuffle-accumulate-killer-first", at, tmp_path)
