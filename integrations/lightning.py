@@ -260,9 +260,7 @@ class ProgressTracker(pl.Callback):
         trainer = self._trainer() if self._trainer is not None else None
         if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
             self._catch_up(trainer)
-        if self.tracker.progress.train._epochs.ready != self.tracker.progress.train._epochs.completed:
-            return self.tracker.state_dict()
-        return _between_epochs_entry(self.tracker)
+        return self.tracker.state_dict()
 
     def _catch_up(self, trainer: pl.Trainer) -> None:
         """A checkpoint taken in an end hook that ran before ours: mark what Lightning already marked."""
@@ -318,22 +316,3 @@ class ProgressTracker(pl.Callback):
             driver.reset()
         self._loaded = True
 
-
-def _between_epochs_entry(tracker: Tracker) -> dict[str, Any]:
-    """``tracker.state_dict()`` between train epochs, telling the loaders nothing of a new epoch is consumed.
-
-    Lightning may already have built the next epoch's iterator (``setup_data``); the core
-    would then pair it with the finished epoch's batch count and refuse. Between epochs a
-    loader's position is not replayed on load, so 0 is exact.
-    """
-    tallies = [counts.batches for counts in tracker.progress.train._dataloaders]
-    bases = [tally.epoch_base for tally in tallies]
-    for tally in tallies:
-        tally.epoch_base = tally.total
-    try:
-        entry = tracker.state_dict()
-    finally:
-        for tally, base in zip(tallies, bases):
-            tally.epoch_base = base
-    entry["progress"] = tracker.progress.state_dict()
-    return entry

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from tracker_core._counts import PhaseCounts
 from tracker_core._data_position import LoaderPosition, _ParsedState
 from tracker_core._data_rng import GlobalRng
 from tracker_core._errors import ProgressStateError
@@ -71,9 +72,14 @@ class Tracker:
         """Plain data for the framework's checkpoint; see docs/schema.md."""
         train = self.progress.train
         counts = train._dataloaders
+        # Outside a train epoch a load restores only generators (nothing is replayed), and the
+        # framework may already have built the next epoch's iterator: nothing of it is consumed.
+        in_epoch = _resumable(train._epochs.lifetime())
         loaders: list[dict[str, Any]] = []
         for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
-            consumed = counts[index].batches.total - counts[index].batches.epoch_base if index < len(counts) else 0
+            consumed = 0
+            if in_epoch and index < len(counts):
+                consumed = counts[index].batches.total - counts[index].batches.epoch_base
             position = self._loaders.get(index)
             if position is not None:
                 loaders.append(position.state_dict(batches_consumed=consumed))
@@ -113,7 +119,7 @@ class Tracker:
         states = entry["train_loaders"]
         if not isinstance(states, list) or not all(isinstance(s, dict) for s in states):
             raise ProgressStateError("train_loaders", "expected a list of dicts")
-        resume_epoch = _resumes_train_epoch(parsed_progress)
+        resume_epoch = _resumable(parsed_progress.stages["train"].epochs_lifetime)
         ready = {}
         pending = {}
         for index, state in enumerate(states):
@@ -142,9 +148,8 @@ class Tracker:
         self._pending = pending
 
 
-def _resumes_train_epoch(parsed: Any) -> bool:
-    """True if the saved train epoch had begun and not processed all its batches."""
-    epochs = parsed.stages["train"].epochs_lifetime
+def _resumable(epochs: PhaseCounts) -> bool:
+    """True if a train epoch has begun and not processed all its batches: a load re-enters it."""
     return epochs.ready != epochs.completed and epochs.processed == epochs.completed
 
 
