@@ -1,0 +1,136 @@
+"""The progress file written beside Accelerate's own checkpoint files, one per process.
+
+``progress_tracker_{rank}.pt`` holds plain data plus gradient tensors and loads with
+``torch.load(weights_only=True)``::
+
+    {"version": 1,
+     "tracker": <tracker_core.Tracker.state_dict()>,
+     "gradients": [Tensor | None, ...],         # partial gradients of an accumulation window
+     "save_iteration": int,                     # project_configuration.iteration of this save
+     "loader_iterations": [{"now": int, "pass": int | None, "finished": bool} | None, ...],  # per train loader
+     "evaluation_rng": {"stage": str, "rng": <global RNG snapshot>} | None}  # at an unfinished evaluation's start
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tracker_core import ProgressStateError
+from tracker_core._data_rng import GlobalRng
+
+VERSION = 1
+_KEYS = ("version", "tracker", "gradients", "save_iteration", "loader_iterations", "evaluation_rng")
+_EVALUATION_STAGES = ("validate", "test", "predict")
+
+
+@dataclass(frozen=True)
+class LoaderIteration:
+    """A prepared train loader: its ``iteration`` now and when its last pass began (None before one),
+    and whether that pass had yielded its last batch."""
+
+    now: int
+    pass_start: int | None
+    finished: bool
+
+
+@dataclass(frozen=True)
+class SavedProgress:
+    """One process's progress file, read and checked (the tracker entry is checked by the core)."""
+
+    tracker: dict[str, Any]
+    gradients: list[torch.Tensor | None]
+    save_iteration: int
+    loader_iterations: list[LoaderIteration | None]
+    evaluation_rng: tuple[str, GlobalRng] | None  # the global RNGs when the unfinished evaluation began
+
+
+def file_name(process_index: int) -> str:
+    return f"progress_tracker_{process_index}.pt"
+
+
+def write(directory: str, process_index: int, saved: SavedProgress) -> None:
+    payload = {
+        "version": VERSION,
+        "tracker": saved.tracker,
+        "gradients": saved.gradients,
+        "save_iteration": saved.save_iteration,
+        "loader_iterations": [
+            None if it is None else {"now": it.now, "pass": it.pass_start, "finished": it.finished}
+            for it in saved.loader_iterations
+        ],
+        "evaluation_rng": None,
+    }
+    if saved.evaluation_rng is not None:
+        stage, rng = saved.evaluation_rng
+        payload["evaluation_rng"] = {"stage": stage, "rng": rng.to_plain()}
+    torch.save(payload, os.path.join(directory, file_name(process_index)))
+
+
+def read(directory: str, process_index: int) -> SavedProgress:
+    """Load with ``weights_only=True`` and check the adapter's own keys; ``ProgressStateError`` if bad."""
+    path = os.path.join(directory, file_name(process_index))
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} is missing: this checkpoint was not saved with an AcceleratorProgress")
+    try:
+        payload = torch.load(path, weights_only=True, map_location="cpu")
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
+        raise ProgressStateError("", f"{path} is not a readable progress file ({exc})") from None
+    if not isinstance(payload, dict):
+        raise ProgressStateError("", f"expected a dict, got {type(payload).__name__}")
+    for key in _KEYS:
+        if key not in payload:
+            raise ProgressStateError(key, "missing")
+    for key in payload:
+        if key not in _KEYS:
+            raise ProgressStateError(str(key), "unknown key")
+    if payload["version"] != VERSION:
+        raise ProgressStateError("version", f"unsupported version {payload['version']!r}; this code reads {VERSION}")
+    gradients = payload["gradients"]
+    if not isinstance(gradients, list):
+        raise ProgressStateError("gradients", f"expected a list, got {type(gradients).__name__}")
+    return SavedProgress(
+        tracker=payload["tracker"],
+        gradients=gradients,
+        save_iteration=_count(payload["save_iteration"], "save_iteration"),
+        loader_iterations=_loader_iterations(payload["loader_iterations"]),
+        evaluation_rng=_evaluation_rng(payload["evaluation_rng"]),
+    )
+
+
+def _evaluation_rng(value: object) -> tuple[str, GlobalRng] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"stage", "rng"}:
+        raise ProgressStateError("evaluation_rng", "expected None or a dict with keys 'stage' and 'rng'")
+    if value["stage"] not in _EVALUATION_STAGES:
+        raise ProgressStateError("evaluation_rng.stage", f"expected one of {list(_EVALUATION_STAGES)}")
+    return value["stage"], GlobalRng.from_plain(value["rng"], "evaluation_rng.rng")
+
+
+def _loader_iterations(value: object) -> list[LoaderIteration | None]:
+    if not isinstance(value, list):
+        raise ProgressStateError("loader_iterations", f"expected a list, got {type(value).__name__}")
+    found: list[LoaderIteration | None] = []
+    for index, item in enumerate(value):
+        key = f"loader_iterations.{index}"
+        if item is None:
+            found.append(None)
+            continue
+        if not isinstance(item, dict) or set(item) != {"now", "pass", "finished"}:
+            raise ProgressStateError(key, "expected a dict with keys 'now', 'pass' and 'finished'")
+        pass_start = None if item["pass"] is None else _count(item["pass"], f"{key}.pass")
+        if not isinstance(item["finished"], bool):
+            raise ProgressStateError(f"{key}.finished", f"expected a bool, got {item['finished']!r}")
+        found.append(LoaderIteration(_count(item["now"], f"{key}.now"), pass_start, item["finished"]))
+    return found
+
+
+def _count(value: object, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ProgressStateError(key, f"expected an int >= 0, got {value!r}")
+    return value

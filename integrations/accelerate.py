@@ -1,0 +1,341 @@
+"""Hugging Face Accelerate adapter: one object that counts progress and makes ``save_state`` resume exactly.
+
+Accelerate has no callbacks, so the loops themselves report::
+
+    progress = AcceleratorProgress(accelerator)  # after accelerator.prepare(...)
+    for epoch in progress.epochs(3):
+        for batch in progress.train(train_loader):
+            with accelerator.accumulate(model):
+                ...  # forward, backward, optimizer.step(), zero_grad()
+            if want_checkpoint:
+                accelerator.save_state(path)  # exact mid-epoch resume from here
+        for batch in progress.evaluate(val_loader):
+            ...
+
+``tracker_core.get_progress(accelerator)`` returns the read-only view. See docs/accelerate.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar
+
+import torch
+
+from integrations import _accelerate_checkpoint as checkpoint
+from tracker_core import ProgressView, Tracker
+from tracker_core._data_rng import GlobalRng
+from tracker_core._gradients import capture_gradients, restore_gradients
+from tracker_core._registry import attach
+from tracker_core._stage import StageProgress
+
+__all__ = ["AcceleratorProgress"]
+
+Batch = TypeVar("Batch")
+_NONE_IN_FLIGHT = -1
+
+
+class AcceleratorProgress:
+    """Progress of an ``accelerate.Accelerator``'s loops, saved and loaded by its ``save_state``/``load_state``.
+
+    Create it after ``accelerator.prepare(...)``; iterate through :meth:`epochs`,
+    :meth:`train`, :meth:`evaluate`, :meth:`test` and :meth:`predict`. Optimizer steps
+    are counted on the prepared optimizers' real steps (Accelerate's ``step()`` is a
+    no-op outside a ``sync_gradients`` window). ``save_state`` writes
+    ``progress_tracker_{rank}.pt`` beside Accelerate's files; ``load_state`` validates it
+    before Accelerate loads anything (``ProgressStateError``, nothing loaded).
+    """
+
+    def __init__(self, accelerator: Any) -> None:
+        self._accelerator = accelerator
+        self._tracker = Tracker()
+        self._progress = self._tracker.progress
+        self._train = self._progress.train
+        self._hooked_optimizers = 0
+        self._in_fit = False
+        # The train batch yielded to the loop body: its sample count (or -1) and dataloader index.
+        self._in_flight = _NONE_IN_FLIGHT
+        self._in_flight_loader = 0
+        self._loaders: dict[int, Any] = {}  # train dataloader index -> the prepared loader
+        self._pass_start: dict[int, int] = {}  # index -> loader.iteration when its last train pass began
+        self._restored_iterations: dict[int, int] = {}  # index -> loader.iteration to set before the next pass
+        self._finished_passes: set[int] = set()  # restored mid-epoch after the pass yielded its last batch
+        # The global RNGs when the running evaluation epoch began (stage name, snapshot): an evaluation
+        # saved mid-way restarts, so it must restart from these, not from the RNGs at the save.
+        self._evaluation_rng: tuple[str, GlobalRng] | None = None
+        self._restored_evaluation_rng: tuple[str, GlobalRng] | None = None
+        # index -> the pending state our load left in a train StatefulDataLoader (Accelerate then overwrites it)
+        self._armed_states: dict[int, dict[str, Any] | None] = {}
+        attach(accelerator, self._progress)
+        accelerator.register_save_state_pre_hook(self._on_save)
+        accelerator.register_load_state_pre_hook(self._on_load)
+        self._hook_optimizers()
+
+    @property
+    def view(self) -> ProgressView:
+        """The read-only progress, as ``tracker_core.get_progress(accelerator)`` returns it."""
+        return self._progress.view
+
+    # loops -------------------------------------------------------------------------------
+    def epochs(self, max_epochs: int) -> Iterator[int]:
+        """A fit run: yields the 0-based index of each train epoch until ``max_epochs`` are done.
+
+        After ``load_state`` it continues the restored run: an epoch saved mid-way is
+        yielded again and its :meth:`train` pass yields only the batches not yet trained.
+        """
+        self._hook_optimizers()
+        progress, train, view = self._progress, self._train, self._progress.view
+        progress.run_ready("fit")
+        progress.run_started()
+        self._in_fit = True
+        while view.epoch_index < max_epochs:
+            train.epoch_ready()
+            train.epoch_started()
+            yield view.epoch_index
+            train.epoch_processed()
+            train.epoch_completed()
+        self._in_fit = False
+        progress.run_processed()
+        progress.run_completed()
+
+    def train(self, loader: Iterable[Batch], index: int = 0) -> Iterator[Batch]:
+        """One train epoch's pass over the prepared ``loader`` (train dataloader number ``index``).
+
+        A batch is ready and started when fetched, processed and completed when the loop
+        body hands control back. A ``save_state`` inside the body counts the current batch
+        as processed: save after the batch's step, as Accelerate's examples do.
+        """
+        self._track(loader, index)
+        pass_start = getattr(loader, "iteration", None)
+        if pass_start is not None:
+            self._pass_start[index] = pass_start
+        if index in self._finished_passes:
+            # Nothing is left of this pass; Accelerate's loaders fail on an empty pass (an iterable
+            # one raises), so only the inner loader is run, to spend its armed position.
+            self._finished_passes.discard(index)
+            for _ in getattr(loader, "base_dataloader", loader):  # type: ignore[attr-defined]
+                raise RuntimeError("a pass saved as finished yielded another batch on resume")
+            if pass_start is not None:
+                loader.iteration = pass_start + 1  # type: ignore[attr-defined]
+            return
+        train = self._train
+        try:
+            for batch in loader:
+                train.batch_ready()
+                train.batch_started()
+                self._in_flight_loader = index
+                self._in_flight = _samples(batch)
+                yield batch
+                if self._in_flight != _NONE_IN_FLIGHT:
+                    train.batch_processed(self._in_flight, index)
+                    self._in_flight = _NONE_IN_FLIGHT
+                train.batch_completed()
+        except GeneratorExit:  # the loop body broke out: its batch was trained
+            if self._in_flight != _NONE_IN_FLIGHT:
+                train.batch_processed(self._in_flight, index)
+                self._in_flight = _NONE_IN_FLIGHT
+            if self.view.train.batches.lifetime.in_flight:
+                train.batch_completed()
+            raise
+
+    def evaluate(self, loader: Iterable[Batch], index: int = 0) -> Iterator[Batch]:
+        """One validation epoch; inside :meth:`epochs` it belongs to the fit run, else it is a validate run."""
+        return self._evaluation(self._progress.validate, "validate", loader, index)
+
+    def test(self, loader: Iterable[Batch], index: int = 0) -> Iterator[Batch]:
+        """One test epoch (a test run of its own outside :meth:`epochs`)."""
+        return self._evaluation(self._progress.test, "test", loader, index)
+
+    def predict(self, loader: Iterable[Batch], index: int = 0) -> Iterator[Batch]:
+        """One predict epoch (a predict run of its own outside :meth:`epochs`)."""
+        return self._evaluation(self._progress.predict, "predict", loader, index)
+
+    def _evaluation(self, stage: StageProgress, kind: str, loader: Iterable[Batch], index: int) -> Iterator[Batch]:
+        """One evaluation epoch. It leaves the global RNGs as it found them, so training continues
+        identically however often it evaluates, and an evaluation restarted after a resume
+        (an unfinished one is run again from its start) changes nothing either."""
+        progress = self._progress
+        restored, self._restored_evaluation_rng = self._restored_evaluation_rng, None
+        if restored is not None and restored[0] == stage.name:
+            restored[1].apply()  # after load_state, whose own RNG file holds the save instant's RNGs
+        own_run = not self._in_fit
+        if own_run:
+            progress.run_ready(kind)
+            progress.run_started()
+        _start_from_the_beginning(loader)
+        rng = GlobalRng.capture()
+        self._evaluation_rng = (stage.name, rng)
+        stage.epoch_ready()
+        stage.epoch_started()
+        samples = 0
+        try:
+            for batch in loader:
+                stage.batch_ready()
+                stage.batch_started()
+                samples = _samples(batch)
+                yield batch
+                stage.batch_processed(samples, index)
+                stage.batch_completed()
+        except GeneratorExit:  # the loop body broke out: the epoch was cut short on purpose
+            if progress.view.stage(stage.name).batches.lifetime.in_flight:
+                stage.batch_processed(samples, index)
+                stage.batch_completed()
+            self._end_evaluation(stage, rng, own_run)
+            raise
+        self._end_evaluation(stage, rng, own_run)
+
+    def _end_evaluation(self, stage: StageProgress, rng: GlobalRng, own_run: bool) -> None:
+        self._evaluation_rng = None
+        rng.apply()
+        stage.epoch_processed()
+        stage.epoch_completed()
+        if own_run:
+            self._progress.run_processed()
+            self._progress.run_completed()
+
+    def track_train_loader(self, loader: object, index: int = 0) -> None:
+        """Make the prepared train ``loader`` (train dataloader number ``index``) resumable mid-epoch.
+
+        :meth:`train` does this itself; call it before ``load_state`` so that a saved loader
+        position that does not fit this loader is refused there, before anything is loaded.
+        """
+        self._track(loader, index)
+
+    # wiring ------------------------------------------------------------------------------
+    def _track(self, loader: object, index: int) -> None:
+        """Position the prepared loader's inner torch DataLoader (a DataLoaderShard only poses as one)."""
+        self._loaders[index] = loader
+        restored = self._restored_iterations.pop(index, None)
+        if restored is not None and hasattr(loader, "iteration"):
+            loader.iteration = restored  # type: ignore[attr-defined]
+        inner = getattr(loader, "base_dataloader", loader)
+        if index in self._armed_states:  # undo Accelerate's own restore of this loader (dl_state_dict.bin)
+            inner.next_iter_state = self._armed_states.pop(index)  # type: ignore[attr-defined]
+            inner._iterator = None  # type: ignore[attr-defined]
+        _create_seedable_generator(inner)
+        self._tracker.track_train_loader(inner, index)
+
+    def _hook_optimizers(self) -> None:
+        """Count real steps of prepared optimizers not hooked yet, on the torch optimizer inside each."""
+        optimizers = self._accelerator._optimizers
+        train = self._train
+        for index in range(self._hooked_optimizers, len(optimizers)):
+            prepared = optimizers[index]
+            inner: torch.optim.Optimizer = getattr(prepared, "optimizer", prepared)
+            inner.register_step_post_hook(lambda _o, _a, _k, index=index: train.optimizer_step(index))
+            if getattr(prepared, "scaler", None) is not None:
+                _count_skipped_steps(prepared, train, index)
+        self._hooked_optimizers = len(optimizers)
+
+    def _parameters(self, models: list[torch.nn.Module]) -> list[torch.nn.Parameter]:
+        return [p for model in models for p in model.parameters()]
+
+    # checkpoints ---------------------------------------------------------------------------
+    def _on_save(self, models: list[torch.nn.Module], _weights: list[Any], output_dir: str) -> None:
+        if self._in_flight != _NONE_IN_FLIGHT:  # saved from the loop body: the batch's step is done
+            self._train.batch_processed(self._in_flight, self._in_flight_loader)
+            self._in_flight = _NONE_IN_FLIGHT
+        accelerator = self._accelerator
+        iterations: list[checkpoint.LoaderIteration | None] = []
+        for index in range(max(self._loaders, default=-1) + 1):
+            loader = self._loaders.get(index)
+            now = getattr(loader, "iteration", None)
+            finished = bool(getattr(loader, "end_of_dataloader", False))
+            iterations.append(
+                None if now is None else checkpoint.LoaderIteration(now, self._pass_start.get(index), finished)
+            )
+        saved = checkpoint.SavedProgress(
+            tracker=self._tracker.state_dict(),
+            gradients=capture_gradients(self._parameters(models)),
+            save_iteration=accelerator.project_configuration.iteration,
+            loader_iterations=iterations,
+            evaluation_rng=self._evaluation_rng,
+        )
+        checkpoint.write(output_dir, accelerator.process_index, saved)
+
+    def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
+        """Validate and load before Accelerate loads anything, so a bad file leaves all unchanged."""
+        accelerator = self._accelerator
+        saved = checkpoint.read(input_dir, accelerator.process_index)
+        parameters = self._parameters(models)
+        previous = capture_gradients(parameters)
+        restore_gradients(parameters, saved.gradients)
+        try:
+            self._tracker.load_state_dict(saved.tracker)
+        except BaseException:
+            restore_gradients(parameters, previous)
+            raise
+        self._in_flight = _NONE_IN_FLIGHT
+        accelerator.project_configuration.iteration = saved.save_iteration + 1
+        resuming_epoch = self.view.train.epochs.lifetime.in_flight
+        self._restored_evaluation_rng = saved.evaluation_rng
+        self._armed_states = {
+            index: inner.next_iter_state
+            for index, loader in self._loaders.items()
+            if hasattr(inner := getattr(loader, "base_dataloader", loader), "next_iter_state")
+        }
+        self._restored_iterations = {}
+        self._finished_passes = set()
+        for index, iteration in enumerate(saved.loader_iterations):
+            if iteration is not None and resuming_epoch and iteration.finished:
+                self._finished_passes.add(index)
+            if iteration is not None:
+                use_pass = resuming_epoch and iteration.pass_start is not None
+                self._restored_iterations[index] = iteration.pass_start if use_pass else iteration.now  # type: ignore[assignment]
+
+
+def _start_from_the_beginning(loader: object) -> None:
+    """Drop a position Accelerate's ``load_state`` gave a StatefulDataLoader used for evaluation.
+
+    Accelerate restores every stateful loader mid-way, but an evaluation interrupted by a
+    checkpoint restarts from its first batch; a restored finished state would also make the
+    next epoch build its iterator twice, drawing the global RNG once more.
+    """
+    inner = getattr(loader, "base_dataloader", loader)
+    if getattr(inner, "next_iter_state", None) is not None:
+        inner.next_iter_state = None  # type: ignore[attr-defined]
+        inner._iterator = None  # type: ignore[attr-defined]
+
+
+def _create_seedable_generator(loader: object) -> None:
+    """Give a SeedableRandomSampler the generator its first ``iter`` would create.
+
+    It creates it lazily, so a fresh loader would lack a generator its checkpoint has.
+    Harmless: the sampler reseeds it (``initial_seed + epoch``) whenever it starts.
+    """
+    from accelerate.data_loader import SeedableRandomSampler
+
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for sampler in (getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
+        if isinstance(sampler, SeedableRandomSampler) and sampler.generator is None:
+            sampler.generator = torch.Generator()
+            sampler.generator.manual_seed(sampler.initial_seed)
+
+
+def _count_skipped_steps(prepared: Any, train: Any, index: int) -> None:
+    """Count AMP-skipped steps of an AcceleratedOptimizer with a GradScaler (its ``step_was_skipped``)."""
+    step = prepared.step
+
+    def step_counting_skips(*args: Any, **kwargs: Any) -> Any:
+        result = step(*args, **kwargs)
+        if prepared.gradient_state.sync_gradients and prepared.step_was_skipped:
+            train.optimizer_step_skipped(index)
+        return result
+
+    prepared.step = step_counting_skips
+
+
+def _samples(batch: object) -> int:
+    """The batch size: the first dimension of the first tensor found (1 if none)."""
+    if type(batch) is tuple or type(batch) is list:  # the common case, first
+        batch = batch[0] if batch else None
+    while True:
+        if isinstance(batch, torch.Tensor):
+            shape = batch.shape  # len(tensor) costs three times as much
+            return shape[0] if shape else 1
+        if isinstance(batch, (list, tuple)) and batch:
+            batch = batch[0]
+        elif isinstance(batch, Mapping) and batch:
+            batch = next(iter(batch.values()))
+        else:
+            return 1
