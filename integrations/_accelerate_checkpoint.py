@@ -22,6 +22,7 @@ import torch
 
 from tracker_core import ProgressStateError
 from tracker_core._data_rng import GlobalRng
+from tracker_core._schema import _mapping
 
 VERSION = 1
 _KEYS = ("version", "tracker", "gradients", "save_iteration", "loader_iterations", "evaluation_rng")
@@ -80,14 +81,7 @@ def read(directory: str, process_index: int) -> SavedProgress:
         payload = torch.load(path, weights_only=True, map_location="cpu")
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
         raise ProgressStateError("", f"{path} is not a readable progress file ({exc})") from None
-    if not isinstance(payload, dict):
-        raise ProgressStateError("", f"expected a dict, got {type(payload).__name__}")
-    for key in _KEYS:
-        if key not in payload:
-            raise ProgressStateError(key, "missing")
-    for key in payload:
-        if key not in _KEYS:
-            raise ProgressStateError(str(key), "unknown key")
+    payload = _mapping(payload, "", _KEYS)
     if payload["version"] != VERSION:
         raise ProgressStateError("version", f"unsupported version {payload['version']!r}; this code reads {VERSION}")
     gradients = payload["gradients"]

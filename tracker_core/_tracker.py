@@ -13,7 +13,7 @@ from tracker_core._data_position import LoaderPosition, _ParsedState
 from tracker_core._data_rng import GlobalRng
 from tracker_core._errors import ProgressStateError
 from tracker_core._progress import Progress
-from tracker_core._schema import parse
+from tracker_core._schema import _mapping, apply, parse
 from tracker_core._view import ProgressView
 
 _ENTRY_KEYS = ("progress", "train_loaders", "rng")
@@ -103,14 +103,7 @@ class Tracker:
         a train epoch is re-entered mid-way; otherwise only their generators are restored.
         Loaders registered later are checked and armed by :meth:`track_train_loader`.
         """
-        if not isinstance(entry, dict):
-            raise ProgressStateError("", f"expected a dict, got {type(entry).__name__}")
-        for key in _ENTRY_KEYS:
-            if key not in entry:
-                raise ProgressStateError(key, "missing")
-        for key in entry:
-            if key not in _ENTRY_KEYS:
-                raise ProgressStateError(str(key), "unknown key")
+        entry = _mapping(entry, "", _ENTRY_KEYS)
         try:
             parsed_progress = parse(entry["progress"])
         except ProgressStateError as error:
@@ -138,8 +131,6 @@ class Tracker:
             else:
                 ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
         # Everything is valid: apply, which cannot fail.
-        from tracker_core._schema import apply
-
         apply(self.progress, parsed_progress)
         self.progress._settle_in_flight()
         rng.apply()
