@@ -203,3 +203,33 @@ def test_gradients_of_the_wrong_shape_raise_naming_the_index_and_change_nothing(
     with pytest.raises(ProgressStateError, match="gradients.1"):
         restore_gradients(model.parameters(), [torch.zeros(1, 4), torch.zeros(3)])
     assert all(p.grad is None for p in model.parameters())
+
+
+class _FakesItsClass:
+    """A wrapper that claims to be a DataLoader (as Accelerate's prepared loaders do)."""
+
+    def __init__(self, loader: DataLoader[Any]) -> None:
+        self.base = loader
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return DataLoader
+
+    def __iter__(self) -> Any:
+        return iter(self.base)
+
+
+def test_a_wrapper_faking_the_dataloader_class_is_treated_as_untracked_and_warned_about() -> None:
+    wrapper = _FakesItsClass(DataLoader(_Indexed(), batch_size=3))
+    assert isinstance(wrapper, DataLoader)
+    tracker = Tracker()
+    tracker.track_train_loader(wrapper)
+    train = tracker.progress.train
+    tracker.progress.run_ready("fit")
+    train.epoch_ready()
+    train.epoch_started()
+    train.batch_ready()
+    train.batch_started()
+    train.batch_processed(3)
+    with pytest.warns(InexactResumeWarning, match="_FakesItsClass"):
+        assert tracker.state_dict()["train_loaders"] == [{"kind": "untracked"}]

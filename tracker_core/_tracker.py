@@ -47,12 +47,13 @@ class Tracker:
         """Make train dataloader number ``index`` resumable mid-epoch, in place.
 
         Call it before the loader's first epoch is iterated, and again whenever the
-        framework hands over a new loader object. A loaded state waiting for this loader
+        framework hands over a new loader object; pass the DataLoader the framework really
+        iterates, not a wrapper around it. A loaded state waiting for this loader
         is validated and armed now (``ProgressStateError`` on a mismatch). An iterable
         that is not a torch DataLoader cannot be positioned: a mid-epoch checkpoint of it
         warns with :class:`InexactResumeWarning`.
         """
-        if not isinstance(loader, DataLoader):
+        if not issubclass(type(loader), DataLoader):  # type(): wrappers may fake __class__
             self._loaders.pop(index, None)
             self._untracked[index] = type(loader).__name__
             return
