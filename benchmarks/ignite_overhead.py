@@ -1,0 +1,124 @@
+"""Per-batch cost of the Ignite ProgressHandler on a tiny model, against the same trainer without it.
+
+Linear(32, 2), batch 4, SGD, one thread, a plain DataLoader. Timings are interleaved
+(with, without, two do-nothing handlers) and the median per-batch ratio printed; they
+swing +-30% here. Callgrind instruction counts (valgrind run for two batch counts, the
+difference divided by the extra batches) are deterministic. Target: overhead <= 1.5%.
+Prints figures only. Run: .venv/bin/python benchmarks/ignite_overhead.py
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from ignite.engine import Engine, Events, create_supervised_trainer
+from torch.utils.data import DataLoader, TensorDataset
+
+from integrations.ignite import ProgressHandler
+
+MODES = ("without", "with", "two_empty")
+
+
+def _trainer(mode: str, batches: int) -> tuple[Engine, DataLoader[tuple[torch.Tensor, ...]]]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(32, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    trainer = create_supervised_trainer(model, optimizer, torch.nn.CrossEntropyLoss())
+    if mode == "with":
+        ProgressHandler().attach(trainer, optimizers=[optimizer])
+    elif mode == "two_empty":
+        trainer.add_event_handler(Events.ITERATION_STARTED, lambda: None)
+        trainer.add_event_handler(Events.ITERATION_COMPLETED, lambda: None)
+    data = TensorDataset(torch.randn(4 * batches, 32), torch.randint(0, 2, (4 * batches,)))
+    return trainer, DataLoader(data, batch_size=4)
+
+
+def seconds_per_batch(mode: str, batches: int) -> float:
+    trainer, loader = _trainer(mode, batches)
+    start = time.perf_counter()
+    trainer.run(loader, max_epochs=1)
+    return (time.perf_counter() - start) / batches
+
+
+def dispatch_seconds(mode: str, batches: int) -> float:
+    """Only the per-batch events fired on an engine inside an epoch: the handlers' own cost, less noisy."""
+    engine = Engine(lambda engine, batch: None)
+    if mode == "with":
+        ProgressHandler().attach(engine)
+    engine.state.batch = (torch.zeros(4, 32), torch.zeros(4))
+    engine._fire_event(Events.STARTED)
+    engine._fire_event(Events.EPOCH_STARTED)
+    start = time.perf_counter()
+    for _ in range(batches):
+        engine._fire_event(Events.ITERATION_STARTED)
+        engine._fire_event(Events.ITERATION_COMPLETED)
+    return (time.perf_counter() - start) / batches
+
+
+def _instructions(mode: str, batches: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        result = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__, mode,
+             str(batches)],
+            capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
+        )
+        match = re.search(r"Collected : (\d+)", result.stderr)
+        if match is None:
+            raise RuntimeError(result.stderr[-2000:])
+        return int(match.group(1))
+
+
+def _instructions_per_batch(mode: str) -> float:
+    small, large = 50, 250
+    return (_instructions(mode, large) - _instructions(mode, small)) / (large - small)
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    batches, rounds = 2_000, 9
+    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    ratios: dict[str, list[float]] = {"with": [], "two_empty": []}
+    seconds_per_batch("without", 200)  # warm up
+    for _ in range(rounds):
+        for mode in MODES:
+            times[mode].append(seconds_per_batch(mode, batches) * 1e6)
+        for mode in ratios:
+            ratios[mode].append(times[mode][-1] / times["without"][-1])
+    without = statistics.median(times["without"])
+    print(f"Ignite alone:                  {without:7.1f} us/batch")
+    for mode, label in (("with", "with ProgressHandler"), ("two_empty", "with two do-nothing handlers")):
+        overhead = (statistics.median(ratios[mode]) - 1) * 100
+        print(f"{label + ':':30} {statistics.median(times[mode]):7.1f} us/batch  overhead {overhead:+.2f}%"
+              + ("   target <= 1.5%" if mode == "with" else ""))
+    dispatch = {mode: statistics.median(dispatch_seconds(mode, 100_000) * 1e6 for _ in range(5))
+                for mode in ("without", "with")}
+    added = dispatch["with"] - dispatch["without"]
+    print(f"per-batch events alone: {dispatch['without']:.2f} us without, {dispatch['with']:.2f} us with: "
+          f"+{added:.2f} us = {added / without * 100:.2f}% of Ignite's batch above")
+    if not shutil.which("valgrind"):
+        print("callgrind: valgrind not installed, instruction counts skipped")
+        return
+    counts = {mode: _instructions_per_batch(mode) for mode in MODES}
+    base = counts["without"]
+    print(f"callgrind, Ignite alone:       {base:9.0f} instructions/batch")
+    for mode in ("with", "two_empty"):
+        print(f"callgrind, {mode:19} {counts[mode]:9.0f} instructions/batch  "
+              f"+{counts[mode] - base:.0f} ({(counts[mode] / base - 1) * 100:+.2f}%)")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3:
+        torch.set_num_threads(1)
+        seconds_per_batch(sys.argv[1], int(sys.argv[2]))
+    else:
+        main()

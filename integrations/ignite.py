@@ -1,0 +1,210 @@
+"""PyTorch Ignite adapter: one handler records a trainer and its evaluators, and resumes them exactly.
+
+::
+
+    progress = ProgressHandler()
+    progress.attach(trainer, optimizers=[optimizer])
+    progress.attach(evaluator, stage="validate")
+    checkpoint = Checkpoint({"trainer": trainer, "model": model, "optimizer": optimizer,
+                             "progress": progress}, DiskSaver(...))
+    tracker_core.get_progress(trainer).global_step
+
+See docs/ignite.md for what is counted on which event and how a resume is made exact.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from ignite.engine import Engine, Events
+from torch.utils.data import DataLoader
+
+from integrations._ignite_events import STAGES, attach_stage, attach_trainer
+from tracker_core import (
+    InexactResumeWarning,
+    Progress,
+    ProgressStateError,
+    ProgressView,
+    Tracker,
+    count_optimizer_steps,
+)
+from tracker_core._gradients import capture_gradients, restore_gradients
+from tracker_core._registry import attach as register
+
+__all__ = ["ProgressHandler"]
+
+_STATE_KEYS = ("progress_tracker", "gradients")
+
+
+class ProgressHandler:
+    """The progress of one training program across its Ignite engines.
+
+    Attach it to the trainer (``stage="train"``, with the optimizers whose steps it
+    counts) and to each evaluator or inference engine (``"validate"``, ``"test"``,
+    ``"predict"``). Put it in a ``Checkpoint``'s ``to_save``; loading it with
+    ``Checkpoint.load_objects`` makes the trainer's next ``run()`` continue exactly.
+    """
+
+    def __init__(self) -> None:
+        self._tracker = Tracker()
+        self._parameters: list[torch.nn.Parameter] = []
+        self._trainer: Engine | None = None
+        self._restored: dict[str, Any] | None = None  # loaded progress, until the trainer's next STARTED
+
+    @property
+    def view(self) -> ProgressView:
+        """The read-only progress (also ``tracker_core.get_progress(engine)`` for any attached engine)."""
+        return self._tracker.view
+
+    def attach(
+        self, engine: Engine, stage: str = "train", optimizers: Sequence[torch.optim.Optimizer] = ()
+    ) -> None:
+        """Record ``engine`` as stage ``stage``; count ``optimizers``' steps (train only)."""
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+        if stage == "train":
+            if self._trainer is not None:
+                raise ValueError("a trainer is already attached to this ProgressHandler")
+            self._trainer = engine
+            count_optimizer_steps(self._tracker.progress.train, optimizers)
+            seen: set[int] = set()
+            for optimizer in optimizers:
+                for group in optimizer.param_groups:
+                    for parameter in group["params"]:
+                        if id(parameter) not in seen:
+                            seen.add(id(parameter))
+                            self._parameters.append(parameter)
+            attach_trainer(engine, self._tracker, self._trainer_started)
+        elif optimizers:
+            raise ValueError("optimizers are counted on the train engine only")
+        else:
+            attach_stage(engine, self._tracker.progress, stage)
+        register(engine, self._tracker.progress)
+
+    # --- checkpoint -----------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain progress entry plus the partial gradients of an unfinished accumulation window."""
+        self._warn_if_epoch_length_differs()
+        gradients = capture_gradients(self._parameters) if self.view.is_mid_accumulation else []
+        return {"progress_tracker": self._tracker.state_dict(), "gradients": gradients}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Validate everything (``ProgressStateError`` naming the key, nothing changed), then load."""
+        if not isinstance(state, Mapping):
+            raise ProgressStateError("", f"expected a mapping, got {type(state).__name__}")
+        for key in _STATE_KEYS:
+            if key not in state:
+                raise ProgressStateError(key, "missing")
+        gradients = state["gradients"]
+        if gradients and not self._parameters:
+            raise ProgressStateError(
+                "gradients", "partial gradients were saved: attach the trainer with its optimizers before loading"
+            )
+        previous = capture_gradients(self._parameters)
+        if gradients:
+            restore_gradients(self._parameters, gradients)
+        try:
+            self._tracker.load_state_dict(state["progress_tracker"])
+        except Exception:
+            restore_gradients(self._parameters, previous)
+            raise
+        self._restored = state["progress_tracker"]["progress"]
+
+    # --- resume ---------------------------------------------------------------------------
+
+    def _trainer_started(self, engine: Engine) -> None:
+        """STARTED of the trainer: begin (or re-enter) the fit run, aligning Ignite with a loaded state."""
+        restored, self._restored = self._restored, None
+        progress = self._tracker.progress
+        view = progress.view
+        if restored is not None and engine.state.iteration < view.train.batches.run.completed:
+            # Ignite found the loaded state finished and began anew: so does the record.
+            progress.load_lifetime(restored)
+            self._tracker._pending.clear()  # noqa: SLF001 - no loader replay in a new run
+            restored = None
+        _track_loader(self._tracker, engine)
+        epochs = view.train.epochs.lifetime
+        if restored is None and epochs.in_flight:
+            # terminate() left this epoch unfinished; Ignite moves on to the next one.
+            progress.train.epoch_processed()
+            progress.train.epoch_completed()
+        if restored is not None and epochs.in_flight and not view.run.counts.in_flight:
+            # Saved after terminate() cut an epoch: Ignite continues that epoch in this new run.
+            _begin_run_in_open_epoch(progress)
+            engine._init_iter = view.train.batches.epoch.completed  # noqa: SLF001
+            return
+        progress.run_ready("fit")
+        progress.run_started()
+        if restored is not None:
+            _align_engine(engine, view)
+
+    def _warn_if_epoch_length_differs(self) -> None:
+        trainer = self._trainer
+        if trainer is None or not self.view.is_mid_epoch:
+            return
+        loader = trainer.state.dataloader
+        length = _length(loader) if isinstance(loader, DataLoader) else None
+        if length is not None and trainer.state.epoch_length != length:
+            warnings.warn(
+                f"the trainer's epoch_length ({trainer.state.epoch_length}) differs from the length of its "
+                f"DataLoader ({length}): Ignite then carries one loader iterator across epochs, and a "
+                "mid-epoch checkpoint cannot resume at the same data position",
+                InexactResumeWarning,
+                stacklevel=3,
+            )
+
+
+def _track_loader(tracker: Tracker, engine: Engine) -> None:
+    loader = engine.state.dataloader
+    if loader is not None:
+        tracker.track_train_loader(loader)
+
+
+def _begin_run_in_open_epoch(progress: Progress) -> None:
+    """Begin a fit run that re-enters a loaded unfinished train epoch, keeping that epoch's counts.
+
+    Workaround: the core's ``run_ready`` starts the epoch scope anew even when the
+    train epoch is being re-entered.
+    """
+    train = progress.train
+    counters = [train._batches, *train._tallies()]  # noqa: SLF001
+    bases = [counter.epoch_base for counter in counters]
+    progress.run_ready("fit")
+    progress.run_started()
+    for counter, base in zip(counters, bases):
+        counter.epoch_base = base
+
+
+def _align_engine(engine: Engine, view: ProgressView) -> None:
+    """Make Ignite's own epoch and in-epoch position agree with the loaded progress.
+
+    Ignite derives them from ``iteration`` and ``epoch_length``, which is wrong after a
+    ``terminate_epoch()``, and it skips the EPOCH_COMPLETED of an epoch whose last batch
+    was checkpointed: that event is fired here, so validation and schedulers run as in
+    the uninterrupted run.
+    """
+    train = view.train
+    epochs = train.epochs.run
+    if epochs.in_flight:
+        consumed = train.batches.epoch.completed
+        if engine.state.epoch_length is not None and consumed >= engine.state.epoch_length:
+            engine.state.epoch = epochs.ready
+            engine.fire_event(Events.EPOCH_COMPLETED)
+            engine._init_iter = 0  # noqa: SLF001 - the next epoch starts at its first batch
+        else:
+            engine.state.epoch = epochs.completed
+            engine._init_iter = consumed  # noqa: SLF001 - Ignite's count of this epoch's batches
+            return
+    engine.state.epoch = train.epochs.run.completed
+    engine._init_iter = 0  # noqa: SLF001
+
+
+def _length(loader: DataLoader[Any]) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:
+        return None

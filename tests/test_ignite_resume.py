@@ -1,0 +1,163 @@
+"""Exact mid-epoch resume of a real Ignite trainer, without DeterministicEngine.
+
+Per configuration one uninterrupted reference run (3 epochs of 4 batches, the last of
+1 sample; validation after every epoch) saves a ``Checkpoint`` after every iteration.
+Each test loads one of them into fresh objects (new Engine, model, optimizer, DataLoader)
+with ``Checkpoint.load_objects`` (``weights_only=True``), runs to the end, and compares
+with the reference: weights ``torch.equal``, the sample ids of every remaining step, and
+the full progress state.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint, DiskSaver
+from test_ignite_common import Config, Program, build, resume, save_every_iteration
+
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+
+ALL = tuple(range(1, 12))  # every iteration before the run's last; 4 and 8 end an epoch
+EPOCH_2 = (5, 6, 7, 8)
+_references: dict[Config, tuple[Program, Path]] = {}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("ignite_checkpoints")
+
+
+def _reference(config: Config, folder: Path) -> tuple[Program, Path]:
+    if config not in _references:
+        where = folder / str(abs(hash(config)))
+        program = build(config, seed=0)
+        save_every_iteration(program, where)
+        program.run()
+        _references[config] = (program, where)
+    return _references[config]
+
+
+def _assert_same(resumed: Program, reference: Program, iteration: int) -> None:
+    for name, weight in reference.weights().items():
+        assert torch.equal(resumed.weights()[name], weight), name
+    assert resumed.seen == reference.seen[iteration:]
+    assert resumed.progress.view.state_dict() == reference.progress.view.state_dict()
+    assert resumed.trainer.state.epoch == reference.trainer.state.epoch
+    assert resumed.trainer.state.iteration == reference.trainer.state.iteration
+
+
+CASES = [
+    *[pytest.param(Config(shuffle=True), i, id=f"shuffle-{i}") for i in ALL],
+    *[pytest.param(Config(shuffle=False), i, id=f"ordered-{i}") for i in ALL],
+    *[pytest.param(Config(accumulation=3), i, id=f"accumulate3-{i}") for i in ALL],
+    *[pytest.param(Config(workers=2), i, id=f"workers2-{i}") for i in (6, 8)],
+    *[pytest.param(Config(stateful=True), i, id=f"stateful-{i}") for i in EPOCH_2],
+    *[pytest.param(Config(stateful=True, workers=2), i, id=f"stateful-workers2-{i}") for i in (6, 8)],
+    *[pytest.param(Config(iterable=True), i, id=f"iterable-{i}") for i in EPOCH_2],
+    *[pytest.param(Config(iterable=True, workers=2), i, id=f"iterable-workers2-{i}") for i in (7,)],
+]
+
+
+@pytest.mark.parametrize(("config", "iteration"), CASES)
+def test_resume_from_checkpoint_after_iteration_matches_the_uninterrupted_run(
+    config: Config, iteration: int, folder: Path
+) -> None:
+    reference, where = _reference(config, folder)
+    _assert_same(resume(config, where / f"{iteration}.pt"), reference, iteration)
+
+
+def test_checkpoint_in_an_unfinished_accumulation_window_carries_the_partial_gradients(folder: Path) -> None:
+    _, where = _reference(Config(accumulation=3), folder)
+    mid_window = torch.load(where / "5.pt", weights_only=True)["progress"]["gradients"]
+    after_step = torch.load(where / "6.pt", weights_only=True)["progress"]["gradients"]
+    assert len(mid_window) == 4 and all(isinstance(g, torch.Tensor) for g in mid_window)
+    assert after_step == []
+
+
+def test_resume_from_the_runs_last_iteration_records_the_new_run_ignite_starts(folder: Path) -> None:
+    reference, where = _reference(Config(), folder)
+    resumed = resume(Config(), where / "12.pt")  # Ignite finds the state finished and trains anew
+    view = resumed.progress.view
+    assert len(resumed.seen) == len(reference.seen)
+    assert view.run.counts.completed == 2
+    assert view.train.batches.run.completed == 12
+    assert view.train.batches.lifetime.completed == 24
+    assert view.train.epochs.lifetime.completed == 5  # the first run's last epoch never completed
+
+
+def test_resume_from_checkpoint_at_epoch_completed_matches_the_uninterrupted_run(tmp_path: Path) -> None:
+    reference = build(Config(), seed=0)
+    checkpoint = Checkpoint(reference.to_save(), DiskSaver(str(tmp_path), require_empty=False),
+                            filename_pattern="{name}.pt")
+    reference.trainer.add_event_handler(Events.EPOCH_COMPLETED(once=2), checkpoint)  # after the validation
+    reference.run()
+    _assert_same(resume(Config(), tmp_path / "checkpoint.pt"), reference, 8)
+
+
+def _resume_from_validation(event: Any, config: Config, tmp_path: Path) -> tuple[Program, Program]:
+    """Checkpoint on the evaluator's ``event`` during the second validation; resume from it."""
+    reference = build(config, seed=0)
+    checkpoint = Checkpoint(reference.to_save(), DiskSaver(str(tmp_path), require_empty=False), n_saved=None,
+                            filename_pattern="{name}.pt")
+
+    def save_during_second_validation(evaluator: Engine) -> None:
+        if reference.trainer.state.epoch == 2:
+            checkpoint(evaluator)
+
+    reference.evaluator.add_event_handler(event, save_during_second_validation)
+    reference.run()
+    resumed = build(config, seed=1234)
+    Checkpoint.load_objects(resumed.to_save(), str(tmp_path / "checkpoint.pt"))
+    resumed.run()
+    return reference, resumed
+
+
+def test_resume_from_checkpoint_at_evaluator_completed_matches_the_uninterrupted_run(tmp_path: Path) -> None:
+    reference, resumed = _resume_from_validation(Events.COMPLETED, Config(), tmp_path)
+    _assert_same(resumed, reference, 8)
+
+
+def test_resume_from_checkpoint_mid_validation_drops_the_unfinished_validation(tmp_path: Path) -> None:
+    # Ignite does not run the trainer's EPOCH_COMPLETED again, so the interrupted validation is not redone.
+    reference, resumed = _resume_from_validation(Events.ITERATION_COMPLETED(once=2), Config(), tmp_path)
+    for name, weight in reference.weights().items():
+        assert torch.equal(resumed.weights()[name], weight), name
+    assert resumed.seen == reference.seen[8:]
+    assert reference.progress.view.validate.epochs.lifetime.completed == 3
+    assert resumed.progress.view.validate.epochs.lifetime.completed == 2
+
+
+def test_mid_epoch_checkpoint_with_an_epoch_length_other_than_the_loaders_warns(tmp_path: Path) -> None:
+    program = build(Config(), seed=0)
+    saved: list[dict[str, Any]] = []
+    save = lambda: saved.append(program.progress.state_dict())  # noqa: E731
+    program.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=2), save)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program.trainer.run(program.loader, max_epochs=1, epoch_length=3)
+    assert saved and any("epoch_length" in str(w.message) for w in caught)
+
+
+def test_resume_from_a_checkpoint_saved_after_terminate_continues_the_cut_epoch(tmp_path: Path) -> None:
+    reference = build(Config(), seed=0)
+    reference.run()
+    stopped = build(Config(), seed=0)
+    stopped.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=6), lambda: stopped.trainer.terminate())
+    stopped.trainer.add_event_handler(
+        Events.COMPLETED, Checkpoint(stopped.to_save(), DiskSaver(str(tmp_path)), filename_pattern="{name}.pt")
+    )
+    stopped.run()
+    resumed = resume(Config(), tmp_path / "checkpoint.pt")
+    for name, weight in reference.weights().items():
+        assert torch.equal(resumed.weights()[name], weight), name
+    assert resumed.seen == reference.seen[6:]
+    view = resumed.progress.view
+    assert view.run.counts.completed == 2  # the terminated run and the resumed one
+    assert view.train.epochs.lifetime == reference.progress.view.train.epochs.lifetime
+    assert view.train.batches.lifetime == reference.progress.view.train.batches.lifetime
+    assert view.train.batches.epoch == reference.progress.view.train.batches.epoch
