@@ -13,15 +13,13 @@ deterministic per-batch cost. Prints figures; asserts nothing.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 import torch
+from _callgrind import instructions
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -93,15 +91,7 @@ def once(mode: str, batches: int) -> None:
 
 
 def _instructions(mode: str, batches: int) -> int:
-    with tempfile.TemporaryDirectory() as directory:
-        out = os.path.join(directory, "callgrind.out")
-        subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
-             "--once", mode, str(batches)],
-            check=True, capture_output=True, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0"),
-        )
-        with open(out) as file:
-            return int(re.search(r"^(?:summary|totals): (\d+)", file.read(), re.MULTILINE).group(1))
+    return instructions(__file__, "--once", mode, str(batches))
 
 
 def callgrind(low: int = 50, high: int = 250) -> None:

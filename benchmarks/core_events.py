@@ -8,14 +8,10 @@ Run: .venv/bin/python benchmarks/core_events.py
 
 from __future__ import annotations
 
-import re
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from tracker_core import Progress
 
@@ -87,15 +83,7 @@ def state_dict_calls(n: int) -> float:
 
 
 def _instructions(mode: str, n: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
-        result = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__, mode, str(n)],
-            capture_output=True, text=True, check=True,
-        )
-        match = re.search(r"Collected : (\d+)", result.stderr)
-        assert match, result.stderr[-2000:]
-        return int(match.group(1))
+    return instructions(__file__, mode, str(n))
 
 
 def _per_call_instructions(mode: str) -> float:

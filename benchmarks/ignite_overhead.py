@@ -9,17 +9,13 @@ Prints figures only. Run: .venv/bin/python benchmarks/ignite_overhead.py
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
+from _callgrind import instructions
 from ignite.engine import Engine, Events, create_supervised_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -65,17 +61,7 @@ def dispatch_seconds(mode: str, batches: int) -> float:
 
 
 def _instructions(mode: str, batches: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
-        result = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__, mode,
-             str(batches)],
-            capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
-        )
-        match = re.search(r"Collected : (\d+)", result.stderr)
-        if match is None:
-            raise RuntimeError(result.stderr[-2000:])
-        return int(match.group(1))
+    return instructions(__file__, mode, str(batches))
 
 
 def _instructions_per_batch(mode: str) -> float:

@@ -12,20 +12,16 @@ Run: .venv/bin/python benchmarks/lightning_overhead.py
 
 from __future__ import annotations
 
-import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from _callgrind import instructions
 from torch.utils.data import DataLoader, TensorDataset
 
 from integrations.lightning import ProgressTracker
@@ -81,17 +77,7 @@ def hooks_seconds_per_batch(batches: int = 100_000) -> float:
 
 
 def _instructions(mode: str, batches: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
-        result = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__, mode,
-             str(batches)],
-            capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
-        )  # fmt: skip
-        match = re.search(r"Collected : (\d+)", result.stderr)
-        if match is None:
-            raise RuntimeError(result.stderr[-2000:])
-        return int(match.group(1))
+    return instructions(__file__, mode, str(batches))
 
 
 def _instructions_per_batch() -> dict[str, float]:
