@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker_core._counts import _Phased
 from tracker_core._stage import StageProgress, TrainStageProgress
+
+if TYPE_CHECKING:
+    from tracker_core._schema import Parsed
 
 RUN_KINDS = ("fit", "validate", "test", "predict")
 
@@ -101,23 +104,26 @@ class Progress:
         data will be read again), an unfinished evaluation epoch restarts, and an
         unfinished train epoch or run is re-entered by the next ready/started marks.
         """
-        from tracker_core._schema import apply, parse
+        from tracker_core._schema import parse
 
-        parsed = parse(state)
-        apply(self, parsed)
-        self._settle_in_flight()
+        self._load_parsed(parse(state))
 
     def load_lifetime(self, state: dict[str, Any]) -> None:
         """Carry only the lifetime counts of ``state`` into a new run (e.g. fine-tuning saved weights)."""
-        from tracker_core._schema import apply, parse
+        from tracker_core._schema import parse
 
-        parsed = parse(state)
-        apply(self, parsed)
-        self._settle_in_flight()
+        self._load_parsed(parse(state))
         self._close_restored_run()
         for stage in self._stages():
             stage._begin_run_scope()
         self._where = None
+
+    def _load_parsed(self, parsed: Parsed) -> None:
+        """Write a state that ``parse`` accepted and settle its in-flight events; cannot fail."""
+        from tracker_core._schema import apply
+
+        apply(self, parsed)
+        self._settle_in_flight()
 
     def _settle_in_flight(self) -> None:
         """Settle each in-flight event and rewrite ``where`` to match (see load_state_dict)."""

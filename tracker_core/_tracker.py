@@ -13,7 +13,7 @@ from tracker_core._data_position import LoaderPosition, _ParsedState
 from tracker_core._data_rng import GlobalRng
 from tracker_core._errors import ProgressStateError
 from tracker_core._progress import Progress
-from tracker_core._schema import _mapping, apply, parse
+from tracker_core._schema import _mapping, parse
 from tracker_core._view import ProgressView
 
 _ENTRY_KEYS = ("progress", "train_loaders", "rng")
@@ -132,8 +132,7 @@ class Tracker:
             else:
                 ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
         # Everything is valid: apply, which cannot fail.
-        apply(self.progress, parsed_progress)
-        self.progress._settle_in_flight()
+        self.progress._load_parsed(parsed_progress)
         rng.apply()
         for position, parsed in ready.values():
             position._apply(parsed)
