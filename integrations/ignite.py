@@ -32,6 +32,7 @@ from tracker_core import (
     count_optimizer_steps,
 )
 from tracker_core._gradients import capture_gradients, restore_gradients
+from tracker_core._optimizer_hooks import count_skipped_steps
 from tracker_core._registry import attach as register
 
 __all__ = ["ProgressHandler"]
@@ -60,9 +61,18 @@ class ProgressHandler:
         return self._tracker.view
 
     def attach(
-        self, engine: Engine, stage: str = "train", optimizers: Sequence[torch.optim.Optimizer] = ()
+        self,
+        engine: Engine,
+        stage: str = "train",
+        optimizers: Sequence[torch.optim.Optimizer] = (),
+        scaler: torch.amp.GradScaler | None = None,
     ) -> None:
-        """Record ``engine`` as stage ``stage``; count ``optimizers``' steps (train only)."""
+        """Record ``engine`` as stage ``stage``; count ``optimizers``' steps (train only).
+
+        Steps an AMP ``scaler`` skips are counted as skipped; the scaler that
+        ``create_supervised_trainer(scaler=True)`` puts on ``engine.state.scaler`` is found
+        by itself.
+        """
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
         if stage == "train":
@@ -70,6 +80,9 @@ class ProgressHandler:
                 raise ValueError("a trainer is already attached to this ProgressHandler")
             self._trainer = engine
             count_optimizer_steps(self._tracker.progress.train, optimizers)
+            scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
+            if scaler is not None:
+                count_skipped_steps(self._tracker.progress.train, scaler, optimizers)
             seen: set[int] = set()
             for optimizer in optimizers:
                 for group in optimizer.param_groups:
@@ -78,8 +91,8 @@ class ProgressHandler:
                             seen.add(id(parameter))
                             self._parameters.append(parameter)
             attach_trainer(engine, self._tracker, self._trainer_started)
-        elif optimizers:
-            raise ValueError("optimizers are counted on the train engine only")
+        elif optimizers or scaler is not None:
+            raise ValueError("optimizers and a scaler are counted on the train engine only")
         else:
             attach_stage(engine, self._tracker.progress, stage)
         register(engine, self._tracker.progress)

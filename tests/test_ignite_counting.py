@@ -138,6 +138,47 @@ def test_two_optimizers_in_a_custom_update_function_are_counted_separately() -> 
     assert progress.view.global_step == 3 * PER_EPOCH
 
 
+def _amp_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+                overflow_at: set[int]) -> Any:
+    """An AMP update whose loss is infinite at the iterations in ``overflow_at``: the scaler skips those steps."""
+
+    def update(engine: Engine, batch: Any) -> None:
+        loss = model(batch[0]).sum()
+        if engine.state.iteration in overflow_at:
+            loss = loss * float("inf")
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+
+    return update
+
+
+def test_steps_an_amp_grad_scaler_skips_are_counted_as_skipped_not_as_steps() -> None:
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    trainer = Engine(_amp_update(model, optimizer, scaler, overflow_at={2, 5}))
+    progress = ProgressHandler()
+    progress.attach(trainer, optimizers=[optimizer], scaler=scaler)
+    trainer.run(_loader(), max_epochs=2)
+    assert progress.view.train.optimizer_steps.run == 2 * PER_EPOCH - 2
+    assert progress.view.train.optimizer_steps_skipped.run == 2
+
+
+def test_the_scaler_create_supervised_trainer_keeps_on_the_engine_state_is_found_by_itself() -> None:
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    trainer = Engine(_amp_update(model, optimizer, scaler, overflow_at={3}))
+    trainer.state.scaler = scaler  # what create_supervised_trainer(scaler=True) does
+    progress = ProgressHandler()
+    progress.attach(trainer, optimizers=[optimizer])
+    trainer.run(_loader(), max_epochs=1)
+    assert progress.view.train.optimizer_steps_skipped.run == 1
+    assert progress.view.train.optimizer_steps.run == PER_EPOCH - 1
+
+
 def test_optimizers_are_counted_on_the_train_engine_only() -> None:
     with pytest.raises(ValueError, match="train engine only"):
         ProgressHandler().attach(Engine(lambda e, b: None), "validate", [torch.optim.SGD([torch.zeros(1)], lr=1)])

@@ -28,3 +28,33 @@ def count_optimizer_steps(
 
         handles.append(optimizer.register_step_post_hook(_counted))
     return handles
+
+
+def count_skipped_steps(
+    train: TrainStageProgress, scaler: torch.amp.GradScaler, optimizers: Sequence[torch.optim.Optimizer]
+) -> None:
+    """Report each ``scaler.step(optimizers[i])`` that AMP skipped (inf/NaN gradients) as a skipped step of ``i``.
+
+    Wraps ``scaler.step`` on this instance: a call after which optimizer ``i`` did not
+    step is a skipped step. Steps that do happen are counted by ``count_optimizer_steps``.
+    """
+    indices = {id(optimizer): index for index, optimizer in enumerate(optimizers)}
+    step = scaler.step
+
+    def step_counting_skips(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        stepped = False
+
+        def _stepped(_opt: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
+            nonlocal stepped
+            stepped = True
+
+        handle = optimizer.register_step_post_hook(_stepped)
+        try:
+            result = step(optimizer, *args, **kwargs)
+        finally:
+            handle.remove()
+        if not stepped and scaler.is_enabled() and id(optimizer) in indices:
+            train.optimizer_step_skipped(indices[id(optimizer)])
+        return result
+
+    scaler.step = step_counting_skips  # type: ignore[method-assign]
