@@ -1,7 +1,9 @@
 """One reduce_state() of the full progress state vs one all_reduce of an int64 tensor of the same length.
 
 Two real gloo processes on 127.0.0.1, calls interleaved in one run; prints the median
-time of each and their ratio (target <= 1.2x: one collective, not one per counter).
+time of each and their ratio (target <= 1.2x: one collective, not one per counter), and
+what reduce_state adds around the collective (packing the live counters into the tensor and
+the result back into state_dict layout), timed without a process group.
 Run: .venv/bin/python benchmarks/sync.py
 """
 
@@ -17,9 +19,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tracker_core import Progress, reduce_state
-from tracker_core._sync import _pack
+from tracker_core._sync import _pack_counts
 
-ROUNDS = 300
+ROUNDS = 500
 
 
 def _progress() -> Progress:
@@ -43,24 +45,32 @@ def _worker(rank: int, port: int, results: dict[str, float]) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     progress = _progress()
-    length = _pack(progress)[1].numel()
+    length = len(_pack_counts(progress))
     tensor = torch.zeros(length, dtype=torch.int64)
     synced, raw = [], []
     for _ in range(20):  # warm-up
         reduce_state(progress)
         dist.all_reduce(tensor)
-    for _ in range(ROUNDS):
-        dist.barrier()
-        start = time.perf_counter()
-        reduce_state(progress)
-        synced.append(time.perf_counter() - start)
-        dist.barrier()
-        start = time.perf_counter()
-        dist.all_reduce(tensor)
-        raw.append(time.perf_counter() - start)
+    calls = [(synced, lambda: reduce_state(progress)), (raw, lambda: dist.all_reduce(tensor))]
+    for round_ in range(ROUNDS):
+        for times, call in calls if round_ % 2 else reversed(calls):  # alternate which goes first
+            dist.barrier()
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
     if rank == 0:
         results.update(length=length, synced=statistics.median(synced), raw=statistics.median(raw))
     dist.destroy_process_group()
+
+
+def _local_cost() -> float:
+    """Seconds per reduce_state call without a process group: all it adds around the all_reduce."""
+    progress = _progress()
+    calls = 2000
+    start = time.perf_counter()
+    for _ in range(calls):
+        reduce_state(progress)
+    return (time.perf_counter() - start) / calls
 
 
 def main() -> None:
@@ -75,6 +85,7 @@ def main() -> None:
     print(f"reduce_state(progress):             {synced * 1e3:.3f} ms")
     print(f"all_reduce(int64[{length}]) alone:     {raw * 1e3:.3f} ms")
     print(f"ratio: {synced / raw:.2f}x   target <= 1.2x")
+    print(f"pack + unpack alone (no collective): {_local_cost() * 1e6:.1f} us per call")
 
 
 if __name__ == "__main__":

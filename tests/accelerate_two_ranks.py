@@ -1,7 +1,8 @@
 """One rank of the 2-process Accelerate test (gloo on 127.0.0.1; RANK etc. set by the test).
 
 Runs the program uninterrupted, then stopped after ``save_state`` mid-epoch, then resumed
-by ``load_state``; writes this rank's findings and the summed progress to ``argv[2]``.
+by ``load_state``; writes this rank's findings and the summed progress to ``argv[2]``;
+``argv[3]`` is ``seedable`` for ``use_seedable_sampler=True``, else ``plain``.
 """
 
 from __future__ import annotations
@@ -15,14 +16,13 @@ from accelerate_drive import Setup, StopAt, run
 import tracker_core
 
 
-def main(directory: str, out: str) -> None:
-    # Accelerate's seedable sampler: its plain RandomSampler sits where the core does not look for
-    # generators in a multi-process loader (batch_sampler.batch_sampler.sampler.generator).
-    setup = Setup(samples=20, accumulation=2, epochs=2, seedable=True)
+def main(directory: str, out: str, seedable: str) -> None:
+    setup = Setup(samples=20, accumulation=2, epochs=2, seedable=seedable == "seedable")
     reference = run(setup)
     stopped = run(setup, stop=StopAt(4), save_dir=directory)
     resumed = run(setup, load_dir=directory)
-    totals = tracker_core.reduce_state(resumed.progress._progress, "sum")
+    view = tracker_core.get_progress(resumed.accelerator)
+    totals = tracker_core.reduce_state(view, "sum")
     findings = {
         "rank": resumed.accelerator.process_index,
         "world": resumed.accelerator.num_processes,
@@ -32,10 +32,11 @@ def main(directory: str, out: str) -> None:
         "progress_exact": resumed.state == reference.state,
         "samples": resumed.progress.view.train.samples.lifetime,
         "summed_samples": totals["stages"]["train"]["samples"]["lifetime"],
+        "divergence": [str(d) for d in tracker_core.check_divergence(view)],
     }
     with open(out, "w") as file:
         json.dump(findings, file)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3])

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).parent
 
 
@@ -18,14 +20,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_two_ranks_count_their_own_shard_sum_to_the_dataset_and_resume_exactly(tmp_path):
+@pytest.mark.parametrize("sampler", ["plain", "seedable"])
+def test_two_ranks_count_their_own_shard_sum_to_the_dataset_and_resume_exactly(tmp_path, sampler):
+    """``plain``: Accelerate nests the shuffling sampler (and its generator) inside its BatchSamplerShard."""
     port = str(_free_port())
     ranks = []
     for rank in range(2):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="2",
                    LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2", OMP_NUM_THREADS="1", PYTHONPATH=str(TESTS.parent))
         command = [sys.executable, str(TESTS / "accelerate_two_ranks.py"), str(tmp_path / "ckpt"),
-                   str(tmp_path / f"rank{rank}.json")]
+                   str(tmp_path / f"rank{rank}.json"), sampler]
         ranks.append(subprocess.Popen(command, env=env, cwd=TESTS))
     assert [process.wait(timeout=150) for process in ranks] == [0, 0]
     findings = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
@@ -36,3 +40,4 @@ def test_two_ranks_count_their_own_shard_sum_to_the_dataset_and_resume_exactly(t
     # 20 samples, batches of 3 per rank: 4 batches of 3 per rank and epoch (even_batches pads the last).
     assert [f["samples"] for f in findings] == [24, 24]
     assert findings[0]["summed_samples"] == findings[1]["summed_samples"] == 48
+    assert findings[0]["divergence"] == findings[1]["divergence"] == []  # the ranks agree on every count

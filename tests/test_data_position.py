@@ -14,6 +14,7 @@ import base64
 import copy
 import functools
 import io
+import itertools
 import json
 import random
 from collections.abc import Callable
@@ -23,7 +24,15 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, get_worker_info
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    get_worker_info,
+)
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core._data_position import LoaderPosition, capture_rng_state, restore_rng_state
@@ -87,6 +96,31 @@ def _distributed() -> DataLoader[Any]:
     return DataLoader(dataset, batch_size=3, sampler=DistributedSampler(dataset, num_replicas=2, rank=1, seed=3))
 
 
+class _EveryOtherBatch(BatchSampler):
+    """A wrapper nesting the user's batch sampler one level deeper, as Accelerate's BatchSamplerShard does."""
+
+    def __init__(self, batch_sampler: BatchSampler) -> None:
+        self.batch_sampler = batch_sampler
+
+    def __iter__(self) -> Any:
+        return itertools.islice(self.batch_sampler, 1, None, 2)
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler) // 2
+
+
+def _nested() -> DataLoader[Any]:
+    dataset = _Indexed(17)
+    sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(4))
+    return DataLoader(dataset, batch_sampler=_EveryOtherBatch(BatchSampler(sampler, 2, drop_last=False)))
+
+
+def _nested_distributed() -> DataLoader[Any]:
+    dataset = _Indexed(17)
+    sampler = DistributedSampler(dataset, num_replicas=2, rank=0, seed=5)
+    return DataLoader(dataset, batch_sampler=_EveryOtherBatch(BatchSampler(sampler, 2, drop_last=False)))
+
+
 SETUPS = [
     _Setup("map-in-order", lambda: DataLoader(_Indexed(11), batch_size=3), 4, shuffled=False),
     _Setup("map-shuffled", lambda: DataLoader(_Indexed(13), batch_size=4, shuffle=True), 4, shuffled=True),
@@ -106,6 +140,8 @@ SETUPS = [
         "map-unbatched-shuffled", lambda: DataLoader(_Indexed(7), batch_size=None, shuffle=True), 7, shuffled=True
     ),
     _Setup("map-distributed-sampler", _distributed, 3, shuffled=True, set_epoch=True),
+    _Setup("map-nested-batch-sampler-own-generator", _nested, 4, shuffled=True),
+    _Setup("map-nested-distributed-sampler", _nested_distributed, 2, shuffled=True, set_epoch=True),
     _Setup(
         "map-shuffled-2-workers",
         lambda: DataLoader(_Indexed(10), batch_size=3, shuffle=True, num_workers=2),
@@ -182,7 +218,10 @@ def _train(
     run = _Run()
     for epoch in epochs:
         if setup.set_epoch:
-            loader.sampler.set_epoch(epoch)  # type: ignore[attr-defined]
+            nested = getattr(loader.batch_sampler, "batch_sampler", None)
+            for sampler in (loader.sampler, getattr(nested, "sampler", None)):
+                if isinstance(sampler, DistributedSampler):
+                    sampler.set_epoch(epoch)
         consumed = consumed_before if epoch == epochs[0] else 0
         ids: list[list[int]] = []
         draws: list[tuple[float, float, float]] = []
@@ -338,6 +377,18 @@ def test_an_iterable_shorter_than_the_consumed_batches_raises_on_resume() -> Non
     assert caught.value.key == "batches_consumed"
 
 
+def test_generators_and_epochs_are_found_at_any_depth_of_the_sampler_chain_each_once() -> None:
+    loader = _nested_distributed()
+    inner = loader.batch_sampler.batch_sampler.sampler  # type: ignore[union-attr]
+    inner.generator = torch.Generator()  # type: ignore[attr-defined]
+    loader.batch_sampler.sampler = loader.batch_sampler  # type: ignore[union-attr]  # a cycle
+    position = LoaderPosition(loader)
+    list(loader)
+    state = position.state_dict(batches_consumed=0)
+    assert list(state["generators"]) == ["batch_sampler.batch_sampler.sampler.generator"]
+    assert list(state["epoch"]["sampler_rng"]["epochs"]) == ["batch_sampler.batch_sampler.sampler.epoch"]
+
+
 def test_the_loader_keeps_its_own_samplers_while_positioned() -> None:
     loader = DataLoader(_Indexed(10), batch_size=3, shuffle=True)
     sampler, batch_sampler = loader.sampler, loader.batch_sampler
@@ -422,6 +473,9 @@ BAD_STATES = [
     ("bad-base64", _MAP, _set("epoch/sampler_rng/torch", "%%%"), "epoch.sampler_rng.torch"),
     ("truncated-generator-state", _MAP, _set("generators/generator", _B64_SHORT), "generators.generator"),
     ("negative-sampler-epoch", "map-distributed-sampler", _set(_EPOCHS_PATH, -1), _EPOCHS_PATH.replace("/", ".")),
+    ("other-distributed-seed", "map-distributed-sampler", _set("distributed/seed", 4), "distributed.seed"),
+    ("other-distributed-rank", "map-distributed-sampler", _set("distributed/rank", 0), "distributed.rank"),
+    ("distributed-shuffle-not-bool", "map-distributed-sampler", _set("distributed/shuffle", 1), "distributed.shuffle"),
     ("other-worker-count", "iterable", _set("num_workers", 2), "num_workers"),
     ("loader-state-not-a-mapping", "stateful-shuffled", _set("epoch/loader_state", 7), "epoch.loader_state"),
     ("bad-tensor-in-loader-state", "stateful-shuffled", _set(_SDL_TENSOR, _B64_SHORT), _SDL_TENSOR.replace("/", ".")),

@@ -39,7 +39,10 @@ What cannot be exact:
   stay exact. Likewise with ``persistent_workers``.
 * ``in_order=False`` with workers returns batches in a racy order: refused at install.
 * Custom samplers must draw their randomness when their iteration starts (all torch and
-  torchdata samplers do) or from their own ``generator`` attribute.
+  torchdata samplers do) or from their own ``generator`` attribute. Generators and
+  ``epoch`` counters are found on every sampler reachable from the loader through
+  ``.sampler`` / ``.batch_sampler`` attributes, at any depth (wrappers such as Accelerate's
+  ``BatchSamplerShard`` nest the user's sampler).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from tracker_core._data_codec import (
     from_plain,
@@ -80,15 +83,28 @@ LoaderKind = Literal["sampler_replay", "iterable_replay", "stateful_dataloader"]
 STATE_VERSION = 1
 
 _KINDS: tuple[str, ...] = get_args(LoaderKind)
-_STATE_KEYS = ("version", "kind", "batches_consumed", "batches_per_epoch", "num_workers", "generators", "epoch")
+_STATE_KEYS = (
+    "version",
+    "kind",
+    "batches_consumed",
+    "batches_per_epoch",
+    "num_workers",
+    "generators",
+    "epoch",
+    "distributed",
+)
+# A DistributedSampler's settings, and the loader's per-rank batch size: what maps a position
+# across world sizes (tracker_core/_elastic.py).
+DISTRIBUTED_KEYS = ("num_replicas", "rank", "seed", "shuffle", "drop_last", "dataset_size", "batch_size")
+# Settings that must not change between a save and its resume: the epoch order depends on them.
+_SAME_ORDER_KEYS = ("seed", "shuffle", "dataset_size")
 _EPOCH_KEYS: dict[str, tuple[str, ...]] = {
     "sampler_replay": ("iterator_rng", "loader_generator", "sampler_rng"),
     "iterable_replay": ("iterator_rng", "loader_generator"),
     "stateful_dataloader": ("iterator_rng", "loader_generator", "loader_state"),
 }
-# Where a loader keeps the generators and epoch counters that fix its order.
-_GENERATOR_PATHS = ("generator", "sampler.generator", "batch_sampler.sampler.generator")
-_EPOCH_PATHS = ("sampler.epoch", "batch_sampler.sampler.epoch")
+# The attributes through which samplers hold the samplers they draw from.
+_CHAIN = ("sampler", "batch_sampler")
 _END = object()
 
 
@@ -202,6 +218,23 @@ class LoaderPosition:
             "num_workers": self.loader.num_workers,
             "generators": {path: tensor_to_text(g.get_state()) for path, g in self._generators().items()},
             "epoch": None if record is None else self._record_to_plain(record),
+            "distributed": self.distributed_info(),
+        }
+
+    def distributed_info(self) -> dict[str, Any] | None:
+        """The DistributedSampler in the sampler chain (``DISTRIBUTED_KEYS``), or None without exactly one."""
+        found = [s for s in self._samplers().values() if isinstance(s, DistributedSampler)]
+        if len(found) != 1:
+            return None
+        sampler = found[0]
+        return {
+            "num_replicas": int(sampler.num_replicas),
+            "rank": int(sampler.rank),
+            "seed": int(sampler.seed),
+            "shuffle": bool(sampler.shuffle),
+            "drop_last": bool(sampler.drop_last),
+            "dataset_size": len(sampler.dataset),  # type: ignore[arg-type]
+            "batch_size": self.loader.batch_size,
         }
 
     def _record_to_plain(self, record: _EpochRecord) -> dict[str, Any]:
@@ -278,6 +311,7 @@ class LoaderPosition:
             raise ProgressStateError(
                 "num_workers", f"saved with {workers} workers; this loader has {mine}, and its order depends on it"
             )
+        self._check_distributed(fields["distributed"], "distributed")
         generators = self._read_generators(fields["generators"], "generators")
         record = None if fields["epoch"] is None else self._read_record(fields["epoch"], "epoch")
         if skip and not self._has_drawn(record):
@@ -288,6 +322,28 @@ class LoaderPosition:
         if record is not None and record.loader_state is not None:
             loader_state = from_plain(record.loader_state, "epoch.loader_state")
         return _ParsedState(skip, generators, record, loader_state)
+
+    def _check_distributed(self, value: object, key: str) -> None:
+        """A saved DistributedSampler must match this loader's (when both have one)."""
+        saved = read_distributed(value, key)
+        mine = self.distributed_info()
+        if saved is None or mine is None:
+            return
+        for name in _SAME_ORDER_KEYS:
+            if saved[name] != mine[name]:
+                raise ProgressStateError(
+                    join_key(key, name),
+                    f"saved with {name}={saved[name]!r}; this loader's DistributedSampler has {mine[name]!r}, "
+                    "so the epoch's order differs",
+                )
+        for name in ("num_replicas", "rank"):
+            if saved[name] != mine[name]:
+                raise ProgressStateError(
+                    join_key(key, name),
+                    f"saved by rank {saved['rank']} of {saved['num_replicas']}; this loader is rank "
+                    f"{mine['rank']} of {mine['num_replicas']} (save with Tracker.gathered_state_dict() "
+                    "to resume every rank, or at another world size)",
+                )
 
     def _read_record(self, value: object, key: str) -> _EpochRecord:
         fields = read_mapping(value, key, required=_EPOCH_KEYS[self._kind])
@@ -441,27 +497,43 @@ class LoaderPosition:
 
     # --- what fixes the order -----------------------------------------------------------
 
-    def _resolve(self, path: str) -> Any:
-        head, *rest = path.split(".")
-        holders = {"sampler": self._sampler, "batch_sampler": self._batch_sampler}
-        obj = holders[head] if head in holders else getattr(self.loader, head, None)
-        for name in rest:
-            obj = getattr(obj, name, None)
-        return obj
+    def _samplers(self) -> dict[str, Any]:
+        """Every sampler the loader reaches through ``.sampler`` / ``.batch_sampler``, by path, each once.
+
+        Wrappers nest the user's sampler at any depth (Accelerate's ``BatchSamplerShard``
+        holds the user's ``BatchSampler`` as ``.batch_sampler``, which holds its sampler), so
+        the chain is walked, breadth first; an object met again (e.g. the ``BatchSampler``'s
+        sampler is ``loader.sampler``) keeps its first, shortest path.
+        """
+        found: dict[str, Any] = {}
+        seen: set[int] = set()
+        queue = [("sampler", self._sampler), ("batch_sampler", self._batch_sampler)]
+        while queue:
+            path, obj = queue.pop(0)
+            if obj is None or id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            found[path] = obj
+            queue.extend((f"{path}.{name}", getattr(obj, name, None)) for name in _CHAIN)
+        return found
 
     def _generators(self) -> dict[str, torch.Generator]:
-        """The order-fixing generators by path, e.g. ``{"sampler.generator": g}``."""
-        found = {path: self._resolve(path) for path in _GENERATOR_PATHS}
-        return {path: g for path, g in found.items() if isinstance(g, torch.Generator)}
+        """The order-fixing generators by path, each once, e.g. ``{"sampler.generator": g}``."""
+        found: dict[str, torch.Generator] = {}
+        candidates = [("generator", self.loader.generator)]
+        candidates += [(f"{path}.generator", getattr(s, "generator", None)) for path, s in self._samplers().items()]
+        for path, generator in candidates:
+            if isinstance(generator, torch.Generator) and all(generator is not g for g in found.values()):
+                found[path] = generator
+        return found
 
     def _epoch_owners(self) -> dict[str, Any]:
         """Samplers with an int ``epoch`` (DistributedSampler) by path, e.g. ``{"sampler.epoch": s}``."""
         owners = {}
-        for path in _EPOCH_PATHS:
-            owner = self._resolve(path.rsplit(".", 1)[0])
-            epoch = getattr(owner, "epoch", None)
+        for path, sampler in self._samplers().items():
+            epoch = getattr(sampler, "epoch", None)
             if isinstance(epoch, int) and not isinstance(epoch, bool):
-                owners[path] = owner
+                owners[f"{path}.epoch"] = sampler
         return owners
 
     def _batches_per_epoch(self) -> int | None:
@@ -477,6 +549,23 @@ class LoaderPosition:
         if record is None:
             return False
         return self._kind != "sampler_replay" or record.sampler_rng is not None
+
+
+def read_distributed(value: object, key: str) -> dict[str, Any] | None:
+    """A saved ``distributed`` field: None or the ``DISTRIBUTED_KEYS`` with their types checked."""
+    if value is None:
+        return None
+    fields = read_mapping(value, key, required=DISTRIBUTED_KEYS)
+    out: dict[str, Any] = {}
+    for name in ("num_replicas", "rank", "seed", "dataset_size"):
+        out[name] = read_int(fields[name], join_key(key, name), minimum=0)
+    for name in ("shuffle", "drop_last"):
+        if not isinstance(fields[name], bool):
+            raise ProgressStateError(join_key(key, name), f"expected a bool, got {type(fields[name]).__name__}")
+        out[name] = fields[name]
+    batch_size = fields["batch_size"]
+    out["batch_size"] = None if batch_size is None else read_int(batch_size, join_key(key, "batch_size"), minimum=1)
+    return out
 
 
 class _SamplerTap:

@@ -8,34 +8,24 @@ Never called per batch: each call is one collective.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
 
+from tracker_core._counts import _Phased, _Tally
 from tracker_core._progress import Progress
+from tracker_core._schema import SCHEMA_VERSION
+from tracker_core._stage import TrainStageProgress
+from tracker_core._view import ProgressView
 
 _OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
 _NOT_COUNTS = ("schema_version", "where", "kind")
 
 
-def _counts(state: dict[str, Any], out: list[int]) -> None:
-    """Append every count of ``state`` to ``out``, depth first in key order."""
-    for key, value in state.items():
-        if key in _NOT_COUNTS:
-            continue
-        if type(value) is int:
-            out.append(value)
-        elif type(value) is dict:
-            _counts(value, out)
-        elif type(value) is list:
-            for item in value:
-                _counts(item, out)
-
-
 def _paths(state: dict[str, Any], prefix: str, out: list[str]) -> None:
-    """Append the key path of every count, in the order of :func:`_counts`."""
+    """Append the key path of every count of a state_dict, in the order of :func:`_pack_counts`."""
     for key, value in state.items():
         if key in _NOT_COUNTS:
             continue
@@ -49,43 +39,100 @@ def _paths(state: dict[str, Any], prefix: str, out: list[str]) -> None:
                 _paths(item, f"{path}.{index}", out)
 
 
-def _replaced(state: dict[str, Any], values: Iterator[int]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in state.items():
-        if key in _NOT_COUNTS:
-            out[key] = value
-        elif type(value) is int:
-            out[key] = next(values)
-        elif type(value) is dict:
-            out[key] = _replaced(value, values)
-        else:
-            out[key] = [_replaced(item, values) for item in value]
+def _phases(counter: _Phased, base: int, out: list[int]) -> None:
+    out += (counter.ready - base, counter.started - base, counter.processed - base, counter.completed - base)
+
+
+def _scopes(tally: _Tally, out: list[int]) -> None:
+    total = tally.total
+    out += (total - tally.epoch_base, total - tally.run_base, total)
+
+
+def _pack_counts(progress: Progress) -> list[int]:
+    """Every count, read straight from the live counters, depth first in ``state_dict()`` key order."""
+    out: list[int] = []
+    _phases(progress._runs, 0, out)
+    for stage in progress._stages():
+        epochs, batches = stage._epochs, stage._batches
+        _phases(epochs, epochs.run_base, out)
+        _phases(epochs, 0, out)
+        _phases(batches, batches.epoch_base, out)
+        _phases(batches, batches.run_base, out)
+        _phases(batches, 0, out)
+        _scopes(stage._samples, out)
+        for loader in stage._dataloaders:
+            _scopes(loader.batches, out)
+            _scopes(loader.samples, out)
+        if isinstance(stage, TrainStageProgress):
+            for tally in stage._optimizer_steps:
+                _scopes(tally, out)
+            for tally in stage._optimizer_steps_skipped:
+                _scopes(tally, out)
+            _scopes(stage._scheduler_steps, out)
+            out.append(stage._accumulating_batches)
     return out
 
 
-def _pack(progress: Progress) -> tuple[dict[str, Any], torch.Tensor]:
-    state = progress.state_dict()
-    counts: list[int] = []
-    _counts(state, counts)
-    return state, torch.frombuffer(array("q", counts), dtype=torch.int64)
+def _phases_from(take: Callable[[], int]) -> dict[str, int]:
+    return {"ready": take(), "started": take(), "processed": take(), "completed": take()}
+
+
+def _scopes_from(take: Callable[[], int]) -> dict[str, int]:
+    return {"epoch": take(), "run": take(), "lifetime": take()}
+
+
+def _unpack(progress: Progress, values: list[int]) -> dict[str, Any]:
+    """``values`` (laid out as :func:`_pack_counts`) in ``progress.state_dict()``'s layout."""
+    take = iter(values).__next__
+    where = progress._where
+    state: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "where": {} if where is None else {"stage": where[0], "event": where[1], "phase": where[2]},
+        "run": {"kind": progress._run_kind, **_phases_from(take)},
+    }
+    stages: dict[str, Any] = {}
+    for stage in progress._stages():
+        stage_state: dict[str, Any] = {
+            "epochs": {"run": _phases_from(take), "lifetime": _phases_from(take)},
+            "batches": {"epoch": _phases_from(take), "run": _phases_from(take), "lifetime": _phases_from(take)},
+            "samples": _scopes_from(take),
+            "dataloaders": [{"batches": _scopes_from(take), "samples": _scopes_from(take)} for _ in stage._dataloaders],
+        }
+        if isinstance(stage, TrainStageProgress):
+            stage_state["optimizer_steps"] = [_scopes_from(take) for _ in stage._optimizer_steps]
+            stage_state["optimizer_steps_skipped"] = [_scopes_from(take) for _ in stage._optimizer_steps_skipped]
+            stage_state["scheduler_steps"] = _scopes_from(take)
+            stage_state["accumulating_batches"] = take()
+        stages[stage.name] = stage_state
+    state["stages"] = stages
+    return state
+
+
+def _progress_of(source: Progress | ProgressView) -> Progress:
+    return source._progress if isinstance(source, ProgressView) else source
 
 
 def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def reduce_state(progress: Progress, op: str = "sum") -> dict[str, Any]:
+def reduce_state(progress: Progress | ProgressView, op: str = "sum") -> dict[str, Any]:
     """Every count of ``progress`` reduced over all ranks (``sum``, ``min`` or ``max``), in state_dict layout.
 
-    With ``sum``, ``stages.train.samples.run`` is the samples of this run over all ranks.
-    The result is a report, not a state to load: ``where`` and ``run.kind`` are this rank's.
+    Takes the Progress or its view (``tracker_core.get_progress(obj)``). With ``sum``,
+    ``stages.train.samples.run`` is the samples of this run over all ranks. The result is
+    a report, not a state to load: ``where`` and ``run.kind`` are this rank's.
+    One ``all_reduce`` of one int64 tensor packed straight from the live counters.
     """
     if op not in _OPS:
         raise ValueError(f"unknown reduce op {op!r}; expected sum, min or max")
-    state, packed = _pack(progress)
+    live = _progress_of(progress)
+    counts = _pack_counts(live)
     if _distributed():
+        packed = torch.frombuffer(array("q", counts), dtype=torch.int64)
         dist.all_reduce(packed, op=_OPS[op])
-    return _replaced(state, iter(packed.tolist()))
+        counts = packed.tolist()
+    return _unpack(live, counts)
 
 
 class Divergence(NamedTuple):
@@ -106,20 +153,24 @@ DEFAULT_DIVERGENCE_KEYS = tuple(
 )
 
 
-def check_divergence(progress: Progress, keys: Sequence[str] = DEFAULT_DIVERGENCE_KEYS) -> list[Divergence]:
+def check_divergence(
+    progress: Progress | ProgressView, keys: Sequence[str] = DEFAULT_DIVERGENCE_KEYS
+) -> list[Divergence]:
     """The counts among ``keys`` (state_dict key paths) whose value is not the same on every rank.
 
-    One all_gather. Call it where every rank is sure to arrive (e.g. each epoch's end),
-    to learn of uneven data before a rank waits forever in a gradient collective.
+    Takes the Progress or its view. One all_gather. Call it where every rank is sure to
+    arrive (e.g. each epoch's end, or before a checkpoint), to learn of uneven data before
+    a rank waits forever in a gradient collective.
     """
-    state, packed = _pack(progress)
+    live = _progress_of(progress)
     paths: list[str] = []
-    _paths(state, "", paths)
+    _paths(live.state_dict(), "", paths)
     unknown = [k for k in keys if k not in paths]
     if unknown:
         raise KeyError(f"no count at {unknown[0]!r} in the progress state")
     if not _distributed():
         return []
+    packed = torch.frombuffer(array("q", _pack_counts(live)), dtype=torch.int64)
     gathered = [torch.empty_like(packed) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, packed)
     index = {path: i for i, path in enumerate(paths)}

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from torch.utils.data import DataLoader
 
-from tracker_core._counts import PhaseCounts
 from tracker_core._data_position import LoaderPosition, _ParsedState
 from tracker_core._data_rng import GlobalRng
+from tracker_core._elastic import ENTRY_KEYS, gather, reenters_train_epoch, select
 from tracker_core._errors import ProgressStateError
 from tracker_core._progress import Progress
 from tracker_core._schema import _mapping, parse
 from tracker_core._view import ProgressView
-
-_ENTRY_KEYS = ("progress", "train_loaders", "rng")
 
 
 class InexactResumeWarning(UserWarning):
@@ -31,10 +31,12 @@ class Tracker:
     framework's checkpoint. The entry is plain data: ``{"progress", "train_loaders", "rng"}``.
     """
 
-    __slots__ = ("progress", "_loaders", "_untracked", "_pending")
+    __slots__ = ("progress", "resume_mapping", "_loaders", "_untracked", "_pending")
 
     def __init__(self) -> None:
         self.progress = Progress()
+        # How the last load mapped a checkpoint of another world size (docs/schema.md); None otherwise.
+        self.resume_mapping: dict[str, Any] | None = None
         self._loaders: dict[int, LoaderPosition] = {}
         self._untracked: dict[int, str] = {}  # train dataloaders that are not torch DataLoaders
         self._pending: dict[int, tuple[dict[str, Any], bool]] = {}  # loaded, waiting for their loader
@@ -75,7 +77,7 @@ class Tracker:
         counts = train._dataloaders
         # Outside a train epoch a load restores only generators (nothing is replayed), and the
         # framework may already have built the next epoch's iterator: nothing of it is consumed.
-        in_epoch = _resumable(train._epochs.lifetime())
+        in_epoch = reenters_train_epoch(train._epochs.lifetime())
         loaders: list[dict[str, Any]] = []
         for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
             consumed = 0
@@ -96,6 +98,16 @@ class Tracker:
                     )
         return {"progress": self.progress.state_dict(), "train_loaders": loaders, "rng": GlobalRng.capture().to_plain()}
 
+    def gathered_state_dict(self) -> dict[str, Any]:
+        """Collective (every rank calls it at the checkpoint): one entry that resumes every rank.
+
+        Rank 0's :meth:`state_dict` plus ``"ranks"``, every rank's entry (index = rank),
+        the same on every rank (one ``all_gather_object``). :meth:`load_state_dict` gives
+        each rank its own part, or maps it at another world size. See docs/distributed.md.
+        """
+        ranks = gather(self.state_dict())
+        return {**ranks[0], "ranks": ranks}
+
     def load_state_dict(self, entry: object) -> None:
         """Resume from an entry: validate all of it, then load progress and RNGs and arm the loaders.
 
@@ -103,45 +115,50 @@ class Tracker:
         changes then. Loaders are armed to skip the batches already consumed only when
         a train epoch is re-entered mid-way; otherwise only their generators are restored.
         Loaders registered later are checked and armed by :meth:`track_train_loader`.
+        An entry of :meth:`gathered_state_dict` gives this rank its own part; saved at another
+        world size it is mapped (:attr:`resume_mapping`; ``InexactResumeWarning`` where inexact).
         """
-        entry = _mapping(entry, "", _ENTRY_KEYS)
-        try:
-            parsed_progress = parse(entry["progress"])
-        except ProgressStateError as error:
-            raise ProgressStateError(f"progress.{error.key}" if error.key else "progress", error.problem) from None
-        rng = _prefixed("rng", lambda: GlobalRng.from_plain(entry["rng"]))
-        states = entry["train_loaders"]
-        if not isinstance(states, list) or not all(isinstance(s, dict) for s in states):
-            raise ProgressStateError("train_loaders", "expected a list of dicts")
-        resume_epoch = _resumable(parsed_progress.stages["train"].epochs_lifetime)
-        ready = {}
-        pending = {}
-        for index, state in enumerate(states):
-            if state.get("kind") == "untracked":
-                if resume_epoch and parsed_progress.stages["train"].dataloaders[index:index + 1]:
-                    warnings.warn(
-                        f"train dataloader {index} was not a torch DataLoader when saved: the resumed epoch "
-                        "reads it from its start",
-                        InexactResumeWarning,
-                        stacklevel=2,
-                    )
-                continue
-            position = self._loaders.get(index)
-            if position is None:
-                pending[index] = (state, resume_epoch)
-            else:
-                ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
+        has_ranks = isinstance(entry, dict) and "ranks" in entry
+        entry = _mapping(entry, "", (*ENTRY_KEYS, "ranks") if has_ranks else ENTRY_KEYS)
+        selected = select(entry["ranks"], self._loaders) if has_ranks else None
+        if selected is not None:
+            entry = selected.entry
+        with _keys_under("" if selected is None else selected.key_prefix):
+            try:
+                parsed_progress = parse(entry["progress"])
+            except ProgressStateError as error:
+                raise ProgressStateError(f"progress.{error.key}" if error.key else "progress", error.problem) from None
+            rng = _prefixed("rng", lambda: GlobalRng.from_plain(entry["rng"]))
+            states = entry["train_loaders"]
+            if not isinstance(states, list) or not all(isinstance(s, dict) for s in states):
+                raise ProgressStateError("train_loaders", "expected a list of dicts")
+            resume_epoch = reenters_train_epoch(parsed_progress.stages["train"].epochs_lifetime)
+            ready = {}
+            pending = {}
+            for index, state in enumerate(states):
+                if state.get("kind") == "untracked":
+                    if resume_epoch and parsed_progress.stages["train"].dataloaders[index:index + 1]:
+                        warnings.warn(
+                            f"train dataloader {index} was not a torch DataLoader when saved: the resumed epoch "
+                            "reads it from its start",
+                            InexactResumeWarning,
+                            stacklevel=2,
+                        )
+                    continue
+                position = self._loaders.get(index)
+                if position is None:
+                    pending[index] = (state, resume_epoch)
+                else:
+                    ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
         # Everything is valid: apply, which cannot fail.
         self.progress._load_parsed(parsed_progress)
         rng.apply()
         for position, parsed in ready.values():
             position._apply(parsed)
         self._pending = pending
-
-
-def _resumable(epochs: PhaseCounts) -> bool:
-    """True if a train epoch has begun and not processed all its batches: a load re-enters it."""
-    return epochs.ready != epochs.completed and epochs.processed == epochs.completed
+        self.resume_mapping = None if selected is None else selected.mapping
+        for problem in [] if selected is None else selected.problems:
+            warnings.warn(f"elastic resume: {problem}", InexactResumeWarning, stacklevel=2)
 
 
 def _parse_loader(position: LoaderPosition, state: dict[str, Any], index: int, resume_epoch: bool) -> _ParsedState:
@@ -149,6 +166,17 @@ def _parse_loader(position: LoaderPosition, state: dict[str, Any], index: int, r
     if resume_epoch:
         return parsed
     return dataclasses.replace(parsed, record=None, loader_state=None)
+
+
+@contextmanager
+def _keys_under(prefix: str) -> Iterator[None]:
+    """Name the keys of errors raised in the block from ``prefix`` (e.g. ``ranks.1``) on."""
+    try:
+        yield
+    except ProgressStateError as error:
+        if not prefix:
+            raise
+        raise ProgressStateError(f"{prefix}.{error.key}" if error.key else prefix, error.problem) from None
 
 
 def _prefixed(prefix: str, read: Any) -> Any:

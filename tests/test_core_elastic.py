@@ -1,0 +1,304 @@
+"""One checkpoint for every rank (Tracker.gathered_state_dict), resumed at the same or another world size.
+
+A plain loop drives a Tracker over a DataLoader with a shuffled DistributedSampler (22
+samples, batches of 3 per rank) for 3 epochs on 2 real gloo ranks, saving a gathered entry
+after every batch of epoch 1. Resuming at world size 1 (batches of 3, 2, 4 or 6), or a world-1
+checkpoint at world size 2, must continue from the same global sample position of that
+epoch's permutation: every sample of the epoch trained once.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import warnings
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+from gloo import run_on_two_ranks
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
+
+SAMPLES = 22
+BATCH = 3  # per rank at world size 2: 11 samples per rank, 4 batches (3, 3, 3, 2)
+EPOCHS = 3
+SAVED_EPOCH = 1
+SEED = 7
+
+
+class _Indexed(Dataset[int]):
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+def _loader(batch: int, world: int, rank: int, seed: int = SEED) -> DataLoader[int]:
+    dataset = _Indexed()
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, seed=seed, shuffle=True)
+    return DataLoader(dataset, batch_size=batch, sampler=sampler)
+
+
+Epochs = list[list[list[int]]]  # [epoch][batch] -> sample ids
+Saved = dict[int | str, Any]  # batches of the epoch done (or "end") -> gathered entry
+
+
+def _train(tracker: Tracker, loader: DataLoader[int], *, save_in: int | None = None) -> tuple[Epochs, Saved]:
+    """Run (or continue) a fit of EPOCHS epochs; return each epoch's batches and, in epoch ``save_in``,
+    the gathered entry after each batch (keyed by the epoch's batch count) and after its end ("end")."""
+    progress, view = tracker.progress, tracker.view
+    train = progress.train
+    epochs: Epochs = []
+    saved: Saved = {}
+    progress.run_ready("fit")
+    progress.run_started()
+    while view.epoch_index < EPOCHS:
+        train.epoch_ready()
+        train.epoch_started()
+        loader.sampler.set_epoch(view.epoch_index)  # type: ignore[attr-defined]
+        batches = []
+        for batch in loader:
+            train.batch_ready()
+            train.batch_started()
+            batches.append(batch.tolist())
+            train.optimizer_step()
+            train.batch_processed(len(batch))
+            train.batch_completed()
+            if view.epoch_index == save_in:
+                saved[view.train.batches.epoch.completed] = _json(tracker.gathered_state_dict())
+        epochs.append(batches)
+        train.epoch_processed()
+        train.epoch_completed()
+        if view.epoch_index - 1 == save_in:
+            saved["end"] = _json(tracker.gathered_state_dict())
+    progress.run_processed()
+    progress.run_completed()
+    return epochs, saved
+
+
+def _json(entry: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(entry))
+
+
+def _two_rank_run(world_one_entry: dict[str, Any], rank: int) -> dict[str, Any]:
+    """The uninterrupted run, then (same process group) a resume from its entry after 2 batches
+    (a gathered entry is the same on every rank: rank 0's file), and one from ``world_one_entry``."""
+    tracker = Tracker()
+    loader = _loader(BATCH, 2, rank)
+    tracker.track_train_loader(loader)
+    epochs, saved = _train(tracker, loader, save_in=SAVED_EPOCH)
+    return {"epochs": epochs, "saved": saved, "progress": tracker.state_dict()["progress"],
+            "resumed": _resume_two_ranks(saved[2], rank), "from_world_one": _resume_two_ranks(world_one_entry, rank)}
+
+
+def _resume_two_ranks(entry: dict[str, Any], rank: int) -> dict[str, Any]:
+    tracker = Tracker()
+    loader = _loader(BATCH, 2, rank)
+    tracker.track_train_loader(loader)
+    tracker.load_state_dict(entry)
+    epochs, _ = _train(tracker, loader)
+    return {"epochs": epochs, "progress": tracker.state_dict()["progress"], "mapping": tracker.resume_mapping,
+            "world": dist.get_world_size()}
+
+
+@functools.cache
+def _world_two() -> list[dict[str, Any]]:
+    return run_on_two_ranks(functools.partial(_two_rank_run, _world_one_run(BATCH)[1][4]))
+
+
+@functools.cache
+def _world_one_run(batch: int) -> tuple[Epochs, Saved]:
+    tracker = Tracker()
+    loader = _loader(batch, 1, 0)
+    tracker.track_train_loader(loader)
+    return _train(tracker, loader, save_in=SAVED_EPOCH)
+
+
+def _world_one(batch: int) -> Epochs:
+    return _world_one_run(batch)[0]
+
+
+def _resume_at_world_one(entry: dict[str, Any], batch: int) -> tuple[Tracker, Epochs, list[str]]:
+    tracker = Tracker()
+    loader = _loader(batch, 1, 0)
+    tracker.track_train_loader(loader)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", InexactResumeWarning)
+        tracker.load_state_dict(copy.deepcopy(entry))
+    epochs, _ = _train(tracker, loader)
+    return tracker, epochs, [str(w.message) for w in caught if issubclass(w.category, InexactResumeWarning)]
+
+
+def _consumed_before_save(k: int) -> list[int]:
+    """The sample ids both ranks had trained in the saved epoch when the entry after ``k`` batches was taken."""
+    return [i for rank in _world_two() for batch in rank["epochs"][SAVED_EPOCH][:k] for i in batch]
+
+
+# --- same world size --------------------------------------------------------------------------
+
+
+def test_the_gathered_entry_holds_every_ranks_entry_and_rank_0s_at_the_top() -> None:
+    entry = _world_two()[0]["saved"][2]
+    assert [len(entry["ranks"]), set(entry)] == [2, {"progress", "train_loaders", "rng", "ranks"}]
+    assert {key: entry[key] for key in ("progress", "train_loaders", "rng")} == entry["ranks"][0]
+    distributed = [rank["train_loaders"][0]["distributed"] for rank in entry["ranks"]]
+    assert [(d["rank"], d["num_replicas"]) for d in distributed] == [(0, 2), (1, 2)]
+
+
+def test_every_rank_resumes_exactly_from_the_one_entry_rank_0_saved() -> None:
+    full = _world_two()
+    assert full[0]["saved"] == full[1]["saved"]
+    resumed = [full[rank]["resumed"] for rank in (0, 1)]
+    for rank in (0, 1):
+        assert resumed[rank]["world"] == 2
+        assert full[rank]["epochs"][SAVED_EPOCH][:2] + resumed[rank]["epochs"][0] == full[rank]["epochs"][SAVED_EPOCH]
+        assert resumed[rank]["epochs"][1] == full[rank]["epochs"][SAVED_EPOCH + 1]
+        assert resumed[rank]["progress"] == full[rank]["progress"]
+        assert resumed[rank]["mapping"] is None
+
+
+# --- another world size -----------------------------------------------------------------------
+
+# (batches trained per rank at world 2, new batch size): global position 3 * 2 * k
+EXACT = [(1, 3), (2, 3), (3, 3), (1, 2), (2, 2), (3, 2), (1, 6), (2, 6), (3, 6), (2, 4)]
+
+
+@pytest.mark.parametrize(("k", "batch"), EXACT, ids=[f"k{k}-batch{b}" for k, b in EXACT])
+def test_world_2_to_1_continues_from_the_same_global_sample_position(k: int, batch: int) -> None:
+    entry = _world_two()[0]["saved"][k]
+    reference = _world_one(batch)
+    tracker, epochs, problems = _resume_at_world_one(entry, batch)
+    resumed_at = k * BATCH * 2 // batch
+    assert problems == []
+    assert epochs[0] == reference[SAVED_EPOCH][resumed_at:]
+    assert epochs[1] == reference[SAVED_EPOCH + 1]
+    trained = _consumed_before_save(k) + [i for b in epochs[0] for i in b]
+    assert sorted(trained) == list(range(SAMPLES))  # none twice, none skipped
+
+
+def test_the_mapping_is_recorded_and_the_progress_is_rebased_to_the_new_batches() -> None:
+    tracker = Tracker()
+    loader = _loader(2, 1, 0)
+    tracker.track_train_loader(loader)
+    tracker.load_state_dict(_world_two()[0]["saved"][2])
+    assert tracker.resume_mapping == {
+        "saved_world_size": 2,
+        "world_size": 1,
+        "rank": 0,
+        "source_rank": 0,
+        "train_loaders": [
+            {"index": 0, "samples_consumed": 12, "batch_size": 2, "batches_consumed": 6, "exact": True, "problem": ""}
+        ],
+    }
+    train = tracker.view.train
+    assert (train.batches.epoch.completed, train.samples.epoch) == (6, 12)
+    assert train.batches.run.completed == 4 + 6  # epoch 0 at world 2 (4 batches per rank), then the mapped 6
+    assert train.dataloaders[0].batches.epoch == 6
+
+
+def test_a_checkpoint_after_an_elastic_resume_resumes_exactly_at_the_new_world_size() -> None:
+    tracker = Tracker()
+    loader = _loader(2, 1, 0)
+    tracker.track_train_loader(loader)
+    tracker.load_state_dict(_world_two()[0]["saved"][1])  # position 6: batch 3 of 11 at batches of 2
+    _epochs, saved = _train(tracker, loader, save_in=SAVED_EPOCH)
+    again = Tracker()
+    fresh_loader = _loader(2, 1, 0)
+    again.track_train_loader(fresh_loader)
+    again.load_state_dict(saved[7])
+    epochs, _ = _train(again, fresh_loader)
+    reference = _world_one(2)
+    assert epochs == [reference[SAVED_EPOCH][7:], reference[SAVED_EPOCH + 1]]
+    assert again.state_dict()["progress"] == tracker.state_dict()["progress"]
+    assert again.resume_mapping is None
+
+
+def test_a_position_not_a_multiple_of_the_new_global_batch_warns_and_trains_the_remainder_again() -> None:
+    entry = _world_two()[0]["saved"][1]  # global position 6; batches of 4 -> resumed at 4
+    tracker, epochs, problems = _resume_at_world_one(entry, 4)
+    assert len(problems) == 1 and "position 6 is not a multiple of the new global batch 4 x 1 = 4" in problems[0]
+    assert "2 samples before position 6 are trained again" in problems[0]
+    record = tracker.resume_mapping["train_loaders"][0]
+    assert (record["batches_consumed"], record["exact"]) == (1, False)
+    assert epochs[0] == _world_one(4)[SAVED_EPOCH][1:]
+    counts = Counter(_consumed_before_save(1) + [i for b in epochs[0] for i in b])
+    assert set(counts) == set(range(SAMPLES)) and sum(counts.values()) == SAMPLES + 2
+
+
+def test_ranks_saved_at_different_batch_counts_resume_from_the_smallest_and_say_so() -> None:
+    entry = copy.deepcopy(_world_two()[0]["saved"][2])
+    entry["ranks"][1]["train_loaders"][0]["batches_consumed"] = 1
+    tracker, epochs, problems = _resume_at_world_one(entry, 3)
+    assert any("(rank 0 = 2, rank 1 = 1)" in p and "the 3 samples" in p for p in problems)
+    assert epochs[0] == _world_one(3)[SAVED_EPOCH][2:]
+
+
+def test_a_checkpoint_after_the_last_batch_of_an_epoch_resumes_with_nothing_left_of_it() -> None:
+    entry = _world_two()[0]["saved"][4]  # the epoch is re-entered, its last (short) batch trained
+    tracker = Tracker()
+    loader = _loader(3, 1, 0)
+    tracker.track_train_loader(loader)
+    tracker.load_state_dict(copy.deepcopy(entry))
+    assert tracker.resume_mapping["train_loaders"][0]["samples_consumed"] == SAMPLES
+    assert (tracker.view.train.batches.epoch.completed, tracker.view.train.samples.epoch) == (8, SAMPLES)
+    epochs, _ = _train(tracker, loader)
+    assert epochs == [[], _world_one(3)[SAVED_EPOCH + 1]]
+
+
+def test_a_checkpoint_between_epochs_needs_no_mapping_and_the_next_epoch_is_the_new_worlds() -> None:
+    tracker, epochs, problems = _resume_at_world_one(_world_two()[0]["saved"]["end"], 3)
+    assert problems == [] and tracker.resume_mapping["train_loaders"] == []
+    assert epochs == [_world_one(3)[SAVED_EPOCH + 1]]
+
+
+def test_world_1_to_2_splits_the_rest_of_the_epoch_between_the_two_new_ranks() -> None:
+    full = _world_two()
+    consumed = [i for batch in _world_one(BATCH)[SAVED_EPOCH][:4] for i in batch]  # global position 12
+    for rank in (0, 1):
+        resumed = full[rank]["from_world_one"]
+        assert resumed["epochs"][0] == full[rank]["epochs"][SAVED_EPOCH][2:]  # 12 = 2 batches x 3 x 2 ranks
+        assert resumed["epochs"][1] == full[rank]["epochs"][SAVED_EPOCH + 1]
+        assert resumed["mapping"]["train_loaders"][0]["batches_consumed"] == 2
+        consumed += [i for batch in resumed["epochs"][0] for i in batch]
+    assert sorted(consumed) == list(range(SAMPLES))
+
+
+ERRORS = [
+    ("no-distributed-sampler", lambda: DataLoader(_Indexed(), batch_size=3, shuffle=True), "train_loaders.0"),
+    ("other-seed", lambda: _loader(3, 1, 0, seed=8), "ranks.0.train_loaders.0.distributed.seed"),
+    ("sampler-of-another-world", lambda: _loader(3, 2, 0), "train_loaders.0"),
+]
+
+
+@pytest.mark.parametrize(("build", "key"), [pytest.param(b, k, id=i) for i, b, k in ERRORS])
+def test_an_unmappable_loader_raises_naming_the_key_and_nothing_is_loaded(build: Any, key: str) -> None:
+    tracker = Tracker()
+    loader = build()
+    tracker.track_train_loader(loader)
+    before = tracker.state_dict()
+    with pytest.raises(ProgressStateError) as caught:
+        tracker.load_state_dict(_world_two()[0]["saved"][2])
+    assert caught.value.key == key
+    assert tracker.state_dict()["progress"] == before["progress"]
+
+
+def test_a_bad_part_of_a_gathered_entry_is_named_under_its_rank() -> None:
+    entry = copy.deepcopy(_world_one_run(BATCH)[1][2])
+    entry["ranks"][0]["progress"]["stages"]["train"]["samples"]["run"] = -1
+    tracker = Tracker()
+    loader = _loader(BATCH, 1, 0)
+    tracker.track_train_loader(loader)
+    with pytest.raises(ProgressStateError) as caught:
+        tracker.load_state_dict(entry)
+    assert caught.value.key == "ranks.0.progress.stages.train.samples.run"
+
+
+def test_an_elastic_resume_needs_the_loader_tracked_before_the_load() -> None:
+    with pytest.raises(ProgressStateError, match="track_train_loader before load_state_dict") as caught:
+        Tracker().load_state_dict(_world_two()[0]["saved"][2])
+    assert caught.value.key == "train_loaders.0"
