@@ -1,8 +1,10 @@
-"""A plain-text table of a saved progress state: stage x granularity x scope."""
+"""A saved progress state for people: a plain-text table (stage x granularity x scope) and derived facts."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from tracker_core._progress import Progress
 
 _SCOPES = ("epoch", "run", "lifetime")
 
@@ -12,16 +14,49 @@ def _scoped(counts: dict[str, int]) -> list[str]:
 
 
 def _phased(counts: dict[str, dict[str, int]]) -> list[str]:
-    return [str(counts[s]["completed"]) if s in counts else "-" for s in _SCOPES]
+    return [str(counts[s]["processed"]) if s in counts else "-" for s in _SCOPES]
+
+
+def _batches(count: int) -> str:
+    return f"{count} batch" if count == 1 else f"{count} batches"
 
 
 def _summed(items: list[dict[str, int]]) -> dict[str, int]:
     return {s: sum(item[s] for item in items) for s in _SCOPES}
 
 
+def taken_at(progress: dict[str, Any]) -> str:
+    """The last event phase marked before the state was taken, e.g. ``"train batch processed"``."""
+    where = progress["where"]
+    return " ".join(filter(None, where.values())) if where else "nothing happened yet"
+
+
+def progress_facts(progress: dict[str, Any]) -> dict[str, Any]:
+    """What a resume from ``progress`` (a ``Progress.state_dict()``) starts from, as plain data.
+
+    ``ProgressStateError`` if the state is damaged. Keys: ``taken_at``, ``run_kind``,
+    ``global_step``, ``epoch_index``, ``batches_into_epoch`` (train batches done in the
+    current epoch), ``mid_epoch``, ``mid_accumulation``, ``accumulating_batches``.
+    """
+    loaded = Progress()
+    loaded.load_state_dict(progress)
+    view = loaded.view
+    return {
+        "taken_at": taken_at(progress),
+        "run_kind": progress["run"]["kind"],
+        "global_step": view.global_step,
+        "epoch_index": view.epoch_index,
+        "batches_into_epoch": view.train.batches.epoch.completed if view.train.epochs.lifetime.in_flight else 0,
+        "mid_epoch": view.is_mid_epoch,
+        "mid_accumulation": view.is_mid_accumulation,
+        "accumulating_batches": view.train.accumulating_batches,
+    }
+
+
 def progress_table(progress: dict[str, Any]) -> str:
-    """Completed epochs and batches, samples and optimizer steps per stage and scope,
-    plus where the state was taken; ``progress`` is a ``Progress.state_dict()``."""
+    """Processed epochs and batches (their step done), samples, optimizer and scheduler steps per stage and scope,
+    then where the state was taken and whether it is mid-epoch / mid-accumulation;
+    ``progress`` is a ``Progress.state_dict()``."""
     rows = [("stage", "count", *_SCOPES)]
     for name, stage in progress["stages"].items():
         if not stage["batches"]["lifetime"]["ready"] and not stage["epochs"]["lifetime"]["ready"]:
@@ -34,13 +69,15 @@ def progress_table(progress: dict[str, Any]) -> str:
             skipped = _summed(stage["optimizer_steps_skipped"])
             if skipped["lifetime"]:
                 rows.append(("", "steps skipped", *_scoped(skipped)))
+            if stage["scheduler_steps"]["lifetime"]:
+                rows.append(("", "scheduler steps", *_scoped(stage["scheduler_steps"])))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * width for width in widths))
-    where = progress["where"]
-    taken = "nothing happened yet" if not where else " ".join(filter(None, where.values()))
-    train = progress["stages"]["train"]
-    lines.append(f"taken at: {taken}; run: {progress['run']['kind'] or '-'}; "
-                 f"batches into the train epoch: {train['batches']['epoch']['processed']}; "
-                 f"accumulating batches: {train['accumulating_batches']}")
+    facts = progress_facts(progress)
+    lines.append(f"taken at: {facts['taken_at']}; run: {facts['run_kind'] or '-'}; global step: {facts['global_step']}")
+    epoch = f"yes, {_batches(facts['batches_into_epoch'])} into train epoch {facts['epoch_index']} (0-based)"
+    accumulation = f"yes, {_batches(facts['accumulating_batches'])} not yet applied by an optimizer step"
+    lines.append(f"mid-epoch: {epoch if facts['mid_epoch'] else 'no'}; "
+                 f"mid-accumulation: {accumulation if facts['mid_accumulation'] else 'no'}")
     return "\n".join(lines)

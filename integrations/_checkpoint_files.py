@@ -1,0 +1,268 @@
+"""Where each framework's checkpoint keeps the progress entry, and reading it back without the framework.
+
+One source of truth for the layouts (the adapters import these constants):
+
+- Lightning ``.ckpt``: ``checkpoint["callbacks"][LIGHTNING_STATE_KEY]`` is the entry, partial
+  gradients of an accumulation window are ``checkpoint[LIGHTNING_GRADIENTS_KEY]``;
+- Ignite ``Checkpoint`` file: the value saved under the user's key for the ``ProgressHandler``
+  is a dict with exactly ``IGNITE_STATE_KEYS``; its ``"progress_tracker"`` is the entry;
+- Accelerate ``save_state`` folder: ``progress_tracker_{rank}.pt`` per process
+  (``integrations._accelerate_checkpoint``), whose ``"tracker"`` is the entry.
+
+Files are read with ``torch.load(weights_only=True)``: no pickled code ever runs. No
+framework is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import struct
+import warnings
+import zipfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from integrations import _accelerate_checkpoint as accelerate_file
+from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
+from tracker_core._data_rng import GlobalRng
+
+LIGHTNING_STATE_KEY = "ProgressTracker"
+LIGHTNING_GRADIENTS_KEY = "progress_tracker_gradients"
+IGNITE_STATE_KEYS = ("progress_tracker", "gradients")
+
+_ACCELERATE_PROGRESS_FILE = re.compile(r"progress_tracker_(\d+)\.pt")
+_CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth")  # files a directory scan considers
+_TORCH_ZIP_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")  # torch.save files in an Accelerate folder
+_NOT_A_ZIP = "truncated or not a torch checkpoint (no zip central directory, which torch.save writes last)"
+_LOOKED_FOR = (
+    f"looked for checkpoint['callbacks'][{LIGHTNING_STATE_KEY!r}] (Lightning ProgressTracker) and for a value "
+    f"with keys {', '.join(map(repr, IGNITE_STATE_KEYS))} (Ignite ProgressHandler)"
+)
+
+
+class CheckpointFileError(ValueError):
+    """A checkpoint cannot be used: missing, truncated, without a progress entry, or with a damaged one.
+
+    The message names the file or folder and what is wrong.
+    """
+
+
+@dataclass(frozen=True)
+class ProgressCheckpoint:
+    """The validated progress entries (``Tracker.state_dict()``) of one checkpoint.
+
+    ``format`` is ``"lightning"``, ``"ignite"`` or ``"accelerate"``; ``entries`` has one
+    entry per process (index = rank): one per ``progress_tracker_{rank}.pt`` of an
+    Accelerate folder, the ``"ranks"`` of a file's gathered entry (saved by several
+    processes), else one; ``location`` says where in the checkpoint the entry was found.
+    """
+
+    path: Path
+    format: str
+    location: str
+    entries: tuple[dict[str, Any], ...]
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> ProgressCheckpoint:
+    """Find the progress entry of a Lightning/Ignite checkpoint file or an Accelerate folder and validate it.
+
+    Raises :class:`CheckpointFileError` naming the path: missing, truncated or not a
+    torch checkpoint, no progress entry (saying what was looked for), or a damaged entry
+    (with the core's ``ProgressStateError`` message naming the key).
+    """
+    path = Path(path)
+    if path.is_dir():
+        return _read_accelerate(path)
+    if not path.exists():
+        raise CheckpointFileError(f"{path}: no such file or folder")
+    fmt, location, entry = _find_entry(path, _load(path))
+    return ProgressCheckpoint(path, fmt, location, _rank_entries(path, location, entry))
+
+
+def newest_intact_checkpoint(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Path:
+    """The newest checkpoint whose progress entry reads and validates: the one to resume from.
+
+    ``paths``: checkpoint files and Accelerate ``save_state`` folders, or one directory to
+    scan (its ``*.ckpt``, ``*.pt``, ``*.pth`` files and its sub-folders holding a
+    ``progress_tracker_<rank>.pt``). Newest means the latest modification time (of the
+    newest file inside, for a folder; ties by name, numbers compared as numbers). Each
+    newer candidate that is truncated or damaged is skipped with a ``UserWarning`` naming
+    it and why; :class:`CheckpointFileError` if none is intact.
+    """
+    candidates = sorted(_candidates(paths), key=lambda p: (_modified(p), _natural(p.name)), reverse=True)
+    skipped: list[str] = []
+    for candidate in candidates:
+        try:
+            read_checkpoint(candidate)
+        except CheckpointFileError as error:
+            skipped.append(str(error))
+            continue
+        for reason in skipped:
+            warnings.warn(f"skipped a checkpoint newer than {candidate}: {reason}", UserWarning, stacklevel=2)
+        return candidate
+    if not candidates:
+        where = paths if isinstance(paths, (str, os.PathLike)) else "an empty list of paths"
+        raise CheckpointFileError(f"no checkpoint found in {where}")
+    raise CheckpointFileError("no intact checkpoint: " + "; ".join(skipped))
+
+
+# files ------------------------------------------------------------------------------------
+def _load(path: Path) -> Any:
+    if not zipfile.is_zipfile(path):
+        raise CheckpointFileError(f"{path}: {_NOT_A_ZIP}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:
+        reason = re.search(r"WeightsUnpickler error: ([^\n]*)", str(error))
+        raise CheckpointFileError(
+            f"{path}: refused by torch.load(weights_only=True), which never runs pickled code"
+            + (f" ({reason[1].strip()})" if reason else "")
+        ) from None
+    except (RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile) as error:
+        raise CheckpointFileError(f"{path}: truncated or not a torch checkpoint ({error})") from None
+
+
+def _find_entry(path: Path, payload: Any) -> tuple[str, str, Any]:
+    """(format, location, entry) of the progress entry in a loaded checkpoint file."""
+    if isinstance(payload, dict) and isinstance(payload.get("callbacks"), dict):
+        if LIGHTNING_STATE_KEY not in payload["callbacks"]:
+            raise CheckpointFileError(
+                f"{path}: a Lightning checkpoint without a progress entry: checkpoint['callbacks'] has no "
+                f"{LIGHTNING_STATE_KEY!r} (was the ProgressTracker callback in the Trainer?)"
+            )
+        entry = payload["callbacks"][LIGHTNING_STATE_KEY]
+        return "lightning", f"checkpoint['callbacks'][{LIGHTNING_STATE_KEY!r}]", entry
+    if _is_handler_state(payload):
+        return "ignite", "checkpoint['progress_tracker']", payload["progress_tracker"]
+    if isinstance(payload, dict):
+        keys = [key for key, value in payload.items() if _is_handler_state(value)]
+        if len(keys) > 1:
+            raise CheckpointFileError(f"{path}: several ProgressHandler states, under keys {keys!r}")
+        if keys:
+            return "ignite", f"checkpoint[{keys[0]!r}]['progress_tracker']", payload[keys[0]]["progress_tracker"]
+    raise CheckpointFileError(f"{path}: no progress entry: {_LOOKED_FOR}")
+
+
+def _rank_entries(path: Path, location: str, entry: Any) -> tuple[dict[str, Any], ...]:
+    """Each rank's validated entry: a ``Tracker.gathered_state_dict()`` (several processes) holds
+    every rank's under ``"ranks"``, another entry is the only rank's."""
+    ranks = entry.get("ranks") if isinstance(entry, dict) else None
+    if not isinstance(ranks, list) or not ranks:
+        _validate(path, location, entry)
+        return (entry,)
+    for rank, rank_entry in enumerate(ranks):
+        _validate(path, f"{location}['ranks'][{rank}]", rank_entry)
+    return tuple(ranks)
+
+
+def _is_handler_state(value: object) -> bool:
+    return isinstance(value, dict) and set(value) == set(IGNITE_STATE_KEYS)
+
+
+def _validate(path: Path, location: str, entry: object) -> None:
+    """The core's full check, on a throwaway Tracker; the global RNGs it sets are put back."""
+    rng = GlobalRng.capture()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", InexactResumeWarning)
+            Tracker().load_state_dict(entry)
+    except ProgressStateError as error:
+        raise CheckpointFileError(f"{path}: damaged progress entry at {location}: {error}") from None
+    finally:
+        rng.apply()
+
+
+# Accelerate folders --------------------------------------------------------------------------
+def _read_accelerate(folder: Path) -> ProgressCheckpoint:
+    names = os.listdir(folder)
+    ranks = sorted(int(match[1]) for name in names if (match := _ACCELERATE_PROGRESS_FILE.fullmatch(name)))
+    if not ranks:
+        raise CheckpointFileError(
+            f"{folder}: no progress entry: looked for progress_tracker_<rank>.pt, which AcceleratorProgress "
+            "writes at accelerator.save_state"
+        )
+    if ranks != list(range(len(ranks))):
+        raise CheckpointFileError(f"{folder}: progress files of ranks {ranks}: some rank's file is missing")
+    for name in sorted(names):
+        problem = _incomplete(folder / name)
+        if problem:
+            raise CheckpointFileError(f"{folder / name}: {problem}")
+    entries = []
+    for rank in ranks:
+        if f"random_states_{rank}.pkl" not in names:
+            raise CheckpointFileError(
+                f"{folder}: save_state was cut short: random_states_{rank}.pkl, which Accelerate writes "
+                "after the weights and optimizer states, is missing"
+            )
+        file = folder / accelerate_file.file_name(rank)
+        try:
+            saved = accelerate_file.read(str(folder), rank)
+        except ProgressStateError as error:
+            raise CheckpointFileError(f"{file}: damaged progress file: {error}") from None
+        _validate(file, "['tracker']", saved.tracker)
+        entries.append(saved.tracker)
+    return ProgressCheckpoint(folder, "accelerate", "progress_tracker_<rank>.pt['tracker']", tuple(entries))
+
+
+def _incomplete(file: Path) -> str | None:
+    """Why a file Accelerate wrote is cut short, or None; read without unpickling anything."""
+    if file.suffix in _TORCH_ZIP_SUFFIXES and file.is_file() and not zipfile.is_zipfile(file):
+        return _NOT_A_ZIP
+    if file.suffix == ".safetensors":
+        return _safetensors_incomplete(file)
+    return None
+
+
+def _safetensors_incomplete(file: Path) -> str | None:
+    size = file.stat().st_size
+    with open(file, "rb") as stream:
+        head = stream.read(8)
+        if len(head) < 8:
+            return "truncated safetensors file (no header)"
+        (header_size,) = struct.unpack("<Q", head)
+        if 8 + header_size > size:
+            return "truncated safetensors file (header cut short)"
+        try:
+            header = json.loads(stream.read(header_size))
+            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return "damaged safetensors header"
+    if 8 + header_size + end > size:
+        return f"truncated safetensors file ({size} bytes, {8 + header_size + end} expected)"
+    return None
+
+
+# candidates --------------------------------------------------------------------------------
+def _candidates(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        path = Path(paths)
+        if not path.is_dir() or _is_accelerate_folder(path):
+            return [path]
+        return [
+            p for p in path.iterdir()
+            if (p.is_dir() and _is_accelerate_folder(p)) or (p.is_file() and p.suffix in _CHECKPOINT_SUFFIXES)
+        ]
+    return [Path(p) for p in paths]
+
+
+def _is_accelerate_folder(path: Path) -> bool:
+    return any(_ACCELERATE_PROGRESS_FILE.fullmatch(name) for name in os.listdir(path))
+
+
+def _modified(path: Path) -> int:
+    if path.is_dir():
+        return max((p.stat().st_mtime_ns for p in path.iterdir() if p.is_file()), default=path.stat().st_mtime_ns)
+    return path.stat().st_mtime_ns if path.exists() else 0
+
+
+def _natural(name: str) -> list[tuple[int, str]]:
+    """Sort key: numbers in ``name`` compare as numbers (checkpoint_10 after checkpoint_9)."""
+    return [(int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"(\d+)", name)]
+

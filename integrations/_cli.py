@@ -1,0 +1,135 @@
+"""``progress-tracker``: inspect the progress saved in a checkpoint, or compare two checkpoints.
+
+``inspect PATH [--json]`` and ``diff A B``; see docs/cli.md. Exit codes: 0 success (diff:
+identical), 1 diff found differences, 2 error (message on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from integrations._checkpoint_files import CheckpointFileError, ProgressCheckpoint, read_checkpoint
+from tracker_core._report import progress_facts, progress_table
+
+_FORMATS = {
+    "lightning": "Lightning checkpoint",
+    "ignite": "Ignite checkpoint",
+    "accelerate": "Accelerate checkpoint folder",
+}
+_MISSING = object()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 2
+    try:
+        if args.command == "inspect":
+            return _inspect(args.path, args.json)
+        return _diff(args.a, args.b)
+    except CheckpointFileError as error:
+        print(f"progress-tracker: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="progress-tracker", description="Inspect the training progress saved in checkpoints."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    inspect = commands.add_parser(
+        "inspect", help="show the progress in a Lightning .ckpt, an Ignite checkpoint or an Accelerate folder"
+    )
+    inspect.add_argument("path", help="checkpoint file or Accelerate save_state folder")
+    inspect.add_argument("--json", action="store_true", help="print plain JSON (all ranks) instead of a table")
+    diff = commands.add_parser("diff", help="print the progress counts that differ between two checkpoints")
+    diff.add_argument("a", help="first checkpoint (file or Accelerate folder)")
+    diff.add_argument("b", help="second checkpoint; its format may differ from the first's")
+    return parser
+
+
+def _json_document(checkpoint: ProgressCheckpoint) -> dict[str, Any]:
+    """The ``inspect --json`` document: rank 0's progress and facts at the top, every rank in ``ranks``."""
+    ranks = [
+        {"rank": rank, "progress": entry["progress"], "facts": progress_facts(entry["progress"])}
+        for rank, entry in enumerate(checkpoint.entries)
+    ]
+    return {
+        "path": str(checkpoint.path),
+        "format": checkpoint.format,
+        "location": checkpoint.location,
+        "num_ranks": len(ranks),
+        "progress": ranks[0]["progress"],
+        "facts": ranks[0]["facts"],
+        "ranks": ranks,
+    }
+
+
+def _inspect(path: str, as_json: bool) -> int:
+    checkpoint = read_checkpoint(path)
+    if as_json:
+        print(json.dumps(_json_document(checkpoint), indent=2))
+        return 0
+    print(f"{checkpoint.path}: {_FORMATS[checkpoint.format]}")
+    print(f"progress entry: {checkpoint.location}")
+    if len(checkpoint.entries) > 1:
+        print(f"{len(checkpoint.entries)} ranks; showing rank 0 (--json shows all ranks)")
+    print()
+    print(progress_table(checkpoint.entries[0]["progress"]))
+    return 0
+
+
+def _diff(path_a: str, path_b: str) -> int:
+    a, b = read_checkpoint(path_a), read_checkpoint(path_b)
+    rows = [(key, _shown(value_a), _shown(value_b)) for key, value_a, value_b in _differences(a, b)]
+    if not rows:
+        print(f"identical progress ({_FORMATS[a.format]} and {_FORMATS[b.format]})")
+        return 0
+    rows.insert(0, ("key", str(a.path), str(b.path)))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 1
+
+
+def _differences(a: ProgressCheckpoint, b: ProgressCheckpoint) -> list[tuple[str, object, object]]:
+    """(dotted key, value in a, value in b) for every progress count that differs, rank by rank."""
+    ranks = max(len(a.entries), len(b.entries))
+    found: list[tuple[str, object, object]] = []
+    if len(a.entries) != len(b.entries):
+        found.append(("ranks", len(a.entries), len(b.entries)))
+    for rank in range(min(len(a.entries), len(b.entries))):
+        prefix = f"rank{rank}." if ranks > 1 else ""
+        flat_a, flat_b = _flat(a.entries[rank]["progress"]), _flat(b.entries[rank]["progress"])
+        for key in sorted(set(flat_a) | set(flat_b)):
+            value_a, value_b = flat_a.get(key, _MISSING), flat_b.get(key, _MISSING)
+            if value_a != value_b:
+                found.append((prefix + key, value_a, value_b))
+    return found
+
+
+def _flat(value: object, prefix: str = "") -> dict[str, object]:
+    """Leaves of nested dicts and lists by dotted key (list items by index)."""
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, list):
+        items = list(enumerate(value))
+    else:
+        return {prefix: value}
+    if not items:
+        return {prefix: value}
+    flat: dict[str, object] = {}
+    for key, item in items:
+        flat.update(_flat(item, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def _shown(value: object) -> str:
+    return "(missing)" if value is _MISSING else json.dumps(value)
