@@ -1,0 +1,275 @@
+"""The live display in real short runs of Lightning, Ignite and Accelerate: the same lines, the view's counts."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint, DiskSaver
+from pytorch_lightning.utilities.exceptions import MisconfigurationException
+from test_ignite_common import Config, build
+from test_lightning_support import IndexedStream, Recording, loader
+from torch.utils.data import DataLoader, IterableDataset
+
+from integrations.ignite import ProgressDisplay as IgniteDisplay
+from integrations.ignite import ProgressHandler
+from integrations.lightning import ProgressDisplay as LightningDisplay
+from integrations.lightning import ProgressTracker
+from tracker_core import ProgressView, get_progress
+
+
+def _counts(text: str) -> list[str]:
+    """The display's lines without their timing fields (samples/s, ETA), which depend on the machine."""
+    return [
+        " | ".join(part for part in line.split(" | ") if not part.endswith("samples/s") and not part.startswith("ETA"))
+        for line in text.splitlines()
+    ]
+
+
+def _final_train_line(view: ProgressView, epochs: int) -> str:
+    """The line the display must end a fit with, built from the view's final counts."""
+    train = view.train
+    return f"train    | epoch {train.epochs.run.completed}/{epochs} | batch {train.batches.epoch.processed}/" + (
+        f"{train.batches.epoch.processed} | steps {view.global_step}"
+    )
+
+
+# Lightning ---------------------------------------------------------------------------------
+def _lightning(callbacks: list[pl.Callback], **kwargs: Any) -> pl.Trainer:
+    kwargs.setdefault("max_epochs", 2)
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        callbacks=callbacks,
+        **kwargs,
+    )
+
+
+_LIGHTNING_FIT = [
+    "validate | epoch 1/2 | batch 2/2 | steps 4",
+    "train    | epoch 1/2 | batch 4/4 | steps 4",
+    "validate | epoch 2/2 | batch 2/2 | steps 8",
+    "train    | epoch 2/2 | batch 4/4 | steps 8",
+]
+
+
+@pytest.mark.parametrize("bar_first", [False, True], ids=["tracker-first", "bar-first"])
+def test_lightning_bar_prints_each_epochs_line_and_ends_on_the_views_counts(bar_first: bool) -> None:
+    out = io.StringIO()
+    bar, tracker = LightningDisplay(stream=out, terminal=False, interval=1000.0), ProgressTracker()
+    trainer = _lightning([bar, tracker] if bar_first else [tracker, bar])
+    trainer.fit(Recording(), loader(10, 3), loader(5, 3))
+    assert trainer.progress_bar_callback is bar
+    assert _counts(out.getvalue()) == _LIGHTNING_FIT
+    assert _LIGHTNING_FIT[-1] == _final_train_line(get_progress(trainer), 2)
+
+
+def test_lightning_bar_without_the_tracker_is_refused_at_setup() -> None:
+    trainer = _lightning([LightningDisplay(stream=io.StringIO())])
+    with pytest.raises(MisconfigurationException, match=r"add ProgressTracker\(\) to Trainer"):
+        trainer.fit(Recording(), loader(10, 3))
+
+
+def test_lightning_bar_shows_test_validate_and_predict_runs_without_epoch_or_steps() -> None:
+    out = io.StringIO()
+    trainer = _lightning([ProgressTracker(), LightningDisplay(stream=out, terminal=False)])
+    model = Recording()
+    trainer.test(model, loader(7, 3))
+    trainer.validate(model, loader(5, 3))
+    trainer.predict(model, loader(4, 3))
+    assert _counts(out.getvalue()) == ["test     | batch 3/3", "validate | batch 2/2", "predict  | batch 2/2"]
+
+
+def test_lightning_bar_on_iterable_data_shows_batches_without_a_total() -> None:
+    out = io.StringIO()
+    trainer = _lightning([ProgressTracker(), LightningDisplay(stream=out, terminal=False)], max_epochs=1)
+    trainer.fit(Recording(), DataLoader(IndexedStream(10), batch_size=3))
+    assert _counts(out.getvalue()) == ["train    | epoch 1/1 | batch 4 | steps 4"]
+
+
+def test_lightning_bar_resumed_mid_epoch_continues_the_runs_epoch_and_step_counts(tmp_path: Path) -> None:
+    class Killed(Exception):
+        pass
+
+    class SaveThenDie(pl.Callback):
+        def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+            if trainer.global_step == 6:  # epoch 2, batch 2
+                trainer.save_checkpoint(tmp_path / "mid.ckpt")
+                raise Killed
+
+    first = _lightning([ProgressTracker(), SaveThenDie()], max_epochs=3, enable_progress_bar=False)
+    with pytest.raises(Killed):
+        first.fit(Recording(), loader(10, 3))
+    out = io.StringIO()
+    trainer = _lightning([ProgressTracker(), LightningDisplay(stream=out, terminal=False)], max_epochs=3)
+    trainer.fit(Recording(), loader(10, 3), ckpt_path=tmp_path / "mid.ckpt")
+    assert _counts(out.getvalue()) == [
+        "train    | epoch 2/3 | batch 4/4 | steps 8",
+        "train    | epoch 3/3 | batch 4/4 | steps 12",
+    ]
+
+
+def test_lightning_module_print_goes_through_the_display() -> None:
+    class Printing(Recording):
+        def on_train_epoch_end(self) -> None:
+            self.print("epoch done")
+
+    out = io.StringIO()
+    trainer = _lightning([ProgressTracker(), LightningDisplay(stream=out, terminal=False)], max_epochs=1)
+    trainer.fit(Printing(), loader(10, 3))
+    assert _counts(out.getvalue()) == ["train    | epoch 1/1 | batch 4/4 | steps 4", "epoch done"]  # callbacks first
+
+
+def test_lightning_bar_draws_on_a_terminal_and_finishes() -> None:
+    out = io.StringIO()
+    trainer = _lightning([ProgressTracker(), LightningDisplay(stream=out, terminal=True)])
+    trainer.fit(Recording(), loader(10, 3), loader(5, 3))
+    assert "\x1b[" in out.getvalue()
+    assert _final_train_line(get_progress(trainer), 2) in out.getvalue()
+
+
+# Ignite ------------------------------------------------------------------------------------
+_IGNITE_FIT = [
+    line
+    for epoch, steps in ((1, 4), (2, 8), (3, 12))
+    for line in (
+        f"validate | epoch {epoch}/3 | batch 3/3 | steps {steps}",
+        f"train    | epoch {epoch}/3 | batch 4/4 | steps {steps}",
+    )
+]
+
+
+def _ignite_display(program: Any, out: io.StringIO, terminal: bool = False) -> None:
+    display = IgniteDisplay(stream=out, terminal=terminal, interval=1000.0)
+    display.attach(program.trainer)
+    display.attach(program.evaluator)
+
+
+def test_ignite_handler_prints_each_epochs_line_and_ends_on_the_views_counts() -> None:
+    program, out = build(Config(), seed=0), io.StringIO()
+    _ignite_display(program, out)
+    program.run()
+    assert _counts(out.getvalue()) == _IGNITE_FIT
+    assert _IGNITE_FIT[-1] == _final_train_line(get_progress(program.trainer), 3)
+
+
+def test_ignite_handler_needs_a_progress_handler_on_the_engine_first() -> None:
+    with pytest.raises(ValueError, match="attach an integrations.ignite.ProgressHandler to this engine"):
+        IgniteDisplay().attach(Engine(lambda engine, batch: None))
+
+
+def test_ignite_handler_refuses_engines_of_another_progress_handler() -> None:
+    display = IgniteDisplay(stream=io.StringIO())
+    first, second = Engine(lambda e, b: None), Engine(lambda e, b: None)
+    ProgressHandler().attach(first)
+    ProgressHandler().attach(second)
+    display.attach(first)
+    with pytest.raises(ValueError, match="another ProgressHandler"):
+        display.attach(second)
+
+
+class _Unsized(IterableDataset):
+    def __iter__(self) -> Any:
+        return iter(torch.arange(10.0).reshape(10, 1))
+
+
+def test_ignite_handler_learns_an_iterables_epoch_length_after_its_first_epoch() -> None:
+    engine, out = Engine(lambda e, b: None), io.StringIO()
+    ProgressHandler().attach(engine)
+    IgniteDisplay(stream=out, terminal=False).attach(engine)
+    engine.run(DataLoader(_Unsized(), batch_size=3), max_epochs=2)
+    assert _counts(out.getvalue()) == ["train    | epoch 1/2 | batch 4 | steps 0", "train    | epoch 2/2 | batch 4/4 | steps 0"]
+
+
+def test_ignite_handler_resumed_mid_epoch_continues_the_runs_epoch_and_step_counts(tmp_path: Path) -> None:
+    program = build(Config(), seed=0)
+    checkpoint = Checkpoint(program.to_save(), DiskSaver(str(tmp_path), require_empty=False), n_saved=None)
+    program.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=6), checkpoint)
+    program.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=6), lambda e: e.terminate())
+    program.run()
+    resumed, out = build(Config(), seed=1), io.StringIO()
+    Checkpoint.load_objects(resumed.to_save(), str(next(tmp_path.glob("*.pt"))))
+    _ignite_display(resumed, out)
+    resumed.run()
+    assert _counts(out.getvalue()) == _IGNITE_FIT[2:]
+
+
+def test_ignite_handler_draws_on_a_terminal_and_finishes() -> None:
+    program, out = build(Config(), seed=0), io.StringIO()
+    _ignite_display(program, out, terminal=True)
+    program.run()
+    assert "\x1b[" in out.getvalue()
+    assert _final_train_line(get_progress(program.trainer), 3) in out.getvalue()
+
+
+# Accelerate --------------------------------------------------------------------------------
+def _accelerate_fit(out: io.StringIO, terminal: bool = False, stop_after: int | None = None) -> ProgressView:
+    """Two epochs of 10 samples in batches of 3 and a validation of 7 in batches of 3, with the display."""
+    from accelerate_drive import Indexed, Setup, fresh_accelerator
+
+    from integrations.accelerate import AcceleratorProgress
+
+    accelerator = fresh_accelerator(Setup(accumulation=1))
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer, train, val = accelerator.prepare(
+        model, optimizer, DataLoader(Indexed(10), batch_size=3), DataLoader(Indexed(7), batch_size=3)
+    )
+    progress = AcceleratorProgress(accelerator)
+    progress.display(stream=out, terminal=terminal, interval=1000.0)
+    for _ in progress.epochs(2):
+        for position, (_ids, x, y) in enumerate(progress.train(train)):
+            accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+            if position == stop_after:
+                break
+        for _ids, x, _y in progress.evaluate(val):
+            model(x)
+    return progress.view
+
+
+def test_accelerate_display_prints_each_passs_line_and_ends_on_the_views_counts() -> None:
+    out = io.StringIO()
+    view = _accelerate_fit(out)
+    lines = [
+        "train    | epoch 1/2 | batch 4/4 | steps 4",
+        "validate | epoch 1/2 | batch 3/3 | steps 4",
+        "train    | epoch 2/2 | batch 4/4 | steps 8",
+        "validate | epoch 2/2 | batch 3/3 | steps 8",
+    ]
+    assert _counts(out.getvalue()) == lines
+    assert lines[2] == _final_train_line(view, 2)
+
+
+def test_accelerate_without_display_iterates_the_loops_own_generator() -> None:
+    from accelerate_drive import Indexed, Setup, fresh_accelerator
+
+    from integrations.accelerate import AcceleratorProgress
+
+    accelerator = fresh_accelerator(Setup())
+    progress = AcceleratorProgress(accelerator)
+    batches = progress.train(accelerator.prepare(DataLoader(Indexed(10), batch_size=3)))
+    assert batches.gi_code is AcceleratorProgress._train_pass.__code__  # type: ignore[attr-defined]
+    batches.close()
+
+
+def test_accelerate_display_of_a_pass_cut_short_shows_the_batches_it_trained() -> None:
+    out = io.StringIO()
+    _accelerate_fit(out, stop_after=1)
+    assert _counts(out.getvalue())[0] == "train    | epoch 1/2 | batch 2/4 | steps 2"
+
+
+def test_accelerate_display_draws_on_a_terminal_and_finishes() -> None:
+    out = io.StringIO()
+    view = _accelerate_fit(out, terminal=True)
+    assert "\x1b[" in out.getvalue()
+    assert _final_train_line(view, 2) in out.getvalue()
