@@ -18,10 +18,13 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 from torch.utils.data import DataLoader
 
+from integrations._checkpoint_files import IGNITE_STATE_KEYS as _STATE_KEYS
+from integrations._ignite_display import ProgressDisplay as ProgressDisplay
 from integrations._ignite_events import STAGES, attach_stage, attach_trainer
 from tracker_core import (
     InexactResumeWarning,
@@ -35,9 +38,7 @@ from tracker_core._gradients import capture_gradients, restore_gradients
 from tracker_core._optimizer_hooks import count_skipped_steps
 from tracker_core._registry import attach as register
 
-__all__ = ["ProgressHandler"]
-
-_STATE_KEYS = ("progress_tracker", "gradients")
+__all__ = ["ProgressDisplay", "ProgressHandler"]
 
 
 class ProgressHandler:
@@ -103,7 +104,10 @@ class ProgressHandler:
         """Plain progress entry plus the partial gradients of an unfinished accumulation window."""
         self._warn_if_epoch_length_differs()
         gradients = capture_gradients(self._parameters) if self.view.is_mid_accumulation else []
-        return {"progress_tracker": self._tracker.state_dict(), "gradients": gradients}
+        # With several processes every rank's entry, so rank 0's file resumes each rank exactly:
+        # a collective, which Checkpoint calls on every rank.
+        entry = self._tracker.gathered_state_dict() if idist.get_world_size() > 1 else self._tracker.state_dict()
+        return {"progress_tracker": entry, "gradients": gradients}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Validate everything (``ProgressStateError`` naming the key, nothing changed), then load."""
@@ -125,7 +129,7 @@ class ProgressHandler:
         except Exception:
             restore_gradients(self._parameters, previous)
             raise
-        self._restored = state["progress_tracker"]["progress"]
+        self._restored = self._tracker.progress.state_dict()  # this rank's part of a gathered entry
 
     # --- resume ---------------------------------------------------------------------------
 
@@ -205,6 +209,7 @@ def _align_engine(engine: Engine, view: ProgressView) -> None:
     if epochs.in_flight:
         consumed = train.batches.epoch.completed
         if engine.state.epoch_length is not None and consumed >= engine.state.epoch_length:
+            _finish_replayed_epoch(engine)
             engine.state.epoch = epochs.ready
             engine.fire_event(Events.EPOCH_COMPLETED)
             engine._init_iter = 0  # noqa: SLF001 - the next epoch starts at its first batch
@@ -214,6 +219,19 @@ def _align_engine(engine: Engine, view: ProgressView) -> None:
             return
     engine.state.epoch = train.epochs.run.completed
     engine._init_iter = 0  # noqa: SLF001
+
+
+def _finish_replayed_epoch(engine: Engine) -> None:
+    """Read the loaded epoch's replay now: it is empty, the epoch's last batch was checkpointed.
+
+    Left armed, it would be Ignite's next ``iter()``: Ignite would find it empty and build
+    another iterator (firing DATALOADER_STOP_ITERATION), and the replay would leave a
+    ``DistributedSampler`` at the saved epoch, undoing the ``set_epoch`` of the next
+    epoch's EPOCH_STARTED handlers (the next epoch would repeat the saved epoch's order).
+    """
+    loader = engine.state.dataloader
+    if isinstance(loader, DataLoader) and _length(loader) == engine.state.epoch_length:
+        next(iter(loader), None)
 
 
 def _length(loader: DataLoader[Any]) -> int | None:

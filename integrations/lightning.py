@@ -13,23 +13,29 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+import torch.distributed as dist
 from pytorch_lightning.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
 from integrations import _lightning_resume as resume
+from integrations._checkpoint_files import LIGHTNING_GRADIENTS_KEY, LIGHTNING_STATE_KEY
+from integrations._lightning_display import ProgressDisplay as ProgressDisplay
 from integrations._lightning_stage import StageDriver
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker, count_optimizer_steps
 from tracker_core._data_rng import GlobalRng
 from tracker_core._gradients import capture_gradients, restore_gradients
 from tracker_core._registry import attach
 
-__all__ = ["GRADIENTS_KEY", "STATE_KEY", "ProgressTracker"]
+__all__ = ["GRADIENTS_KEY", "STATE_KEY", "ProgressDisplay", "ProgressTracker"]
 
-STATE_KEY = "ProgressTracker"
+STATE_KEY = LIGHTNING_STATE_KEY
 """Where the progress entry lives: ``checkpoint["callbacks"][STATE_KEY]``."""
-GRADIENTS_KEY = "progress_tracker_gradients"
-"""Where the partial gradients of an unfinished accumulation window live: ``checkpoint[GRADIENTS_KEY]``."""
+GRADIENTS_KEY = LIGHTNING_GRADIENTS_KEY
+"""Where the partial gradients of an unfinished accumulation window live: ``checkpoint[GRADIENTS_KEY]``.
+
+A list (one per parameter); with several processes ``{"ranks": [each rank's list]}``.
+"""
 
 
 class ProgressTracker(pl.Callback):
@@ -256,10 +262,17 @@ class ProgressTracker(pl.Callback):
 
     # checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The core's plain entry, after catching up with phases Lightning marked before our hook ran."""
+        """The core's plain entry, after catching up with phases Lightning marked before our hook ran.
+
+        With several processes it holds every rank's entry, so the file rank 0 writes resumes
+        each rank exactly: then it is a collective, which Lightning calls on every rank
+        (``Trainer.save_checkpoint``).
+        """
         trainer = self._trainer() if self._trainer is not None else None
         if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
             self._catch_up(trainer)
+        if trainer is not None and trainer.world_size > 1:
+            return self.tracker.gathered_state_dict()
         return self.tracker.state_dict()
 
     def _catch_up(self, trainer: pl.Trainer) -> None:
@@ -278,7 +291,8 @@ class ProgressTracker(pl.Callback):
         if trainer.state.fn != TrainerFn.FITTING:
             return
         if self.tracker.view.is_mid_accumulation:
-            checkpoint[GRADIENTS_KEY] = capture_gradients(pl_module.parameters())
+            gradients = capture_gradients(pl_module.parameters())
+            checkpoint[GRADIENTS_KEY] = _every_rank(gradients) if trainer.world_size > 1 else gradients
         if resume.on_train_batch_end(trainer) and resume.validation_due(trainer):
             warnings.warn(
                 "checkpoint saved in on_train_batch_end before a due validation: Lightning skips that "
@@ -299,7 +313,7 @@ class ProgressTracker(pl.Callback):
                 stacklevel=2,
             )
             self._train.epoch_to_open = True  # Lightning may resume mid-epoch, without on_train_epoch_start
-        self._gradients = checkpoint.get(GRADIENTS_KEY)
+        self._gradients = _own_gradients(checkpoint.get(GRADIENTS_KEY), trainer.global_rank)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load the entry (``ProgressStateError`` on damage, before anything runs) and re-arm the hooks."""
@@ -316,3 +330,19 @@ class ProgressTracker(pl.Callback):
             driver.reset()
         self._loaded = True
 
+
+def _every_rank(gradients: list[torch.Tensor | None]) -> dict[str, list[list[torch.Tensor | None]]]:
+    """``{"ranks": [rank 0's gradients, ...]}`` (collective): DDP's ``no_sync`` leaves each rank its own partial sums."""
+    ranks: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, [None if g is None else g.cpu() for g in gradients])
+    return {"ranks": ranks}
+
+
+def _own_gradients(saved: object, rank: int) -> Any:
+    """This rank's saved partial gradients (rank ``rank % saved ranks`` at another world size, as its RNGs)."""
+    if not isinstance(saved, dict):
+        return saved  # saved by one process (or absent)
+    ranks = saved.get("ranks")
+    if not isinstance(ranks, list) or not ranks:
+        raise ProgressStateError("gradients.ranks", "expected a non-empty list of each rank's gradients")
+    return ranks[rank % len(ranks)]

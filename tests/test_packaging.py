@@ -42,7 +42,7 @@ def test_constraints_pin_every_framework_exactly():
 
 def test_every_extra_is_declared():
     project = _pyproject()["project"]
-    assert set(project["optional-dependencies"]) == {"lightning", "ignite", "accelerate", "data", "all", "test"}
+    assert set(project["optional-dependencies"]) == {"lightning", "ignite", "accelerate", "data", "display", "all", "test"}
 
 
 def test_torch_range_admits_the_pinned_version_and_no_major_release_beyond():

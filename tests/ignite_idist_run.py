@@ -1,0 +1,145 @@
+"""An Ignite program on 2 processes with ``ignite.distributed`` (gloo), started by tests/test_ignite_distributed.py.
+
+``python ignite_idist_run.py DIR``: one ``idist.Parallel`` trains, per configuration, 2
+uninterrupted epochs with a ``Checkpoint`` (written by rank 0 to ``DIR/<config>-<iteration>.pt``)
+after each iteration in ``AT[config]``; then a second ``idist.Parallel`` (fresh processes)
+resumes each checkpoint into fresh objects with ``Checkpoint.load_objects``. The loader is ``idist.auto_dataloader`` (a shuffling
+``DistributedSampler``), the model ``idist.auto_model`` (DDP). Each rank seeds its global
+RNG differently (the model has dropout), so a rank resumed with another rank's RNG state
+would diverge. Each rank saves what it saw to ``DIR/<phase>-rank<r>.pt``. Last, a run
+whose ranks get different amounts of data records what ``check_divergence`` says.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import ignite.distributed as idist
+import torch
+from ignite.engine import Engine, Events, create_supervised_trainer
+from ignite.handlers import Checkpoint, DiskSaver
+from test_ignite_common import Indexed
+
+import tracker_core
+from integrations.ignite import ProgressHandler
+
+SAMPLES = 24  # 12 per rank: 4 batches of 3 per rank and epoch
+EPOCHS = 2
+ACCUMULATE = {"plain": 1, "accumulate": 3}  # configurations: gradient_accumulation_steps
+AT = {
+    "plain": (1, 3, 4, 6),  # iterations: first batch, mid epoch, last batch of epoch 1, mid epoch 2
+    "accumulate": (2, 4),  # inside a window (DDP all-reduces every backward: the ranks' partial sums agree)
+}
+
+
+class Program:
+    """One rank's objects, as a new process makes them; ``seen`` lists the sample ids of every step."""
+
+    def __init__(self, config: str, seed: int) -> None:
+        torch.manual_seed(seed + idist.get_rank())
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 1))
+        self.model = idist.auto_model(model)
+        self.optimizer = idist.auto_optim(torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9))
+        self.loader = idist.auto_dataloader(Indexed(SAMPLES), batch_size=3 * idist.get_world_size(), shuffle=True)
+        self.seen: list[list[int]] = []
+
+        def prepare(batch: Any, device: Any = None, non_blocking: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+            self.seen.append(batch[2].tolist())
+            return batch[0], batch[1]
+
+        self.trainer = create_supervised_trainer(
+            self.model, self.optimizer, torch.nn.MSELoss(), prepare_batch=prepare,
+            gradient_accumulation_steps=ACCUMULATE[config],
+        )
+        self.trainer.add_event_handler(Events.EPOCH_STARTED, self._set_epoch)
+        self.progress = ProgressHandler()
+        self.progress.attach(self.trainer, optimizers=[self.optimizer])
+
+    def _set_epoch(self, engine: Engine) -> None:
+        self.loader.sampler.set_epoch(engine.state.epoch - 1)  # what Ignite's distributed examples do
+
+    def to_save(self) -> dict[str, Any]:
+        return {"trainer": self.trainer, "model": self.model, "optimizer": self.optimizer, "progress": self.progress}
+
+    def run(self) -> dict[str, Any]:
+        self.trainer.run(self.loader, max_epochs=EPOCHS)
+        view = tracker_core.get_progress(self.trainer)
+        state = self.trainer.state
+        return {
+            "rank": idist.get_rank(),
+            "sampler": type(self.loader.sampler).__name__,
+            "shuffle": bool(getattr(self.loader.sampler, "shuffle", False)),
+            "seen": self.seen,
+            "weights": [p.detach().clone() for p in self.model.parameters()],
+            "progress": view.state_dict(),
+            "ignite": {"iteration": state.iteration, "epoch": state.epoch},
+            "tracker": {
+                "global_step": view.global_step,
+                "batches": view.train.batches.run.completed,
+                "epochs": view.train.epochs.run.completed,
+                "samples": view.train.samples.run,
+            },
+            "sum": tracker_core.reduce_state(view, "sum"),
+            "min": tracker_core.reduce_state(view, "min"),
+            "max": tracker_core.reduce_state(view, "max"),
+            "divergence": [str(d) for d in tracker_core.check_divergence(view)],
+        }
+
+
+def _straight(local_rank: int, folder: Path) -> None:
+    runs = {}
+    for config, at in AT.items():
+        program = Program(config, seed=0)
+        checkpoint = Checkpoint(
+            program.to_save(), DiskSaver(str(folder), require_empty=False), n_saved=None,
+            filename_pattern=f"{config}-{{global_step}}.pt",
+            global_step_transform=lambda engine, _: engine.state.iteration,
+        )
+        saving = Events.ITERATION_COMPLETED(event_filter=lambda _, i, at=at: i in at)
+        program.trainer.add_event_handler(saving, checkpoint)
+        runs[config] = program.run()
+    torch.save(runs, folder / f"straight-rank{idist.get_rank()}.pt")
+    _uneven(folder)
+
+
+def _uneven(folder: Path) -> None:
+    """Each rank its own data, rank 1 a batch more per epoch (no DDP, so nothing hangs): checked at the epoch end."""
+    rank = idist.get_rank()
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def features(batch: Any, device: Any = None, non_blocking: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch[0], batch[1]
+
+    trainer = create_supervised_trainer(model, optimizer, torch.nn.MSELoss(), prepare_batch=features)
+    ProgressHandler().attach(trainer, optimizers=[optimizer])
+    found: list[list[str]] = []
+
+    def check(engine: Engine) -> None:
+        found.append([str(d) for d in tracker_core.check_divergence(tracker_core.get_progress(engine))])
+
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, check)
+    trainer.run(torch.utils.data.DataLoader(Indexed(6 + 3 * rank), batch_size=3), max_epochs=1)
+    torch.save(found, folder / f"uneven-rank{rank}.pt")
+
+
+def _resume(local_rank: int, folder: Path) -> None:
+    runs = {}
+    for config, at in AT.items():
+        for iteration in at:
+            program = Program(config, seed=1234)
+            Checkpoint.load_objects(program.to_save(), str(folder / f"{config}-{iteration}.pt"))
+            runs[f"{config}-{iteration}"] = program.run()
+    torch.save(runs, folder / f"resume-rank{idist.get_rank()}.pt")
+
+
+def main(folder: Path) -> None:
+    for phase in (_straight, _resume):
+        with idist.Parallel(backend="gloo", nproc_per_node=2) as parallel:
+            parallel.run(phase, folder)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,92 @@
+"""Ignite with ``ignite.distributed`` on 2 real processes (``idist.Parallel``, gloo): every rank counted right,
+totals synced, and a mid-epoch checkpoint written by rank 0 resumes every rank exactly.
+
+Per configuration (plain; accumulating 3 iterations) one uninterrupted run (24 samples,
+``idist.auto_dataloader`` with a shuffling ``DistributedSampler``: 4 batches of 3 per rank
+and epoch, 2 epochs; the model is DDP with dropout) saves a ``Checkpoint`` after iterations
+``AT[config]``; fresh processes resume each (see ``ignite_idist_run.py``). The ranks seed
+their global RNGs differently.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from distributed_runs import folder_once, free_port, run_script
+from ignite_idist_run import AT, EPOCHS, SAMPLES
+
+BATCHES = SAMPLES // 2 // 3 * EPOCHS  # per rank, over the run
+
+
+def _run(folder: Path) -> None:
+    run_script("ignite_idist_run.py", str(folder), env={"MASTER_PORT": str(free_port())})
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The straight run and the resumes; each rank's findings in ``<phase>-rank<r>.pt``."""
+    return folder_once(tmp_path_factory, "ignite_idist", _run)
+
+
+def _ranks(folder: Path, phase: str) -> list[dict[str, Any]]:
+    return [torch.load(folder / f"{phase}-rank{rank}.pt", weights_only=True) for rank in range(2)]
+
+
+@pytest.fixture(scope="module")
+def straight(folder: Path) -> list[dict[str, Any]]:
+    return [found["plain"] for found in _ranks(folder, "straight")]
+
+
+def test_each_rank_trains_its_own_half_of_every_shuffled_epoch(straight: list[dict[str, Any]]) -> None:
+    assert [(r["sampler"], r["shuffle"]) for r in straight] == [("DistributedSampler", True)] * 2
+    per_epoch = BATCHES // EPOCHS
+    for epoch in range(EPOCHS):
+        halves = [sum(r["seen"][epoch * per_epoch:(epoch + 1) * per_epoch], []) for r in straight]
+        assert sorted(halves[0] + halves[1]) == list(range(SAMPLES))
+    assert straight[0]["seen"][:per_epoch] != straight[0]["seen"][per_epoch:]  # reshuffled per epoch
+
+
+def test_each_ranks_counts_agree_with_ignite_on_that_rank(straight: list[dict[str, Any]]) -> None:
+    for found in straight:
+        ignite, tracker = found["ignite"], found["tracker"]
+        assert tracker["global_step"] == tracker["batches"] == ignite["iteration"] == BATCHES
+        assert tracker["epochs"] == ignite["epoch"] == EPOCHS
+        assert tracker["samples"] == SAMPLES // 2 * EPOCHS
+
+
+def test_synced_totals_sum_samples_over_ranks_and_agree_on_batches_per_rank(straight: list[dict[str, Any]]) -> None:
+    for found in straight:
+        assert found["sum"]["stages"]["train"]["samples"]["run"] == SAMPLES * EPOCHS
+        assert found["min"]["stages"]["train"]["batches"]["run"] == found["max"]["stages"]["train"]["batches"]["run"]
+        assert found["max"]["stages"]["train"]["batches"]["run"]["completed"] == BATCHES
+        assert found["divergence"] == []
+
+
+def test_ranks_with_uneven_data_are_named_with_their_counts_at_the_epoch_end(folder: Path) -> None:
+    expected = [
+        "stages.train.batches.run.processed differs across ranks: rank 0 = 2, rank 1 = 3",
+        "stages.train.batches.epoch.processed differs across ranks: rank 0 = 2, rank 1 = 3",
+    ]
+    for rank in range(2):
+        assert torch.load(folder / f"uneven-rank{rank}.pt", weights_only=True) == [expected]
+
+
+def test_checkpoint_written_by_rank_0_holds_every_ranks_entry(folder: Path) -> None:
+    entry = torch.load(folder / "plain-3.pt", weights_only=True)["progress"]["progress_tracker"]
+    assert len(entry["ranks"]) == 2
+    assert entry["ranks"][0]["rng"] != entry["ranks"][1]["rng"]  # the ranks' global RNGs differ
+
+
+@pytest.mark.parametrize(("config", "at"), [(config, at) for config, iterations in AT.items() for at in iterations])
+def test_resume_from_a_checkpoint_after_iteration_is_exact_on_every_rank(config: str, at: int, folder: Path) -> None:
+    references = _ranks(folder, "straight")
+    for rank, (resumed, reference) in enumerate(zip(_ranks(folder, "resume"), references)):
+        run, straight = resumed[f"{config}-{at}"], reference[config]
+        assert run["rank"] == rank
+        assert run["seen"] == straight["seen"][at:], f"rank {rank}"
+        assert all(torch.equal(a, b) for a, b in zip(run["weights"], straight["weights"], strict=True)), f"rank {rank}"
+        assert run["progress"] == straight["progress"], f"rank {rank}"
+        assert run["ignite"] == straight["ignite"], f"rank {rank}"

@@ -1,0 +1,95 @@
+"""Lightning ``strategy="ddp"`` on 2 real CPU processes (gloo): every rank counted right, totals synced,
+and a mid-epoch checkpoint written by rank 0 resumes every rank exactly.
+
+Per configuration (plain; accumulating 3 batches) one uninterrupted run (24 samples, a
+shuffling ``DistributedSampler`` injected by Lightning: 4 batches of 3 per rank and epoch,
+2 epochs) saves checkpoints after train batches ``AT[config]``; fresh processes resume each
+(see ``lightning_ddp_run.py``). The ranks seed their global RNGs differently and the loss
+draws noise from it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from distributed_runs import folder_once, free_port, run_script
+from lightning_ddp_run import AT, EPOCHS, SAMPLES
+
+from integrations.lightning import GRADIENTS_KEY, STATE_KEY
+
+BATCHES = SAMPLES // 2 // 3 * EPOCHS  # per rank, over the run
+
+
+def _run(folder: Path) -> None:
+    for phase in ("straight", "resume"):
+        run_script("lightning_ddp_run.py", phase, str(folder), env={"MASTER_PORT": str(free_port())})
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The straight run and the resumes; each rank's findings in ``<phase>-rank<r>.pt``."""
+    return folder_once(tmp_path_factory, "lightning_ddp", _run)
+
+
+def _ranks(folder: Path, phase: str) -> list[dict[str, Any]]:
+    return [torch.load(folder / f"{phase}-rank{rank}.pt", weights_only=True) for rank in range(2)]
+
+
+@pytest.fixture(scope="module")
+def straight(folder: Path) -> list[dict[str, Any]]:
+    return [found["plain"] for found in _ranks(folder, "straight")]
+
+
+def test_each_rank_trains_its_own_half_of_every_shuffled_epoch(straight: list[dict[str, Any]]) -> None:
+    assert [(r["sampler"], r["shuffle"]) for r in straight] == [("DistributedSampler", True)] * 2
+    per_epoch = BATCHES // EPOCHS
+    for epoch in range(EPOCHS):
+        halves = [sum(r["seen"][epoch * per_epoch:(epoch + 1) * per_epoch], []) for r in straight]
+        assert sorted(halves[0] + halves[1]) == list(range(SAMPLES))
+    assert straight[0]["seen"][:per_epoch] != straight[0]["seen"][per_epoch:]  # reshuffled per epoch
+
+
+def test_each_ranks_counts_agree_with_lightning_on_that_rank(straight: list[dict[str, Any]]) -> None:
+    for found in straight:
+        lightning, tracker = found["lightning"], found["tracker"]
+        assert tracker["global_step"] == lightning["global_step"] == BATCHES
+        assert tracker["batches"] == lightning["batches"] == BATCHES
+        assert tracker["epochs"] == lightning["epochs"] == EPOCHS
+        assert tracker["samples"] == SAMPLES // 2 * EPOCHS
+
+
+def test_synced_totals_sum_samples_over_ranks_and_agree_on_batches_per_rank(straight: list[dict[str, Any]]) -> None:
+    for found in straight:
+        assert found["sum"]["stages"]["train"]["samples"]["run"] == SAMPLES * EPOCHS
+        assert found["min"]["stages"]["train"]["batches"]["run"] == found["max"]["stages"]["train"]["batches"]["run"]
+        assert found["max"]["stages"]["train"]["batches"]["run"]["completed"] == BATCHES
+        assert found["divergence"] == []
+
+
+def test_checkpoint_written_by_rank_0_holds_every_ranks_entry(folder: Path) -> None:
+    checkpoint = torch.load(folder / "plain-2.ckpt", weights_only=True)
+    entry = checkpoint["callbacks"][STATE_KEY]
+    assert len(entry["ranks"]) == 2
+    assert entry["ranks"][0]["rng"] != entry["ranks"][1]["rng"]  # the ranks' global RNGs differ
+
+
+def test_checkpoint_inside_an_accumulation_window_holds_each_ranks_partial_gradients(folder: Path) -> None:
+    gradients = torch.load(folder / "accumulate-1.ckpt", weights_only=True)[GRADIENTS_KEY]["ranks"]
+    assert len(gradients) == 2
+    assert not all(torch.equal(a, b) for a, b in zip(*gradients))  # no_sync: each rank its own partial sums
+
+
+@pytest.mark.parametrize(("config", "at"), [(config, at) for config, batches in AT.items() for at in batches])
+def test_resume_from_a_checkpoint_after_batch_is_exact_on_every_rank(
+    config: str, at: int, folder: Path
+) -> None:
+    references = _ranks(folder, "straight")
+    for rank, (resumed, reference) in enumerate(zip(_ranks(folder, "resume"), references)):
+        run, straight = resumed[f"{config}-{at}"], reference[config]
+        assert run["rank"] == rank
+        assert run["seen"] == straight["seen"][at + 1:], f"rank {rank}"
+        assert all(torch.equal(a, b) for a, b in zip(run["weights"], straight["weights"], strict=True)), f"rank {rank}"
+        assert run["progress"] == straight["progress"], f"rank {rank}"
