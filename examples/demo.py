@@ -1,138 +1,148 @@
-"""Core-only demo: a plain PyTorch loop killed with SIGKILL mid-epoch resumes exactly.
+"""``make demo``: one training run per framework, killed with SIGKILL mid-epoch, resumes exactly.
 
-1. trains a tiny model for 3 epochs without interruption;
-2. trains it again in a child process that checkpoints after every batch, and kills that
-   process with SIGKILL at a random batch in the middle of an epoch;
-3. resumes from the last checkpoint in a fresh process and finishes;
-4. compares weights, the sample ids seen and the progress state, and prints a verdict.
-Run: make demo   (or .venv/bin/python examples/demo.py)
+For Lightning, Ignite and Accelerate in turn, ``tests/crash_run.py`` (a tiny Linear(4, 1) on
+10 synthetic samples, batches of 3, gradient accumulation 2, 3 epochs; the framework's own
+checkpointer saving after every step) is run three times, each in a new process:
+
+1. uninterrupted;
+2. killed with SIGKILL in the middle of an epoch, at a random step;
+3. resumed from the newest intact checkpoint the kill left.
+
+Then it compares the resumed run with the uninterrupted one: final weights (``torch.equal``),
+the sample ids of every train step (the killed process's steps up to its checkpoint plus the
+resumed process's steps), and the full progress state; and the progress of the three
+frameworks with each other. It prints the progress tables and a verdict, and exits 1 on any
+difference. Run: ``make demo`` (or ``.venv/bin/python examples/demo.py``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
 
-from tracker_core import Tracker
-from tracker_core._report import progress_table
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from crash_run import CRASH, checkpoints  # noqa: E402
 
-EPOCHS, SAMPLES, BATCH = 3, 22, 4  # 6 batches an epoch, the last one short
+from integrations.checkpoints import newest_intact_checkpoint, read_checkpoint  # noqa: E402
+from tracker_core import Progress  # noqa: E402
+from tracker_core._report import progress_table  # noqa: E402
 
-
-class Indexed(Dataset[tuple[int, torch.Tensor, torch.Tensor]]):
-    """Sample i is (i, x_i, y_i): the id lets us compare which samples were seen."""
-
-    def __len__(self) -> int:
-        return SAMPLES
-
-    def __getitem__(self, i: int) -> tuple[int, torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(i)
-        return i, torch.randn(8, generator=g), torch.randn(1, generator=g)
+SCRIPT = ROOT / "tests" / "crash_run.py"
+NAMES = {"lightning": "PyTorch Lightning (ProgressTracker callback, ModelCheckpoint every step)",
+         "ignite": "PyTorch Ignite (ProgressHandler, Checkpoint(n_saved=2) every iteration)",
+         "accelerate": "Hugging Face Accelerate (AcceleratorProgress, save_state(total_limit=2) every batch)"}
+PER_EPOCH = CRASH.batches_per_epoch
 
 
-def train(workdir: Path, resume: bool, checkpoint_every_batch: bool) -> None:
-    """Train to the end (resuming from workdir/ckpt.pt if asked); write the result to workdir."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.2), torch.nn.Linear(16, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    loader = DataLoader(Indexed(), batch_size=BATCH, shuffle=True)
-    tracker = Tracker()
-    tracker.track_train_loader(loader)
-    seen: list[int] = []
-    if resume:
-        ckpt = torch.load(workdir / "ckpt.pt", weights_only=True)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        tracker.load_state_dict(ckpt["progress_tracker"])
-        seen = ckpt["seen"]
-    progress, stage = tracker.progress, tracker.progress.train
-    progress.run_ready("fit")
-    progress.run_started()
-    while tracker.view.train.epochs.run.completed < EPOCHS:
-        stage.epoch_ready()
-        stage.epoch_started()
-        for ids, x, y in loader:
-            stage.batch_ready()
-            stage.batch_started()
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            stage.optimizer_step()
-            stage.batch_processed(len(ids))
-            stage.batch_completed()
-            seen.extend(ids.tolist())
-            if checkpoint_every_batch:
-                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                         "progress_tracker": tracker.state_dict(), "seen": seen}
-                torch.save(state, workdir / "ckpt.tmp")
-                os.replace(workdir / "ckpt.tmp", workdir / "ckpt.pt")  # a kill never leaves half a file
-                print(f"batch {stage._batches.completed}", flush=True)
-        stage.epoch_processed()
-        stage.epoch_completed()
-    progress.run_processed()
-    progress.run_completed()
-    torch.save({"model": model.state_dict(), "seen": seen, "progress": tracker.state_dict()["progress"]},
-               workdir / "result.pt")
+@dataclass
+class Run:
+    ids: list[list[int]]
+    result: dict[str, Any]
 
 
-def _child(workdir: Path, *flags: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, __file__, str(workdir), *flags], stdout=subprocess.PIPE, text=True)
+def _launch(framework: str, workdir: Path, name: str, resume: bool = False) -> subprocess.Popen[str]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(SCRIPT), framework, str(workdir), str(workdir / f"{name}.ids")]
+    with open(workdir / f"{name}.log", "w") as log:  # the child's stderr, shown if it fails
+        return subprocess.Popen([*command, *(["--resume"] if resume else [])], stdout=subprocess.PIPE, stderr=log,
+                                text=True, cwd=ROOT)
 
 
-def _result(workdir: Path) -> dict[str, Any]:
-    return torch.load(workdir / "result.pt", weights_only=True)
+def _finish(child: subprocess.Popen[str], framework: str, workdir: Path, name: str, kill_at: int | None = None) -> Run:
+    """Wait for a training process; SIGKILL it once it began its step ``kill_at``."""
+    assert child.stdout is not None
+    for line in child.stdout:
+        if kill_at is not None and line.strip() == f"batch {kill_at}":
+            child.send_signal(signal.SIGKILL)
+            break
+    code = child.wait()
+    child.stdout.close()
+    if code != (-signal.SIGKILL if kill_at is not None else 0):
+        log = (workdir / f"{name}.log").read_text()[-3000:]
+        raise SystemExit(f"{log}\n{framework}: the {name} process exited with {code}")
+    seen = [json.loads(line) for line in (workdir / f"{name}.ids").read_text().splitlines()]
+    result = torch.load(workdir / "result.pt", weights_only=True) if kill_at is None else {}
+    return Run(seen, result)
+
+
+def _where(progress: dict[str, Any]) -> str:
+    loaded = Progress()
+    loaded.load_state_dict(progress)
+    view = loaded.view
+    done = view.train.batches.lifetime.completed
+    batches = f"{done} train batch{'es' if done != 1 else ''} done"
+    if not view.is_mid_epoch:
+        return f"{batches}, at an epoch boundary"
+    return (f"{batches}: epoch {view.epoch_index + 1}, {view.train.batches.epoch.completed} of "
+            f"{PER_EPOCH} batches into it{', mid-accumulation' if view.is_mid_accumulation else ''}")
+
+
+def _framework(framework: str, workdir: Path, kill_at: int) -> tuple[bool, dict[str, Any]]:
+    print(f"\n== {NAMES[framework]}", flush=True)
+    uninterrupted = _launch(framework, workdir / "straight", "straight")  # runs beside the killed one
+    crashed = workdir / "crashed"
+    killed = _finish(_launch(framework, crashed, "killed"), framework, crashed, "killed", kill_at)
+    straight = _finish(uninterrupted, framework, workdir / "straight", "straight")
+    print(f"   1. uninterrupted run: {len(straight.ids)} train steps", flush=True)
+    epoch, batch = divmod(kill_at - 1, PER_EPOCH)
+    print(f"   2. killed with SIGKILL in step {kill_at} (epoch {epoch + 1}, batch {batch + 1} of {PER_EPOCH}); "
+          f"it had begun {len(killed.ids)} steps", flush=True)
+    start = newest_intact_checkpoint(checkpoints(framework, crashed))
+    saved = read_checkpoint(start).entries[0]["progress"]
+    done = saved["stages"]["train"]["batches"]["lifetime"]["processed"]
+    print(f"   3. resuming in a new process from {start.relative_to(crashed)}: {_where(saved)}\n")
+    print("      " + progress_table(saved).replace("\n", "\n      ") + "\n", flush=True)
+    resumed = _finish(_launch(framework, crashed, "resumed", resume=True), framework, crashed, "resumed")
+    a, b = straight.result, resumed.result
+    weights = all(torch.equal(x, y) for x, y in zip(a["weights"], b["weights"], strict=True))
+    ids = killed.ids[:done] + resumed.ids == straight.ids and killed.ids[done:] == straight.ids[done:len(killed.ids)]
+    progress = a["progress"] == b["progress"]
+    lost = len(killed.ids) - done
+    print(f"   weights bit-identical: {_yes(weights)}; sample ids of all {len(straight.ids)} steps identical: "
+          f"{_yes(ids)} ({lost} step{'s' if lost != 1 else ''} lost to the kill, re-read identically); "
+          f"progress state identical: {_yes(progress)}", flush=True)
+    return weights and ids and progress, b["progress"]
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "NO"
 
 
 def main() -> int:
-    batches_per_epoch = -(-SAMPLES // BATCH)
-    epoch = random.randrange(EPOCHS)
-    kill_at = epoch * batches_per_epoch + random.randrange(1, batches_per_epoch)  # mid-epoch
+    print(f"Training {CRASH.samples} samples in batches of {CRASH.batch_size} ({PER_EPOCH} per epoch, the last of "
+          f"{CRASH.samples - (PER_EPOCH - 1) * CRASH.batch_size}), {CRASH.epochs} epochs, "
+          f"accumulating gradients over {CRASH.accumulation} batches.")
+    pick = random.Random()
+    exact: dict[str, bool] = {}
+    final: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        straight, killed = Path(tmp, "straight"), Path(tmp, "killed")
-        straight.mkdir()
-        killed.mkdir()
-        print("1. uninterrupted run ...", flush=True)
-        train(straight, resume=False, checkpoint_every_batch=False)
-        print(f"2. run killed with SIGKILL after batch {kill_at} (epoch {epoch + 1}, mid-epoch) ...", flush=True)
-        child = _child(killed, "--checkpoint-every-batch")
-        assert child.stdout is not None
-        for line in child.stdout:
-            if line.strip() == f"batch {kill_at}":
-                child.send_signal(signal.SIGKILL)
-                break
-        child.wait()
-        saved = torch.load(killed / "ckpt.pt", weights_only=True)["progress_tracker"]["progress"]
-        print(f"   killed (exit {child.returncode}); last checkpoint:\n")
-        print(progress_table(saved) + "\n")
-        print("3. resumed in a fresh process ...", flush=True)
-        resumed_child = _child(killed, "--resume")
-        resumed_child.communicate()
-        a, b = _result(straight), _result(killed)
-    same_weights = all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
-    same_ids = a["seen"] == b["seen"]
-    same_progress = json.dumps(a["progress"], sort_keys=True) == json.dumps(b["progress"], sort_keys=True)
-    print("\n4. final progress of the resumed run:\n")
-    print(progress_table(b["progress"]) + "\n")
-    print(f"weights bit-identical: {same_weights}; sample ids identical ({len(a['seen'])}): {same_ids}; "
-          f"progress state identical: {same_progress}")
-    exact = same_weights and same_ids and same_progress
-    print("verdict:", "the resumed run equals the uninterrupted one" if exact else "MISMATCH: the resume was not exact")
-    return 0 if exact else 1
+        for framework in NAMES:
+            # Mid-epoch: the kill lands in the 2nd or 3rd step of an epoch, after a checkpoint of that epoch.
+            # Lightning's ModelCheckpoint saves after optimizer steps only (every 2nd batch): the 3rd step.
+            in_epoch = 3 if framework == "lightning" else pick.choice((2, 3))
+            kill_at = PER_EPOCH * pick.randrange(CRASH.epochs) + in_epoch
+            workdir = Path(tmp, framework)
+            exact[framework], final[framework] = _framework(framework, workdir, kill_at)
+    same = final["lightning"] == final["ignite"] == final["accelerate"]
+    print("\nFinal progress of the resumed runs " + ("(identical in all three frameworks):" if same else
+                                                     "(the frameworks DIFFER; Lightning's shown):"))
+    print("\n" + progress_table(final["lightning"]) + "\n")
+    for framework, ok in exact.items():
+        print(f"verdict {framework}: " + ("the resumed run equals the uninterrupted one (weights, ids, progress)"
+                                          if ok else "MISMATCH: the resume was not exact"))
+    print("verdict across frameworks: " + ("the same progress state" if same else "MISMATCH"))
+    return 0 if all(exact.values()) and same else 1
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        train(Path(sys.argv[1]), resume="--resume" in sys.argv, checkpoint_every_batch="--checkpoint-every-batch" in sys.argv)
-    else:
-        sys.exit(main())
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""A real training process killed with SIGKILL resumes, in a new process, to the uninterrupted result.
+
+``crash_run.py`` trains under one framework, checkpointing with the framework's own rotating
+checkpointer, and logs every train step's sample ids durably before the step. The tests kill
+it at random steps (the kill lands wherever the process is then: in the step, in a save),
+resume a new process from the newest intact checkpoint each time, and compare with an
+uninterrupted run. Every process's steps are exactly the uninterrupted run's steps from its
+checkpoint on (the steps a kill lost are read again, identically), the last process reaches
+the end, the weights are bit-identical and the progress state is equal: nothing is counted
+twice, nothing is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conformance import FRAMEWORKS, Outcome, run
+from crash_run import CRASH, checkpoints
+
+from integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:'set_vital' is deprecated"),
+    pytest.mark.filterwarnings("ignore::UserWarning:pytorch_lightning"),
+    pytest.mark.filterwarnings("ignore::UserWarning:lightning_fabric"),
+]
+
+SCRIPT = Path(__file__).parent / "crash_run.py"
+STEPS = CRASH.epochs * CRASH.batches_per_epoch
+FIRST_SAVED = 2  # Lightning saves after optimizer steps: the first after step 2 (accumulation 2)
+_references: dict[str, Outcome] = {}
+
+
+@dataclass
+class Segment:
+    """One process: the train batches its checkpoint held when it started, and the ids of its steps."""
+
+    start: int
+    ids: list[list[int]]
+
+
+def _reference(framework: str) -> Outcome:
+    if framework not in _references:
+        _references[framework] = run(framework, CRASH)
+    return _references[framework]
+
+
+def _saved_batches(framework: str, workdir: Path) -> int:
+    """Train batches held by the checkpoint a resuming process will load (read before it may overwrite it)."""
+    entry = read_checkpoint(newest_intact_checkpoint(checkpoints(framework, workdir))).entries[0]
+    return entry["progress"]["stages"]["train"]["batches"]["lifetime"]["processed"]
+
+
+def _process(framework: str, workdir: Path, name: str, resume: bool, kill_at: int | None) -> Segment:
+    """Run one training process; SIGKILL it once it began its step ``kill_at`` (None: let it finish)."""
+    start = _saved_batches(framework, workdir) if resume else 0
+    command = [sys.executable, str(SCRIPT), framework, str(workdir), str(workdir / f"{name}.ids")]
+    with open(workdir / f"{name}.log", "w") as log:
+        child = subprocess.Popen([*command, *(["--resume"] if resume else [])], stdout=subprocess.PIPE,
+                                 stderr=log, text=True, cwd=SCRIPT.parent.parent)
+        assert child.stdout is not None
+        for line in child.stdout:
+            if kill_at is not None and line.strip() == f"batch {kill_at}":
+                child.send_signal(signal.SIGKILL)
+                break
+        code = child.wait(timeout=120)
+        child.stdout.close()
+    assert code == (0 if kill_at is None else -signal.SIGKILL), (workdir / f"{name}.log").read_text()[-3000:]
+    return Segment(start, [json.loads(line) for line in (workdir / f"{name}.ids").read_text().splitlines()])
+
+
+def _assert_the_uninterrupted_run(framework: str, segments: list[Segment], workdir: Path) -> None:
+    reference = _reference(framework)
+    for segment in segments:
+        assert segment.ids == reference.ids[segment.start:segment.start + len(segment.ids)]
+    assert segments[-1].start + len(segments[-1].ids) == STEPS
+    result: dict[str, Any] = torch.load(workdir / "result.pt", weights_only=True)
+    assert all(torch.equal(a, b) for a, b in zip(result["weights"], reference.weights, strict=True))
+    assert result["progress"] == reference.progress
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_process_killed_three_times_at_random_steps_ends_as_the_uninterrupted_run(
+    framework: str, tmp_path: Path
+) -> None:
+    pick = random.Random(framework)
+    segments = [_process(framework, tmp_path, "0", resume=False, kill_at=pick.randint(FIRST_SAVED + 1, STEPS - 1))]
+    for kill in (1, 2):
+        left = STEPS - _saved_batches(framework, tmp_path)
+        if left < 2:  # no step to kill in before the last one
+            break
+        segments.append(_process(framework, tmp_path, str(kill), resume=True, kill_at=pick.randint(1, left - 1)))
+    segments.append(_process(framework, tmp_path, "last", resume=True, kill_at=None))
+    _assert_the_uninterrupted_run(framework, segments, tmp_path)
+
+
+def _newest_file(path: Path) -> Path:
+    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+    return max(files, key=lambda p: p.stat().st_mtime_ns)
+
+
+def _newest_checkpoint(folder: Path) -> Path:
+    """The newest checkpoint file or Accelerate folder, intact or not (the kill may have cut it already)."""
+    candidates = [p for p in folder.iterdir() if p.is_dir() or p.suffix in (".ckpt", ".pt")]
+    return max(candidates, key=lambda p: _newest_file(p).stat().st_mtime_ns)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_checkpoint_truncated_by_the_kill_is_refused_and_the_previous_one_resumes_exactly(
+    framework: str, tmp_path: Path
+) -> None:
+    killed = _process(framework, tmp_path, "killed", resume=False, kill_at=STEPS - 2)
+    folder = checkpoints(framework, tmp_path)
+    newest = _newest_checkpoint(folder)
+    damaged = _newest_file(newest)
+    os.truncate(damaged, damaged.stat().st_size // 2)
+    with pytest.raises(CheckpointFileError, match="truncated"):
+        read_checkpoint(newest)
+    with pytest.warns(UserWarning, match="skipped a checkpoint newer"):
+        previous = newest_intact_checkpoint(folder)
+    assert previous != newest
+    with pytest.warns(UserWarning, match="skipped a checkpoint newer"):
+        resumed = _process(framework, tmp_path, "resumed", resume=True, kill_at=None)
+    assert torch.load(tmp_path / "result.pt", weights_only=True)["resumed_from"] == str(previous)
+    _assert_the_uninterrupted_run(framework, [killed, resumed], tmp_path)
