@@ -1,25 +1,70 @@
-"""Instruction counts of a Python script under callgrind: deterministic where timings swing."""
+"""Instruction counts of measured segments of a Python script under callgrind.
+
+Timings swing +-30% on these machines; instruction counts do not, provided only the
+measured code is counted. Whole-process counts are not steady: two identical runs of a
+torch script differ by tens of millions of instructions, mostly outside the training
+loop. So the script marks each segment it wants counted by running it through
+:func:`segment` (``operator.call``, a C function nothing else here calls), and callgrind
+collects only inside those calls and dumps a separate count after each one. Several
+modes are measured interleaved in one process, like the timings.
+"""
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+_MARKER = "_operator_call"  # the C function behind operator.call
+# The garbage collector is off: when a collection lands depends on every allocation since
+# start-up, so it would fall inside one segment and not in its twin.
+_RUN_WITHOUT_GC = (
+    "import gc, os, runpy, sys; gc.disable(); sys.argv = sys.argv[1:]; "
+    "sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0]))); "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 
-def instructions(script: str, *args: str) -> int:
-    """Instructions callgrind collects running ``python script *args`` (hash seed fixed, one OMP thread)."""
+def segment(label: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Run ``function(*args, **kwargs)`` as one counted segment named ``label`` (printed to stdout)."""
+    print(f"segment: {label}", flush=True)
+    operator.call(function, *args, **kwargs)
+
+
+def segment_instructions(script: str, *args: str) -> list[tuple[str, int]]:
+    """``(label, instructions)`` of each :func:`segment` that ``python script *args`` runs, in order."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         result = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, script, *args],
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no",
+             f"--toggle-collect={_MARKER}", f"--dump-after={_MARKER}",
+             sys.executable, "-c", _RUN_WITHOUT_GC, script, *args],
             capture_output=True, text=True, check=False,
             env={**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"},
-        )
-        match = re.search(r"Collected : (\d+)", result.stderr)
-        if result.returncode != 0 or match is None:
+        )  # fmt: skip
+        if result.returncode != 0:
             raise RuntimeError(result.stderr[-2000:])
-        return int(match.group(1))
+        labels = re.findall(r"^segment: (.*)$", result.stdout, flags=re.MULTILINE)
+        counts = []
+        for part in range(1, len(labels) + 1):
+            text = Path(f"{out}.{part}").read_text()
+            counts.append(int(re.search(r"^summary: (\d+)", text, flags=re.MULTILINE).group(1)))  # type: ignore[union-attr]
+        return list(zip(labels, counts))
+
+
+def per_batch(counts: list[tuple[str, int]], small: int, large: int) -> dict[str, list[float]]:
+    """Instructions per batch of each mode, one figure per repeat: segments are labelled
+    ``"<mode> <batches>"`` and come in pairs (``small`` then ``large`` batches)."""
+    figures: dict[str, list[float]] = {}
+    for (label_small, low), (label_large, high) in zip(counts[::2], counts[1::2]):
+        mode, batches = label_small.rsplit(" ", 1)
+        if int(batches) != small or label_large != f"{mode} {large}":
+            raise ValueError(f"segments out of order: {label_small!r}, {label_large!r}")
+        figures.setdefault(mode, []).append((high - low) / (large - small))
+    return figures

@@ -3,11 +3,12 @@
 Tiny model (Linear(32, 2)), batches of 4, gradient accumulation 2, one thread. Rounds of
 the loop with and without the tracker are interleaved and the median per-batch times
 compared (target: at most 0.5 % extra). Then, if valgrind is installed, callgrind counts
-the instructions of whole runs at two batch counts; their difference per batch is the
-deterministic per-batch cost. Prints figures; asserts nothing.
+the instructions of the same loops, interleaved in one process, at two batch counts; the
+difference over the extra batches is the per-batch cost (see _callgrind.py). Prints
+figures; asserts nothing.
 
-    python benchmarks/accelerate_overhead.py            # timing, then callgrind
-    python benchmarks/accelerate_overhead.py --once with 400   # one run (what callgrind measures)
+    python benchmarks/accelerate_overhead.py               # timing, then callgrind
+    python benchmarks/accelerate_overhead.py --callgrind   # counts only
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import time
 
 import torch
-from _callgrind import instructions
+from _callgrind import per_batch, segment, segment_instructions
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -28,17 +29,22 @@ from integrations.accelerate import AcceleratorProgress  # noqa: E402
 
 ROUNDS = 15
 BATCHES = 200  # per round
+CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 120, 2
 
 
-def _setup(batches: int) -> tuple[Accelerator, torch.nn.Module, torch.optim.Optimizer, DataLoader]:
+def _setup(batches: int, accelerator: Accelerator | None = None) -> tuple[
+    Accelerator, torch.nn.Module, torch.optim.Optimizer, DataLoader
+]:
     torch.manual_seed(0)
-    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    accelerator = accelerator or Accelerator(cpu=True, gradient_accumulation_steps=2)
     model = torch.nn.Linear(32, 2)
+    model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01))
+    return accelerator, model, optimizer, _loader(accelerator, batches)
+
+
+def _loader(accelerator: Accelerator, batches: int) -> DataLoader:
     data = TensorDataset(torch.randn(batches * 4, 32), torch.randn(batches * 4, 2))
-    model, optimizer, loader = accelerator.prepare(
-        model, torch.optim.SGD(model.parameters(), lr=0.01), DataLoader(data, batch_size=4)
-    )
-    return accelerator, model, optimizer, loader
+    return accelerator.prepare(DataLoader(data, batch_size=4))
 
 
 def _step(accelerator: Accelerator, model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: list) -> None:
@@ -62,55 +68,70 @@ def tracked(progress: AcceleratorProgress, accelerator: Accelerator, model: torc
 
 
 def timing() -> None:
-    accelerator, model, optimizer, loader = _setup(BATCHES)
-    progress = AcceleratorProgress(accelerator)
-    per_batch: dict[str, list[float]] = {"without": [], "with": []}
+    with_tracker = _setup(BATCHES)
+    progress = AcceleratorProgress(with_tracker[0])
+    without_tracker = _setup(BATCHES, Accelerator(cpu=True, gradient_accumulation_steps=2))
+    seconds: dict[str, list[float]] = {"without": [], "with": []}
     for round_index in range(ROUNDS + 1):
         for name in ("without", "with") if round_index % 2 else ("with", "without"):
             start = time.perf_counter()
             if name == "with":
-                tracked(progress, accelerator, model, optimizer, loader)
+                tracked(progress, *with_tracker)
             else:
-                bare(accelerator, model, optimizer, loader)
+                bare(*without_tracker)
             if round_index:  # the first round warms up
-                per_batch[name].append((time.perf_counter() - start) / BATCHES)
-    without, with_ = statistics.median(per_batch["without"]), statistics.median(per_batch["with"])
-    ratios = [w / b for w, b in zip(per_batch["with"], per_batch["without"])]
+                seconds[name].append((time.perf_counter() - start) / BATCHES)
+    without, with_ = statistics.median(seconds["without"]), statistics.median(seconds["with"])
+    ratios = [w / b for w, b in zip(seconds["with"], seconds["without"])]
     print(f"per batch without tracker: {without * 1e6:8.1f} us (median of {ROUNDS} rounds of {BATCHES})")
     print(f"per batch with tracker:    {with_ * 1e6:8.1f} us")
     print(f"overhead: {(with_ - without) * 1e6:+.2f} us/batch = {100 * (with_ / without - 1):+.2f} % "
           f"(median of per-round ratios {100 * (statistics.median(ratios) - 1):+.2f} %; target <= 0.5 %)")
 
 
-def once(mode: str, batches: int) -> None:
-    accelerator, model, optimizer, loader = _setup(batches)
-    if mode == "with":
-        tracked(AcceleratorProgress(accelerator), accelerator, model, optimizer, loader)
-    else:
-        bare(accelerator, model, optimizer, loader)
+def callgrind_segments() -> None:
+    """What callgrind counts: both modes at both batch counts, interleaved, after a warm-up round.
+
+    Each mode has its own Accelerator (its own optimizer list), so the bare loop's optimizer
+    is not hooked by the tracker.
+    """
+    torch.set_num_threads(1)
+    with_tracker = _setup(1)
+    progress = AcceleratorProgress(with_tracker[0])
+    without_tracker = _setup(1, Accelerator(cpu=True, gradient_accumulation_steps=2))
+    for repeat in range(CALLGRIND_REPEATS + 1):
+        for mode in ("without", "with"):
+            accelerator, model, optimizer, _ = with_tracker if mode == "with" else without_tracker
+            for batches in (CALLGRIND_SMALL, CALLGRIND_LARGE):
+                loader = _loader(accelerator, batches)
+                label = f"{mode if repeat else 'warm-up'} {batches}"
+                if mode == "with":
+                    segment(label, tracked, progress, accelerator, model, optimizer, loader)
+                else:
+                    segment(label, bare, accelerator, model, optimizer, loader)
 
 
-def _instructions(mode: str, batches: int) -> int:
-    return instructions(__file__, "--once", mode, str(batches))
-
-
-def callgrind(low: int = 50, high: int = 250) -> None:
+def callgrind() -> None:
     if shutil.which("valgrind") is None:
         print("callgrind: valgrind is not installed (apt-get install valgrind); skipped")
         return
-    per_batch = {}
-    for mode in ("without", "with"):
-        per_batch[mode] = (_instructions(mode, high) - _instructions(mode, low)) / (high - low)
-    extra = per_batch["with"] - per_batch["without"]
-    print(f"callgrind instructions per batch without tracker: {per_batch['without']:,.0f}")
-    print(f"callgrind instructions per batch with tracker:    {per_batch['with']:,.0f}")
-    print(f"callgrind overhead: {extra:+,.0f} instructions/batch = {100 * extra / per_batch['without']:+.2f} %")
+    figures = per_batch(segment_instructions(__file__, "--callgrind-segments"), CALLGRIND_SMALL, CALLGRIND_LARGE)
+    counts = {mode: statistics.median(figures[mode]) for mode in ("without", "with")}
+    spread = max(max(f) - min(f) for mode, f in figures.items() if mode != "warm-up")
+    extra = counts["with"] - counts["without"]
+    print(f"callgrind instructions per batch without tracker: {counts['without']:,.0f} "
+          f"(largest spread between repeats of a mode: {spread:,.0f})")
+    print(f"callgrind instructions per batch with tracker:    {counts['with']:,.0f}")
+    print(f"callgrind overhead: {extra:+,.0f} instructions/batch = {100 * extra / counts['without']:+.2f} % "
+          "(target <= 0.5 %)")
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    if len(sys.argv) == 4 and sys.argv[1] == "--once":
-        once(sys.argv[2], int(sys.argv[3]))
+    if sys.argv[1:] == ["--callgrind-segments"]:
+        callgrind_segments()
+    elif sys.argv[1:] == ["--callgrind"]:
+        callgrind()
     else:
         timing()
         callgrind()

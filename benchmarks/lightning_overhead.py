@@ -5,9 +5,10 @@ charges every registered callback ~6 hook calls per batch, so the fair baseline 
 ``Callback()``; no callback at all is shown for reference. Per-batch time is the difference
 of two fits (``LARGE`` and ``SMALL`` batches) over the extra batches, so Trainer setup
 cancels; modes are interleaved and medians printed (timings swing +-30% here). Callgrind
-instruction counts (valgrind run for the two batch counts, difference per extra batch)
-are deterministic. Target: at most 0.5% on top of the empty callback. Prints figures only.
-Run: .venv/bin/python benchmarks/lightning_overhead.py
+then counts the instructions of the same fits, interleaved in one process (see
+_callgrind.py); they are steady where timings are not. Target: at most 0.5% on top of
+the empty callback. Prints figures only.
+Run: .venv/bin/python benchmarks/lightning_overhead.py [--callgrind]  (--callgrind: counts only)
 """
 
 from __future__ import annotations
@@ -17,18 +18,17 @@ import statistics
 import sys
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 
 import pytorch_lightning as pl
 import torch
-from _callgrind import instructions
+from _callgrind import per_batch, segment, segment_instructions
 from torch.utils.data import DataLoader, TensorDataset
 
 from integrations.lightning import ProgressTracker
 
 MODES = ("none", "empty", "tracker")
 SMALL, LARGE = 100, 1_100
-CALLGRIND_SMALL, CALLGRIND_LARGE = 20, 120
+CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 120, 2
 
 
 class Tiny(pl.LightningModule):
@@ -48,15 +48,20 @@ def _callbacks(mode: str) -> list[pl.Callback]:
     return {"none": [], "empty": [pl.Callback()], "tracker": [ProgressTracker()]}[mode]
 
 
-def fit_seconds(mode: str, batches: int) -> float:
+def _trainer_and_loader(mode: str, batches: int) -> tuple[pl.Trainer, DataLoader[tuple[torch.Tensor, ...]]]:
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(4 * batches, 32), torch.randint(0, 2, (4 * batches,)))
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_epochs=1, enable_progress_bar=False, logger=False,
         enable_model_summary=False, enable_checkpointing=False, callbacks=_callbacks(mode),
     )  # fmt: skip
+    return trainer, DataLoader(data, batch_size=4)
+
+
+def fit_seconds(mode: str, batches: int) -> float:
+    trainer, loader = _trainer_and_loader(mode, batches)
     start = time.perf_counter()
-    trainer.fit(Tiny(), DataLoader(data, batch_size=4))
+    trainer.fit(Tiny(), loader)
     return time.perf_counter() - start
 
 
@@ -76,48 +81,55 @@ def hooks_seconds_per_batch(batches: int = 100_000) -> float:
     return (time.perf_counter() - start) / batches
 
 
-def _instructions(mode: str, batches: int) -> int:
-    return instructions(__file__, mode, str(batches))
+def callgrind_segments() -> None:
+    """What callgrind counts: every mode at both batch counts, interleaved, after a warm-up round."""
+    torch.set_num_threads(1)
+    for repeat in range(CALLGRIND_REPEATS + 1):
+        for mode in MODES:
+            for batches in (CALLGRIND_SMALL, CALLGRIND_LARGE):
+                trainer, loader = _trainer_and_loader(mode, batches)
+                segment(f"{mode if repeat else 'warm-up'} {batches}", trainer.fit, Tiny(), loader)
 
 
-def _instructions_per_batch() -> dict[str, float]:
-    runs = [(mode, n) for mode in ("empty", "tracker") for n in (CALLGRIND_SMALL, CALLGRIND_LARGE)]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        counts = dict(zip(runs, pool.map(lambda run: _instructions(*run), runs)))
-    extra = CALLGRIND_LARGE - CALLGRIND_SMALL
-    return {m: (counts[m, CALLGRIND_LARGE] - counts[m, CALLGRIND_SMALL]) / extra for m in ("empty", "tracker")}
-
-
-def main() -> None:
+def timing() -> None:
     torch.set_num_threads(1)
     rounds = 7
-    per_batch: dict[str, list[float]] = {mode: [] for mode in MODES}
+    micros: dict[str, list[float]] = {mode: [] for mode in MODES}
     ratios: list[float] = []
     fit_seconds("empty", SMALL)  # warm up
     for _ in range(rounds):
         for mode in MODES:
-            per_batch[mode].append((fit_seconds(mode, LARGE) - fit_seconds(mode, SMALL)) / (LARGE - SMALL) * 1e6)
-        ratios.append(per_batch["tracker"][-1] / per_batch["empty"][-1])
+            micros[mode].append((fit_seconds(mode, LARGE) - fit_seconds(mode, SMALL)) / (LARGE - SMALL) * 1e6)
+        ratios.append(micros["tracker"][-1] / micros["empty"][-1])
     for mode, label in (("none", "no callback"), ("empty", "empty Callback()"), ("tracker", "ProgressTracker")):
-        print(f"{label + ':':20} {statistics.median(per_batch[mode]):7.1f} us/batch")
+        print(f"{label + ':':20} {statistics.median(micros[mode]):7.1f} us/batch")
     print(f"ProgressTracker vs empty Callback(): {(statistics.median(ratios) - 1) * 100:+.2f}%  (target <= +0.5%)")
     hooks = statistics.median(hooks_seconds_per_batch() for _ in range(5)) * 1e6
-    share = hooks / statistics.median(per_batch["empty"]) * 100
+    share = hooks / statistics.median(micros["empty"]) * 100
     print(f"the tracker's per-batch hooks alone: {hooks:.2f} us/batch = {share:.2f}% of a batch with an empty callback")
+
+
+def callgrind() -> None:
     if not shutil.which("valgrind"):
         print("callgrind: valgrind not installed, instruction counts skipped")
         return
-    counts = _instructions_per_batch()
+    figures = per_batch(segment_instructions(__file__, "--callgrind-segments"), CALLGRIND_SMALL, CALLGRIND_LARGE)
+    counts = {mode: statistics.median(figures[mode]) for mode in MODES}
+    spread = max(max(f) - min(f) for mode, f in figures.items() if mode != "warm-up")
+    print(f"callgrind, no callback:      {counts['none']:10.0f} instructions/batch "
+          f"(largest spread between repeats of a mode: {spread:.0f})")
     base = counts["empty"]
     print(f"callgrind, empty Callback(): {base:10.0f} instructions/batch")
     print(f"callgrind, ProgressTracker:  {counts['tracker']:10.0f} instructions/batch  "
-          f"+{counts['tracker'] - base:.0f} ({(counts['tracker'] / base - 1) * 100:+.2f}%)")  # fmt: skip
+          f"+{counts['tracker'] - base:.0f} ({(counts['tracker'] / base - 1) * 100:+.2f}%)  (target <= +0.5%)")
 
 
 if __name__ == "__main__":
     warnings.filterwarnings("ignore")
-    if len(sys.argv) == 3:
-        torch.set_num_threads(1)
-        fit_seconds(sys.argv[1], int(sys.argv[2]))
+    if sys.argv[1:] == ["--callgrind-segments"]:
+        callgrind_segments()
+    elif sys.argv[1:] == ["--callgrind"]:
+        callgrind()
     else:
-        main()
+        timing()
+        callgrind()

@@ -7,31 +7,16 @@ arguments (Ignite then skips resolving its engine weakref) and only bump counter
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-import torch
 from ignite.engine import Engine, Events
 
 from tracker_core import Progress, Tracker
+from tracker_core._batch_size import samples_in
 from tracker_core._stage import StageProgress
 
 STAGES = ("train", "validate", "test", "predict")
-
-
-def batch_samples(batch: Any) -> int:
-    """Samples in a batch: the first dimension of its first tensor (0 for ``None``)."""
-    while True:
-        if type(batch) is torch.Tensor:  # fast path: isinstance on Tensor goes through a Python metaclass
-            return batch.shape[0] if batch.ndim else 1
-        if isinstance(batch, (list, tuple)) and batch:
-            batch = batch[0]
-        elif isinstance(batch, Mapping) and batch:
-            batch = next(iter(batch.values()))
-        elif isinstance(batch, torch.Tensor):
-            return batch.shape[0] if batch.ndim else 1
-        else:
-            return len(batch) if hasattr(batch, "__len__") else 0
 
 
 def _first(engine: Engine, event: Any, handler: Callable[..., None]) -> None:
@@ -46,12 +31,10 @@ def _attach_batches(engine: Engine, stage: StageProgress) -> None:
     batches = stage._batches  # noqa: SLF001 - read on the hot path without building a view
 
     def iteration_started() -> None:
-        stage.batch_ready()
-        stage.batch_started()
+        stage.batch_begin()
 
     def iteration_completed() -> None:
-        stage.batch_processed(batch_samples(state.batch))
-        stage.batch_completed()
+        stage.batch_end(samples_in(state.batch))
 
     def terminated() -> None:
         if batches.ready != batches.completed and batches.processed == batches.completed:

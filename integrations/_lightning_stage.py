@@ -8,12 +8,10 @@ lazily, at the next hook (``settle``): every hook then sees the same counts as L
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-import torch
-
 from tracker_core import StageProgress
+from tracker_core._batch_size import samples_in
 
 
 class StageDriver:
@@ -70,7 +68,7 @@ class StageDriver:
                 self.stage.epoch_started()
         self.stage.batch_ready()
         self.batch_to_start = True
-        self.samples = batch_size(batch)
+        self.samples = samples_in(batch)
 
     def batch_step(self) -> None:
         """The step of the batch in flight has begun (Lightning marked it started)."""
@@ -98,23 +96,3 @@ class StageDriver:
         self.settle()
         self.stage.epoch_processed()
         self.epoch_to_complete = True
-
-
-def batch_size(batch: Any) -> int:
-    """Samples in a batch: the first dimension of its first tensor (0 if it has none)."""
-    first = batch[0] if (type(batch) is tuple or type(batch) is list) and batch else batch  # the common case
-    if isinstance(first, torch.Tensor):
-        shape = first.shape
-        return shape[0] if shape else 1
-    return _first_tensor_size(batch)
-
-
-def _first_tensor_size(batch: Any) -> int:
-    if isinstance(batch, torch.Tensor):
-        return batch.shape[0] if batch.dim() else 1
-    items = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
-    for item in items:
-        size = _first_tensor_size(item)
-        if size:
-            return size
-    return 0

@@ -17,14 +17,18 @@ Accelerate has no callbacks, so the loops themselves report::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+import os
+import re
+from collections.abc import Generator, Iterable, Iterator
+from typing import Any, TextIO, TypeVar
 
 import torch
 
 from integrations import _accelerate_checkpoint as checkpoint
-from tracker_core import ProgressView, Tracker
+from tracker_core import ProgressView, Tracker, count_optimizer_steps
+from tracker_core._batch_size import samples_in
 from tracker_core._data_rng import GlobalRng
+from tracker_core._display import Display
 from tracker_core._gradients import capture_gradients, restore_gradients
 from tracker_core._registry import attach
 from tracker_core._stage import StageProgress
@@ -66,6 +70,7 @@ class AcceleratorProgress:
         self._restored_evaluation_rng: tuple[str, GlobalRng] | None = None
         # index -> the pending state our load left in a train StatefulDataLoader (Accelerate then overwrites it)
         self._armed_states: dict[int, dict[str, Any] | None] = {}
+        self._display: Display | None = None  # set by display(); None: the loops show nothing
         attach(accelerator, self._progress)
         accelerator.register_save_state_pre_hook(self._on_save)
         accelerator.register_load_state_pre_hook(self._on_load)
@@ -76,6 +81,15 @@ class AcceleratorProgress:
         """The read-only progress, as ``tracker_core.get_progress(accelerator)`` returns it."""
         return self._progress.view
 
+    def display(self, stream: TextIO | None = None, terminal: bool | None = None, interval: float = 10.0) -> None:
+        """Show the loops' stage, epoch, batch, steps, samples/s and ETA (main process only).
+
+        On a terminal a live line (with rich); elsewhere a line every ``interval`` seconds
+        and at each epoch end, to ``stream`` (standard output by default). See docs/display.md.
+        """
+        if self._accelerator.is_main_process:
+            self._display = Display(self.view, stream=stream, terminal=terminal, interval=interval)
+
     # loops -------------------------------------------------------------------------------
     def epochs(self, max_epochs: int) -> Iterator[int]:
         """A fit run: yields the 0-based index of each train epoch until ``max_epochs`` are done.
@@ -84,6 +98,8 @@ class AcceleratorProgress:
         yielded again and its :meth:`train` pass yields only the batches not yet trained.
         """
         self._hook_optimizers()
+        if self._display is not None:
+            self._display.set_max_epochs(max_epochs)
         progress, train, view = self._progress, self._train, self._progress.view
         progress.run_ready("fit")
         progress.run_started()
@@ -105,6 +121,12 @@ class AcceleratorProgress:
         body hands control back. A ``save_state`` inside the body counts the current batch
         as processed: save after the batch's step, as Accelerate's examples do.
         """
+        batches = self._train_pass(loader, index)
+        if self._display is None:
+            return batches
+        return self._display.iterate(batches, "train", _length(loader))
+
+    def _train_pass(self, loader: Iterable[Batch], index: int) -> Generator[Batch, None, None]:
         self._track(loader, index)
         pass_start = getattr(loader, "iteration", None)
         if pass_start is not None:
@@ -121,15 +143,15 @@ class AcceleratorProgress:
         train = self._train
         try:
             for batch in loader:
-                train.batch_ready()
-                train.batch_started()
+                train.batch_begin()
                 self._in_flight_loader = index
-                self._in_flight = _samples(batch)
+                self._in_flight = samples_in(batch)
                 yield batch
                 if self._in_flight != _NONE_IN_FLIGHT:
-                    train.batch_processed(self._in_flight, index)
+                    train.batch_end(self._in_flight, index)
                     self._in_flight = _NONE_IN_FLIGHT
-                train.batch_completed()
+                else:  # a save_state in the loop body processed it
+                    train.batch_completed()
         except GeneratorExit:  # the loop body broke out: its batch was trained
             if self._in_flight != _NONE_IN_FLIGHT:
                 train.batch_processed(self._in_flight, index)
@@ -151,6 +173,14 @@ class AcceleratorProgress:
         return self._evaluation(self._progress.predict, "predict", loader, index)
 
     def _evaluation(self, stage: StageProgress, kind: str, loader: Iterable[Batch], index: int) -> Iterator[Batch]:
+        batches = self._evaluation_pass(stage, kind, loader, index)
+        if self._display is None:
+            return batches
+        return self._display.iterate(batches, stage.name, _length(loader))
+
+    def _evaluation_pass(
+        self, stage: StageProgress, kind: str, loader: Iterable[Batch], index: int
+    ) -> Generator[Batch, None, None]:
         """One evaluation epoch. It leaves the global RNGs as it found them, so training continues
         identically however often it evaluates, and an evaluation restarted after a resume
         (an unfinished one is run again from its start) changes nothing either."""
@@ -170,16 +200,13 @@ class AcceleratorProgress:
         samples = 0
         try:
             for batch in loader:
-                stage.batch_ready()
-                stage.batch_started()
-                samples = _samples(batch)
+                stage.batch_begin()
+                samples = samples_in(batch)
                 yield batch
-                stage.batch_processed(samples, index)
-                stage.batch_completed()
+                stage.batch_end(samples, index)
         except GeneratorExit:  # the loop body broke out: the epoch was cut short on purpose
             if progress.view.stage(stage.name).batches.lifetime.in_flight:
-                stage.batch_processed(samples, index)
-                stage.batch_completed()
+                stage.batch_end(samples, index)
             self._end_evaluation(stage, rng, own_run)
             raise
         self._end_evaluation(stage, rng, own_run)
@@ -222,7 +249,7 @@ class AcceleratorProgress:
         for index in range(self._hooked_optimizers, len(optimizers)):
             prepared = optimizers[index]
             inner: torch.optim.Optimizer = getattr(prepared, "optimizer", prepared)
-            inner.register_step_post_hook(lambda _o, _a, _k, index=index: train.optimizer_step(index))
+            count_optimizer_steps(train, [inner], first_index=index)
             if getattr(prepared, "scaler", None) is not None:
                 _count_skipped_steps(prepared, train, index)
         self._hooked_optimizers = len(optimizers)
@@ -266,7 +293,7 @@ class AcceleratorProgress:
             restore_gradients(parameters, previous)
             raise
         self._in_flight = _NONE_IN_FLIGHT
-        accelerator.project_configuration.iteration = saved.save_iteration + 1
+        accelerator.project_configuration.iteration = _next_save_iteration(accelerator, saved.save_iteration)
         resuming_epoch = self.view.train.epochs.lifetime.in_flight
         self._restored_evaluation_rng = saved.evaluation_rng
         self._armed_states = {
@@ -282,6 +309,27 @@ class AcceleratorProgress:
             if iteration is not None:
                 use_pass = resuming_epoch and iteration.pass_start is not None
                 self._restored_iterations[index] = iteration.pass_start if use_pass else iteration.now  # type: ignore[assignment]
+
+
+def _length(loader: object) -> int | None:
+    """Batches per epoch of ``loader``; None when it has no length (an iterable dataset)."""
+    try:
+        return len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def _next_save_iteration(accelerator: Any, loaded: int) -> int:
+    """The number of the next automatically named ``checkpoint_N``: after the loaded one and after
+    any newer folder (one left damaged by a crash, when the run resumed from an older one)."""
+    newest = loaded
+    folder = os.path.join(accelerator.project_dir or "", "checkpoints")
+    if accelerator.project_configuration.automatic_checkpoint_naming and os.path.isdir(folder):
+        for name in os.listdir(folder):
+            match = re.fullmatch(r"checkpoint_(\d+)", name)
+            if match:
+                newest = max(newest, int(match.group(1)))
+    return newest + 1
 
 
 def _start_from_the_beginning(loader: object) -> None:
@@ -323,19 +371,3 @@ def _count_skipped_steps(prepared: Any, train: Any, index: int) -> None:
         return result
 
     prepared.step = step_counting_skips
-
-
-def _samples(batch: object) -> int:
-    """The batch size: the first dimension of the first tensor found (1 if none)."""
-    if type(batch) is tuple or type(batch) is list:  # the common case, first
-        batch = batch[0] if batch else None
-    while True:
-        if isinstance(batch, torch.Tensor):
-            shape = batch.shape  # len(tensor) costs three times as much
-            return shape[0] if shape else 1
-        if isinstance(batch, (list, tuple)) and batch:
-            batch = batch[0]
-        elif isinstance(batch, Mapping) and batch:
-            batch = next(iter(batch.values()))
-        else:
-            return 1

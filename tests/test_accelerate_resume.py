@@ -92,7 +92,7 @@ def test_progress_file_loads_with_weights_only(tmp_path):
     assert all(g is None or isinstance(g, torch.Tensor) for g in saved["gradients"])
 
 
-def _automatic_naming_program(project_dir: Path, load: bool) -> list[str]:
+def _automatic_naming_program(project_dir: Path, load: bool, load_from: Path | None = None) -> list[str]:
     setup = Setup()
     accelerator = fresh_accelerator(setup, project_dir=str(project_dir))
     torch.manual_seed(0)
@@ -101,7 +101,7 @@ def _automatic_naming_program(project_dir: Path, load: bool) -> list[str]:
                                                    DataLoader(Indexed(10), batch_size=3))
     progress = AcceleratorProgress(accelerator)
     if load:
-        accelerator.load_state()
+        accelerator.load_state(None if load_from is None else str(load_from))
     for _epoch in progress.epochs(2):
         for _ids, x, y in progress.train(loader):
             with accelerator.accumulate(model):
@@ -120,6 +120,13 @@ def _automatic_naming_program(project_dir: Path, load: bool) -> list[str]:
 def test_a_second_save_state_after_resuming_gets_the_next_checkpoint_name(tmp_path):
     assert _automatic_naming_program(tmp_path, load=False) == ["checkpoint_0"]
     assert _automatic_naming_program(tmp_path, load=True) == ["checkpoint_0", "checkpoint_1"]
+
+
+def test_resuming_from_an_older_checkpoint_beside_a_damaged_newer_one_saves_after_both(tmp_path):
+    _automatic_naming_program(tmp_path, load=False)
+    (tmp_path / "checkpoints" / "checkpoint_1").mkdir()  # a save_state cut short by a kill
+    names = _automatic_naming_program(tmp_path, load=True, load_from=tmp_path / "checkpoints" / "checkpoint_0")
+    assert names == ["checkpoint_0", "checkpoint_1", "checkpoint_2"]
 
 
 _CHILD = """

@@ -438,3 +438,52 @@ def test_ordering_and_scope_invariants_hold_after_every_step_of_a_fit_with_valid
             call(progress)
         check_invariants(progress)
     assert progress.state_dict() == driven(script).state_dict()
+
+
+# fused batch marks -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_batch_begin_and_batch_end_leave_the_same_state_as_the_four_phase_marks(stage):
+    fused, phased = _in_epoch(stage), _in_epoch(stage)
+    for samples, dataloader in ((4, 0), (3, 1)):
+        fused.stage(stage).batch_begin()
+        phased.stage(stage).batch_ready()
+        phased.stage(stage).batch_started()
+        assert fused.state_dict() == phased.state_dict()
+        fused.stage(stage).batch_end(samples, dataloader)
+        phased.stage(stage).batch_processed(samples, dataloader)
+        phased.stage(stage).batch_completed()
+        assert fused.state_dict() == phased.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("done", "mark", "problem"),
+    [
+        ((), "batch_end", "processed before it was started"),
+        (("batch_begin",), "batch_begin", "ready while the previous one is not completed"),
+        (("batch_ready", "batch_started", "batch_processed"), "batch_end", "processed again before it was completed"),
+    ],
+    ids=["end-with-nothing-begun", "second-begin-while-one-in-flight", "end-after-processed"],
+)
+def test_fused_batch_marks_out_of_order_raise_event_order_error_and_change_nothing(done, mark, problem):
+    progress = in_fit_epoch()
+    train = progress.train
+    for name in done:
+        getattr(train, name)(*((8,) if name == "batch_processed" else ()))
+    method = getattr(train, mark)
+    assert_refused(progress, EventOrderError, (lambda: method(8)) if mark == "batch_end" else method,
+                   f"train batch: {problem}")
+
+
+def test_batch_begin_outside_an_epoch_raises_event_order_error():
+    progress = Progress()
+    progress.run_ready("fit")
+    progress.run_started()
+    assert_refused(progress, EventOrderError, progress.train.batch_begin, "ready outside an epoch")
+
+
+def test_batch_end_refuses_negative_samples_and_changes_nothing():
+    progress = in_fit_epoch()
+    progress.train.batch_begin()
+    assert_refused(progress, ValueError, lambda: progress.train.batch_end(-1))

@@ -13,7 +13,6 @@ from test_ignite_common import BATCH, EPOCHS, TRAIN_SIZE, VAL_SIZE, Config, Inde
 from torch.utils.data import DataLoader
 
 import tracker_core
-from integrations._ignite_events import batch_samples
 from integrations.ignite import ProgressHandler
 from tracker_core import PhaseCounts, ProgressStateError, ScopeCounts
 
@@ -56,12 +55,6 @@ def test_get_progress_of_the_trainer_and_of_an_evaluator_is_the_same_record() ->
     program.run()
     assert tracker_core.get_progress(program.trainer).state_dict() == program.progress.view.state_dict()
     assert tracker_core.get_progress(program.evaluator).train.batches.lifetime.completed == EPOCHS * PER_EPOCH
-
-
-def test_batch_samples_reads_the_first_dimension_of_the_first_tensor() -> None:
-    assert batch_samples((torch.zeros(3, 2), torch.zeros(3))) == 3
-    assert batch_samples({"x": [torch.zeros(5, 1)]}) == 5
-    assert batch_samples(None) == 0
 
 
 # evaluators -----------------------------------------------------------------------------

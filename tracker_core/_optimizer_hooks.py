@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -12,22 +12,31 @@ from tracker_core._stage import TrainStageProgress
 
 
 def count_optimizer_steps(
-    train: TrainStageProgress, optimizers: Sequence[torch.optim.Optimizer]
+    train: TrainStageProgress, optimizers: Sequence[torch.optim.Optimizer], first_index: int = 0
 ) -> list[RemovableHandle]:
-    """Count each completed ``step()`` of ``optimizers[i]`` as a step of optimizer ``i``.
+    """Count each completed ``step()`` of ``optimizers[i]`` as a step of optimizer ``first_index + i``.
 
     A step that never reaches the optimizer (e.g. skipped by AMP's GradScaler) is not
-    counted here; the adapter reports it with ``optimizer_step_skipped``. Remove the
-    returned handles to stop counting.
+    counted here; see :func:`count_skipped_steps`. Remove the returned handles to stop
+    counting.
     """
-    handles = []
-    for index, optimizer in enumerate(optimizers):
+    return [
+        optimizer.register_step_post_hook(_step_counter(train, first_index + offset))
+        for offset, optimizer in enumerate(optimizers)
+    ]
 
-        def _counted(_opt: torch.optim.Optimizer, _args: Any, _kwargs: Any, index: int = index) -> None:
-            train.optimizer_step(index)
 
-        handles.append(optimizer.register_step_post_hook(_counted))
-    return handles
+def _step_counter(train: TrainStageProgress, index: int) -> Callable[[Any, Any, Any], None]:
+    """A step post-hook doing ``train.optimizer_step(index)``, inlined: it runs on every step."""
+
+    def counted(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        try:
+            train._optimizer_steps[index].total += 1
+        except IndexError:  # the first step of this optimizer, or a loaded state without it
+            train._add_optimizers(index).total += 1
+        train._stepped_at = train._batches.started
+
+    return counted
 
 
 def count_skipped_steps(

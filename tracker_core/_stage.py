@@ -138,6 +138,37 @@ class StageProgress:
         batches.completed += 1
         self._progress._where = self._at_batch_completed
 
+    def batch_begin(self) -> None:
+        """``batch_ready`` and ``batch_started`` in one call, for a framework with one event between them."""
+        batches = self._batches
+        if batches.ready != batches.completed:
+            raise EventOrderError(f"{self.name} batch: ready while the previous one is not completed")
+        epochs = self._epochs
+        if epochs.ready == epochs.completed:
+            raise EventOrderError(f"{self.name} batch: ready outside an epoch")
+        batches.ready = batches.started = batches.ready + 1
+        self._resuming_epoch = False
+        self._progress._where = self._at_batch_started
+
+    def batch_end(self, samples: int, dataloader: int = 0) -> None:
+        """``batch_processed`` and ``batch_completed`` in one call, for a framework with one event between them."""
+        batches = self._batches
+        if batches.completed != batches.processed:
+            raise EventOrderError(f"{self.name} batch: processed again before it was completed")
+        if batches.processed == batches.started:
+            raise EventOrderError(f"{self.name} batch: processed before it was started")
+        if samples < 0 or dataloader < 0:
+            raise ValueError(f"{self.name} batch: samples and dataloader must be >= 0, got {samples}, {dataloader}")
+        try:
+            tallies = self._dataloaders[dataloader]
+        except IndexError:
+            tallies = self._add_dataloaders(dataloader)
+        batches.processed = batches.completed = batches.processed + 1
+        self._samples.total += samples
+        tallies.batches.total += 1
+        tallies.samples.total += samples
+        self._progress._where = self._at_batch_completed
+
     def cancel_batch(self) -> None:
         """Undo a fetched batch that will not be processed (e.g. a start hook asked to stop)."""
         batches = self._batches
