@@ -29,7 +29,7 @@ from integrations.accelerate import AcceleratorProgress  # noqa: E402
 
 ROUNDS = 15
 BATCHES = 200  # per round
-CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 120, 2
+CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 220, 3
 
 
 def _setup(batches: int, accelerator: Accelerator | None = None) -> tuple[

@@ -61,7 +61,7 @@ def dispatch_seconds(mode: str, batches: int) -> float:
     return (time.perf_counter() - start) / batches
 
 
-CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 120, 2
+CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 220, 3
 
 
 def callgrind_segments() -> None:

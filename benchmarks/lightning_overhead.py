@@ -28,7 +28,7 @@ from integrations.lightning import ProgressTracker
 
 MODES = ("none", "empty", "tracker")
 SMALL, LARGE = 100, 1_100
-CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 120, 2
+CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 220, 3
 
 
 class Tiny(pl.LightningModule):

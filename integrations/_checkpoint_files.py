@@ -30,8 +30,7 @@ from typing import Any
 import torch
 
 from integrations import _accelerate_checkpoint as accelerate_file
-from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
-from tracker_core._data_rng import GlobalRng
+from tracker_core import ProgressStateError, Tracker
 
 LIGHTNING_STATE_KEY = "ProgressTracker"
 LIGHTNING_GRADIENTS_KEY = "progress_tracker_gradients"
@@ -167,16 +166,11 @@ def _is_handler_state(value: object) -> bool:
 
 
 def _validate(path: Path, location: str, entry: object) -> None:
-    """The core's full check, on a throwaway Tracker; the global RNGs it sets are put back."""
-    rng = GlobalRng.capture()
+    """The core's full check of ``entry``; nothing is loaded, no global state touched."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", InexactResumeWarning)
-            Tracker().load_state_dict(entry)
+        Tracker().validate_state_dict(entry)
     except ProgressStateError as error:
         raise CheckpointFileError(f"{path}: damaged progress entry at {location}: {error}") from None
-    finally:
-        rng.apply()
 
 
 # Accelerate folders --------------------------------------------------------------------------

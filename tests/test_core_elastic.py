@@ -102,7 +102,7 @@ def _resume_two_ranks(entry: dict[str, Any], rank: int) -> dict[str, Any]:
     tracker.track_train_loader(loader)
     tracker.load_state_dict(entry)
     epochs, _ = _train(tracker, loader)
-    return {"epochs": epochs, "progress": tracker.state_dict()["progress"], "mapping": tracker.resume_mapping,
+    return {"epochs": epochs, "progress": tracker.state_dict()["progress"], "mapping": tracker.view.resume_mapping,
             "world": dist.get_world_size()}
 
 
@@ -186,7 +186,7 @@ def test_the_mapping_is_recorded_and_the_progress_is_rebased_to_the_new_batches(
     loader = _loader(2, 1, 0)
     tracker.track_train_loader(loader)
     tracker.load_state_dict(_world_two()[0]["saved"][2])
-    assert tracker.resume_mapping == {
+    assert tracker.view.resume_mapping == {
         "saved_world_size": 2,
         "world_size": 1,
         "rank": 0,
@@ -215,7 +215,7 @@ def test_a_checkpoint_after_an_elastic_resume_resumes_exactly_at_the_new_world_s
     reference = _world_one(2)
     assert epochs == [reference[SAVED_EPOCH][7:], reference[SAVED_EPOCH + 1]]
     assert again.state_dict()["progress"] == tracker.state_dict()["progress"]
-    assert again.resume_mapping is None
+    assert again.view.resume_mapping is None
 
 
 def test_a_position_not_a_multiple_of_the_new_global_batch_warns_and_trains_the_remainder_again() -> None:
@@ -223,7 +223,7 @@ def test_a_position_not_a_multiple_of_the_new_global_batch_warns_and_trains_the_
     tracker, epochs, problems = _resume_at_world_one(entry, 4)
     assert len(problems) == 1 and "position 6 is not a multiple of the new global batch 4 x 1 = 4" in problems[0]
     assert "2 samples before position 6 are trained again" in problems[0]
-    record = tracker.resume_mapping["train_loaders"][0]
+    record = tracker.view.resume_mapping["train_loaders"][0]
     assert (record["batches_consumed"], record["exact"]) == (1, False)
     assert epochs[0] == _world_one(4)[SAVED_EPOCH][1:]
     counts = Counter(_consumed_before_save(1) + [i for b in epochs[0] for i in b])
@@ -244,7 +244,7 @@ def test_a_checkpoint_after_the_last_batch_of_an_epoch_resumes_with_nothing_left
     loader = _loader(3, 1, 0)
     tracker.track_train_loader(loader)
     tracker.load_state_dict(copy.deepcopy(entry))
-    assert tracker.resume_mapping["train_loaders"][0]["samples_consumed"] == SAMPLES
+    assert tracker.view.resume_mapping["train_loaders"][0]["samples_consumed"] == SAMPLES
     assert (tracker.view.train.batches.epoch.completed, tracker.view.train.samples.epoch) == (8, SAMPLES)
     epochs, _ = _train(tracker, loader)
     assert epochs == [[], _world_one(3)[SAVED_EPOCH + 1]]
@@ -252,7 +252,7 @@ def test_a_checkpoint_after_the_last_batch_of_an_epoch_resumes_with_nothing_left
 
 def test_a_checkpoint_between_epochs_needs_no_mapping_and_the_next_epoch_is_the_new_worlds() -> None:
     tracker, epochs, problems = _resume_at_world_one(_world_two()[0]["saved"]["end"], 3)
-    assert problems == [] and tracker.resume_mapping["train_loaders"] == []
+    assert problems == [] and tracker.view.resume_mapping["train_loaders"] == []
     assert epochs == [_world_one(3)[SAVED_EPOCH + 1]]
 
 

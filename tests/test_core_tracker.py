@@ -233,3 +233,21 @@ def test_a_wrapper_faking_the_dataloader_class_is_treated_as_untracked_and_warne
     train.batch_processed(3)
     with pytest.warns(InexactResumeWarning, match="_FakesItsClass"):
         assert tracker.state_dict()["train_loaders"] == [{"kind": "untracked"}]
+
+
+def test_validate_state_dict_raises_what_load_would_and_changes_nothing() -> None:
+    tracker = Tracker()
+    entry = tracker.state_dict()
+    entry["progress"]["stages"]["train"]["samples"]["run"] = -1
+    with pytest.raises(ProgressStateError, match="progress.stages.train.samples"):
+        tracker.validate_state_dict(entry)
+    assert tracker.state_dict()["progress"] == Tracker().state_dict()["progress"]
+
+
+def test_validate_state_dict_leaves_the_global_rngs_alone() -> None:
+    entry = Tracker().state_dict()
+    torch.manual_seed(1)
+    expected = torch.rand(1)
+    torch.manual_seed(1)
+    Tracker().validate_state_dict(entry)
+    assert torch.equal(torch.rand(1), expected)

@@ -585,3 +585,12 @@ def test_a_bad_rng_state_raises_naming_its_key_and_leaves_every_generator_as_it_
         restore_rng_state(bad)
     assert caught.value.key == key
     assert _draws() == expected
+
+
+def test_after_its_first_batch_a_single_process_iterator_takes_indices_straight_from_the_sampler() -> None:
+    loader = DataLoader(_Indexed(10), batch_size=3, shuffle=True)
+    LoaderPosition(loader)
+    iterator = iter(loader)
+    next(iterator)
+    assert type(iterator._sampler_iter).__name__ != "_EpochIndices"  # no wrapper call per batch
+    assert len(list(iterator)) == 3

@@ -13,11 +13,14 @@ def samples_in(batch: object) -> int:
     its items if it is a list or tuple (e.g. strings), else 0."""
     # The common cases first, by exact type: isinstance against Tensor runs a Python-level
     # metaclass check, which would cost more than the rest of a batch's progress marks.
-    if type(batch) is tuple or type(batch) is list:
-        if batch and type(batch[0]) is Tensor:
-            shape = batch[0].shape
-            return shape[0] if shape else 1
-    elif type(batch) is Tensor:
+    kind = type(batch)
+    if kind is tuple or kind is list:
+        if batch:
+            first = batch[0]  # type: ignore[index]
+            if type(first) is Tensor:
+                shape = first.shape
+                return shape[0] if shape else 1
+    elif kind is Tensor:
         shape = batch.shape
         return shape[0] if shape else 1
     size = _first_tensor_size(batch)

@@ -442,9 +442,13 @@ class LoaderPosition:
         # while the iterator is built, and the iterator keeps it as its index sampler.
         object.__setattr__(loader, name, _SamplerTap(inner, self))
         try:
-            return self._build(loader)
+            iterator = self._build(loader)
         finally:
             object.__setattr__(loader, name, inner)
+        indices = getattr(iterator, "_sampler_iter", None)
+        if type(indices) is _EpochIndices:
+            indices.owner = weakref.ref(iterator)
+        return iterator
 
     def _start_sampler(self, inner: Iterable[Any]) -> Iterator[Any]:
         """An epoch's index sampler starts: replay its noted RNG and skip, or note it."""
@@ -585,14 +589,20 @@ class _SamplerTap:
 
 
 class _EpochIndices:
-    """One epoch's indices; the first ``next`` lets the position note or replay the start."""
+    """One epoch's indices; the first ``next`` lets the position note or replay the start.
 
-    __slots__ = ("_indices", "_inner", "_position")
+    ``owner`` is the (weakly held) DataLoader iterator asking for them, when known: after
+    the first ``next`` it is handed the sampler's own indices, so later batches cost
+    nothing here (torch's single-process iterator reads ``_sampler_iter`` on every batch).
+    """
+
+    __slots__ = ("_indices", "_inner", "_position", "owner")
 
     def __init__(self, inner: Iterable[Any], position: LoaderPosition) -> None:
         self._inner = inner
         self._position = position
         self._indices: Iterator[Any] | None = None
+        self.owner: weakref.ref[Any] | None = None
 
     def __iter__(self) -> _EpochIndices:
         return self
@@ -601,6 +611,9 @@ class _EpochIndices:
         indices = self._indices
         if indices is None:
             indices = self._indices = self._position._start_sampler(self._inner)
+            owner = None if self.owner is None else self.owner()
+            if owner is not None and getattr(owner, "_sampler_iter", None) is self:
+                owner._sampler_iter = indices
         return next(indices)
 
 

@@ -21,7 +21,9 @@ class Progress:
     the lifetime of the model (across runs and trainers, carried by checkpoints).
     """
 
-    __slots__ = ("train", "validate", "test", "predict", "_runs", "_run_kind", "_where", "_resuming_run", "view")
+    __slots__ = (
+        "train", "validate", "test", "predict", "_runs", "_run_kind", "_where", "_resuming_run", "_resume_mapping", "view"
+    )
 
     def __init__(self) -> None:
         from tracker_core._view import ProgressView
@@ -30,6 +32,7 @@ class Progress:
         self._run_kind = ""
         self._where: tuple[str, str, str] | None = None
         self._resuming_run = False
+        self._resume_mapping: dict[str, Any] | None = None  # set by Tracker.load_state_dict (docs/distributed.md)
         self.train = TrainStageProgress(self)
         self.validate = StageProgress("validate", self)
         self.test = StageProgress("test", self)
@@ -124,6 +127,7 @@ class Progress:
 
         apply(self, parsed)
         self._settle_in_flight()
+        self._resume_mapping = None
 
     def _settle_in_flight(self) -> None:
         """Settle each in-flight event and rewrite ``where`` to match (see load_state_dict)."""

@@ -15,7 +15,7 @@ from tracker_core._data_rng import GlobalRng
 from tracker_core._elastic import ENTRY_KEYS, gather, reenters_train_epoch, select
 from tracker_core._errors import ProgressStateError
 from tracker_core._progress import Progress
-from tracker_core._schema import _mapping, parse
+from tracker_core._schema import Parsed, _mapping, parse
 from tracker_core._view import ProgressView
 
 
@@ -31,12 +31,10 @@ class Tracker:
     framework's checkpoint. The entry is plain data: ``{"progress", "train_loaders", "rng"}``.
     """
 
-    __slots__ = ("progress", "resume_mapping", "_loaders", "_untracked", "_pending")
+    __slots__ = ("progress", "_loaders", "_untracked", "_pending")
 
     def __init__(self) -> None:
         self.progress = Progress()
-        # How the last load mapped a checkpoint of another world size (docs/schema.md); None otherwise.
-        self.resume_mapping: dict[str, Any] | None = None
         self._loaders: dict[int, LoaderPosition] = {}
         self._untracked: dict[int, str] = {}  # train dataloaders that are not torch DataLoaders
         self._pending: dict[int, tuple[dict[str, Any], bool]] = {}  # loaded, waiting for their loader
@@ -104,6 +102,8 @@ class Tracker:
         Rank 0's :meth:`state_dict` plus ``"ranks"``, every rank's entry (index = rank),
         the same on every rank (one ``all_gather_object``). :meth:`load_state_dict` gives
         each rank its own part, or maps it at another world size. See docs/distributed.md.
+        In a world of one it still carries ``"ranks"``, so a later run on more processes can
+        map it (elastic resume).
         """
         ranks = gather(self.state_dict())
         return {**ranks[0], "ranks": ranks}
@@ -116,13 +116,34 @@ class Tracker:
         a train epoch is re-entered mid-way; otherwise only their generators are restored.
         Loaders registered later are checked and armed by :meth:`track_train_loader`.
         An entry of :meth:`gathered_state_dict` gives this rank its own part; saved at another
-        world size it is mapped (:attr:`resume_mapping`; ``InexactResumeWarning`` where inexact).
+        world size it is mapped (``view.resume_mapping``; ``InexactResumeWarning`` where inexact).
         """
+        loaded = self._parse_entry(entry)
+        # Everything is valid: apply, which cannot fail.
+        self.progress._load_parsed(loaded.progress)
+        loaded.rng.apply()
+        for position, parsed in loaded.ready.values():
+            position._apply(parsed)
+        self._pending = loaded.pending
+        self.progress._resume_mapping = loaded.mapping
+        for problem in loaded.problems:
+            warnings.warn(problem, InexactResumeWarning, stacklevel=2)
+
+    def validate_state_dict(self, entry: object) -> None:
+        """Raise the :class:`ProgressStateError` that :meth:`load_state_dict` would raise; change nothing.
+
+        Checks the entry against this tracker's registered train loaders; it touches no
+        global state (RNGs) and warns about nothing.
+        """
+        self._parse_entry(entry)
+
+    def _parse_entry(self, entry: object) -> _LoadedEntry:
         has_ranks = isinstance(entry, dict) and "ranks" in entry
         entry = _mapping(entry, "", (*ENTRY_KEYS, "ranks") if has_ranks else ENTRY_KEYS)
         selected = select(entry["ranks"], self._loaders) if has_ranks else None
         if selected is not None:
             entry = selected.entry
+        problems = [] if selected is None else [f"elastic resume: {problem}" for problem in selected.problems]
         with _keys_under("" if selected is None else selected.key_prefix):
             try:
                 parsed_progress = parse(entry["progress"])
@@ -138,27 +159,28 @@ class Tracker:
             for index, state in enumerate(states):
                 if state.get("kind") == "untracked":
                     if resume_epoch and parsed_progress.stages["train"].dataloaders[index:index + 1]:
-                        warnings.warn(
-                            f"train dataloader {index} was not a torch DataLoader when saved: the resumed epoch "
-                            "reads it from its start",
-                            InexactResumeWarning,
-                            stacklevel=2,
-                        )
+                        problems.append(f"train dataloader {index} was not a torch DataLoader when saved: "
+                                        "the resumed epoch reads it from its start")
                     continue
                 position = self._loaders.get(index)
                 if position is None:
                     pending[index] = (state, resume_epoch)
                 else:
                     ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
-        # Everything is valid: apply, which cannot fail.
-        self.progress._load_parsed(parsed_progress)
-        rng.apply()
-        for position, parsed in ready.values():
-            position._apply(parsed)
-        self._pending = pending
-        self.resume_mapping = None if selected is None else selected.mapping
-        for problem in [] if selected is None else selected.problems:
-            warnings.warn(f"elastic resume: {problem}", InexactResumeWarning, stacklevel=2)
+        return _LoadedEntry(parsed_progress, rng, ready, pending, None if selected is None else selected.mapping,
+                            problems)
+
+
+@dataclasses.dataclass(frozen=True)
+class _LoadedEntry:
+    """A validated entry, ready to apply."""
+
+    progress: Parsed
+    rng: GlobalRng
+    ready: dict[int, tuple[LoaderPosition, _ParsedState]]  # loaders registered now
+    pending: dict[int, tuple[dict[str, Any], bool]]  # loaders registered later: (state, resume_epoch)
+    mapping: dict[str, Any] | None
+    problems: list[str]  # why the resume will not be exact (InexactResumeWarning)
 
 
 def _parse_loader(position: LoaderPosition, state: dict[str, Any], index: int, resume_epoch: bool) -> _ParsedState:

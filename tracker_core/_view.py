@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from tracker_core._counts import PhaseCounts, ScopeCounts, _Tally
@@ -180,6 +181,13 @@ class ProgressView:
         """The last event phase marked (what a checkpoint taken now records); None before any."""
         where = self._progress._where
         return None if where is None else Where(*where)
+
+    @property
+    def resume_mapping(self) -> dict[str, Any] | None:
+        """How the last load mapped a checkpoint saved at another world size (a copy; see
+        docs/distributed.md); None when nothing was mapped."""
+        mapping = self._progress._resume_mapping
+        return None if mapping is None else copy.deepcopy(mapping)
 
     @property
     def global_step(self) -> int:
