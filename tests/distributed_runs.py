@@ -10,8 +10,10 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 TESTS = Path(__file__).parent
 
@@ -53,3 +55,19 @@ def folder_once(factory: pytest.TempPathFactory, name: str, fill: Callable[[Path
             fill(folder)
             (folder / "done").touch()
     return folder
+
+
+def rank_findings(folder: Path, phase: str) -> list[dict[str, Any]]:
+    """What each of the 2 ranks wrote at ``phase`` (``<phase>-rank<r>.pt``)."""
+    return [torch.load(folder / f"{phase}-rank{rank}.pt", weights_only=True) for rank in range(2)]
+
+
+def assert_each_rank_trains_its_half_of_every_epoch(straight: list[dict[str, Any]], samples: int,
+                                                    batches: int, epochs: int) -> None:
+    """A shuffling DistributedSampler: the two ranks' ids of an epoch are all samples, once; reshuffled per epoch."""
+    assert [(r["sampler"], r["shuffle"]) for r in straight] == [("DistributedSampler", True)] * 2
+    per_epoch = batches // epochs
+    for epoch in range(epochs):
+        halves = [sum(r["seen"][epoch * per_epoch:(epoch + 1) * per_epoch], []) for r in straight]
+        assert sorted(halves[0] + halves[1]) == list(range(samples))
+    assert straight[0]["seen"][:per_epoch] != straight[0]["seen"][per_epoch:]

@@ -15,7 +15,13 @@ from typing import Any
 
 import pytest
 import torch
-from distributed_runs import folder_once, free_port, run_script
+from distributed_runs import (
+    assert_each_rank_trains_its_half_of_every_epoch,
+    folder_once,
+    free_port,
+    rank_findings,
+    run_script,
+)
 from ignite_idist_run import AT, EPOCHS, SAMPLES
 
 BATCHES = SAMPLES // 2 // 3 * EPOCHS  # per rank, over the run
@@ -31,22 +37,13 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder_once(tmp_path_factory, "ignite_idist", _run)
 
 
-def _ranks(folder: Path, phase: str) -> list[dict[str, Any]]:
-    return [torch.load(folder / f"{phase}-rank{rank}.pt", weights_only=True) for rank in range(2)]
-
-
 @pytest.fixture(scope="module")
 def straight(folder: Path) -> list[dict[str, Any]]:
-    return [found["plain"] for found in _ranks(folder, "straight")]
+    return [found["plain"] for found in rank_findings(folder, "straight")]
 
 
 def test_each_rank_trains_its_own_half_of_every_shuffled_epoch(straight: list[dict[str, Any]]) -> None:
-    assert [(r["sampler"], r["shuffle"]) for r in straight] == [("DistributedSampler", True)] * 2
-    per_epoch = BATCHES // EPOCHS
-    for epoch in range(EPOCHS):
-        halves = [sum(r["seen"][epoch * per_epoch:(epoch + 1) * per_epoch], []) for r in straight]
-        assert sorted(halves[0] + halves[1]) == list(range(SAMPLES))
-    assert straight[0]["seen"][:per_epoch] != straight[0]["seen"][per_epoch:]  # reshuffled per epoch
+    assert_each_rank_trains_its_half_of_every_epoch(straight, SAMPLES, BATCHES, EPOCHS)
 
 
 def test_each_ranks_counts_agree_with_ignite_on_that_rank(straight: list[dict[str, Any]]) -> None:
@@ -82,8 +79,8 @@ def test_checkpoint_written_by_rank_0_holds_every_ranks_entry(folder: Path) -> N
 
 @pytest.mark.parametrize(("config", "at"), [(config, at) for config, iterations in AT.items() for at in iterations])
 def test_resume_from_a_checkpoint_after_iteration_is_exact_on_every_rank(config: str, at: int, folder: Path) -> None:
-    references = _ranks(folder, "straight")
-    for rank, (resumed, reference) in enumerate(zip(_ranks(folder, "resume"), references)):
+    references = rank_findings(folder, "straight")
+    for rank, (resumed, reference) in enumerate(zip(rank_findings(folder, "resume"), references)):
         run, straight = resumed[f"{config}-{at}"], reference[config]
         assert run["rank"] == rank
         assert run["seen"] == straight["seen"][at:], f"rank {rank}"

@@ -15,7 +15,13 @@ from typing import Any
 
 import pytest
 import torch
-from distributed_runs import folder_once, free_port, run_script
+from distributed_runs import (
+    assert_each_rank_trains_its_half_of_every_epoch,
+    folder_once,
+    free_port,
+    rank_findings,
+    run_script,
+)
 from lightning_ddp_run import AT, EPOCHS, SAMPLES
 
 from integrations.lightning import GRADIENTS_KEY, STATE_KEY
@@ -34,22 +40,13 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder_once(tmp_path_factory, "lightning_ddp", _run)
 
 
-def _ranks(folder: Path, phase: str) -> list[dict[str, Any]]:
-    return [torch.load(folder / f"{phase}-rank{rank}.pt", weights_only=True) for rank in range(2)]
-
-
 @pytest.fixture(scope="module")
 def straight(folder: Path) -> list[dict[str, Any]]:
-    return [found["plain"] for found in _ranks(folder, "straight")]
+    return [found["plain"] for found in rank_findings(folder, "straight")]
 
 
 def test_each_rank_trains_its_own_half_of_every_shuffled_epoch(straight: list[dict[str, Any]]) -> None:
-    assert [(r["sampler"], r["shuffle"]) for r in straight] == [("DistributedSampler", True)] * 2
-    per_epoch = BATCHES // EPOCHS
-    for epoch in range(EPOCHS):
-        halves = [sum(r["seen"][epoch * per_epoch:(epoch + 1) * per_epoch], []) for r in straight]
-        assert sorted(halves[0] + halves[1]) == list(range(SAMPLES))
-    assert straight[0]["seen"][:per_epoch] != straight[0]["seen"][per_epoch:]  # reshuffled per epoch
+    assert_each_rank_trains_its_half_of_every_epoch(straight, SAMPLES, BATCHES, EPOCHS)
 
 
 def test_each_ranks_counts_agree_with_lightning_on_that_rank(straight: list[dict[str, Any]]) -> None:
@@ -86,8 +83,8 @@ def test_checkpoint_inside_an_accumulation_window_holds_each_ranks_partial_gradi
 def test_resume_from_a_checkpoint_after_batch_is_exact_on_every_rank(
     config: str, at: int, folder: Path
 ) -> None:
-    references = _ranks(folder, "straight")
-    for rank, (resumed, reference) in enumerate(zip(_ranks(folder, "resume"), references)):
+    references = rank_findings(folder, "straight")
+    for rank, (resumed, reference) in enumerate(zip(rank_findings(folder, "resume"), references)):
         run, straight = resumed[f"{config}-{at}"], reference[config]
         assert run["rank"] == rank
         assert run["seen"] == straight["seen"][at + 1:], f"rank {rank}"
