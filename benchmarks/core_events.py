@@ -1,9 +1,11 @@
 """Cost of one full train-batch event cycle and of state_dict(), against a bare int-increment loop.
 
 Prints figures side by side from one run (timings here swing +-30%), plus callgrind
-instruction counts per cycle when valgrind is installed (deterministic).
+instruction counts per cycle when valgrind is installed (only the measured loops are
+counted, see _callgrind.py). The fused cycle (``batch_begin``/``batch_end``) is what the
+Ignite and Accelerate adapters use.
 Targets (issue 2): cycle <= 1 us (~3,000 instructions), state_dict() <= 20 us.
-Run: .venv/bin/python benchmarks/core_events.py
+Run: .venv/bin/python benchmarks/core_events.py [--callgrind]  (--callgrind: counts only)
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import shutil
 import statistics
 import sys
 import time
+
+from _callgrind import per_batch, segment, segment_instructions
 
 from tracker_core import Progress
 
@@ -36,6 +40,16 @@ def tracked_cycles(n: int) -> float:
         train.optimizer_step()
         train.batch_processed(4)
         train.batch_completed()
+    return time.perf_counter() - start
+
+
+def fused_cycles(n: int) -> float:
+    train = _progress_in_epoch().train
+    start = time.perf_counter()
+    for _ in range(n):
+        train.batch_begin()
+        train.optimizer_step()
+        train.batch_end(4)
     return time.perf_counter() - start
 
 
@@ -82,39 +96,54 @@ def state_dict_calls(n: int) -> float:
     return time.perf_counter() - start
 
 
-def _instructions(mode: str, n: int) -> int:
-    return instructions(__file__, mode, str(n))
+MODES = {"cycle": tracked_cycles, "fused": fused_cycles, "bare": bare_increments, "empty": empty_calls,
+         "state_dict": state_dict_calls}
+CALLGRIND_SMALL, CALLGRIND_LARGE = 1_000, 11_000
 
 
-def _per_call_instructions(mode: str) -> float:
-    small, large = 1_000, 21_000
-    return (_instructions(mode, large) - _instructions(mode, small)) / (large - small)
+def callgrind_segments() -> None:
+    """What callgrind counts: every mode at both counts, after a warm-up round."""
+    for repeat in range(2):
+        for mode, run in MODES.items():
+            for n in (CALLGRIND_SMALL, CALLGRIND_LARGE):
+                segment(f"{mode if repeat else 'warm-up'} {n}", run, n)
 
 
-def main() -> None:
+def callgrind() -> None:
+    if not shutil.which("valgrind"):
+        print("callgrind: valgrind not installed, instruction counts skipped")
+        return
+    figures = per_batch(segment_instructions(__file__, "--callgrind-segments"), CALLGRIND_SMALL, CALLGRIND_LARGE)
+    count = {mode: figures[mode][0] for mode in MODES}
+    print(f"callgrind, train-batch cycle: {count['cycle']:.0f} instructions   target <= ~3000")
+    print(f"callgrind, fused cycle:       {count['fused']:.0f} instructions")
+    print(f"callgrind, bare increments:   {count['bare']:.0f} instructions")
+    print(f"callgrind, 5 empty calls:     {count['empty']:.0f} instructions")
+    print(f"callgrind, state_dict():      {count['state_dict']:.0f} instructions")
+
+
+def timing() -> None:
     n, rounds = 200_000, 7
-    tracked, bare, empty, dumps = [], [], [], []
+    tracked, fused, bare, empty, dumps = [], [], [], [], []
     for _ in range(rounds):  # interleaved so machine noise hits all alike
         tracked.append(tracked_cycles(n) / n * 1e6)
+        fused.append(fused_cycles(n) / n * 1e6)
         bare.append(bare_increments(n) / n * 1e6)
         empty.append(empty_calls(n) / n * 1e6)
         dumps.append(state_dict_calls(n // 100) / (n // 100) * 1e6)
-    t, b, e, s = (statistics.median(x) for x in (tracked, bare, empty, dumps))
+    t, f, b, e, s = (statistics.median(x) for x in (tracked, fused, bare, empty, dumps))
     print(f"train-batch cycle (ready..completed + optimizer step): {t:.3f} us   target <= 1 us")
+    print(f"fused cycle (batch_begin, step, batch_end):            {f:.3f} us")
     print(f"bare loop, {INCREMENTS_PER_CYCLE} int increments:                        {b:.3f} us   cycle/bare {t / b:.1f}x")
     print(f"floor, 5 empty method calls:                           {e:.3f} us   cycle/floor {t / e:.1f}x")
     print(f"state_dict():                                           {s:.2f} us   target <= 20 us")
-    if shutil.which("valgrind"):
-        print(f"callgrind, train-batch cycle: {_per_call_instructions('cycle'):.0f} instructions   target <= ~3000")
-        print(f"callgrind, bare increments:   {_per_call_instructions('bare'):.0f} instructions")
-        print(f"callgrind, 5 empty calls:     {_per_call_instructions('empty'):.0f} instructions")
-        print(f"callgrind, state_dict():      {_per_call_instructions('state_dict'):.0f} instructions")
-    else:
-        print("callgrind: valgrind not installed, instruction counts skipped")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3:
-        {"cycle": tracked_cycles, "bare": bare_increments, "empty": empty_calls, "state_dict": state_dict_calls}[sys.argv[1]](int(sys.argv[2]))
+    if sys.argv[1:] == ["--callgrind-segments"]:
+        callgrind_segments()
+    elif sys.argv[1:] == ["--callgrind"]:
+        callgrind()
     else:
-        main()
+        timing()
+        callgrind()
