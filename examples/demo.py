@@ -39,8 +39,8 @@ from tracker_core._report import progress_table  # noqa: E402
 
 SCRIPT = ROOT / "tests" / "crash_run.py"
 NAMES = {"lightning": "PyTorch Lightning (ProgressTracker callback, ModelCheckpoint every step)",
-         "ignite": "PyTorch Ignite (ProgressHandler, Checkpoint(n_saved=2) every iteration)",
-         "accelerate": "Hugging Face Accelerate (AcceleratorProgress, save_state(total_limit=2) every batch)"}
+         "ignite": "PyTorch Ignite (ProgressHandler, Checkpoint(n_saved=3) every iteration)",
+         "accelerate": "Hugging Face Accelerate (AcceleratorProgress, save_state(total_limit=3) every batch)"}
 PER_EPOCH = CRASH.batches_per_epoch
 
 

@@ -270,7 +270,7 @@ def _run_ignite(
         trainer.add_event_handler(due, lambda: evaluator.run(val))
     to_save = {"trainer": trainer, "model": model, "optimizer": optimizer, "progress": handler}
     if saving is not None and saving.every_batch:
-        checkpoint = Checkpoint(to_save, DiskSaver(str(saving.directory), require_empty=False), n_saved=2,
+        checkpoint = Checkpoint(to_save, DiskSaver(str(saving.directory), require_empty=False), n_saved=3,
                                 global_step_transform=lambda e, _: e.state.iteration)
         trainer.add_event_handler(Events.ITERATION_COMPLETED, checkpoint)
     elif saving is not None:
@@ -309,7 +309,7 @@ def _run_accelerate(
     project = None
     if saving is not None and saving.every_batch:
         project = ProjectConfiguration(project_dir=str(saving.directory), automatic_checkpoint_naming=True,
-                                       total_limit=2)
+                                       total_limit=3)
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=scenario.accumulation, project_config=project)
     model = _model()
     optimizer = _optimizer(model)

@@ -4,8 +4,8 @@
 
 Trains :data:`CRASH` under FRAMEWORK (lightning, ignite, accelerate) with the framework's own
 rotating checkpointer writing into ``WORKDIR/checkpoints`` after every optimizer step
-(Lightning's ``ModelCheckpoint``) or every batch (Ignite's ``Checkpoint(n_saved=2)``,
-Accelerate's ``save_state`` with ``total_limit=2``). At the start of every train step it
+(Lightning's ``ModelCheckpoint``) or every batch (Ignite's ``Checkpoint(n_saved=3)``,
+Accelerate's ``save_state`` with ``total_limit=3``). At the start of every train step it
 appends the step's sample ids as one JSON line to IDS_FILE (one ``write``, then ``fsync``:
 a kill loses no line and leaves no half line) and prints ``batch <n>`` (n counts this
 process's steps). With ``--resume`` it first resumes from the newest intact checkpoint
