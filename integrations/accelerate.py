@@ -30,6 +30,7 @@ from tracker_core._batch_size import samples_in
 from tracker_core._data_rng import GlobalRng
 from tracker_core._display import Display
 from tracker_core._gradients import capture_gradients, restore_gradients
+from tracker_core._optimizer_hooks import count_skipped_steps
 from tracker_core._registry import attach
 from tracker_core._stage import StageProgress
 
@@ -251,7 +252,7 @@ class AcceleratorProgress:
             inner: torch.optim.Optimizer = getattr(prepared, "optimizer", prepared)
             count_optimizer_steps(train, [inner], first_index=index)
             if getattr(prepared, "scaler", None) is not None:
-                _count_skipped_steps(prepared, train, index)
+                count_skipped_steps(train, prepared.scaler, [inner], first_index=index)
         self._hooked_optimizers = len(optimizers)
 
     def _parameters(self, models: list[torch.nn.Module]) -> list[torch.nn.Parameter]:
@@ -358,16 +359,3 @@ def _create_seedable_generator(loader: object) -> None:
         if isinstance(sampler, SeedableRandomSampler) and sampler.generator is None:
             sampler.generator = torch.Generator()
             sampler.generator.manual_seed(sampler.initial_seed)
-
-
-def _count_skipped_steps(prepared: Any, train: Any, index: int) -> None:
-    """Count AMP-skipped steps of an AcceleratedOptimizer with a GradScaler (its ``step_was_skipped``)."""
-    step = prepared.step
-
-    def step_counting_skips(*args: Any, **kwargs: Any) -> Any:
-        result = step(*args, **kwargs)
-        if prepared.gradient_state.sync_gradients and prepared.step_was_skipped:
-            train.optimizer_step_skipped(index)
-        return result
-
-    prepared.step = step_counting_skips

@@ -78,3 +78,20 @@ def test_a_step_the_scaler_skips_is_counted_as_skipped_and_one_it_takes_as_a_ste
         scaler.update()
     assert progress.view.train.optimizer_steps_skipped.lifetime == 1
     assert progress.view.train.optimizer_steps.lifetime == 1
+
+
+def test_optimizers_hooked_one_at_a_time_on_a_shared_scaler_count_their_own_skips() -> None:
+    progress = in_fit_epoch()
+    first, second = _optimizer(), _optimizer()
+    scaler = torch.amp.GradScaler("cpu")
+    for index, optimizer in enumerate((first, second)):
+        count_optimizer_steps(progress.train, [optimizer], first_index=index)
+        count_skipped_steps(progress.train, scaler, [optimizer], first_index=index)
+    for optimizer, loss_scale in ((first, 1.0), (second, float("inf"))):
+        parameters = [p for group in optimizer.param_groups for p in group["params"]]
+        optimizer.zero_grad()
+        scaler.scale(sum(p.sum() for p in parameters) * loss_scale).backward()
+        scaler.step(optimizer)
+    view = progress.view.train
+    assert [s.lifetime for s in view.optimizer_steps_by_optimizer] == [1, 0]
+    assert [s.lifetime for s in view.optimizer_steps_skipped_by_optimizer] == [0, 1]

@@ -40,14 +40,19 @@ def _step_counter(train: TrainStageProgress, index: int) -> Callable[[Any, Any, 
 
 
 def count_skipped_steps(
-    train: TrainStageProgress, scaler: torch.amp.GradScaler, optimizers: Sequence[torch.optim.Optimizer]
+    train: TrainStageProgress,
+    scaler: torch.amp.GradScaler,
+    optimizers: Sequence[torch.optim.Optimizer],
+    first_index: int = 0,
 ) -> None:
-    """Report each ``scaler.step(optimizers[i])`` that AMP skipped (inf/NaN gradients) as a skipped step of ``i``.
+    """Report each ``scaler.step(optimizers[i])`` that AMP skipped (inf/NaN gradients) as a
+    skipped step of optimizer ``first_index + i``.
 
-    Wraps ``scaler.step`` on this instance: a call after which optimizer ``i`` did not
-    step is a skipped step. Steps that do happen are counted by ``count_optimizer_steps``.
+    Wraps ``scaler.step`` on this instance (again for each call, so optimizers hooked later
+    share the scaler): a call after which the optimizer did not step is a skipped step.
+    Steps that do happen are counted by ``count_optimizer_steps``.
     """
-    indices = {id(optimizer): index for index, optimizer in enumerate(optimizers)}
+    indices = {id(optimizer): first_index + offset for offset, optimizer in enumerate(optimizers)}
     step = scaler.step
 
     def step_counting_skips(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
