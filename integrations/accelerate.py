@@ -26,7 +26,7 @@ import torch
 
 from integrations import _accelerate_checkpoint as checkpoint
 from tracker_core import ProgressView, Tracker, count_optimizer_steps
-from tracker_core._batch_size import samples_in
+from tracker_core._batch_size import batches_in, samples_in
 from tracker_core._data_rng import GlobalRng
 from tracker_core._display import Display
 from tracker_core._gradients import capture_gradients, restore_gradients
@@ -125,7 +125,7 @@ class AcceleratorProgress:
         batches = self._train_pass(loader, index)
         if self._display is None:
             return batches
-        return self._display.iterate(batches, "train", _length(loader))
+        return self._display.iterate(batches, "train", batches_in(loader))
 
     def _train_pass(self, loader: Iterable[Batch], index: int) -> Generator[Batch, None, None]:
         self._track(loader, index)
@@ -177,7 +177,7 @@ class AcceleratorProgress:
         batches = self._evaluation_pass(stage, kind, loader, index)
         if self._display is None:
             return batches
-        return self._display.iterate(batches, stage.name, _length(loader))
+        return self._display.iterate(batches, stage.name, batches_in(loader))
 
     def _evaluation_pass(
         self, stage: StageProgress, kind: str, loader: Iterable[Batch], index: int
@@ -310,14 +310,6 @@ class AcceleratorProgress:
             if iteration is not None:
                 use_pass = resuming_epoch and iteration.pass_start is not None
                 self._restored_iterations[index] = iteration.pass_start if use_pass else iteration.now  # type: ignore[assignment]
-
-
-def _length(loader: object) -> int | None:
-    """Batches per epoch of ``loader``; None when it has no length (an iterable dataset)."""
-    try:
-        return len(loader)  # type: ignore[arg-type]
-    except TypeError:
-        return None
 
 
 def _next_save_iteration(accelerator: Any, loaded: int) -> int:

@@ -34,6 +34,7 @@ from tracker_core import (
     Tracker,
     count_optimizer_steps,
 )
+from tracker_core._batch_size import batches_in
 from tracker_core._gradients import capture_gradients, restore_gradients
 from tracker_core._optimizer_hooks import count_skipped_steps
 from tracker_core._registry import attach as register
@@ -164,7 +165,7 @@ class ProgressHandler:
         if trainer is None or not self.view.is_mid_epoch:
             return
         loader = trainer.state.dataloader
-        length = _length(loader) if isinstance(loader, DataLoader) else None
+        length = batches_in(loader) if isinstance(loader, DataLoader) else None
         if length is not None and trainer.state.epoch_length != length:
             warnings.warn(
                 f"the trainer's epoch_length ({trainer.state.epoch_length}) differs from the length of its "
@@ -230,12 +231,5 @@ def _finish_replayed_epoch(engine: Engine) -> None:
     epoch's EPOCH_STARTED handlers (the next epoch would repeat the saved epoch's order).
     """
     loader = engine.state.dataloader
-    if isinstance(loader, DataLoader) and _length(loader) == engine.state.epoch_length:
+    if isinstance(loader, DataLoader) and batches_in(loader) == engine.state.epoch_length:
         next(iter(loader), None)
-
-
-def _length(loader: DataLoader[Any]) -> int | None:
-    try:
-        return len(loader)
-    except TypeError:
-        return None

@@ -6,7 +6,7 @@ from collections import OrderedDict
 
 import torch
 
-from tracker_core._batch_size import samples_in
+from tracker_core._batch_size import batches_in, samples_in
 
 
 def test_a_tuple_of_tensors_holds_the_first_dimension_of_its_first_tensor() -> None:
@@ -37,3 +37,8 @@ def test_a_list_without_tensors_holds_its_items() -> None:
 def test_a_batch_without_tensors_or_items_holds_none() -> None:
     assert samples_in(None) == 0
     assert samples_in({"text": "abc"}) == 0
+
+
+def test_a_loader_holds_its_length_in_batches_and_an_unsized_one_none() -> None:
+    assert batches_in(torch.utils.data.DataLoader(list(range(10)), batch_size=3)) == 4
+    assert batches_in(iter([1, 2])) is None

@@ -43,3 +43,11 @@ def _first_tensor_size(batch: object) -> int | None:
         if size is not None:
             return size
     return None
+
+
+def batches_in(loader: object) -> int | None:
+    """Batches ``loader`` yields per epoch: its ``len()``, or None when it has none (iterable data)."""
+    try:
+        return len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return None
