@@ -3,7 +3,8 @@
 Two real gloo processes on 127.0.0.1, calls interleaved in one run; prints the median
 time of each and their ratio (target <= 1.2x: one collective, not one per counter), and
 what reduce_state adds around the collective (packing the live counters into the tensor and
-the result back into state_dict layout), timed without a process group.
+the result back into state_dict layout), timed without a process group and step by step
+right after a barrier (where Python runs several times slower than in a warm loop).
 Run: .venv/bin/python benchmarks/sync.py
 """
 
@@ -13,13 +14,14 @@ import os
 import socket
 import statistics
 import time
+from array import array
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tracker_core import Progress, reduce_state
-from tracker_core._sync import _pack_counts
+from tracker_core._sync import _buffer, _pack_counts, _unpack
 
 ROUNDS = 1000
 
@@ -58,11 +60,34 @@ def _worker(rank: int, port: int, results: dict[str, float]) -> None:
             start = time.perf_counter()
             call()
             times.append(time.perf_counter() - start)
+    steps = _steps_after_a_barrier(progress)
     if rank == 0:
         ratios = [s / r for s, r in zip(synced, raw)]
         results.update(length=length, synced=statistics.median(synced), raw=statistics.median(raw),
-                       ratio=statistics.median(ratios))
+                       ratio=statistics.median(ratios), steps=steps)
     dist.destroy_process_group()
+
+
+def _steps_after_a_barrier(progress: Progress) -> dict[str, float]:
+    """Median seconds of each step of reduce_state, each call right after a barrier (as above)."""
+    times: dict[str, list[float]] = {"pack": [], "into buffer": [], "all_reduce": [], "out of buffer": [], "unpack": []}
+    for _ in range(ROUNDS // 2):
+        dist.barrier()
+        marks = [time.perf_counter()]
+        counts = _pack_counts(progress)
+        marks.append(time.perf_counter())
+        values, tensor = _buffer(len(counts))
+        values[:] = array("q", counts)
+        marks.append(time.perf_counter())
+        dist.all_reduce(tensor)
+        marks.append(time.perf_counter())
+        reduced = values.tolist()
+        marks.append(time.perf_counter())
+        _unpack(progress, reduced)
+        marks.append(time.perf_counter())
+        for (name, spent), start, end in zip(times.items(), marks, marks[1:]):
+            spent.append(end - start)
+    return {name: statistics.median(spent) for name, spent in times.items()}
 
 
 def _local_cost() -> float:
@@ -83,12 +108,15 @@ def main() -> None:
         results = manager.dict()
         mp.spawn(_worker, args=(port, results), nprocs=2, join=True)
         length, synced, raw, ratio = results["length"], results["synced"], results["raw"], results["ratio"]
+        step_times = dict(results["steps"])
     print(f"state length: {length} int64 counts, 2 gloo ranks, {ROUNDS} interleaved rounds (medians)")
     print(f"reduce_state(progress):             {synced * 1e3:.3f} ms")
     print(f"all_reduce(int64[{length}]) alone:     {raw * 1e3:.3f} ms")
     print(f"ratio: {ratio:.2f}x (median of the per-round ratios; of the medians {synced / raw:.2f}x)   "
           "target <= 1.2x")
     print(f"pack + unpack alone (no collective): {_local_cost() * 1e6:.1f} us per call")
+    steps = ", ".join(f"{name} {spent * 1e6:.0f} us" for name, spent in step_times.items())
+    print(f"its steps right after a barrier (medians): {steps}")
 
 
 if __name__ == "__main__":
