@@ -71,3 +71,28 @@ def assert_each_rank_trains_its_half_of_every_epoch(straight: list[dict[str, Any
         halves = [sum(r["seen"][epoch * per_epoch:(epoch + 1) * per_epoch], []) for r in straight]
         assert sorted(halves[0] + halves[1]) == list(range(samples))
     assert straight[0]["seen"][:per_epoch] != straight[0]["seen"][per_epoch:]
+
+
+def assert_synced_totals(straight: list[dict[str, Any]], samples: int, batches: int) -> None:
+    """reduce_state sums the samples over ranks, min and max agree on batches per rank, no divergence."""
+    for found in straight:
+        assert found["sum"]["stages"]["train"]["samples"]["run"] == samples
+        assert found["min"]["stages"]["train"]["batches"]["run"] == found["max"]["stages"]["train"]["batches"]["run"]
+        assert found["max"]["stages"]["train"]["batches"]["run"]["completed"] == batches
+        assert found["divergence"] == []
+
+
+def assert_every_rank_resumed_exactly(folder: Path, run_name: str, config: str,
+                                      seen_from: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Resumed run ``run_name`` equals the straight run of ``config`` on every rank: the sample ids
+    from the straight run's step ``seen_from`` on, the weights and the progress. Returns the
+    (resumed, straight) pairs, rank by rank, for framework-specific checks."""
+    pairs = []
+    for rank, (resumed, reference) in enumerate(zip(rank_findings(folder, "resume"), rank_findings(folder, "straight"))):
+        run, straight = resumed[run_name], reference[config]
+        assert run["rank"] == rank
+        assert run["seen"] == straight["seen"][seen_from:], f"rank {rank}"
+        assert all(torch.equal(a, b) for a, b in zip(run["weights"], straight["weights"], strict=True)), f"rank {rank}"
+        assert run["progress"] == straight["progress"], f"rank {rank}"
+        pairs.append((run, straight))
+    return pairs

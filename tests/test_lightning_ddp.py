@@ -17,6 +17,8 @@ import pytest
 import torch
 from distributed_runs import (
     assert_each_rank_trains_its_half_of_every_epoch,
+    assert_every_rank_resumed_exactly,
+    assert_synced_totals,
     folder_once,
     free_port,
     rank_findings,
@@ -59,11 +61,7 @@ def test_each_ranks_counts_agree_with_lightning_on_that_rank(straight: list[dict
 
 
 def test_synced_totals_sum_samples_over_ranks_and_agree_on_batches_per_rank(straight: list[dict[str, Any]]) -> None:
-    for found in straight:
-        assert found["sum"]["stages"]["train"]["samples"]["run"] == SAMPLES * EPOCHS
-        assert found["min"]["stages"]["train"]["batches"]["run"] == found["max"]["stages"]["train"]["batches"]["run"]
-        assert found["max"]["stages"]["train"]["batches"]["run"]["completed"] == BATCHES
-        assert found["divergence"] == []
+    assert_synced_totals(straight, SAMPLES * EPOCHS, BATCHES)
 
 
 def test_checkpoint_written_by_rank_0_holds_every_ranks_entry(folder: Path) -> None:
@@ -83,10 +81,4 @@ def test_checkpoint_inside_an_accumulation_window_holds_each_ranks_partial_gradi
 def test_resume_from_a_checkpoint_after_batch_is_exact_on_every_rank(
     config: str, at: int, folder: Path
 ) -> None:
-    references = rank_findings(folder, "straight")
-    for rank, (resumed, reference) in enumerate(zip(rank_findings(folder, "resume"), references)):
-        run, straight = resumed[f"{config}-{at}"], reference[config]
-        assert run["rank"] == rank
-        assert run["seen"] == straight["seen"][at + 1:], f"rank {rank}"
-        assert all(torch.equal(a, b) for a, b in zip(run["weights"], straight["weights"], strict=True)), f"rank {rank}"
-        assert run["progress"] == straight["progress"], f"rank {rank}"
+    assert_every_rank_resumed_exactly(folder, f"{config}-{at}", config, at + 1)
