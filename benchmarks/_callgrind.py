@@ -14,10 +14,12 @@ from __future__ import annotations
 import operator
 import os
 import re
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,42 @@ def segment_instructions(script: str, *args: str) -> list[tuple[str, int]]:
         return list(zip(labels, counts))
 
 
-def per_batch(counts: list[tuple[str, int]], small: int, large: int) -> dict[str, list[float]]:
+def run_segments(modes: Iterable[str], prepare: Callable[[str, int], Callable[[], object]],
+                 small: int, large: int, repeats: int) -> None:
+    """What callgrind counts: every mode at ``small`` and ``large`` batches, interleaved, after a
+    warm-up round. ``prepare(mode, batches)`` sets up (uncounted) and returns the call to count."""
+    modes = list(modes)
+    for repeat in range(repeats + 1):
+        for mode in modes:
+            for batches in (small, large):
+                segment(f"{mode if repeat else 'warm-up'} {batches}", prepare(mode, batches))
+
+
+def counts_per_batch(script: str, small: int, large: int) -> tuple[dict[str, float], float] | None:
+    """Run ``script --callgrind-segments`` under callgrind: each mode's median instructions per
+    batch, and the largest spread between repeats of a mode. None (said) without valgrind."""
+    if shutil.which("valgrind") is None:
+        print("callgrind: valgrind not installed, instruction counts skipped")
+        return None
+    figures = _per_batch(segment_instructions(script, "--callgrind-segments"), small, large)
+    figures.pop("warm-up")
+    counts = {mode: statistics.median(values) for mode, values in figures.items()}
+    return counts, max(max(values) - min(values) for values in figures.values())
+
+
+def main(timing: Callable[[], None], segments: Callable[[], None], report: Callable[[], None]) -> None:
+    """A benchmark's command line: no argument: ``timing`` then ``report``; ``--callgrind``: ``report``
+    only; ``--callgrind-segments``: ``segments`` (what ``report`` runs under callgrind)."""
+    if sys.argv[1:] == ["--callgrind-segments"]:
+        segments()
+    elif sys.argv[1:] == ["--callgrind"]:
+        report()
+    else:
+        timing()
+        report()
+
+
+def _per_batch(counts: list[tuple[str, int]], small: int, large: int) -> dict[str, list[float]]:
     """Instructions per batch of each mode, one figure per repeat: segments are labelled
     ``"<mode> <batches>"`` and come in pairs (``small`` then ``large`` batches)."""
     figures: dict[str, list[float]] = {}

@@ -14,13 +14,13 @@ figures; asserts nothing.
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
+from collections.abc import Callable
 import sys
 import time
 
 import torch
-from _callgrind import per_batch, segment, segment_instructions
+from _callgrind import counts_per_batch, main, run_segments
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -90,7 +90,7 @@ def timing() -> None:
 
 
 def callgrind_segments() -> None:
-    """What callgrind counts: both modes at both batch counts, interleaved, after a warm-up round.
+    """What callgrind counts (see _callgrind.run_segments): one loop over a new loader per segment.
 
     Each mode has its own Accelerator (its own optimizer list), so the bare loop's optimizer
     is not hooked by the tracker.
@@ -99,25 +99,22 @@ def callgrind_segments() -> None:
     with_tracker = _setup(1)
     progress = AcceleratorProgress(with_tracker[0])
     without_tracker = _setup(1, Accelerator(cpu=True, gradient_accumulation_steps=2))
-    for repeat in range(CALLGRIND_REPEATS + 1):
-        for mode in ("without", "with"):
-            accelerator, model, optimizer, _ = with_tracker if mode == "with" else without_tracker
-            for batches in (CALLGRIND_SMALL, CALLGRIND_LARGE):
-                loader = _loader(accelerator, batches)
-                label = f"{mode if repeat else 'warm-up'} {batches}"
-                if mode == "with":
-                    segment(label, tracked, progress, accelerator, model, optimizer, loader)
-                else:
-                    segment(label, bare, accelerator, model, optimizer, loader)
+
+    def prepare(mode: str, batches: int) -> Callable[[], object]:
+        accelerator, model, optimizer, _ = with_tracker if mode == "with" else without_tracker
+        loader = _loader(accelerator, batches)
+        if mode == "with":
+            return lambda: tracked(progress, accelerator, model, optimizer, loader)
+        return lambda: bare(accelerator, model, optimizer, loader)
+
+    run_segments(("without", "with"), prepare, CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS)
 
 
 def callgrind() -> None:
-    if shutil.which("valgrind") is None:
-        print("callgrind: valgrind is not installed (apt-get install valgrind); skipped")
+    measured = counts_per_batch(__file__, CALLGRIND_SMALL, CALLGRIND_LARGE)
+    if measured is None:
         return
-    figures = per_batch(segment_instructions(__file__, "--callgrind-segments"), CALLGRIND_SMALL, CALLGRIND_LARGE)
-    counts = {mode: statistics.median(figures[mode]) for mode in ("without", "with")}
-    spread = max(max(f) - min(f) for mode, f in figures.items() if mode != "warm-up")
+    counts, spread = measured
     extra = counts["with"] - counts["without"]
     print(f"callgrind instructions per batch without tracker: {counts['without']:,.0f} "
           f"(largest spread between repeats of a mode: {spread:,.0f})")
@@ -128,10 +125,4 @@ def callgrind() -> None:
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    if sys.argv[1:] == ["--callgrind-segments"]:
-        callgrind_segments()
-    elif sys.argv[1:] == ["--callgrind"]:
-        callgrind()
-    else:
-        timing()
-        callgrind()
+    main(timing, callgrind_segments, callgrind)

@@ -10,12 +10,11 @@ Run: .venv/bin/python benchmarks/core_events.py [--callgrind]  (--callgrind: cou
 
 from __future__ import annotations
 
-import shutil
+import functools
 import statistics
-import sys
 import time
 
-from _callgrind import per_batch, segment, segment_instructions
+from _callgrind import counts_per_batch, main, run_segments
 
 from tracker_core import Progress
 
@@ -102,19 +101,15 @@ CALLGRIND_SMALL, CALLGRIND_LARGE = 1_000, 11_000
 
 
 def callgrind_segments() -> None:
-    """What callgrind counts: every mode at both counts, after a warm-up round."""
-    for repeat in range(2):
-        for mode, run in MODES.items():
-            for n in (CALLGRIND_SMALL, CALLGRIND_LARGE):
-                segment(f"{mode if repeat else 'warm-up'} {n}", run, n)
+    """What callgrind counts (see _callgrind.run_segments): each mode's loop of n calls."""
+    run_segments(MODES, lambda mode, n: functools.partial(MODES[mode], n), CALLGRIND_SMALL, CALLGRIND_LARGE, 1)
 
 
 def callgrind() -> None:
-    if not shutil.which("valgrind"):
-        print("callgrind: valgrind not installed, instruction counts skipped")
+    measured = counts_per_batch(__file__, CALLGRIND_SMALL, CALLGRIND_LARGE)
+    if measured is None:
         return
-    figures = per_batch(segment_instructions(__file__, "--callgrind-segments"), CALLGRIND_SMALL, CALLGRIND_LARGE)
-    count = {mode: figures[mode][0] for mode in MODES}
+    count, _ = measured
     print(f"callgrind, train-batch cycle: {count['cycle']:.0f} instructions   target <= ~3000")
     print(f"callgrind, fused cycle:       {count['fused']:.0f} instructions")
     print(f"callgrind, bare increments:   {count['bare']:.0f} instructions")
@@ -140,10 +135,4 @@ def timing() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--callgrind-segments"]:
-        callgrind_segments()
-    elif sys.argv[1:] == ["--callgrind"]:
-        callgrind()
-    else:
-        timing()
-        callgrind()
+    main(timing, callgrind_segments, callgrind)

@@ -10,13 +10,12 @@ Run: .venv/bin/python benchmarks/ignite_overhead.py [--callgrind]  (--callgrind:
 
 from __future__ import annotations
 
-import shutil
 import statistics
-import sys
+from collections.abc import Callable
 import time
 
 import torch
-from _callgrind import per_batch, segment, segment_instructions
+from _callgrind import counts_per_batch, main, run_segments
 from ignite.engine import Engine, Events, create_supervised_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -65,13 +64,14 @@ CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 220, 3
 
 
 def callgrind_segments() -> None:
-    """What callgrind counts: every mode at both batch counts, interleaved, after a warm-up round."""
+    """What callgrind counts (see _callgrind.run_segments): one trainer.run per segment."""
     torch.set_num_threads(1)
-    for repeat in range(CALLGRIND_REPEATS + 1):
-        for mode in MODES:
-            for batches in (CALLGRIND_SMALL, CALLGRIND_LARGE):
-                trainer, loader = _trainer(mode, batches)
-                segment(f"{mode if repeat else 'warm-up'} {batches}", trainer.run, loader, max_epochs=1)
+
+    def prepare(mode: str, batches: int) -> Callable[[], object]:
+        trainer, loader = _trainer(mode, batches)
+        return lambda: trainer.run(loader, max_epochs=1)
+
+    run_segments(MODES, prepare, CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS)
 
 
 def timing() -> None:
@@ -99,13 +99,11 @@ def timing() -> None:
 
 
 def callgrind() -> None:
-    if not shutil.which("valgrind"):
-        print("callgrind: valgrind not installed, instruction counts skipped")
+    measured = counts_per_batch(__file__, CALLGRIND_SMALL, CALLGRIND_LARGE)
+    if measured is None:
         return
-    figures = per_batch(segment_instructions(__file__, "--callgrind-segments"), CALLGRIND_SMALL, CALLGRIND_LARGE)
-    counts = {mode: statistics.median(figures[mode]) for mode in MODES}
+    counts, spread = measured
     base = counts["without"]
-    spread = max(max(f) - min(f) for mode, f in figures.items() if mode != "warm-up")
     print(f"callgrind, Ignite alone:       {base:9.0f} instructions/batch "
           f"(largest spread between repeats of a mode: {spread:.0f})")
     for mode in ("with", "two_empty"):
@@ -115,10 +113,4 @@ def callgrind() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--callgrind-segments"]:
-        callgrind_segments()
-    elif sys.argv[1:] == ["--callgrind"]:
-        callgrind()
-    else:
-        timing()
-        callgrind()
+    main(timing, callgrind_segments, callgrind)

@@ -13,15 +13,14 @@ Run: .venv/bin/python benchmarks/lightning_overhead.py [--callgrind]  (--callgri
 
 from __future__ import annotations
 
-import shutil
 import statistics
-import sys
+from collections.abc import Callable
 import time
 import warnings
 
 import pytorch_lightning as pl
 import torch
-from _callgrind import per_batch, segment, segment_instructions
+from _callgrind import counts_per_batch, main, run_segments
 from torch.utils.data import DataLoader, TensorDataset
 
 from integrations.lightning import ProgressTracker
@@ -82,13 +81,15 @@ def hooks_seconds_per_batch(batches: int = 100_000) -> float:
 
 
 def callgrind_segments() -> None:
-    """What callgrind counts: every mode at both batch counts, interleaved, after a warm-up round."""
+    """What callgrind counts (see _callgrind.run_segments): one fit per segment."""
     torch.set_num_threads(1)
-    for repeat in range(CALLGRIND_REPEATS + 1):
-        for mode in MODES:
-            for batches in (CALLGRIND_SMALL, CALLGRIND_LARGE):
-                trainer, loader = _trainer_and_loader(mode, batches)
-                segment(f"{mode if repeat else 'warm-up'} {batches}", trainer.fit, Tiny(), loader)
+
+    def prepare(mode: str, batches: int) -> Callable[[], object]:
+        trainer, loader = _trainer_and_loader(mode, batches)
+        module = Tiny()
+        return lambda: trainer.fit(module, loader)
+
+    run_segments(MODES, prepare, CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS)
 
 
 def timing() -> None:
@@ -110,12 +111,10 @@ def timing() -> None:
 
 
 def callgrind() -> None:
-    if not shutil.which("valgrind"):
-        print("callgrind: valgrind not installed, instruction counts skipped")
+    measured = counts_per_batch(__file__, CALLGRIND_SMALL, CALLGRIND_LARGE)
+    if measured is None:
         return
-    figures = per_batch(segment_instructions(__file__, "--callgrind-segments"), CALLGRIND_SMALL, CALLGRIND_LARGE)
-    counts = {mode: statistics.median(figures[mode]) for mode in MODES}
-    spread = max(max(f) - min(f) for mode, f in figures.items() if mode != "warm-up")
+    counts, spread = measured
     print(f"callgrind, no callback:      {counts['none']:10.0f} instructions/batch "
           f"(largest spread between repeats of a mode: {spread:.0f})")
     base = counts["empty"]
@@ -126,10 +125,4 @@ def callgrind() -> None:
 
 if __name__ == "__main__":
     warnings.filterwarnings("ignore")
-    if sys.argv[1:] == ["--callgrind-segments"]:
-        callgrind_segments()
-    elif sys.argv[1:] == ["--callgrind"]:
-        callgrind()
-    else:
-        timing()
-        callgrind()
+    main(timing, callgrind_segments, callgrind)
