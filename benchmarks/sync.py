@@ -14,14 +14,14 @@ import os
 import socket
 import statistics
 import time
-from array import array
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tracker_core import Progress, reduce_state
-from tracker_core._sync import _buffer, _pack_counts, _unpack
+from tracker_core._sync import _buffer
+from tracker_core._sync_layout import layout_of
 
 ROUNDS = 1000
 
@@ -47,7 +47,7 @@ def _worker(rank: int, port: int, results: dict[str, float]) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     progress = _progress()
-    length = len(_pack_counts(progress))
+    length = len(layout_of(progress).pack(progress))
     tensor = torch.zeros(length, dtype=torch.int64)
     synced, raw = [], []
     for _ in range(20):  # warm-up
@@ -74,16 +74,17 @@ def _steps_after_a_barrier(progress: Progress) -> dict[str, float]:
     for _ in range(ROUNDS // 2):
         dist.barrier()
         marks = [time.perf_counter()]
-        counts = _pack_counts(progress)
+        layout = layout_of(progress)
+        counts = layout.pack(progress)
         marks.append(time.perf_counter())
-        values, tensor = _buffer(len(counts))
-        values[:] = array("q", counts)
+        values, tensor, struct = _buffer(len(counts))
+        struct.pack_into(values, 0, *counts)
         marks.append(time.perf_counter())
         dist.all_reduce(tensor)
         marks.append(time.perf_counter())
-        reduced = values.tolist()
+        reduced = struct.unpack_from(values)
         marks.append(time.perf_counter())
-        _unpack(progress, reduced)
+        layout.unpack(reduced, {}, progress._run_kind)
         marks.append(time.perf_counter())
         for (name, spent), start, end in zip(times.items(), marks, marks[1:]):
             spent.append(end - start)

@@ -149,6 +149,33 @@ def test_the_counts_packed_from_live_counters_have_the_state_dict_layout_in_ever
     assert reduce_state(progress) == progress.state_dict()
 
 
+def test_a_progress_that_gains_a_dataloader_after_a_reduce_is_reduced_in_its_new_layout() -> None:
+    progress = _trained(batches=2, samples_per_batch=5)
+    reduce_state(progress)
+    train = progress.train
+    train.batch_ready()
+    train.batch_started()
+    train.batch_processed(3, dataloader=2)
+    train.batch_completed()
+    assert reduce_state(progress) == progress.state_dict()
+
+
+def _count_paths(node: Any, prefix: str = "") -> list[str]:
+    if type(node) is int:
+        return [prefix]
+    if isinstance(node, str):
+        return []
+    items = enumerate(node) if isinstance(node, list) else node.items()
+    return [path for key, value in items if key != "schema_version"
+            for path in _count_paths(value, f"{prefix}.{key}" if prefix else str(key))]
+
+
+def test_check_divergence_accepts_the_key_path_of_every_count_in_the_state() -> None:
+    progress = _trained(batches=2, samples_per_batch=5)
+    progress.train.optimizer_step(1)
+    assert check_divergence(progress, keys=_count_paths(progress.state_dict())) == []
+
+
 def test_reduce_state_and_check_divergence_take_the_view_the_accessor_returns() -> None:
     progress = _trained(batches=2, samples_per_batch=5)
     assert reduce_state(progress.view, "max") == progress.state_dict()
