@@ -17,9 +17,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
+import torch
 import torch.distributed as dist
 from gloo import run_on_two_ranks
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
 
@@ -60,7 +61,7 @@ def _train(tracker: Tracker, loader: DataLoader[int], *, save_in: int | None = N
     while view.epoch_index < EPOCHS:
         train.epoch_ready()
         train.epoch_started()
-        loader.sampler.set_epoch(view.epoch_index)  # type: ignore[attr-defined]
+        _epoch_sampler(loader).set_epoch(view.epoch_index)
         batches = []
         for batch in loader:
             train.batch_ready()
@@ -79,6 +80,11 @@ def _train(tracker: Tracker, loader: DataLoader[int], *, save_in: int | None = N
     progress.run_processed()
     progress.run_completed()
     return epochs, saved
+
+
+def _epoch_sampler(loader: DataLoader[int]) -> Any:
+    """The sampler whose ``set_epoch`` fixes the epoch's order (as the framework would call it)."""
+    return loader.sampler if isinstance(loader.sampler, DistributedSampler) else loader.batch_sampler.sampler
 
 
 def _json(entry: dict[str, Any]) -> dict[str, Any]:
@@ -302,3 +308,145 @@ def test_an_elastic_resume_needs_the_loader_tracked_before_the_load() -> None:
     with pytest.raises(ProgressStateError, match="track_train_loader before load_state_dict") as caught:
         Tracker().load_state_dict(_world_two()[0]["saved"][2])
     assert caught.value.key == "train_loaders.0"
+
+
+# --- batch-sharded loaders (Accelerate's geometry, tracker_core/_elastic_sharded.py) ----------
+# A seedable sampler's one order per epoch, cut into batches of b; rank r of W takes batches r, r + W, ...
+# (22 samples, batches of 3 at world 2: 8 batches, the last of 1 sample, so the last round is padded
+# from the epoch's start: 4 batches of 3 per rank).
+
+
+def _sharded_loader(batch: int, world: int, rank: int, seed: int = SEED) -> DataLoader[int]:
+    """Wired as Accelerate's prepare wires it: the shard also holds the seedable sampler (``set_sampler``),
+    whose generator exists before its first epoch (the Accelerate adapter creates it; it is reseeded anyway)."""
+    from accelerate.data_loader import BatchSamplerShard, SeedableRandomSampler
+
+    dataset = _Indexed()
+    sampler = SeedableRandomSampler(dataset, data_seed=seed, generator=torch.Generator())
+    batches: Any = BatchSampler(sampler, batch, drop_last=False)
+    if world > 1:
+        batches = BatchSamplerShard(batches, num_processes=world, process_index=rank)
+        batches.sampler = sampler
+    return DataLoader(dataset, batch_sampler=batches)
+
+
+def _sharded_two_rank_run(world_one_entry: dict[str, Any], rank: int) -> dict[str, Any]:
+    """The uninterrupted run at world 2, and a resume from ``world_one_entry`` (saved at world 1)."""
+    tracker = Tracker()
+    loader = _sharded_loader(BATCH, 2, rank)
+    tracker.track_train_loader(loader)
+    epochs, saved = _train(tracker, loader, save_in=SAVED_EPOCH)
+    resumed = Tracker()
+    fresh_loader = _sharded_loader(BATCH, 2, rank)
+    resumed.track_train_loader(fresh_loader)
+    resumed.load_state_dict(world_one_entry)
+    mapped = resumed.view.train
+    mapped_counts = (mapped.batches.epoch.completed, mapped.samples.epoch)
+    resumed_epochs, _ = _train(resumed, fresh_loader)
+    return {"epochs": epochs, "saved": saved, "from_world_one": resumed_epochs, "mapping": resumed.view.resume_mapping,
+            "mapped_counts": mapped_counts}
+
+
+@functools.cache
+def _sharded_world_two() -> list[dict[str, Any]]:
+    return run_on_two_ranks(functools.partial(_sharded_two_rank_run, _sharded_world_one_run(BATCH)[1][4]))
+
+
+@functools.cache
+def _sharded_world_one_run(batch: int) -> tuple[Epochs, Saved]:
+    tracker = Tracker()
+    loader = _sharded_loader(batch, 1, 0)
+    tracker.track_train_loader(loader)
+    return _train(tracker, loader, save_in=SAVED_EPOCH)
+
+
+def _resume_sharded_at_world_one(entry: dict[str, Any], batch: int) -> tuple[Tracker, Epochs, list[str]]:
+    tracker = Tracker()
+    loader = _sharded_loader(batch, 1, 0)
+    tracker.track_train_loader(loader)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", InexactResumeWarning)
+        tracker.load_state_dict(copy.deepcopy(entry))
+    epochs, _ = _train(tracker, loader)
+    return tracker, epochs, [str(w.message) for w in caught if issubclass(w.category, InexactResumeWarning)]
+
+
+def test_a_batch_sharded_loader_saves_its_sharding() -> None:
+    distributed = [rank["train_loaders"][0]["distributed"] for rank in _sharded_world_two()[0]["saved"][2]["ranks"]]
+    assert distributed == [
+        {"num_replicas": 2, "rank": rank, "seed": SEED, "shuffle": True, "drop_last": False, "dataset_size": SAMPLES,
+         "batch_size": BATCH, "shards": "batches", "even_batches": True}
+        for rank in (0, 1)
+    ]
+
+
+@pytest.mark.parametrize(("k", "batch"), EXACT, ids=[f"k{k}-batch{b}" for k, b in EXACT])
+def test_batch_sharded_world_2_to_1_continues_from_the_same_global_sample_position(k: int, batch: int) -> None:
+    full = _sharded_world_two()
+    tracker, epochs, problems = _resume_sharded_at_world_one(full[0]["saved"][k], batch)
+    reference = _sharded_world_one_run(batch)[0]
+    assert problems == []
+    assert epochs[0] == reference[SAVED_EPOCH][k * BATCH * 2 // batch:]
+    assert epochs[1] == reference[SAVED_EPOCH + 1]
+    before = [i for rank in full for b in rank["epochs"][SAVED_EPOCH][:k] for i in b]
+    assert sorted(before + [i for b in epochs[0] for i in b]) == list(range(SAMPLES))
+
+
+def test_batch_sharded_progress_is_rebased_to_the_new_batches() -> None:
+    tracker, _, _ = _resume_sharded_at_world_one(_sharded_world_two()[0]["saved"][2], 2)
+    assert tracker.view.resume_mapping["train_loaders"] == [
+        {"index": 0, "samples_consumed": 12, "batch_size": 2, "batches_consumed": 6, "exact": True, "problem": ""}
+    ]
+
+
+def test_batch_sharded_epoch_ended_in_a_padded_round_resumes_with_nothing_left_of_it() -> None:
+    tracker = Tracker()
+    loader = _sharded_loader(5, 1, 0)
+    tracker.track_train_loader(loader)
+    tracker.load_state_dict(copy.deepcopy(_sharded_world_two()[0]["saved"][4]))  # 24 positions read, 2 padded
+    assert tracker.view.resume_mapping["train_loaders"][0]["samples_consumed"] == SAMPLES
+    assert (tracker.view.train.batches.epoch.completed, tracker.view.train.samples.epoch) == (5, SAMPLES)
+    epochs, _ = _train(tracker, loader)
+    assert epochs == [[], _sharded_world_one_run(5)[0][SAVED_EPOCH + 1]]
+
+
+def test_batch_sharded_position_not_a_multiple_of_the_new_global_batch_warns() -> None:
+    tracker, epochs, problems = _resume_sharded_at_world_one(_sharded_world_two()[0]["saved"][1], 4)
+    assert len(problems) == 1 and "2 samples before position 6 are trained again" in problems[0]
+    assert epochs[0] == _sharded_world_one_run(4)[0][SAVED_EPOCH][1:]
+
+
+def test_batch_sharded_world_1_to_2_splits_the_rest_of_the_epoch_between_the_new_ranks() -> None:
+    full = _sharded_world_two()
+    consumed = [i for batch in _sharded_world_one_run(BATCH)[0][SAVED_EPOCH][:4] for i in batch]  # position 12
+    resumed = []
+    for rank in (0, 1):
+        assert full[rank]["from_world_one"][0] == full[rank]["epochs"][SAVED_EPOCH][2:]
+        assert full[rank]["from_world_one"][1] == full[rank]["epochs"][SAVED_EPOCH + 1]
+        assert full[rank]["mapping"]["train_loaders"][0]["batches_consumed"] == 2
+        assert full[rank]["mapped_counts"] == (2, 6)
+        resumed += [i for batch in full[rank]["from_world_one"][0] for i in batch]
+    # Positions 12..23 once each; 22 and 23 are the padding re-read from the epoch's start, as in the straight run.
+    order = consumed + resumed
+    assert sorted(set(order)) == list(range(SAMPLES)) and len(order) == 24
+    straight = [i for rank in full for batch in rank["epochs"][SAVED_EPOCH] for i in batch]
+    assert Counter(order) == Counter(straight)
+
+
+SHARDED_ERRORS = [
+    ("distributed-sampler", lambda: _loader(3, 1, 0), "ranks.0.train_loaders.0.distributed"),
+    ("not-seedable", lambda: DataLoader(_Indexed(), batch_size=3, shuffle=True), "train_loaders.0"),
+    ("other-seed", lambda: _sharded_loader(3, 1, 0, seed=8), "ranks.0.train_loaders.0.distributed.seed"),
+]
+
+
+@pytest.mark.parametrize(("build", "key"), [pytest.param(b, k, id=i) for i, b, k in SHARDED_ERRORS])
+def test_an_unmappable_batch_sharded_entry_raises_naming_the_key_and_nothing_is_loaded(build: Any, key: str) -> None:
+    tracker = Tracker()
+    loader = build()
+    tracker.track_train_loader(loader)
+    before = tracker.state_dict()
+    with pytest.raises(ProgressStateError) as caught:
+        tracker.load_state_dict(_sharded_world_two()[0]["saved"][2])
+    assert caught.value.key == key
+    assert tracker.state_dict()["progress"] == before["progress"]

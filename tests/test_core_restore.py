@@ -23,7 +23,7 @@ from core_drive import (
     whole_run,
 )
 
-from tracker_core import EventOrderError, PhaseCounts, Progress, ProgressStateError, ScopeCounts
+from tracker_core import EventOrderError, PhaseCounts, Progress, ScopeCounts
 
 
 def _restored(progress: Progress) -> Progress:

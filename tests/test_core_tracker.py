@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
 from tracker_core._gradients import capture_gradients, restore_gradients
@@ -152,6 +152,31 @@ def test_a_loader_tracked_after_the_load_with_a_mismatching_state_raises_naming_
     tracker.load_state_dict(entry)
     with pytest.raises(ProgressStateError, match="train_loaders.0.kind"):
         tracker.track_train_loader(DataLoader(_Indexed(), batch_size=3, shuffle=True))
+
+
+def test_forget_loaded_positions_lets_armed_and_later_tracked_loaders_read_whole_epochs() -> None:
+    entry = _entry_mid_epoch()
+    tracker, armed, _, _ = _setup(seed=5)
+    tracker.load_state_dict(entry)
+    tracker.forget_loaded_positions()
+    later = DataLoader(_Indexed(), batch_size=3, shuffle=True)
+    tracker.track_train_loader(later, index=1)
+    assert len(list(armed)) == 4
+    assert len(list(later)) == 4
+
+
+def test_checkpoint_state_dict_in_one_process_without_a_sharded_loader_is_the_plain_entry() -> None:
+    tracker, loader, _, _ = _setup(seed=0)
+    assert "ranks" not in tracker.checkpoint_state_dict()
+
+
+def test_checkpoint_state_dict_with_a_distributed_sampler_carries_every_ranks_entry() -> None:
+    tracker = Tracker()
+    dataset = _Indexed()
+    loader = DataLoader(dataset, batch_size=3, sampler=DistributedSampler(dataset, 1, 0))
+    tracker.track_train_loader(loader)
+    entry = tracker.checkpoint_state_dict()
+    assert [rank["progress"] for rank in entry["ranks"]] == [entry["progress"]]
 
 
 def test_a_checkpoint_between_epochs_does_not_replay_the_finished_epoch() -> None:

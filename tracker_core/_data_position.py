@@ -75,6 +75,8 @@ from tracker_core._data_rng import (
     read_torch_cpu_state,
     restore_rng_state,
 )
+from tracker_core._elastic_sharded import SHARDED_KEYS
+from tracker_core._elastic_sharded import describe as describe_batch_sharding
 from tracker_core._errors import ProgressStateError
 
 __all__ = ["LoaderKind", "LoaderPosition", "capture_rng_state", "restore_rng_state"]
@@ -94,7 +96,7 @@ _STATE_KEYS = (
     "distributed",
 )
 # A DistributedSampler's settings, and the loader's per-rank batch size: what maps a position
-# across world sizes (tracker_core/_elastic.py).
+# across world sizes (tracker_core/_elastic.py). A batch-sharded loader adds SHARDED_KEYS.
 DISTRIBUTED_KEYS = ("num_replicas", "rank", "seed", "shuffle", "drop_last", "dataset_size", "batch_size")
 # Settings that must not change between a save and its resume: the epoch order depends on them.
 _SAME_ORDER_KEYS = ("seed", "shuffle", "dataset_size")
@@ -222,10 +224,11 @@ class LoaderPosition:
         }
 
     def distributed_info(self) -> dict[str, Any] | None:
-        """The DistributedSampler in the sampler chain (``DISTRIBUTED_KEYS``), or None without exactly one."""
+        """The DistributedSampler in the sampler chain (``DISTRIBUTED_KEYS``); without exactly one, the
+        loader's batch sharding over a seedable sampler (``tracker_core/_elastic_sharded.py``), or None."""
         found = [s for s in self._samplers().values() if isinstance(s, DistributedSampler)]
         if len(found) != 1:
-            return None
+            return describe_batch_sharding(self._samplers())
         sampler = found[0]
         return {
             "num_replicas": int(sampler.num_replicas),
@@ -324,7 +327,7 @@ class LoaderPosition:
         return _ParsedState(skip, generators, record, loader_state)
 
     def _check_distributed(self, value: object, key: str) -> None:
-        """A saved DistributedSampler must match this loader's (when both have one)."""
+        """A saved sharding (DistributedSampler or batch shards) must match this loader's (when both have one)."""
         saved = read_distributed(value, key)
         mine = self.distributed_info()
         if saved is None or mine is None:
@@ -333,7 +336,7 @@ class LoaderPosition:
             if saved[name] != mine[name]:
                 raise ProgressStateError(
                     join_key(key, name),
-                    f"saved with {name}={saved[name]!r}; this loader's DistributedSampler has {mine[name]!r}, "
+                    f"saved with {name}={saved[name]!r}; this loader's sampler has {mine[name]!r}, "
                     "so the epoch's order differs",
                 )
         for name in ("num_replicas", "rank"):
@@ -556,10 +559,11 @@ class LoaderPosition:
 
 
 def read_distributed(value: object, key: str) -> dict[str, Any] | None:
-    """A saved ``distributed`` field: None or the ``DISTRIBUTED_KEYS`` with their types checked."""
+    """A saved ``distributed`` field: None or the ``DISTRIBUTED_KEYS`` (and ``SHARDED_KEYS`` of a
+    batch-sharded loader) with their types checked."""
     if value is None:
         return None
-    fields = read_mapping(value, key, required=DISTRIBUTED_KEYS)
+    fields = read_mapping(value, key, required=DISTRIBUTED_KEYS, optional=SHARDED_KEYS)
     out: dict[str, Any] = {}
     for name in ("num_replicas", "rank", "seed", "dataset_size"):
         out[name] = read_int(fields[name], join_key(key, name), minimum=0)
@@ -569,6 +573,13 @@ def read_distributed(value: object, key: str) -> dict[str, Any] | None:
         out[name] = fields[name]
     batch_size = fields["batch_size"]
     out["batch_size"] = None if batch_size is None else read_int(batch_size, join_key(key, "batch_size"), minimum=1)
+    if any(name in fields for name in SHARDED_KEYS):
+        read_mapping(fields, key, required=(*DISTRIBUTED_KEYS, *SHARDED_KEYS))  # both or neither
+        if fields["shards"] != "batches":
+            raise ProgressStateError(join_key(key, "shards"), f"expected 'batches', got {fields['shards']!r}")
+        if not isinstance(fields["even_batches"], bool):
+            raise ProgressStateError(join_key(key, "even_batches"), f"expected a bool, got {fields['even_batches']!r}")
+        out.update(shards="batches", even_batches=fields["even_batches"])
     return out
 
 

@@ -2,8 +2,11 @@
 
 ``gather(entry)`` (one ``all_gather_object``) gives every rank's entry. ``select(ranks, ...)``
 picks this rank's at the saved world size; at another world size it maps each train
-loader's mid-epoch position by global samples of its ``DistributedSampler`` epoch and
-re-bases the progress to the new geometry (see docs/distributed.md).
+loader's mid-epoch position by global samples of its epoch and re-bases the progress to the
+new geometry (see docs/distributed.md). Two shardings map alike (after ``k`` batches of ``b``
+on ``W`` ranks, positions ``[0, k * b * W)`` are consumed): a ``DistributedSampler`` (rank ``r``
+reads positions ``r, r + W, ...``) and batch sharding over a seedable sampler (rank ``r`` reads
+batches ``r, r + W, ...``; ``tracker_core/_elastic_sharded.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch.distributed as dist
 from tracker_core._counts import PhaseCounts
 from tracker_core._data_codec import read_int
 from tracker_core._data_position import LoaderPosition, read_distributed
+from tracker_core._elastic_sharded import is_batch_sharded, samples_read
 from tracker_core._errors import ProgressStateError
 from tracker_core._schema import _mapping, parse
 
@@ -143,11 +147,13 @@ def _map_loader(
     mine = position.distributed_info()
     if mine is None or mine["batch_size"] is None:
         raise ProgressStateError(
-            key, "an elastic resume maps positions only for a loader with a DistributedSampler and a batch_size"
+            key,
+            "an elastic resume maps positions only for a loader with a DistributedSampler and a batch_size, "
+            "or one sharded by batches over a seedable sampler (Accelerate's use_seedable_sampler=True)",
         )
     if mine["num_replicas"] != size:
         raise ProgressStateError(
-            key, f"this loader's DistributedSampler has num_replicas={mine['num_replicas']}; the world size is {size}"
+            key, f"this loader is sharded for num_replicas={mine['num_replicas']}; the world size is {size}"
         )
     consumed: list[int] = []
     batch_size = 0
@@ -161,7 +167,17 @@ def _map_loader(
         if saved is None or saved["batch_size"] is None:
             raise ProgressStateError(
                 f"{state_key}.distributed",
-                "saved without a DistributedSampler and a batch_size: its position cannot be mapped",
+                "saved without a DistributedSampler and a batch_size, or batch sharding over a seedable sampler: "
+                "its position cannot be mapped",
+            )
+        if is_batch_sharded(saved) != is_batch_sharded(mine):
+            raise ProgressStateError(
+                f"{state_key}.distributed", f"saved {_sharding(saved)}; this loader is {_sharding(mine)}"
+            )
+        if is_batch_sharded(saved) and state.get("kind") != "sampler_replay":
+            raise ProgressStateError(
+                f"{state_key}.kind",
+                "a batch-sharded position is mapped by replaying its sampler: 'sampler_replay' only",
             )
         if (saved["num_replicas"], saved["rank"]) != (saved_size, rank):
             raise ProgressStateError(
@@ -172,7 +188,7 @@ def _map_loader(
             if saved[name] != mine[name]:
                 raise ProgressStateError(
                     f"{state_key}.distributed.{name}",
-                    f"saved with {name}={saved[name]!r}; this loader's DistributedSampler has {mine[name]!r}",
+                    f"saved with {name}={saved[name]!r}; this loader's sampler has {mine[name]!r}",
                 )
         if rank and saved["batch_size"] != batch_size:
             raise ProgressStateError(f"{state_key}.distributed.batch_size", "ranks saved different batch sizes")
@@ -214,7 +230,18 @@ def _map_loader(
         "exact": not problems,
         "problem": "; ".join(problems),
     }
-    return _Mapped(state, record, consumed[source_rank], min(resumed * new_batch, _samples_per_rank(mine)))
+    return _Mapped(state, record, consumed[source_rank], _samples_read(mine, resumed))
+
+
+def _sharding(info: Mapping[str, Any]) -> str:
+    return "sharded by batches" if is_batch_sharded(info) else "with a DistributedSampler"
+
+
+def _samples_read(info: Mapping[str, Any], batches: int) -> int:
+    """This rank's samples of the epoch after its first ``batches`` batches."""
+    if is_batch_sharded(info):
+        return samples_read(info, batches)
+    return min(batches * info["batch_size"], _samples_per_rank(info))
 
 
 def _rebase(progress: dict[str, Any], index: int, mapped: _Mapped) -> None:

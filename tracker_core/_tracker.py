@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from tracker_core._data_position import LoaderPosition, _ParsedState
 from tracker_core._data_rng import GlobalRng
-from tracker_core._elastic import ENTRY_KEYS, gather, reenters_train_epoch, select
+from tracker_core._elastic import ENTRY_KEYS, gather, reenters_train_epoch, select, world
 from tracker_core._errors import ProgressStateError
 from tracker_core._progress import Progress
 from tracker_core._schema import Parsed, _mapping, parse
@@ -107,6 +107,23 @@ class Tracker:
         """
         ranks = gather(self.state_dict())
         return {**ranks[0], "ranks": ranks}
+
+    def checkpoint_state_dict(self) -> dict[str, Any]:
+        """The entry to store in a checkpoint: :meth:`gathered_state_dict` when several processes run
+        or a train loader is sharded across ranks (so another world size can map it), else :meth:`state_dict`.
+
+        Collective when several processes run: every rank calls it at the checkpoint.
+        """
+        size, _ = world()
+        if size > 1 or any(position.distributed_info() is not None for position in self._loaders.values()):
+            return self.gathered_state_dict()
+        return self.state_dict()
+
+    def forget_loaded_positions(self) -> None:
+        """The framework begins a new run instead of resuming the loaded one: no loader replays the loaded epoch."""
+        self._pending.clear()
+        for position in self._loaders.values():
+            position._replay = None
 
     def load_state_dict(self, entry: object) -> None:
         """Resume from an entry: validate all of it, then load progress and RNGs and arm the loaders.
