@@ -3,7 +3,8 @@
 ``progress_tracker_{rank}.pt`` holds plain data plus gradient tensors and loads with
 ``torch.load(weights_only=True)``::
 
-    {"version": 1,
+    {"version": 2,
+     "world_size": int,                         # the number of processes that saved (one file each)
      "tracker": <tracker_core.Tracker.state_dict()>,
      "gradients": [Tensor | None, ...],         # partial gradients of an accumulation window
      "save_iteration": int,                     # project_configuration.iteration of this save
@@ -24,8 +25,9 @@ from tracker_core import ProgressStateError
 from tracker_core._data_rng import GlobalRng
 from tracker_core._schema import _mapping
 
-VERSION = 1
-_KEYS = ("version", "tracker", "gradients", "save_iteration", "loader_iterations", "evaluation_rng")
+VERSION = 2  # 2 added "world_size"; a version 1 file is read as saved at the loading world size
+_KEYS = ("version", "world_size", "tracker", "gradients", "save_iteration", "loader_iterations", "evaluation_rng")
+_KEYS_V1 = tuple(key for key in _KEYS if key != "world_size")
 _EVALUATION_STAGES = ("validate", "test", "predict")
 
 
@@ -43,6 +45,7 @@ class LoaderIteration:
 class SavedProgress:
     """One process's progress file, read and checked (the tracker entry is checked by the core)."""
 
+    world_size: int | None  # None: a version 1 file, which does not say
     tracker: dict[str, Any]
     gradients: list[torch.Tensor | None]
     save_iteration: int
@@ -57,6 +60,7 @@ def file_name(process_index: int) -> str:
 def write(directory: str, process_index: int, saved: SavedProgress) -> None:
     payload = {
         "version": VERSION,
+        "world_size": saved.world_size,
         "tracker": saved.tracker,
         "gradients": saved.gradients,
         "save_iteration": saved.save_iteration,
@@ -72,6 +76,38 @@ def write(directory: str, process_index: int, saved: SavedProgress) -> None:
     torch.save(payload, os.path.join(directory, file_name(process_index)))
 
 
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    """What one process loads: its own file, or, saved at another world size, every saved rank's."""
+
+    own: SavedProgress  # this process's file; at another world size saved rank ``process_index % len(ranks)``'s
+    ranks: list[SavedProgress] | None  # index = saved rank; None when saved at this world size
+
+
+def read_checkpoint(directory: str, process_index: int, world_size: int) -> SavedCheckpoint:
+    """This process's file if the checkpoint was saved at ``world_size``, else every saved rank's file
+    (the saved world size is read from rank 0's); ``ProgressStateError`` if one is bad or they disagree."""
+    own = None
+    if os.path.exists(os.path.join(directory, file_name(process_index))):
+        own = read(directory, process_index)
+        if own.world_size in (None, world_size):
+            return SavedCheckpoint(own, None)
+    first = own if own is not None and process_index == 0 else read(directory, 0)
+    if first.world_size is None:
+        raise ProgressStateError(
+            "world_size", f"{file_name(0)} is a version 1 file, which does not record how many processes saved it "
+            f"and {file_name(process_index)} is missing: resume on as many processes as saved it"
+        )
+    ranks = [first, *(read(directory, rank) for rank in range(1, first.world_size))]
+    for rank, saved in enumerate(ranks):
+        if saved.world_size != first.world_size:
+            raise ProgressStateError(
+                "world_size", f"{file_name(rank)} was saved by {saved.world_size} processes, {file_name(0)} by "
+                f"{first.world_size}: the files belong to different checkpoints"
+            )
+    return SavedCheckpoint(ranks[process_index % first.world_size], ranks)
+
+
 def read(directory: str, process_index: int) -> SavedProgress:
     """Load with ``weights_only=True`` and check the adapter's own keys; ``ProgressStateError`` if bad."""
     path = os.path.join(directory, file_name(process_index))
@@ -81,13 +117,20 @@ def read(directory: str, process_index: int) -> SavedProgress:
         payload = torch.load(path, weights_only=True, map_location="cpu")
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
         raise ProgressStateError("", f"{path} is not a readable progress file ({exc})") from None
-    payload = _mapping(payload, "", _KEYS)
-    if payload["version"] != VERSION:
-        raise ProgressStateError("version", f"unsupported version {payload['version']!r}; this code reads {VERSION}")
+    version_1 = isinstance(payload, dict) and payload.get("version") == 1
+    payload = _mapping(payload, "", _KEYS_V1 if version_1 else _KEYS)
+    if payload["version"] not in (1, VERSION):
+        raise ProgressStateError(
+            "version", f"unsupported version {payload['version']!r}; this code reads 1 to {VERSION}"
+        )
     gradients = payload["gradients"]
     if not isinstance(gradients, list):
         raise ProgressStateError("gradients", f"expected a list, got {type(gradients).__name__}")
+    world_size = None if version_1 else payload["world_size"]
+    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
+        raise ProgressStateError("world_size", f"expected an int >= 1, got {world_size!r}")
     return SavedProgress(
+        world_size=world_size,
         tracker=payload["tracker"],
         gradients=gradients,
         save_iteration=_count(payload["save_iteration"], "save_iteration"),

@@ -25,6 +25,7 @@ from typing import Any, TextIO, TypeVar
 import torch
 
 from integrations import _accelerate_checkpoint as checkpoint
+from integrations import _accelerate_elastic as elastic
 from tracker_core import ProgressView, Tracker, count_optimizer_steps
 from tracker_core._batch_size import batches_in, samples_in
 from tracker_core._data_rng import GlobalRng
@@ -65,6 +66,7 @@ class AcceleratorProgress:
         self._pass_start: dict[int, int] = {}  # index -> loader.iteration when its last train pass began
         self._restored_iterations: dict[int, int] = {}  # index -> loader.iteration to set before the next pass
         self._finished_passes: set[int] = set()  # restored mid-epoch after the pass yielded its last batch
+        self._restored_step: int | None = None  # accelerator.step after an elastic load, set when the pass begins
         # The global RNGs when the running evaluation epoch began (stage name, snapshot): an evaluation
         # saved mid-way restarts, so it must restart from these, not from the RNGs at the save.
         self._evaluation_rng: tuple[str, GlobalRng] | None = None
@@ -129,6 +131,8 @@ class AcceleratorProgress:
 
     def _train_pass(self, loader: Iterable[Batch], index: int) -> Generator[Batch, None, None]:
         self._track(loader, index)
+        if self._restored_step is not None:  # after Accelerate's load_state restored the old geometry's
+            self._accelerator.step, self._restored_step = self._restored_step, None
         pass_start = getattr(loader, "iteration", None)
         if pass_start is not None:
             self._pass_start[index] = pass_start
@@ -273,6 +277,7 @@ class AcceleratorProgress:
                 None if now is None else checkpoint.LoaderIteration(now, self._pass_start.get(index), finished)
             )
         saved = checkpoint.SavedProgress(
+            world_size=accelerator.num_processes,
             tracker=self._tracker.state_dict(),
             gradients=capture_gradients(self._parameters(models)),
             save_iteration=accelerator.project_configuration.iteration,
@@ -282,14 +287,24 @@ class AcceleratorProgress:
         checkpoint.write(output_dir, accelerator.process_index, saved)
 
     def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
-        """Validate and load before Accelerate loads anything, so a bad file leaves all unchanged."""
+        """Validate and load before Accelerate loads anything, so a bad file leaves all unchanged.
+
+        Saved by another number of processes, every saved rank's file is read and the core maps
+        the data position by global samples (``tracker_core/_elastic.py``); this process takes the
+        rest (gradients, loader epochs, RNGs) from saved rank ``process_index % saved world size``.
+        """
         accelerator = self._accelerator
-        saved = checkpoint.read(input_dir, accelerator.process_index)
+        found = checkpoint.read_checkpoint(input_dir, accelerator.process_index, accelerator.num_processes)
+        saved = found.own
+        entry: dict[str, Any] = saved.tracker
+        if found.ranks is not None:
+            elastic.check_supported(accelerator, len(found.ranks))
+            entry = {**found.ranks[0].tracker, "ranks": [rank.tracker for rank in found.ranks]}
         parameters = self._parameters(models)
         previous = capture_gradients(parameters)
         restore_gradients(parameters, saved.gradients)
         try:
-            self._tracker.load_state_dict(saved.tracker)
+            self._tracker.load_state_dict(entry)
         except BaseException:
             restore_gradients(parameters, previous)
             raise
@@ -304,8 +319,10 @@ class AcceleratorProgress:
         }
         self._restored_iterations = {}
         self._finished_passes = set()
+        mapped = elastic.MappedPasses.of(self.view.resume_mapping, self._loaders)
+        self._restored_step = mapped.step if resuming_epoch else None
         for index, iteration in enumerate(saved.loader_iterations):
-            if iteration is not None and resuming_epoch and iteration.finished:
+            if iteration is not None and resuming_epoch and mapped.finished.get(index, iteration.finished):
                 self._finished_passes.add(index)
             if iteration is not None:
                 use_pass = resuming_epoch and iteration.pass_start is not None

@@ -9,6 +9,7 @@ import torch
 from accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run
 from torch.utils.data import DataLoader
 
+from integrations import _accelerate_checkpoint as accelerate_file
 from integrations.accelerate import AcceleratorProgress
 from tracker_core import ProgressStateError
 
@@ -67,3 +68,32 @@ def test_a_file_that_is_not_a_progress_file_is_refused(tmp_path):
     path = _checkpoint(tmp_path)
     path.write_bytes(b"not a checkpoint")
     _assert_load_refused(tmp_path, "")
+
+
+def test_a_future_file_version_is_refused(tmp_path):
+    path = _checkpoint(tmp_path)
+    _edit(path, lambda s: s.update(version=3))
+    _assert_load_refused(tmp_path, "version")
+
+
+def test_a_world_size_below_one_is_refused(tmp_path):
+    path = _checkpoint(tmp_path)
+    _edit(path, lambda s: s.update(world_size=0))
+    _assert_load_refused(tmp_path, "world_size")
+
+
+def test_a_version_1_file_which_does_not_record_the_world_size_is_read_as_saved_at_the_loading_one(tmp_path):
+    path = _checkpoint(tmp_path)
+    _edit(path, lambda s: (s.pop("world_size"), s.update(version=1)))
+    found = accelerate_file.read_checkpoint(str(tmp_path), 0, 1)
+    assert found.ranks is None
+    assert found.own.world_size is None
+    assert found.own.tracker == torch.load(path, weights_only=True)["tracker"]
+
+
+def test_a_version_1_file_cannot_be_resumed_by_a_process_that_has_no_file_of_its_own(tmp_path):
+    path = _checkpoint(tmp_path)
+    _edit(path, lambda s: (s.pop("world_size"), s.update(version=1)))
+    with pytest.raises(ProgressStateError) as error:
+        accelerate_file.read_checkpoint(str(tmp_path), 1, 2)
+    assert error.value.key == "world_size"
