@@ -18,6 +18,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
+from integrations import _lightning_elastic as elastic
 from integrations import _lightning_resume as resume
 from integrations._checkpoint_files import LIGHTNING_GRADIENTS_KEY, LIGHTNING_STATE_KEY
 from integrations._lightning_display import ProgressDisplay as ProgressDisplay
@@ -62,6 +63,7 @@ class ProgressTracker(pl.Callback):
         self._gradients: list[torch.Tensor | None] | None = None  # loaded, restored at on_train_start
         self._loaded = False  # an entry was loaded; Lightning's restart not yet reconciled
         self._rng_at_setup: GlobalRng | None = None  # after a load, before Lightning's setup_data iter()
+        self._elastic_entry: dict[str, Any] | None = None  # saved at another world size: loaded at setup_data
 
     @property
     def state_key(self) -> str:
@@ -101,6 +103,11 @@ class ProgressTracker(pl.Callback):
             self.tracker.track_train_loader(loader, index)
         if not loaded or trainer is None:
             return
+        if self._elastic_entry is not None:
+            entry, self._elastic_entry = self._elastic_entry, None
+            elastic.load(self.tracker, entry, loaders, trainer.fit_loop)
+            self.tracker.progress.run_ready("fit")  # re-enter the restored run, as on_fit_start does after a load
+            self.tracker.progress.run_started()
         self._rng_at_setup = GlobalRng.capture()
         if resume.restored_epoch_consumed(trainer.fit_loop) and self.tracker.view.train.epochs.lifetime.in_flight:
             # Lightning's next iteration of these loaders is the next epoch: finish the restored
@@ -271,9 +278,7 @@ class ProgressTracker(pl.Callback):
         trainer = self._trainer() if self._trainer is not None else None
         if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
             self._catch_up(trainer)
-        if trainer is not None and trainer.world_size > 1:
-            return self.tracker.gathered_state_dict()
-        return self.tracker.state_dict()
+        return self.tracker.checkpoint_state_dict()
 
     def _catch_up(self, trainer: pl.Trainer) -> None:
         """A checkpoint taken in an end hook that ran before ours: mark what Lightning already marked."""
@@ -316,9 +321,23 @@ class ProgressTracker(pl.Callback):
         self._gradients = _own_gradients(checkpoint.get(GRADIENTS_KEY), trainer.global_rank)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load the entry (``ProgressStateError`` on damage, before anything runs) and re-arm the hooks."""
-        self.tracker.load_state_dict(state_dict)
-        where = state_dict["progress"].get("where")
+        """Load the entry (``ProgressStateError`` on damage, before anything runs) and re-arm the hooks.
+
+        An entry saved at another world size is mapped onto the train loaders, so it is loaded
+        when Lightning has set them up, still before any batch runs (``_lightning_elastic``).
+        """
+        trainer = self._trainer() if self._trainer is not None else None
+        self._elastic_entry = None
+        if (
+            trainer is not None
+            and trainer.state.fn == TrainerFn.FITTING
+            and elastic.saved_elsewhere(state_dict, trainer.world_size)
+        ):
+            self._elastic_entry = state_dict
+        else:
+            self.tracker.load_state_dict(state_dict)
+        progress = state_dict.get("progress")
+        where = progress.get("where") if isinstance(progress, dict) else None
         if isinstance(where, dict) and where.get("stage") == "validate":
             warnings.warn(
                 "checkpoint saved during a validation: Lightning resumes training without finishing that "

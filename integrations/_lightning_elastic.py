@@ -1,0 +1,68 @@
+"""Resume a Lightning checkpoint saved at another world size ("elastic resume", docs/distributed.md).
+
+The core maps the saved position onto the train loader (its ``DistributedSampler`` and batch
+size), so the entry is loaded once Lightning has built its train loaders (``_FitLoop.setup_data``),
+not when Lightning hands it over (``restore_callbacks``, before any loader exists). Lightning
+restored its loop counters of the old geometry in between (``restore_loops``); its restart logic
+reads them only later (``_FitLoop.reset``), so they are moved to the mapped batch position here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytorch_lightning.loops.fit_loop import _FitLoop
+
+from tracker_core import ProgressStateError, Tracker
+
+_HINT = (
+    "; with Lightning, resume under a distributed strategy (Trainer(strategy='ddp'), also with devices=1): it injects "
+    "a DistributedSampler seeded with PL_GLOBAL_SEED (seed_everything; 0 when unset), shuffling as the loader does; "
+    "or give the train DataLoader your own DistributedSampler(num_replicas=<world size>, rank=<rank>, seed=<as "
+    "saved>, shuffle=<as saved>)"
+)
+
+
+def saved_elsewhere(entry: object, world_size: int) -> bool:
+    """True if ``entry`` holds every rank's part and was saved by another number of processes."""
+    ranks = entry.get("ranks") if isinstance(entry, dict) else None
+    return isinstance(ranks, list) and len(ranks) != world_size
+
+
+def load(tracker: Tracker, entry: dict[str, Any], loaders: list[object], fit_loop: _FitLoop) -> None:
+    """Load ``entry`` mapped onto the registered ``loaders``, then move Lightning's batch counters to match.
+
+    Raises ``ProgressStateError`` before the tracker or Lightning's counters change where the core
+    cannot map the position, or when a restored epoch has several train loaders (Lightning's batch
+    counts one batch of each; the core maps each loader by its own samples).
+    """
+    if len(loaders) > 1 and fit_loop.restarting:
+        raise ProgressStateError(
+            "ranks",
+            f"a mid-epoch checkpoint saved at world size {len(entry['ranks'])} resumes at another world size "
+            f"with one train dataloader only; this fit has {len(loaders)}",
+        )
+    try:
+        tracker.load_state_dict(entry)
+    except ProgressStateError as error:
+        if "DistributedSampler" not in error.problem:
+            raise
+        raise ProgressStateError(error.key, error.problem + _HINT) from None
+    mapping = tracker.view.resume_mapping
+    if mapping is not None and mapping["train_loaders"]:
+        _move_batches(fit_loop, tracker.view.train.batches.epoch.processed)
+
+
+def _move_batches(fit_loop: _FitLoop, batches: int) -> None:
+    """Shift Lightning's train batch counters (epoch and total, all phases) so the epoch has done ``batches``.
+
+    Optimizer steps (``global_step``) and ``_batches_that_stepped`` stay: they count steps taken,
+    as the tracker's ``global_step`` does.
+    """
+    progress = fit_loop.epoch_loop.batch_progress
+    shift = batches - progress.current.processed
+    for counts in (progress.total, progress.current):
+        counts.ready += shift
+        counts.started += shift
+        counts.processed += shift
+        counts.completed += shift

@@ -1,0 +1,155 @@
+"""Lightning ``strategy="ddp"`` checkpoints resumed at another world size, by global samples.
+
+2 CPU processes (gloo) fit 24 samples in batches of 3 per rank (a shuffling DistributedSampler
+injected by Lightning: 4 batches per rank and epoch, 2 epochs) and checkpoint mid epoch 0 after
+1, 2 and 4 batches per rank (and, accumulating 2 batches, after 3). One process resumes them
+(``strategy="ddp", devices=1`` or its own ``DistributedSampler(num_replicas=1)``) with batches of
+6, 4 or 2; a 1-process checkpoint is resumed on 2 processes. See ``lightning_elastic_run.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from distributed_runs import folder_once, free_port, run_script
+from lightning_elastic_run import BATCH, CASES, SAMPLES
+
+BEFORE = {"k1.ckpt": 1, "step=2.ckpt": 2, "step=4.ckpt": 4}  # batches per rank each checkpoint came after
+EXACT = ["own-sampler-x6", "k2-x6", "k2-x2", "k1-x2", "end-x2"]
+RESUMED = [*EXACT, "k1-x4"]
+
+
+def _fill(folder: Path) -> None:
+    for phase in ("two", "one", "grow"):
+        run_script("lightning_elastic_run.py", phase, str(folder), env={"MASTER_PORT": str(free_port())})
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return folder_once(tmp_path_factory, "lightning_elastic", _fill)
+
+
+@functools.cache
+def _found(folder: Path, phase: str, rank: int = 0) -> dict[str, Any]:
+    """What process ``rank`` of ``phase`` saw (read once)."""
+    found: dict[str, Any] = torch.load(folder / f"{phase}-rank{rank}.pt", weights_only=True)
+    return found
+
+
+def _ids(batches: list[tuple[int, list[int]]], epoch: int, first: int | None = None) -> list[int]:
+    """The sample ids of ``epoch`` (of its first ``first`` batches), in order."""
+    return sum([ids for e, ids in batches if e == epoch][:first], [])
+
+
+def _saved_at_two(folder: Path, checkpoint: str) -> list[int]:
+    """Ids both ranks of the 2-process run trained in epoch 0 before ``checkpoint``."""
+    return sum((_ids(_found(folder, "two", rank)["save"]["batches"], 0, BEFORE[checkpoint]) for rank in (0, 1)), [])
+
+
+@pytest.mark.parametrize("case", EXACT)
+def test_interrupted_epoch_trains_every_sample_once_across_the_save_and_the_resume(folder: Path, case: str) -> None:
+    checkpoint, batch, _ = CASES[case]
+    resumed = _found(folder, "one")[case]
+    assert sorted(_saved_at_two(folder, checkpoint) + _ids(resumed["batches"], 0)) == list(range(SAMPLES))
+    assert all(len(ids) == batch for _, ids in resumed["batches"])
+
+
+@pytest.mark.parametrize("case", EXACT)
+def test_resume_mapping_names_the_global_sample_position_and_the_new_batch_count(folder: Path, case: str) -> None:
+    checkpoint, batch, _ = CASES[case]
+    samples = BEFORE[checkpoint] * BATCH * 2
+    assert _found(folder, "one")[case]["mapping"] == {
+        "saved_world_size": 2, "world_size": 1, "rank": 0, "source_rank": 0,
+        "train_loaders": [{"index": 0, "samples_consumed": samples, "batch_size": batch,
+                           "batches_consumed": samples // batch, "exact": True, "problem": ""}],
+    }
+
+
+@pytest.mark.parametrize("case", RESUMED)
+def test_lightning_loop_counters_agree_with_the_tracker_at_the_first_resumed_batch_and_at_the_end(
+    folder: Path, case: str
+) -> None:
+    resumed = _found(folder, "one")[case]
+    for when in ("first", "end"):
+        assert resumed[when]["lightning"] == resumed[when]["tracker"], when
+    mapped = resumed["mapping"]["train_loaders"][0]["batches_consumed"]
+    if mapped * CASES[case][1] < SAMPLES:  # mid epoch: the first resumed batch follows the mapped ones
+        assert resumed["first"]["lightning"]["batch_idx"] == mapped
+
+
+@pytest.mark.parametrize("case", EXACT)
+def test_global_step_counts_the_optimizer_steps_taken_at_both_world_sizes(folder: Path, case: str) -> None:
+    checkpoint, batch, _ = CASES[case]
+    resumed = _found(folder, "one")[case]
+    steps_after = len(resumed["batches"])  # one optimizer, no accumulation: a step per batch
+    assert resumed["end"]["lightning"]["global_step"] == BEFORE[checkpoint] + steps_after
+
+
+@pytest.mark.parametrize("case", RESUMED)
+def test_later_epochs_run_whole_at_the_new_world_size(folder: Path, case: str) -> None:
+    batch = CASES[case][1]
+    resumed = _found(folder, "one")[case]
+    epoch_1 = [ids for epoch, ids in resumed["batches"] if epoch == 1]
+    assert len(epoch_1) == SAMPLES // batch
+    assert sorted(sum(epoch_1, [])) == list(range(SAMPLES))
+
+
+def test_a_position_off_the_new_global_batch_warns_and_trains_the_samples_before_it_again(folder: Path) -> None:
+    resumed = _found(folder, "one")["k1-x4"]  # 6 samples in, batches of 4: resumed at position 4
+    record = resumed["mapping"]["train_loaders"][0]
+    assert (record["samples_consumed"], record["batches_consumed"], record["exact"]) == (6, 1, False)
+    assert resumed["inexact"] == [f"elastic resume: train dataloader 0: {record['problem']}"]
+    assert "the 2 samples before position 6 are trained again" in record["problem"]
+    saved = _saved_at_two(folder, "k1.ckpt")
+    counts = Counter(saved + _ids(resumed["batches"], 0))
+    assert sorted(counts) == list(range(SAMPLES))
+    twice = [i for i, n in counts.items() if n == 2]
+    assert len(twice) == 2 and set(twice) <= set(saved)
+
+
+def test_a_checkpoint_inside_an_accumulation_window_warns_and_still_resumes_at_the_sample_position(
+    folder: Path,
+) -> None:
+    resumed = _found(folder, "one")["accumulate"]  # 3 batches of 3 per rank, accumulating 2: 1 batch in a window
+    assert resumed["inexact"] == [
+        "elastic resume: saved inside a gradient accumulation window: its partial gradients belong to the old world size"
+    ]
+    saved = sum((_ids(_found(folder, "two", rank)["accumulate"]["batches"], 0, 3) for rank in (0, 1)), [])
+    assert sorted(saved + _ids(resumed["batches"], 0)) == list(range(SAMPLES))
+    for when in ("first", "end"):
+        assert resumed[when]["lightning"] == resumed[when]["tracker"], when
+
+
+def test_without_a_distributed_sampler_the_resume_fails_before_any_batch(folder: Path) -> None:
+    resumed = _found(folder, "one")["plain-x6"]  # Trainer(devices=1) without DDP: a plain shuffling loader
+    assert resumed["error"]["key"] == "train_loaders.0"
+    assert "DistributedSampler" in resumed["error"]["message"]
+    assert "strategy='ddp'" in resumed["error"]["message"]
+    assert resumed["batches"] == []
+
+
+def test_a_mid_epoch_resume_with_several_train_loaders_fails_before_any_batch(folder: Path) -> None:
+    resumed = _found(folder, "one")["two-loaders-x6"]
+    assert resumed["error"]["key"] == "ranks"
+    assert "one train dataloader only; this fit has 2" in resumed["error"]["message"]
+    assert resumed["batches"] == []
+
+
+def test_a_one_process_checkpoint_resumes_on_two_processes_from_the_same_sample_position(folder: Path) -> None:
+    saved = _ids(_found(folder, "one")["save"]["batches"], 0, 4)  # GROW is step=4: 4 batches of 3
+    ranks = [_found(folder, "grow", rank) for rank in (0, 1)]
+    assert [r["grow"]["rank"] for r in ranks] == [0, 1]
+    after = sum((_ids(r["grow"]["batches"], 0) for r in ranks), [])
+    assert sorted(saved + after) == list(range(SAMPLES))
+    for rank, found in enumerate(ranks):
+        resumed = found["grow"]
+        assert resumed["mapping"]["train_loaders"][0]["batches_consumed"] == 2
+        assert (resumed["mapping"]["rank"], resumed["mapping"]["source_rank"]) == (rank, 0)
+        for when in ("first", "end"):
+            assert resumed[when]["lightning"] == resumed[when]["tracker"], when
+    assert sorted(sum((_ids(r["grow"]["batches"], 1) for r in ranks), [])) == list(range(SAMPLES))
