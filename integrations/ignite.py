@@ -9,7 +9,8 @@
                              "progress": progress}, DiskSaver(...))
     tracker_core.get_progress(trainer).global_step
 
-See docs/ignite.md for what is counted on which event and how a resume is made exact.
+See docs/ignite.md for what is counted on which event and how a resume is made exact, also
+at another world size (``attach(trainer, ..., dataloader=train_loader)``, "elastic").
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events
 from torch.utils.data import DataLoader
 
 from integrations._checkpoint_files import IGNITE_STATE_KEYS as _STATE_KEYS
 from integrations._ignite_display import ProgressDisplay as ProgressDisplay
+from integrations._ignite_elastic import check_loader_given, check_run_loader, map_engine
 from integrations._ignite_events import STAGES, attach_stage, attach_trainer
 from tracker_core import (
     InexactResumeWarning,
@@ -55,6 +56,7 @@ class ProgressHandler:
         self._tracker = Tracker()
         self._parameters: list[torch.nn.Parameter] = []
         self._trainer: Engine | None = None
+        self._dataloader: DataLoader[Any] | None = None  # the trainer's, if given to attach()
         self._restored: dict[str, Any] | None = None  # loaded progress, until the trainer's next STARTED
 
     @property
@@ -68,12 +70,14 @@ class ProgressHandler:
         stage: str = "train",
         optimizers: Sequence[torch.optim.Optimizer] = (),
         scaler: torch.amp.GradScaler | None = None,
+        dataloader: DataLoader[Any] | None = None,
     ) -> None:
         """Record ``engine`` as stage ``stage``; count ``optimizers``' steps (train only).
 
         Steps an AMP ``scaler`` skips are counted as skipped; the scaler that
         ``create_supervised_trainer(scaler=True)`` puts on ``engine.state.scaler`` is found
-        by itself.
+        by itself. ``dataloader`` (train only) is the DataLoader the trainer's ``run()`` will
+        get: a checkpoint saved at another world size is mapped onto it when loaded.
         """
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
@@ -81,6 +85,9 @@ class ProgressHandler:
             if self._trainer is not None:
                 raise ValueError("a trainer is already attached to this ProgressHandler")
             self._trainer = engine
+            if dataloader is not None:
+                self._tracker.track_train_loader(dataloader)
+                self._dataloader = dataloader
             count_optimizer_steps(self._tracker.progress.train, optimizers)
             scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
             if scaler is not None:
@@ -93,8 +100,8 @@ class ProgressHandler:
                             seen.add(id(parameter))
                             self._parameters.append(parameter)
             attach_trainer(engine, self._tracker, self._trainer_started)
-        elif optimizers or scaler is not None:
-            raise ValueError("optimizers and a scaler are counted on the train engine only")
+        elif optimizers or scaler is not None or dataloader is not None:
+            raise ValueError("optimizers, a scaler and a dataloader belong to the train engine only")
         else:
             attach_stage(engine, self._tracker.progress, stage)
         register(engine, self._tracker.progress)
@@ -107,7 +114,7 @@ class ProgressHandler:
         gradients = capture_gradients(self._parameters) if self.view.is_mid_accumulation else []
         # With several processes every rank's entry, so rank 0's file resumes each rank exactly:
         # a collective, which Checkpoint calls on every rank.
-        entry = self._tracker.gathered_state_dict() if idist.get_world_size() > 1 else self._tracker.state_dict()
+        entry = self._tracker.checkpoint_state_dict()
         return {"progress_tracker": entry, "gradients": gradients}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -117,6 +124,7 @@ class ProgressHandler:
         for key in _STATE_KEYS:
             if key not in state:
                 raise ProgressStateError(key, "missing")
+        check_loader_given(state["progress_tracker"], self._dataloader)
         gradients = state["gradients"]
         if gradients and not self._parameters:
             raise ProgressStateError(
@@ -139,10 +147,16 @@ class ProgressHandler:
         restored, self._restored = self._restored, None
         progress = self._tracker.progress
         view = progress.view
-        if restored is not None and engine.state.iteration < view.train.batches.run.completed:
+        mapped = restored is not None and view.resume_mapping is not None  # saved at another world size
+        if restored is not None:
+            check_run_loader(engine, self._dataloader)
+        # Ignite begins anew (iteration 0) when the loaded state was finished.
+        completed = view.train.batches.run.completed
+        began_anew = engine.state.iteration == 0 if mapped else engine.state.iteration < completed
+        if restored is not None and began_anew and completed:
             # Ignite found the loaded state finished and began anew: so does the record.
             progress.load_lifetime(restored)
-            self._tracker._pending.clear()  # noqa: SLF001 - no loader replay in a new run
+            self._tracker.forget_loaded_positions()
             restored = None
         _track_loader(self._tracker, engine)
         epochs = view.train.epochs.lifetime
@@ -150,6 +164,8 @@ class ProgressHandler:
             # terminate() left this epoch unfinished; Ignite moves on to the next one.
             progress.train.epoch_processed()
             progress.train.epoch_completed()
+        if restored is not None and mapped:
+            map_engine(engine, view)
         if restored is not None and epochs.in_flight and not view.run.counts.in_flight:
             # Saved after terminate() cut an epoch: Ignite continues that epoch in this new run.
             _begin_run_in_open_epoch(progress)

@@ -6,8 +6,10 @@ after each iteration in ``AT[config]``; then a second ``idist.Parallel`` (fresh 
 resumes each checkpoint into fresh objects with ``Checkpoint.load_objects``. The loader is ``idist.auto_dataloader`` (a shuffling
 ``DistributedSampler``), the model ``idist.auto_model`` (DDP). Each rank seeds its global
 RNG differently (the model has dropout), so a rank resumed with another rank's RNG state
-would diverge. Each rank saves what it saw to ``DIR/<phase>-rank<r>.pt``. Last, a run
-whose ranks get different amounts of data records what ``check_divergence`` says.
+would diverge. Each rank saves what it saw to ``DIR/<phase>-rank<r>.pt``, with Ignite's
+counters next to the tracker's at STARTED and each EPOCH_COMPLETED. Last, a run whose ranks
+get different amounts of data records what ``check_divergence`` says.
+tests/ignite_elastic_run.py resumes the checkpoints at world size 1.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events, create_supervised_trainer
 from ignite.handlers import Checkpoint, DiskSaver
+from torch.utils.data import DataLoader
 from test_ignite_common import Indexed
 
 import tracker_core
@@ -35,15 +38,24 @@ AT = {
 
 
 class Program:
-    """One rank's objects, as a new process makes them; ``seen`` lists the sample ids of every step."""
+    """One rank's objects, as a new process makes them; ``seen`` lists the sample ids of every step.
 
-    def __init__(self, config: str, seed: int) -> None:
+    ``loader`` replaces the default ``idist.auto_dataloader``; it is given to ``attach`` unless
+    ``attach_loader`` is False. ``agreement`` lists Ignite's counters next to the tracker's.
+    """
+
+    def __init__(
+        self, config: str, seed: int, loader: DataLoader[Any] | None = None, attach_loader: bool = True
+    ) -> None:
         torch.manual_seed(seed + idist.get_rank())
         model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 1))
         self.model = idist.auto_model(model)
         self.optimizer = idist.auto_optim(torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9))
-        self.loader = idist.auto_dataloader(Indexed(SAMPLES), batch_size=3 * idist.get_world_size(), shuffle=True)
+        if loader is None:
+            loader = idist.auto_dataloader(Indexed(SAMPLES), batch_size=3 * idist.get_world_size(), shuffle=True)
+        self.loader = loader
         self.seen: list[list[int]] = []
+        self.agreement: list[dict[str, Any]] = []
 
         def prepare(batch: Any, device: Any = None, non_blocking: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
             self.seen.append(batch[2].tolist())
@@ -55,10 +67,21 @@ class Program:
         )
         self.trainer.add_event_handler(Events.EPOCH_STARTED, self._set_epoch)
         self.progress = ProgressHandler()
-        self.progress.attach(self.trainer, optimizers=[self.optimizer])
+        given = self.loader if attach_loader else None
+        self.progress.attach(self.trainer, optimizers=[self.optimizer], dataloader=given)
+        self.trainer.add_event_handler(Events.STARTED | Events.EPOCH_COMPLETED, self._note_counters)
 
     def _set_epoch(self, engine: Engine) -> None:
         self.loader.sampler.set_epoch(engine.state.epoch - 1)  # what Ignite's distributed examples do
+
+    def _note_counters(self, engine: Engine) -> None:
+        """Ignite's counters next to the tracker's, at STARTED and each EPOCH_COMPLETED."""
+        view = tracker_core.get_progress(engine)
+        self.agreement.append({
+            "ignite": [engine.state.iteration, engine.state.epoch, engine.state.epoch_length],
+            "expected": [view.train.batches.run.completed, view.train.epochs.run.completed, len(self.loader)],
+            "epoch_batches": view.train.batches.epoch.completed,
+        })
 
     def to_save(self) -> dict[str, Any]:
         return {"trainer": self.trainer, "model": self.model, "optimizer": self.optimizer, "progress": self.progress}
@@ -74,7 +97,9 @@ class Program:
             "seen": self.seen,
             "weights": [p.detach().clone() for p in self.model.parameters()],
             "progress": view.state_dict(),
-            "ignite": {"iteration": state.iteration, "epoch": state.epoch},
+            "ignite": {"iteration": state.iteration, "epoch": state.epoch, "epoch_length": state.epoch_length},
+            "agreement": self.agreement,
+            "mapping": view.resume_mapping,
             "tracker": {
                 "global_step": view.global_step,
                 "batches": view.train.batches.run.completed,

@@ -1,0 +1,197 @@
+"""Elastic resume through the Ignite adapter: checkpoints of a 2-process ``idist.Parallel`` run (gloo, 2 ranks x
+batch 3, ``ProgressHandler`` in ignite's ``Checkpoint``) resumed by 1 process at another per-rank batch size.
+
+The 2-process run is tests/ignite_idist_run.py (24 samples, a shuffling ``DistributedSampler``:
+4 batches of 3 per rank and epoch, 2 epochs; checkpoints after iterations 3, 4 and 6). One
+process resumes them (tests/ignite_elastic_run.py) with ``idist.auto_dataloader`` given a
+``DistributedSampler(num_replicas=1, rank=0, shuffle=True)`` and the loader passed to
+``attach``. Sample positions: the single process reads an epoch's permutation in order,
+which is the 2 ranks' batches interleaved (rank ``r`` reads positions ``r, r + 2, ...``).
+The other way round, an uninterrupted one-process run (batches of 6) saves after iterations
+``GROW_AT`` and 2 processes (batches of 3 per rank) resume them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from distributed_runs import folder_once, free_port, rank_findings, run_script
+from ignite_elastic_run import CASES, GROW_AT
+from ignite_idist_run import EPOCHS, SAMPLES
+
+PER_RANK = 3  # the saved run's batch size per rank
+SAVED_BATCHES = SAMPLES // 2 // PER_RANK  # per rank and epoch when saved
+EXACT = [name for name in CASES if name.startswith(("mid-epoch", "last-batch"))]
+
+
+def _saved_run(folder: Path) -> None:
+    run_script("ignite_idist_run.py", str(folder), env={"MASTER_PORT": str(free_port())})
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    """The 2-process run (shared with tests/test_ignite_distributed.py): its folder and each rank's findings."""
+    folder = folder_once(tmp_path_factory, "ignite_idist", _saved_run)
+    return folder, [found["plain"] for found in rank_findings(folder, "straight")]
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory: pytest.TempPathFactory, straight: tuple[Path, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Each case of ignite_elastic_run.CASES resumed at world size 1: its findings, warnings or error."""
+    saved = straight[0]
+    folder = folder_once(tmp_path_factory, "ignite_elastic", lambda out: run_script(
+        "ignite_elastic_run.py", str(saved), str(out), env={"MASTER_PORT": str(free_port())}))
+    found = torch.load(folder / "elastic.pt", weights_only=True)
+    found["grown"] = rank_findings(folder, "grow")
+    found["folder"] = folder
+    return found
+
+
+def _epoch_order(ranks: list[dict[str, Any]], epoch: int) -> list[int]:
+    """Epoch ``epoch``'s permutation (0-based), read off the 2 ranks' batches: position 2m + r = rank r's m-th id."""
+    halves = [sum(r["seen"][epoch * SAVED_BATCHES:(epoch + 1) * SAVED_BATCHES], []) for r in ranks]
+    return [halves[position % 2][position // 2] for position in range(SAMPLES)]
+
+
+def _geometry(name: str) -> tuple[int, int, int, int]:
+    """(saved epoch 0-based, its batches done per rank when saved, new batch size, new batches per epoch)."""
+    iteration, batch, _ = CASES[name]
+    epoch = (iteration - 1) // SAVED_BATCHES
+    return epoch, iteration - epoch * SAVED_BATCHES, batch, SAMPLES // batch
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_interrupted_epoch_trains_every_sample_once_across_old_and_new_ranks(
+    name: str, straight: tuple[Path, list[dict[str, Any]]], resumed: dict[str, Any]
+) -> None:
+    ranks = straight[1]
+    epoch, done, batch, per_epoch = _geometry(name)
+    before = [i for r in ranks for b in r["seen"][epoch * SAVED_BATCHES:epoch * SAVED_BATCHES + done] for i in b]
+    consumed = done * PER_RANK * 2
+    after = sum(resumed[name]["seen"][:per_epoch - consumed // batch], [])
+    assert sorted(before + after) == list(range(SAMPLES))
+    assert after == _epoch_order(ranks, epoch)[consumed:]  # from the same global position, in the same order
+
+
+@pytest.mark.parametrize("name", [name for name in EXACT if _geometry(name)[0] == 0])
+def test_later_epochs_run_whole_in_the_single_process_order(
+    name: str, straight: tuple[Path, list[dict[str, Any]]], resumed: dict[str, Any]
+) -> None:
+    _, done, batch, per_epoch = _geometry(name)
+    rest_of_epoch_1 = per_epoch - done * PER_RANK * 2 // batch
+    epoch_2 = resumed[name]["seen"][rest_of_epoch_1:]
+    assert len(epoch_2) == per_epoch
+    assert sum(epoch_2, []) == _epoch_order(straight[1], 1)
+
+
+def test_resume_mapping_says_how_the_checkpoint_was_mapped(resumed: dict[str, Any]) -> None:
+    assert resumed["mid-epoch-2-batch-2"]["mapping"] == {
+        "saved_world_size": 2, "world_size": 1, "rank": 0, "source_rank": 0,
+        "train_loaders": [{"index": 0, "samples_consumed": 12, "batch_size": 2, "batches_consumed": 6,
+                           "exact": True, "problem": ""}],
+    }
+
+
+@pytest.mark.parametrize("name", [*EXACT, "inexact-mid-epoch-1-batch-4"])
+def test_ignite_counters_agree_with_the_tracker_from_started_to_the_end(name: str, resumed: dict[str, Any]) -> None:
+    """At STARTED and each EPOCH_COMPLETED: iteration = train batches of the run, epoch = epochs completed,
+    epoch_length = the new loader's length; the resumed epoch starts at the mapped batch."""
+    found = resumed[name]
+    agreement = found["agreement"]
+    assert [a["ignite"] for a in agreement] == [a["expected"] for a in agreement]
+    started = agreement[0]  # the first note after the load (STARTED, or the saved epoch's end it fires)
+    assert started["epoch_batches"] == found["mapping"]["train_loaders"][0]["batches_consumed"]
+    ignite, tracker = found["ignite"], found["tracker"]
+    assert (ignite["iteration"], ignite["epoch"]) == (tracker["batches"], EPOCHS)
+    assert ignite["epoch_length"] == _geometry(name)[3]
+    assert tracker["epochs"] == EPOCHS
+
+
+def test_position_not_a_multiple_of_the_new_batch_warns_and_trains_the_gap_again(
+    straight: tuple[Path, list[dict[str, Any]]], resumed: dict[str, Any]
+) -> None:
+    found = resumed["inexact-mid-epoch-1-batch-4"]  # position 18 of 24, batches of 4: resumed at 16
+    assert found["warnings"] == [[
+        "InexactResumeWarning",
+        "elastic resume: train dataloader 0: global sample position 18 is not a multiple of the new global batch "
+        "4 x 1 = 4: resumed at batch 4 (position 16), so the 2 samples before position 18 are trained again",
+    ]]
+    assert found["mapping"]["train_loaders"][0]["exact"] is False
+    assert sum(found["seen"][:2], []) == _epoch_order(straight[1], 0)[16:]
+
+
+def test_fewer_batches_per_epoch_than_saved_raises_before_any_batch(resumed: dict[str, Any]) -> None:
+    """2 x 3 saved in epoch 2, resumed with batches of 12: Ignite's iteration would end the run early."""
+    found = resumed["fewer-batches-per-epoch-batch-12"]
+    assert found["error"][0] == "ValueError"
+    assert "Ignite would stop before epoch 2" in found["error"][2]
+    assert found["seen"] == []
+
+
+def test_loader_without_distributed_sampler_raises_naming_the_key(resumed: dict[str, Any]) -> None:
+    """At world size 1 idist.auto_dataloader adds no DistributedSampler: the position cannot be mapped."""
+    found = resumed["auto-dataloader-without-sampler"]
+    assert found["error"][:2] == ["ProgressStateError", "train_loaders.0"]
+    assert "DistributedSampler" in found["error"][2]
+    assert found["seen"] == []
+
+
+def test_loader_not_given_to_attach_raises_naming_how_to_give_it(resumed: dict[str, Any]) -> None:
+    found = resumed["loader-not-given-to-attach"]
+    assert found["error"][:2] == ["ProgressStateError", "ranks"]
+    assert "attach(trainer, ..., dataloader=loader)" in found["error"][2]
+    assert found["seen"] == []
+
+
+def _one_process_order(resumed: dict[str, Any], epoch: int) -> list[int]:
+    """Epoch ``epoch``'s permutation (0-based), as the one-process run (4 batches of 6 per epoch) read it."""
+    return sum(resumed["one-process"]["seen"][epoch * 4:(epoch + 1) * 4], [])
+
+
+@pytest.mark.parametrize("iteration", GROW_AT)
+def test_one_process_checkpoint_resumed_on_two_ranks_trains_every_sample_once(
+    iteration: int, resumed: dict[str, Any]
+) -> None:
+    epoch, consumed = (iteration - 1) // 4, 12  # both saves: 2 batches of 6 into the epoch
+    order = _one_process_order(resumed, epoch)
+    after = [sum(rank[iteration]["seen"][:2], []) for rank in resumed["grown"]]  # 2 batches of 3 left per rank
+    assert sorted(order[:consumed] + after[0] + after[1]) == list(range(SAMPLES))
+    for rank in range(2):
+        assert after[rank] == order[consumed + rank::2], f"rank {rank}"
+
+
+def test_later_epochs_on_two_ranks_split_the_one_process_order(resumed: dict[str, Any]) -> None:
+    order = _one_process_order(resumed, 1)
+    for rank, found in enumerate(resumed["grown"]):
+        assert sum(found[GROW_AT[0]]["seen"][2:], []) == order[rank::2], f"rank {rank}"
+
+
+@pytest.mark.parametrize("iteration", GROW_AT)
+def test_two_ranks_counters_agree_with_the_tracker_and_say_how_each_rank_was_mapped(
+    iteration: int, resumed: dict[str, Any]
+) -> None:
+    for rank, found in enumerate(resumed["grown"]):
+        run = found[iteration]
+        assert [a["ignite"] for a in run["agreement"]] == [a["expected"] for a in run["agreement"]]
+        assert run["agreement"][0]["epoch_batches"] == 2
+        assert (run["ignite"]["iteration"], run["ignite"]["epoch"]) == (run["tracker"]["batches"], EPOCHS)
+        assert run["mapping"] == {
+            "saved_world_size": 1, "world_size": 2, "rank": rank, "source_rank": 0,
+            "train_loaders": [{"index": 0, "samples_consumed": 12, "batch_size": 3, "batches_consumed": 2,
+                               "exact": True, "problem": ""}],
+        }
+
+
+def test_one_process_with_a_distributed_sampler_still_resumes_exactly_in_one_process(resumed: dict[str, Any]) -> None:
+    """Its checkpoint carries every rank's entry (one) for elastic resume; at world size 1 nothing is mapped."""
+    entry = torch.load(resumed["folder"] / f"one-{GROW_AT[-1]}.pt", weights_only=True)["progress"]["progress_tracker"]
+    assert len(entry["ranks"]) == 1
+    found, straight = resumed["one-process-resumed"], resumed["one-process"]
+    assert found["mapping"] is None
+    assert found["seen"] == straight["seen"][GROW_AT[-1]:]
+    assert all(torch.equal(a, b) for a, b in zip(found["weights"], straight["weights"], strict=True))
+    assert found["progress"] == straight["progress"]
+    assert found["ignite"] == straight["ignite"]
