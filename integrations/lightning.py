@@ -328,14 +328,12 @@ class ProgressTracker(pl.Callback):
         """
         trainer = self._trainer() if self._trainer is not None else None
         self._elastic_entry = None
-        if (
-            trainer is not None
-            and trainer.state.fn == TrainerFn.FITTING
-            and elastic.saved_elsewhere(state_dict, trainer.world_size)
-        ):
-            self._elastic_entry = state_dict
-        else:
+        if trainer is None or not elastic.saved_elsewhere(state_dict, trainer.world_size):
             self.tracker.load_state_dict(state_dict)
+        elif trainer.state.fn == TrainerFn.FITTING:
+            self._elastic_entry = state_dict
+        else:  # validate/test/predict train nothing: no data position to map
+            self.tracker.load_state_dict(elastic.own_part(state_dict, trainer.global_rank))
         progress = state_dict.get("progress")
         where = progress.get("where") if isinstance(progress, dict) else None
         if isinstance(where, dict) and where.get("stage") == "validate":

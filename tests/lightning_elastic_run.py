@@ -6,7 +6,8 @@ re-executes this script for rank 1), 24 samples, batches of 3 per rank (4 per ra
 ``DIR/k1.ckpt``, ``DIR/k3.ckpt``) and every 2 steps (``ModelCheckpoint(every_n_train_steps=2)``:
 ``DIR/step=2.ckpt``, ``DIR/step=4.ckpt`` at the epoch's last batch, ...); the same accumulating 2
 batches into ``DIR/accumulate``. ``one DIR``: one process resumes each case
-of ``CASES`` with ``fit(ckpt_path=...)``, then saves like ``two`` on 1 process into ``DIR/one``.
+of ``CASES`` with ``fit(ckpt_path=...)`` and validates ``step=2.ckpt`` with
+``validate(ckpt_path=...)``, then saves like ``two`` on 1 process into ``DIR/one``.
 ``grow DIR``: 2 processes resume ``DIR/one/<GROW>``. Every process saves what it saw to
 ``DIR/<phase>-rank<r>.pt``: per train batch ``(epoch, sample ids)``, Lightning's and the
 tracker's counters at the first resumed batch and at the end, the resume mapping,
@@ -171,6 +172,21 @@ def resume(
     return found
 
 
+def validate(folder: Path, checkpoint: str) -> dict[str, Any]:
+    """``trainer.validate(ckpt_path=folder/checkpoint)`` on 1 process (no DDP): the counts it leaves."""
+    tracker = ProgressTracker()
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[tracker])
+    found: dict[str, Any] = {"error": None}
+    try:
+        trainer.validate(Recording(), DataLoader(Indexed(SAMPLES), batch_size=BATCH), ckpt_path=folder / checkpoint)
+    except ProgressStateError as error:
+        found["error"] = {"key": error.key, "message": str(error)}
+    view = get_progress(trainer)
+    found.update(train_batches=view.train.batches.lifetime.completed, validate_batches=view.validate.batches.run.completed)
+    return found
+
+
 def main(phase: str, folder: Path) -> None:
     one = folder / "one"
     if phase == "two":  # save at world size 2, also accumulating 2 batches
@@ -180,6 +196,7 @@ def main(phase: str, folder: Path) -> None:
     elif phase == "one":  # resume each case at world size 1, then save at world size 1
         found = {name: resume(folder, *case) for name, case in CASES.items()}
         found["accumulate"] = resume(folder / "accumulate", ACCUMULATE, 6, "ddp", accumulate=2)
+        found["validate"] = validate(folder, "step=2.ckpt")
         one.mkdir(exist_ok=True)
         found["save"] = save(one, 1)
     else:  # "grow": resume the world-size-1 checkpoint at world size 2

@@ -153,3 +153,10 @@ def test_a_one_process_checkpoint_resumes_on_two_processes_from_the_same_sample_
         for when in ("first", "end"):
             assert resumed[when]["lightning"] == resumed[when]["tracker"], when
     assert sorted(sum((_ids(r["grow"]["batches"], 1) for r in ranks), [])) == list(range(SAMPLES))
+
+
+def test_validating_a_two_process_checkpoint_in_one_process_loads_its_progress(folder: Path) -> None:
+    validated = _found(folder, "one")["validate"]
+    assert validated["error"] is None
+    assert validated["train_batches"] == BEFORE["step=2.ckpt"]  # saved rank 0's own batches
+    assert validated["validate_batches"] == SAMPLES // BATCH
