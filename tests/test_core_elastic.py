@@ -14,6 +14,7 @@ import functools
 import json
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -118,9 +119,10 @@ def _world_two() -> list[dict[str, Any]]:
 
 
 @functools.cache
-def _world_one_run(batch: int) -> tuple[Epochs, Saved]:
+def _world_one_run(batch: int, make: Callable[..., DataLoader[int]] = _loader) -> tuple[Epochs, Saved]:
+    """The uninterrupted run at world size 1 on ``make``'s loader (a DistributedSampler's, or batch-sharded)."""
     tracker = Tracker()
-    loader = _loader(batch, 1, 0)
+    loader = make(batch, 1, 0)
     tracker.track_train_loader(loader)
     return _train(tracker, loader, save_in=SAVED_EPOCH)
 
@@ -129,9 +131,11 @@ def _world_one(batch: int) -> Epochs:
     return _world_one_run(batch)[0]
 
 
-def _resume_at_world_one(entry: dict[str, Any], batch: int) -> tuple[Tracker, Epochs, list[str]]:
+def _resume_at_world_one(
+    entry: dict[str, Any], batch: int, make: Callable[..., DataLoader[int]] = _loader
+) -> tuple[Tracker, Epochs, list[str]]:
     tracker = Tracker()
-    loader = _loader(batch, 1, 0)
+    loader = make(batch, 1, 0)
     tracker.track_train_loader(loader)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", InexactResumeWarning)
@@ -274,21 +278,37 @@ def test_world_1_to_2_splits_the_rest_of_the_epoch_between_the_two_new_ranks() -
     assert sorted(consumed) == list(range(SAMPLES))
 
 
-ERRORS = [
-    ("no-distributed-sampler", lambda: DataLoader(_Indexed(), batch_size=3, shuffle=True), "train_loaders.0"),
-    ("other-seed", lambda: _loader(3, 1, 0, seed=8), "ranks.0.train_loaders.0.distributed.seed"),
-    ("sampler-of-another-world", lambda: _loader(3, 2, 0), "train_loaders.0"),
+def _saved_by_distributed_sampler() -> dict[str, Any]:
+    return _world_two()[0]["saved"][2]
+
+
+def _saved_batch_sharded() -> dict[str, Any]:
+    return _sharded_world_two()[0]["saved"][2]
+
+
+ERRORS = [  # (id, saved entry, loader at world size 1, key named)
+    ("no-distributed-sampler", _saved_by_distributed_sampler, lambda: DataLoader(_Indexed(), batch_size=3, shuffle=True),
+     "train_loaders.0"),
+    ("other-seed", _saved_by_distributed_sampler, lambda: _loader(3, 1, 0, seed=8),
+     "ranks.0.train_loaders.0.distributed.seed"),
+    ("sampler-of-another-world", _saved_by_distributed_sampler, lambda: _loader(3, 2, 0), "train_loaders.0"),
+    ("sharded-onto-distributed-sampler", _saved_batch_sharded, lambda: _loader(3, 1, 0),
+     "ranks.0.train_loaders.0.distributed"),
+    ("sharded-onto-not-seedable", _saved_batch_sharded, lambda: DataLoader(_Indexed(), batch_size=3, shuffle=True),
+     "train_loaders.0"),
+    ("sharded-other-seed", _saved_batch_sharded, lambda: _sharded_loader(3, 1, 0, seed=8),
+     "ranks.0.train_loaders.0.distributed.seed"),
 ]
 
 
-@pytest.mark.parametrize(("build", "key"), [pytest.param(b, k, id=i) for i, b, k in ERRORS])
-def test_an_unmappable_loader_raises_naming_the_key_and_nothing_is_loaded(build: Any, key: str) -> None:
+@pytest.mark.parametrize(("saved", "build", "key"), [pytest.param(e, b, k, id=i) for i, e, b, k in ERRORS])
+def test_an_unmappable_loader_raises_naming_the_key_and_nothing_is_loaded(saved: Any, build: Any, key: str) -> None:
     tracker = Tracker()
     loader = build()
     tracker.track_train_loader(loader)
     before = tracker.state_dict()
     with pytest.raises(ProgressStateError) as caught:
-        tracker.load_state_dict(_world_two()[0]["saved"][2])
+        tracker.load_state_dict(saved())
     assert caught.value.key == key
     assert tracker.state_dict()["progress"] == before["progress"]
 
@@ -349,26 +369,7 @@ def _sharded_two_rank_run(world_one_entry: dict[str, Any], rank: int) -> dict[st
 
 @functools.cache
 def _sharded_world_two() -> list[dict[str, Any]]:
-    return run_on_two_ranks(functools.partial(_sharded_two_rank_run, _sharded_world_one_run(BATCH)[1][4]))
-
-
-@functools.cache
-def _sharded_world_one_run(batch: int) -> tuple[Epochs, Saved]:
-    tracker = Tracker()
-    loader = _sharded_loader(batch, 1, 0)
-    tracker.track_train_loader(loader)
-    return _train(tracker, loader, save_in=SAVED_EPOCH)
-
-
-def _resume_sharded_at_world_one(entry: dict[str, Any], batch: int) -> tuple[Tracker, Epochs, list[str]]:
-    tracker = Tracker()
-    loader = _sharded_loader(batch, 1, 0)
-    tracker.track_train_loader(loader)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", InexactResumeWarning)
-        tracker.load_state_dict(copy.deepcopy(entry))
-    epochs, _ = _train(tracker, loader)
-    return tracker, epochs, [str(w.message) for w in caught if issubclass(w.category, InexactResumeWarning)]
+    return run_on_two_ranks(functools.partial(_sharded_two_rank_run, _world_one_run(BATCH, _sharded_loader)[1][4]))
 
 
 def test_a_batch_sharded_loader_saves_its_sharding() -> None:
@@ -383,8 +384,8 @@ def test_a_batch_sharded_loader_saves_its_sharding() -> None:
 @pytest.mark.parametrize(("k", "batch"), EXACT, ids=[f"k{k}-batch{b}" for k, b in EXACT])
 def test_batch_sharded_world_2_to_1_continues_from_the_same_global_sample_position(k: int, batch: int) -> None:
     full = _sharded_world_two()
-    tracker, epochs, problems = _resume_sharded_at_world_one(full[0]["saved"][k], batch)
-    reference = _sharded_world_one_run(batch)[0]
+    tracker, epochs, problems = _resume_at_world_one(full[0]["saved"][k], batch, _sharded_loader)
+    reference = _world_one_run(batch, _sharded_loader)[0]
     assert problems == []
     assert epochs[0] == reference[SAVED_EPOCH][k * BATCH * 2 // batch:]
     assert epochs[1] == reference[SAVED_EPOCH + 1]
@@ -393,7 +394,7 @@ def test_batch_sharded_world_2_to_1_continues_from_the_same_global_sample_positi
 
 
 def test_batch_sharded_progress_is_rebased_to_the_new_batches() -> None:
-    tracker, _, _ = _resume_sharded_at_world_one(_sharded_world_two()[0]["saved"][2], 2)
+    tracker, _, _ = _resume_at_world_one(_sharded_world_two()[0]["saved"][2], 2, _sharded_loader)
     assert tracker.view.resume_mapping["train_loaders"] == [
         {"index": 0, "samples_consumed": 12, "batch_size": 2, "batches_consumed": 6, "exact": True, "problem": ""}
     ]
@@ -407,18 +408,18 @@ def test_batch_sharded_epoch_ended_in_a_padded_round_resumes_with_nothing_left_o
     assert tracker.view.resume_mapping["train_loaders"][0]["samples_consumed"] == SAMPLES
     assert (tracker.view.train.batches.epoch.completed, tracker.view.train.samples.epoch) == (5, SAMPLES)
     epochs, _ = _train(tracker, loader)
-    assert epochs == [[], _sharded_world_one_run(5)[0][SAVED_EPOCH + 1]]
+    assert epochs == [[], _world_one_run(5, _sharded_loader)[0][SAVED_EPOCH + 1]]
 
 
 def test_batch_sharded_position_not_a_multiple_of_the_new_global_batch_warns() -> None:
-    tracker, epochs, problems = _resume_sharded_at_world_one(_sharded_world_two()[0]["saved"][1], 4)
+    tracker, epochs, problems = _resume_at_world_one(_sharded_world_two()[0]["saved"][1], 4, _sharded_loader)
     assert len(problems) == 1 and "2 samples before position 6 are trained again" in problems[0]
-    assert epochs[0] == _sharded_world_one_run(4)[0][SAVED_EPOCH][1:]
+    assert epochs[0] == _world_one_run(4, _sharded_loader)[0][SAVED_EPOCH][1:]
 
 
 def test_batch_sharded_world_1_to_2_splits_the_rest_of_the_epoch_between_the_new_ranks() -> None:
     full = _sharded_world_two()
-    consumed = [i for batch in _sharded_world_one_run(BATCH)[0][SAVED_EPOCH][:4] for i in batch]  # position 12
+    consumed = [i for batch in _world_one_run(BATCH, _sharded_loader)[0][SAVED_EPOCH][:4] for i in batch]  # position 12
     resumed = []
     for rank in (0, 1):
         assert full[rank]["from_world_one"][0] == full[rank]["epochs"][SAVED_EPOCH][2:]
@@ -431,22 +432,3 @@ def test_batch_sharded_world_1_to_2_splits_the_rest_of_the_epoch_between_the_new
     assert sorted(set(order)) == list(range(SAMPLES)) and len(order) == 24
     straight = [i for rank in full for batch in rank["epochs"][SAVED_EPOCH] for i in batch]
     assert Counter(order) == Counter(straight)
-
-
-SHARDED_ERRORS = [
-    ("distributed-sampler", lambda: _loader(3, 1, 0), "ranks.0.train_loaders.0.distributed"),
-    ("not-seedable", lambda: DataLoader(_Indexed(), batch_size=3, shuffle=True), "train_loaders.0"),
-    ("other-seed", lambda: _sharded_loader(3, 1, 0, seed=8), "ranks.0.train_loaders.0.distributed.seed"),
-]
-
-
-@pytest.mark.parametrize(("build", "key"), [pytest.param(b, k, id=i) for i, b, k in SHARDED_ERRORS])
-def test_an_unmappable_batch_sharded_entry_raises_naming_the_key_and_nothing_is_loaded(build: Any, key: str) -> None:
-    tracker = Tracker()
-    loader = build()
-    tracker.track_train_loader(loader)
-    before = tracker.state_dict()
-    with pytest.raises(ProgressStateError) as caught:
-        tracker.load_state_dict(_sharded_world_two()[0]["saved"][2])
-    assert caught.value.key == key
-    assert tracker.state_dict()["progress"] == before["progress"]
