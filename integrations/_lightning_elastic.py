@@ -29,14 +29,6 @@ def saved_elsewhere(entry: object, world_size: int) -> bool:
     return isinstance(ranks, list) and len(ranks) != world_size
 
 
-def own_part(entry: dict[str, Any], rank: int) -> dict[str, Any]:
-    """Saved rank ``rank % saved world size``'s part of ``entry``, for a run that trains nothing
-    (validate/test/predict): its progress and RNGs load as at the saved world size, and its train
-    positions wait for a train loader that never comes."""
-    ranks: list[dict[str, Any]] = entry["ranks"]
-    return ranks[rank % len(ranks)]
-
-
 def load(tracker: Tracker, entry: dict[str, Any], loaders: list[object], fit_loop: _FitLoop) -> None:
     """Load ``entry`` mapped onto the registered ``loaders``, then move Lightning's batch counters to match.
 

@@ -333,7 +333,7 @@ class ProgressTracker(pl.Callback):
         elif trainer.state.fn == TrainerFn.FITTING:
             self._elastic_entry = state_dict
         else:  # validate/test/predict train nothing: no data position to map
-            self.tracker.load_state_dict(elastic.own_part(state_dict, trainer.global_rank))
+            self.tracker.load_for_evaluation(state_dict)
         progress = state_dict.get("progress")
         where = progress.get("where") if isinstance(progress, dict) else None
         if isinstance(where, dict) and where.get("stage") == "validate":

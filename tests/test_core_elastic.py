@@ -313,6 +313,25 @@ def test_an_unmappable_loader_raises_naming_the_key_and_nothing_is_loaded(saved:
     assert tracker.state_dict()["progress"] == before["progress"]
 
 
+def test_loading_for_evaluation_at_another_world_size_takes_the_saved_ranks_progress_as_it_is() -> None:
+    entry = copy.deepcopy(_world_two()[0]["saved"][2])
+    tracker = Tracker()  # no train loader: nothing will train
+    tracker.load_for_evaluation(entry)
+    assert tracker.progress.state_dict() == entry["ranks"][0]["progress"]
+    assert tracker.view.resume_mapping is None
+
+
+def test_loading_for_evaluation_names_a_bad_key_under_the_saved_rank_and_changes_nothing() -> None:
+    entry = copy.deepcopy(_world_two()[0]["saved"][2])
+    entry["ranks"][0]["progress"]["stages"]["train"]["samples"]["run"] = -1
+    tracker = Tracker()
+    before = tracker.progress.state_dict()
+    with pytest.raises(ProgressStateError) as caught:
+        tracker.load_for_evaluation(entry)
+    assert caught.value.key == "ranks.0.progress.stages.train.samples.run"
+    assert tracker.progress.state_dict() == before
+
+
 def test_a_bad_part_of_a_gathered_entry_is_named_under_its_rank() -> None:
     entry = copy.deepcopy(_world_one_run(BATCH)[1][2])
     entry["ranks"][0]["progress"]["stages"]["train"]["samples"]["run"] = -1

@@ -146,6 +146,21 @@ class Tracker:
         for problem in loaded.problems:
             warnings.warn(problem, InexactResumeWarning, stacklevel=2)
 
+    def load_for_evaluation(self, entry: object) -> None:
+        """:meth:`load_state_dict` for a run that trains nothing (validate, test, predict only).
+
+        Saved at another world size, rank ``r`` loads saved rank ``r % W``'s progress and RNGs as
+        they are (nothing to map: no train loader will read); errors name keys under ``ranks.<i>``.
+        """
+        ranks = entry.get("ranks") if isinstance(entry, dict) else None
+        size, rank = world()
+        if not isinstance(ranks, list) or not ranks or len(ranks) == size:
+            self.load_state_dict(entry)
+            return
+        source = rank % len(ranks)
+        with _keys_under(f"ranks.{source}"):
+            self.load_state_dict(ranks[source])
+
     def validate_state_dict(self, entry: object) -> None:
         """Raise the :class:`ProgressStateError` that :meth:`load_state_dict` would raise; change nothing.
 
