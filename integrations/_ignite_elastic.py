@@ -10,7 +10,6 @@ before Ignite derives anything from them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import ignite.distributed as idist
@@ -19,13 +18,14 @@ from torch.utils.data import DataLoader
 
 from tracker_core import ProgressStateError, ProgressView
 from tracker_core._batch_size import batches_in
+from tracker_core._elastic import saved_elsewhere
 
 
 def check_loader_given(entry: object, dataloader: DataLoader[Any] | None) -> None:
     """Raise if ``entry`` was saved at another world size and the trainer's DataLoader is unknown."""
-    ranks = entry.get("ranks") if isinstance(entry, Mapping) else None
-    size = idist.get_world_size()
-    if isinstance(ranks, list) and ranks and len(ranks) != size and dataloader is None:
+    if saved_elsewhere(entry) and dataloader is None:
+        ranks = entry["ranks"]  # type: ignore[index]
+        size = idist.get_world_size()
         raise ProgressStateError(
             "ranks",
             f"saved at world size {len(ranks)}, loading at {size}: an elastic resume maps the data position "

@@ -23,12 +23,6 @@ _HINT = (
 )
 
 
-def saved_elsewhere(entry: object, world_size: int) -> bool:
-    """True if ``entry`` holds every rank's part and was saved by another number of processes."""
-    ranks = entry.get("ranks") if isinstance(entry, dict) else None
-    return isinstance(ranks, list) and len(ranks) != world_size
-
-
 def load(tracker: Tracker, entry: dict[str, Any], loaders: list[object], fit_loop: _FitLoop) -> None:
     """Load ``entry`` mapped onto the registered ``loaders``, then move Lightning's batch counters to match.
 

@@ -36,6 +36,7 @@ from tracker_core import (
     count_optimizer_steps,
 )
 from tracker_core._batch_size import batches_in
+from tracker_core._elastic import saved_elsewhere
 from tracker_core._gradients import capture_gradients, restore_gradients
 from tracker_core._optimizer_hooks import count_skipped_steps
 from tracker_core._registry import attach as register
@@ -58,6 +59,7 @@ class ProgressHandler:
         self._trainer: Engine | None = None
         self._dataloader: DataLoader[Any] | None = None  # the trainer's, if given to attach()
         self._restored: dict[str, Any] | None = None  # loaded progress, until the trainer's next STARTED
+        self._loaded_for_evaluation = False  # saved at another world size, loaded with no trainer attached
 
     @property
     def view(self) -> ProgressView:
@@ -84,6 +86,11 @@ class ProgressHandler:
         if stage == "train":
             if self._trainer is not None:
                 raise ValueError("a trainer is already attached to this ProgressHandler")
+            if self._loaded_for_evaluation:
+                raise ValueError(
+                    "a checkpoint saved at another world size was loaded for evaluation (no trainer was attached): "
+                    "attach the trainer (with dataloader=) before Checkpoint.load_objects to resume training"
+                )
             self._trainer = engine
             if dataloader is not None:
                 self._tracker.track_train_loader(dataloader)
@@ -124,6 +131,11 @@ class ProgressHandler:
         for key in _STATE_KEYS:
             if key not in state:
                 raise ProgressStateError(key, "missing")
+        if self._trainer is None and saved_elsewhere(state["progress_tracker"]):
+            # Evaluation engines only (a trainer is attached before loading): nothing trains, nothing to map.
+            self._tracker.load_for_evaluation(state["progress_tracker"])
+            self._loaded_for_evaluation = True
+            return
         check_loader_given(state["progress_tracker"], self._dataloader)
         gradients = state["gradients"]
         if gradients and not self._parameters:

@@ -25,6 +25,7 @@ from integrations._lightning_display import ProgressDisplay as ProgressDisplay
 from integrations._lightning_stage import StageDriver
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker, count_optimizer_steps
 from tracker_core._data_rng import GlobalRng
+from tracker_core._elastic import saved_elsewhere
 from tracker_core._gradients import capture_gradients, restore_gradients
 from tracker_core._registry import attach
 
@@ -328,7 +329,7 @@ class ProgressTracker(pl.Callback):
         """
         trainer = self._trainer() if self._trainer is not None else None
         self._elastic_entry = None
-        if trainer is None or not elastic.saved_elsewhere(state_dict, trainer.world_size):
+        if trainer is None or not saved_elsewhere(state_dict):
             self.tracker.load_state_dict(state_dict)
         elif trainer.state.fn == TrainerFn.FITTING:
             self._elastic_entry = state_dict

@@ -20,7 +20,11 @@ import pytest
 import torch
 from distributed_runs import folder_once, free_port, rank_findings, run_script
 from ignite_elastic_run import CASES, GROW_AT
+from ignite.engine import Engine
+from ignite.handlers import Checkpoint
 from ignite_idist_run import EPOCHS, SAMPLES
+
+from integrations.ignite import ProgressHandler
 
 PER_RANK = 3  # the saved run's batch size per rank
 SAVED_BATCHES = SAMPLES // 2 // PER_RANK  # per rank and epoch when saved
@@ -195,3 +199,29 @@ def test_one_process_with_a_distributed_sampler_still_resumes_exactly_in_one_pro
     assert all(torch.equal(a, b) for a, b in zip(found["weights"], straight["weights"], strict=True))
     assert found["progress"] == straight["progress"]
     assert found["ignite"] == straight["ignite"]
+
+
+def _evaluator_only(straight: tuple[Path, list[dict[str, Any]]]) -> tuple[Any, Any]:
+    """A ProgressHandler attached to an evaluator only, loaded in this (single) process from the
+    2-process checkpoint after iteration 3 (mid epoch 1)."""
+    handler = ProgressHandler()
+    evaluator = Engine(lambda engine, batch: None)
+    handler.attach(evaluator, stage="validate")
+    Checkpoint.load_objects({"progress": handler}, torch.load(straight[0] / "plain-3.pt", weights_only=True))
+    return handler, evaluator
+
+
+def test_an_evaluator_only_handler_loads_a_checkpoint_of_another_world_size_as_saved_rank_0s_progress(
+    straight: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    handler, evaluator = _evaluator_only(straight)
+    saved = torch.load(straight[0] / "plain-3.pt", weights_only=True)["progress"]["progress_tracker"]["ranks"][0]
+    assert handler.view.state_dict() == saved["progress"]
+    evaluator.run([0, 1, 2], max_epochs=1)
+    assert handler.view.validate.batches.run.completed == 3
+
+
+def test_attaching_a_trainer_after_a_load_for_evaluation_raises(straight: tuple[Path, list[dict[str, Any]]]) -> None:
+    handler, _ = _evaluator_only(straight)
+    with pytest.raises(ValueError, match="loaded for evaluation"):
+        handler.attach(Engine(lambda engine, batch: None))

@@ -48,6 +48,12 @@ def world() -> tuple[int, int]:
     return 1, 0
 
 
+def saved_elsewhere(entry: object) -> bool:
+    """True if ``entry`` holds every rank's part (``"ranks"``) and was saved by another number of processes."""
+    ranks = entry.get("ranks") if isinstance(entry, dict) else None
+    return isinstance(ranks, list) and bool(ranks) and len(ranks) != world()[0]
+
+
 def gather(entry: dict[str, Any]) -> list[dict[str, Any]]:
     """Every rank's ``entry``, index = rank (collective: one ``all_gather_object``)."""
     size, _ = world()
