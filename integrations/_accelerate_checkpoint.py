@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from tracker_core import ProgressStateError
+from tracker_core._data_codec import read_int
 from tracker_core._data_rng import GlobalRng
 from tracker_core._schema import _mapping
 
@@ -98,7 +99,8 @@ def read_checkpoint(directory: str, process_index: int, world_size: int) -> Save
             "world_size", f"{file_name(0)} is a version 1 file, which does not record how many processes saved it "
             f"and {file_name(process_index)} is missing: resume on as many processes as saved it"
         )
-    ranks = [first, *(read(directory, rank) for rank in range(1, first.world_size))]
+    ranks = [first, *(own if own is not None and rank == process_index else read(directory, rank)
+                      for rank in range(1, first.world_size))]
     for rank, saved in enumerate(ranks):
         if saved.world_size != first.world_size:
             raise ProgressStateError(
@@ -126,14 +128,11 @@ def read(directory: str, process_index: int) -> SavedProgress:
     gradients = payload["gradients"]
     if not isinstance(gradients, list):
         raise ProgressStateError("gradients", f"expected a list, got {type(gradients).__name__}")
-    world_size = None if version_1 else payload["world_size"]
-    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1):
-        raise ProgressStateError("world_size", f"expected an int >= 1, got {world_size!r}")
     return SavedProgress(
-        world_size=world_size,
+        world_size=None if version_1 else read_int(payload["world_size"], "world_size", minimum=1),
         tracker=payload["tracker"],
         gradients=gradients,
-        save_iteration=_count(payload["save_iteration"], "save_iteration"),
+        save_iteration=read_int(payload["save_iteration"], "save_iteration", minimum=0),
         loader_iterations=_loader_iterations(payload["loader_iterations"]),
         evaluation_rng=_evaluation_rng(payload["evaluation_rng"]),
     )
@@ -160,14 +159,9 @@ def _loader_iterations(value: object) -> list[LoaderIteration | None]:
             continue
         if not isinstance(item, dict) or set(item) != {"now", "pass", "finished"}:
             raise ProgressStateError(key, "expected a dict with keys 'now', 'pass' and 'finished'")
-        pass_start = None if item["pass"] is None else _count(item["pass"], f"{key}.pass")
+        pass_start = None if item["pass"] is None else read_int(item["pass"], f"{key}.pass", minimum=0)
         if not isinstance(item["finished"], bool):
             raise ProgressStateError(f"{key}.finished", f"expected a bool, got {item['finished']!r}")
-        found.append(LoaderIteration(_count(item["now"], f"{key}.now"), pass_start, item["finished"]))
+        found.append(LoaderIteration(read_int(item["now"], f"{key}.now", minimum=0), pass_start, item["finished"]))
     return found
 
-
-def _count(value: object, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ProgressStateError(key, f"expected an int >= 0, got {value!r}")
-    return value
