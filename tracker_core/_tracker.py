@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from tracker_core._data_position import LoaderPosition, _ParsedState
 from tracker_core._data_rng import GlobalRng
-from tracker_core._elastic import ENTRY_KEYS, gather, reenters_train_epoch, select, world
+from tracker_core._elastic import ENTRY_KEYS, gather, reenters_train_epoch, saved_elsewhere, select, world
 from tracker_core._errors import ProgressStateError
 from tracker_core._progress import Progress
 from tracker_core._schema import Parsed, _mapping, parse
@@ -152,12 +152,11 @@ class Tracker:
         Saved at another world size, rank ``r`` loads saved rank ``r % W``'s progress and RNGs as
         they are (nothing to map: no train loader will read); errors name keys under ``ranks.<i>``.
         """
-        ranks = entry.get("ranks") if isinstance(entry, dict) else None
-        size, rank = world()
-        if not isinstance(ranks, list) or not ranks or len(ranks) == size:
+        if not saved_elsewhere(entry):
             self.load_state_dict(entry)
             return
-        source = rank % len(ranks)
+        ranks = entry["ranks"]  # type: ignore[index]
+        source = world()[1] % len(ranks)
         with _keys_under(f"ranks.{source}"):
             self.load_state_dict(ranks[source])
 
