@@ -69,12 +69,16 @@ def _dump_stage(stage: StageProgress) -> dict[str, Any]:
     return state
 
 
+def dump_where(where: tuple[str, str, str] | None) -> dict[str, str]:
+    """``where`` in state_dict layout: ``{}`` before the first event."""
+    return {} if where is None else {"stage": where[0], "event": where[1], "phase": where[2]}
+
+
 def dump(progress: Progress) -> dict[str, Any]:
-    where = progress._where
     runs = progress._runs
     return {
         "schema_version": SCHEMA_VERSION,
-        "where": {} if where is None else {"stage": where[0], "event": where[1], "phase": where[2]},
+        "where": dump_where(progress._where),
         "run": {"kind": progress._run_kind, **_phases(runs, 0)},
         "stages": {stage.name: _dump_stage(stage) for stage in progress._stages()},
     }

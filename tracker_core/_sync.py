@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from tracker_core._progress import Progress
+from tracker_core._schema import dump_where
 from tracker_core._sync_layout import layout_of
 from tracker_core._view import ProgressView
 
@@ -47,10 +48,7 @@ def reduce_state(progress: Progress | ProgressView, op: str = "sum") -> dict[str
         struct.pack_into(values, 0, *counts)
         dist.all_reduce(tensor, op=_OPS[op])
         counts = struct.unpack_from(values)
-    where = live._where
-    return layout.unpack(
-        counts, {} if where is None else {"stage": where[0], "event": where[1], "phase": where[2]}, live._run_kind
-    )
+    return layout.unpack(counts, dump_where(live._where), live._run_kind)
 
 
 _BUFFERS: dict[int, tuple[bytearray, torch.Tensor, Struct]] = {}
