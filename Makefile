@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Extra arguments for pytest, e.g. `make test PYTEST_ARGS="-k packaging"`.
 PYTEST_ARGS ?=
 
-.PHONY: venv test demo bench clean
+.PHONY: venv test lint demo bench clean
 
 venv: $(STAMP)
 
@@ -19,7 +19,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -c constraints.txt torch==2.13.0
-	$(PIP) install -c constraints.txt -e ".[all,test]"
+	$(PIP) install -c constraints.txt -e ".[all,test,lint]"
 	touch $@
 
 # pytest exits 5 when it collected no tests; that is a failure here, not a pass.
@@ -30,6 +30,15 @@ test: $(STAMP)
 		exit 1; \
 	fi; \
 	exit $$status
+
+# ruff (lint and format check) on the tree; mypy --strict on the installed wheel, which it
+# reads as users get it (a static checker does not follow an editable install's import hook).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	rm -rf build/lint && $(PY) -m build --wheel --no-isolation --outdir build/lint/dist . >/dev/null
+	$(PY) -m pip install --no-deps --no-index --target build/lint/site build/lint/dist/*.whl >/dev/null
+	cd build/lint/site && MYPYPATH= ../../../$(VENV)/bin/mypy --strict -p tracker_core
 
 demo: $(STAMP)
 	$(PY) examples/demo.py

@@ -25,7 +25,7 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from integrations.accelerate import AcceleratorProgress  # noqa: E402
+from tracker_core.integrations.accelerate import AcceleratorProgress  # noqa: E402
 
 ROUNDS = 15
 BATCHES = 200  # per round

@@ -19,7 +19,7 @@ from _callgrind import counts_per_batch, main, run_segments
 from ignite.engine import Engine, Events, create_supervised_trainer
 from torch.utils.data import DataLoader, TensorDataset
 
-from integrations.ignite import ProgressHandler
+from tracker_core.integrations.ignite import ProgressHandler
 
 MODES = ("without", "with", "two_empty")
 

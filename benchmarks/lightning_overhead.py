@@ -23,7 +23,7 @@ import torch
 from _callgrind import counts_per_batch, main, run_segments
 from torch.utils.data import DataLoader, TensorDataset
 
-from integrations.lightning import ProgressTracker
+from tracker_core.integrations.lightning import ProgressTracker
 
 MODES = ("none", "empty", "tracker")
 SMALL, LARGE = 100, 1_100

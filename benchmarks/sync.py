@@ -20,8 +20,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tracker_core import Progress, reduce_state
-from tracker_core._sync import _buffer
-from tracker_core._sync_layout import layout_of
+from tracker_core.distributed._sync import _buffer
+from tracker_core.distributed._sync_layout import layout_of
 
 ROUNDS = 1000
 

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import tracker_core  # noqa: E402
-from integrations.accelerate import AcceleratorProgress  # noqa: E402
+from tracker_core.integrations.accelerate import AcceleratorProgress  # noqa: E402
 
 
 def train(checkpoint: str, stop_after: int | None = None, resume: bool = False) -> list[torch.Tensor]:

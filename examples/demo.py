@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from crash_run import CRASH, checkpoints  # noqa: E402
 
-from integrations.checkpoints import newest_intact_checkpoint, read_checkpoint  # noqa: E402
+from tracker_core.integrations.checkpoints import newest_intact_checkpoint, read_checkpoint  # noqa: E402
 from tracker_core import Progress  # noqa: E402
-from tracker_core._report import progress_table  # noqa: E402
+from tracker_core.display._report import progress_table  # noqa: E402
 
 SCRIPT = ROOT / "tests" / "crash_run.py"
 NAMES = {"lightning": "PyTorch Lightning (ProgressTracker callback, ModelCheckpoint every step)",

@@ -13,7 +13,7 @@ from ignite.handlers import Checkpoint, DiskSaver
 from torch.utils.data import DataLoader, TensorDataset
 
 import tracker_core
-from integrations.ignite import ProgressHandler
+from tracker_core.integrations.ignite import ProgressHandler
 
 
 def make(seed: int) -> tuple[Engine, dict[str, object], DataLoader[tuple[torch.Tensor, ...]]]:

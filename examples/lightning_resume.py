@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import tracker_core
-from integrations.lightning import ProgressTracker
+from tracker_core.integrations.lightning import ProgressTracker
 
 
 class Regression(pl.LightningModule):

@@ -1,1 +1,1 @@
-"""Framework adapters for progress-tracker: Lightning, Ignite and Accelerate."""
+"""Framework adapters: ``tracker_core.integrations.lightning``, ``.ignite`` and ``.accelerate``, plus checkpoint reading."""

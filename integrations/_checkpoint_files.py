@@ -7,7 +7,7 @@ One source of truth for the layouts (the adapters import these constants):
 - Ignite ``Checkpoint`` file: the value saved under the user's key for the ``ProgressHandler``
   is a dict with exactly ``IGNITE_STATE_KEYS``; its ``"progress_tracker"`` is the entry;
 - Accelerate ``save_state`` folder: ``progress_tracker_{rank}.pt`` per process
-  (``integrations._accelerate_checkpoint``), whose ``"tracker"`` is the entry.
+  (``tracker_core.integrations.accelerate._checkpoint``), whose ``"tracker"`` is the entry.
 
 Files are read with ``torch.load(weights_only=True)``: no pickled code ever runs. No
 framework is imported.
@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from integrations import _accelerate_checkpoint as accelerate_file
 from tracker_core import ProgressStateError, Tracker
+from tracker_core.integrations.accelerate import _checkpoint as accelerate_file
 
 LIGHTNING_STATE_KEY = "ProgressTracker"
 LIGHTNING_GRADIENTS_KEY = "progress_tracker_gradients"
@@ -240,7 +240,8 @@ def _candidates(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
         if not path.is_dir() or _is_accelerate_folder(path):
             return [path]
         return [
-            p for p in path.iterdir()
+            p
+            for p in path.iterdir()
             if (p.is_dir() and _is_accelerate_folder(p)) or (p.is_file() and p.suffix in _CHECKPOINT_SUFFIXES)
         ]
     return [Path(p) for p in paths]
@@ -259,4 +260,3 @@ def _modified(path: Path) -> int:
 def _natural(name: str) -> list[tuple[int, str]]:
     """Sort key: numbers in ``name`` compare as numbers (checkpoint_10 after checkpoint_9)."""
     return [(int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"(\d+)", name)]
-

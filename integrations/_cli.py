@@ -12,8 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from integrations._checkpoint_files import CheckpointFileError, ProgressCheckpoint, read_checkpoint
-from tracker_core._report import progress_facts, progress_table
+from tracker_core.adapter import progress_facts, progress_table
+from tracker_core.integrations._checkpoint_files import CheckpointFileError, ProgressCheckpoint, read_checkpoint
 
 _FORMATS = {
     "lightning": "Lightning checkpoint",

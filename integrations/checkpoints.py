@@ -2,13 +2,13 @@
 
 ::
 
-    from integrations.checkpoints import newest_intact_checkpoint
+    from tracker_core.integrations.checkpoints import newest_intact_checkpoint
     trainer.fit(model, ckpt_path=newest_intact_checkpoint("checkpoints/"))
 
 See docs/cli.md (``progress-tracker inspect`` / ``diff`` use the same functions).
 """
 
-from integrations._checkpoint_files import (
+from tracker_core.integrations._checkpoint_files import (
     CheckpointFileError,
     ProgressCheckpoint,
     newest_intact_checkpoint,

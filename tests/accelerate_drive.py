@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from integrations.accelerate import AcceleratorProgress
+from tracker_core.integrations.accelerate import AcceleratorProgress
 
 
 class Indexed(Dataset[tuple[int, torch.Tensor, torch.Tensor]]):

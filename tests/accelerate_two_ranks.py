@@ -24,7 +24,7 @@ from accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run, see
 from torch.utils.data import DataLoader
 
 import tracker_core
-from integrations.accelerate import AcceleratorProgress
+from tracker_core.integrations.accelerate import AcceleratorProgress
 from tracker_core import InexactResumeWarning
 
 ELASTIC_SAMPLES = 24

@@ -171,7 +171,7 @@ def _run_lightning(
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from integrations.lightning import ProgressTracker
+    from tracker_core.integrations.lightning import ProgressTracker
 
     class Module(pl.LightningModule):
         def __init__(self) -> None:
@@ -236,7 +236,7 @@ def _run_ignite(
     from ignite.engine import Engine, Events
     from ignite.handlers import Checkpoint, DiskSaver
 
-    from integrations.ignite import ProgressHandler
+    from tracker_core.integrations.ignite import ProgressHandler
 
     model = _model()
     optimizer = _optimizer(model)
@@ -302,7 +302,7 @@ def _run_accelerate(
     from accelerate.state import AcceleratorState, GradientState
     from accelerate.utils import ProjectConfiguration
 
-    from integrations.accelerate import AcceleratorProgress
+    from tracker_core.integrations.accelerate import AcceleratorProgress
 
     AcceleratorState._reset_state(True)  # noqa: SLF001 - a fresh Accelerator, as in a new process
     GradientState._reset_state()  # noqa: SLF001

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracker_core import Progress
-from tracker_core._schema import parse
+from tracker_core.state._schema import parse
 
 PHASES = ("ready", "started", "processed", "completed")
 EVAL_STAGES = ("validate", "test", "predict")

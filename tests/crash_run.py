@@ -9,7 +9,7 @@ Accelerate's ``save_state`` with ``total_limit=3``). At the start of every train
 appends the step's sample ids as one JSON line to IDS_FILE (one ``write``, then ``fsync``:
 a kill loses no line and leaves no half line) and prints ``batch <n>`` (n counts this
 process's steps). With ``--resume`` it first resumes from the newest intact checkpoint
-(``integrations.checkpoints.newest_intact_checkpoint``), leaving damaged ones in place. At the
+(``tracker_core.integrations.checkpoints.newest_intact_checkpoint``), leaving damaged ones in place. At the
 end it writes ``WORKDIR/result.pt``: final weights, progress state, the checkpoint it resumed from.
 """
 
@@ -35,7 +35,7 @@ def checkpoints(framework: str, workdir: Path) -> Path:
 
 
 def main(framework: str, workdir: Path, ids_file: Path, resume: bool) -> None:
-    from integrations.checkpoints import newest_intact_checkpoint
+    from tracker_core.integrations.checkpoints import newest_intact_checkpoint
 
     resume_from = None
     if resume:

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader
 from test_ignite_common import Indexed
 
 import tracker_core
-from integrations.ignite import ProgressHandler
+from tracker_core.integrations.ignite import ProgressHandler
 
 SAMPLES = 24  # 12 per rank: 4 batches of 3 per rank and epoch
 EPOCHS = 2

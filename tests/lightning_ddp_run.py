@@ -21,7 +21,7 @@ import torch
 from test_lightning_support import Indexed, Recording, weights
 from torch.utils.data import DataLoader
 
-from integrations.lightning import ProgressTracker
+from tracker_core.integrations.lightning import ProgressTracker
 from tracker_core import check_divergence, get_progress, reduce_state
 
 SAMPLES = 24  # 12 per rank: 4 batches of 3 per rank and epoch

@@ -28,7 +28,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from test_lightning_support import Indexed, Recording
 from torch.utils.data import DataLoader, DistributedSampler
 
-from integrations.lightning import ProgressTracker
+from tracker_core.integrations.lightning import ProgressTracker
 from tracker_core import InexactResumeWarning, ProgressStateError, get_progress
 
 SAMPLES = 24

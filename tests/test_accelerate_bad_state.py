@@ -9,8 +9,8 @@ import torch
 from accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run
 from torch.utils.data import DataLoader
 
-from integrations import _accelerate_checkpoint as accelerate_file
-from integrations.accelerate import AcceleratorProgress
+from tracker_core.integrations.accelerate import _checkpoint as accelerate_file
+from tracker_core.integrations.accelerate import AcceleratorProgress
 from tracker_core import ProgressStateError
 
 

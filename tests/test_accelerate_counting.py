@@ -10,7 +10,7 @@ from accelerate_drive import Indexed, Setup, fresh_accelerator, run
 from torch.utils.data import DataLoader
 
 import tracker_core
-from integrations.accelerate import AcceleratorProgress
+from tracker_core.integrations.accelerate import AcceleratorProgress
 from tracker_core import PhaseCounts, ScopeCounts
 
 

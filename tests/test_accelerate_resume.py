@@ -17,7 +17,7 @@ import torch
 from accelerate_drive import Indexed, Result, Setup, StopAt, fresh_accelerator, run
 from torch.utils.data import DataLoader
 
-from integrations.accelerate import AcceleratorProgress
+from tracker_core.integrations.accelerate import AcceleratorProgress
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 

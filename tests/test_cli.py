@@ -29,11 +29,11 @@ from ignite.handlers import Checkpoint, DiskSaver
 from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
-from integrations._cli import main
-from integrations.accelerate import AcceleratorProgress
-from integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
-from integrations.ignite import ProgressHandler
-from integrations.lightning import STATE_KEY, ProgressTracker
+from tracker_core.integrations._cli import main
+from tracker_core.integrations.accelerate import AcceleratorProgress
+from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
+from tracker_core.integrations.ignite import ProgressHandler
+from tracker_core.integrations.lightning import STATE_KEY, ProgressTracker
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated", "ignore::UserWarning:pytorch_lightning")
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from core_drive import ScriptBuilder, driven, in_fit_epoch, json_roundtrip, whole_epoch
 
-import tracker_core._schema as schema
+import tracker_core.state._schema as schema
 from tracker_core import Progress, ProgressStateError
 
 

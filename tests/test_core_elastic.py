@@ -349,7 +349,7 @@ def test_an_elastic_resume_needs_the_loader_tracked_before_the_load() -> None:
     assert caught.value.key == "train_loaders.0"
 
 
-# --- batch-sharded loaders (Accelerate's geometry, tracker_core/_elastic_sharded.py) ----------
+# --- batch-sharded loaders (Accelerate's geometry, tracker_core/distributed/_sharded.py) ----------
 # A seedable sampler's one order per epoch, cut into batches of b; rank r of W takes batches r, r + W, ...
 # (22 samples, batches of 3 at world 2: 8 batches, the last of 1 sample, so the last round is padded
 # from the epoch's start: 4 batches of 3 per rank).

@@ -6,7 +6,7 @@ import torch
 from core_drive import in_fit_epoch
 
 from tracker_core import Progress, count_optimizer_steps
-from tracker_core._optimizer_hooks import count_skipped_steps
+from tracker_core.counting._optimizer_hooks import count_skipped_steps
 
 
 def _optimizer() -> torch.optim.Optimizer:

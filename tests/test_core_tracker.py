@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
-from tracker_core._gradients import capture_gradients, restore_gradients
+from tracker_core.state._gradients import capture_gradients, restore_gradients
 
 EPOCHS = 3
 

@@ -22,7 +22,7 @@ from tracker_core import (
     Where,
     get_progress,
 )
-from tracker_core._registry import attach
+from tracker_core.adapter import register_progress as attach
 
 
 # stage views ------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import torch
 from conformance import FRAMEWORKS, Outcome, run
 from crash_run import CRASH, checkpoints
 
-from integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
+from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:'set_vital' is deprecated"),

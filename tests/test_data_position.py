@@ -35,7 +35,7 @@ from torch.utils.data import (
 )
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tracker_core._data_position import LoaderPosition, capture_rng_state, restore_rng_state
+from tracker_core.data._position import LoaderPosition, capture_rng_state, restore_rng_state
 from tracker_core._errors import ProgressStateError
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")

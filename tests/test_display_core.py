@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tracker_core import Progress
-from tracker_core._display import Display, Status, format_status
+from tracker_core.display._display import Display, Status, format_status
 
 
 class Clock:

@@ -16,10 +16,10 @@ from test_ignite_common import Config, build
 from test_lightning_support import IndexedStream, Recording, loader
 from torch.utils.data import DataLoader, IterableDataset
 
-from integrations.ignite import ProgressDisplay as IgniteDisplay
-from integrations.ignite import ProgressHandler
-from integrations.lightning import ProgressDisplay as LightningDisplay
-from integrations.lightning import ProgressTracker
+from tracker_core.integrations.ignite import ProgressDisplay as IgniteDisplay
+from tracker_core.integrations.ignite import ProgressHandler
+from tracker_core.integrations.lightning import ProgressDisplay as LightningDisplay
+from tracker_core.integrations.lightning import ProgressTracker
 from tracker_core import ProgressView, get_progress
 
 
@@ -162,7 +162,7 @@ def test_ignite_handler_prints_each_epochs_line_and_ends_on_the_views_counts() -
 
 
 def test_ignite_handler_needs_a_progress_handler_on_the_engine_first() -> None:
-    with pytest.raises(ValueError, match="attach an integrations.ignite.ProgressHandler to this engine"):
+    with pytest.raises(ValueError, match="attach an tracker_core.integrations.ignite.ProgressHandler to this engine"):
         IgniteDisplay().attach(Engine(lambda engine, batch: None))
 
 
@@ -215,7 +215,7 @@ def _accelerate_fit(out: io.StringIO, terminal: bool = False, stop_after: int | 
     """Two epochs of 10 samples in batches of 3 and a validation of 7 in batches of 3, with the display."""
     from accelerate_drive import Indexed, Setup, fresh_accelerator
 
-    from integrations.accelerate import AcceleratorProgress
+    from tracker_core.integrations.accelerate import AcceleratorProgress
 
     accelerator = fresh_accelerator(Setup(accumulation=1))
     model = torch.nn.Linear(4, 1)
@@ -253,7 +253,7 @@ def test_accelerate_display_prints_each_passs_line_and_ends_on_the_views_counts(
 def test_accelerate_without_display_iterates_the_loops_own_generator() -> None:
     from accelerate_drive import Indexed, Setup, fresh_accelerator
 
-    from integrations.accelerate import AcceleratorProgress
+    from tracker_core.integrations.accelerate import AcceleratorProgress
 
     accelerator = fresh_accelerator(Setup())
     progress = AcceleratorProgress(accelerator)

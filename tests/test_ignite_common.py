@@ -18,7 +18,7 @@ from ignite.handlers import Checkpoint, DiskSaver
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from integrations.ignite import ProgressHandler
+from tracker_core.integrations.ignite import ProgressHandler
 
 TRAIN_SIZE = 10  # batch 3: 4 batches per epoch, the last of 1 sample
 VAL_SIZE = 5

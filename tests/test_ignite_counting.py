@@ -13,7 +13,7 @@ from test_ignite_common import BATCH, EPOCHS, TRAIN_SIZE, VAL_SIZE, Config, Inde
 from torch.utils.data import DataLoader
 
 import tracker_core
-from integrations.ignite import ProgressHandler
+from tracker_core.integrations.ignite import ProgressHandler
 from tracker_core import PhaseCounts, ProgressStateError, ScopeCounts
 
 PER_EPOCH = 4  # 10 samples, batch 3

@@ -24,7 +24,7 @@ from ignite.engine import Engine
 from ignite.handlers import Checkpoint
 from ignite_idist_run import EPOCHS, SAMPLES
 
-from integrations.ignite import ProgressHandler
+from tracker_core.integrations.ignite import ProgressHandler
 
 PER_RANK = 3  # the saved run's batch size per rank
 SAVED_BATCHES = SAMPLES // 2 // PER_RANK  # per rank and epoch when saved

@@ -11,7 +11,7 @@ import torch
 from test_lightning_support import Indexed, Recording, loader, trainer
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from integrations.lightning import GRADIENTS_KEY, STATE_KEY, ProgressTracker
+from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY, ProgressTracker
 from tracker_core import InexactResumeWarning, ProgressStateError, get_progress
 
 

@@ -10,7 +10,7 @@ import pytorch_lightning as pl
 from test_lightning_support import Recording, loader, trainer
 from pytorch_lightning.trainer.states import TrainerFn
 
-from integrations.lightning import ProgressTracker
+from tracker_core.integrations.lightning import ProgressTracker
 from tracker_core import get_progress
 
 _HOOKS = [

@@ -26,7 +26,7 @@ from distributed_runs import (
 )
 from lightning_ddp_run import AT, EPOCHS, SAMPLES
 
-from integrations.lightning import GRADIENTS_KEY, STATE_KEY
+from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY
 
 BATCHES = SAMPLES // 2 // 3 * EPOCHS  # per rank, over the run
 

@@ -15,7 +15,7 @@ from test_lightning_support import Indexed, IndexedStream, Recording, trainer, w
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from integrations.lightning import ProgressTracker
+from tracker_core.integrations.lightning import ProgressTracker
 from tracker_core import InexactResumeWarning
 
 EPOCHS = 2

@@ -42,15 +42,20 @@ def test_constraints_pin_every_framework_exactly():
 
 def test_every_extra_is_declared():
     project = _pyproject()["project"]
-    assert set(project["optional-dependencies"]) == {"lightning", "ignite", "accelerate", "data", "display", "all", "test"}
+    assert set(project["optional-dependencies"]) == {"lightning", "ignite", "accelerate", "data", "display", "all", "test", "lint"}
 
 
 def test_torch_range_admits_the_pinned_version_and_no_major_release_beyond():
     assert _pyproject()["project"]["dependencies"] == ["torch>=2.13,<3"]
 
 
-def test_typed_markers_ship_with_both_packages():
-    package_data = _pyproject()["tool"]["setuptools"]["package-data"]
-    for package in ("tracker_core", "integrations"):
-        assert package_data[package] == ["py.typed"]
-        assert (ROOT / package / "py.typed").is_file()
+def test_the_typed_marker_ships_with_the_one_top_level_package():
+    assert _pyproject()["tool"]["setuptools"]["package-data"] == {"tracker_core": ["py.typed"]}
+    assert (ROOT / "tracker_core" / "py.typed").is_file()
+
+
+def test_the_distribution_is_named_tracker_core_and_maps_integrations_under_it():
+    setuptools = _pyproject()["tool"]["setuptools"]
+    assert _pyproject()["project"]["name"] == "tracker-core"
+    assert setuptools["package-dir"]["tracker_core.integrations"] == "integrations"
+    assert all(package.split(".")[0] == "tracker_core" for package in setuptools["packages"])

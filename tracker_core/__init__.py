@@ -1,15 +1,13 @@
 """progress-tracker core: one framework-neutral record of how far a training run has got."""
 
-from tracker_core._counts import PhaseCounts, ScopeCounts
 from tracker_core._errors import EventOrderError, ProgressStateError
-from tracker_core._optimizer_hooks import count_optimizer_steps
-from tracker_core._progress import Progress
-from tracker_core._registry import get_progress
-from tracker_core._schema import SCHEMA_VERSION
-from tracker_core._stage import StageProgress, TrainStageProgress
-from tracker_core._sync import Divergence, check_divergence, reduce_state
 from tracker_core._tracker import InexactResumeWarning, Tracker
-from tracker_core._view import (
+from tracker_core.counting._counts import PhaseCounts, ScopeCounts
+from tracker_core.counting._optimizer_hooks import count_optimizer_steps
+from tracker_core.counting._progress import Progress
+from tracker_core.counting._registry import get_progress
+from tracker_core.counting._stage import StageProgress, TrainStageProgress
+from tracker_core.counting._view import (
     BatchCounts,
     DataloaderCounts,
     EpochCounts,
@@ -19,6 +17,8 @@ from tracker_core._view import (
     TrainStageView,
     Where,
 )
+from tracker_core.distributed._sync import Divergence, check_divergence, reduce_state
+from tracker_core.state._schema import SCHEMA_VERSION
 
 __all__ = [
     "SCHEMA_VERSION",

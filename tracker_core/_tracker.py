@@ -10,13 +10,13 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from tracker_core._data_position import LoaderPosition, _ParsedState
-from tracker_core._data_rng import GlobalRng
-from tracker_core._elastic import ENTRY_KEYS, gather, reenters_train_epoch, saved_elsewhere, select, world
 from tracker_core._errors import ProgressStateError
-from tracker_core._progress import Progress
-from tracker_core._schema import Parsed, _mapping, parse
-from tracker_core._view import ProgressView
+from tracker_core.counting._progress import Progress
+from tracker_core.counting._view import ProgressView
+from tracker_core.data._position import LoaderPosition, _ParsedState
+from tracker_core.data._rng import GlobalRng
+from tracker_core.distributed._elastic import ENTRY_KEYS, gather, reenters_train_epoch, saved_elsewhere, select, world
+from tracker_core.state._schema import Parsed, _mapping, parse
 
 
 class InexactResumeWarning(UserWarning):
@@ -189,17 +189,20 @@ class Tracker:
             pending = {}
             for index, state in enumerate(states):
                 if state.get("kind") == "untracked":
-                    if resume_epoch and parsed_progress.stages["train"].dataloaders[index:index + 1]:
-                        problems.append(f"train dataloader {index} was not a torch DataLoader when saved: "
-                                        "the resumed epoch reads it from its start")
+                    if resume_epoch and parsed_progress.stages["train"].dataloaders[index : index + 1]:
+                        problems.append(
+                            f"train dataloader {index} was not a torch DataLoader when saved: "
+                            "the resumed epoch reads it from its start"
+                        )
                     continue
                 position = self._loaders.get(index)
                 if position is None:
                     pending[index] = (state, resume_epoch)
                 else:
                     ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
-        return _LoadedEntry(parsed_progress, rng, ready, pending, None if selected is None else selected.mapping,
-                            problems)
+        return _LoadedEntry(
+            parsed_progress, rng, ready, pending, None if selected is None else selected.mapping, problems
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,12 @@
+"""Hugging Face Accelerate adapter: ``AcceleratorProgress`` drives the loops and rides ``save_state``/``load_state``.
+
+See docs/accelerate.md.
+"""
+
+from tracker_core.integrations._extra import require
+
+require("accelerate", "accelerate")
+
+from tracker_core.integrations.accelerate._progress import AcceleratorProgress  # noqa: E402
+
+__all__ = ["AcceleratorProgress"]

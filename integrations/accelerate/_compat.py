@@ -1,0 +1,45 @@
+"""Every private attribute of Accelerate (and of the loaders it prepares) the adapter touches, checked when imported."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import accelerate
+import torch
+from accelerate import Accelerator
+from accelerate.data_loader import SeedableRandomSampler
+
+from tracker_core.integrations._extra import check_attributes
+
+
+def prepared_optimizers(accelerator: Accelerator) -> list[Any]:
+    """The optimizers ``accelerator.prepare`` returned so far, in order (Accelerate keeps them privately)."""
+    return list(accelerator._optimizers)
+
+
+def drop_iterator(loader: Any) -> None:
+    """Forget the iterator a torch DataLoader keeps (persistent workers), so its next epoch is built anew."""
+    loader._iterator = None
+
+
+def create_seedable_generator(loader: object) -> None:
+    """Give a ``SeedableRandomSampler`` the generator its first ``iter`` would create.
+
+    It creates it lazily, so a fresh loader would lack a generator its checkpoint has.
+    Harmless: the sampler reseeds it (``initial_seed + epoch``) whenever it starts.
+    """
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for sampler in (getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
+        if isinstance(sampler, SeedableRandomSampler) and sampler.generator is None:
+            sampler.generator = torch.Generator()
+            sampler.generator.manual_seed(sampler.initial_seed)
+
+
+check_attributes(
+    "accelerate",
+    accelerate.__version__,
+    {
+        "Accelerator": (Accelerator, ("_optimizers",)),
+        "torch DataLoader": (torch.utils.data.DataLoader, ("_iterator",)),
+    },
+)

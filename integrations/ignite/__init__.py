@@ -1,0 +1,10 @@
+"""PyTorch Ignite adapter: the ``ProgressHandler`` and the ``ProgressDisplay`` handler. See docs/ignite.md."""
+
+from tracker_core.integrations._extra import require
+
+require("ignite.engine", "ignite")
+
+from tracker_core.integrations.ignite._display import ProgressDisplay  # noqa: E402
+from tracker_core.integrations.ignite._handler import ProgressHandler  # noqa: E402
+
+__all__ = ["ProgressDisplay", "ProgressHandler"]

@@ -1,0 +1,30 @@
+"""Every private attribute of Ignite the adapter touches, in one place, checked when imported."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import ignite
+from ignite.engine import Engine
+
+from tracker_core.integrations._extra import check_attributes
+
+
+def prepend_handler(engine: Engine, event: Any, handler: Callable[..., None]) -> None:
+    """Register ``handler`` for ``event`` ahead of every handler already there (Ignite has no public way)."""
+    engine.add_event_handler(event, handler)
+    handlers = engine._event_handlers[event]
+    handlers.insert(0, handlers.pop())
+
+
+def set_batches_into_epoch(engine: Engine, batches: int) -> None:
+    """Make Ignite's next epoch iteration start at its batch ``batches`` (Ignite's ``_init_iter``)."""
+    engine._init_iter = batches
+
+
+check_attributes(
+    "pytorch-ignite",
+    ignite.__version__,
+    {"Engine": (Engine, ("_event_handlers", "_init_iter"))},
+)

@@ -1,0 +1,77 @@
+"""Ignite's side of a resume from a checkpoint saved at another world size (elastic resume).
+
+The core maps the tracker's entry to this world size onto the trainer's DataLoader and
+re-bases the re-entered epoch's counts (docs/distributed.md); Ignite's loaded ``iteration``
+and ``epoch_length`` are still the saved world size's. The checks here raise before
+anything is trained when the mapping cannot be made; :func:`map_engine` sets Ignite's
+counters from the re-based progress and the DataLoader this run iterates, at ``STARTED``,
+before Ignite derives anything from them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ignite.distributed as idist
+from ignite.engine import Engine
+from torch.utils.data import DataLoader
+
+from tracker_core import ProgressStateError, ProgressView
+from tracker_core.adapter import batches_in, saved_elsewhere
+
+
+def check_loader_given(entry: object, dataloader: DataLoader[Any] | None) -> None:
+    """Raise if ``entry`` was saved at another world size and the trainer's DataLoader is unknown."""
+    if saved_elsewhere(entry) and dataloader is None:
+        ranks = entry["ranks"]  # type: ignore[index]
+        size = idist.get_world_size()
+        raise ProgressStateError(
+            "ranks",
+            f"saved at world size {len(ranks)}, loading at {size}: an elastic resume maps the data position "
+            "onto the trainer's DataLoader; pass it before loading: attach(trainer, ..., dataloader=loader)",
+        )
+
+
+def check_run_loader(engine: Engine, dataloader: DataLoader[Any] | None) -> None:
+    """Raise if ``run()`` got another loader than the one the checkpoint was loaded onto."""
+    if dataloader is not None and engine.state.dataloader is not dataloader:
+        raise ValueError(
+            "the checkpoint was loaded onto the DataLoader given to attach(trainer, dataloader=...), "
+            "but the trainer's run() got another data object: pass the same DataLoader to run()"
+        )
+
+
+def map_engine(engine: Engine, view: ProgressView) -> None:
+    """Set Ignite's ``epoch_length`` to this run's loader and ``iteration`` to the re-based batch count.
+
+    Raises ``ValueError``, before any batch runs, if Ignite would then end the run early:
+    it stops when ``iteration >= epoch_length * max_epochs``, which the batches of earlier
+    epochs at the saved (longer) geometry can reach before ``max_epochs`` epochs are done.
+    """
+    state = engine.state
+    length = batches_in(state.dataloader)
+    if length is None:
+        raise ValueError("an elastic resume needs a train DataLoader with a length (Ignite's epoch_length)")
+    iteration = view.train.batches.run.completed
+    max_epochs = state.max_epochs
+    if max_epochs is not None and _last_check(view, iteration, length, max_epochs) >= length * max_epochs:
+        raise ValueError(
+            f"elastic resume: Ignite would stop before epoch {state.max_epochs}: this rank's {iteration} "
+            f"iterations (counted partly at the saved world size) reach epoch_length {length} x max_epochs "
+            f"{state.max_epochs} too early; resume with a per-rank batch size giving at least as many "
+            "batches per epoch as when saved"
+        )
+    state.epoch_length = length
+    state.iteration = iteration
+
+
+def _last_check(view: ProgressView, iteration: int, length: int, max_epochs: int) -> int:
+    """``iteration`` when Ignite last checks ``_is_done`` before its final epoch (or now, if none is left).
+
+    Each epoch starts only while ``iteration < epoch_length * max_epochs``; the re-entered
+    epoch adds its ``length - consumed`` batches, each later one ``length``.
+    """
+    epochs = view.train.epochs.run
+    consumed = view.train.batches.epoch.completed if epochs.in_flight else 0
+    later = max_epochs - 1 - epochs.completed  # epochs (the re-entered one too) run before the last check
+    return iteration + later * length - consumed if later > 0 else iteration

@@ -1,0 +1,245 @@
+"""PyTorch Ignite adapter: one handler records a trainer and its evaluators, and resumes them exactly.
+
+::
+
+    progress = ProgressHandler()
+    progress.attach(trainer, optimizers=[optimizer])
+    progress.attach(evaluator, stage="validate")
+    checkpoint = Checkpoint({"trainer": trainer, "model": model, "optimizer": optimizer,
+                             "progress": progress}, DiskSaver(...))
+    tracker_core.get_progress(trainer).global_step
+
+See docs/ignite.md for what is counted on which event and how a resume is made exact, also
+at another world size (``attach(trainer, ..., dataloader=train_loader)``, "elastic").
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from ignite.engine import Engine, Events
+from torch.utils.data import DataLoader
+
+from tracker_core import (
+    InexactResumeWarning,
+    ProgressStateError,
+    ProgressView,
+    Tracker,
+    count_optimizer_steps,
+)
+from tracker_core.adapter import batches_in, capture_gradients, count_skipped_steps, restore_gradients, saved_elsewhere
+from tracker_core.adapter import register_progress as register
+from tracker_core.integrations._checkpoint_files import IGNITE_STATE_KEYS as _STATE_KEYS
+from tracker_core.integrations.ignite._compat import set_batches_into_epoch
+from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
+from tracker_core.integrations.ignite._events import STAGES, attach_stage, attach_trainer
+
+__all__ = ["ProgressHandler"]
+
+
+class ProgressHandler:
+    """The progress of one training program across its Ignite engines.
+
+    Attach it to the trainer (``stage="train"``, with the optimizers whose steps it
+    counts) and to each evaluator or inference engine (``"validate"``, ``"test"``,
+    ``"predict"``). Put it in a ``Checkpoint``'s ``to_save``; loading it with
+    ``Checkpoint.load_objects`` makes the trainer's next ``run()`` continue exactly.
+    """
+
+    def __init__(self) -> None:
+        self._tracker = Tracker()
+        self._parameters: list[torch.nn.Parameter] = []
+        self._trainer: Engine | None = None
+        self._dataloader: DataLoader[Any] | None = None  # the trainer's, if given to attach()
+        self._restored: dict[str, Any] | None = None  # loaded progress, until the trainer's next STARTED
+        self._loaded_for_evaluation = False  # saved at another world size, loaded with no trainer attached
+
+    @property
+    def view(self) -> ProgressView:
+        """The read-only progress (also ``tracker_core.get_progress(engine)`` for any attached engine)."""
+        return self._tracker.view
+
+    def attach(
+        self,
+        engine: Engine,
+        stage: str = "train",
+        optimizers: Sequence[torch.optim.Optimizer] = (),
+        scaler: torch.amp.GradScaler | None = None,
+        dataloader: DataLoader[Any] | None = None,
+    ) -> None:
+        """Record ``engine`` as stage ``stage``; count ``optimizers``' steps (train only).
+
+        Steps an AMP ``scaler`` skips are counted as skipped; the scaler that
+        ``create_supervised_trainer(scaler=True)`` puts on ``engine.state.scaler`` is found
+        by itself. ``dataloader`` (train only) is the DataLoader the trainer's ``run()`` will
+        get: a checkpoint saved at another world size is mapped onto it when loaded.
+        """
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+        if stage == "train":
+            if self._trainer is not None:
+                raise ValueError("a trainer is already attached to this ProgressHandler")
+            if self._loaded_for_evaluation:
+                raise ValueError(
+                    "a checkpoint saved at another world size was loaded for evaluation (no trainer was attached): "
+                    "attach the trainer (with dataloader=) before Checkpoint.load_objects to resume training"
+                )
+            self._trainer = engine
+            if dataloader is not None:
+                self._tracker.track_train_loader(dataloader)
+                self._dataloader = dataloader
+            count_optimizer_steps(self._tracker.progress.train, optimizers)
+            scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
+            if scaler is not None:
+                count_skipped_steps(self._tracker.progress.train, scaler, optimizers)
+            seen: set[int] = set()
+            for optimizer in optimizers:
+                for group in optimizer.param_groups:
+                    for parameter in group["params"]:
+                        if id(parameter) not in seen:
+                            seen.add(id(parameter))
+                            self._parameters.append(parameter)
+            attach_trainer(engine, self._tracker, self._trainer_started)
+        elif optimizers or scaler is not None or dataloader is not None:
+            raise ValueError("optimizers, a scaler and a dataloader belong to the train engine only")
+        else:
+            attach_stage(engine, self._tracker.progress, stage)
+        register(engine, self._tracker.progress)
+
+    # --- checkpoint -----------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain progress entry plus the partial gradients of an unfinished accumulation window."""
+        self._warn_if_epoch_length_differs()
+        gradients = capture_gradients(self._parameters) if self.view.is_mid_accumulation else []
+        # With several processes every rank's entry, so rank 0's file resumes each rank exactly:
+        # a collective, which Checkpoint calls on every rank.
+        entry = self._tracker.checkpoint_state_dict()
+        return {"progress_tracker": entry, "gradients": gradients}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Validate everything (``ProgressStateError`` naming the key, nothing changed), then load."""
+        if not isinstance(state, Mapping):
+            raise ProgressStateError("", f"expected a mapping, got {type(state).__name__}")
+        for key in _STATE_KEYS:
+            if key not in state:
+                raise ProgressStateError(key, "missing")
+        if self._trainer is None and saved_elsewhere(state["progress_tracker"]):
+            # Evaluation engines only (a trainer is attached before loading): nothing trains, nothing to map.
+            self._tracker.load_for_evaluation(state["progress_tracker"])
+            self._loaded_for_evaluation = True
+            return
+        check_loader_given(state["progress_tracker"], self._dataloader)
+        gradients = state["gradients"]
+        if gradients and not self._parameters:
+            raise ProgressStateError(
+                "gradients", "partial gradients were saved: attach the trainer with its optimizers before loading"
+            )
+        previous = capture_gradients(self._parameters)
+        if gradients:
+            restore_gradients(self._parameters, gradients)
+        try:
+            self._tracker.load_state_dict(state["progress_tracker"])
+        except Exception:
+            restore_gradients(self._parameters, previous)
+            raise
+        self._restored = self._tracker.progress.state_dict()  # this rank's part of a gathered entry
+
+    # --- resume ---------------------------------------------------------------------------
+
+    def _trainer_started(self, engine: Engine) -> None:
+        """STARTED of the trainer: begin (or re-enter) the fit run, aligning Ignite with a loaded state."""
+        restored, self._restored = self._restored, None
+        progress = self._tracker.progress
+        view = progress.view
+        mapped = restored is not None and view.resume_mapping is not None  # saved at another world size
+        if restored is not None:
+            check_run_loader(engine, self._dataloader)
+        # Ignite begins anew (iteration 0) when the loaded state was finished.
+        completed = view.train.batches.run.completed
+        began_anew = engine.state.iteration == 0 if mapped else engine.state.iteration < completed
+        if restored is not None and began_anew and completed:
+            # Ignite found the loaded state finished and began anew: so does the record.
+            progress.load_lifetime(restored)
+            self._tracker.forget_loaded_positions()
+            restored = None
+        _track_loader(self._tracker, engine)
+        epochs = view.train.epochs.lifetime
+        if restored is None and epochs.in_flight:
+            # terminate() left this epoch unfinished; Ignite moves on to the next one.
+            progress.train.epoch_processed()
+            progress.train.epoch_completed()
+        if restored is not None and mapped:
+            map_engine(engine, view)
+        if restored is not None and epochs.in_flight and not view.run.counts.in_flight:
+            # Saved after terminate() cut an epoch: Ignite continues that epoch in this new run.
+            progress.run_ready("fit")  # the core keeps the open epoch's scope
+            progress.run_started()
+            set_batches_into_epoch(engine, view.train.batches.epoch.completed)
+            return
+        progress.run_ready("fit")
+        progress.run_started()
+        if restored is not None:
+            _align_engine(engine, view)
+
+    def _warn_if_epoch_length_differs(self) -> None:
+        trainer = self._trainer
+        if trainer is None or not self.view.is_mid_epoch:
+            return
+        loader = trainer.state.dataloader
+        length = batches_in(loader) if isinstance(loader, DataLoader) else None
+        if length is not None and trainer.state.epoch_length != length:
+            warnings.warn(
+                f"the trainer's epoch_length ({trainer.state.epoch_length}) differs from the length of its "
+                f"DataLoader ({length}): Ignite then carries one loader iterator across epochs, and a "
+                "mid-epoch checkpoint cannot resume at the same data position",
+                InexactResumeWarning,
+                stacklevel=3,
+            )
+
+
+def _track_loader(tracker: Tracker, engine: Engine) -> None:
+    loader = engine.state.dataloader
+    if loader is not None:
+        tracker.track_train_loader(loader)
+
+
+def _align_engine(engine: Engine, view: ProgressView) -> None:
+    """Make Ignite's own epoch and in-epoch position agree with the loaded progress.
+
+    Ignite derives them from ``iteration`` and ``epoch_length``, which is wrong after a
+    ``terminate_epoch()``, and it skips the EPOCH_COMPLETED of an epoch whose last batch
+    was checkpointed: that event is fired here, so validation and schedulers run as in
+    the uninterrupted run.
+    """
+    train = view.train
+    epochs = train.epochs.run
+    if epochs.in_flight:
+        consumed = train.batches.epoch.completed
+        if engine.state.epoch_length is not None and consumed >= engine.state.epoch_length:
+            _finish_replayed_epoch(engine)
+            engine.state.epoch = epochs.ready
+            engine.fire_event(Events.EPOCH_COMPLETED)
+            set_batches_into_epoch(engine, 0)  # the next epoch starts at its first batch
+        else:
+            engine.state.epoch = epochs.completed
+            set_batches_into_epoch(engine, consumed)  # Ignite's count of this epoch's batches
+            return
+    engine.state.epoch = train.epochs.run.completed
+    set_batches_into_epoch(engine, 0)
+
+
+def _finish_replayed_epoch(engine: Engine) -> None:
+    """Read the loaded epoch's replay now: it is empty, the epoch's last batch was checkpointed.
+
+    Left armed, it would be Ignite's next ``iter()``: Ignite would find it empty and build
+    another iterator (firing DATALOADER_STOP_ITERATION), and the replay would leave a
+    ``DistributedSampler`` at the saved epoch, undoing the ``set_epoch`` of the next
+    epoch's EPOCH_STARTED handlers (the next epoch would repeat the saved epoch's order).
+    """
+    loader = engine.state.dataloader
+    if isinstance(loader, DataLoader) and batches_in(loader) == engine.state.epoch_length:
+        next(iter(loader), None)

@@ -1,0 +1,206 @@
+"""The Lightning progress bar: the shared live display, fed by ``tracker_core.get_progress(trainer)``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, TextIO
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks.progress.progress_bar import ProgressBar
+from pytorch_lightning.trainer.states import TrainerFn
+from pytorch_lightning.utilities.exceptions import MisconfigurationException
+
+from tracker_core import get_progress
+from tracker_core.adapter import Display
+
+
+class ProgressDisplay(ProgressBar):
+    """Lightning's progress bar, showing the tracker's stage, epoch, batch, steps, samples/s and ETA.
+
+    Needs ``tracker_core.integrations.lightning.ProgressTracker`` among the callbacks (it runs this bar
+    right after it, so the bar sees each hook's counts). On a terminal it draws a live
+    line (with rich); elsewhere it prints a line every ``interval`` seconds and at each
+    epoch end, to ``stream`` (standard output by default).
+    """
+
+    def __init__(self, stream: TextIO | None = None, terminal: bool | None = None, interval: float = 10.0) -> None:
+        super().__init__()
+        self._stream = stream
+        self._terminal = terminal
+        self._interval = interval
+        self._enabled = True
+        self._display: Display | None = None
+
+    @property
+    def is_enabled(self) -> bool:
+        """Read by ``LightningModule.print`` (Lightning's bars have it; the base class has not)."""
+        return self._enabled
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
+        if self._display is None:
+            print(*args, sep=sep, **kwargs)
+        else:
+            self._display.write(sep.join(map(str, args)))
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        _run_after_the_tracker(trainer, self)
+        self._display = None  # made anew for this trainer's progress at first use
+
+    def _shown(self, trainer: pl.Trainer) -> Display | None:
+        """The display, made on first use (the tracker's setup has attached the progress by then)."""
+        if not self._enabled:
+            return None
+        if self._display is None:
+            self._display = Display(
+                get_progress(trainer), stream=self._stream, terminal=self._terminal, interval=self._interval
+            )
+        return self._display
+
+    def _close(self) -> None:
+        if self._display is not None:
+            self._display.close()
+
+    # train ------------------------------------------------------------------------------
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._train_totals(trainer)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        display = self._train_totals(trainer)
+        if display is not None:
+            display.update("train")
+
+    def _train_totals(self, trainer: pl.Trainer) -> Display | None:
+        display = self._shown(trainer)
+        if display is not None:
+            max_epochs = trainer.max_epochs
+            if max_epochs is None or max_epochs < 0:
+                display.set_max_epochs(None)
+            else:  # Lightning counts epochs over resumed fits, the display within this run
+                done_in_run = get_progress(trainer).train.epochs.run.completed
+                display.set_max_epochs(max_epochs - trainer.current_epoch + done_in_run)
+            display.set_batches("train", _known(self.total_train_batches))
+        return display
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self._enabled and self._display is not None:
+            self._display.update("train")
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._enabled and self._display is not None:
+            self._display.epoch_end("train")
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._close()
+
+    # validate / test / predict -------------------------------------------------------------
+    def _evaluation_start(self, trainer: pl.Trainer, stage: str, batches: int | float | list[int | float]) -> None:
+        display = self._shown(trainer)
+        if display is not None:
+            counts = batches if isinstance(batches, list) else [batches]
+            display.set_batches(stage, _known(sum(counts)))
+            display.update(stage)
+
+    def _evaluation_batch_end(self, stage: str) -> None:
+        if self._enabled and self._display is not None:
+            self._display.update(stage)
+
+    def _evaluation_epoch_end(self, trainer: pl.Trainer, stage: str) -> None:
+        if self._enabled and self._display is not None:
+            self._display.epoch_end(stage)
+            if trainer.state.fn != TrainerFn.FITTING:
+                self._display.close()
+
+    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._evaluation_start(trainer, "validate", trainer.num_val_batches)
+
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if not trainer.sanity_checking:
+            self._evaluation_batch_end("validate")
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._evaluation_epoch_end(trainer, "validate")
+
+    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_start(trainer, "test", trainer.num_test_batches)
+
+    def on_test_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._evaluation_batch_end("test")
+
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_epoch_end(trainer, "test")
+
+    def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_start(trainer, "predict", trainer.num_predict_batches)
+
+    def on_predict_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._evaluation_batch_end("predict")
+
+    def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_epoch_end(trainer, "predict")
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._close()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._close()
+
+
+def _known(batches: int | float) -> int | None:
+    """Lightning's batch total, or None when it is infinite (an iterable without length)."""
+    return None if math.isinf(batches) else int(batches)
+
+
+def _run_after_the_tracker(trainer: pl.Trainer, bar: ProgressDisplay) -> None:
+    """Put ``bar`` right after the ProgressTracker, so each of its hooks sees that hook's counts.
+
+    Lightning is iterating ``trainer.callbacks`` to call ``setup``: a new list is
+    assigned rather than the running one changed.
+    """
+    from tracker_core.integrations.lightning import ProgressTracker
+
+    callbacks = list(trainer.callbacks)
+    trackers = [i for i, callback in enumerate(callbacks) if isinstance(callback, ProgressTracker)]
+    if not trackers:
+        raise MisconfigurationException(
+            "ProgressDisplay shows the progress recorded by tracker_core.integrations.lightning.ProgressTracker: "
+            "add ProgressTracker() to Trainer(callbacks=[...])"
+        )
+    if callbacks.index(bar) < trackers[0]:
+        callbacks.remove(bar)
+        callbacks.insert(trackers[0], bar)  # the tracker moved up by one: this is right after it
+        trainer.callbacks = callbacks

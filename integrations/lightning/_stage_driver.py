@@ -1,0 +1,98 @@
+"""Drive one stage of the core model from Lightning's hooks, in step with Lightning's own counters.
+
+Lightning marks a batch ``ready`` before ``on_*_batch_start`` and ``started`` after it,
+``processed`` before ``on_*_batch_end`` and ``completed`` after it (epochs alike). A
+callback sees only the hooks, so the phase Lightning marks *after* a hook is marked here
+lazily, at the next hook (``settle``): every hook then sees the same counts as Lightning.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracker_core import StageProgress
+from tracker_core.adapter import samples_in
+
+
+class StageDriver:
+    """Lazy phase marks of one stage: what Lightning has marked after the last hook ran."""
+
+    __slots__ = (
+        "stage",
+        "batch_to_start",
+        "batch_to_complete",
+        "epoch_to_open",
+        "epoch_to_start",
+        "epoch_to_complete",
+        "samples",
+    )
+
+    def __init__(self, stage: StageProgress) -> None:
+        self.stage = stage
+        self.batch_to_start = False
+        self.batch_to_complete = False
+        self.epoch_to_start = False
+        self.epoch_to_complete = False
+        self.epoch_to_open = False  # an epoch begins without its start hook (see ProgressTracker)
+        self.samples = 0  # size of the batch in flight
+
+    def reset(self) -> None:
+        """Forget pending marks (after a checkpoint was loaded into the stage)."""
+        self.batch_to_start = self.batch_to_complete = self.epoch_to_start = self.epoch_to_complete = False
+        self.epoch_to_open = False
+
+    def settle(self) -> None:
+        """Mark what Lightning marked after the previous hook: completions and starts."""
+        if self.batch_to_complete:
+            self.batch_to_complete = False
+            self.stage.batch_completed()
+        if self.epoch_to_start:
+            self.epoch_to_start = False
+            self.stage.epoch_started()
+        if self.epoch_to_complete:
+            self.epoch_to_complete = False
+            self.stage.epoch_completed()
+
+    def epoch_begin(self) -> None:
+        self.settle()
+        self.epoch_to_open = False
+        self.stage.epoch_ready()
+        self.epoch_to_start = True
+
+    def batch_begin(self, batch: Any) -> None:
+        if self.batch_to_complete or self.epoch_to_start or self.epoch_to_open:
+            self.settle()
+            if self.epoch_to_open:
+                self.epoch_to_open = False
+                self.stage.epoch_ready()
+                self.stage.epoch_started()
+        self.stage.batch_ready()
+        self.batch_to_start = True
+        self.samples = samples_in(batch)
+
+    def batch_step(self) -> None:
+        """The step of the batch in flight has begun (Lightning marked it started)."""
+        if self.batch_to_start:
+            self.batch_to_start = False
+            self.stage.batch_started()
+
+    def batch_end(self, dataloader: int = 0) -> None:
+        """The batch's step is done; idempotent (a checkpoint may have caught it up already)."""
+        if self.batch_to_complete:
+            return
+        if self.batch_to_start:
+            self.batch_to_start = False
+            self.stage.batch_started()
+        self.stage.batch_processed(self.samples, dataloader)
+        self.batch_to_complete = True
+
+    def epoch_end(self) -> None:
+        """All batches are done (or the epoch was cut short); idempotent like ``batch_end``."""
+        if self.epoch_to_complete:
+            return
+        if self.batch_to_start:  # fetched but never run: on_train_batch_start returned -1
+            self.batch_to_start = False
+            self.stage.cancel_batch()
+        self.settle()
+        self.stage.epoch_processed()
+        self.epoch_to_complete = True

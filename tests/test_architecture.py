@@ -1,0 +1,50 @@
+"""The layout's rules: adapters use only the core's public API; each framework's private attributes are checked."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tracker_core.integrations._extra import check_attributes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _imports_from_the_core(path: Path) -> list[tuple[str, str]]:
+    """(module, name) of every ``from tracker_core... import name`` outside tracker_core.integrations."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tracker_core"):
+            if not node.module.startswith("tracker_core.integrations"):
+                found.extend((node.module, alias.name) for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.extend((alias.name, "") for alias in node.names if alias.name.startswith("tracker_core"))
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "integrations").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_adapters_import_only_public_names_of_the_core(path: Path) -> None:
+    private = [
+        f"{module}.{name}" if name else module
+        for module, name in _imports_from_the_core(path)
+        if any(part.startswith("_") for part in module.split(".")) or name.startswith("_")
+    ]
+    assert private == [], f"{path.name} imports private core names: {private}"
+
+
+@pytest.mark.parametrize("framework", ["lightning", "ignite", "accelerate"])
+def test_each_framework_compat_module_finds_every_attribute_it_touches(framework: str) -> None:
+    pytest.importorskip({"lightning": "pytorch_lightning", "ignite": "ignite", "accelerate": "accelerate"}[framework])
+    __import__(f"tracker_core.integrations.{framework}._compat")
+
+
+def test_a_missing_framework_attribute_is_named_with_the_framework_version() -> None:
+    class Engine:
+        def __init__(self) -> None:
+            self.kept = 1
+
+    check_attributes("frameworkx", "9.9", {"Engine": (Engine, ("kept",))})
+    with pytest.raises(ImportError, match=r"Engine\.gone, which frameworkx 9\.9 does not have"):
+        check_attributes("frameworkx", "9.9", {"Engine": (Engine, ("kept", "gone"))})

@@ -1,0 +1,48 @@
+"""The public API for adapter authors: everything an adapter for a training framework needs from the core.
+
+An adapter owns one :class:`Tracker`, drives its ``tracker.progress`` from the framework's
+events, registers the train loaders with ``Tracker.track_train_loader``, and stores
+``Tracker.checkpoint_state_dict()`` in the framework's checkpoint. docs/adapters.md gives the
+event contract and a worked example on a plain PyTorch loop. The three adapters in
+``tracker_core.integrations`` import nothing else from the core.
+"""
+
+from tracker_core._errors import EventOrderError, ProgressStateError
+from tracker_core._tracker import InexactResumeWarning, Tracker
+from tracker_core.counting._batch_size import batches_in, samples_in
+from tracker_core.counting._optimizer_hooks import count_optimizer_steps, count_skipped_steps
+from tracker_core.counting._progress import Progress
+from tracker_core.counting._registry import register_progress
+from tracker_core.counting._stage import StageProgress, TrainStageProgress
+from tracker_core.counting._view import ProgressView
+from tracker_core.data._rng import GlobalRng
+from tracker_core.display._display import Display
+from tracker_core.display._report import progress_facts, progress_table
+from tracker_core.distributed._elastic import saved_elsewhere
+from tracker_core.state._codec import read_int, read_mapping
+from tracker_core.state._gradients import capture_gradients, restore_gradients
+
+__all__ = [
+    "Display",
+    "EventOrderError",
+    "GlobalRng",
+    "InexactResumeWarning",
+    "Progress",
+    "ProgressStateError",
+    "ProgressView",
+    "StageProgress",
+    "Tracker",
+    "TrainStageProgress",
+    "batches_in",
+    "capture_gradients",
+    "count_optimizer_steps",
+    "count_skipped_steps",
+    "progress_facts",
+    "progress_table",
+    "read_int",
+    "read_mapping",
+    "register_progress",
+    "restore_gradients",
+    "samples_in",
+    "saved_elsewhere",
+]

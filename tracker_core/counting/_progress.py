@@ -1,0 +1,194 @@
+"""The trainer-level progress: runs, the four stages, and where the last event happened."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tracker_core.counting._counts import _Phased
+from tracker_core.counting._stage import StageProgress, TrainStageProgress
+
+if TYPE_CHECKING:
+    from tracker_core.state._schema import Parsed
+
+RUN_KINDS = ("fit", "validate", "test", "predict")
+
+
+class Progress:
+    """How far a training program has got, owned and advanced by one loop or adapter.
+
+    Consumers read it through :attr:`view`, never through this object. Counts live
+    in three scopes: this epoch, this run (one fit/validate/test/predict call) and
+    the lifetime of the model (across runs and trainers, carried by checkpoints).
+    """
+
+    __slots__ = (
+        "train",
+        "validate",
+        "test",
+        "predict",
+        "_runs",
+        "_run_kind",
+        "_where",
+        "_resuming_run",
+        "_resume_mapping",
+        "view",
+    )
+
+    def __init__(self) -> None:
+        from tracker_core.counting._view import ProgressView
+
+        self._runs = _Phased("run")
+        self._run_kind = ""
+        self._where: tuple[str, str, str] | None = None
+        self._resuming_run = False
+        self._resume_mapping: dict[str, Any] | None = None  # set by Tracker.load_state_dict (docs/distributed.md)
+        self.train = TrainStageProgress(self)
+        self.validate = StageProgress("validate", self)
+        self.test = StageProgress("test", self)
+        self.predict = StageProgress("predict", self)
+        self.view = ProgressView(self)
+
+    def stage(self, name: str) -> StageProgress:
+        """The stage called ``name`` (train, validate, test or predict)."""
+        if name not in ("train", "validate", "test", "predict"):
+            raise KeyError(f"unknown stage {name!r}; expected train, validate, test or predict")
+        stage: StageProgress = getattr(self, name)
+        return stage
+
+    def _stages(self) -> tuple[StageProgress, ...]:
+        return (self.train, self.validate, self.test, self.predict)
+
+    # runs -------------------------------------------------------------------
+    def run_ready(self, kind: str) -> None:
+        """A ``fit``/``validate``/``test``/``predict`` call begins; re-entering a restored run counts nothing."""
+        if kind not in RUN_KINDS:
+            raise ValueError(f"unknown run kind {kind!r}; expected one of {', '.join(RUN_KINDS)}")
+        if self._resuming_run:
+            if kind == self._run_kind:
+                return
+            self._close_restored_run()
+        self._runs.mark_ready()
+        self._run_kind = kind
+        for stage in self._stages():
+            stage._begin_run_scope()
+        self._where = ("", "run", "ready")
+
+    def run_started(self) -> None:
+        """The run's start hooks are done."""
+        if self._resuming_run:
+            self._resuming_run = False
+            return
+        self._runs.mark_started()
+        self._where = ("", "run", "started")
+
+    def run_processed(self) -> None:
+        """The run's loop has finished."""
+        self._resuming_run = False
+        self._runs.mark_processed()
+        self._where = ("", "run", "processed")
+
+    def run_completed(self) -> None:
+        """The run's end hooks are done."""
+        self._runs.mark_completed()
+        self._where = ("", "run", "completed")
+
+    def _close_restored_run(self) -> None:
+        """End a restored run that will not be resumed; its unfinished epochs do not count."""
+        self._resuming_run = False
+        self._runs.set_all(self._runs.ready)
+        for stage in self._stages():
+            stage._resuming_epoch = False
+            stage._epochs.set_all(stage._epochs.processed)
+
+    # state --------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data (ints, bools, str, lists, dicts) with a schema version; see docs/schema.md."""
+        from tracker_core.state._schema import dump
+
+        return dump(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume exactly from ``state``: validate all of it, then replace the live counts.
+
+        Raises :class:`ProgressStateError` naming the key and the problem, leaving
+        this object unchanged. In-flight events are settled as docs/design.md says:
+        a processed event counts as completed, an unprocessed batch is undone (its
+        data will be read again), an unfinished evaluation epoch restarts, and an
+        unfinished train epoch or run is re-entered by the next ready/started marks.
+        """
+        from tracker_core.state._schema import parse
+
+        self._load_parsed(parse(state))
+
+    def load_lifetime(self, state: dict[str, Any]) -> None:
+        """Carry only the lifetime counts of ``state`` into a new run (e.g. fine-tuning saved weights)."""
+        from tracker_core.state._schema import parse
+
+        self._load_parsed(parse(state))
+        self._close_restored_run()
+        for stage in self._stages():
+            stage._begin_run_scope()
+        self._where = None
+
+    def _load_parsed(self, parsed: Parsed) -> None:
+        """Write a state that ``parse`` accepted and settle its in-flight events; cannot fail."""
+        from tracker_core.state._schema import apply
+
+        apply(self, parsed)
+        self._settle_in_flight()
+        self._resume_mapping = None
+
+    def _settle_in_flight(self) -> None:
+        """Settle each in-flight event and rewrite ``where`` to match (see load_state_dict)."""
+        named = self._where_counter()
+        reached = 0
+        if named is not None and self._where is not None and self._where[2] != "cancelled":
+            reached = getattr(named, self._where[2])
+        for stage in self._stages():
+            _settle_stage(stage)
+        runs = self._runs
+        if runs.processed != runs.completed:
+            runs.set_all(runs.processed)
+        self._resuming_run = runs.ready != runs.completed
+        if self._resuming_run:
+            runs.started = runs.ready
+        if named is not None and self._where is not None:
+            stage, event, _ = self._where
+            if named.ready != named.completed:
+                self._where = (stage, event, "started")
+            elif reached and named.completed >= reached:
+                self._where = (stage, event, "completed")
+            else:
+                self._where = (stage, event, "cancelled")
+
+    def _where_counter(self) -> _Phased | None:
+        """The counter of the event that ``where`` names."""
+        if self._where is None:
+            return None
+        stage, event, _ = self._where
+        if event == "run":
+            return self._runs
+        return self.stage(stage)._epochs if event == "epoch" else self.stage(stage)._batches
+
+
+def _settle_stage(stage: StageProgress) -> None:
+    batches = stage._batches
+    batches.set_all(batches.processed)
+    epochs = stage._epochs
+    stage._resuming_epoch = False
+    if epochs.processed != epochs.completed:
+        epochs.set_all(epochs.processed)
+    elif epochs.ready != epochs.completed:
+        if stage.name == "train":
+            epochs.started = epochs.ready
+            stage._resuming_epoch = True
+        else:
+            _restart_epoch(stage)
+
+
+def _restart_epoch(stage: StageProgress) -> None:
+    """Drop an unfinished evaluation epoch: it runs again from its first batch."""
+    stage._epochs.set_all(stage._epochs.completed)
+    stage._batches.set_all(stage._batches.epoch_base)
+    for tally in stage._tallies():
+        tally.total = tally.epoch_base

@@ -1,0 +1,275 @@
+"""The counts of one stage (train, validate, test or predict) and the owner's API to advance them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tracker_core._errors import EventOrderError
+from tracker_core.counting._counts import _Phased, _Tally
+
+if TYPE_CHECKING:
+    from tracker_core.counting._progress import Progress
+    from tracker_core.counting._view import StageView
+
+STAGES = ("train", "validate", "test", "predict")
+
+
+class _DataloaderTallies:
+    """Batches and samples processed from one dataloader of a stage."""
+
+    __slots__ = ("batches", "samples")
+
+    def __init__(self) -> None:
+        self.batches = _Tally()
+        self.samples = _Tally()
+
+
+class StageProgress:
+    """Epochs, batches, samples and per-dataloader counts of one stage.
+
+    Only the loop or adapter that owns the tracker calls these methods; consumers
+    read through :class:`tracker_core.ProgressView`. Each method marks one phase of
+    one event: ``ready`` (fetched / about to begin), ``started`` (start hooks done),
+    ``processed`` (the step is done), ``completed`` (end hooks done).
+    """
+
+    __slots__ = (
+        "name",
+        "_progress",
+        "_epochs",
+        "_batches",
+        "_samples",
+        "_dataloaders",
+        "_resuming_epoch",
+        "_at",
+        "_at_batch_ready",
+        "_at_batch_started",
+        "_at_batch_processed",
+        "_at_batch_completed",
+    )
+
+    def __init__(self, name: str, progress: Progress) -> None:
+        self.name = name
+        self._progress = progress
+        self._epochs = _Phased(f"{name} epoch")
+        self._batches = _Phased(f"{name} batch")
+        self._samples = _Tally()
+        self._dataloaders: list[_DataloaderTallies] = []
+        self._resuming_epoch = False
+        self._at = {
+            (event, phase): (name, event, phase)
+            for event in ("epoch", "batch")
+            for phase in ("ready", "started", "processed", "completed", "cancelled")
+        }
+        self._at_batch_ready = self._at["batch", "ready"]
+        self._at_batch_started = self._at["batch", "started"]
+        self._at_batch_processed = self._at["batch", "processed"]
+        self._at_batch_completed = self._at["batch", "completed"]
+
+    @property
+    def view(self) -> StageView:
+        """The read-only counts of this stage (what consumers see)."""
+        return self._progress.view.stage(self.name)
+
+    # epochs -----------------------------------------------------------------
+    def epoch_ready(self) -> None:
+        """An epoch is about to begin. Re-entering an epoch restored mid-way counts nothing."""
+        if self._resuming_epoch:
+            return
+        self._epochs.mark_ready()
+        self._begin_epoch_scope()
+        self._progress._where = self._at["epoch", "ready"]
+
+    def epoch_started(self) -> None:
+        """The epoch's start hooks are done."""
+        if self._resuming_epoch:
+            return
+        self._epochs.mark_started()
+        self._progress._where = self._at["epoch", "started"]
+
+    def epoch_processed(self) -> None:
+        """Every batch of the epoch is done (or the epoch was cut short on purpose)."""
+        self._resuming_epoch = False
+        self._epochs.mark_processed()
+        self._progress._where = self._at["epoch", "processed"]
+
+    def epoch_completed(self) -> None:
+        """The epoch's end hooks are done."""
+        self._epochs.mark_completed()
+        self._progress._where = self._at["epoch", "completed"]
+
+    # batches (the hot path: counter operations inlined) ----------------------
+    def batch_ready(self) -> None:
+        """A batch was fetched from the data."""
+        batches = self._batches
+        if batches.ready != batches.completed:
+            raise EventOrderError(f"{self.name} batch: ready while the previous one is not completed")
+        epochs = self._epochs
+        if epochs.ready == epochs.completed:
+            raise EventOrderError(f"{self.name} batch: ready outside an epoch")
+        batches.ready += 1
+        self._resuming_epoch = False
+        self._progress._where = self._at_batch_ready
+
+    def batch_started(self) -> None:
+        """The batch's start hooks are done."""
+        batches = self._batches
+        if batches.started == batches.ready:
+            raise EventOrderError(f"{self.name} batch: started before it was ready")
+        batches.started += 1
+        self._progress._where = self._at_batch_started
+
+    def batch_processed(self, samples: int, dataloader: int = 0) -> None:
+        """The batch's step is done: ``samples`` samples from dataloader number ``dataloader``."""
+        batches = self._batches
+        if batches.processed == batches.started:
+            raise EventOrderError(f"{self.name} batch: processed before it was started")
+        if samples < 0 or dataloader < 0:
+            raise ValueError(f"{self.name} batch: samples and dataloader must be >= 0, got {samples}, {dataloader}")
+        try:
+            tallies = self._dataloaders[dataloader]
+        except IndexError:
+            tallies = self._add_dataloaders(dataloader)
+        batches.processed += 1
+        self._samples.total += samples
+        tallies.batches.total += 1
+        tallies.samples.total += samples
+        self._progress._where = self._at_batch_processed
+
+    def batch_completed(self) -> None:
+        """The batch's end hooks are done."""
+        batches = self._batches
+        if batches.completed == batches.processed:
+            raise EventOrderError(f"{self.name} batch: completed before it was processed")
+        batches.completed += 1
+        self._progress._where = self._at_batch_completed
+
+    def batch_begin(self) -> None:
+        """``batch_ready`` and ``batch_started`` in one call, for a framework with one event between them."""
+        batches = self._batches
+        if batches.ready != batches.completed:
+            raise EventOrderError(f"{self.name} batch: ready while the previous one is not completed")
+        epochs = self._epochs
+        if epochs.ready == epochs.completed:
+            raise EventOrderError(f"{self.name} batch: ready outside an epoch")
+        batches.ready = batches.started = batches.ready + 1
+        self._resuming_epoch = False
+        self._progress._where = self._at_batch_started
+
+    def batch_end(self, samples: int, dataloader: int = 0) -> None:
+        """``batch_processed`` and ``batch_completed`` in one call, for a framework with one event between them."""
+        batches = self._batches
+        if batches.completed != batches.processed:
+            raise EventOrderError(f"{self.name} batch: processed again before it was completed")
+        if batches.processed == batches.started:
+            raise EventOrderError(f"{self.name} batch: processed before it was started")
+        if samples < 0 or dataloader < 0:
+            raise ValueError(f"{self.name} batch: samples and dataloader must be >= 0, got {samples}, {dataloader}")
+        try:
+            tallies = self._dataloaders[dataloader]
+        except IndexError:
+            tallies = self._add_dataloaders(dataloader)
+        batches.processed = batches.completed = batches.processed + 1
+        self._samples.total += samples
+        tallies.batches.total += 1
+        tallies.samples.total += samples
+        self._progress._where = self._at_batch_completed
+
+    def cancel_batch(self) -> None:
+        """Undo a fetched batch that will not be processed (e.g. a start hook asked to stop)."""
+        batches = self._batches
+        if batches.ready == batches.completed:
+            raise EventOrderError(f"{self.name} batch: no batch in flight to cancel")
+        if batches.processed != batches.completed:
+            raise EventOrderError(f"{self.name} batch: cannot cancel a processed batch")
+        batches.set_all(batches.completed)
+        self._progress._where = self._at["batch", "cancelled"]
+
+    # internals ----------------------------------------------------------------
+    def _add_dataloaders(self, index: int) -> _DataloaderTallies:
+        while len(self._dataloaders) <= index:
+            self._dataloaders.append(_DataloaderTallies())
+        return self._dataloaders[index]
+
+    def _tallies(self) -> list[_Tally]:
+        """Every tally of the stage, for scope resets."""
+        tallies = [self._samples]
+        for dataloader in self._dataloaders:
+            tallies.append(dataloader.batches)
+            tallies.append(dataloader.samples)
+        return tallies
+
+    def _begin_epoch_scope(self) -> None:
+        self._batches.epoch_base = self._batches.completed
+        for tally in self._tallies():
+            tally.begin_epoch()
+
+    def _begin_run_scope(self) -> None:
+        """A run begins: its scope starts now. An epoch left open (a run cut short inside it and saved)
+        is re-entered by the new run, so its epoch scope is kept."""
+        epochs = self._epochs
+        keep_epoch = epochs.ready != epochs.completed
+        epochs.run_base = epochs.completed
+        self._batches.run_base = self._batches.completed
+        if not keep_epoch:
+            self._batches.epoch_base = self._batches.completed
+        for tally in self._tallies():
+            tally.run_base = tally.total
+            if not keep_epoch:
+                tally.epoch_base = tally.total
+
+
+class TrainStageProgress(StageProgress):
+    """The train stage: a stage that also counts optimizer and scheduler steps."""
+
+    __slots__ = ("_optimizer_steps", "_optimizer_steps_skipped", "_scheduler_steps", "_stepped_at")
+
+    def __init__(self, progress: Progress) -> None:
+        super().__init__("train", progress)
+        self._optimizer_steps: list[_Tally] = []
+        self._optimizer_steps_skipped: list[_Tally] = []
+        self._scheduler_steps = _Tally()
+        self._stepped_at = 0  # lifetime batches started when the last optimizer step was taken
+
+    def optimizer_step(self, optimizer: int = 0) -> None:
+        """Optimizer number ``optimizer`` took a step."""
+        if optimizer < 0:
+            raise ValueError(f"optimizer index must be >= 0, got {optimizer}")
+        try:
+            tally = self._optimizer_steps[optimizer]
+        except IndexError:
+            tally = self._add_optimizers(optimizer)
+        tally.total += 1
+        self._stepped_at = self._batches.started
+
+    def optimizer_step_skipped(self, optimizer: int = 0) -> None:
+        """Optimizer number ``optimizer`` skipped a step (e.g. AMP found inf/nan gradients)."""
+        if optimizer < 0:
+            raise ValueError(f"optimizer index must be >= 0, got {optimizer}")
+        if optimizer >= len(self._optimizer_steps):
+            self._add_optimizers(optimizer)
+        self._optimizer_steps_skipped[optimizer].total += 1
+        self._stepped_at = self._batches.started
+
+    def scheduler_step(self) -> None:
+        """A learning-rate scheduler took a step."""
+        self._scheduler_steps.total += 1
+
+    @property
+    def _accumulating_batches(self) -> int:
+        """Batches processed since the last optimizer step (taken or skipped)."""
+        return max(0, self._batches.processed - self._stepped_at)
+
+    def _add_optimizers(self, index: int) -> _Tally:
+        while len(self._optimizer_steps) <= index:
+            self._optimizer_steps.append(_Tally())
+            self._optimizer_steps_skipped.append(_Tally())
+        return self._optimizer_steps[index]
+
+    def _tallies(self) -> list[_Tally]:
+        return [
+            *super()._tallies(),
+            *self._optimizer_steps,
+            *self._optimizer_steps_skipped,
+            self._scheduler_steps,
+        ]

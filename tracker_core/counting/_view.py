@@ -1,0 +1,231 @@
+"""Read-only views of a Progress for consumers: callbacks, loggers, progress bars."""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+
+from tracker_core.counting._counts import PhaseCounts, ScopeCounts, _Tally
+
+if TYPE_CHECKING:
+    from tracker_core.counting._progress import Progress
+    from tracker_core.counting._stage import StageProgress, TrainStageProgress
+
+
+class EpochCounts(NamedTuple):
+    """Epoch phase counts in the run and lifetime scopes (an epoch has no epoch scope)."""
+
+    run: PhaseCounts
+    lifetime: PhaseCounts
+
+
+class BatchCounts(NamedTuple):
+    """Batch phase counts in each scope."""
+
+    epoch: PhaseCounts
+    run: PhaseCounts
+    lifetime: PhaseCounts
+
+
+class DataloaderCounts(NamedTuple):
+    """Batches and samples processed from one dataloader, in each scope."""
+
+    batches: ScopeCounts
+    samples: ScopeCounts
+
+
+class RunCounts(NamedTuple):
+    """The kind of the current or last run and the lifetime phase counts of runs."""
+
+    kind: str
+    counts: PhaseCounts
+
+
+class Where(NamedTuple):
+    """The last event phase marked: ``stage`` is "" for run events."""
+
+    stage: str
+    event: str
+    phase: str
+
+
+def _read_only(self: object, name: str, value: object = None) -> NoReturn:
+    raise AttributeError(
+        f"cannot set or delete {name!r}: {type(self).__name__} is read-only; "
+        "progress changes only through the owning tracker"
+    )
+
+
+def _sum(tallies: list[_Tally]) -> ScopeCounts:
+    return ScopeCounts(
+        sum(t.total - t.epoch_base for t in tallies),
+        sum(t.total - t.run_base for t in tallies),
+        sum(t.total for t in tallies),
+    )
+
+
+class StageView:
+    """Read-only counts of one stage."""
+
+    __slots__ = ("_stage",)
+    __setattr__ = _read_only
+    __delattr__ = _read_only
+
+    def __init__(self, stage: StageProgress) -> None:
+        object.__setattr__(self, "_stage", stage)
+
+    @property
+    def name(self) -> str:
+        return self._stage.name
+
+    @property
+    def epochs(self) -> EpochCounts:
+        e = self._stage._epochs
+        return EpochCounts(e.since(e.run_base), e.lifetime())
+
+    @property
+    def batches(self) -> BatchCounts:
+        b = self._stage._batches
+        return BatchCounts(b.since(b.epoch_base), b.since(b.run_base), b.lifetime())
+
+    @property
+    def samples(self) -> ScopeCounts:
+        return self._stage._samples.scopes()
+
+    @property
+    def dataloaders(self) -> tuple[DataloaderCounts, ...]:
+        return tuple(DataloaderCounts(d.batches.scopes(), d.samples.scopes()) for d in self._stage._dataloaders)
+
+    @property
+    def epoch_index(self) -> int:
+        """Epochs completed in this run: the 0-based index of the current epoch."""
+        e = self._stage._epochs
+        return e.completed - e.run_base
+
+    @property
+    def batch_index(self) -> int:
+        """0-based index in its epoch of the last batch fetched; -1 before the first."""
+        b = self._stage._batches
+        return b.ready - b.epoch_base - 1
+
+    @property
+    def is_mid_epoch(self) -> bool:
+        """An epoch has begun, processed at least one batch, and not finished its batches."""
+        e, b = self._stage._epochs, self._stage._batches
+        return e.started != e.processed and b.processed != b.epoch_base
+
+
+class TrainStageView(StageView):
+    """Read-only counts of the train stage, with optimizer and scheduler steps."""
+
+    __slots__ = ()
+    _stage: TrainStageProgress
+
+    @property
+    def optimizer_steps(self) -> ScopeCounts:
+        """Steps taken by all optimizers together."""
+        return _sum(self._stage._optimizer_steps)
+
+    @property
+    def optimizer_steps_by_optimizer(self) -> tuple[ScopeCounts, ...]:
+        return tuple(t.scopes() for t in self._stage._optimizer_steps)
+
+    @property
+    def optimizer_steps_skipped(self) -> ScopeCounts:
+        """Steps skipped by all optimizers together (e.g. AMP overflow), not in optimizer_steps."""
+        return _sum(self._stage._optimizer_steps_skipped)
+
+    @property
+    def optimizer_steps_skipped_by_optimizer(self) -> tuple[ScopeCounts, ...]:
+        return tuple(t.scopes() for t in self._stage._optimizer_steps_skipped)
+
+    @property
+    def scheduler_steps(self) -> ScopeCounts:
+        return self._stage._scheduler_steps.scopes()
+
+    @property
+    def accumulating_batches(self) -> int:
+        """Batches processed since the last optimizer step: gradients not yet applied."""
+        return self._stage._accumulating_batches
+
+
+class ProgressView:
+    """Read-only view of a whole Progress; what ``tracker_core.get_progress`` returns."""
+
+    __slots__ = ("_progress", "train", "validate", "test", "predict")
+    __setattr__ = _read_only
+    __delattr__ = _read_only
+
+    train: TrainStageView
+    validate: StageView
+    test: StageView
+    predict: StageView
+
+    def __init__(self, progress: Progress) -> None:
+        object.__setattr__(self, "_progress", progress)
+        object.__setattr__(self, "train", TrainStageView(progress.train))
+        object.__setattr__(self, "validate", StageView(progress.validate))
+        object.__setattr__(self, "test", StageView(progress.test))
+        object.__setattr__(self, "predict", StageView(progress.predict))
+
+    def stage(self, name: str) -> StageView:
+        """The view of stage ``name`` (train, validate, test or predict)."""
+        return StageView(self._progress.stage(name)) if name != "train" else self.train
+
+    @property
+    def run(self) -> RunCounts:
+        return RunCounts(self._progress._run_kind, self._progress._runs.lifetime())
+
+    @property
+    def where(self) -> Where | None:
+        """The last event phase marked (what a checkpoint taken now records); None before any."""
+        where = self._progress._where
+        return None if where is None else Where(*where)
+
+    @property
+    def resume_mapping(self) -> dict[str, Any] | None:
+        """How the last load mapped a checkpoint saved at another world size (a copy; see
+        docs/distributed.md); None when nothing was mapped."""
+        mapping = self._progress._resume_mapping
+        return None if mapping is None else copy.deepcopy(mapping)
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken in this run by all optimizers (Lightning's ``global_step``)."""
+        return self.train.optimizer_steps.run
+
+    @property
+    def epoch_index(self) -> int:
+        """Train epochs completed in this run: the 0-based index of the current train epoch."""
+        return self.train.epoch_index
+
+    @property
+    def batch_index(self) -> int:
+        """0-based index of the last train batch fetched in its epoch; -1 before the first."""
+        return self.train.batch_index
+
+    @property
+    def is_mid_epoch(self) -> bool:
+        return self.train.is_mid_epoch
+
+    @property
+    def is_mid_accumulation(self) -> bool:
+        """Train batches were processed whose gradients no optimizer step has applied yet."""
+        return self.train.accumulating_batches > 0
+
+    @property
+    def total_batches(self) -> ScopeCounts:
+        """Batches processed by all four stages together."""
+        return ScopeCounts(*(sum(s.batches[i].processed for s in self._stages()) for i in range(3)))
+
+    @property
+    def total_samples(self) -> ScopeCounts:
+        """Samples processed by all four stages together."""
+        return ScopeCounts(*(sum(s.samples[i] for s in self._stages()) for i in range(3)))
+
+    def _stages(self) -> tuple[StageView, ...]:
+        return (self.train, self.validate, self.test, self.predict)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The same plain data as the owner's ``state_dict()``."""
+        return self._progress.state_dict()

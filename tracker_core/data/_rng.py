@@ -1,0 +1,183 @@
+"""Global RNG snapshots: torch CPU, Python ``random`` and NumPy (when importable).
+
+``capture_rng_state()`` is what an adapter saves at the checkpoint instant so dropout,
+augmentation etc. continue identically after a resume; ``restore_rng_state(state)``
+validates it fully, then sets all three generators.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tracker_core._errors import ProgressStateError
+from tracker_core.state._codec import (
+    bytes_to_text,
+    join_key,
+    read_float_or_none,
+    read_int,
+    read_mapping,
+    read_str,
+    tensor_to_text,
+    text_to_byte_tensor,
+    text_to_bytes,
+)
+
+try:
+    import numpy as _np
+except ImportError:  # pragma: no cover - numpy is optional
+    _np = None
+
+RNG_STATE_VERSION = 1
+_MT_WORDS = 625  # Python's Mersenne Twister state: 624 words + position
+_NP_WORDS = 624
+
+
+@dataclass(frozen=True)
+class GlobalRng:
+    """The three global generators' states, in memory (``capture`` / ``apply``)."""
+
+    torch_state: torch.Tensor
+    python_state: tuple[Any, ...]
+    numpy_state: tuple[Any, ...] | None
+
+    @classmethod
+    def capture(cls) -> GlobalRng:
+        """Snapshot the live global generators (a few tens of microseconds)."""
+        numpy_state = _np.random.get_state() if _np is not None else None
+        return cls(torch.get_rng_state(), random.getstate(), numpy_state)
+
+    def apply(self) -> None:
+        """Set the live global generators to this snapshot."""
+        torch.set_rng_state(self.torch_state)
+        random.setstate(self.python_state)
+        if self.numpy_state is not None and _np is not None:
+            _np.random.set_state(self.numpy_state)
+
+    def to_plain(self) -> dict[str, Any]:
+        """``{"version", "torch", "python", "numpy"}`` with base64 blobs; ``numpy`` may be None."""
+        fmt, words, gauss_next = self.python_state
+        python = {
+            "format": fmt,
+            "words": bytes_to_text(struct.pack(f"<{_MT_WORDS}I", *words)),
+            "gauss_next": gauss_next,
+        }
+        numpy = None
+        if self.numpy_state is not None:
+            algorithm, keys, pos, has_gauss, cached_gaussian = self.numpy_state[:5]
+            numpy = {
+                "algorithm": str(algorithm),
+                "keys": bytes_to_text(_np.asarray(keys, dtype="<u4").tobytes()),
+                "pos": int(pos),
+                "has_gauss": int(has_gauss),
+                "cached_gaussian": float(cached_gaussian),
+            }
+        return {
+            "version": RNG_STATE_VERSION,
+            "torch": tensor_to_text(self.torch_state),
+            "python": python,
+            "numpy": numpy,
+        }
+
+    @classmethod
+    def from_plain(cls, state: object, key: str = "") -> GlobalRng:
+        """Validate fully (each part is tried on a scratch generator), changing nothing."""
+        fields = read_mapping(state, key, required=("version", "torch", "python", "numpy"))
+        version = read_int(fields["version"], join_key(key, "version"))
+        if version != RNG_STATE_VERSION:
+            raise ProgressStateError(
+                join_key(key, "version"), f"unsupported version {version}; this code reads {RNG_STATE_VERSION}"
+            )
+        torch_state = read_torch_cpu_state(fields["torch"], join_key(key, "torch"))
+        python_state = _python_state(fields["python"], join_key(key, "python"))
+        numpy_state = None
+        if fields["numpy"] is not None:
+            numpy_state = _numpy_state(fields["numpy"], join_key(key, "numpy"))
+        return cls(torch_state, python_state, numpy_state)
+
+
+def read_torch_cpu_state(value: object, key: str) -> torch.Tensor:
+    """A torch CPU RNG state from base64 text, checked by loading it into a scratch generator."""
+    state = text_to_byte_tensor(value, key)
+    try:
+        torch.Generator().set_state(state)
+    except RuntimeError as exc:
+        raise ProgressStateError(key, f"not a torch CPU RNG state ({exc})") from None
+    return state
+
+
+def read_generator_state(value: object, key: str, like: torch.Generator) -> torch.Tensor:
+    """A state for generator ``like`` from base64 text, checked on a scratch generator."""
+    state = text_to_byte_tensor(value, key)
+    try:
+        torch.Generator(device=like.device).set_state(state)
+    except RuntimeError as exc:
+        raise ProgressStateError(key, f"not a state for a {like.device} torch.Generator ({exc})") from None
+    return state
+
+
+def _python_state(value: object, key: str) -> tuple[Any, ...]:
+    fields = read_mapping(value, key, required=("format", "words", "gauss_next"))
+    fmt = read_int(fields["format"], join_key(key, "format"))
+    words = struct.unpack(f"<{_MT_WORDS}I", text_to_bytes(fields["words"], join_key(key, "words"), size=4 * _MT_WORDS))
+    gauss_next = read_float_or_none(fields["gauss_next"], join_key(key, "gauss_next"))
+    state = (fmt, words, gauss_next)
+    try:
+        random.Random().setstate(state)
+    except (ValueError, TypeError) as exc:
+        raise ProgressStateError(key, f"not a Python random state ({exc})") from None
+    return state
+
+
+def _numpy_state(value: object, key: str) -> tuple[Any, ...]:
+    if _np is None:
+        raise ProgressStateError(key, "the state has a NumPy RNG state but numpy is not importable here")
+    fields = read_mapping(value, key, required=("algorithm", "keys", "pos", "has_gauss", "cached_gaussian"))
+    algorithm = read_str(fields["algorithm"], join_key(key, "algorithm"))
+    raw = text_to_bytes(fields["keys"], join_key(key, "keys"), size=4 * _NP_WORDS)
+    keys = _np.frombuffer(raw, dtype="<u4").astype(_np.uint32)
+    pos = read_int(fields["pos"], join_key(key, "pos"), minimum=0)
+    has_gauss = read_int(fields["has_gauss"], join_key(key, "has_gauss"), minimum=0)
+    cached = fields["cached_gaussian"]
+    if not isinstance(cached, float):
+        raise ProgressStateError(join_key(key, "cached_gaussian"), f"expected a float, got {type(cached).__name__}")
+    state = (algorithm, keys, pos, has_gauss, cached)
+    try:
+        _np.random.RandomState().set_state(state)
+    except (ValueError, TypeError) as exc:
+        raise ProgressStateError(key, f"not a NumPy RandomState state ({exc})") from None
+    return state
+
+
+@contextmanager
+def preserved_global_rng() -> Iterator[None]:
+    """Run a block, then put the three global generators back as they were before it."""
+    saved = GlobalRng.capture()
+    try:
+        yield
+    finally:
+        saved.apply()
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """The global RNGs (torch CPU, Python ``random``, NumPy or None) as plain data.
+
+    ``{"version": 1, "torch": <base64>, "python": {...}, "numpy": {...} | None}``;
+    JSON- and ``torch.load(weights_only=True)``-safe.
+    """
+    return GlobalRng.capture().to_plain()
+
+
+def restore_rng_state(state: Mapping[str, Any]) -> None:
+    """Set the global RNGs from :func:`capture_rng_state` output.
+
+    Validates everything first; on a bad state raises ``ProgressStateError`` naming the
+    key (e.g. ``"python.words"``) and leaves every generator untouched.
+    """
+    GlobalRng.from_plain(state).apply()

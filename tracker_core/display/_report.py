@@ -1,0 +1,85 @@
+"""A saved progress state for people: a plain-text table (stage x granularity x scope) and derived facts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracker_core.counting._progress import Progress
+
+_SCOPES = ("epoch", "run", "lifetime")
+
+
+def _scoped(counts: dict[str, int]) -> list[str]:
+    return [str(counts[s]) if s in counts else "-" for s in _SCOPES]
+
+
+def _phased(counts: dict[str, dict[str, int]]) -> list[str]:
+    return [str(counts[s]["processed"]) if s in counts else "-" for s in _SCOPES]
+
+
+def _batches(count: int) -> str:
+    return f"{count} batch" if count == 1 else f"{count} batches"
+
+
+def _summed(items: list[dict[str, int]]) -> dict[str, int]:
+    return {s: sum(item[s] for item in items) for s in _SCOPES}
+
+
+def taken_at(progress: dict[str, Any]) -> str:
+    """The last event phase marked before the state was taken, e.g. ``"train batch processed"``."""
+    where = progress["where"]
+    return " ".join(filter(None, where.values())) if where else "nothing happened yet"
+
+
+def progress_facts(progress: dict[str, Any]) -> dict[str, Any]:
+    """What a resume from ``progress`` (a ``Progress.state_dict()``) starts from, as plain data.
+
+    ``ProgressStateError`` if the state is damaged. Keys: ``taken_at``, ``run_kind``,
+    ``global_step``, ``epoch_index``, ``batches_into_epoch`` (train batches done in the
+    current epoch), ``mid_epoch``, ``mid_accumulation``, ``accumulating_batches``.
+    """
+    loaded = Progress()
+    loaded.load_state_dict(progress)
+    view = loaded.view
+    return {
+        "taken_at": taken_at(progress),
+        "run_kind": progress["run"]["kind"],
+        "global_step": view.global_step,
+        "epoch_index": view.epoch_index,
+        "batches_into_epoch": view.train.batches.epoch.completed if view.train.epochs.lifetime.in_flight else 0,
+        "mid_epoch": view.is_mid_epoch,
+        "mid_accumulation": view.is_mid_accumulation,
+        "accumulating_batches": view.train.accumulating_batches,
+    }
+
+
+def progress_table(progress: dict[str, Any]) -> str:
+    """Processed epochs and batches (their step done), samples, optimizer and scheduler steps per stage and scope,
+    then where the state was taken and whether it is mid-epoch / mid-accumulation;
+    ``progress`` is a ``Progress.state_dict()``."""
+    rows = [("stage", "count", *_SCOPES)]
+    for name, stage in progress["stages"].items():
+        if not stage["batches"]["lifetime"]["ready"] and not stage["epochs"]["lifetime"]["ready"]:
+            continue
+        rows.append((name, "epochs", *_phased(stage["epochs"])))
+        rows.append(("", "batches", *_phased(stage["batches"])))
+        rows.append(("", "samples", *_scoped(stage["samples"])))
+        if "optimizer_steps" in stage:
+            rows.append(("", "optimizer steps", *_scoped(_summed(stage["optimizer_steps"]))))
+            skipped = _summed(stage["optimizer_steps_skipped"])
+            if skipped["lifetime"]:
+                rows.append(("", "steps skipped", *_scoped(skipped)))
+            if stage["scheduler_steps"]["lifetime"]:
+                rows.append(("", "scheduler steps", *_scoped(stage["scheduler_steps"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    facts = progress_facts(progress)
+    lines.append(f"taken at: {facts['taken_at']}; run: {facts['run_kind'] or '-'}; global step: {facts['global_step']}")
+    epoch = f"yes, {_batches(facts['batches_into_epoch'])} into train epoch {facts['epoch_index']} (0-based)"
+    accumulation = f"yes, {_batches(facts['accumulating_batches'])} not yet applied by an optimizer step"
+    lines.append(
+        f"mid-epoch: {epoch if facts['mid_epoch'] else 'no'}; "
+        f"mid-accumulation: {accumulation if facts['mid_accumulation'] else 'no'}"
+    )
+    return "\n".join(lines)

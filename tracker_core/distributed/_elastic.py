@@ -1,0 +1,269 @@
+"""Every rank's entry in one checkpoint, and the entry a rank loads from it at any world size.
+
+``gather(entry)`` (one ``all_gather_object``) gives every rank's entry. ``select(ranks, ...)``
+picks this rank's at the saved world size; at another world size it maps each train
+loader's mid-epoch position by global samples of its epoch and re-bases the progress to the
+new geometry (see docs/distributed.md). Two shardings map alike (after ``k`` batches of ``b``
+on ``W`` ranks, positions ``[0, k * b * W)`` are consumed): a ``DistributedSampler`` (rank ``r``
+reads positions ``r, r + W, ...``) and batch sharding over a seedable sampler (rank ``r`` reads
+batches ``r, r + W, ...``; ``tracker_core/distributed/_sharded.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+
+from tracker_core._errors import ProgressStateError
+from tracker_core.counting._counts import PhaseCounts
+from tracker_core.data._position import LoaderPosition, read_distributed
+from tracker_core.distributed._sharded import is_batch_sharded, samples_read
+from tracker_core.state._codec import read_int
+from tracker_core.state._schema import _mapping, parse
+
+ENTRY_KEYS = ("progress", "train_loaders", "rng")
+_SCOPES = ("epoch", "run", "lifetime")
+_PHASES = ("ready", "started", "processed", "completed")
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The entry this rank loads, how it was mapped (None at the saved world size), and what is inexact."""
+
+    entry: dict[str, Any]
+    mapping: dict[str, Any] | None
+    problems: list[str]
+    key_prefix: str = ""  # where ``entry`` sits in the saved entry ("ranks.1"); "" when it was built here
+
+
+def world() -> tuple[int, int]:
+    """``(world size, rank)`` of the default process group; ``(1, 0)`` without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def saved_elsewhere(entry: object) -> bool:
+    """True if ``entry`` holds every rank's part (``"ranks"``) and was saved by another number of processes."""
+    ranks = entry.get("ranks") if isinstance(entry, dict) else None
+    return isinstance(ranks, list) and bool(ranks) and len(ranks) != world()[0]
+
+
+def gather(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's ``entry``, index = rank (collective: one ``all_gather_object``)."""
+    size, _ = world()
+    if size == 1:
+        return [entry]
+    gathered: list[Any] = [None] * size
+    dist.all_gather_object(gathered, entry)
+    return gathered
+
+
+def reenters_train_epoch(epochs: PhaseCounts) -> bool:
+    """True if a train epoch has begun and not processed all its batches: a load re-enters it."""
+    return epochs.ready != epochs.completed and epochs.processed == epochs.completed
+
+
+def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
+    """This rank's entry from the saved ``ranks`` (validated here only as far as the mapping reads them)."""
+    if not isinstance(ranks, list) or not ranks:
+        raise ProgressStateError("ranks", "expected a non-empty list of entries, one per rank")
+    for index, entry in enumerate(ranks):
+        _mapping(entry, f"ranks.{index}", ENTRY_KEYS)
+    size, rank = world()
+    saved_size = len(ranks)
+    if saved_size == size:
+        return Selected(ranks[rank], None, [], f"ranks.{rank}")
+    source_rank = rank % saved_size
+    source = ranks[source_rank]
+    try:
+        epochs = parse(source["progress"]).stages["train"].epochs_lifetime
+    except ProgressStateError as error:
+        key = f"ranks.{source_rank}.progress"
+        raise ProgressStateError(f"{key}.{error.key}" if error.key else key, error.problem) from None
+    mapping: dict[str, Any] = {
+        "saved_world_size": saved_size,
+        "world_size": size,
+        "rank": rank,
+        "source_rank": source_rank,
+        "train_loaders": [],
+    }
+    entry = {
+        "progress": copy.deepcopy(source["progress"]),
+        "train_loaders": list(source["train_loaders"]),
+        "rng": source["rng"],
+    }
+    if not reenters_train_epoch(epochs):
+        # Between epochs only generators are restored; the next epoch is the new geometry's own.
+        entry["train_loaders"] = [_between_epochs(state) for state in entry["train_loaders"]]
+        return Selected(entry, mapping, [])
+    problems: list[str] = []
+    if entry["progress"]["stages"]["train"]["accumulating_batches"]:
+        problems.append(
+            "saved inside a gradient accumulation window: its partial gradients belong to the old world size"
+        )
+    for index, state in enumerate(source["train_loaders"]):
+        if isinstance(state, dict) and state.get("kind") == "untracked":
+            continue
+        found = _map_loader(ranks, index, loaders.get(index), size, source_rank)
+        entry["train_loaders"][index] = found.state
+        _rebase(entry["progress"], index, found)
+        mapping["train_loaders"].append(found.record)
+        if found.record["problem"]:
+            problems.append(f"train dataloader {index}: {found.record['problem']}")
+    return Selected(entry, mapping, problems)
+
+
+def _between_epochs(state: object) -> object:
+    """A loader state saved between epochs, freed of its old geometry (epoch length, sampler rank)."""
+    if not isinstance(state, dict) or state.get("kind") == "untracked":
+        return state
+    return {**state, "batches_per_epoch": None, "distributed": None}
+
+
+@dataclass(frozen=True)
+class _Mapped:
+    state: dict[str, Any]
+    record: dict[str, Any]
+    consumed_batches_before: int  # the source rank's batches_consumed
+    samples: int  # this rank's samples of the epoch at the mapped position
+
+
+def _samples_per_rank(info: Mapping[str, Any]) -> int:
+    """``len(DistributedSampler)``: torch pads to a multiple of the world size, or drops the tail."""
+    size, replicas = info["dataset_size"], info["num_replicas"]
+    if info["drop_last"] and size % replicas:
+        return math.ceil((size - replicas) / replicas)
+    return math.ceil(size / replicas)
+
+
+def _map_loader(
+    ranks: list[dict[str, Any]], index: int, position: LoaderPosition | None, size: int, source_rank: int
+) -> _Mapped:
+    saved_size = len(ranks)
+    key = f"train_loaders.{index}"
+    if position is None:
+        raise ProgressStateError(
+            key,
+            f"an elastic resume (saved at world size {saved_size}, loading at {size}) maps the data position "
+            "onto the loader: register it with track_train_loader before load_state_dict",
+        )
+    mine = position.distributed_info()
+    if mine is None or mine["batch_size"] is None:
+        raise ProgressStateError(
+            key,
+            "an elastic resume maps positions only for a loader with a DistributedSampler and a batch_size, "
+            "or one sharded by batches over a seedable sampler (Accelerate's use_seedable_sampler=True)",
+        )
+    if mine["num_replicas"] != size:
+        raise ProgressStateError(
+            key, f"this loader is sharded for num_replicas={mine['num_replicas']}; the world size is {size}"
+        )
+    consumed: list[int] = []
+    batch_size = 0
+    for rank, entry in enumerate(ranks):
+        states = entry["train_loaders"]
+        state_key = f"ranks.{rank}.{key}"
+        if not isinstance(states, list) or index >= len(states) or not isinstance(states[index], dict):
+            raise ProgressStateError(state_key, "missing: every rank must save the same train loaders")
+        state = states[index]
+        saved = read_distributed(state.get("distributed"), f"{state_key}.distributed")
+        if saved is None or saved["batch_size"] is None:
+            raise ProgressStateError(
+                f"{state_key}.distributed",
+                "saved without a DistributedSampler and a batch_size, or batch sharding over a seedable sampler: "
+                "its position cannot be mapped",
+            )
+        if is_batch_sharded(saved) != is_batch_sharded(mine):
+            raise ProgressStateError(
+                f"{state_key}.distributed", f"saved {_sharding(saved)}; this loader is {_sharding(mine)}"
+            )
+        if is_batch_sharded(saved) and state.get("kind") != "sampler_replay":
+            raise ProgressStateError(
+                f"{state_key}.kind",
+                "a batch-sharded position is mapped by replaying its sampler: 'sampler_replay' only",
+            )
+        if (saved["num_replicas"], saved["rank"]) != (saved_size, rank):
+            raise ProgressStateError(
+                f"{state_key}.distributed.rank",
+                f"saved by rank {saved['rank']} of {saved['num_replicas']}, listed as rank {rank} of {saved_size}",
+            )
+        for name in ("seed", "shuffle", "dataset_size"):
+            if saved[name] != mine[name]:
+                raise ProgressStateError(
+                    f"{state_key}.distributed.{name}",
+                    f"saved with {name}={saved[name]!r}; this loader's sampler has {mine[name]!r}",
+                )
+        if rank and saved["batch_size"] != batch_size:
+            raise ProgressStateError(f"{state_key}.distributed.batch_size", "ranks saved different batch sizes")
+        batch_size = saved["batch_size"]
+        consumed.append(read_int(state.get("batches_consumed"), f"{state_key}.batches_consumed", minimum=0))
+    batches = min(consumed)
+    new_batch = mine["batch_size"]
+    global_batch = new_batch * size
+    per_epoch = [entry["train_loaders"][index].get("batches_per_epoch") for entry in ranks]
+    finished = all(k == n for k, n in zip(consumed, per_epoch, strict=True))
+    # A finished epoch may end in a short batch: it consumed every position, whatever k * b says.
+    samples = mine["dataset_size"] if finished else batches * batch_size * saved_size
+    resumed = position._batches_per_epoch() if finished else samples // global_batch
+    problems = []
+    if len(set(consumed)) > 1:
+        by_rank = ", ".join(f"rank {r} = {k}" for r, k in enumerate(consumed))
+        ahead = sum(k - batches for k in consumed) * batch_size
+        problems.append(
+            f"ranks saved at different batch counts ({by_rank}); resumed from the smallest, so the {ahead} "
+            "samples the ranks ahead had trained are trained again"
+        )
+    if not finished and samples != resumed * global_batch:
+        problems.append(
+            f"global sample position {samples} is not a multiple of the new global batch {new_batch} x {size} = "
+            f"{global_batch}: resumed at batch {resumed} (position {resumed * global_batch}), so the "
+            f"{samples - resumed * global_batch} samples before position {samples} are trained again"
+        )
+    state = dict(
+        ranks[source_rank]["train_loaders"][index],
+        batches_consumed=resumed,
+        batches_per_epoch=position._batches_per_epoch(),
+        distributed=mine,
+    )
+    record = {
+        "index": index,
+        "samples_consumed": samples,
+        "batch_size": new_batch,
+        "batches_consumed": resumed,
+        "exact": not problems,
+        "problem": "; ".join(problems),
+    }
+    return _Mapped(state, record, consumed[source_rank], _samples_read(mine, resumed))
+
+
+def _sharding(info: Mapping[str, Any]) -> str:
+    return "sharded by batches" if is_batch_sharded(info) else "with a DistributedSampler"
+
+
+def _samples_read(info: Mapping[str, Any], batches: int) -> int:
+    """This rank's samples of the epoch after its first ``batches`` batches."""
+    if is_batch_sharded(info):
+        return samples_read(info, batches)
+    return min(batches * info["batch_size"], _samples_per_rank(info))
+
+
+def _rebase(progress: dict[str, Any], index: int, mapped: _Mapped) -> None:
+    """Move the re-entered epoch's counts of loader ``index`` to the mapped position."""
+    train = progress["stages"]["train"]
+    if index >= len(train["dataloaders"]):
+        return  # this loader processed nothing yet: the mapped position is 0 as well
+    loader = train["dataloaders"][index]
+    delta_batches = mapped.record["batches_consumed"] - mapped.consumed_batches_before
+    delta_samples = mapped.samples - loader["samples"]["epoch"]
+    for scope in _SCOPES:
+        loader["batches"][scope] += delta_batches
+        loader["samples"][scope] += delta_samples
+        train["samples"][scope] += delta_samples
+        for phase in _PHASES:
+            train["batches"][scope][phase] += delta_batches
