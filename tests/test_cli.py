@@ -195,6 +195,7 @@ def test_inspect_json_holds_format_path_progress_and_facts(saved: Saved, capsys:
     assert data["facts"] == {
         "taken_at": data["facts"]["taken_at"], "run_kind": "fit", "global_step": 1, "epoch_index": 0,
         "batches_into_epoch": 3, "mid_epoch": True, "mid_accumulation": True, "accumulating_batches": 1,
+        "anomalies": [],
     }
     assert data["ranks"] == [{"rank": 0, "progress": data["progress"], "facts": data["facts"]}]
 

@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 import pytest
-from core_drive import ScriptBuilder, driven, in_fit_epoch, json_roundtrip, whole_epoch
+from helpers.core_drive import ScriptBuilder, driven, in_fit_epoch, json_roundtrip, whole_epoch
 
 import tracker_core.state._schema as schema
 from tracker_core import Progress, ProgressStateError
@@ -338,8 +338,8 @@ def test_where_that_is_not_a_dict_is_refused(state):
 
 # schema versions ----------------------------------------------------------------------
 def test_a_state_from_a_newer_schema_version_is_refused_saying_it_is_newer(state):
-    assert_rejected(put(state, "schema_version", 2), "schema_version",
-                    "version 2 was written by a newer progress-tracker", "reads up to 1")
+    assert_rejected(put(state, "schema_version", 3), "schema_version",
+                    "version 3 was written by a newer progress-tracker", "reads up to 2")
 
 
 @pytest.mark.parametrize("version", [0, -1])
@@ -347,66 +347,88 @@ def test_a_state_from_an_unknown_older_schema_version_is_refused(state, version)
     assert_rejected(put(state, "schema_version", version), "schema_version", f"unknown schema version {version}")
 
 
-def _as_version_1_with_where_called_last(state: dict[str, Any]) -> dict[str, Any]:
-    """The state in a pretend v1 layout: v2 renamed ``last`` to ``where``."""
+def _as_version_2_with_where_called_last(state: dict[str, Any]) -> dict[str, Any]:
+    """The state in a pretend v2 layout: a pretend v3 renamed ``last`` to ``where``."""
     old = copy.deepcopy(state)
     old["last"] = old.pop("where")
-    old["schema_version"] = 1
+    old["schema_version"] = 2
     return old
 
 
 def _rename_last_to_where(state: dict[str, Any]) -> dict[str, Any]:
     new = dict(state)
     new["where"] = new.pop("last")
-    new["schema_version"] = 2
+    new["schema_version"] = 3
     return new
 
 
-def test_a_version_1_state_loads_through_a_registered_migration(state, monkeypatch):
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(schema.MIGRATIONS, 1, _rename_last_to_where)
+def test_an_older_state_loads_through_a_registered_migration(state, monkeypatch):
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
+    monkeypatch.setitem(schema.MIGRATIONS, 2, _rename_last_to_where)
     progress = Progress()
-    progress.load_state_dict(_as_version_1_with_where_called_last(state))
-    assert progress.state_dict() == {**state, "schema_version": 2}
+    progress.load_state_dict(_as_version_2_with_where_called_last(state))
+    assert progress.state_dict() == {**state, "schema_version": 3}
 
 
 def test_migrations_run_one_version_at_a_time_in_order(state, monkeypatch):
     applied = []
 
-    def v2_to_v3(old: dict[str, Any]) -> dict[str, Any]:
+    def v3_to_v4(old: dict[str, Any]) -> dict[str, Any]:
         applied.append(old["schema_version"])
-        return {**old, "schema_version": 3}
+        return {**old, "schema_version": 4}
 
-    def v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
+    def v2_to_v3(old: dict[str, Any]) -> dict[str, Any]:
         applied.append(old["schema_version"])
         return _rename_last_to_where(old)
 
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
-    monkeypatch.setitem(schema.MIGRATIONS, 1, v1_to_v2)
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 4)
     monkeypatch.setitem(schema.MIGRATIONS, 2, v2_to_v3)
+    monkeypatch.setitem(schema.MIGRATIONS, 3, v3_to_v4)
     progress = Progress()
-    progress.load_state_dict(_as_version_1_with_where_called_last(state))
-    assert applied == [1, 2]
-    assert progress.state_dict() == {**state, "schema_version": 3}
+    progress.load_state_dict(_as_version_2_with_where_called_last(state))
+    assert applied == [2, 3]
+    assert progress.state_dict() == {**state, "schema_version": 4}
 
 
 def test_a_current_version_state_is_not_migrated(state, monkeypatch):
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(schema.MIGRATIONS, 1, lambda old: pytest.fail("migrated a current state"))
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
+    monkeypatch.setitem(schema.MIGRATIONS, 2, lambda old: pytest.fail("migrated a current state"))
     progress = Progress()
-    progress.load_state_dict({**state, "schema_version": 2})
-    assert progress.state_dict() == {**state, "schema_version": 2}
+    progress.load_state_dict({**state, "schema_version": 3})
+    assert progress.state_dict() == {**state, "schema_version": 3}
 
 
 def test_an_old_state_with_no_migration_registered_is_refused(state, monkeypatch):
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
-    assert_rejected(_as_version_1_with_where_called_last(state), "schema_version", "unknown schema version 1")
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
+    monkeypatch.delitem(schema.MIGRATIONS, 2, raising=False)
+    assert_rejected(_as_version_2_with_where_called_last(state), "schema_version", "unknown schema version 2")
 
 
 def test_a_migrated_state_is_validated_like_any_other(state, monkeypatch):
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(schema.MIGRATIONS, 1, lambda old: {**old, "schema_version": 2})  # forgets the rename
-    assert_rejected(_as_version_1_with_where_called_last(state), "where", "missing")
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
+    monkeypatch.setitem(schema.MIGRATIONS, 2, lambda old: {**old, "schema_version": 3})  # forgets the rename
+    assert_rejected(_as_version_2_with_where_called_last(state), "where", "missing")
+
+
+# anomalies ---------------------------------------------------------------------------
+def test_anomalies_that_are_not_a_list_are_refused(state):
+    assert_rejected(put(state, "anomalies", "cut short"), "anomalies", "expected a list, got str")
+
+
+def test_an_anomaly_that_is_not_a_str_is_refused(state):
+    assert_rejected(put(state, "anomalies", ["ok", 3]), "anomalies.1", "expected a str, got int")
+
+
+def test_more_anomalies_than_are_kept_are_refused(state):
+    assert_rejected(put(state, "anomalies", ["x"] * 101), "anomalies", "101 anomalies; at most 100")
+
+
+def test_an_anomaly_longer_than_is_kept_is_refused(state):
+    assert_rejected(put(state, "anomalies", ["x" * 501]), "anomalies.0", "501 characters; an anomaly has at most 500")
+
+
+def test_a_state_without_anomalies_is_refused(state):
+    assert_rejected(drop(state, "anomalies"), "anomalies", "missing")
 
 
 # a failed load keeps everything -------------------------------------------------------

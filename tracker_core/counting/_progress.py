@@ -11,6 +11,8 @@ if TYPE_CHECKING:
     from tracker_core.state._schema import Parsed
 
 RUN_KINDS = ("fit", "validate", "test", "predict")
+MAX_ANOMALIES = 100  # the most recent ones are kept
+MAX_ANOMALY_CHARS = 500  # a longer message is cut to this length
 
 
 class Progress:
@@ -31,6 +33,7 @@ class Progress:
         "_where",
         "_resuming_run",
         "_resume_mapping",
+        "_anomalies",
         "view",
     )
 
@@ -42,6 +45,7 @@ class Progress:
         self._where: tuple[str, str, str] | None = None
         self._resuming_run = False
         self._resume_mapping: dict[str, Any] | None = None  # set by Tracker.load_state_dict (docs/distributed.md)
+        self._anomalies: list[str] = []
         self.train = TrainStageProgress(self)
         self.validate = StageProgress("validate", self)
         self.test = StageProgress("test", self)
@@ -99,6 +103,17 @@ class Progress:
         for stage in self._stages():
             stage._resuming_epoch = False
             stage._epochs.set_all(stage._epochs.processed)
+
+    # anomalies ---------------------------------------------------------------
+    def note_anomaly(self, message: str) -> None:
+        """Record what happened that the counts could not follow, e.g. "validation cut by an exception
+        at batch 3". Saved with the state; the last 100 are kept, each cut to 500 characters."""
+        if not isinstance(message, str):
+            raise TypeError(f"an anomaly is a str, got {type(message).__name__}")
+        if len(message) > MAX_ANOMALY_CHARS:
+            message = message[: MAX_ANOMALY_CHARS - 3] + "..."
+        self._anomalies.append(message)
+        del self._anomalies[:-MAX_ANOMALIES]
 
     # state --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -190,6 +190,11 @@ class ProgressView:
         return None if mapping is None else copy.deepcopy(mapping)
 
     @property
+    def anomalies(self) -> tuple[str, ...]:
+        """What happened that the counts could not follow (``Progress.note_anomaly``), oldest first."""
+        return tuple(self._progress._anomalies)
+
+    @property
     def global_step(self) -> int:
         """Optimizer steps taken in this run by all optimizers (Lightning's ``global_step``)."""
         return self.train.optimizer_steps.run

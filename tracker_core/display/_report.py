@@ -36,7 +36,8 @@ def progress_facts(progress: dict[str, Any]) -> dict[str, Any]:
 
     ``ProgressStateError`` if the state is damaged. Keys: ``taken_at``, ``run_kind``,
     ``global_step``, ``epoch_index``, ``batches_into_epoch`` (train batches done in the
-    current epoch), ``mid_epoch``, ``mid_accumulation``, ``accumulating_batches``.
+    current epoch), ``mid_epoch``, ``mid_accumulation``, ``accumulating_batches``, ``anomalies``
+    (what the record could not follow, oldest first).
     """
     loaded = Progress()
     loaded.load_state_dict(progress)
@@ -50,12 +51,13 @@ def progress_facts(progress: dict[str, Any]) -> dict[str, Any]:
         "mid_epoch": view.is_mid_epoch,
         "mid_accumulation": view.is_mid_accumulation,
         "accumulating_batches": view.train.accumulating_batches,
+        "anomalies": list(view.anomalies),
     }
 
 
 def progress_table(progress: dict[str, Any]) -> str:
     """Processed epochs and batches (their step done), samples, optimizer and scheduler steps per stage and scope,
-    then where the state was taken and whether it is mid-epoch / mid-accumulation;
+    then where the state was taken, whether it is mid-epoch / mid-accumulation, and the anomalies recorded;
     ``progress`` is a ``Progress.state_dict()``."""
     rows = [("stage", "count", *_SCOPES)]
     for name, stage in progress["stages"].items():
@@ -82,4 +84,7 @@ def progress_table(progress: dict[str, Any]) -> str:
         f"mid-epoch: {epoch if facts['mid_epoch'] else 'no'}; "
         f"mid-accumulation: {accumulation if facts['mid_accumulation'] else 'no'}"
     )
+    anomalies = facts["anomalies"]
+    lines.append(f"anomalies: {len(anomalies)}" if anomalies else "anomalies: none")
+    lines.extend(f"  - {message}" for message in anomalies)
     return "\n".join(lines)

@@ -35,7 +35,7 @@ def reduce_state(progress: Progress | ProgressView, op: str = "sum") -> dict[str
 
     Takes the Progress or its view (``tracker_core.get_progress(obj)``). With ``sum``,
     ``stages.train.samples.run`` is the samples of this run over all ranks. The result is
-    a report, not a state to load: ``where`` and ``run.kind`` are this rank's.
+    a report, not a state to load: ``where``, ``run.kind`` and ``anomalies`` are this rank's.
     One ``all_reduce`` of one int64 tensor packed straight from the live counters.
     """
     if op not in _OPS:
@@ -48,7 +48,7 @@ def reduce_state(progress: Progress | ProgressView, op: str = "sum") -> dict[str
         struct.pack_into(values, 0, *counts)
         dist.all_reduce(tensor, op=_OPS[op])
         counts = struct.unpack_from(values)
-    return layout.unpack(counts, dump_where(live._where), live._run_kind)
+    return {**layout.unpack(counts, dump_where(live._where), live._run_kind), "anomalies": list(live._anomalies)}
 
 
 _BUFFERS: dict[int, tuple[bytearray, torch.Tensor, Struct]] = {}

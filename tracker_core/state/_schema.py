@@ -11,15 +11,21 @@ from typing import Any, NamedTuple
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.counting._counts import PHASES, PhaseCounts, ScopeCounts, _Phased, _Tally
-from tracker_core.counting._progress import RUN_KINDS, Progress
+from tracker_core.counting._progress import MAX_ANOMALIES, MAX_ANOMALY_CHARS, RUN_KINDS, Progress
 from tracker_core.counting._stage import STAGES, StageProgress, TrainStageProgress, _DataloaderTallies
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+
+def _v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 added the list of anomalies; a version-1 state recorded none."""
+    return {**state, "schema_version": 2, "anomalies": []}
+
 
 # Each entry turns a state of schema version ``v`` into one of version ``v + 1``.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
-_ROOT_KEYS = ("schema_version", "where", "run", "stages")
+_ROOT_KEYS = ("schema_version", "where", "run", "stages", "anomalies")
 _STAGE_KEYS = ("epochs", "batches", "samples", "dataloaders")
 _TRAIN_KEYS = (
     *_STAGE_KEYS,
@@ -79,6 +85,7 @@ def dump(progress: Progress) -> dict[str, Any]:
         "where": dump_where(progress._where),
         "run": {"kind": progress._run_kind, **_phases(runs, 0)},
         "stages": {stage.name: _dump_stage(stage) for stage in progress._stages()},
+        "anomalies": list(progress._anomalies),
     }
 
 
@@ -107,6 +114,7 @@ class Parsed(NamedTuple):
     run_kind: str
     runs: PhaseCounts
     stages: dict[str, _ParsedStage]
+    anomalies: list[str]
 
 
 def _type_name(value: object) -> str:
@@ -301,6 +309,20 @@ def _check_where(where: tuple[str, str, str], runs: PhaseCounts, stages: dict[st
         )
 
 
+def _parse_anomalies(value: object) -> list[str]:
+    anomalies = _list(value, "anomalies")
+    if len(anomalies) > MAX_ANOMALIES:
+        raise ProgressStateError("anomalies", f"{len(anomalies)} anomalies; at most {MAX_ANOMALIES} are kept")
+    for i, message in enumerate(anomalies):
+        if not isinstance(message, str):
+            raise ProgressStateError(f"anomalies.{i}", f"expected a str, got {_type_name(message)}")
+        if len(message) > MAX_ANOMALY_CHARS:
+            raise ProgressStateError(
+                f"anomalies.{i}", f"{len(message)} characters; an anomaly has at most {MAX_ANOMALY_CHARS}"
+            )
+    return list(anomalies)
+
+
 def _migrate(state: dict[str, Any], version: int) -> dict[str, Any]:
     while version < SCHEMA_VERSION:
         step = MIGRATIONS.get(version)
@@ -336,7 +358,7 @@ def parse(state: object) -> Parsed:
     where = _parse_where(state["where"])
     if where is not None:
         _check_where(where, runs, stages)
-    return Parsed(where, kind, runs, stages)
+    return Parsed(where, kind, runs, stages, _parse_anomalies(state["anomalies"]))
 
 
 # apply ----------------------------------------------------------------------
@@ -364,6 +386,7 @@ def apply(progress: Progress, parsed: Parsed) -> None:
 
     progress._where = parsed.where
     progress._run_kind = parsed.run_kind
+    progress._anomalies = list(parsed.anomalies)
     progress._runs.ready, progress._runs.started, progress._runs.processed, progress._runs.completed = parsed.runs
     for stage in progress._stages():
         p = parsed.stages[stage.name]
