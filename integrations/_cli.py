@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from tracker_core import __version__
 from tracker_core.adapter import progress_facts, progress_table
 from tracker_core.integrations._checkpoint_files import CheckpointFileError, ProgressCheckpoint, read_checkpoint
 
@@ -43,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="progress-tracker", description="Inspect the training progress saved in checkpoints."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s (tracker-core) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     inspect = commands.add_parser(
         "inspect", help="show the progress in a Lightning .ckpt, an Ignite checkpoint or an Accelerate folder"
@@ -95,7 +97,7 @@ def _diff(path_a: str, path_b: str) -> int:
     rows.insert(0, ("key", str(a.path), str(b.path)))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     return 1
 
 

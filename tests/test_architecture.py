@@ -24,12 +24,17 @@ def _imports_from_the_core(path: Path) -> list[tuple[str, str]]:
     return found
 
 
+def _private(name: str) -> bool:
+    """``_x`` is private; a dunder such as ``__version__`` is public."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "integrations").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_adapters_import_only_public_names_of_the_core(path: Path) -> None:
     private = [
         f"{module}.{name}" if name else module
         for module, name in _imports_from_the_core(path)
-        if any(part.startswith("_") for part in module.split(".")) or name.startswith("_")
+        if any(part.startswith("_") for part in module.split(".")) or _private(name)
     ]
     assert private == [], f"{path.name} imports private core names: {private}"
 

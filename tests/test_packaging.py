@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import tomllib
 from pathlib import Path
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +39,16 @@ def test_constraints_pin_every_framework_exactly():
 
 def test_every_extra_is_declared():
     project = _pyproject()["project"]
-    assert set(project["optional-dependencies"]) == {"lightning", "ignite", "accelerate", "data", "display", "all", "test", "lint"}
+    assert set(project["optional-dependencies"]) == {
+        "lightning",
+        "ignite",
+        "accelerate",
+        "data",
+        "display",
+        "all",
+        "test",
+        "lint",
+    }
 
 
 def test_torch_range_admits_the_pinned_version_and_no_major_release_beyond():
@@ -59,3 +65,23 @@ def test_the_distribution_is_named_tracker_core_and_maps_integrations_under_it()
     assert _pyproject()["project"]["name"] == "tracker-core"
     assert setuptools["package-dir"]["tracker_core.integrations"] == "integrations"
     assert all(package.split(".")[0] == "tracker_core" for package in setuptools["packages"])
+
+
+def test_the_package_version_is_the_installed_distribution_version():
+    import tracker_core
+
+    assert tracker_core.__version__ == importlib.metadata.version("tracker-core")
+
+
+def test_the_command_line_prints_the_version(capsys):
+    from tracker_core import __version__
+    from tracker_core.integrations._cli import main
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"progress-tracker (tracker-core) {__version__}\n"
+
+
+def test_the_license_file_is_the_apache_2_text_the_metadata_names():
+    assert _pyproject()["project"]["license"] == "Apache-2.0"
+    assert _pyproject()["project"]["license-files"] == ["LICENSE"]
+    assert "Apache License\n                           Version 2.0, January 2004" in (ROOT / "LICENSE").read_text()

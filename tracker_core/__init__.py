@@ -1,7 +1,8 @@
-"""progress-tracker core: one framework-neutral record of how far a training run has got."""
+"""tracker-core: one framework-neutral record of how far a training run has got."""
 
 from tracker_core._errors import EventOrderError, ProgressStateError
 from tracker_core._tracker import InexactResumeWarning, Tracker
+from tracker_core._version import __version__ as __version__
 from tracker_core.counting._counts import PhaseCounts, ScopeCounts
 from tracker_core.counting._optimizer_hooks import count_optimizer_steps
 from tracker_core.counting._progress import Progress
@@ -36,9 +37,9 @@ __all__ = [
     "ScopeCounts",
     "StageProgress",
     "StageView",
+    "Tracker",
     "TrainStageProgress",
     "TrainStageView",
-    "Tracker",
     "Where",
     "check_divergence",
     "count_optimizer_steps",
