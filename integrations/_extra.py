@@ -36,6 +36,6 @@ def check_attributes(framework: str, version: str, owners: dict[str, tuple[type,
 
 
 def _assigned_in_init(owner: type) -> tuple[str, ...]:
-    init = owner.__init__
+    init = getattr(owner, "__init__", None)
     code = getattr(init, "__code__", None)
     return tuple(code.co_names) if code is not None else ()

@@ -64,7 +64,7 @@ def _clock_time(seconds: float) -> str:
 class _Meter:
     """Smoothed samples/s and batches/s of one stage, measured only while that stage runs."""
 
-    __slots__ = ("time", "samples", "batches", "samples_rate", "batches_rate")
+    __slots__ = ("batches", "batches_rate", "samples", "samples_rate", "time")
 
     def __init__(self) -> None:
         self.time = 0.0
