@@ -240,6 +240,6 @@ def test_without_rich_a_terminal_gets_plain_lines_after_saying_why(monkeypatch: 
     _fit(progress)
     _train_epoch(progress, display, clock, batches=1, seconds=2.0)
     assert out.getvalue().splitlines() == [
-        "progress display: rich is not installed (pip install rich), printing plain lines instead",
+        'progress display: rich is not installed (pip install "tracker-core[display]"), printing plain lines instead',
         "train    | epoch 1 | batch 1 | steps 1 | 1.5 samples/s",
     ]

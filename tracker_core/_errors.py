@@ -1,4 +1,4 @@
-"""The error types of progress-tracker."""
+"""The error types of tracker-core."""
 
 from __future__ import annotations
 

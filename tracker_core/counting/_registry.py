@@ -22,5 +22,5 @@ def get_progress(owner: object) -> ProgressView:
     except (KeyError, TypeError):
         raise LookupError(
             f"no progress tracker is attached to this {type(owner).__name__}; "
-            "add the progress-tracker adapter for its framework first"
+            "add tracker-core's adapter for its framework first"
         ) from None

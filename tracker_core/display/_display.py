@@ -19,7 +19,7 @@ _SMOOTHING = 0.3  # weight of the newest rate measurement (tqdm's default)
 _MIN_MEASURE = 1.0  # seconds between rate measurements
 _TERMINAL_REFRESH = 0.1  # seconds between redraws of the live line
 Batch = TypeVar("Batch")
-_NO_RICH = "progress display: rich is not installed (pip install rich), printing plain lines instead"
+_NO_RICH = 'progress display: rich is not installed (pip install "tracker-core[display]"), printing plain lines instead'
 
 
 class Status(NamedTuple):
