@@ -1,6 +1,6 @@
 """``make demo``: one training run per framework, killed with SIGKILL mid-epoch, resumes exactly.
 
-For Lightning, Ignite and Accelerate in turn, ``tests/crash_run.py`` (a tiny Linear(4, 1) on
+For Lightning, Ignite and Accelerate in turn, ``tests/helpers/crash_run.py`` (a tiny Linear(4, 1) on
 10 synthetic samples, batches of 3, gradient accumulation 2, 3 epochs; the framework's own
 checkpointer saving after every step) is run three times, each in a new process:
 
@@ -31,13 +31,13 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from crash_run import CRASH, checkpoints  # noqa: E402
+from helpers.crash_run import CRASH, checkpoints  # noqa: E402
 
 from tracker_core.integrations.checkpoints import newest_intact_checkpoint, read_checkpoint  # noqa: E402
 from tracker_core import Progress  # noqa: E402
 from tracker_core.display._report import progress_table  # noqa: E402
 
-SCRIPT = ROOT / "tests" / "crash_run.py"
+SCRIPT = ROOT / "tests" / "helpers" / "crash_run.py"
 NAMES = {"lightning": "PyTorch Lightning (ProgressTracker callback, ModelCheckpoint every step)",
          "ignite": "PyTorch Ignite (ProgressHandler, Checkpoint(n_saved=3) every iteration)",
          "accelerate": "Hugging Face Accelerate (AcceleratorProgress, save_state(total_limit=3) every batch)"}

@@ -1,4 +1,4 @@
-"""Make the tests' helper modules (e.g. ``gloo``) importable, also in spawned processes."""
+"""Put tests/ on ``sys.path`` so the shared helpers import as ``helpers.<module>``, also in spawned processes."""
 
 import sys
 from pathlib import Path

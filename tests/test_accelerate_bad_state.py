@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run
+from helpers.accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run
 from torch.utils.data import DataLoader
 
 from tracker_core.integrations.accelerate import _checkpoint as accelerate_file

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from accelerate_drive import Indexed, Setup, fresh_accelerator, run
+from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator, run
 from torch.utils.data import DataLoader
 
 import tracker_core

@@ -3,7 +3,7 @@
 2 real processes (gloo) train ``Indexed(24)`` in batches of 3 per process with
 ``use_seedable_sampler=True`` (accumulation 2, 3 epochs) and ``save_state`` after 2 batches of
 epoch 1 (global position 2 x 3 x 2 = 12 of that epoch's order) and after its last batch. One
-process then loads them with batches of 6, 2 or 5 (tests/accelerate_two_ranks.py ``elastic_run``
+process then loads them with batches of 6, 2 or 5 (tests/helpers/accelerate_two_ranks.py ``elastic_run``
 runs both sides). The 2-process run also loads a 1-process checkpoint (batches of 6, position 12).
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import torch
-from accelerate_two_ranks import ELASTIC_SAMPLES, ELASTIC_STOP, elastic_run, elastic_setup
-from distributed_runs import folder_once, free_port, run_script
+from helpers.accelerate_two_ranks import ELASTIC_SAMPLES, ELASTIC_STOP, elastic_run, elastic_setup
+from helpers.distributed_runs import folder_once, free_port, run_script
 
 from tracker_core import ProgressStateError
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from accelerate_drive import Indexed, Result, Setup, StopAt, fresh_accelerator, run
+from helpers.accelerate_drive import Indexed, Result, Setup, StopAt, fresh_accelerator, run
 from torch.utils.data import DataLoader
 
 from tracker_core.integrations.accelerate import AcceleratorProgress
@@ -132,7 +132,7 @@ def test_resuming_from_an_older_checkpoint_beside_a_damaged_newer_one_saves_afte
 _CHILD = """
 import sys, torch
 sys.path.insert(0, {tests!r})
-from accelerate_drive import Setup, run
+from helpers.accelerate_drive import Setup, run
 result = run(Setup(), load_dir={directory!r}, seed_value=11)
 torch.save({{"weights": result.weights, "ids": result.train_ids, "state": result.state}}, {out!r})
 """

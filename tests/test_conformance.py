@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from conformance import FRAMEWORKS, Outcome, Saving, Scenario, run, stop_checkpoint
+from helpers.conformance import FRAMEWORKS, Outcome, Saving, Scenario, run, stop_checkpoint
 
 from tracker_core import Progress
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from core_drive import check_invariants, driven, fit_script, in_fit_epoch, whole_batch, whole_epoch
+from helpers.core_drive import check_invariants, driven, fit_script, in_fit_epoch, whole_batch, whole_epoch
 
 from tracker_core import (
     EventOrderError,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from gloo import run_on_two_ranks
+from helpers.gloo import run_on_two_ranks
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from core_drive import in_fit_epoch
+from helpers.core_drive import in_fit_epoch
 
 from tracker_core import Progress, count_optimizer_steps
 from tracker_core.counting._optimizer_hooks import count_skipped_steps

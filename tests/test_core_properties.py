@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from core_drive import (
+from helpers.core_drive import (
     EVAL_STAGES,
     Script,
     ScriptBuilder,

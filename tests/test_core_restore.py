@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from core_drive import (
+from helpers.core_drive import (
     Script,
     ScriptBuilder,
     driven,

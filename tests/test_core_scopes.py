@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from core_drive import driven, fit_script, in_fit_epoch, whole_batch, whole_epoch, whole_run
+from helpers.core_drive import driven, fit_script, in_fit_epoch, whole_batch, whole_epoch, whole_run
 
 from tracker_core import PhaseCounts, Progress, ProgressStateError, ScopeCounts
 

@@ -6,9 +6,9 @@ import functools
 from typing import Any
 
 import pytest
-from gloo import run_on_two_ranks
+from helpers.gloo import run_on_two_ranks
 
-from core_drive import whole_batch
+from helpers.core_drive import whole_batch
 from torch.utils.data import DataLoader
 
 from tracker_core import Divergence, Progress, Tracker, check_divergence, reduce_state

@@ -6,7 +6,7 @@ import gc
 import weakref
 
 import pytest
-from core_drive import in_fit_epoch, whole_batch, whole_epoch, whole_run
+from helpers.core_drive import in_fit_epoch, whole_batch, whole_epoch, whole_run
 
 from tracker_core import (
     BatchCounts,

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 import torch
-from conformance import FRAMEWORKS, Outcome, run
-from crash_run import CRASH, checkpoints
+from helpers.conformance import FRAMEWORKS, Outcome, run
+from helpers.crash_run import CRASH, checkpoints
 
 from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
 
@@ -35,7 +35,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning:lightning_fabric"),
 ]
 
-SCRIPT = Path(__file__).parent / "crash_run.py"
+SCRIPT = Path(__file__).parent / "helpers" / "crash_run.py"
 STEPS = CRASH.epochs * CRASH.batches_per_epoch
 FIRST_SAVED = 2  # Lightning saves after optimizer steps: the first after step 2 (accumulation 2)
 _references: dict[str, Outcome] = {}
@@ -67,7 +67,7 @@ def _process(framework: str, workdir: Path, name: str, resume: bool, kill_at: in
     command = [sys.executable, str(SCRIPT), framework, str(workdir), str(workdir / f"{name}.ids")]
     with open(workdir / f"{name}.log", "w") as log:
         child = subprocess.Popen([*command, *(["--resume"] if resume else [])], stdout=subprocess.PIPE,
-                                 stderr=log, text=True, cwd=SCRIPT.parent.parent)
+                                 stderr=log, text=True, cwd=SCRIPT.parents[2])
         assert child.stdout is not None
         for line in child.stdout:
             if kill_at is not None and line.strip() == f"batch {kill_at}":

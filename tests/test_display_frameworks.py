@@ -12,8 +12,8 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
-from test_ignite_common import Config, build
-from test_lightning_support import IndexedStream, Recording, loader
+from helpers.ignite_program import Config, build
+from helpers.lightning_program import IndexedStream, Recording, loader
 from torch.utils.data import DataLoader, IterableDataset
 
 from tracker_core.integrations.ignite import ProgressDisplay as IgniteDisplay
@@ -213,7 +213,7 @@ def test_ignite_handler_draws_on_a_terminal_and_finishes() -> None:
 # Accelerate --------------------------------------------------------------------------------
 def _accelerate_fit(out: io.StringIO, terminal: bool = False, stop_after: int | None = None) -> ProgressView:
     """Two epochs of 10 samples in batches of 3 and a validation of 7 in batches of 3, with the display."""
-    from accelerate_drive import Indexed, Setup, fresh_accelerator
+    from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator
 
     from tracker_core.integrations.accelerate import AcceleratorProgress
 
@@ -251,7 +251,7 @@ def test_accelerate_display_prints_each_passs_line_and_ends_on_the_views_counts(
 
 
 def test_accelerate_without_display_iterates_the_loops_own_generator() -> None:
-    from accelerate_drive import Indexed, Setup, fresh_accelerator
+    from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator
 
     from tracker_core.integrations.accelerate import AcceleratorProgress
 

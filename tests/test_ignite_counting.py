@@ -9,7 +9,7 @@ import pytest
 import torch
 from ignite.engine import Engine, Events, create_supervised_trainer
 from ignite.handlers import Checkpoint, DiskSaver
-from test_ignite_common import BATCH, EPOCHS, TRAIN_SIZE, VAL_SIZE, Config, Indexed, build
+from helpers.ignite_program import BATCH, EPOCHS, TRAIN_SIZE, VAL_SIZE, Config, Indexed, build
 from torch.utils.data import DataLoader
 
 import tracker_core

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from distributed_runs import (
+from helpers.distributed_runs import (
     assert_each_rank_trains_its_half_of_every_epoch,
     assert_every_rank_resumed_exactly,
     assert_synced_totals,
@@ -24,7 +24,7 @@ from distributed_runs import (
     rank_findings,
     run_script,
 )
-from ignite_idist_run import AT, EPOCHS, SAMPLES
+from helpers.ignite_idist_run import AT, EPOCHS, SAMPLES
 
 BATCHES = SAMPLES // 2 // 3 * EPOCHS  # per rank, over the run
 

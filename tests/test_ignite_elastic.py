@@ -1,9 +1,9 @@
 """Elastic resume through the Ignite adapter: checkpoints of a 2-process ``idist.Parallel`` run (gloo, 2 ranks x
 batch 3, ``ProgressHandler`` in ignite's ``Checkpoint``) resumed by 1 process at another per-rank batch size.
 
-The 2-process run is tests/ignite_idist_run.py (24 samples, a shuffling ``DistributedSampler``:
+The 2-process run is tests/helpers/ignite_idist_run.py (24 samples, a shuffling ``DistributedSampler``:
 4 batches of 3 per rank and epoch, 2 epochs; checkpoints after iterations 3, 4 and 6). One
-process resumes them (tests/ignite_elastic_run.py) with ``idist.auto_dataloader`` given a
+process resumes them (tests/helpers/ignite_elastic_run.py) with ``idist.auto_dataloader`` given a
 ``DistributedSampler(num_replicas=1, rank=0, shuffle=True)`` and the loader passed to
 ``attach``. Sample positions: the single process reads an epoch's permutation in order,
 which is the 2 ranks' batches interleaved (rank ``r`` reads positions ``r, r + 2, ...``).
@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 import torch
-from distributed_runs import folder_once, free_port, rank_findings, run_script
-from ignite_elastic_run import CASES, GROW_AT
+from helpers.distributed_runs import folder_once, free_port, rank_findings, run_script
+from helpers.ignite_elastic_run import CASES, GROW_AT
 from ignite.engine import Engine
 from ignite.handlers import Checkpoint
-from ignite_idist_run import EPOCHS, SAMPLES
+from helpers.ignite_idist_run import EPOCHS, SAMPLES
 
 from tracker_core.integrations.ignite import ProgressHandler
 

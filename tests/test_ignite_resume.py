@@ -18,7 +18,7 @@ import pytest
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
-from test_ignite_common import Config, Program, build, resume, save_every_iteration
+from helpers.ignite_program import Config, Program, build, resume, save_every_iteration
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 

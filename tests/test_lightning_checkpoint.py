@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import pytorch_lightning as pl
 import torch
-from test_lightning_support import Indexed, Recording, loader, trainer
+from helpers.lightning_program import Indexed, Recording, loader, trainer
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY, ProgressTracker

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import pytorch_lightning as pl
-from test_lightning_support import Recording, loader, trainer
+from helpers.lightning_program import Recording, loader, trainer
 from pytorch_lightning.trainer.states import TrainerFn
 
 from tracker_core.integrations.lightning import ProgressTracker

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from distributed_runs import (
+from helpers.distributed_runs import (
     assert_each_rank_trains_its_half_of_every_epoch,
     assert_every_rank_resumed_exactly,
     assert_synced_totals,
@@ -24,7 +24,7 @@ from distributed_runs import (
     rank_findings,
     run_script,
 )
-from lightning_ddp_run import AT, EPOCHS, SAMPLES
+from helpers.lightning_ddp_run import AT, EPOCHS, SAMPLES
 
 from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY
 

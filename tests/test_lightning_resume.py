@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import pytorch_lightning as pl
 import torch
-from test_lightning_support import Indexed, IndexedStream, Recording, trainer, weights
+from helpers.lightning_program import Indexed, IndexedStream, Recording, trainer, weights
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 

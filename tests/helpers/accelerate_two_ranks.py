@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run, seed
+from helpers.accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run, seed
 from torch.utils.data import DataLoader
 
 import tracker_core

@@ -1,6 +1,6 @@
 """A training process to kill with SIGKILL and resume: the crash tests and ``make demo`` start it.
 
-    python tests/crash_run.py FRAMEWORK WORKDIR IDS_FILE [--resume]
+    python tests/helpers/crash_run.py FRAMEWORK WORKDIR IDS_FILE [--resume]
 
 Trains :data:`CRASH` under FRAMEWORK (lightning, ignite, accelerate) with the framework's own
 rotating checkpointer writing into ``WORKDIR/checkpoints`` after every optimizer step
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conformance import Saving, Scenario, run  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers.*
+from helpers.conformance import Saving, Scenario, run  # noqa: E402
 
 CRASH = Scenario("crash", samples=10, batch_size=3, epochs=3, accumulation=2)  # 12 batches, 4 an epoch
 

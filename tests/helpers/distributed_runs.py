@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -25,10 +25,11 @@ def free_port() -> int:
 
 
 def run_script(*args: str, env: dict[str, str], timeout: float = 300) -> None:
-    """``python tests/<args>`` in its own process group; every process it started is killed if it fails to finish."""
+    """``python tests/helpers/<args>`` in its own process group; every process it started is killed if it fails to finish."""
     clean = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK")}
-    clean.update(OMP_NUM_THREADS="1", PYTHONPATH=str(TESTS.parent), MASTER_ADDR="127.0.0.1", **env)
-    command = [sys.executable, str(TESTS / args[0]), *args[1:]]
+    path = os.pathsep.join([str(TESTS), str(TESTS.parent)])  # helpers.* and tracker_core
+    clean.update(OMP_NUM_THREADS="1", PYTHONPATH=path, MASTER_ADDR="127.0.0.1", **env)
+    command = [sys.executable, str(TESTS / "helpers" / args[0]), *args[1:]]
     process = subprocess.Popen(
         command, env=clean, cwd=TESTS, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         start_new_session=True,

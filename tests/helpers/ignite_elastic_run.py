@@ -1,4 +1,4 @@
-"""Resume the 2-process checkpoints of tests/ignite_idist_run.py in one process (world size 1), and one
+"""Resume the 2-process checkpoints of tests/helpers/ignite_idist_run.py in one process (world size 1), and one
 process's checkpoints on 2 processes; started by tests/test_ignite_elastic.py.
 
 ``python ignite_elastic_run.py SAVED OUT``: per case of ``CASES``, fresh objects (``Program``)
@@ -23,8 +23,8 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Events
 from ignite.handlers import Checkpoint, DiskSaver
-from ignite_idist_run import SAMPLES, Program
-from test_ignite_common import Indexed
+from helpers.ignite_idist_run import SAMPLES, Program
+from helpers.ignite_program import Indexed
 from torch.utils.data import DataLoader, DistributedSampler
 
 from tracker_core import ProgressStateError

@@ -9,7 +9,7 @@ RNG differently (the model has dropout), so a rank resumed with another rank's R
 would diverge. Each rank saves what it saw to ``DIR/<phase>-rank<r>.pt``, with Ignite's
 counters next to the tracker's at STARTED and each EPOCH_COMPLETED. Last, a run whose ranks
 get different amounts of data records what ``check_divergence`` says.
-tests/ignite_elastic_run.py resumes the checkpoints at world size 1.
+tests/helpers/ignite_elastic_run.py resumes the checkpoints at world size 1.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from ignite.engine import Engine, Events, create_supervised_trainer
 from ignite.handlers import Checkpoint, DiskSaver
 from torch.utils.data import DataLoader
-from test_ignite_common import Indexed
+from helpers.ignite_program import Indexed
 
 import tracker_core
 from tracker_core.integrations.ignite import ProgressHandler

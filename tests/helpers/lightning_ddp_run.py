@@ -18,7 +18,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from test_lightning_support import Indexed, Recording, weights
+from helpers.lightning_program import Indexed, Recording, weights
 from torch.utils.data import DataLoader
 
 from tracker_core.integrations.lightning import ProgressTracker

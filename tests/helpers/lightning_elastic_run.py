@@ -25,7 +25,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
-from test_lightning_support import Indexed, Recording
+from helpers.lightning_program import Indexed, Recording
 from torch.utils.data import DataLoader, DistributedSampler
 
 from tracker_core.integrations.lightning import ProgressTracker
