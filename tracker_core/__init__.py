@@ -20,6 +20,7 @@ from tracker_core.counting._view import (
 )
 from tracker_core.distributed._sync import Divergence, check_divergence, reduce_state
 from tracker_core.state._schema import SCHEMA_VERSION
+from tracker_core.vocabulary import Event, Phase, RunKind, Scope, Stage
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -27,14 +28,19 @@ __all__ = [
     "DataloaderCounts",
     "Divergence",
     "EpochCounts",
+    "Event",
     "EventOrderError",
     "InexactResumeWarning",
+    "Phase",
     "PhaseCounts",
     "Progress",
     "ProgressStateError",
     "ProgressView",
     "RunCounts",
+    "RunKind",
+    "Scope",
     "ScopeCounts",
+    "Stage",
     "StageProgress",
     "StageView",
     "Tracker",

@@ -23,11 +23,11 @@ import torch
 
 from tracker_core import ProgressStateError
 from tracker_core.adapter import GlobalRng, read_int, read_mapping
+from tracker_core.vocabulary import EVALUATION_STAGES
 
 VERSION = 2  # 2 added "world_size"; a version 1 file is read as saved at the loading world size
 _KEYS = ("version", "world_size", "tracker", "gradients", "save_iteration", "loader_iterations", "evaluation_rng")
 _KEYS_V1 = tuple(key for key in _KEYS if key != "world_size")
-_EVALUATION_STAGES = ("validate", "test", "predict")
 
 
 @dataclass(frozen=True)
@@ -148,8 +148,10 @@ def _evaluation_rng(value: object) -> tuple[str, GlobalRng] | None:
         return None
     if not isinstance(value, dict) or set(value) != {"stage", "rng"}:
         raise ProgressStateError("evaluation_rng", "expected None or a dict with keys 'stage' and 'rng'")
-    if value["stage"] not in _EVALUATION_STAGES:
-        raise ProgressStateError("evaluation_rng.stage", f"expected one of {list(_EVALUATION_STAGES)}")
+    if value["stage"] not in EVALUATION_STAGES:
+        raise ProgressStateError(
+            "evaluation_rng.stage", f"expected one of {[stage.value for stage in EVALUATION_STAGES]}"
+        )
     return value["stage"], GlobalRng.from_plain(value["rng"], "evaluation_rng.rng")
 
 

@@ -15,8 +15,6 @@ from tracker_core import Progress, Tracker
 from tracker_core.adapter import StageProgress, samples_in
 from tracker_core.integrations.ignite._compat import prepend_handler
 
-STAGES = ("train", "validate", "test", "predict")
-
 
 def _attach_batches(engine: Engine, stage: StageProgress) -> None:
     state = engine.state

@@ -27,6 +27,7 @@ from tracker_core import (
     InexactResumeWarning,
     ProgressStateError,
     ProgressView,
+    Stage,
     Tracker,
     count_optimizer_steps,
 )
@@ -35,7 +36,7 @@ from tracker_core.adapter import register_progress as register
 from tracker_core.integrations._checkpoint_files import IGNITE_STATE_KEYS as _STATE_KEYS
 from tracker_core.integrations.ignite._compat import set_batches_into_epoch
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
-from tracker_core.integrations.ignite._events import STAGES, attach_stage, attach_trainer
+from tracker_core.integrations.ignite._events import attach_stage, attach_trainer
 
 __all__ = ["ProgressHandler"]
 
@@ -77,8 +78,8 @@ class ProgressHandler:
         by itself. ``dataloader`` (train only) is the DataLoader the trainer's ``run()`` will
         get: a checkpoint saved at another world size is mapped onto it when loaded.
         """
-        if stage not in STAGES:
-            raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+        if stage not in tuple(Stage):
+            raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(Stage)}")
         if stage == "train":
             if self._trainer is not None:
                 raise ValueError("a trainer is already attached to this ProgressHandler")

@@ -11,8 +11,6 @@ from typing import NamedTuple
 
 from tracker_core._errors import EventOrderError
 
-PHASES = ("ready", "started", "processed", "completed")
-
 
 class PhaseCounts(NamedTuple):
     """How many events reached each phase: fetched, start hooks done, step done, end hooks done."""

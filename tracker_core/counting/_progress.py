@@ -6,11 +6,14 @@ from typing import TYPE_CHECKING, Any
 
 from tracker_core.counting._counts import _Phased
 from tracker_core.counting._stage import StageProgress, TrainStageProgress
+from tracker_core.vocabulary import CANCELLED, Event, Phase, RunKind, Stage
 
 if TYPE_CHECKING:
     from tracker_core.state._schema import Parsed
 
-RUN_KINDS = ("fit", "validate", "test", "predict")
+_STAGE_NAMES = frozenset(Stage)
+_RUN_KINDS = frozenset(RunKind)
+_RUN_AT = {phase: ("", Event.RUN.value, phase.value) for phase in Phase}  # ``where`` of each run phase
 MAX_ANOMALIES = 100  # the most recent ones are kept
 MAX_ANOMALY_CHARS = 500  # a longer message is cut to this length
 
@@ -47,15 +50,15 @@ class Progress:
         self._resume_mapping: dict[str, Any] | None = None  # set by Tracker.load_state_dict (docs/distributed.md)
         self._anomalies: list[str] = []
         self.train = TrainStageProgress(self)
-        self.validate = StageProgress("validate", self)
-        self.test = StageProgress("test", self)
-        self.predict = StageProgress("predict", self)
+        self.validate = StageProgress(Stage.VALIDATE, self)
+        self.test = StageProgress(Stage.TEST, self)
+        self.predict = StageProgress(Stage.PREDICT, self)
         self.view = ProgressView(self)
 
     def stage(self, name: str) -> StageProgress:
         """The stage called ``name`` (train, validate, test or predict)."""
-        if name not in ("train", "validate", "test", "predict"):
-            raise KeyError(f"unknown stage {name!r}; expected train, validate, test or predict")
+        if name not in _STAGE_NAMES:
+            raise KeyError(f"unknown stage {name!r}; expected {', '.join(Stage)}")
         stage: StageProgress = getattr(self, name)
         return stage
 
@@ -65,8 +68,9 @@ class Progress:
     # runs -------------------------------------------------------------------
     def run_ready(self, kind: str) -> None:
         """A ``fit``/``validate``/``test``/``predict`` call begins; re-entering a restored run counts nothing."""
-        if kind not in RUN_KINDS:
-            raise ValueError(f"unknown run kind {kind!r}; expected one of {', '.join(RUN_KINDS)}")
+        if kind not in _RUN_KINDS:
+            raise ValueError(f"unknown run kind {kind!r}; expected one of {', '.join(RunKind)}")
+        kind = str(kind)
         if self._resuming_run:
             if kind == self._run_kind:
                 return
@@ -75,7 +79,7 @@ class Progress:
         self._run_kind = kind
         for stage in self._stages():
             stage._begin_run_scope()
-        self._where = ("", "run", "ready")
+        self._where = _RUN_AT[Phase.READY]
 
     def run_started(self) -> None:
         """The run's start hooks are done."""
@@ -83,18 +87,18 @@ class Progress:
             self._resuming_run = False
             return
         self._runs.mark_started()
-        self._where = ("", "run", "started")
+        self._where = _RUN_AT[Phase.STARTED]
 
     def run_processed(self) -> None:
         """The run's loop has finished."""
         self._resuming_run = False
         self._runs.mark_processed()
-        self._where = ("", "run", "processed")
+        self._where = _RUN_AT[Phase.PROCESSED]
 
     def run_completed(self) -> None:
         """The run's end hooks are done."""
         self._runs.mark_completed()
-        self._where = ("", "run", "completed")
+        self._where = _RUN_AT[Phase.COMPLETED]
 
     def _close_restored_run(self) -> None:
         """End a restored run that will not be resumed; its unfinished epochs do not count."""
@@ -157,7 +161,7 @@ class Progress:
         """Settle each in-flight event and rewrite ``where`` to match (see load_state_dict)."""
         named = self._where_counter()
         reached = 0
-        if named is not None and self._where is not None and self._where[2] != "cancelled":
+        if named is not None and self._where is not None and self._where[2] != CANCELLED:
             reached = getattr(named, self._where[2])
         for stage in self._stages():
             _settle_stage(stage)
@@ -170,20 +174,20 @@ class Progress:
         if named is not None and self._where is not None:
             stage, event, _ = self._where
             if named.ready != named.completed:
-                self._where = (stage, event, "started")
+                self._where = (stage, event, Phase.STARTED.value)
             elif reached and named.completed >= reached:
-                self._where = (stage, event, "completed")
+                self._where = (stage, event, Phase.COMPLETED.value)
             else:
-                self._where = (stage, event, "cancelled")
+                self._where = (stage, event, CANCELLED)
 
     def _where_counter(self) -> _Phased | None:
         """The counter of the event that ``where`` names."""
         if self._where is None:
             return None
         stage, event, _ = self._where
-        if event == "run":
+        if event == Event.RUN:
             return self._runs
-        return self.stage(stage)._epochs if event == "epoch" else self.stage(stage)._batches
+        return self.stage(stage)._epochs if event == Event.EPOCH else self.stage(stage)._batches
 
 
 def _settle_stage(stage: StageProgress) -> None:
@@ -194,7 +198,7 @@ def _settle_stage(stage: StageProgress) -> None:
     if epochs.processed != epochs.completed:
         epochs.set_all(epochs.processed)
     elif epochs.ready != epochs.completed:
-        if stage.name == "train":
+        if stage.name == Stage.TRAIN:
             epochs.started = epochs.ready
             stage._resuming_epoch = True
         else:

@@ -6,12 +6,11 @@ from typing import TYPE_CHECKING
 
 from tracker_core._errors import EventOrderError
 from tracker_core.counting._counts import _Phased, _Tally
+from tracker_core.vocabulary import CANCELLED, Event, Phase, Stage
 
 if TYPE_CHECKING:
     from tracker_core.counting._progress import Progress
     from tracker_core.counting._view import StageView
-
-STAGES = ("train", "validate", "test", "predict")
 
 
 class _DataloaderTallies:
@@ -48,23 +47,23 @@ class StageProgress:
         "_at_batch_completed",
     )
 
-    def __init__(self, name: str, progress: Progress) -> None:
-        self.name = name
+    def __init__(self, name: Stage, progress: Progress) -> None:
+        self.name = name.value
         self._progress = progress
         self._epochs = _Phased(f"{name} epoch")
         self._batches = _Phased(f"{name} batch")
         self._samples = _Tally()
         self._dataloaders: list[_DataloaderTallies] = []
         self._resuming_epoch = False
-        self._at = {
-            (event, phase): (name, event, phase)
-            for event in ("epoch", "batch")
-            for phase in ("ready", "started", "processed", "completed", "cancelled")
+        self._at: dict[tuple[str, str], tuple[str, str, str]] = {
+            (event, phase): (self.name, event.value, str(phase))
+            for event in (Event.EPOCH, Event.BATCH)
+            for phase in (*Phase, CANCELLED)
         }
-        self._at_batch_ready = self._at["batch", "ready"]
-        self._at_batch_started = self._at["batch", "started"]
-        self._at_batch_processed = self._at["batch", "processed"]
-        self._at_batch_completed = self._at["batch", "completed"]
+        self._at_batch_ready = self._at[Event.BATCH, Phase.READY]
+        self._at_batch_started = self._at[Event.BATCH, Phase.STARTED]
+        self._at_batch_processed = self._at[Event.BATCH, Phase.PROCESSED]
+        self._at_batch_completed = self._at[Event.BATCH, Phase.COMPLETED]
 
     @property
     def view(self) -> StageView:
@@ -78,25 +77,25 @@ class StageProgress:
             return
         self._epochs.mark_ready()
         self._begin_epoch_scope()
-        self._progress._where = self._at["epoch", "ready"]
+        self._progress._where = self._at[Event.EPOCH, Phase.READY]
 
     def epoch_started(self) -> None:
         """The epoch's start hooks are done."""
         if self._resuming_epoch:
             return
         self._epochs.mark_started()
-        self._progress._where = self._at["epoch", "started"]
+        self._progress._where = self._at[Event.EPOCH, Phase.STARTED]
 
     def epoch_processed(self) -> None:
         """Every batch of the epoch is done (or the epoch was cut short on purpose)."""
         self._resuming_epoch = False
         self._epochs.mark_processed()
-        self._progress._where = self._at["epoch", "processed"]
+        self._progress._where = self._at[Event.EPOCH, Phase.PROCESSED]
 
     def epoch_completed(self) -> None:
         """The epoch's end hooks are done."""
         self._epochs.mark_completed()
-        self._progress._where = self._at["epoch", "completed"]
+        self._progress._where = self._at[Event.EPOCH, Phase.COMPLETED]
 
     # batches (the hot path: counter operations inlined) ----------------------
     def batch_ready(self) -> None:
@@ -183,7 +182,7 @@ class StageProgress:
         if batches.processed != batches.completed:
             raise EventOrderError(f"{self.name} batch: cannot cancel a processed batch")
         batches.set_all(batches.completed)
-        self._progress._where = self._at["batch", "cancelled"]
+        self._progress._where = self._at[Event.BATCH, CANCELLED]
 
     # internals ----------------------------------------------------------------
     def _add_dataloaders(self, index: int) -> _DataloaderTallies:
@@ -225,7 +224,7 @@ class TrainStageProgress(StageProgress):
     __slots__ = ("_optimizer_steps", "_optimizer_steps_skipped", "_scheduler_steps", "_stepped_at")
 
     def __init__(self, progress: Progress) -> None:
-        super().__init__("train", progress)
+        super().__init__(Stage.TRAIN, progress)
         self._optimizer_steps: list[_Tally] = []
         self._optimizer_steps_skipped: list[_Tally] = []
         self._scheduler_steps = _Tally()

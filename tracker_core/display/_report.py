@@ -5,16 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from tracker_core.counting._progress import Progress
-
-_SCOPES = ("epoch", "run", "lifetime")
+from tracker_core.vocabulary import Phase, Scope
 
 
 def _scoped(counts: dict[str, int]) -> list[str]:
-    return [str(counts[s]) if s in counts else "-" for s in _SCOPES]
+    return [str(counts[s]) if s in counts else "-" for s in Scope]
 
 
 def _phased(counts: dict[str, dict[str, int]]) -> list[str]:
-    return [str(counts[s]["processed"]) if s in counts else "-" for s in _SCOPES]
+    return [str(counts[s][Phase.PROCESSED]) if s in counts else "-" for s in Scope]
 
 
 def _batches(count: int) -> str:
@@ -22,7 +21,7 @@ def _batches(count: int) -> str:
 
 
 def _summed(items: list[dict[str, int]]) -> dict[str, int]:
-    return {s: sum(item[s] for item in items) for s in _SCOPES}
+    return {s: sum(item[s] for item in items) for s in Scope}
 
 
 def taken_at(progress: dict[str, Any]) -> str:
@@ -59,7 +58,7 @@ def progress_table(progress: dict[str, Any]) -> str:
     """Processed epochs and batches (their step done), samples, optimizer and scheduler steps per stage and scope,
     then where the state was taken, whether it is mid-epoch / mid-accumulation, and the anomalies recorded;
     ``progress`` is a ``Progress.state_dict()``."""
-    rows = [("stage", "count", *_SCOPES)]
+    rows = [("stage", "count", *(scope.value for scope in Scope))]
     for name, stage in progress["stages"].items():
         if not stage["batches"]["lifetime"]["ready"] and not stage["epochs"]["lifetime"]["ready"]:
             continue

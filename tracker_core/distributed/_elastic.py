@@ -25,10 +25,9 @@ from tracker_core.data._position import LoaderPosition, read_distributed
 from tracker_core.distributed._sharded import is_batch_sharded, samples_read
 from tracker_core.state._codec import read_int
 from tracker_core.state._schema import _mapping, parse
+from tracker_core.vocabulary import Phase, Scope
 
 ENTRY_KEYS = ("progress", "train_loaders", "rng")
-_SCOPES = ("epoch", "run", "lifetime")
-_PHASES = ("ready", "started", "processed", "completed")
 
 
 @dataclass(frozen=True)
@@ -261,9 +260,9 @@ def _rebase(progress: dict[str, Any], index: int, mapped: _Mapped) -> None:
     loader = train["dataloaders"][index]
     delta_batches = mapped.record["batches_consumed"] - mapped.consumed_batches_before
     delta_samples = mapped.samples - loader["samples"]["epoch"]
-    for scope in _SCOPES:
+    for scope in Scope:
         loader["batches"][scope] += delta_batches
         loader["samples"][scope] += delta_samples
         train["samples"][scope] += delta_samples
-        for phase in _PHASES:
+        for phase in Phase:
             train["batches"][scope][phase] += delta_batches

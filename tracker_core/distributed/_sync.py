@@ -18,6 +18,7 @@ from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
 from tracker_core.distributed._sync_layout import layout_of
 from tracker_core.state._schema import dump_where
+from tracker_core.vocabulary import Phase, Scope, Stage
 
 _OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
 
@@ -78,8 +79,12 @@ class Divergence(NamedTuple):
 
 DEFAULT_DIVERGENCE_KEYS = tuple(
     f"stages.{stage}.{key}"
-    for stage in ("train", "validate", "test", "predict")
-    for key in ("epochs.run.completed", "batches.run.processed", "batches.epoch.processed")
+    for stage in Stage
+    for key in (
+        f"epochs.{Scope.RUN}.{Phase.COMPLETED}",
+        f"batches.{Scope.RUN}.{Phase.PROCESSED}",
+        f"batches.{Scope.EPOCH}.{Phase.PROCESSED}",
+    )
 )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from tracker_core.counting._counts import PHASES
+from tracker_core.vocabulary import Phase
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._stage import TrainStageProgress
 from tracker_core.state._schema import SCHEMA_VERSION
@@ -64,7 +64,7 @@ def _sources(progress: Progress) -> tuple[dict[str, Any], str, list[str], list[s
     def phases(path: str, source: str, base: str) -> dict[str, str]:
         counter = counters.setdefault(source, f"c{len(counters)}")
         minus = f" - {counter}.{base}" if base else ""
-        return {phase: count(f"{path}.{phase}", f"{counter}.{phase}{minus}") for phase in PHASES}
+        return {phase.value: count(f"{path}.{phase}", f"{counter}.{phase}{minus}") for phase in Phase}
 
     def scopes(path: str, source: str) -> dict[str, str]:
         tally = counters.setdefault(source, f"c{len(counters)}")

@@ -10,9 +10,10 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.counting._counts import PHASES, PhaseCounts, ScopeCounts, _Phased, _Tally
-from tracker_core.counting._progress import MAX_ANOMALIES, MAX_ANOMALY_CHARS, RUN_KINDS, Progress
-from tracker_core.counting._stage import STAGES, StageProgress, TrainStageProgress, _DataloaderTallies
+from tracker_core.counting._counts import PhaseCounts, ScopeCounts, _Phased, _Tally
+from tracker_core.counting._progress import MAX_ANOMALIES, MAX_ANOMALY_CHARS, Progress
+from tracker_core.counting._stage import StageProgress, TrainStageProgress, _DataloaderTallies
+from tracker_core.vocabulary import CANCELLED, Event, Phase, RunKind, Scope, Stage
 
 SCHEMA_VERSION = 2
 
@@ -34,8 +35,10 @@ _TRAIN_KEYS = (
     "scheduler_steps",
     "accumulating_batches",
 )
-_SCOPES = ("epoch", "run", "lifetime")
 _WHERE_KEYS = ("stage", "event", "phase")
+_PHASES = tuple(phase.value for phase in Phase)
+_SCOPES = tuple(scope.value for scope in Scope)
+_STAGES = tuple(stage.value for stage in Stage)
 
 
 # dump -----------------------------------------------------------------------
@@ -152,9 +155,9 @@ def _list(value: object, key: str) -> list[Any]:
 
 
 def _phase_counts(value: object, key: str) -> PhaseCounts:
-    raw = _mapping(value, key, PHASES)
-    counts = PhaseCounts(*(_count(raw[name], _join(key, name)) for name in PHASES))
-    for before, after in zip(PHASES, PHASES[1:]):
+    raw = _mapping(value, key, _PHASES)
+    counts = PhaseCounts(*(_count(raw[name], _join(key, name)) for name in _PHASES))
+    for before, after in zip(_PHASES, _PHASES[1:], strict=False):
         if getattr(counts, before) < getattr(counts, after):
             raise ProgressStateError(
                 key,
@@ -186,7 +189,7 @@ def _nested(inner: PhaseCounts, outer: PhaseCounts, key: str, inner_name: str, o
 
 def _parse_stage(value: object, key: str, name: str) -> _ParsedStage:
     raw = _mapping(value, key, _TRAIN_KEYS if name == "train" else _STAGE_KEYS)
-    epochs = _mapping(raw["epochs"], f"{key}.epochs", ("run", "lifetime"))
+    epochs = _mapping(raw["epochs"], f"{key}.epochs", (Scope.RUN, Scope.LIFETIME))
     epochs_run = _phase_counts(epochs["run"], f"{key}.epochs.run")
     epochs_lifetime = _phase_counts(epochs["lifetime"], f"{key}.epochs.lifetime")
     _nested(epochs_run, epochs_lifetime, f"{key}.epochs.run", "run", "lifetime")
@@ -257,7 +260,7 @@ def _sums_match(parts: list[ScopeCounts], whole: ScopeCounts, key: str, field: s
         if any(whole):
             raise ProgressStateError(key, f"no dataloaders, but {whole.lifetime} {what} in lifetime scope")
         return
-    for scope in _SCOPES:
+    for scope in Scope:
         total = sum(getattr(p, scope) for p in parts)
         if total != getattr(whole, scope):
             raise ProgressStateError(
@@ -273,15 +276,15 @@ def _parse_where(value: object) -> tuple[str, str, str] | None:
     for name, got in zip(_WHERE_KEYS, (stage, event, phase)):
         if not isinstance(got, str):
             raise ProgressStateError(f"where.{name}", f"expected a str, got {_type_name(got)}")
-    if event == "run":
+    if event == Event.RUN:
         if stage != "":
             raise ProgressStateError("where.stage", f"a run event has no stage, got {stage!r}")
-    elif event in ("epoch", "batch"):
-        if stage not in STAGES:
+    elif event in (Event.EPOCH, Event.BATCH):
+        if stage not in _STAGES:
             raise ProgressStateError("where.stage", f"unknown stage {stage!r}")
     else:
         raise ProgressStateError("where.event", f"unknown event {event!r}; expected run, epoch or batch")
-    if phase not in (*PHASES, "cancelled"):
+    if phase not in (*_PHASES, CANCELLED):
         raise ProgressStateError("where.phase", f"unknown phase {phase!r} for the {event} event")
     return (stage, event, phase)
 
@@ -289,21 +292,21 @@ def _parse_where(value: object) -> tuple[str, str, str] | None:
 def _check_where(where: tuple[str, str, str], runs: PhaseCounts, stages: dict[str, _ParsedStage]) -> None:
     """The counts of the event named by ``where`` must show that phase as the last one marked."""
     stage, event, phase = where
-    if event == "run":
+    if event == Event.RUN:
         counts = runs
-    elif event == "epoch":
+    elif event == Event.EPOCH:
         counts = stages[stage].epochs_lifetime
     else:
         counts = stages[stage].batches_lifetime
-    if phase == "cancelled":
+    if phase == CANCELLED:
         expected_in_flight = 0
         reached = counts.completed
     else:
         expected_in_flight = 0 if phase == "completed" else 1
         reached = getattr(counts, phase)
-    index = PHASES.index(phase) if phase != "cancelled" else len(PHASES) - 1
+    index = _PHASES.index(phase) if phase != CANCELLED else len(_PHASES) - 1
     expected = PhaseCounts(*(reached if i <= index else reached - expected_in_flight for i in range(4)))
-    if counts != expected or reached == 0 and phase != "cancelled":
+    if counts != expected or (reached == 0 and phase != CANCELLED):
         raise ProgressStateError(
             "where", f"says {stage or 'run'} {event} {phase}, but the {event} counts are {tuple(counts)}"
         )
@@ -348,13 +351,13 @@ def parse(state: object) -> Parsed:
             f"version {version} was written by a newer progress-tracker; this one reads up to {SCHEMA_VERSION}",
         )
     state = _mapping(_migrate(state, version), "", _ROOT_KEYS)
-    run = _mapping(state["run"], "run", ("kind", *PHASES))
+    run = _mapping(state["run"], "run", ("kind", *_PHASES))
     kind = run["kind"]
-    if kind not in ("", *RUN_KINDS):
+    if kind not in ("", *RunKind):
         raise ProgressStateError("run.kind", f"unknown run kind {kind!r}")
-    runs = _phase_counts({p: run[p] for p in PHASES}, "run")
-    raw_stages = _mapping(state["stages"], "stages", STAGES)
-    stages = {name: _parse_stage(raw_stages[name], f"stages.{name}", name) for name in STAGES}
+    runs = _phase_counts({p: run[p] for p in _PHASES}, "run")
+    raw_stages = _mapping(state["stages"], "stages", _STAGES)
+    stages = {name: _parse_stage(raw_stages[name], f"stages.{name}", name) for name in _STAGES}
     where = _parse_where(state["where"])
     if where is not None:
         _check_where(where, runs, stages)
