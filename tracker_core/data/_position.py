@@ -70,6 +70,7 @@ from tracker_core.data._rng import (
 from tracker_core.distributed._sharded import SHARDED_KEYS
 from tracker_core.distributed._sharded import describe as describe_batch_sharding
 from tracker_core.state._codec import (
+    check_plain,
     from_plain,
     join_key,
     read_int,
@@ -368,6 +369,7 @@ class LoaderPosition:
                 raise ProgressStateError(
                     join_key(key, "loader_state"), f"expected a mapping, got {type(loader_state).__name__}"
                 )
+            check_plain(loader_state, join_key(key, "loader_state"))  # bounded before deepcopy recurses
             record.loader_state = copy.deepcopy(dict(loader_state))
         return record
 

@@ -143,6 +143,8 @@ def _numpy_state(value: object, key: str) -> tuple[Any, ...]:
     raw = text_to_bytes(fields["keys"], join_key(key, "keys"), size=4 * _NP_WORDS)
     keys = _np.frombuffer(raw, dtype="<u4").astype(_np.uint32)
     pos = read_int(fields["pos"], join_key(key, "pos"), minimum=0)
+    if pos > _NP_WORDS:  # NumPy accepts any pos and then reads past its 624 words at the next draw
+        raise ProgressStateError(join_key(key, "pos"), f"must be <= {_NP_WORDS}, got {pos}")
     has_gauss = read_int(fields["has_gauss"], join_key(key, "has_gauss"), minimum=0)
     cached = fields["cached_gaussian"]
     if not isinstance(cached, float):

@@ -20,6 +20,34 @@ from tracker_core._errors import ProgressStateError
 _TENSOR_TAG = "__tensor__"
 _TUPLE_TAG = "__tuple__"
 
+# What a saved state can legitimately hold: plain numbers. Quantized, complex, sub-byte,
+# float8 and other exotic dtypes are refused (torch.frombuffer with some of them corrupts memory).
+TENSOR_DTYPES: dict[str, torch.dtype] = {
+    str(dtype).removeprefix("torch."): dtype
+    for dtype in (
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+    )
+}
+MAX_DEPTH = 64  # nesting of dicts and lists in decoded plain data
+MAX_LIST_LENGTH = 100_000  # items of one list or dict
+MAX_NODES = 1_000_000  # values in one decoded state, all levels together
+MAX_BLOB_BYTES = 64 * 2**20  # one base64 blob (a tensor's bytes, an RNG state)
+MAX_TENSOR_DIMS = 16
+_MAX_BLOB_TEXT = 4 * ((MAX_BLOB_BYTES + 2) // 3)
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # int64 and uint64 (seeds) values
+
 
 def join_key(parent: str, child: str) -> str:
     """``join_key("epoch", "torch") == "epoch.torch"``; ``join_key("", "kind") == "kind"``."""
@@ -90,9 +118,20 @@ def to_plain(value: Any, key: str = "") -> Any:
 
 
 def text_to_bytes(value: object, key: str, *, size: int | None = None) -> bytes:
-    """Decode base64 text; ``size`` is the exact byte length required, if any."""
+    """Decode base64 text; ``size`` is the exact byte length required, if any.
+
+    The text's length is checked before decoding: at most ``MAX_BLOB_BYTES`` bytes, and
+    exactly the length ``size`` bytes encode to.
+    """
     if not isinstance(value, str):
         raise ProgressStateError(key, f"expected base64 text, got {_type_name(value)}")
+    expected = None if size is None else 4 * ((size + 2) // 3)
+    if expected is not None and len(value) != expected:
+        raise ProgressStateError(
+            key, f"expected {size} bytes ({expected} base64 characters), got {len(value)} characters"
+        )
+    if len(value) > _MAX_BLOB_TEXT:
+        raise ProgressStateError(key, f"a blob of {len(value)} base64 characters; at most {MAX_BLOB_BYTES} bytes")
     try:
         data = base64.b64decode(value.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError):
@@ -111,11 +150,29 @@ def text_to_byte_tensor(value: object, key: str, *, size: int | None = None) -> 
 
 
 def from_plain(value: Any, key: str = "") -> Any:
-    """Inverse of :func:`to_plain`; raises ProgressStateError for malformed tags."""
-    if value is None or isinstance(value, (bool, int, float, str)):
+    """Inverse of :func:`to_plain`; raises ProgressStateError for malformed tags or unbounded data.
+
+    Bounded before any recursion or allocation: nesting deeper than ``MAX_DEPTH``, a list
+    longer than ``MAX_LIST_LENGTH``, more than ``MAX_NODES`` values in all, an int outside
+    int64/uint64, a blob above ``MAX_BLOB_BYTES`` or a tensor dtype outside ``TENSOR_DTYPES``
+    is refused, naming the key.
+    """
+    return _from_plain(value, key, 0, [MAX_NODES])
+
+
+def _from_plain(value: Any, key: str, depth: int, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ProgressStateError(key, f"more than {MAX_NODES} values in all; a saved state holds far fewer")
+    if value is None or isinstance(value, (bool, float, str)):
         return value
+    if isinstance(value, int):
+        return _bounded_int(value, key)
+    if depth >= MAX_DEPTH:
+        raise ProgressStateError(key, f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, list):
-        return [from_plain(item, join_key(key, str(i))) for i, item in enumerate(value)]
+        _check_length(value, key)
+        return [_from_plain(item, join_key(key, str(i)), depth + 1, budget) for i, item in enumerate(value)]
     if not isinstance(value, Mapping):
         raise ProgressStateError(key, f"expected plain data, got {_type_name(value)}")
     if len(value) == 1 and _TENSOR_TAG in value:
@@ -125,32 +182,86 @@ def from_plain(value: Any, key: str = "") -> Any:
         inner = join_key(key, _TUPLE_TAG)
         if not isinstance(items, list):
             raise ProgressStateError(inner, f"expected a list, got {_type_name(items)}")
-        return tuple(from_plain(item, join_key(inner, str(i))) for i, item in enumerate(items))
+        _check_length(items, inner)
+        return tuple(_from_plain(item, join_key(inner, str(i)), depth + 1, budget) for i, item in enumerate(items))
+    _check_length(value, key)
     out: dict[str, Any] = {}
     for name, item in value.items():
         if not isinstance(name, str):
             raise ProgressStateError(key, f"dict key {name!r} is not a str")
-        out[name] = from_plain(item, join_key(key, name))
+        out[name] = _from_plain(item, join_key(key, name), depth + 1, budget)
     return out
+
+
+def check_plain(value: object, key: str = "") -> None:
+    """Raise what :func:`from_plain` would raise for ``value``, building nothing (no recursion either)."""
+    stack: list[tuple[object, str, int]] = [(value, key, 0)]
+    nodes = 0
+    while stack:
+        item, where, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise ProgressStateError(where, f"more than {MAX_NODES} values in all; a saved state holds far fewer")
+        if item is None or isinstance(item, (bool, float, str)):
+            continue
+        if isinstance(item, int):
+            _bounded_int(item, where)
+            continue
+        if depth >= MAX_DEPTH:
+            raise ProgressStateError(where, f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(item, list):
+            _check_length(item, where)
+            stack.extend((child, join_key(where, str(i)), depth + 1) for i, child in enumerate(item))
+        elif isinstance(item, Mapping):
+            _check_length(item, where)
+            for name, child in item.items():
+                if not isinstance(name, str):
+                    raise ProgressStateError(where, f"dict key {name!r} is not a str")
+                stack.append((child, join_key(where, name), depth + 1))
+        else:
+            raise ProgressStateError(where, f"expected plain data, got {_type_name(item)}")
+
+
+def _bounded_int(value: int, key: str) -> int:
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise ProgressStateError(key, f"integer {_short(value)} does not fit 64 bits")
+    return value
+
+
+def _short(value: int) -> str:
+    return str(value) if value.bit_length() < 100 else f"of {value.bit_length()} bits"
+
+
+def _check_length(value: list[Any] | Mapping[Any, Any], key: str) -> None:
+    if len(value) > MAX_LIST_LENGTH:
+        raise ProgressStateError(key, f"{len(value)} items; a saved state holds at most {MAX_LIST_LENGTH}")
 
 
 def _tensor_from_plain(value: object, key: str) -> torch.Tensor:
     fields = read_mapping(value, key, required=("dtype", "shape", "data"))
     dtype_name = read_str(fields["dtype"], join_key(key, "dtype"))
-    dtype = getattr(torch, dtype_name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise ProgressStateError(join_key(key, "dtype"), f"unknown torch dtype {dtype_name!r}")
+    dtype = TENSOR_DTYPES.get(dtype_name)
+    if dtype is None:
+        raise ProgressStateError(
+            join_key(key, "dtype"),
+            f"dtype {dtype_name[:40]!r} is not one a saved state holds; expected one of {sorted(TENSOR_DTYPES)}",
+        )
     shape_key = join_key(key, "shape")
     shape = fields["shape"]
     if not isinstance(shape, list):
         raise ProgressStateError(shape_key, f"expected a list of ints, got {_type_name(shape)}")
+    if len(shape) > MAX_TENSOR_DIMS:
+        raise ProgressStateError(shape_key, f"{len(shape)} dimensions; at most {MAX_TENSOR_DIMS}")
     dims = [read_int(dim, join_key(shape_key, str(i)), minimum=0) for i, dim in enumerate(shape)]
-    numel = 1
+    size = dtype.itemsize
     for dim in dims:
-        numel *= dim
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    data = text_to_bytes(fields["data"], join_key(key, "data"), size=numel * itemsize)
-    if numel == 0:
+        size *= dim
+        if size > MAX_BLOB_BYTES:
+            raise ProgressStateError(shape_key, f"{shape} holds more than {MAX_BLOB_BYTES} bytes")
+    data = text_to_bytes(fields["data"], join_key(key, "data"), size=size)
+    if dtype == torch.bool and data.strip(b"\x00\x01"):
+        raise ProgressStateError(join_key(key, "data"), "a bool tensor holds bytes other than 0 and 1")
+    if size == 0:
         return torch.empty(dims, dtype=dtype)
     return torch.frombuffer(bytearray(data), dtype=dtype).reshape(dims)
 
