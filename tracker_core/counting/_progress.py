@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracker_core.counting._counts import _Phased
 from tracker_core.counting._stage import StageProgress, TrainStageProgress
+from tracker_core.counting._view import ProgressView
+from tracker_core.state._schema import MAX_ANOMALIES, MAX_ANOMALY_CHARS, Parsed, apply, dump, parse
 from tracker_core.vocabulary import CANCELLED, Event, Phase, RunKind, Stage
-
-if TYPE_CHECKING:
-    from tracker_core.state._schema import Parsed
 
 _STAGE_NAMES = frozenset(Stage)
 _RUN_KINDS = frozenset(RunKind)
 _RUN_AT = {phase: ("", Event.RUN.value, phase.value) for phase in Phase}  # ``where`` of each run phase
-MAX_ANOMALIES = 100  # the most recent ones are kept
-MAX_ANOMALY_CHARS = 500  # a longer message is cut to this length
 
 
 class Progress:
@@ -41,8 +38,6 @@ class Progress:
     )
 
     def __init__(self) -> None:
-        from tracker_core.counting._view import ProgressView
-
         self._runs = _Phased("run")
         self._run_kind = ""
         self._where: tuple[str, str, str] | None = None
@@ -122,8 +117,6 @@ class Progress:
     # state --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Plain data (ints, bools, str, lists, dicts) with a schema version; see docs/schema.md."""
-        from tracker_core.state._schema import dump
-
         return dump(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -135,14 +128,10 @@ class Progress:
         data will be read again), an unfinished evaluation epoch restarts, and an
         unfinished train epoch or run is re-entered by the next ready/started marks.
         """
-        from tracker_core.state._schema import parse
-
         self._load_parsed(parse(state))
 
     def load_lifetime(self, state: dict[str, Any]) -> None:
         """Carry only the lifetime counts of ``state`` into a new run (e.g. fine-tuning saved weights)."""
-        from tracker_core.state._schema import parse
-
         self._load_parsed(parse(state))
         self._close_restored_run()
         for stage in self._stages():
@@ -151,8 +140,6 @@ class Progress:
 
     def _load_parsed(self, parsed: Parsed) -> None:
         """Write a state that ``parse`` accepted and settle its in-flight events; cannot fail."""
-        from tracker_core.state._schema import apply
-
         apply(self, parsed)
         self._settle_in_flight()
         self._resume_mapping = None

@@ -7,15 +7,19 @@ any Progress; :func:`apply` then writes it and cannot fail, so a bad state chang
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.counting._counts import PhaseCounts, ScopeCounts, _Phased, _Tally
-from tracker_core.counting._progress import MAX_ANOMALIES, MAX_ANOMALY_CHARS, Progress
 from tracker_core.counting._stage import StageProgress, TrainStageProgress, _DataloaderTallies
 from tracker_core.vocabulary import CANCELLED, Event, Phase, RunKind, Scope, Stage
 
+if TYPE_CHECKING:
+    from tracker_core.counting._progress import Progress
+
 SCHEMA_VERSION = 2
+MAX_ANOMALIES = 100  # the most recent ones are kept
+MAX_ANOMALY_CHARS = 500  # a longer message is cut to this length
 
 
 def _v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
