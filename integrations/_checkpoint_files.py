@@ -7,7 +7,7 @@ One source of truth for the layouts (the adapters import these constants):
 - Ignite ``Checkpoint`` file: the value saved under the user's key for the ``ProgressHandler``
   is a dict with exactly ``IGNITE_STATE_KEYS``; its ``"progress_tracker"`` is the entry;
 - Accelerate ``save_state`` folder: ``progress_tracker_{rank}.pt`` per process
-  (``tracker_core.integrations.accelerate._checkpoint``), whose ``"tracker"`` is the entry.
+  (``tracker_core.integrations._accelerate_checkpoint``), whose ``"tracker"`` is the entry.
 
 Files are read with ``torch.load(weights_only=True)``: no pickled code ever runs. No
 framework is imported.
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from tracker_core import ProgressStateError, Tracker
-from tracker_core.integrations.accelerate import _checkpoint as accelerate_file
+from tracker_core.integrations import _accelerate_checkpoint as accelerate_file
 
 LIGHTNING_STATE_KEY = "ProgressTracker"
 LIGHTNING_GRADIENTS_KEY = "progress_tracker_gradients"

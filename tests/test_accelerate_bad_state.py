@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run
 from torch.utils.data import DataLoader
 
-from tracker_core.integrations.accelerate import _checkpoint as accelerate_file
-from tracker_core.integrations.accelerate import AcceleratorProgress
 from tracker_core import ProgressStateError
+from tracker_core.integrations import _accelerate_checkpoint as accelerate_file
+from tracker_core.integrations.accelerate import AcceleratorProgress
+
+from helpers.accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run
 
 
 def _checkpoint(directory: Path) -> Path:

@@ -36,7 +36,7 @@ from tracker_core.adapter import (
     samples_in,
 )
 from tracker_core.adapter import register_progress as attach
-from tracker_core.integrations.accelerate import _checkpoint as checkpoint
+from tracker_core.integrations import _accelerate_checkpoint as checkpoint
 from tracker_core.integrations.accelerate import _elastic as elastic
 from tracker_core.integrations.accelerate._compat import create_seedable_generator, drop_iterator, prepared_optimizers
 
