@@ -1,0 +1,101 @@
+"""A lifetime that lives in the model: progress carried inside the model's own saved weights.
+
+``track_lifetime(model)`` gives the model one persistent buffer, ``tracker_core_lifetime``: the
+progress state (plain data, as JSON bytes in a ``uint8`` tensor), refreshed whenever
+``model.state_dict()`` is taken. So ``torch.save(model.state_dict())``, Lightning's
+``save_weights_only=True``, Accelerate's ``save_model`` and safetensors all carry it, and a
+new run of any adapter that sees the model continues its lifetime counts (``bind_lifetime``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from tracker_core._errors import ProgressStateError
+from tracker_core.counting._progress import Progress
+
+BUFFER = "tracker_core_lifetime"
+"""The buffer's name in ``model.state_dict()`` (after any prefix the model's parents add)."""
+
+_BINDINGS = "_tracker_core_lifetime_progress"  # the model attribute holding the bound progress (a 1-list)
+
+
+def track_lifetime(model: torch.nn.Module) -> None:
+    """Opt ``model`` in: its saved weights carry the lifetime progress of the runs that train it.
+
+    Call it before loading weights into the model (their buffer then loads too) and before
+    training; idempotent. A model that does not opt in loads such weights with
+    ``model.load_state_dict(without_lifetime(weights))``.
+    """
+    if BUFFER in dict(model.named_buffers(recurse=False)):
+        return
+    model.register_buffer(BUFFER, torch.empty(0, dtype=torch.uint8), persistent=True)
+    setattr(model, _BINDINGS, [])
+    model.register_state_dict_pre_hook(_refresh)
+    model.register_load_state_dict_pre_hook(_fit_incoming)
+
+
+def is_tracked(model: torch.nn.Module) -> bool:
+    """Whether :func:`track_lifetime` was called on ``model``."""
+    return BUFFER in dict(model.named_buffers(recurse=False))
+
+
+def bind_lifetime(model: torch.nn.Module, progress: Progress) -> bool:
+    """Adapters call this when a run sees ``model``, before the run begins.
+
+    If the model is tracked: from now on its saved weights carry ``progress``; and if its
+    buffer holds a lifetime ahead of ``progress`` (weights saved by an earlier run, loaded
+    without the trainer's checkpoint), ``progress`` continues it (``Progress.load_lifetime``).
+    Returns whether the lifetime was continued. ``ProgressStateError`` if the buffer is damaged.
+    """
+    if not is_tracked(model):
+        return False
+    bindings: list[Progress] = getattr(model, _BINDINGS)
+    bindings[:] = [progress]
+    saved = read_lifetime(getattr(model, BUFFER), BUFFER)
+    if saved is None or _train_batches(saved) <= progress.view.train.batches.lifetime.completed:
+        return False
+    progress.load_lifetime(saved)
+    return True
+
+
+def read_lifetime(buffer: object, key: str) -> dict[str, Any] | None:
+    """The progress state a lifetime buffer holds (None if empty); ``ProgressStateError`` naming ``key`` if damaged."""
+    if not isinstance(buffer, torch.Tensor) or buffer.dtype != torch.uint8 or buffer.dim() != 1:
+        raise ProgressStateError(key, "expected a 1-d uint8 tensor holding the progress as JSON")
+    if buffer.numel() == 0:
+        return None
+    try:
+        state = json.loads(bytes(buffer.tolist()).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ProgressStateError(key, f"not the JSON of a progress state ({error})") from None
+    Progress().load_state_dict(state)  # validates fully; raises ProgressStateError naming the key
+    return state  # type: ignore[no-any-return]
+
+
+def without_lifetime(weights: Mapping[str, Any]) -> dict[str, Any]:
+    """``weights`` without the lifetime buffers, for a model that did not opt in (strict loading works)."""
+    return {name: value for name, value in weights.items() if name.rpartition(".")[2] != BUFFER}
+
+
+def _train_batches(state: Mapping[str, Any]) -> int:
+    return int(state["stages"]["train"]["batches"]["lifetime"]["completed"])
+
+
+def _refresh(module: torch.nn.Module, prefix: str, keep_vars: bool) -> None:
+    """Before ``state_dict``: write the bound progress into the buffer (nothing bound: keep what it holds)."""
+    bindings: list[Progress] = getattr(module, _BINDINGS)
+    if bindings:
+        data = json.dumps(bindings[0].state_dict(), separators=(",", ":")).encode("utf-8")
+        setattr(module, BUFFER, torch.frombuffer(bytearray(data), dtype=torch.uint8))
+
+
+def _fit_incoming(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    """Before ``load_state_dict``: size the buffer like the incoming one, so loading copies it whatever its length."""
+    incoming = state_dict.get(prefix + BUFFER)
+    if isinstance(incoming, torch.Tensor) and incoming.dtype == torch.uint8 and incoming.dim() == 1:
+        setattr(module, BUFFER, torch.empty_like(incoming, device=getattr(module, BUFFER).device))
