@@ -19,6 +19,7 @@ from tracker_core.counting._view import (
     Where,
 )
 from tracker_core.distributed._sync import Divergence, check_divergence, reduce_state
+from tracker_core.state._model_lifetime import track_lifetime, without_lifetime
 from tracker_core.state._schema import SCHEMA_VERSION
 from tracker_core.vocabulary import Event, Phase, RunKind, Scope, Stage
 
@@ -51,4 +52,6 @@ __all__ = [
     "count_optimizer_steps",
     "get_progress",
     "reduce_state",
+    "track_lifetime",
+    "without_lifetime",
 ]
