@@ -1,6 +1,6 @@
 """``make demo``: one training run per framework, killed with SIGKILL mid-epoch, resumes exactly.
 
-For Lightning, Ignite and Accelerate in turn, ``tests/helpers/crash_run.py`` (a tiny Linear(4, 1) on
+For Lightning, Ignite and Accelerate in turn, ``examples/crash_safe_training.py`` (a tiny Linear(4, 1) on
 10 synthetic samples, batches of 3, gradient accumulation 2, 3 epochs; the framework's own
 checkpointer saving after every step) is run three times, each in a new process:
 
@@ -28,20 +28,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from crash_safe_training import ACCUMULATION, BATCH_SIZE, BATCHES_PER_EPOCH, EPOCHS, SAMPLES, checkpoints
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from helpers.crash_run import CRASH, checkpoints  # noqa: E402
+from tracker_core import Progress
+from tracker_core.adapter import progress_table
+from tracker_core.integrations.checkpoints import newest_intact_checkpoint, read_checkpoint
 
-from tracker_core.integrations.checkpoints import newest_intact_checkpoint, read_checkpoint  # noqa: E402
-from tracker_core import Progress  # noqa: E402
-from tracker_core.display._report import progress_table  # noqa: E402
-
-SCRIPT = ROOT / "tests" / "helpers" / "crash_run.py"
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SCRIPT = HERE / "crash_safe_training.py"
 NAMES = {"lightning": "PyTorch Lightning (ProgressTracker callback, ModelCheckpoint every step)",
          "ignite": "PyTorch Ignite (ProgressHandler, Checkpoint(n_saved=3) every iteration)",
          "accelerate": "Hugging Face Accelerate (AcceleratorProgress, save_state(total_limit=3) every batch)"}
-PER_EPOCH = CRASH.batches_per_epoch
+PER_EPOCH = BATCHES_PER_EPOCH
 
 
 @dataclass
@@ -119,9 +118,9 @@ def _yes(value: bool) -> str:
 
 
 def main() -> int:
-    print(f"Training {CRASH.samples} samples in batches of {CRASH.batch_size} ({PER_EPOCH} per epoch, the last of "
-          f"{CRASH.samples - (PER_EPOCH - 1) * CRASH.batch_size}), {CRASH.epochs} epochs, "
-          f"accumulating gradients over {CRASH.accumulation} batches.")
+    print(f"Training {SAMPLES} samples in batches of {BATCH_SIZE} ({PER_EPOCH} per epoch, the last of "
+          f"{SAMPLES - (PER_EPOCH - 1) * BATCH_SIZE}), {EPOCHS} epochs, "
+          f"accumulating gradients over {ACCUMULATION} batches.")
     pick = random.Random()
     exact: dict[str, bool] = {}
     final: dict[str, dict[str, Any]] = {}
@@ -130,7 +129,7 @@ def main() -> int:
             # Mid-epoch: the kill lands in the 2nd or 3rd step of an epoch, after a checkpoint of that epoch.
             # Lightning's ModelCheckpoint saves after optimizer steps only (every 2nd batch): the 3rd step.
             in_epoch = 3 if framework == "lightning" else pick.choice((2, 3))
-            kill_at = PER_EPOCH * pick.randrange(CRASH.epochs) + in_epoch
+            kill_at = PER_EPOCH * pick.randrange(EPOCHS) + in_epoch
             workdir = Path(tmp, framework)
             exact[framework], final[framework] = _framework(framework, workdir, kill_at)
     same = final["lightning"] == final["ignite"] == final["accelerate"]

@@ -1,10 +1,10 @@
 """A real training process killed with SIGKILL resumes, in a new process, to the uninterrupted result.
 
-``crash_run.py`` trains under one framework, checkpointing with the framework's own rotating
-checkpointer, and logs every train step's sample ids durably before the step. The tests kill
-it at random steps (the kill lands wherever the process is then: in the step, in a save),
-resume a new process from the newest intact checkpoint each time, and compare with an
-uninterrupted run. Every process's steps are exactly the uninterrupted run's steps from its
+``examples/crash_safe_training.py`` (the child process of ``make demo``) trains under one framework,
+checkpointing with the framework's own rotating checkpointer, and logs every train step's sample ids
+durably before the step. The tests kill it at random steps (the kill lands wherever the process
+is then: in the step, in a save), resume a new process from the newest intact checkpoint each time,
+and compare with an uninterrupted run of the same script. Every process's steps are exactly the uninterrupted run's steps from its
 checkpoint on (the steps a kill lost are read again, identically), the last process reaches
 the end, the weights are bit-identical and the progress state is equal: nothing is counted
 twice, nothing is lost.
@@ -24,8 +24,6 @@ from typing import Any
 
 import pytest
 import torch
-from helpers.conformance import FRAMEWORKS, Outcome, run
-from helpers.crash_run import CRASH, checkpoints
 
 from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
 
@@ -35,10 +33,11 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning:lightning_fabric"),
 ]
 
-SCRIPT = Path(__file__).parent / "helpers" / "crash_run.py"
-STEPS = CRASH.epochs * CRASH.batches_per_epoch
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "examples" / "crash_safe_training.py"
+FRAMEWORKS = ("lightning", "ignite", "accelerate")
+STEPS = 12  # 3 epochs of 4 batches
 FIRST_SAVED = 2  # Lightning saves after optimizer steps: the first after step 2 (accumulation 2)
-_references: dict[str, Outcome] = {}
 
 
 @dataclass
@@ -49,15 +48,33 @@ class Segment:
     ids: list[list[int]]
 
 
-def _reference(framework: str) -> Outcome:
+@dataclass
+class Reference:
+    """The uninterrupted run: the ids of its steps and its ``result.pt``."""
+
+    ids: list[list[int]]
+    result: dict[str, Any]
+
+
+_references: dict[str, Reference] = {}
+
+
+def _reference(framework: str, factory: pytest.TempPathFactory) -> Reference:
     if framework not in _references:
-        _references[framework] = run(framework, CRASH)
+        workdir = factory.mktemp(f"straight-{framework}")
+        straight = _process(framework, workdir, "straight", resume=False, kill_at=None)
+        _references[framework] = Reference(straight.ids, torch.load(workdir / "result.pt", weights_only=True))
     return _references[framework]
+
+
+def _checkpoints(framework: str, workdir: Path) -> Path:
+    """The folder that holds the checkpoints (Accelerate puts its automatic ones in ``checkpoints/``)."""
+    return workdir / "checkpoints" / "checkpoints" if framework == "accelerate" else workdir / "checkpoints"
 
 
 def _saved_batches(framework: str, workdir: Path) -> int:
     """Train batches held by the checkpoint a resuming process will load (read before it may overwrite it)."""
-    entry = read_checkpoint(newest_intact_checkpoint(checkpoints(framework, workdir))).entries[0]
+    entry = read_checkpoint(newest_intact_checkpoint(_checkpoints(framework, workdir))).entries[0]
     return entry["progress"]["stages"]["train"]["batches"]["lifetime"]["processed"]
 
 
@@ -67,7 +84,7 @@ def _process(framework: str, workdir: Path, name: str, resume: bool, kill_at: in
     command = [sys.executable, str(SCRIPT), framework, str(workdir), str(workdir / f"{name}.ids")]
     with open(workdir / f"{name}.log", "w") as log:
         child = subprocess.Popen([*command, *(["--resume"] if resume else [])], stdout=subprocess.PIPE,
-                                 stderr=log, text=True, cwd=SCRIPT.parents[2])
+                                 stderr=log, text=True, cwd=ROOT)
         assert child.stdout is not None
         for line in child.stdout:
             if kill_at is not None and line.strip() == f"batch {kill_at}":
@@ -79,19 +96,19 @@ def _process(framework: str, workdir: Path, name: str, resume: bool, kill_at: in
     return Segment(start, [json.loads(line) for line in (workdir / f"{name}.ids").read_text().splitlines()])
 
 
-def _assert_the_uninterrupted_run(framework: str, segments: list[Segment], workdir: Path) -> None:
-    reference = _reference(framework)
+def _assert_the_uninterrupted_run(reference: Reference, segments: list[Segment], workdir: Path) -> None:
+    assert len(reference.ids) == STEPS
     for segment in segments:
         assert segment.ids == reference.ids[segment.start:segment.start + len(segment.ids)]
     assert segments[-1].start + len(segments[-1].ids) == STEPS
     result: dict[str, Any] = torch.load(workdir / "result.pt", weights_only=True)
-    assert all(torch.equal(a, b) for a, b in zip(result["weights"], reference.weights, strict=True))
-    assert result["progress"] == reference.progress
+    assert all(torch.equal(a, b) for a, b in zip(result["weights"], reference.result["weights"], strict=True))
+    assert result["progress"] == reference.result["progress"]
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_process_killed_three_times_at_random_steps_ends_as_the_uninterrupted_run(
-    framework: str, tmp_path: Path
+    framework: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     pick = random.Random(framework)
     segments = [_process(framework, tmp_path, "0", resume=False, kill_at=pick.randint(FIRST_SAVED + 1, STEPS - 1))]
@@ -101,7 +118,7 @@ def test_process_killed_three_times_at_random_steps_ends_as_the_uninterrupted_ru
             break
         segments.append(_process(framework, tmp_path, str(kill), resume=True, kill_at=pick.randint(1, left - 1)))
     segments.append(_process(framework, tmp_path, "last", resume=True, kill_at=None))
-    _assert_the_uninterrupted_run(framework, segments, tmp_path)
+    _assert_the_uninterrupted_run(_reference(framework, tmp_path_factory), segments, tmp_path)
 
 
 def _newest_file(path: Path) -> Path:
@@ -117,10 +134,10 @@ def _newest_checkpoint(folder: Path) -> Path:
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_checkpoint_truncated_by_the_kill_is_refused_and_the_previous_one_resumes_exactly(
-    framework: str, tmp_path: Path
+    framework: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     killed = _process(framework, tmp_path, "killed", resume=False, kill_at=STEPS - 2)
-    folder = checkpoints(framework, tmp_path)
+    folder = _checkpoints(framework, tmp_path)
     newest = _newest_checkpoint(folder)
     damaged = _newest_file(newest)
     os.truncate(damaged, damaged.stat().st_size // 2)
@@ -132,4 +149,4 @@ def test_checkpoint_truncated_by_the_kill_is_refused_and_the_previous_one_resume
     with pytest.warns(UserWarning, match="skipped a checkpoint newer"):
         resumed = _process(framework, tmp_path, "resumed", resume=True, kill_at=None)
     assert torch.load(tmp_path / "result.pt", weights_only=True)["resumed_from"] == str(previous)
-    _assert_the_uninterrupted_run(framework, [killed, resumed], tmp_path)
+    _assert_the_uninterrupted_run(_reference(framework, tmp_path_factory), [killed, resumed], tmp_path)
