@@ -4,10 +4,10 @@
 checkpointing with the framework's own rotating checkpointer, and logs every train step's sample ids
 durably before the step. The tests kill it at random steps (the kill lands wherever the process
 is then: in the step, in a save), resume a new process from the newest intact checkpoint each time,
-and compare with an uninterrupted run of the same script. Every process's steps are exactly the uninterrupted run's steps from its
-checkpoint on (the steps a kill lost are read again, identically), the last process reaches
-the end, the weights are bit-identical and the progress state is equal: nothing is counted
-twice, nothing is lost.
+and compare with an uninterrupted run of the same script. Every process's steps are exactly the
+uninterrupted run's steps from its checkpoint on (the steps a kill lost are read again, identically),
+the last process reaches the end, the weights are bit-identical and the progress state is equal:
+nothing is counted twice, nothing is lost.
 """
 
 from __future__ import annotations
