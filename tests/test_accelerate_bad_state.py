@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("accelerate")
+
 import torch
 from torch.utils.data import DataLoader
 
@@ -30,8 +33,9 @@ def _assert_load_refused(directory: Path, key: str) -> None:
     accelerator = fresh_accelerator(Setup(samples=13, accumulation=3))
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
-    model, optimizer, loader = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                                                   DataLoader(Indexed(13), batch_size=3, shuffle=True))
+    model, optimizer, loader = accelerator.prepare(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(Indexed(13), batch_size=3, shuffle=True)
+    )
     progress = AcceleratorProgress(accelerator)
     progress.track_train_loader(loader)
     weights = [p.detach().clone() for p in model.parameters()]

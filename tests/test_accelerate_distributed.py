@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("accelerate")
+
 TESTS = Path(__file__).parent
 
 
@@ -26,11 +28,24 @@ def test_two_ranks_count_their_own_shard_sum_to_the_dataset_and_resume_exactly(t
     port = str(_free_port())
     ranks = []
     for rank in range(2):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE="2",
-                   LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2", OMP_NUM_THREADS="1",
-                   PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))
-        command = [sys.executable, str(TESTS / "helpers" / "accelerate_two_ranks.py"), str(tmp_path / "ckpt"),
-                   str(tmp_path / f"rank{rank}.json"), sampler]
+        env = dict(
+            os.environ,
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+            RANK=str(rank),
+            WORLD_SIZE="2",
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE="2",
+            OMP_NUM_THREADS="1",
+            PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]),
+        )
+        command = [
+            sys.executable,
+            str(TESTS / "helpers" / "accelerate_two_ranks.py"),
+            str(tmp_path / "ckpt"),
+            str(tmp_path / f"rank{rank}.json"),
+            sampler,
+        ]
         ranks.append(subprocess.Popen(command, env=env, cwd=TESTS))
     assert [process.wait(timeout=150) for process in ranks] == [0, 0]
     findings = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]

@@ -15,11 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("accelerate")
+
 import torch
-from helpers.accelerate_two_ranks import ELASTIC_SAMPLES, ELASTIC_STOP, elastic_run, elastic_setup
-from helpers.distributed_runs import folder_once, free_port, run_script
 
 from tracker_core import ProgressStateError
+
+from helpers.accelerate_two_ranks import ELASTIC_SAMPLES, ELASTIC_STOP, elastic_run, elastic_setup
+from helpers.distributed_runs import folder_once, free_port, run_script
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 
@@ -32,10 +36,22 @@ def _fill(folder: Path) -> None:
     port = str(free_port())
 
     def rank(index: int) -> None:
-        env = {"MASTER_PORT": port, "RANK": str(index), "WORLD_SIZE": "2", "LOCAL_RANK": str(index),
-               "LOCAL_WORLD_SIZE": "2"}
-        run_script("accelerate_two_ranks.py", str(folder / "world2"), str(folder / f"rank{index}.pt"), "elastic",
-                   str(folder / "world1"), env=env, timeout=240)
+        env = {
+            "MASTER_PORT": port,
+            "RANK": str(index),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(index),
+            "LOCAL_WORLD_SIZE": "2",
+        }
+        run_script(
+            "accelerate_two_ranks.py",
+            str(folder / "world2"),
+            str(folder / f"rank{index}.pt"),
+            "elastic",
+            str(folder / "world1"),
+            env=env,
+            timeout=240,
+        )
 
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(rank, range(2)))
@@ -72,7 +88,7 @@ def _trained_before_the_save(ranks: list[dict[str, Any]]) -> list[int]:
 def test_two_processes_x_3_resume_on_one_at_the_same_global_sample_position(runs, batch):
     one, ranks, _ = runs
     resumed = _epoch(one[f"resumed{batch}"], EPOCH)
-    assert resumed == _epoch(one[f"straight{batch}"], EPOCH)[12 // batch:]  # the epoch's order from position 12 on
+    assert resumed == _epoch(one[f"straight{batch}"], EPOCH)[12 // batch :]  # the epoch's order from position 12 on
     assert sorted(_trained_before_the_save(ranks) + _ids(resumed)) == list(range(ELASTIC_SAMPLES))
     assert one[f"resumed{batch}"]["warnings"] == []
 
@@ -80,9 +96,13 @@ def test_two_processes_x_3_resume_on_one_at_the_same_global_sample_position(runs
 def test_the_resume_mapping_says_how_the_position_was_mapped(runs):
     one = runs[0]
     assert one["resumed2"]["mapping"] == {
-        "saved_world_size": 2, "world_size": 1, "rank": 0, "source_rank": 0,
-        "train_loaders": [{"index": 0, "samples_consumed": 12, "batch_size": 2, "batches_consumed": 6,
-                           "exact": True, "problem": ""}],
+        "saved_world_size": 2,
+        "world_size": 1,
+        "rank": 0,
+        "source_rank": 0,
+        "train_loaders": [
+            {"index": 0, "samples_consumed": 12, "batch_size": 2, "batches_consumed": 6, "exact": True, "problem": ""}
+        ],
     }
 
 
@@ -126,7 +146,13 @@ def test_a_checkpoint_after_the_last_batch_of_an_epoch_resumes_with_nothing_left
     one = runs[0]
     resumed = one["resumed_after_the_epoch"]  # 2 x 4 batches of 3 trained; 5 batches of 5 (the last of 4) now
     assert resumed["mapping"]["train_loaders"][0] == {
-        "index": 0, "samples_consumed": 24, "batch_size": 5, "batches_consumed": 5, "exact": True, "problem": ""}
+        "index": 0,
+        "samples_consumed": 24,
+        "batch_size": 5,
+        "batches_consumed": 5,
+        "exact": True,
+        "problem": "",
+    }
     assert _epoch(resumed, EPOCH) == []
     assert _epoch(resumed, EPOCH + 1) == _epoch(one["straight5"], EPOCH + 1)
     assert all(b["step"] == (0 if b["end_of_dataloader"] else b["tracker_batches"]) for b in resumed["batches"])
@@ -146,9 +172,11 @@ def test_one_process_x_6_resumes_on_two_x_3_and_the_ranks_split_the_rest_of_the_
     assert sorted(trained) == list(range(ELASTIC_SAMPLES))
 
 
-@pytest.mark.parametrize(("options", "needs"), [({"seedable": False}, "use_seedable_sampler=True"),
-                                                ({"split_batches": True}, "split_batches=False")],
-                         ids=["no-seedable-sampler", "split-batches"])
+@pytest.mark.parametrize(
+    ("options", "needs"),
+    [({"seedable": False}, "use_seedable_sampler=True"), ({"split_batches": True}, "split_batches=False")],
+    ids=["no-seedable-sampler", "split-batches"],
+)
 def test_an_unsupported_configuration_is_refused_before_anything_is_loaded(runs, options, needs):
     program = elastic_setup(6, **options)
     weights = [p.detach().clone() for p in program.model.parameters()]

@@ -13,11 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("accelerate")
+
 import torch
-from helpers.accelerate_drive import Indexed, Result, Setup, StopAt, fresh_accelerator, run
 from torch.utils.data import DataLoader
 
 from tracker_core.integrations.accelerate import AcceleratorProgress
+
+from helpers.accelerate_drive import Indexed, Result, Setup, StopAt, fresh_accelerator, run
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 
@@ -97,8 +101,9 @@ def _automatic_naming_program(project_dir: Path, load: bool, load_from: Path | N
     accelerator = fresh_accelerator(setup, project_dir=str(project_dir))
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
-    model, optimizer, loader = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                                                   DataLoader(Indexed(10), batch_size=3))
+    model, optimizer, loader = accelerator.prepare(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(Indexed(10), batch_size=3)
+    )
     progress = AcceleratorProgress(accelerator)
     if load:
         accelerator.load_state(None if load_from is None else str(load_from))

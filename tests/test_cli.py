@@ -20,6 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("ignite")
+pytest.importorskip("accelerate")
+
 import pytorch_lightning as pl
 import torch
 from accelerate import Accelerator
@@ -69,9 +74,13 @@ def _lightning(folder: Path) -> None:
     torch.manual_seed(0)
     saver = ModelCheckpoint(dirpath=folder, filename="{step}", every_n_train_steps=1, save_top_k=-1)
     trainer = pl.Trainer(
-        accelerator="cpu", max_epochs=EPOCHS, accumulate_grad_batches=ACCUMULATION,
+        accelerator="cpu",
+        max_epochs=EPOCHS,
+        accumulate_grad_batches=ACCUMULATION,
         callbacks=[ProgressTracker(), saver],
-        logger=False, enable_progress_bar=False, enable_model_summary=False,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     trainer.fit(_Module(), _loader())
     trainer.save_checkpoint(folder / "final.ckpt")
@@ -94,8 +103,15 @@ def _ignite(folder: Path) -> None:
     progress.attach(trainer, optimizers=[optimizer])
     to_save = {"trainer": trainer, "model": model, "optimizer": optimizer, "progress": progress}
     trainer.add_event_handler(Events.ITERATION_COMPLETED, Checkpoint(to_save, DiskSaver(str(folder)), n_saved=None))
-    trainer.add_event_handler(Events.COMPLETED, Checkpoint(to_save, DiskSaver(str(folder), require_empty=False),
-                                                           filename_prefix="final", global_step_transform=lambda *_: 0))
+    trainer.add_event_handler(
+        Events.COMPLETED,
+        Checkpoint(
+            to_save,
+            DiskSaver(str(folder), require_empty=False),
+            filename_prefix="final",
+            global_step_transform=lambda *_: 0,
+        ),
+    )
     trainer.run(_loader(), max_epochs=EPOCHS)
 
 
@@ -193,16 +209,27 @@ def test_inspect_json_holds_format_path_progress_and_facts(saved: Saved, capsys:
     entry = torch.load(path, weights_only=True)["progress"]["progress_tracker"]
     assert data["progress"] == entry["progress"]
     assert data["facts"] == {
-        "taken_at": data["facts"]["taken_at"], "run_kind": "fit", "global_step": 1, "epoch_index": 0,
-        "batches_into_epoch": 3, "mid_epoch": True, "mid_accumulation": True, "accumulating_batches": 1,
+        "taken_at": data["facts"]["taken_at"],
+        "run_kind": "fit",
+        "global_step": 1,
+        "epoch_index": 0,
+        "batches_into_epoch": 3,
+        "mid_epoch": True,
+        "mid_accumulation": True,
+        "accumulating_batches": 1,
         "anomalies": [],
     }
     assert data["ranks"] == [{"rank": 0, "progress": data["progress"], "facts": data["facts"]}]
 
 
-@pytest.mark.parametrize(("relative", "fmt"), [
-    ("lightning/final.ckpt", "lightning"), ("ignite/final_checkpoint_0.pt", "ignite"), ("accelerate/end", "accelerate"),
-])
+@pytest.mark.parametrize(
+    ("relative", "fmt"),
+    [
+        ("lightning/final.ckpt", "lightning"),
+        ("ignite/final_checkpoint_0.pt", "ignite"),
+        ("accelerate/end", "accelerate"),
+    ],
+)
 def test_inspect_detects_the_format_and_reads_a_finished_fit(
     relative: str, fmt: str, saved: Saved, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -13,10 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("ignite")
+pytest.importorskip("accelerate")
+pytest.importorskip("numpy")
+pytest.importorskip("torchdata")
+
 import torch
-from helpers.conformance import FRAMEWORKS, Outcome, Saving, Scenario, run, stop_checkpoint
 
 from tracker_core import Progress
+
+from helpers.conformance import FRAMEWORKS, Outcome, Saving, Scenario, run, stop_checkpoint
 
 pytestmark = [
     pytest.mark.filterwarnings("error::tracker_core.InexactResumeWarning"),
@@ -29,8 +37,7 @@ SCENARIOS = [
     Scenario("validate-every-epoch", samples=10, batch_size=3, epochs=2, validate_every=4, stop=(1, 2)),
     Scenario("accumulate-2-validate-every-2", samples=10, batch_size=3, accumulation=2, validate_every=2, stop=(1, 1)),
     Scenario("accumulate-3-no-validation", samples=13, batch_size=4, epochs=3, accumulation=3, stop=(1, 2)),
-    Scenario("validate-mid-epoch-then-test", samples=11, batch_size=2, validate_every=3, test_after=True,
-             stop=(0, 4)),
+    Scenario("validate-mid-epoch-then-test", samples=11, batch_size=2, validate_every=3, test_after=True, stop=(0, 4)),
     Scenario("stop-after-first-batch", samples=10, batch_size=3, accumulation=2, validate_every=4, stop=(0, 1)),
 ]
 _references: dict[tuple[str, Scenario], Outcome] = {}
@@ -99,8 +106,12 @@ def test_mid_epoch_checkpoints_hold_the_same_progress_once_loaded(scenario: Scen
     # Lightning saves in on_train_batch_end and Accelerate in the loop body: the batch is processed,
     # not yet completed. Ignite's Checkpoint runs on ITERATION_COMPLETED, after it completed. That is
     # the only difference, and loading settles a processed batch as completed.
-    in_flight = {".stages.train.batches.epoch.completed", ".stages.train.batches.run.completed",
-                 ".stages.train.batches.lifetime.completed", ".where.phase"}
+    in_flight = {
+        ".stages.train.batches.epoch.completed",
+        ".stages.train.batches.run.completed",
+        ".stages.train.batches.lifetime.completed",
+        ".where.phase",
+    }
     assert _differences(saved["lightning"], saved["accelerate"]) == []
     assert set(_differences(saved["lightning"], saved["ignite"])) == in_flight
     assert saved["lightning"]["where"]["phase"] == "processed" and saved["ignite"]["where"]["phase"] == "completed"

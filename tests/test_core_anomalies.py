@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.core_drive import in_fit_epoch, json_roundtrip
 
 from tracker_core import Progress, reduce_state
 from tracker_core.adapter import progress_facts, progress_table
+
+from helpers.core_drive import in_fit_epoch, json_roundtrip
 
 VERSION_1_STATE = Path(__file__).parent / "data" / "progress_v1.json"
 

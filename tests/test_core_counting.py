@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from helpers.core_drive import check_invariants, driven, fit_script, in_fit_epoch, whole_batch, whole_epoch
 
 from tracker_core import (
     EventOrderError,
@@ -15,6 +14,8 @@ from tracker_core import (
     StageProgress,
     TrainStageProgress,
 )
+
+from helpers.core_drive import check_invariants, driven, fit_script, in_fit_epoch, whole_batch, whole_epoch
 
 STAGES = ("train", "validate", "test", "predict")
 EVAL_KIND = {"train": "fit", "validate": "validate", "test": "test", "predict": "predict"}
@@ -106,11 +107,15 @@ def test_run_ready_while_a_run_is_in_flight_raises_event_order_error_and_changes
         (("run_ready",), "run_processed", "processed before it was started"),
         (("run_ready", "run_started"), "run_completed", "completed before it was processed"),
         (("run_ready",), "run_completed", "completed before it was processed"),
-        (("run_ready", "run_started", "run_processed", "run_completed"), "run_started",
-         "started before it was ready"),
+        (("run_ready", "run_started", "run_processed", "run_completed"), "run_started", "started before it was ready"),
     ],
-    ids=["started-before-ready", "processed-before-started", "completed-before-processed",
-         "completed-right-after-ready", "started-after-the-run-completed"],
+    ids=[
+        "started-before-ready",
+        "processed-before-started",
+        "completed-before-processed",
+        "completed-right-after-ready",
+        "started-after-the-run-completed",
+    ],
 )
 def test_run_phase_marked_out_of_order_raises_event_order_error_and_changes_nothing(done, mark, problem):
     progress = Progress()
@@ -144,11 +149,19 @@ def test_epoch_phase_marks_count_one_epoch_per_phase_in_run_and_lifetime(stage):
         (("epoch_ready",), "epoch_processed", "processed before it was started"),
         (("epoch_ready", "epoch_started"), "epoch_completed", "completed before it was processed"),
         (("epoch_ready",), "epoch_ready", "ready while the previous one is not completed"),
-        (("epoch_ready", "epoch_started", "epoch_processed"), "epoch_ready",
-         "ready while the previous one is not completed"),
+        (
+            ("epoch_ready", "epoch_started", "epoch_processed"),
+            "epoch_ready",
+            "ready while the previous one is not completed",
+        ),
     ],
-    ids=["started-before-ready", "processed-before-started", "completed-before-processed",
-         "second-ready-while-one-in-flight", "ready-before-previous-completed"],
+    ids=[
+        "started-before-ready",
+        "processed-before-started",
+        "completed-before-processed",
+        "second-ready-while-one-in-flight",
+        "ready-before-previous-completed",
+    ],
 )
 def test_epoch_phase_marked_out_of_order_raises_event_order_error_and_changes_nothing(stage, done, mark, problem):
     progress = _in_run(stage)
@@ -174,8 +187,9 @@ def test_batch_completed_before_processed_raises_event_order_error_and_changes_n
     progress = in_fit_epoch(batches=1)
     progress.train.batch_ready()
     progress.train.batch_started()
-    assert_refused(progress, EventOrderError, progress.train.batch_completed,
-                   "train batch: completed before it was processed")
+    assert_refused(
+        progress, EventOrderError, progress.train.batch_completed, "train batch: completed before it was processed"
+    )
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -186,12 +200,21 @@ def test_batch_completed_before_processed_raises_event_order_error_and_changes_n
         (("batch_ready",), "batch_processed", "processed before it was started"),
         (("batch_ready", "batch_started"), "batch_completed", "completed before it was processed"),
         (("batch_ready",), "batch_ready", "ready while the previous one is not completed"),
-        (("batch_ready", "batch_started", "batch_processed"), "batch_ready",
-         "ready while the previous one is not completed"),
+        (
+            ("batch_ready", "batch_started", "batch_processed"),
+            "batch_ready",
+            "ready while the previous one is not completed",
+        ),
         ((), "batch_processed", "processed before it was started"),
     ],
-    ids=["started-before-ready", "processed-before-started", "completed-before-processed",
-         "second-ready-while-one-in-flight", "ready-before-previous-completed", "processed-with-nothing-fetched"],
+    ids=[
+        "started-before-ready",
+        "processed-before-started",
+        "completed-before-processed",
+        "second-ready-while-one-in-flight",
+        "ready-before-previous-completed",
+        "processed-with-nothing-fetched",
+    ],
 )
 def test_batch_phase_marked_out_of_order_raises_event_order_error_and_changes_nothing(stage, done, mark, problem):
     progress = _in_epoch(stage)
@@ -200,14 +223,22 @@ def test_batch_phase_marked_out_of_order_raises_event_order_error_and_changes_no
     for name in done:
         getattr(s, name)(*((8,) if name == "batch_processed" else ()))
     method = getattr(s, mark)
-    assert_refused(progress, EventOrderError, (lambda: method(8)) if mark == "batch_processed" else method,
-                   f"{stage} batch: {problem}")
+    assert_refused(
+        progress,
+        EventOrderError,
+        (lambda: method(8)) if mark == "batch_processed" else method,
+        f"{stage} batch: {problem}",
+    )
 
 
 def test_batch_processed_out_of_order_for_a_new_dataloader_index_changes_nothing():
     progress = in_fit_epoch()
-    assert_refused(progress, EventOrderError, lambda: progress.train.batch_processed(8, dataloader=2),
-                   "processed before it was started")
+    assert_refused(
+        progress,
+        EventOrderError,
+        lambda: progress.train.batch_processed(8, dataloader=2),
+        "processed before it was started",
+    )
 
 
 def test_batch_ready_outside_an_epoch_raises_event_order_error():
@@ -234,8 +265,7 @@ def test_batch_processed_with_negative_samples_raises_value_error_and_changes_no
     progress = in_fit_epoch()
     progress.train.batch_ready()
     progress.train.batch_started()
-    assert_refused(progress, ValueError, lambda: progress.train.batch_processed(-1),
-                   r"samples.* must be >= 0, got -1")
+    assert_refused(progress, ValueError, lambda: progress.train.batch_processed(-1), r"samples.* must be >= 0, got -1")
 
 
 # cancel_batch ----------------------------------------------------------------------
@@ -296,8 +326,12 @@ def test_negative_dataloader_index_raises_value_error_and_changes_nothing():
     progress = in_fit_epoch()
     progress.train.batch_ready()
     progress.train.batch_started()
-    assert_refused(progress, ValueError, lambda: progress.train.batch_processed(8, dataloader=-1),
-                   r"dataloader.* must be >= 0, got .*-1")
+    assert_refused(
+        progress,
+        ValueError,
+        lambda: progress.train.batch_processed(8, dataloader=-1),
+        r"dataloader.* must be >= 0, got .*-1",
+    )
 
 
 # optimizer and scheduler steps -----------------------------------------------------
@@ -332,8 +366,9 @@ def test_first_step_of_a_higher_optimizer_index_adds_zero_counts_for_the_indexes
 @pytest.mark.parametrize("method", ["optimizer_step", "optimizer_step_skipped"])
 def test_negative_optimizer_index_raises_value_error_and_changes_nothing(method):
     progress = in_fit_epoch()
-    assert_refused(progress, ValueError, lambda: getattr(progress.train, method)(-1),
-                   "optimizer index must be >= 0, got -1")
+    assert_refused(
+        progress, ValueError, lambda: getattr(progress.train, method)(-1), "optimizer index must be >= 0, got -1"
+    )
 
 
 def test_scheduler_steps_are_counted_in_every_scope():
@@ -472,8 +507,9 @@ def test_fused_batch_marks_out_of_order_raise_event_order_error_and_change_nothi
     for name in done:
         getattr(train, name)(*((8,) if name == "batch_processed" else ()))
     method = getattr(train, mark)
-    assert_refused(progress, EventOrderError, (lambda: method(8)) if mark == "batch_end" else method,
-                   f"train batch: {problem}")
+    assert_refused(
+        progress, EventOrderError, (lambda: method(8)) if mark == "batch_end" else method, f"train batch: {problem}"
+    )
 
 
 def test_batch_begin_outside_an_epoch_raises_event_order_error():

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from helpers.gloo import run_on_two_ranks
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
+
+from helpers.gloo import run_on_two_ranks
 
 SAMPLES = 22
 BATCH = 3  # per rank at world size 2: 11 samples per rank, 4 batches (3, 3, 3, 2)
@@ -99,8 +100,13 @@ def _two_rank_run(world_one_entry: dict[str, Any], rank: int) -> dict[str, Any]:
     loader = _loader(BATCH, 2, rank)
     tracker.track_train_loader(loader)
     epochs, saved = _train(tracker, loader, save_in=SAVED_EPOCH)
-    return {"epochs": epochs, "saved": saved, "progress": tracker.state_dict()["progress"],
-            "resumed": _resume_two_ranks(saved[2], rank), "from_world_one": _resume_two_ranks(world_one_entry, rank)}
+    return {
+        "epochs": epochs,
+        "saved": saved,
+        "progress": tracker.state_dict()["progress"],
+        "resumed": _resume_two_ranks(saved[2], rank),
+        "from_world_one": _resume_two_ranks(world_one_entry, rank),
+    }
 
 
 def _resume_two_ranks(entry: dict[str, Any], rank: int) -> dict[str, Any]:
@@ -109,8 +115,12 @@ def _resume_two_ranks(entry: dict[str, Any], rank: int) -> dict[str, Any]:
     tracker.track_train_loader(loader)
     tracker.load_state_dict(entry)
     epochs, _ = _train(tracker, loader)
-    return {"epochs": epochs, "progress": tracker.state_dict()["progress"], "mapping": tracker.view.resume_mapping,
-            "world": dist.get_world_size()}
+    return {
+        "epochs": epochs,
+        "progress": tracker.state_dict()["progress"],
+        "mapping": tracker.view.resume_mapping,
+        "world": dist.get_world_size(),
+    }
 
 
 @functools.cache
@@ -287,17 +297,37 @@ def _saved_batch_sharded() -> dict[str, Any]:
 
 
 ERRORS = [  # (id, saved entry, loader at world size 1, key named)
-    ("no-distributed-sampler", _saved_by_distributed_sampler, lambda: DataLoader(_Indexed(), batch_size=3, shuffle=True),
-     "train_loaders.0"),
-    ("other-seed", _saved_by_distributed_sampler, lambda: _loader(3, 1, 0, seed=8),
-     "ranks.0.train_loaders.0.distributed.seed"),
+    (
+        "no-distributed-sampler",
+        _saved_by_distributed_sampler,
+        lambda: DataLoader(_Indexed(), batch_size=3, shuffle=True),
+        "train_loaders.0",
+    ),
+    (
+        "other-seed",
+        _saved_by_distributed_sampler,
+        lambda: _loader(3, 1, 0, seed=8),
+        "ranks.0.train_loaders.0.distributed.seed",
+    ),
     ("sampler-of-another-world", _saved_by_distributed_sampler, lambda: _loader(3, 2, 0), "train_loaders.0"),
-    ("sharded-onto-distributed-sampler", _saved_batch_sharded, lambda: _loader(3, 1, 0),
-     "ranks.0.train_loaders.0.distributed"),
-    ("sharded-onto-not-seedable", _saved_batch_sharded, lambda: DataLoader(_Indexed(), batch_size=3, shuffle=True),
-     "train_loaders.0"),
-    ("sharded-other-seed", _saved_batch_sharded, lambda: _sharded_loader(3, 1, 0, seed=8),
-     "ranks.0.train_loaders.0.distributed.seed"),
+    (
+        "sharded-onto-distributed-sampler",
+        _saved_batch_sharded,
+        lambda: _loader(3, 1, 0),
+        "ranks.0.train_loaders.0.distributed",
+    ),
+    (
+        "sharded-onto-not-seedable",
+        _saved_batch_sharded,
+        lambda: DataLoader(_Indexed(), batch_size=3, shuffle=True),
+        "train_loaders.0",
+    ),
+    (
+        "sharded-other-seed",
+        _saved_batch_sharded,
+        lambda: _sharded_loader(3, 1, 0, seed=8),
+        "ranks.0.train_loaders.0.distributed.seed",
+    ),
 ]
 
 
@@ -382,8 +412,13 @@ def _sharded_two_rank_run(world_one_entry: dict[str, Any], rank: int) -> dict[st
     mapped = resumed.view.train
     mapped_counts = (mapped.batches.epoch.completed, mapped.samples.epoch)
     resumed_epochs, _ = _train(resumed, fresh_loader)
-    return {"epochs": epochs, "saved": saved, "from_world_one": resumed_epochs, "mapping": resumed.view.resume_mapping,
-            "mapped_counts": mapped_counts}
+    return {
+        "epochs": epochs,
+        "saved": saved,
+        "from_world_one": resumed_epochs,
+        "mapping": resumed.view.resume_mapping,
+        "mapped_counts": mapped_counts,
+    }
 
 
 @functools.cache
@@ -394,8 +429,17 @@ def _sharded_world_two() -> list[dict[str, Any]]:
 def test_a_batch_sharded_loader_saves_its_sharding() -> None:
     distributed = [rank["train_loaders"][0]["distributed"] for rank in _sharded_world_two()[0]["saved"][2]["ranks"]]
     assert distributed == [
-        {"num_replicas": 2, "rank": rank, "seed": SEED, "shuffle": True, "drop_last": False, "dataset_size": SAMPLES,
-         "batch_size": BATCH, "shards": "batches", "even_batches": True}
+        {
+            "num_replicas": 2,
+            "rank": rank,
+            "seed": SEED,
+            "shuffle": True,
+            "drop_last": False,
+            "dataset_size": SAMPLES,
+            "batch_size": BATCH,
+            "shards": "batches",
+            "even_batches": True,
+        }
         for rank in (0, 1)
     ]
 
@@ -406,7 +450,7 @@ def test_batch_sharded_world_2_to_1_continues_from_the_same_global_sample_positi
     tracker, epochs, problems = _resume_at_world_one(full[0]["saved"][k], batch, _sharded_loader)
     reference = _world_one_run(batch, _sharded_loader)[0]
     assert problems == []
-    assert epochs[0] == reference[SAVED_EPOCH][k * BATCH * 2 // batch:]
+    assert epochs[0] == reference[SAVED_EPOCH][k * BATCH * 2 // batch :]
     assert epochs[1] == reference[SAVED_EPOCH + 1]
     before = [i for rank in full for b in rank["epochs"][SAVED_EPOCH][:k] for i in b]
     assert sorted(before + [i for b in epochs[0] for i in b]) == list(range(SAMPLES))

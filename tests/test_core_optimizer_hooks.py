@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import torch
-from helpers.core_drive import in_fit_epoch
 
 from tracker_core import Progress, count_optimizer_steps
 from tracker_core.counting._optimizer_hooks import count_skipped_steps
+
+from helpers.core_drive import in_fit_epoch
 
 
 def _optimizer() -> torch.optim.Optimizer:

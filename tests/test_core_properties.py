@@ -8,6 +8,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from tracker_core import EventOrderError, Progress, ProgressStateError
+
 from helpers.core_drive import (
     EVAL_STAGES,
     Script,
@@ -22,15 +28,10 @@ from helpers.core_drive import (
     states_along,
     whole_epoch,
 )
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from tracker_core import EventOrderError, Progress, ProgressStateError
 
 def _settings(examples: int) -> settings:
     return settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
 
 
 # random legal scripts -----------------------------------------------------------------
@@ -41,8 +42,12 @@ def scripts(draw: st.DrawFn) -> Script:
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(["fit", "fit", "validate", "test", "predict"]))
         if kind != "fit":
-            builder.eval_run(kind, epochs=draw(st.integers(1, 2)), batches=draw(st.integers(0, 3)),
-                             dataloaders=draw(st.integers(1, 3)))
+            builder.eval_run(
+                kind,
+                epochs=draw(st.integers(1, 2)),
+                batches=draw(st.integers(0, 3)),
+                dataloaders=draw(st.integers(1, 3)),
+            )
             continue
         epochs, batches = draw(st.integers(1, 3)), draw(st.integers(1, 4))
         builder.fit(
@@ -162,8 +167,9 @@ class ProgressMachine(RuleBasedStateMachine):
             may_begin = (
                 not self._stage_busy_inside(name)
                 if name == "train"
-                else name != "validate" or not train.in_flight or (self._active(train)
-                                                                    and not self._batches("train").in_flight)
+                else name != "validate"
+                or not train.in_flight
+                or (self._active(train) and not self._batches("train").in_flight)
             )
             if may_begin:
                 yield from _weighted(2, f"{name}.epoch_ready", lambda d: stage.epoch_ready())
@@ -215,16 +221,26 @@ class ProgressMachine(RuleBasedStateMachine):
     # illegal marks -----------------------------------------------------------------------
     def _illegal(self) -> Iterator[Action]:
         p, run = self.progress, self._run()
-        yield from self._illegal_phases("run", run, p.run_ready, p.run_started, p.run_processed, p.run_completed,
-                                        ready_arg="fit")
+        yield from self._illegal_phases(
+            "run", run, p.run_ready, p.run_started, p.run_processed, p.run_completed, ready_arg="fit"
+        )
         for name in ("train", *EVAL_STAGES):
             stage = p.stage(name)
             if not (name == "train" and self.reentering):
-                yield from self._illegal_phases(f"{name}.epoch", self._epochs(name), stage.epoch_ready,
-                                                stage.epoch_started, stage.epoch_processed, stage.epoch_completed)
+                yield from self._illegal_phases(
+                    f"{name}.epoch",
+                    self._epochs(name),
+                    stage.epoch_ready,
+                    stage.epoch_started,
+                    stage.epoch_processed,
+                    stage.epoch_completed,
+                )
             counts = self._batches(name)
             yield from self._illegal_phases(
-                f"{name}.batch", counts, stage.batch_ready, stage.batch_started,
+                f"{name}.batch",
+                counts,
+                stage.batch_ready,
+                stage.batch_started,
                 lambda s=stage, n=len(p.view.stage(name).dataloaders): s.batch_processed(1, n),  # a new dataloader
                 stage.batch_completed,
             )

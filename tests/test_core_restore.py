@@ -8,6 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+from tracker_core import EventOrderError, PhaseCounts, Progress, ScopeCounts
+
 from helpers.core_drive import (
     Script,
     ScriptBuilder,
@@ -23,8 +26,6 @@ from helpers.core_drive import (
     whole_run,
 )
 
-from tracker_core import EventOrderError, PhaseCounts, Progress, ScopeCounts
-
 
 def _restored(progress: Progress) -> Progress:
     """A fresh Progress loaded from ``progress``'s checkpoint (through JSON)."""
@@ -37,8 +38,12 @@ def _train_batch_to(phase: str) -> Progress:
     """In a fit run's first epoch after 2 whole batches of 8, with a third batch (of 5) marked up to ``phase``."""
     progress = in_fit_epoch(batches=2)
     train = progress.train
-    marks = {"ready": train.batch_ready, "started": train.batch_started,
-             "processed": lambda: train.batch_processed(5), "completed": train.batch_completed}
+    marks = {
+        "ready": train.batch_ready,
+        "started": train.batch_started,
+        "processed": lambda: train.batch_processed(5),
+        "completed": train.batch_completed,
+    }
     for name, mark in marks.items():
         mark()
         if name == phase:
@@ -299,8 +304,7 @@ def test_loading_a_second_checkpoint_drops_the_reentry_of_the_first():
         lambda: _validating(earlier_validation=False),
         lambda: driven(fit_script(), len(fit_script()) - 1),  # run processed
     ],
-    ids=["train-batch-ready", "train-batch-processed", "train-epoch-ready", "validation-mid-epoch",
-         "run-processed"],
+    ids=["train-batch-ready", "train-batch-processed", "train-epoch-ready", "validation-mid-epoch", "run-processed"],
 )
 def test_state_dict_right_after_restoring_an_in_flight_checkpoint_loads_again(checkpoint):
     restored = _restored(checkpoint())
@@ -350,8 +354,14 @@ def test_resuming_a_run_in_the_middle_of_a_validation_epoch_replays_that_epoch_w
     validation = next(f for f in script.frames if f.kind == "epoch" and f.stage == "validate")
     cut = validation.steps["processed"]  # its last batch completed, the epoch not yet processed
     steps = [s.label for s in resume_steps(script, cut)]
-    assert steps[:6] == ["run_ready('fit')", "run_started()", "train.epoch_ready()", "train.epoch_started()",
-                         "validate.epoch_ready()", "validate.epoch_started()"]
+    assert steps[:6] == [
+        "run_ready('fit')",
+        "run_started()",
+        "train.epoch_ready()",
+        "train.epoch_started()",
+        "validate.epoch_ready()",
+        "validate.epoch_started()",
+    ]
     assert resumed(script, cut).state_dict() == driven(script).state_dict()
 
 

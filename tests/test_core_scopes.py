@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from helpers.core_drive import driven, fit_script, in_fit_epoch, whole_batch, whole_epoch, whole_run
 
 from tracker_core import PhaseCounts, Progress, ProgressStateError, ScopeCounts
+
+from helpers.core_drive import driven, fit_script, in_fit_epoch, whole_batch, whole_epoch, whole_run
 
 
 def _train_epoch(progress: Progress, batches: int = 2, samples: int = 8, step: bool = True) -> None:

@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 import torch
+
+from tracker_core import SCHEMA_VERSION, Progress
+
 from helpers.core_drive import (
     driven,
     fit_script,
@@ -19,8 +22,6 @@ from helpers.core_drive import (
     whole_epoch,
     whole_run,
 )
-
-from tracker_core import SCHEMA_VERSION, Progress
 
 SCRIPT = fit_script(epochs=2, batches=4, accumulate=3, optimizers=2, skip_every=2, train_dataloaders=2)
 
@@ -133,8 +134,14 @@ def test_state_dict_has_every_stage_with_epochs_batches_samples_and_dataloaders_
     for name in ("validate", "test", "predict"):
         assert set(state["stages"][name]) == {"epochs", "batches", "samples", "dataloaders"}
     assert set(state["stages"]["train"]) == {
-        "epochs", "batches", "samples", "dataloaders",
-        "optimizer_steps", "optimizer_steps_skipped", "scheduler_steps", "accumulating_batches",
+        "epochs",
+        "batches",
+        "samples",
+        "dataloaders",
+        "optimizer_steps",
+        "optimizer_steps_skipped",
+        "scheduler_steps",
+        "accumulating_batches",
     }
     assert set(state["stages"]["train"]["epochs"]) == {"run", "lifetime"}
     assert set(state["stages"]["train"]["batches"]) == {"epoch", "run", "lifetime"}

@@ -6,12 +6,12 @@ import functools
 from typing import Any
 
 import pytest
-from helpers.gloo import run_on_two_ranks
-
-from helpers.core_drive import whole_batch
 from torch.utils.data import DataLoader
 
 from tracker_core import Divergence, Progress, Tracker, check_divergence, reduce_state
+
+from helpers.core_drive import whole_batch
+from helpers.gloo import run_on_two_ranks
 
 
 def _trained(batches: int, samples_per_batch: int) -> Progress:
@@ -166,8 +166,12 @@ def _count_paths(node: Any, prefix: str = "") -> list[str]:
     if isinstance(node, str):
         return []
     items = enumerate(node) if isinstance(node, list) else node.items()
-    return [path for key, value in items if key != "schema_version"
-            for path in _count_paths(value, f"{prefix}.{key}" if prefix else str(key))]
+    return [
+        path
+        for key, value in items
+        if key != "schema_version"
+        for path in _count_paths(value, f"{prefix}.{key}" if prefix else str(key))
+    ]
 
 
 def test_check_divergence_accepts_the_key_path_of_every_count_in_the_state() -> None:

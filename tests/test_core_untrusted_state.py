@@ -7,8 +7,12 @@ import base64
 import time
 from typing import Any
 
-import numpy as np
 import pytest
+
+pytest.importorskip("numpy")
+pytest.importorskip("torchdata")
+
+import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 from torchdata.stateful_dataloader import StatefulDataLoader

@@ -6,7 +6,6 @@ import gc
 import weakref
 
 import pytest
-from helpers.core_drive import in_fit_epoch, whole_batch, whole_epoch, whole_run
 
 from tracker_core import (
     BatchCounts,
@@ -23,6 +22,8 @@ from tracker_core import (
     get_progress,
 )
 from tracker_core.adapter import register_progress as attach
+
+from helpers.core_drive import in_fit_epoch, whole_batch, whole_epoch, whole_run
 
 
 # stage views ------------------------------------------------------------------------
@@ -238,8 +239,12 @@ def test_where_is_none_before_any_mark():
 @pytest.mark.parametrize("phase", ["ready", "started", "processed", "completed"])
 def test_where_after_a_run_mark_names_the_run_phase_with_no_stage(phase):
     progress = Progress()
-    marks = {"ready": lambda: progress.run_ready("test"), "started": progress.run_started,
-             "processed": progress.run_processed, "completed": progress.run_completed}
+    marks = {
+        "ready": lambda: progress.run_ready("test"),
+        "started": progress.run_started,
+        "processed": progress.run_processed,
+        "completed": progress.run_completed,
+    }
     for name, mark in marks.items():
         mark()
         if name == phase:
@@ -270,8 +275,12 @@ def test_where_after_a_batch_mark_names_the_stage_batch_and_phase(stage, phase):
     s = progress.stage(stage)
     s.epoch_ready()
     s.epoch_started()
-    marks = {"ready": s.batch_ready, "started": s.batch_started,
-             "processed": lambda: s.batch_processed(8), "completed": s.batch_completed}
+    marks = {
+        "ready": s.batch_ready,
+        "started": s.batch_started,
+        "processed": lambda: s.batch_processed(8),
+        "completed": s.batch_completed,
+    }
     for name, mark in marks.items():
         mark()
         if name == phase:

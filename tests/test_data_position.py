@@ -21,8 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pytest
+
+pytest.importorskip("numpy")
+pytest.importorskip("torchdata")
+
+import numpy as np
 import torch
 from torch.utils.data import (
     BatchSampler,
@@ -35,8 +39,8 @@ from torch.utils.data import (
 )
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tracker_core.data._position import LoaderPosition, capture_rng_state, restore_rng_state
 from tracker_core._errors import ProgressStateError
+from tracker_core.data._position import LoaderPosition, capture_rng_state, restore_rng_state
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 
@@ -136,9 +140,7 @@ SETUPS = [
         4,
         shuffled=True,
     ),
-    _Setup(
-        "map-unbatched-shuffled", lambda: DataLoader(_Indexed(7), batch_size=None, shuffle=True), 7, shuffled=True
-    ),
+    _Setup("map-unbatched-shuffled", lambda: DataLoader(_Indexed(7), batch_size=None, shuffle=True), 7, shuffled=True),
     _Setup("map-distributed-sampler", _distributed, 3, shuffled=True, set_epoch=True),
     _Setup("map-nested-batch-sampler-own-generator", _nested, 4, shuffled=True),
     _Setup("map-nested-distributed-sampler", _nested_distributed, 2, shuffled=True, set_epoch=True),
@@ -161,9 +163,7 @@ SETUPS = [
         4,
         shuffled=True,
     ),
-    _Setup(
-        "stateful-shuffled", lambda: StatefulDataLoader(_Indexed(13), batch_size=4, shuffle=True), 4, shuffled=True
-    ),
+    _Setup("stateful-shuffled", lambda: StatefulDataLoader(_Indexed(13), batch_size=4, shuffle=True), 4, shuffled=True),
     _Setup(
         "stateful-shuffled-2-workers",
         lambda: StatefulDataLoader(_Indexed(10), batch_size=3, shuffle=True, num_workers=2),
@@ -290,9 +290,7 @@ def test_resume_after_k_batches_yields_the_rest_of_that_epoch_then_the_same_next
     assert resumed.draws == [full.draws[SAVED_EPOCH][k:], full.draws[SAVED_EPOCH + 1]]
 
 
-@pytest.mark.parametrize(
-    "name", ["map-shuffled", "map-shuffled-2-persistent-workers", "iterable", "stateful-shuffled"]
-)
+@pytest.mark.parametrize("name", ["map-shuffled", "map-shuffled-2-persistent-workers", "iterable", "stateful-shuffled"])
 def test_a_second_checkpoint_inside_the_resumed_epoch_resumes_exactly_too(name: str) -> None:
     setup = BY_NAME[name]
     full = _uninterrupted(setup)

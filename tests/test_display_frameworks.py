@@ -7,20 +7,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("ignite")
+pytest.importorskip("accelerate")
+pytest.importorskip("torchdata")
+
 import pytorch_lightning as pl
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
-from helpers.ignite_program import Config, build
-from helpers.lightning_program import IndexedStream, Recording, loader
 from torch.utils.data import DataLoader, IterableDataset
 
+from tracker_core import ProgressView, get_progress
 from tracker_core.integrations.ignite import ProgressDisplay as IgniteDisplay
 from tracker_core.integrations.ignite import ProgressHandler
 from tracker_core.integrations.lightning import ProgressDisplay as LightningDisplay
 from tracker_core.integrations.lightning import ProgressTracker
-from tracker_core import ProgressView, get_progress
+
+from helpers.ignite_program import Config, build
+from helpers.lightning_program import IndexedStream, Recording, loader
 
 
 def _counts(text: str) -> list[str]:
@@ -186,7 +193,10 @@ def test_ignite_handler_learns_an_iterables_epoch_length_after_its_first_epoch()
     ProgressHandler().attach(engine)
     IgniteDisplay(stream=out, terminal=False).attach(engine)
     engine.run(DataLoader(_Unsized(), batch_size=3), max_epochs=2)
-    assert _counts(out.getvalue()) == ["train    | epoch 1/2 | batch 4 | steps 0", "train    | epoch 2/2 | batch 4/4 | steps 0"]
+    assert _counts(out.getvalue()) == [
+        "train    | epoch 1/2 | batch 4 | steps 0",
+        "train    | epoch 2/2 | batch 4/4 | steps 0",
+    ]
 
 
 def test_ignite_handler_resumed_mid_epoch_continues_the_runs_epoch_and_step_counts(tmp_path: Path) -> None:
@@ -213,9 +223,9 @@ def test_ignite_handler_draws_on_a_terminal_and_finishes() -> None:
 # Accelerate --------------------------------------------------------------------------------
 def _accelerate_fit(out: io.StringIO, terminal: bool = False, stop_after: int | None = None) -> ProgressView:
     """Two epochs of 10 samples in batches of 3 and a validation of 7 in batches of 3, with the display."""
-    from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator
-
     from tracker_core.integrations.accelerate import AcceleratorProgress
+
+    from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator
 
     accelerator = fresh_accelerator(Setup(accumulation=1))
     model = torch.nn.Linear(4, 1)
@@ -251,9 +261,9 @@ def test_accelerate_display_prints_each_passs_line_and_ends_on_the_views_counts(
 
 
 def test_accelerate_without_display_iterates_the_loops_own_generator() -> None:
-    from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator
-
     from tracker_core.integrations.accelerate import AcceleratorProgress
+
+    from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator
 
     accelerator = fresh_accelerator(Setup())
     progress = AcceleratorProgress(accelerator)

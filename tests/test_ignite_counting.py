@@ -6,15 +6,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("ignite")
+pytest.importorskip("torchdata")
+
 import torch
 from ignite.engine import Engine, Events, create_supervised_trainer
 from ignite.handlers import Checkpoint, DiskSaver
-from helpers.ignite_program import BATCH, EPOCHS, TRAIN_SIZE, VAL_SIZE, Config, Indexed, build
 from torch.utils.data import DataLoader
 
 import tracker_core
-from tracker_core.integrations.ignite import ProgressHandler
 from tracker_core import PhaseCounts, ProgressStateError, ScopeCounts
+from tracker_core.integrations.ignite import ProgressHandler
+
+from helpers.ignite_program import BATCH, EPOCHS, TRAIN_SIZE, VAL_SIZE, Config, Indexed, build
 
 PER_EPOCH = 4  # 10 samples, batch 3
 
@@ -131,8 +136,9 @@ def test_two_optimizers_in_a_custom_update_function_are_counted_separately() -> 
     assert progress.view.global_step == 3 * PER_EPOCH
 
 
-def _amp_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-                overflow_at: set[int]) -> Any:
+def _amp_update(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, overflow_at: set[int]
+) -> Any:
     """An AMP update whose loss is infinite at the iterations in ``overflow_at``: the scaler skips those steps."""
 
     def update(engine: Engine, batch: Any) -> None:
@@ -209,16 +215,16 @@ def test_terminate_mid_epoch_ends_the_run_with_the_epoch_unfinished() -> None:
     assert view.is_mid_epoch and view.train.batches.epoch.completed == 2
 
 
-def test_running_again_after_terminate_closes_the_cut_epoch_as_ignite_moves_on() -> None:
+def test_running_again_after_terminate_continues_the_fit_run_and_closes_the_cut_epoch_as_ignite_moves_on() -> None:
     progress = ProgressHandler()
     trainer = _counting_engine(progress)
     trainer.add_event_handler(Events.ITERATION_COMPLETED(once=6), lambda: trainer.terminate())
     trainer.run(_loader(), max_epochs=3)
-    trainer.run()  # Ignite starts epoch 3 from its first batch
+    trainer.run()  # Ignite continues its state: epoch 3 from its first batch
     view = progress.view
-    assert view.train.epochs.lifetime == PhaseCounts(3, 3, 3, 3) == (trainer.state.epoch,) * 4
-    assert view.train.batches.lifetime.completed == 6 + PER_EPOCH == trainer.state.iteration
-    assert view.run.counts == PhaseCounts(2, 2, 2, 2)
+    assert view.train.epochs.run == PhaseCounts(3, 3, 3, 3) == (trainer.state.epoch,) * 4
+    assert view.train.batches.run.completed == 6 + PER_EPOCH == trainer.state.iteration
+    assert view.run.counts == PhaseCounts(1, 1, 1, 1)  # the fit run is Ignite's state
 
 
 def test_terminate_skipping_completed_still_completes_the_run() -> None:
@@ -241,8 +247,9 @@ def test_terminate_from_iteration_started_undoes_the_batch_that_never_ran() -> N
 # loading ---------------------------------------------------------------------------------
 def _saved_mid_epoch(tmp_path: Path) -> Path:
     program = build(Config(), seed=0)
-    checkpoint = Checkpoint(program.to_save(), DiskSaver(str(tmp_path), require_empty=False),
-                            filename_pattern="{name}.pt")
+    checkpoint = Checkpoint(
+        program.to_save(), DiskSaver(str(tmp_path), require_empty=False), filename_pattern="{name}.pt"
+    )
     program.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=6), checkpoint)
     program.run()
     return tmp_path / "checkpoint.pt"
@@ -296,8 +303,9 @@ def test_a_second_trainer_cannot_attach() -> None:
 def test_create_supervised_trainer_is_tracked_without_user_changes() -> None:
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    trainer = create_supervised_trainer(model, optimizer, torch.nn.MSELoss(),
-                                        prepare_batch=lambda b, device, non_blocking: (b[0], b[1]))
+    trainer = create_supervised_trainer(
+        model, optimizer, torch.nn.MSELoss(), prepare_batch=lambda b, device, non_blocking: (b[0], b[1])
+    )
     ProgressHandler().attach(trainer, optimizers=[optimizer])
     trainer.run(_loader(), max_epochs=2)
     assert tracker_core.get_progress(trainer).global_step == 2 * PER_EPOCH == trainer.state.iteration

@@ -14,7 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("ignite")
+pytest.importorskip("torchdata")
+
 import torch
+
 from helpers.distributed_runs import (
     assert_each_rank_trains_its_half_of_every_epoch,
     assert_every_rank_resumed_exactly,

@@ -17,14 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("ignite")
+pytest.importorskip("torchdata")
+
 import torch
-from helpers.distributed_runs import folder_once, free_port, rank_findings, run_script
-from helpers.ignite_elastic_run import CASES, GROW_AT
 from ignite.engine import Engine
 from ignite.handlers import Checkpoint
-from helpers.ignite_idist_run import EPOCHS, SAMPLES
 
 from tracker_core.integrations.ignite import ProgressHandler
+
+from helpers.distributed_runs import folder_once, free_port, rank_findings, run_script
+from helpers.ignite_elastic_run import CASES, GROW_AT
+from helpers.ignite_idist_run import EPOCHS, SAMPLES
 
 PER_RANK = 3  # the saved run's batch size per rank
 SAVED_BATCHES = SAMPLES // 2 // PER_RANK  # per rank and epoch when saved
@@ -46,8 +51,11 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[
 def resumed(tmp_path_factory: pytest.TempPathFactory, straight: tuple[Path, list[dict[str, Any]]]) -> dict[str, Any]:
     """Each case of ignite_elastic_run.CASES resumed at world size 1: its findings, warnings or error."""
     saved = straight[0]
-    folder = folder_once(tmp_path_factory, "ignite_elastic", lambda out: run_script(
-        "ignite_elastic_run.py", str(saved), str(out), env={"MASTER_PORT": str(free_port())}))
+    folder = folder_once(
+        tmp_path_factory,
+        "ignite_elastic",
+        lambda out: run_script("ignite_elastic_run.py", str(saved), str(out), env={"MASTER_PORT": str(free_port())}),
+    )
     found = torch.load(folder / "elastic.pt", weights_only=True)
     found["grown"] = rank_findings(folder, "grow")
     found["folder"] = folder
@@ -56,7 +64,7 @@ def resumed(tmp_path_factory: pytest.TempPathFactory, straight: tuple[Path, list
 
 def _epoch_order(ranks: list[dict[str, Any]], epoch: int) -> list[int]:
     """Epoch ``epoch``'s permutation (0-based), read off the 2 ranks' batches: position 2m + r = rank r's m-th id."""
-    halves = [sum(r["seen"][epoch * SAVED_BATCHES:(epoch + 1) * SAVED_BATCHES], []) for r in ranks]
+    halves = [sum(r["seen"][epoch * SAVED_BATCHES : (epoch + 1) * SAVED_BATCHES], []) for r in ranks]
     return [halves[position % 2][position // 2] for position in range(SAMPLES)]
 
 
@@ -73,9 +81,9 @@ def test_interrupted_epoch_trains_every_sample_once_across_old_and_new_ranks(
 ) -> None:
     ranks = straight[1]
     epoch, done, batch, per_epoch = _geometry(name)
-    before = [i for r in ranks for b in r["seen"][epoch * SAVED_BATCHES:epoch * SAVED_BATCHES + done] for i in b]
+    before = [i for r in ranks for b in r["seen"][epoch * SAVED_BATCHES : epoch * SAVED_BATCHES + done] for i in b]
     consumed = done * PER_RANK * 2
-    after = sum(resumed[name]["seen"][:per_epoch - consumed // batch], [])
+    after = sum(resumed[name]["seen"][: per_epoch - consumed // batch], [])
     assert sorted(before + after) == list(range(SAMPLES))
     assert after == _epoch_order(ranks, epoch)[consumed:]  # from the same global position, in the same order
 
@@ -93,9 +101,13 @@ def test_later_epochs_run_whole_in_the_single_process_order(
 
 def test_resume_mapping_says_how_the_checkpoint_was_mapped(resumed: dict[str, Any]) -> None:
     assert resumed["mid-epoch-2-batch-2"]["mapping"] == {
-        "saved_world_size": 2, "world_size": 1, "rank": 0, "source_rank": 0,
-        "train_loaders": [{"index": 0, "samples_consumed": 12, "batch_size": 2, "batches_consumed": 6,
-                           "exact": True, "problem": ""}],
+        "saved_world_size": 2,
+        "world_size": 1,
+        "rank": 0,
+        "source_rank": 0,
+        "train_loaders": [
+            {"index": 0, "samples_consumed": 12, "batch_size": 2, "batches_consumed": 6, "exact": True, "problem": ""}
+        ],
     }
 
 
@@ -118,11 +130,13 @@ def test_position_not_a_multiple_of_the_new_batch_warns_and_trains_the_gap_again
     straight: tuple[Path, list[dict[str, Any]]], resumed: dict[str, Any]
 ) -> None:
     found = resumed["inexact-mid-epoch-1-batch-4"]  # position 18 of 24, batches of 4: resumed at 16
-    assert found["warnings"] == [[
-        "InexactResumeWarning",
-        "elastic resume: train dataloader 0: global sample position 18 is not a multiple of the new global batch "
-        "4 x 1 = 4: resumed at batch 4 (position 16), so the 2 samples before position 18 are trained again",
-    ]]
+    assert found["warnings"] == [
+        [
+            "InexactResumeWarning",
+            "elastic resume: train dataloader 0: global sample position 18 is not a multiple of the new global batch "
+            "4 x 1 = 4: resumed at batch 4 (position 16), so the 2 samples before position 18 are trained again",
+        ]
+    ]
     assert found["mapping"]["train_loaders"][0]["exact"] is False
     assert sum(found["seen"][:2], []) == _epoch_order(straight[1], 0)[16:]
 
@@ -152,7 +166,7 @@ def test_loader_not_given_to_attach_raises_naming_how_to_give_it(resumed: dict[s
 
 def _one_process_order(resumed: dict[str, Any], epoch: int) -> list[int]:
     """Epoch ``epoch``'s permutation (0-based), as the one-process run (4 batches of 6 per epoch) read it."""
-    return sum(resumed["one-process"]["seen"][epoch * 4:(epoch + 1) * 4], [])
+    return sum(resumed["one-process"]["seen"][epoch * 4 : (epoch + 1) * 4], [])
 
 
 @pytest.mark.parametrize("iteration", GROW_AT)
@@ -164,7 +178,7 @@ def test_one_process_checkpoint_resumed_on_two_ranks_trains_every_sample_once(
     after = [sum(rank[iteration]["seen"][:2], []) for rank in resumed["grown"]]  # 2 batches of 3 left per rank
     assert sorted(order[:consumed] + after[0] + after[1]) == list(range(SAMPLES))
     for rank in range(2):
-        assert after[rank] == order[consumed + rank::2], f"rank {rank}"
+        assert after[rank] == order[consumed + rank :: 2], f"rank {rank}"
 
 
 def test_later_epochs_on_two_ranks_split_the_one_process_order(resumed: dict[str, Any]) -> None:
@@ -183,9 +197,20 @@ def test_two_ranks_counters_agree_with_the_tracker_and_say_how_each_rank_was_map
         assert run["agreement"][0]["epoch_batches"] == 2
         assert (run["ignite"]["iteration"], run["ignite"]["epoch"]) == (run["tracker"]["batches"], EPOCHS)
         assert run["mapping"] == {
-            "saved_world_size": 1, "world_size": 2, "rank": rank, "source_rank": 0,
-            "train_loaders": [{"index": 0, "samples_consumed": 12, "batch_size": 3, "batches_consumed": 2,
-                               "exact": True, "problem": ""}],
+            "saved_world_size": 1,
+            "world_size": 2,
+            "rank": rank,
+            "source_rank": 0,
+            "train_loaders": [
+                {
+                    "index": 0,
+                    "samples_consumed": 12,
+                    "batch_size": 3,
+                    "batches_consumed": 2,
+                    "exact": True,
+                    "problem": "",
+                }
+            ],
         }
 
 
@@ -195,7 +220,7 @@ def test_one_process_with_a_distributed_sampler_still_resumes_exactly_in_one_pro
     assert len(entry["ranks"]) == 1
     found, straight = resumed["one-process-resumed"], resumed["one-process"]
     assert found["mapping"] is None
-    assert found["seen"] == straight["seen"][GROW_AT[-1]:]
+    assert found["seen"] == straight["seen"][GROW_AT[-1] :]
     assert all(torch.equal(a, b) for a, b in zip(found["weights"], straight["weights"], strict=True))
     assert found["progress"] == straight["progress"]
     assert found["ignite"] == straight["ignite"]

@@ -15,9 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("ignite")
+pytest.importorskip("torchdata")
+
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
+
 from helpers.ignite_program import Config, Program, build, resume, save_every_iteration
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
@@ -92,8 +97,9 @@ def test_resume_from_the_runs_last_iteration_records_the_new_run_ignite_starts(f
 
 def test_resume_from_checkpoint_at_epoch_completed_matches_the_uninterrupted_run(tmp_path: Path) -> None:
     reference = build(Config(), seed=0)
-    checkpoint = Checkpoint(reference.to_save(), DiskSaver(str(tmp_path), require_empty=False),
-                            filename_pattern="{name}.pt")
+    checkpoint = Checkpoint(
+        reference.to_save(), DiskSaver(str(tmp_path), require_empty=False), filename_pattern="{name}.pt"
+    )
     reference.trainer.add_event_handler(Events.EPOCH_COMPLETED(once=2), checkpoint)  # after the validation
     reference.run()
     _assert_same(resume(Config(), tmp_path / "checkpoint.pt"), reference, 8)
@@ -102,8 +108,9 @@ def test_resume_from_checkpoint_at_epoch_completed_matches_the_uninterrupted_run
 def _resume_from_validation(event: Any, config: Config, tmp_path: Path) -> tuple[Program, Program]:
     """Checkpoint on the evaluator's ``event`` during the second validation; resume from it."""
     reference = build(config, seed=0)
-    checkpoint = Checkpoint(reference.to_save(), DiskSaver(str(tmp_path), require_empty=False), n_saved=None,
-                            filename_pattern="{name}.pt")
+    checkpoint = Checkpoint(
+        reference.to_save(), DiskSaver(str(tmp_path), require_empty=False), n_saved=None, filename_pattern="{name}.pt"
+    )
 
     def save_during_second_validation(evaluator: Engine) -> None:
         if reference.trainer.state.epoch == 2:

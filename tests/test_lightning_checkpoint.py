@@ -6,13 +6,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("torchdata")
+
 import pytorch_lightning as pl
 import torch
-from helpers.lightning_program import Indexed, Recording, loader, trainer
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY, ProgressTracker
 from tracker_core import InexactResumeWarning, ProgressStateError, get_progress
+from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY, ProgressTracker
+
+from helpers.lightning_program import Indexed, Recording, loader, trainer
 
 
 class SaveAt(pl.Callback):
@@ -97,6 +102,7 @@ def test_lightning_does_not_restore_a_stateful_loader_over_the_tracker(
     trainer([ProgressTracker(), SaveAt(1, path)]).fit(Recording(), StatefulDataLoader(Indexed(), batch_size=3))
     loads: list[dict[str, Any]] = []
     original = StatefulDataLoader.load_state_dict
+
     def load(self: StatefulDataLoader, state: dict[str, Any]) -> None:
         loads.append(state)
         original(self, state)

@@ -6,12 +6,17 @@ from collections import Counter
 from typing import Any
 
 import pytest
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("torchdata")
+
 import pytorch_lightning as pl
-from helpers.lightning_program import Recording, loader, trainer
 from pytorch_lightning.trainer.states import TrainerFn
 
-from tracker_core.integrations.lightning import ProgressTracker
 from tracker_core import get_progress
+from tracker_core.integrations.lightning import ProgressTracker
+
+from helpers.lightning_program import Recording, loader, trainer
 
 _HOOKS = [
     "on_fit_start", "on_train_start", "on_train_epoch_start", "on_train_batch_start", "on_before_backward",

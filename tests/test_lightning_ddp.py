@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("torchdata")
+
 import torch
+
+from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY
+
 from helpers.distributed_runs import (
     assert_each_rank_trains_its_half_of_every_epoch,
     assert_every_rank_resumed_exactly,
@@ -25,8 +32,6 @@ from helpers.distributed_runs import (
     run_script,
 )
 from helpers.lightning_ddp_run import AT, EPOCHS, SAMPLES
-
-from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY
 
 BATCHES = SAMPLES // 2 // 3 * EPOCHS  # per rank, over the run
 
@@ -78,7 +83,5 @@ def test_checkpoint_inside_an_accumulation_window_holds_each_ranks_partial_gradi
 
 
 @pytest.mark.parametrize(("config", "at"), [(config, at) for config, batches in AT.items() for at in batches])
-def test_resume_from_a_checkpoint_after_batch_is_exact_on_every_rank(
-    config: str, at: int, folder: Path
-) -> None:
+def test_resume_from_a_checkpoint_after_batch_is_exact_on_every_rank(config: str, at: int, folder: Path) -> None:
     assert_every_rank_resumed_exactly(folder, f"{config}-{at}", config, at + 1)

@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("torchdata")
+
 import torch
+
 from helpers.distributed_runs import folder_once, free_port, run_script
 from helpers.lightning_elastic_run import BATCH, CASES, SAMPLES
 
@@ -64,9 +69,20 @@ def test_resume_mapping_names_the_global_sample_position_and_the_new_batch_count
     checkpoint, batch, _ = CASES[case]
     samples = BEFORE[checkpoint] * BATCH * 2
     assert _found(folder, "one")[case]["mapping"] == {
-        "saved_world_size": 2, "world_size": 1, "rank": 0, "source_rank": 0,
-        "train_loaders": [{"index": 0, "samples_consumed": samples, "batch_size": batch,
-                           "batches_consumed": samples // batch, "exact": True, "problem": ""}],
+        "saved_world_size": 2,
+        "world_size": 1,
+        "rank": 0,
+        "source_rank": 0,
+        "train_loaders": [
+            {
+                "index": 0,
+                "samples_consumed": samples,
+                "batch_size": batch,
+                "batches_consumed": samples // batch,
+                "exact": True,
+                "problem": "",
+            }
+        ],
     }
 
 

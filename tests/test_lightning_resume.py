@@ -9,14 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("torchdata")
+
 import pytorch_lightning as pl
 import torch
-from helpers.lightning_program import Indexed, IndexedStream, Recording, trainer, weights
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tracker_core.integrations.lightning import ProgressTracker
 from tracker_core import InexactResumeWarning
+from tracker_core.integrations.lightning import ProgressTracker
+
+from helpers.lightning_program import Indexed, IndexedStream, Recording, trainer, weights
 
 EPOCHS = 2
 BATCHES = 4  # 10 samples in batches of 3: 3, 3, 3, 1
@@ -149,9 +154,7 @@ def test_iterable_dataset_resumes_exactly(config: str, at: int, tmp_path: Path) 
 
 
 @pytest.mark.parametrize("at", [0, 2, 3, 5])  # validation batches: 0-2 mid-epoch, 3-5 at the epoch end
-def test_checkpoint_during_a_validation_resumes_training_exactly_and_says_so(
-    at: int, tmp_path: Path
-) -> None:
+def test_checkpoint_during_a_validation_resumes_training_exactly_and_says_so(at: int, tmp_path: Path) -> None:
     straight = _straight("plain-shuffle-validate")
     path = tmp_path / "mid.ckpt"
     first = _fit("plain-shuffle-validate-kill-in-validation", seed=0, kill_at=at, path=path)

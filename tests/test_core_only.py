@@ -1,0 +1,138 @@
+"""A core-only install (torch alone): the core imports and runs, a missing extra names itself, framework tests skip.
+
+Each test runs a child python in which a meta-path finder refuses the frameworks, torchdata, rich and numpy, as
+if only ``pip install tracker-core`` (torch) had been installed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ABSENT = ("pytorch_lightning", "lightning", "ignite", "accelerate", "torchdata", "rich", "numpy")
+_BLOCKER = f"""
+import sys
+import warnings
+
+_ABSENT = {ABSENT!r}
+
+
+class _Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in _ABSENT:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (absent from a core-only install)", name=name)
+        return None
+
+
+assert not [name for name in sys.modules if name.partition(".")[0] in _ABSENT], "imported before the blocker"
+sys.meta_path.insert(0, _Absent())
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+"""
+
+
+def _run_core_only(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _BLOCKER + code, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_the_core_imports_without_frameworks_torchdata_rich_or_numpy() -> None:
+    result = _run_core_only(
+        "import tracker_core, tracker_core.adapter, tracker_core.integrations.checkpoints\n"
+        "from tracker_core.integrations._cli import main\n"
+        "print(sorted(name for name in sys.modules if name.partition('.')[0] in _ABSENT))\n"
+        "print(tracker_core.__version__)\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "[]"
+
+
+_ROUND_TRIP = """
+import json
+
+import torch
+from torch.utils.data import DataLoader
+
+from tracker_core import Tracker
+
+EPOCHS = 2
+
+
+def fit(entry=None, stop_after=None):
+    torch.manual_seed(0)
+    loader = DataLoader(torch.arange(10), batch_size=2, shuffle=True)
+    tracker = Tracker()
+    tracker.track_train_loader(loader)
+    if entry is not None:
+        tracker.load_state_dict(entry)
+    progress, train = tracker.progress, tracker.progress.train
+    seen = []
+    progress.run_ready("fit")
+    progress.run_started()
+    while tracker.view.train.epochs.lifetime.completed < EPOCHS:
+        train.epoch_ready()
+        train.epoch_started()
+        for batch in loader:
+            train.batch_ready()
+            train.batch_started()
+            train.batch_processed(len(batch))
+            train.batch_completed()
+            seen.extend(batch.tolist())
+            if tracker.view.train.batches.lifetime.completed == stop_after:
+                return seen, json.loads(json.dumps(tracker.state_dict()))
+        train.epoch_processed()
+        train.epoch_completed()
+    progress.run_processed()
+    progress.run_completed()
+    return seen, tracker.state_dict()["progress"]
+
+
+straight, straight_progress = fit()
+first, entry = fit(stop_after=7)
+rest, resumed_progress = fit(entry=entry)
+assert first + rest == straight, (first, rest, straight)
+assert resumed_progress["stages"] == straight_progress["stages"]
+print("round trip", len(straight))
+"""
+
+
+def test_a_hand_driven_fit_resumed_mid_epoch_sees_the_same_samples_without_frameworks() -> None:
+    result = _run_core_only(_ROUND_TRIP)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "round trip 20"
+
+
+@pytest.mark.parametrize("extra", ["lightning", "ignite", "accelerate"])
+def test_an_adapter_without_its_framework_raises_import_error_naming_the_extra(extra: str) -> None:
+    result = _run_core_only(
+        f"try:\n    import tracker_core.integrations.{extra}\n"
+        "except ImportError as error:\n    print(error)\nelse:\n    print('imported')\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert f'pip install "tracker-core[{extra}]"' in result.stdout
+
+
+def test_every_test_module_collects_or_skips_cleanly_without_frameworks() -> None:
+    result = _run_core_only(
+        "import pytest\nsys.exit(pytest.main(sys.argv[1:]))\n",
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        "-rs",
+        "tests",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "error" not in result.stdout.lower().splitlines()[-1], result.stdout[-4000:]
+    assert "SKIPPED" in result.stdout and "could not import 'pytorch_lightning'" in result.stdout
