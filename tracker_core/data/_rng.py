@@ -1,4 +1,4 @@
-"""Global RNG snapshots: torch CPU, Python ``random`` and NumPy (when importable).
+"""Global RNG snapshots: torch CPU, Python ``random``, NumPy (when importable) and initialised accelerators.
 
 ``capture_rng_state()`` is what an adapter saves at the checkpoint instant so dropout,
 augmentation etc. continue identically after a resume; ``restore_rng_state(state)``
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import struct
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,18 +18,17 @@ from typing import Any
 import torch
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.state._codec import (
-    bytes_to_text,
-    join_key,
-    read_float_or_none,
-    read_int,
-    read_mapping,
-    read_str,
-    tensor_to_text,
-    text_to_byte_tensor,
-    text_to_bytes,
+from tracker_core.data._device_rng import (
+    DeviceStates,
+    apply_devices,
+    capture_devices,
+    devices_from_plain,
+    devices_to_plain,
 )
+from tracker_core.state._codec import bytes_to_text, tensor_to_text, text_to_byte_tensor, text_to_bytes
+from tracker_core.state._readers import join_key, read_float_or_none, read_int, read_mapping, read_str
 
+_np: Any
 try:
     import numpy as _np
 except ImportError:  # pragma: no cover - numpy is optional
@@ -41,27 +41,41 @@ _NP_WORDS = 624
 
 @dataclass(frozen=True)
 class GlobalRng:
-    """The three global generators' states, in memory (``capture`` / ``apply``)."""
+    """The global generators' states, in memory (``capture`` / ``apply``).
+
+    ``devices``: the generators of every initialised accelerator (``tracker_core/data/_device_rng.py``).
+    """
 
     torch_state: torch.Tensor
     python_state: tuple[Any, ...]
     numpy_state: tuple[Any, ...] | None
+    devices: tuple[DeviceStates, ...] = ()
 
     @classmethod
     def capture(cls) -> GlobalRng:
         """Snapshot the live global generators (a few tens of microseconds)."""
         numpy_state = _np.random.get_state() if _np is not None else None
-        return cls(torch.get_rng_state(), random.getstate(), numpy_state)
+        return cls(torch.get_rng_state(), random.getstate(), numpy_state, capture_devices())
 
     def apply(self) -> None:
         """Set the live global generators to this snapshot."""
         torch.set_rng_state(self.torch_state)
         random.setstate(self.python_state)
-        if self.numpy_state is not None and _np is not None:
-            _np.random.set_state(self.numpy_state)
+        if self.numpy_state is not None:
+            if _np is not None:
+                _np.random.set_state(self.numpy_state)
+            else:
+                warnings.warn(
+                    "the state holds a NumPy RNG state but numpy is not importable here: it is not applied",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        if self.devices:
+            apply_devices(self.devices)
 
     def to_plain(self) -> dict[str, Any]:
-        """``{"version", "torch", "python", "numpy"}`` with base64 blobs; ``numpy`` may be None."""
+        """``{"version", "torch", "python", "numpy"}`` with base64 blobs (``numpy`` may be None), plus
+        ``"devices"`` (``{kind: [state per device]}``) when an accelerator was initialised."""
         fmt, words, gauss_next = self.python_state
         python = {
             "format": fmt,
@@ -73,22 +87,25 @@ class GlobalRng:
             algorithm, keys, pos, has_gauss, cached_gaussian = self.numpy_state[:5]
             numpy = {
                 "algorithm": str(algorithm),
-                "keys": bytes_to_text(_np.asarray(keys, dtype="<u4").tobytes()),
+                "keys": bytes_to_text(keys if isinstance(keys, bytes) else _np.asarray(keys, dtype="<u4").tobytes()),
                 "pos": int(pos),
                 "has_gauss": int(has_gauss),
                 "cached_gaussian": float(cached_gaussian),
             }
-        return {
+        plain = {
             "version": RNG_STATE_VERSION,
             "torch": tensor_to_text(self.torch_state),
             "python": python,
             "numpy": numpy,
         }
+        if self.devices:
+            plain["devices"] = devices_to_plain(self.devices)
+        return plain
 
     @classmethod
     def from_plain(cls, state: object, key: str = "") -> GlobalRng:
         """Validate fully (each part is tried on a scratch generator), changing nothing."""
-        fields = read_mapping(state, key, required=("version", "torch", "python", "numpy"))
+        fields = read_mapping(state, key, required=("version", "torch", "python", "numpy"), optional=("devices",))
         version = read_int(fields["version"], join_key(key, "version"))
         if version != RNG_STATE_VERSION:
             raise ProgressStateError(
@@ -99,7 +116,8 @@ class GlobalRng:
         numpy_state = None
         if fields["numpy"] is not None:
             numpy_state = _numpy_state(fields["numpy"], join_key(key, "numpy"))
-        return cls(torch_state, python_state, numpy_state)
+        devices = devices_from_plain(fields["devices"], join_key(key, "devices")) if "devices" in fields else ()
+        return cls(torch_state, python_state, numpy_state, devices)
 
 
 def read_torch_cpu_state(value: object, key: str) -> torch.Tensor:
@@ -136,12 +154,11 @@ def _python_state(value: object, key: str) -> tuple[Any, ...]:
 
 
 def _numpy_state(value: object, key: str) -> tuple[Any, ...]:
-    if _np is None:
-        raise ProgressStateError(key, "the state has a NumPy RNG state but numpy is not importable here")
+    """A NumPy RandomState state; without numpy it is checked field by field and kept as read (not applied)."""
     fields = read_mapping(value, key, required=("algorithm", "keys", "pos", "has_gauss", "cached_gaussian"))
     algorithm = read_str(fields["algorithm"], join_key(key, "algorithm"))
     raw = text_to_bytes(fields["keys"], join_key(key, "keys"), size=4 * _NP_WORDS)
-    keys = _np.frombuffer(raw, dtype="<u4").astype(_np.uint32)
+    keys: Any = raw if _np is None else _np.frombuffer(raw, dtype="<u4").astype(_np.uint32)
     pos = read_int(fields["pos"], join_key(key, "pos"), minimum=0)
     if pos > _NP_WORDS:  # NumPy accepts any pos and then reads past its 624 words at the next draw
         raise ProgressStateError(join_key(key, "pos"), f"must be <= {_NP_WORDS}, got {pos}")
@@ -150,6 +167,8 @@ def _numpy_state(value: object, key: str) -> tuple[Any, ...]:
     if not isinstance(cached, float):
         raise ProgressStateError(join_key(key, "cached_gaussian"), f"expected a float, got {type(cached).__name__}")
     state = (algorithm, keys, pos, has_gauss, cached)
+    if _np is None:
+        return state
     try:
         _np.random.RandomState().set_state(state)
     except (ValueError, TypeError) as exc:

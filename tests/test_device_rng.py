@@ -1,0 +1,113 @@
+"""Accelerator generators in the RNG snapshot: captured, validated and applied per device.
+
+No GPU here: the device module is substituted by CPU generators standing in for each device's
+(what ``tracker_core.data._device_rng.DEVICE_KINDS`` is for); the code paths are the CUDA ones.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+
+import pytest
+import torch
+
+from tracker_core import ProgressStateError, Tracker
+from tracker_core.data import _device_rng
+
+
+class _CpuStandIn:
+    """``count`` devices whose generators are CPU torch.Generators."""
+
+    def __init__(self, count: int, available: bool = True) -> None:
+        self.generators = [torch.Generator().manual_seed(100 + i) for i in range(count)]
+        self.available = available
+
+    def is_available(self) -> bool:
+        return self.available
+
+    def is_initialized(self) -> bool:
+        return self.available
+
+    def device_count(self) -> int:
+        return len(self.generators)
+
+    def get_rng_state(self, device: int) -> torch.Tensor:
+        return self.generators[device].get_state()
+
+    def set_rng_state(self, state: torch.Tensor, device: int) -> None:
+        self.generators[device].set_state(state)
+
+    def draws(self) -> list[float]:
+        return [torch.rand(1, generator=g).item() for g in self.generators]
+
+
+@pytest.fixture
+def cuda(monkeypatch: pytest.MonkeyPatch) -> _CpuStandIn:
+    devices = _CpuStandIn(2)
+    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", devices)
+    return devices
+
+
+def test_a_cpu_only_machine_saves_no_device_part() -> None:
+    assert "devices" not in Tracker().state_dict()["rng"]
+
+
+def test_every_device_generator_continues_after_a_resume(cuda: _CpuStandIn) -> None:
+    entry = json.loads(json.dumps(Tracker().state_dict()))
+    expected = cuda.draws()
+
+    Tracker().load_state_dict(entry)
+
+    assert len(entry["rng"]["devices"]["cuda"]) == 2
+    assert cuda.draws() == expected
+
+
+def test_a_checkpoint_from_more_devices_is_refused_naming_the_key_and_changes_nothing(
+    cuda: _CpuStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry = Tracker().state_dict()
+    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", _CpuStandIn(1))
+    before = (torch.get_rng_state(), random.getstate())
+
+    with pytest.raises(ProgressStateError, match=r"'rng\.devices\.cuda'.*2 cuda device"):
+        Tracker().load_state_dict(entry)
+
+    assert torch.equal(torch.get_rng_state(), before[0])
+    assert random.getstate() == before[1]
+
+
+def test_a_device_state_of_the_wrong_size_is_refused_naming_the_device(cuda: _CpuStandIn) -> None:
+    entry = Tracker().state_dict()
+    entry["rng"]["devices"]["cuda"][1] = entry["rng"]["devices"]["cuda"][1][:-8]
+
+    with pytest.raises(ProgressStateError, match=r"'rng\.devices\.cuda\.1'"):
+        Tracker().load_state_dict(entry)
+
+
+def test_an_unknown_device_kind_is_refused(cuda: _CpuStandIn) -> None:
+    entry = Tracker().state_dict()
+    entry["rng"]["devices"]["tpu"] = entry["rng"]["devices"].pop("cuda")
+
+    with pytest.raises(ProgressStateError, match=r"'rng\.devices\.tpu'"):
+        Tracker().load_state_dict(entry)
+
+
+def test_a_gpu_checkpoint_loads_on_a_cpu_only_machine_with_a_warning(
+    cuda: _CpuStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry = Tracker().state_dict()
+    absent = _CpuStandIn(2, available=False)
+    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", absent)
+    Tracker().validate_state_dict(entry)  # what inspect does: no warning, no error
+
+    with pytest.warns(UserWarning, match="no cuda device: they are not applied"):
+        Tracker().load_state_dict(entry)
+
+
+def test_nothing_is_captured_from_a_device_kind_not_initialised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", _CpuStandIn(2, available=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert "devices" not in Tracker().state_dict()["rng"]

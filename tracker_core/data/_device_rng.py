@@ -1,0 +1,144 @@
+"""Accelerator generators (CUDA, XPU, MPS): captured per device beside the CPU ones, validated, applied.
+
+On a GPU, dropout and random augmentation draw from the device generators, so a resume is exact only if
+they continue too. Only initialised device kinds are captured (capturing would otherwise initialise
+them). A state saved on a device this machine lacks is kept and reported, not applied: it stays
+loadable and inspectable on a CPU-only machine.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from tracker_core._errors import ProgressStateError
+from tracker_core.state._codec import tensor_to_text, text_to_byte_tensor
+from tracker_core.state._readers import join_key
+
+
+class DeviceGenerators(Protocol):
+    """The per-device generators of one device kind (a torch device module such as ``torch.cuda``)."""
+
+    def is_available(self) -> bool: ...
+    def is_initialized(self) -> bool: ...
+    def device_count(self) -> int: ...
+    def get_rng_state(self, device: int) -> torch.Tensor: ...
+    def set_rng_state(self, state: torch.Tensor, device: int) -> None: ...
+
+
+class _TorchDeviceModule:
+    """``torch.cuda`` / ``torch.xpu`` / ``torch.mps`` behind :class:`DeviceGenerators` (MPS has one device)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def _module(self) -> Any:
+        return getattr(torch, self.kind, None)
+
+    def is_available(self) -> bool:
+        module = self._module()
+        return module is not None and bool(module.is_available())
+
+    def is_initialized(self) -> bool:
+        module = self._module()
+        if module is None or not self.is_available():
+            return False
+        initialized = getattr(module, "is_initialized", None)
+        return True if initialized is None else bool(initialized())
+
+    def device_count(self) -> int:
+        module = self._module()
+        return int(module.device_count()) if self.kind != "mps" else 1
+
+    def get_rng_state(self, device: int) -> torch.Tensor:
+        module = self._module()
+        state: torch.Tensor = module.get_rng_state() if self.kind == "mps" else module.get_rng_state(device)
+        return state
+
+    def set_rng_state(self, state: torch.Tensor, device: int) -> None:
+        module = self._module()
+        if self.kind == "mps":
+            module.set_rng_state(state)
+        else:
+            module.set_rng_state(state, device)
+
+
+DEVICE_KINDS: dict[str, DeviceGenerators] = {kind: _TorchDeviceModule(kind) for kind in ("cuda", "xpu", "mps")}
+"""The device kinds captured, by name; tests substitute an entry to exercise these paths without a GPU."""
+
+
+@dataclass(frozen=True)
+class DeviceStates:
+    """The generator state of every device of one kind, index = device."""
+
+    kind: str
+    states: tuple[torch.Tensor, ...]
+
+
+def capture_devices() -> tuple[DeviceStates, ...]:
+    """The states of every initialised device kind (nothing on a CPU-only machine)."""
+    found = []
+    for kind, generators in DEVICE_KINDS.items():
+        if generators.is_initialized():
+            count = generators.device_count()
+            found.append(DeviceStates(kind, tuple(generators.get_rng_state(i).clone() for i in range(count))))
+    return tuple(found)
+
+
+def apply_devices(saved: tuple[DeviceStates, ...]) -> None:
+    """Set each saved device kind's generators; a kind this machine lacks is reported with a warning."""
+    for entry in saved:
+        generators = DEVICE_KINDS.get(entry.kind)
+        if generators is None or not generators.is_available():
+            warnings.warn(
+                f"the checkpoint holds {entry.kind} generator states of {len(entry.states)} device(s), but this "
+                f"machine has no {entry.kind} device: they are not applied, so random draws on such a device "
+                "would not continue as in the saved run",
+                UserWarning,
+                stacklevel=3,
+            )
+            continue
+        for device, state in enumerate(entry.states):
+            generators.set_rng_state(state, device)
+
+
+def devices_to_plain(saved: tuple[DeviceStates, ...]) -> dict[str, list[str]]:
+    """``{kind: [base64 state per device]}``."""
+    return {entry.kind: [tensor_to_text(state) for state in entry.states] for entry in saved}
+
+
+def devices_from_plain(value: object, key: str) -> tuple[DeviceStates, ...]:
+    """Validate ``{kind: [base64, ...]}`` against this machine's devices; change nothing.
+
+    A kind present here must have as many devices as saved, each state of the size its
+    generator has; a kind absent here is only checked for shape (it is reported, not applied).
+    """
+    if not isinstance(value, Mapping):
+        raise ProgressStateError(key, f"expected a mapping of device kinds, got {type(value).__name__}")
+    found = []
+    for kind, states in value.items():
+        kind_key = join_key(key, str(kind))
+        if kind not in DEVICE_KINDS:
+            raise ProgressStateError(kind_key, f"unknown device kind; expected one of {sorted(DEVICE_KINDS)}")
+        if not isinstance(states, list) or not states:
+            raise ProgressStateError(kind_key, "expected a non-empty list of base64 states, one per device")
+        tensors = tuple(text_to_byte_tensor(state, join_key(kind_key, str(i))) for i, state in enumerate(states))
+        generators = DEVICE_KINDS[kind]
+        if generators.is_available():
+            count = generators.device_count()
+            if count != len(tensors):
+                raise ProgressStateError(
+                    kind_key, f"saved the states of {len(tensors)} {kind} device(s); this machine has {count}"
+                )
+            for i, tensor in enumerate(tensors):
+                size = generators.get_rng_state(i).numel()
+                if tensor.numel() != size:
+                    raise ProgressStateError(
+                        join_key(kind_key, str(i)), f"a {kind} generator state has {size} bytes, got {tensor.numel()}"
+                    )
+        found.append(DeviceStates(str(kind), tensors))
+    return tuple(found)
