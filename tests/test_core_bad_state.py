@@ -11,10 +11,11 @@ import copy
 from typing import Any
 
 import pytest
-from helpers.core_drive import ScriptBuilder, driven, in_fit_epoch, json_roundtrip, whole_epoch
 
 import tracker_core.state._schema as schema
-from tracker_core import Progress, ProgressStateError
+from tracker_core import Progress, ProgressStateError, reduce_state
+
+from helpers.core_drive import ScriptBuilder, driven, in_fit_epoch, json_roundtrip, whole_epoch
 
 
 def _rich_script():
@@ -32,10 +33,16 @@ def _rich_state() -> dict[str, Any]:
     """
     script = _rich_script()
     second_run = [f for f in script.frames if f.kind == "run"][1]
-    epochs = [f for f in script.frames
-              if f.kind == "epoch" and f.stage == "train" and f.steps["ready"] > second_run.steps["ready"]]
-    batches = [f for f in script.frames
-               if f.kind == "batch" and f.stage == "train" and f.steps["ready"] > epochs[1].steps["ready"]]
+    epochs = [
+        f
+        for f in script.frames
+        if f.kind == "epoch" and f.stage == "train" and f.steps["ready"] > second_run.steps["ready"]
+    ]
+    batches = [
+        f
+        for f in script.frames
+        if f.kind == "batch" and f.stage == "train" and f.steps["ready"] > epochs[1].steps["ready"]
+    ]
     return driven(script, batches[1].steps["completed"] + 1).state_dict()
 
 
@@ -127,8 +134,9 @@ def test_a_state_missing_a_nested_key_is_refused_with_its_dotted_path(state):
 
 
 def test_a_dataloader_entry_missing_a_key_is_refused_with_its_index_in_the_path(state):
-    assert_rejected(drop(state, "stages.validate.dataloaders.1.samples"), "stages.validate.dataloaders.1.samples",
-                    "missing")
+    assert_rejected(
+        drop(state, "stages.validate.dataloaders.1.samples"), "stages.validate.dataloaders.1.samples", "missing"
+    )
 
 
 def test_a_where_missing_a_key_is_refused(state):
@@ -140,33 +148,43 @@ def test_a_state_with_an_unknown_root_key_is_refused_naming_it(state):
 
 
 def test_a_state_with_an_unknown_nested_key_is_refused_with_its_dotted_path(state):
-    assert_rejected(put(state, "stages.train.batches.run.cancelled", 0), "stages.train.batches.run.cancelled",
-                    "unknown key")
+    assert_rejected(
+        put(state, "stages.train.batches.run.cancelled", 0), "stages.train.batches.run.cancelled", "unknown key"
+    )
 
 
 def test_a_state_with_an_unknown_stage_is_refused(state):
-    assert_rejected(put(state, "stages.evaluate", copy.deepcopy(state["stages"]["test"])), "stages.evaluate",
-                    "unknown key")
+    assert_rejected(
+        put(state, "stages.evaluate", copy.deepcopy(state["stages"]["test"])), "stages.evaluate", "unknown key"
+    )
 
 
 def test_an_evaluation_stage_with_train_only_keys_is_refused(state):
-    assert_rejected(put(state, "stages.test.scheduler_steps", {"epoch": 0, "run": 0, "lifetime": 0}),
-                    "stages.test.scheduler_steps", "unknown key")
+    assert_rejected(
+        put(state, "stages.test.scheduler_steps", {"epoch": 0, "run": 0, "lifetime": 0}),
+        "stages.test.scheduler_steps",
+        "unknown key",
+    )
 
 
 def test_a_string_where_a_count_belongs_is_refused(state):
-    assert_rejected(put(state, "stages.train.samples.run", "45"), "stages.train.samples.run",
-                    "expected a non-negative int, got str")
+    assert_rejected(
+        put(state, "stages.train.samples.run", "45"), "stages.train.samples.run", "expected an int, got str"
+    )
 
 
 def test_a_bool_where_a_count_belongs_is_refused(state):
-    assert_rejected(put(state, "stages.validate.batches.run.completed", True),
-                    "stages.validate.batches.run.completed", "expected a non-negative int, got bool")
+    assert_rejected(
+        put(state, "stages.validate.batches.run.completed", True),
+        "stages.validate.batches.run.completed",
+        "expected an int, got bool",
+    )
 
 
 def test_a_float_where_a_count_belongs_is_refused(state):
-    assert_rejected(put(state, "stages.train.accumulating_batches", 0.0), "stages.train.accumulating_batches",
-                    "got float")
+    assert_rejected(
+        put(state, "stages.train.accumulating_batches", 0.0), "stages.train.accumulating_batches", "got float"
+    )
 
 
 def test_a_list_where_a_dict_belongs_is_refused(state):
@@ -174,13 +192,13 @@ def test_a_list_where_a_dict_belongs_is_refused(state):
 
 
 def test_a_dict_where_a_list_belongs_is_refused(state):
-    assert_rejected(put(state, "stages.test.dataloaders", {}), "stages.test.dataloaders",
-                    "expected a list, got dict")
+    assert_rejected(put(state, "stages.test.dataloaders", {}), "stages.test.dataloaders", "expected a list, got dict")
 
 
 def test_a_dataloader_entry_that_is_not_a_dict_is_refused(state):
-    assert_rejected(put(state, "stages.train.dataloaders.0", 5), "stages.train.dataloaders.0",
-                    "expected a dict, got int")
+    assert_rejected(
+        put(state, "stages.train.dataloaders.0", 5), "stages.train.dataloaders.0", "expected a dict, got int"
+    )
 
 
 def test_a_string_schema_version_is_refused(state):
@@ -201,23 +219,36 @@ def test_a_truncated_state_without_any_stages_is_refused(state):
 
 # counts -------------------------------------------------------------------------------
 def test_a_negative_count_is_refused(state):
-    assert_rejected(put(state, "stages.train.batches.lifetime.ready", -1), "stages.train.batches.lifetime.ready",
-                    "negative count -1")
+    assert_rejected(
+        put(state, "stages.train.batches.lifetime.ready", -1),
+        "stages.train.batches.lifetime.ready",
+        "must be >= 0, got -1",
+    )
 
 
 def test_a_negative_tally_is_refused(state):
-    assert_rejected(put(state, "stages.train.optimizer_steps.0.epoch", -2), "stages.train.optimizer_steps.0.epoch",
-                    "negative count -2")
+    assert_rejected(
+        put(state, "stages.train.optimizer_steps.0.epoch", -2),
+        "stages.train.optimizer_steps.0.epoch",
+        "must be >= 0, got -2",
+    )
 
 
 def test_phases_out_of_order_are_refused(state):
-    assert_rejected(put(state, "stages.train.epochs.lifetime", phases(3, 2, 3, 2)), "stages.train.epochs.lifetime",
-                    "phases out of order", "started 2 < processed 3")
+    assert_rejected(
+        put(state, "stages.train.epochs.lifetime", phases(3, 2, 3, 2)),
+        "stages.train.epochs.lifetime",
+        "phases out of order",
+        "started 2 < processed 3",
+    )
 
 
 def test_two_events_in_flight_are_refused(state):
-    assert_rejected(put(state, "stages.train.batches.lifetime", phases(9, 9, 7, 7)),
-                    "stages.train.batches.lifetime", "2 events in flight; at most 1 can be")
+    assert_rejected(
+        put(state, "stages.train.batches.lifetime", phases(9, 9, 7, 7)),
+        "stages.train.batches.lifetime",
+        "2 events in flight; at most 1 can be",
+    )
 
 
 def test_a_run_count_with_two_runs_in_flight_is_refused(state):
@@ -226,48 +257,73 @@ def test_a_run_count_with_two_runs_in_flight_is_refused(state):
 
 
 def test_an_epoch_scope_above_the_run_scope_is_refused(state):
-    assert_rejected(put(state, "stages.train.batches.epoch", phases(7, 7, 7, 7)), "stages.train.batches.epoch",
-                    "epoch scope above run scope")
+    assert_rejected(
+        put(state, "stages.train.batches.epoch", phases(7, 7, 7, 7)),
+        "stages.train.batches.epoch",
+        "epoch scope above run scope",
+    )
 
 
 def test_a_tally_with_its_epoch_scope_above_its_run_scope_is_refused(state):
-    assert_rejected(put(state, "stages.train.samples.epoch", 50), "stages.train.samples",
-                    "epoch scope 50 above run scope 45")
+    assert_rejected(
+        put(state, "stages.train.samples.epoch", 50), "stages.train.samples", "epoch scope 50 above run scope 45"
+    )
 
 
 def test_a_run_scope_above_the_lifetime_scope_is_refused(state):
-    assert_rejected(put(state, "stages.train.epochs.run", phases(4, 4, 3, 3)), "stages.train.epochs.run",
-                    "run scope above lifetime scope")
+    assert_rejected(
+        put(state, "stages.train.epochs.run", phases(4, 4, 3, 3)),
+        "stages.train.epochs.run",
+        "run scope above lifetime scope",
+    )
 
 
 def test_a_tally_with_its_run_scope_above_its_lifetime_scope_is_refused(state):
-    assert_rejected(put(state, "stages.train.optimizer_steps.1.run", 2), "stages.train.optimizer_steps.1",
-                    "run scope 2 above lifetime scope 1")
+    assert_rejected(
+        put(state, "stages.train.optimizer_steps.1.run", 2),
+        "stages.train.optimizer_steps.1",
+        "run scope 2 above lifetime scope 1",
+    )
 
 
 def test_scopes_differing_by_different_amounts_across_phases_are_refused(state):
-    assert_rejected(put(state, "stages.train.epochs.lifetime", phases(3, 3, 3, 2)), "stages.train.epochs.run",
-                    "run and lifetime scopes differ by different amounts across phases")
+    assert_rejected(
+        put(state, "stages.train.epochs.lifetime", phases(3, 3, 3, 2)),
+        "stages.train.epochs.run",
+        "run and lifetime scopes differ by different amounts across phases",
+    )
 
 
 def test_batch_scopes_differing_by_different_amounts_across_phases_are_refused(state):
-    assert_rejected(put(state, "stages.train.batches.run", phases(6, 6, 6, 5)), "stages.train.batches.epoch",
-                    "epoch and run scopes differ by different amounts across phases")
+    assert_rejected(
+        put(state, "stages.train.batches.run", phases(6, 6, 6, 5)),
+        "stages.train.batches.epoch",
+        "epoch and run scopes differ by different amounts across phases",
+    )
 
 
 def test_dataloader_batches_not_adding_up_to_the_stages_processed_batches_are_refused(state):
-    assert_rejected(put(state, "stages.train.dataloaders.1.batches.lifetime", 4), "stages.train.dataloaders",
-                    "batches add up to 10 in lifetime scope, but the stage has 9 processed batches")
+    assert_rejected(
+        put(state, "stages.train.dataloaders.1.batches.lifetime", 4),
+        "stages.train.dataloaders",
+        "batches add up to 10 in lifetime scope, but the stage has 9 processed batches",
+    )
 
 
 def test_dataloader_samples_not_adding_up_to_the_stages_samples_are_refused(state):
-    assert_rejected(put(state, "stages.validate.dataloaders.0.samples.epoch", 5), "stages.validate.dataloaders",
-                    "samples add up to 9 in epoch scope, but the stage has 8 samples")
+    assert_rejected(
+        put(state, "stages.validate.dataloaders.0.samples.epoch", 5),
+        "stages.validate.dataloaders",
+        "samples add up to 9 in epoch scope, but the stage has 8 samples",
+    )
 
 
 def test_no_dataloaders_for_a_stage_that_processed_batches_is_refused(state):
-    assert_rejected(put(state, "stages.validate.dataloaders", []), "stages.validate.dataloaders",
-                    "no dataloaders, but 6 processed batches in lifetime scope")
+    assert_rejected(
+        put(state, "stages.validate.dataloaders", []),
+        "stages.validate.dataloaders",
+        "no dataloaders, but 6 processed batches in lifetime scope",
+    )
 
 
 def test_optimizer_steps_and_skipped_steps_for_different_numbers_of_optimizers_are_refused(state):
@@ -276,8 +332,11 @@ def test_optimizer_steps_and_skipped_steps_for_different_numbers_of_optimizers_a
 
 
 def test_more_accumulating_batches_than_batches_ever_processed_are_refused(state):
-    assert_rejected(put(state, "stages.train.accumulating_batches", 10), "stages.train.accumulating_batches",
-                    "10 exceeds the 9 batches ever processed")
+    assert_rejected(
+        put(state, "stages.train.accumulating_batches", 10),
+        "stages.train.accumulating_batches",
+        "10 exceeds the 9 batches ever processed",
+    )
 
 
 def test_a_batch_in_flight_outside_an_epoch_is_refused():
@@ -297,8 +356,9 @@ def test_an_unknown_run_kind_is_refused(state):
 
 
 def test_where_inconsistent_with_the_counts_is_refused(state):
-    assert_rejected(put(state, "where.phase", "started"), "where",
-                    "says train batch started, but the batch counts are (9, 9, 9, 9)")
+    assert_rejected(
+        put(state, "where.phase", "started"), "where", "says train batch started, but the batch counts are (9, 9, 9, 9)"
+    )
 
 
 def test_where_naming_an_event_that_never_happened_is_refused(state):
@@ -338,8 +398,12 @@ def test_where_that_is_not_a_dict_is_refused(state):
 
 # schema versions ----------------------------------------------------------------------
 def test_a_state_from_a_newer_schema_version_is_refused_saying_it_is_newer(state):
-    assert_rejected(put(state, "schema_version", 3), "schema_version",
-                    "version 3 was written by a newer progress-tracker", "reads up to 2")
+    assert_rejected(
+        put(state, "schema_version", 3),
+        "schema_version",
+        "version 3 was written by a newer progress-tracker",
+        "reads up to 2",
+    )
 
 
 @pytest.mark.parametrize("version", [0, -1])
@@ -448,3 +512,20 @@ def test_parse_reads_a_state_without_changing_it(state):
     snapshot = copy.deepcopy(state)
     schema.parse(state)
     assert state == snapshot
+
+
+# 64-bit bounds -----------------------------------------------------------------------
+def test_a_count_beyond_int64_is_refused_naming_its_key(state):
+    lifetime = "stages.train.samples.lifetime"
+    assert_rejected(put(state, lifetime, 2**63), lifetime, f"{2**63} is outside")
+
+
+def test_a_count_at_the_int64_maximum_loads_and_reduces(state):
+    big = 2**63 - 1
+    state["stages"]["predict"]["samples"] = {"epoch": 0, "run": 0, "lifetime": big}
+    state["stages"]["predict"]["dataloaders"] = [
+        {"batches": {"epoch": 0, "run": 0, "lifetime": 0}, "samples": {"epoch": 0, "run": 0, "lifetime": big}}
+    ]
+    progress = Progress()
+    progress.load_state_dict(state)
+    assert reduce_state(progress)["stages"]["predict"]["samples"]["lifetime"] == big

@@ -35,8 +35,13 @@ def _setup(seed: int) -> tuple[Tracker, DataLoader[Any], torch.nn.Module, torch.
     return tracker, loader, model, optimizer
 
 
-def _train(tracker: Tracker, loader: DataLoader[Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-           stop_after: int | None = None) -> tuple[list[int], dict[str, Any] | None]:
+def _train(
+    tracker: Tracker,
+    loader: DataLoader[Any],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    stop_after: int | None = None,
+) -> tuple[list[int], dict[str, Any] | None]:
     """Fit for EPOCHS epochs with dropout-like noise; return ids seen and, if asked, a checkpoint."""
     progress, train = tracker.progress, tracker.progress.train
     seen: list[int] = []
@@ -59,8 +64,11 @@ def _train(tracker: Tracker, loader: DataLoader[Any], model: torch.nn.Module, op
             seen.extend(ids.tolist())
             if stop_after is not None and train._batches.completed == stop_after:
                 entry = json.loads(json.dumps(tracker.state_dict()))
-                return seen, {"entry": entry, "model": copy.deepcopy(model.state_dict()),
-                              "optimizer": copy.deepcopy(optimizer.state_dict())}
+                return seen, {
+                    "entry": entry,
+                    "model": copy.deepcopy(model.state_dict()),
+                    "optimizer": copy.deepcopy(optimizer.state_dict()),
+                }
         train.epoch_processed()
         train.epoch_completed()
     progress.run_processed()
@@ -111,8 +119,11 @@ def _entry_mid_epoch() -> dict[str, Any]:
     [
         (lambda e: e.pop("rng"), "rng", "missing"),
         (lambda e: e.update(extra=1), "extra", "unknown key"),
-        (lambda e: e["progress"]["stages"]["train"]["samples"].update(run=-1), "progress.stages.train.samples.run",
-         "negative count"),
+        (
+            lambda e: e["progress"]["stages"]["train"]["samples"].update(run=-1),
+            "progress.stages.train.samples.run",
+            "must be >= 0",
+        ),
         (lambda e: e["progress"].update(schema_version=99), "progress.schema_version", "newer"),
         (lambda e: e["train_loaders"][0].pop("epoch"), "train_loaders.0.epoch", "missing"),
         (lambda e: e["train_loaders"][0].update(kind="stateful_dataloader"), "train_loaders.0.kind", "saved from"),

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -16,7 +14,8 @@ from tracker_core.counting._view import ProgressView
 from tracker_core.data._position import LoaderPosition, _ParsedState
 from tracker_core.data._rng import GlobalRng
 from tracker_core.distributed._elastic import ENTRY_KEYS, gather, reenters_train_epoch, saved_elsewhere, select, world
-from tracker_core.state._schema import Parsed, _mapping, parse
+from tracker_core.state._readers import keys_under, read_mapping
+from tracker_core.state._schema import Parsed, parse
 
 
 class InexactResumeWarning(UserWarning):
@@ -157,7 +156,7 @@ class Tracker:
             return
         ranks = entry["ranks"]  # type: ignore[index]
         source = world()[1] % len(ranks)
-        with _keys_under(f"ranks.{source}"):
+        with keys_under(f"ranks.{source}"):
             self.load_state_dict(ranks[source])
 
     def validate_state_dict(self, entry: object) -> None:
@@ -170,17 +169,16 @@ class Tracker:
 
     def _parse_entry(self, entry: object) -> _LoadedEntry:
         has_ranks = isinstance(entry, dict) and "ranks" in entry
-        entry = _mapping(entry, "", (*ENTRY_KEYS, "ranks") if has_ranks else ENTRY_KEYS)
+        entry = read_mapping(entry, "", required=(*ENTRY_KEYS, "ranks") if has_ranks else ENTRY_KEYS)
         selected = select(entry["ranks"], self._loaders) if has_ranks else None
         if selected is not None:
             entry = selected.entry
         problems = [] if selected is None else [f"elastic resume: {problem}" for problem in selected.problems]
-        with _keys_under("" if selected is None else selected.key_prefix):
-            try:
+        with keys_under("" if selected is None else selected.key_prefix):
+            with keys_under("progress"):
                 parsed_progress = parse(entry["progress"])
-            except ProgressStateError as error:
-                raise ProgressStateError(f"progress.{error.key}" if error.key else "progress", error.problem) from None
-            rng = _prefixed("rng", lambda: GlobalRng.from_plain(entry["rng"]))
+            with keys_under("rng"):
+                rng = GlobalRng.from_plain(entry["rng"])
             states = entry["train_loaders"]
             if not isinstance(states, list) or not all(isinstance(s, dict) for s in states):
                 raise ProgressStateError("train_loaders", "expected a list of dicts")
@@ -218,25 +216,8 @@ class _LoadedEntry:
 
 
 def _parse_loader(position: LoaderPosition, state: dict[str, Any], index: int, resume_epoch: bool) -> _ParsedState:
-    parsed = _prefixed(f"train_loaders.{index}", lambda: position._parse(state))
+    with keys_under(f"train_loaders.{index}"):
+        parsed = position._parse(state)
     if resume_epoch:
         return parsed
     return dataclasses.replace(parsed, record=None, loader_state=None)
-
-
-@contextmanager
-def _keys_under(prefix: str) -> Iterator[None]:
-    """Name the keys of errors raised in the block from ``prefix`` (e.g. ``ranks.1``) on."""
-    try:
-        yield
-    except ProgressStateError as error:
-        if not prefix:
-            raise
-        raise ProgressStateError(f"{prefix}.{error.key}" if error.key else prefix, error.problem) from None
-
-
-def _prefixed(prefix: str, read: Any) -> Any:
-    try:
-        return read()
-    except ProgressStateError as error:
-        raise ProgressStateError(f"{prefix}.{error.key}" if error.key else prefix, error.problem) from None

@@ -23,8 +23,8 @@ from tracker_core._errors import ProgressStateError
 from tracker_core.counting._counts import PhaseCounts
 from tracker_core.data._position import LoaderPosition, read_distributed
 from tracker_core.distributed._sharded import is_batch_sharded, samples_read
-from tracker_core.state._codec import read_int
-from tracker_core.state._schema import _mapping, parse
+from tracker_core.state._readers import keys_under, read_int, read_mapping
+from tracker_core.state._schema import parse
 from tracker_core.vocabulary import Phase, Scope
 
 ENTRY_KEYS = ("progress", "train_loaders", "rng")
@@ -73,18 +73,15 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
     if not isinstance(ranks, list) or not ranks:
         raise ProgressStateError("ranks", "expected a non-empty list of entries, one per rank")
     for index, entry in enumerate(ranks):
-        _mapping(entry, f"ranks.{index}", ENTRY_KEYS)
+        read_mapping(entry, f"ranks.{index}", required=ENTRY_KEYS)
     size, rank = world()
     saved_size = len(ranks)
     if saved_size == size:
         return Selected(ranks[rank], None, [], f"ranks.{rank}")
     source_rank = rank % saved_size
     source = ranks[source_rank]
-    try:
+    with keys_under(f"ranks.{source_rank}.progress"):
         epochs = parse(source["progress"]).stages["train"].epochs_lifetime
-    except ProgressStateError as error:
-        key = f"ranks.{source_rank}.progress"
-        raise ProgressStateError(f"{key}.{error.key}" if error.key else key, error.problem) from None
     mapping: dict[str, Any] = {
         "saved_world_size": saved_size,
         "world_size": size,

@@ -1,4 +1,4 @@
-"""Plain data for data-position states: base64 blobs, tagged tensors, strict readers.
+"""Plain data for data-position states: base64 blobs and tagged tensors (readers: ``_readers.py``).
 
 Everything written here is ints, floats, bools, ``str``, ``None``, lists and
 str-keyed dicts, so a state survives ``json`` and ``torch.load(weights_only=True)``.
@@ -10,12 +10,13 @@ from __future__ import annotations
 import base64
 import binascii
 import ctypes
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from tracker_core._errors import ProgressStateError
+from tracker_core.state._readers import join_key, read_int, read_mapping, read_str
 
 _TENSOR_TAG = "__tensor__"
 _TUPLE_TAG = "__tuple__"
@@ -47,11 +48,6 @@ MAX_BLOB_BYTES = 64 * 2**20  # one base64 blob (a tensor's bytes, an RNG state)
 MAX_TENSOR_DIMS = 16
 _MAX_BLOB_TEXT = 4 * ((MAX_BLOB_BYTES + 2) // 3)
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # int64 and uint64 (seeds) values
-
-
-def join_key(parent: str, child: str) -> str:
-    """``join_key("epoch", "torch") == "epoch.torch"``; ``join_key("", "kind") == "kind"``."""
-    return f"{parent}.{child}" if parent else child
 
 
 def _type_name(value: object) -> str:
@@ -264,44 +260,3 @@ def _tensor_from_plain(value: object, key: str) -> torch.Tensor:
     if size == 0:
         return torch.empty(dims, dtype=dtype)
     return torch.frombuffer(bytearray(data), dtype=dtype).reshape(dims)
-
-
-def read_mapping(
-    value: object, key: str, *, required: Iterable[str], optional: Iterable[str] = ()
-) -> Mapping[str, Any]:
-    """``value`` as a mapping with exactly the ``required`` keys plus any of ``optional``."""
-    if not isinstance(value, Mapping):
-        raise ProgressStateError(key, f"expected a mapping, got {_type_name(value)}")
-    required = tuple(required)
-    allowed = set(required) | set(optional)
-    for name in required:
-        if name not in value:
-            raise ProgressStateError(join_key(key, name), "missing")
-    for name in value:
-        if name not in allowed:
-            shown = name if isinstance(name, str) else repr(name)
-            raise ProgressStateError(join_key(key, shown), f"unknown key; expected only {sorted(allowed)}")
-    return value
-
-
-def read_int(value: object, key: str, *, minimum: int | None = None) -> int:
-    """An ``int`` (not a bool), at least ``minimum`` if given."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ProgressStateError(key, f"expected an int, got {_type_name(value)}")
-    if minimum is not None and value < minimum:
-        raise ProgressStateError(key, f"must be >= {minimum}, got {value}")
-    return value
-
-
-def read_str(value: object, key: str) -> str:
-    """A ``str``."""
-    if not isinstance(value, str):
-        raise ProgressStateError(key, f"expected a str, got {_type_name(value)}")
-    return value
-
-
-def read_float_or_none(value: object, key: str) -> float | None:
-    """A ``float`` or ``None``."""
-    if value is None or isinstance(value, float):
-        return value
-    raise ProgressStateError(key, f"expected a float or None, got {_type_name(value)}")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from tracker_core._errors import ProgressStateError
 from tracker_core.counting._counts import PhaseCounts, ScopeCounts, _Phased, _Tally
 from tracker_core.counting._stage import StageProgress, TrainStageProgress, _DataloaderTallies
+from tracker_core.state._readers import join_key, read_int, read_list, read_mapping, type_name
 from tracker_core.vocabulary import CANCELLED, Event, Phase, RunKind, Scope, Stage
 
 if TYPE_CHECKING:
@@ -124,43 +125,9 @@ class Parsed(NamedTuple):
     anomalies: list[str]
 
 
-def _type_name(value: object) -> str:
-    return type(value).__name__
-
-
-def _mapping(value: object, key: str, keys: tuple[str, ...]) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ProgressStateError(key, f"expected a dict, got {_type_name(value)}")
-    for name in keys:
-        if name not in value:
-            raise ProgressStateError(_join(key, name), "missing")
-    for name in value:
-        if name not in keys:
-            raise ProgressStateError(_join(key, str(name)), "unknown key")
-    return value
-
-
-def _join(key: str, name: str) -> str:
-    return f"{key}.{name}" if key else name
-
-
-def _count(value: object, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ProgressStateError(key, f"expected a non-negative int, got {_type_name(value)}")
-    if value < 0:
-        raise ProgressStateError(key, f"negative count {value}")
-    return value
-
-
-def _list(value: object, key: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise ProgressStateError(key, f"expected a list, got {_type_name(value)}")
-    return value
-
-
 def _phase_counts(value: object, key: str) -> PhaseCounts:
-    raw = _mapping(value, key, _PHASES)
-    counts = PhaseCounts(*(_count(raw[name], _join(key, name)) for name in _PHASES))
+    raw = read_mapping(value, key, required=_PHASES)
+    counts = PhaseCounts(*(read_int(raw[name], join_key(key, name), minimum=0) for name in _PHASES))
     for before, after in zip(_PHASES, _PHASES[1:], strict=False):
         if getattr(counts, before) < getattr(counts, after):
             raise ProgressStateError(
@@ -173,8 +140,8 @@ def _phase_counts(value: object, key: str) -> PhaseCounts:
 
 
 def _scope_counts(value: object, key: str) -> ScopeCounts:
-    raw = _mapping(value, key, _SCOPES)
-    counts = ScopeCounts(*(_count(raw[name], _join(key, name)) for name in _SCOPES))
+    raw = read_mapping(value, key, required=_SCOPES)
+    counts = ScopeCounts(*(read_int(raw[name], join_key(key, name), minimum=0) for name in _SCOPES))
     if counts.epoch > counts.run:
         raise ProgressStateError(key, f"epoch scope {counts.epoch} above run scope {counts.run}")
     if counts.run > counts.lifetime:
@@ -192,12 +159,12 @@ def _nested(inner: PhaseCounts, outer: PhaseCounts, key: str, inner_name: str, o
 
 
 def _parse_stage(value: object, key: str, name: str) -> _ParsedStage:
-    raw = _mapping(value, key, _TRAIN_KEYS if name == "train" else _STAGE_KEYS)
-    epochs = _mapping(raw["epochs"], f"{key}.epochs", (Scope.RUN, Scope.LIFETIME))
+    raw = read_mapping(value, key, required=_TRAIN_KEYS if name == "train" else _STAGE_KEYS)
+    epochs = read_mapping(raw["epochs"], f"{key}.epochs", required=(Scope.RUN, Scope.LIFETIME))
     epochs_run = _phase_counts(epochs["run"], f"{key}.epochs.run")
     epochs_lifetime = _phase_counts(epochs["lifetime"], f"{key}.epochs.lifetime")
     _nested(epochs_run, epochs_lifetime, f"{key}.epochs.run", "run", "lifetime")
-    batches = _mapping(raw["batches"], f"{key}.batches", _SCOPES)
+    batches = read_mapping(raw["batches"], f"{key}.batches", required=_SCOPES)
     b_epoch = _phase_counts(batches["epoch"], f"{key}.batches.epoch")
     b_run = _phase_counts(batches["run"], f"{key}.batches.run")
     b_lifetime = _phase_counts(batches["lifetime"], f"{key}.batches.lifetime")
@@ -209,12 +176,12 @@ def _parse_stage(value: object, key: str, name: str) -> _ParsedStage:
     dataloaders = [
         _ParsedDataloader(
             _scope_counts(
-                _mapping(d, f"{key}.dataloaders.{i}", ("batches", "samples"))["batches"],
+                read_mapping(d, f"{key}.dataloaders.{i}", required=("batches", "samples"))["batches"],
                 f"{key}.dataloaders.{i}.batches",
             ),
             _scope_counts(d["samples"], f"{key}.dataloaders.{i}.samples"),
         )
-        for i, d in enumerate(_list(raw["dataloaders"], f"{key}.dataloaders"))
+        for i, d in enumerate(read_list(raw["dataloaders"], f"{key}.dataloaders"))
     ]
     processed = ScopeCounts(b_epoch.processed, b_run.processed, b_lifetime.processed)
     _sums_match([d.batches for d in dataloaders], processed, f"{key}.dataloaders", "batches", "processed batches")
@@ -226,11 +193,11 @@ def _parse_stage(value: object, key: str, name: str) -> _ParsedStage:
     if name == "train":
         steps = [
             _scope_counts(s, f"{key}.optimizer_steps.{i}")
-            for i, s in enumerate(_list(raw["optimizer_steps"], f"{key}.optimizer_steps"))
+            for i, s in enumerate(read_list(raw["optimizer_steps"], f"{key}.optimizer_steps"))
         ]
         skipped = [
             _scope_counts(s, f"{key}.optimizer_steps_skipped.{i}")
-            for i, s in enumerate(_list(raw["optimizer_steps_skipped"], f"{key}.optimizer_steps_skipped"))
+            for i, s in enumerate(read_list(raw["optimizer_steps_skipped"], f"{key}.optimizer_steps_skipped"))
         ]
         if len(steps) != len(skipped):
             raise ProgressStateError(
@@ -238,7 +205,7 @@ def _parse_stage(value: object, key: str, name: str) -> _ParsedStage:
                 f"{len(skipped)} optimizers, but optimizer_steps has {len(steps)}",
             )
         scheduler = _scope_counts(raw["scheduler_steps"], f"{key}.scheduler_steps")
-        accumulating = _count(raw["accumulating_batches"], f"{key}.accumulating_batches")
+        accumulating = read_int(raw["accumulating_batches"], f"{key}.accumulating_batches", minimum=0)
         if accumulating > b_lifetime.processed:
             raise ProgressStateError(
                 f"{key}.accumulating_batches",
@@ -275,11 +242,11 @@ def _sums_match(parts: list[ScopeCounts], whole: ScopeCounts, key: str, field: s
 def _parse_where(value: object) -> tuple[str, str, str] | None:
     if value == {}:
         return None
-    raw = _mapping(value, "where", _WHERE_KEYS)
+    raw = read_mapping(value, "where", required=_WHERE_KEYS)
     stage, event, phase = (raw[k] for k in _WHERE_KEYS)
     for name, got in zip(_WHERE_KEYS, (stage, event, phase)):
         if not isinstance(got, str):
-            raise ProgressStateError(f"where.{name}", f"expected a str, got {_type_name(got)}")
+            raise ProgressStateError(f"where.{name}", f"expected a str, got {type_name(got)}")
     if event == Event.RUN:
         if stage != "":
             raise ProgressStateError("where.stage", f"a run event has no stage, got {stage!r}")
@@ -317,12 +284,12 @@ def _check_where(where: tuple[str, str, str], runs: PhaseCounts, stages: dict[st
 
 
 def _parse_anomalies(value: object) -> list[str]:
-    anomalies = _list(value, "anomalies")
+    anomalies = read_list(value, "anomalies")
     if len(anomalies) > MAX_ANOMALIES:
         raise ProgressStateError("anomalies", f"{len(anomalies)} anomalies; at most {MAX_ANOMALIES} are kept")
     for i, message in enumerate(anomalies):
         if not isinstance(message, str):
-            raise ProgressStateError(f"anomalies.{i}", f"expected a str, got {_type_name(message)}")
+            raise ProgressStateError(f"anomalies.{i}", f"expected a str, got {type_name(message)}")
         if len(message) > MAX_ANOMALY_CHARS:
             raise ProgressStateError(
                 f"anomalies.{i}", f"{len(message)} characters; an anomaly has at most {MAX_ANOMALY_CHARS}"
@@ -343,24 +310,24 @@ def _migrate(state: dict[str, Any], version: int) -> dict[str, Any]:
 def parse(state: object) -> Parsed:
     """Validate ``state`` completely; raise ProgressStateError naming the first bad key."""
     if not isinstance(state, dict):
-        raise ProgressStateError("", f"expected a dict, got {_type_name(state)}")
+        raise ProgressStateError("", f"expected a dict, got {type_name(state)}")
     if "schema_version" not in state:
         raise ProgressStateError("schema_version", "missing")
     version = state["schema_version"]
     if isinstance(version, bool) or not isinstance(version, int):
-        raise ProgressStateError("schema_version", f"expected an int, got {_type_name(version)}")
+        raise ProgressStateError("schema_version", f"expected an int, got {type_name(version)}")
     if version > SCHEMA_VERSION:
         raise ProgressStateError(
             "schema_version",
             f"version {version} was written by a newer progress-tracker; this one reads up to {SCHEMA_VERSION}",
         )
-    state = _mapping(_migrate(state, version), "", _ROOT_KEYS)
-    run = _mapping(state["run"], "run", ("kind", *_PHASES))
+    state = read_mapping(_migrate(state, version), "", required=_ROOT_KEYS)
+    run = read_mapping(state["run"], "run", required=("kind", *_PHASES))
     kind = run["kind"]
     if kind not in ("", *RunKind):
         raise ProgressStateError("run.kind", f"unknown run kind {kind!r}")
     runs = _phase_counts({p: run[p] for p in _PHASES}, "run")
-    raw_stages = _mapping(state["stages"], "stages", _STAGES)
+    raw_stages = read_mapping(state["stages"], "stages", required=_STAGES)
     stages = {name: _parse_stage(raw_stages[name], f"stages.{name}", name) for name in _STAGES}
     where = _parse_where(state["where"])
     if where is not None:

@@ -1,0 +1,91 @@
+"""Strict readers of plain data, and the one way error keys get their prefix.
+
+Every reader takes the value and the dotted key path it was found at, and returns it
+typed or raises :class:`ProgressStateError` naming that key. ``keys_under(prefix)``
+names the keys of errors raised inside it from ``prefix`` on, so a reader of a part
+never needs to know where the part sits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from tracker_core._errors import ProgressStateError
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+UINT64_MAX = 2**64 - 1
+
+
+def type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def join_key(parent: str, child: str) -> str:
+    """``join_key("epoch", "torch") == "epoch.torch"``; ``join_key("", "kind") == "kind"``."""
+    return f"{parent}.{child}" if parent else child
+
+
+@contextmanager
+def keys_under(prefix: str) -> Iterator[None]:
+    """Prefix the key of a ProgressStateError raised in the block with ``prefix`` (e.g. ``ranks.1``)."""
+    try:
+        yield
+    except ProgressStateError as error:
+        if not prefix:
+            raise
+        raise ProgressStateError(join_key(prefix, error.key) if error.key else prefix, error.problem) from None
+
+
+def read_mapping(
+    value: object, key: str, *, required: Iterable[str], optional: Iterable[str] = ()
+) -> Mapping[str, Any]:
+    """``value`` as a mapping with exactly the ``required`` keys plus any of ``optional``."""
+    if not isinstance(value, Mapping):
+        raise ProgressStateError(key, f"expected a dict, got {type_name(value)}")
+    required = tuple(required)
+    allowed = {*required, *optional}
+    for name in required:
+        if name not in value:
+            raise ProgressStateError(join_key(key, name), "missing")
+    for name in value:
+        if name not in allowed:
+            shown = name if isinstance(name, str) else repr(name)
+            raise ProgressStateError(join_key(key, shown), f"unknown key; expected only {sorted(allowed)}")
+    return value
+
+
+def read_list(value: object, key: str) -> list[Any]:
+    """A ``list``."""
+    if not isinstance(value, list):
+        raise ProgressStateError(key, f"expected a list, got {type_name(value)}")
+    return value
+
+
+def read_int(value: object, key: str, *, minimum: int | None = None, maximum: int = INT64_MAX) -> int:
+    """An ``int`` (not a bool) that fits in int64, at least ``minimum`` if given; ``maximum=UINT64_MAX``
+    for a torch seed (a uint64)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProgressStateError(key, f"expected an int, got {type_name(value)}")
+    if not INT64_MIN <= value <= maximum:
+        shown = value if value.bit_length() < 100 else f"an int of {value.bit_length()} bits"
+        raise ProgressStateError(key, f"{shown} is outside {INT64_MIN}..{maximum}")
+    if minimum is not None and value < minimum:
+        raise ProgressStateError(key, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def read_str(value: object, key: str) -> str:
+    """A ``str``."""
+    if not isinstance(value, str):
+        raise ProgressStateError(key, f"expected a str, got {type_name(value)}")
+    return value
+
+
+def read_float_or_none(value: object, key: str) -> float | None:
+    """A ``float`` or ``None``."""
+    if value is None or isinstance(value, float):
+        return value
+    raise ProgressStateError(key, f"expected a float or None, got {type_name(value)}")
