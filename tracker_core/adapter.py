@@ -13,6 +13,7 @@ from tracker_core.counting._batch_size import batches_in, samples_in
 from tracker_core.counting._optimizer_hooks import count_optimizer_steps, count_skipped_steps
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._registry import register_progress
+from tracker_core.counting._resync import abandon_in_flight, reenter_last_run
 from tracker_core.counting._stage import StageProgress, TrainStageProgress
 from tracker_core.counting._view import ProgressView
 from tracker_core.data._rng import GlobalRng
@@ -33,6 +34,7 @@ __all__ = [
     "StageProgress",
     "Tracker",
     "TrainStageProgress",
+    "abandon_in_flight",
     "batches_in",
     "capture_gradients",
     "count_optimizer_steps",
@@ -41,6 +43,7 @@ __all__ = [
     "progress_table",
     "read_int",
     "read_mapping",
+    "reenter_last_run",
     "register_progress",
     "restore_gradients",
     "samples_in",
