@@ -8,8 +8,10 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 # Extra arguments for pytest, e.g. `make test PYTEST_ARGS="-k packaging"`.
 PYTEST_ARGS ?=
+# The part of the suite `make test-sdist` runs from the unpacked sdist.
+SDIST_TESTS ?= tests/test_packaging.py tests/test_architecture.py tests/test_core_anomalies.py tests/test_core_counting.py tests/test_core_tracker.py
 
-.PHONY: venv test lint demo bench clean
+.PHONY: venv test conformance lint test-sdist demo bench clean
 
 venv: $(STAMP)
 
@@ -31,14 +33,30 @@ test: $(STAMP)
 	fi; \
 	exit $$status
 
+# The big parameter matrices (@pytest.mark.matrix) in full; `make test` runs a seeded sample of them.
+conformance: $(STAMP)
+	TRACKER_MATRIX=full $(PY) -m pytest -m matrix -n 2 -q $(PYTEST_ARGS)
+
 # ruff (lint and format check) on the tree; mypy --strict on the installed wheel, which it
 # reads as users get it (a static checker does not follow an editable install's import hook).
+# `build` without --wheel makes the sdist, then the wheel from the unpacked sdist: a wheel built
+# in the tree would reuse build/lib, where moved or deleted modules linger.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	rm -rf build/lint && $(PY) -m build --wheel --no-isolation --outdir build/lint/dist . >/dev/null
+	rm -rf build/lint && $(PY) -m build --no-isolation --outdir build/lint/dist . >/dev/null
 	$(PY) -m pip install --no-deps --no-index --target build/lint/site build/lint/dist/*.whl >/dev/null
 	cd build/lint/site && MYPYPATH= ../../../$(VENV)/bin/mypy --strict -p tracker_core
+
+# Build the sdist (and the wheel from it), unpack the sdist, and run SDIST_TESTS from there against
+# the installed wheel. PYTHONSAFEPATH keeps the unpacked sources off sys.path.
+test-sdist: $(STAMP)
+	rm -rf build/sdist && $(PY) -m build --no-isolation --outdir build/sdist/dist . >/dev/null
+	tar -xzf build/sdist/dist/tracker_core-*.tar.gz -C build/sdist
+	$(PY) -m pip install --no-deps --no-index --target build/sdist/site build/sdist/dist/*.whl >/dev/null
+	cd build/sdist/tracker_core-*/ && export PYTHONPATH=$(CURDIR)/build/sdist/site PYTHONSAFEPATH=1 && \
+		$(CURDIR)/$(PY) -c "import tracker_core; assert tracker_core.__file__.startswith('$(CURDIR)/build/sdist/site/'), tracker_core.__file__" && \
+		$(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider $(SDIST_TESTS)
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
