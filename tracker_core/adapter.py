@@ -14,6 +14,7 @@ from tracker_core.counting._optimizer_hooks import count_optimizer_steps, count_
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._registry import register_progress
 from tracker_core.counting._resync import abandon_in_flight, reenter_last_run
+from tracker_core.counting._scheduler_hooks import count_scheduler_steps
 from tracker_core.counting._stage import StageProgress, TrainStageProgress
 from tracker_core.counting._view import ProgressView
 from tracker_core.data._rng import GlobalRng
@@ -38,6 +39,7 @@ __all__ = [
     "batches_in",
     "capture_gradients",
     "count_optimizer_steps",
+    "count_scheduler_steps",
     "count_skipped_steps",
     "progress_facts",
     "progress_table",
