@@ -1,10 +1,13 @@
 """The progress file written beside Accelerate's own checkpoint files, one per process.
 
 ``progress_tracker_{rank}.pt`` holds plain data plus gradient tensors and loads with
-``torch.load(weights_only=True)``::
+``torch.load(weights_only=True)``; it is written atomically (a temporary file, then a rename)::
 
-    {"version": 2,
+    {"version": 3,
      "world_size": int,                         # the number of processes that saved (one file each)
+     "rank": int,                               # the process that wrote this file
+     "weights_crc32": [{name: int, ...}, ...],  # per model: CRC-32 of each tensor's bytes Accelerate saves
+     "optimizers_crc32": [int, ...],            # per optimizer: CRC-32 of its state_dict (state_crc32)
      "tracker": <tracker_core.Tracker.state_dict()>,
      "gradients": [Tensor | None, ...],         # partial gradients of an accumulation window
      "save_iteration": int,                     # project_configuration.iteration of this save
@@ -14,8 +17,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
-import pickle
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +30,12 @@ from tracker_core import ProgressStateError
 from tracker_core.adapter import GlobalRng, read_int, read_mapping
 from tracker_core.vocabulary import EVALUATION_STAGES
 
-VERSION = 2  # 2 added "world_size"; a version 1 file is read as saved at the loading world size
-_KEYS = ("version", "world_size", "tracker", "gradients", "save_iteration", "loader_iterations", "evaluation_rng")
-_KEYS_V1 = tuple(key for key in _KEYS if key != "world_size")
+VERSION = 3  # 2 added "world_size" (a version 1 file is read as saved at the loading world size);
+# 3 added "rank", "weights_crc32" and "optimizers_crc32", which tie the folder's files to one save
+_KEYS_V2 = ("version", "world_size", "tracker", "gradients", "save_iteration", "loader_iterations", "evaluation_rng")
+_KEYS_V1 = tuple(key for key in _KEYS_V2 if key != "world_size")
+_KEYS = (*_KEYS_V2, "rank", "weights_crc32", "optimizers_crc32")
+_TEMPORARY = ".progress_tracker_{}.pt.partial"
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,9 @@ class SavedProgress:
     save_iteration: int
     loader_iterations: list[LoaderIteration | None]
     evaluation_rng: tuple[str, GlobalRng] | None  # the global RNGs when the unfinished evaluation began
+    rank: int | None = None  # None: a file of version 1 or 2, which do not say
+    weights_crc32: list[dict[str, int]] | None = None  # per model, tensor name -> CRC-32 of its bytes
+    optimizers_crc32: list[int] | None = None  # per optimizer, state_crc32 of its state_dict
 
 
 def file_name(process_index: int) -> str:
@@ -57,9 +68,14 @@ def file_name(process_index: int) -> str:
 
 
 def write(directory: str, process_index: int, saved: SavedProgress) -> None:
+    """Write atomically: a kill leaves the previous file or this one, never a mix; an ``OSError``
+    (a full disk) names the file and leaves the previous one in place."""
     payload = {
         "version": VERSION,
         "world_size": saved.world_size,
+        "rank": process_index,
+        "weights_crc32": saved.weights_crc32,
+        "optimizers_crc32": saved.optimizers_crc32,
         "tracker": saved.tracker,
         "gradients": saved.gradients,
         "save_iteration": saved.save_iteration,
@@ -72,7 +88,53 @@ def write(directory: str, process_index: int, saved: SavedProgress) -> None:
     if saved.evaluation_rng is not None:
         stage, rng = saved.evaluation_rng
         payload["evaluation_rng"] = {"stage": stage, "rng": rng.to_plain()}
-    torch.save(payload, os.path.join(directory, file_name(process_index)))
+    path = os.path.join(directory, file_name(process_index))
+    temporary = os.path.join(directory, _TEMPORARY.format(process_index))
+    try:
+        with open(temporary, "wb") as stream:
+            torch.save(payload, stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except (OSError, RuntimeError) as error:  # torch.save reports a failed write as a RuntimeError
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        code = getattr(error, "errno", None) or errno.EIO
+        raise OSError(code, f"could not write {path} ({error}); the previous file there is unchanged") from error
+
+
+def weights_crc32(weights: list[Any]) -> list[dict[str, int]]:
+    """Per model state dict Accelerate is about to save: tensor name -> CRC-32 of the tensor's bytes."""
+    return [
+        {name: tensor_crc32(tensor) for name, tensor in state.items() if isinstance(tensor, torch.Tensor)}
+        for state in weights
+    ]
+
+
+def tensor_crc32(tensor: torch.Tensor, crc: int = 0) -> int:
+    """CRC-32 of a tensor's bytes in memory order (what safetensors and torch.save write), continuing ``crc``."""
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    return zlib.crc32(flat.view(torch.uint8).numpy().data, crc)
+
+
+def state_crc32(state: object) -> int:
+    """CRC-32 of a nested state (an optimizer's ``state_dict()``): keys, plain values and tensor bytes, in order."""
+    crc = 0
+    stack: list[object] = [state]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            crc = tensor_crc32(item, zlib.crc32(f"T{item.dtype}{tuple(item.shape)}".encode(), crc))
+        elif isinstance(item, dict):
+            crc = zlib.crc32(b"{", crc)
+            for name in sorted(item, key=repr, reverse=True):
+                stack.extend((item[name], f"K{name!r}"))
+        elif isinstance(item, (list, tuple)):
+            crc = zlib.crc32(b"[", crc)
+            stack.extend(reversed(item))
+        else:
+            crc = zlib.crc32(repr(item).encode(), crc)
+    return crc
 
 
 @dataclass(frozen=True)
@@ -120,27 +182,54 @@ def read(directory: str, process_index: int) -> SavedProgress:
     path = os.path.join(directory, file_name(process_index))
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} is missing: this checkpoint was not saved with an AcceleratorProgress")
+    if not os.path.isfile(path):
+        raise ProgressStateError("", f"{path} is not a regular file")
     try:
         payload = torch.load(path, weights_only=True, map_location="cpu")
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
-        raise ProgressStateError("", f"{path} is not a readable progress file ({exc})") from None
-    version_1 = isinstance(payload, dict) and payload.get("version") == 1
-    payload = dict(read_mapping(payload, "", required=_KEYS_V1 if version_1 else _KEYS))
-    if payload["version"] not in (1, VERSION):
+    except Exception as exc:  # untrusted bytes: any failure to read them is the file's fault
+        reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        raise ProgressStateError("", f"{path} is not a readable progress file ({reason})") from None
+    version = payload.get("version") if isinstance(payload, dict) else None
+    keys = {1: _KEYS_V1, 2: _KEYS_V2}.get(version, _KEYS) if type(version) is int else _KEYS
+    payload = dict(read_mapping(payload, "", required=keys))
+    if type(payload["version"]) is not int or payload["version"] not in (1, 2, VERSION):
         raise ProgressStateError(
-            "version", f"unsupported version {payload['version']!r}; this code reads 1 to {VERSION}"
+            "version", f"unsupported version {payload['version']!r:.40}; this code reads 1 to {VERSION}"
         )
     gradients = payload["gradients"]
-    if not isinstance(gradients, list):
-        raise ProgressStateError("gradients", f"expected a list, got {type(gradients).__name__}")
+    if not isinstance(gradients, list) or not all(g is None or isinstance(g, torch.Tensor) for g in gradients):
+        raise ProgressStateError("gradients", "expected a list of tensors and None")
+    rank = crcs = optimizers = None
+    if payload["version"] == VERSION:
+        rank = read_int(payload["rank"], "rank", minimum=0)
+        crcs = _weights_crc32(payload["weights_crc32"])
+        optimizers = payload["optimizers_crc32"]
+        if not isinstance(optimizers, list) or not all(type(c) is int and 0 <= c < 2**32 for c in optimizers):
+            raise ProgressStateError("optimizers_crc32", "expected a list of CRC-32 values")
     return SavedProgress(
-        world_size=None if version_1 else read_int(payload["world_size"], "world_size", minimum=1),
+        world_size=None if payload["version"] == 1 else read_int(payload["world_size"], "world_size", minimum=1),
         tracker=payload["tracker"],
         gradients=gradients,
         save_iteration=read_int(payload["save_iteration"], "save_iteration", minimum=0),
         loader_iterations=_loader_iterations(payload["loader_iterations"]),
         evaluation_rng=_evaluation_rng(payload["evaluation_rng"]),
+        rank=rank,
+        weights_crc32=crcs,
+        optimizers_crc32=optimizers,
     )
+
+
+def _weights_crc32(value: object) -> list[dict[str, int]]:
+    if not isinstance(value, list):
+        raise ProgressStateError("weights_crc32", f"expected a list, got {type(value).__name__}")
+    for index, model in enumerate(value):
+        key = f"weights_crc32.{index}"
+        if not isinstance(model, dict):
+            raise ProgressStateError(key, f"expected a dict, got {type(model).__name__}")
+        for name, crc in model.items():
+            if not isinstance(name, str) or type(crc) is not int or not 0 <= crc < 2**32:
+                raise ProgressStateError(f"{key}.{str(name)[:40]}", "expected a tensor name and a CRC-32")
+    return value
 
 
 def _evaluation_rng(value: object) -> tuple[str, GlobalRng] | None:

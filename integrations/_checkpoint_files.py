@@ -10,7 +10,11 @@ One source of truth for the layouts (the adapters import these constants):
   (``tracker_core.integrations._accelerate_checkpoint``), whose ``"tracker"`` is the entry.
 
 Files are read with ``torch.load(weights_only=True)``: no pickled code ever runs. No
-framework is imported.
+framework is imported. Before a file is loaded its integrity is checked: a regular, non-empty
+file (never a FIFO, which would block) whose zip members all match their CRC-32
+(``torch.load(mmap=True)`` checks none). An Accelerate folder must hold every file the
+recorded world size needs, each rank's own progress file, and weights and optimizer files
+from the save that wrote the progress files (their CRC-32s are recorded in rank 0's).
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import json
 import os
 import pickle
 import re
+import stat
 import struct
 import warnings
 import zipfile
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +46,11 @@ _ACCELERATE_PROGRESS_FILE = re.compile(r"progress_tracker_(\d+)\.pt")
 _CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth")  # files a directory scan considers
 _TORCH_ZIP_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")  # torch.save files in an Accelerate folder
 _NOT_A_ZIP = "truncated or not a torch checkpoint (no zip central directory, which torch.save writes last)"
+_CHUNK = 1 << 20
+_MODEL_FILES = ("model{}.safetensors", "pytorch_model{}.bin")  # Accelerate's names for model i ("" or "_i")
+_MIXED = (
+    "parts of this folder come from different saves (a save_state killed part-way, or two processes saving into it)"
+)
 _LOOKED_FOR = (
     f"looked for checkpoint['callbacks'][{LIGHTNING_STATE_KEY!r}] (Lightning ProgressTracker) and for a value "
     f"with keys {', '.join(map(repr, IGNITE_STATE_KEYS))} (Ignite ProgressHandler)"
@@ -77,10 +88,9 @@ def read_checkpoint(path: str | os.PathLike[str]) -> ProgressCheckpoint:
     (with the core's ``ProgressStateError`` message naming the key).
     """
     path = Path(path)
-    if path.is_dir():
+    mode = _mode(path)
+    if mode is not None and stat.S_ISDIR(mode):
         return _read_accelerate(path)
-    if not path.exists():
-        raise CheckpointFileError(f"{path}: no such file or folder")
     fmt, location, entry = _find_entry(path, _load(path))
     return ProgressCheckpoint(path, fmt, location, _rank_entries(path, location, entry))
 
@@ -113,9 +123,59 @@ def newest_intact_checkpoint(paths: str | os.PathLike[str] | Iterable[str | os.P
 
 
 # files ------------------------------------------------------------------------------------
-def _load(path: Path) -> Any:
+def _mode(path: Path) -> int | None:
+    """``st_mode`` of ``path`` (links followed), None if there is nothing there."""
+    try:
+        return os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise CheckpointFileError(f"{path}: cannot be read ({error.strerror or error})") from None
+
+
+def _check_file(path: Path) -> None:
+    """A regular, non-empty file whose zip members all match their CRC-32; ``CheckpointFileError`` naming it."""
+    mode = _mode(path)
+    if mode is None:
+        raise CheckpointFileError(f"{path}: no such file or folder")
+    if stat.S_ISDIR(mode):
+        raise CheckpointFileError(f"{path}: a folder where a checkpoint file belongs")
+    if not stat.S_ISREG(mode):
+        raise CheckpointFileError(f"{path}: not a regular file (a FIFO, socket or device); not read")
+    if os.path.getsize(path) == 0:
+        raise CheckpointFileError(f"{path}: empty file")
+    problem = _zip_problem(path)
+    if problem:
+        raise CheckpointFileError(f"{path}: {problem}")
+
+
+def _zip_problem(path: Path) -> str | None:
+    """Why the torch.save zip at ``path`` is damaged, or None: every member is read and its CRC-32 checked."""
     if not zipfile.is_zipfile(path):
-        raise CheckpointFileError(f"{path}: {_NOT_A_ZIP}")
+        return _NOT_A_ZIP
+    try:
+        with zipfile.ZipFile(path) as archive:
+            seen: set[str] = set()
+            for info in archive.infolist():
+                if info.filename in seen:
+                    return f"damaged: the zip member {info.filename!r} appears twice"
+                seen.add(info.filename)
+                if info.compress_type != zipfile.ZIP_STORED:
+                    return f"not a torch checkpoint: the zip member {info.filename!r} is compressed"
+                with archive.open(info) as member:
+                    while member.read(_CHUNK):
+                        pass
+    except zipfile.BadZipFile as error:
+        if "CRC" in str(error):
+            return f"damaged: {error} (its bytes changed after it was written)"
+        return f"truncated or damaged zip ({error})"
+    except Exception as error:  # untrusted bytes: struct, zlib, EOF and value errors all mean damage
+        return f"truncated or damaged zip ({type(error).__name__}: {error})"
+    return None
+
+
+def _load(path: Path) -> Any:
+    _check_file(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as error:
@@ -124,8 +184,9 @@ def _load(path: Path) -> Any:
             f"{path}: refused by torch.load(weights_only=True), which never runs pickled code"
             + (f" ({reason[1].strip()})" if reason else "")
         ) from None
-    except (RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile) as error:
-        raise CheckpointFileError(f"{path}: truncated or not a torch checkpoint ({error})") from None
+    except Exception as error:  # untrusted bytes: whatever torch.load raises on them is the file's fault
+        first_line = (str(error).splitlines() or [type(error).__name__])[0][:300]
+        raise CheckpointFileError(f"{path}: truncated or not a torch checkpoint ({first_line})") from None
 
 
 def _find_entry(path: Path, payload: Any) -> tuple[str, str, Any]:
@@ -158,6 +219,11 @@ def _rank_entries(path: Path, location: str, entry: Any) -> tuple[dict[str, Any]
         return (entry,)
     for rank, rank_entry in enumerate(ranks):
         _validate(path, f"{location}['ranks'][{rank}]", rank_entry)
+    if {key: value for key, value in entry.items() if key != "ranks"} != ranks[0]:
+        raise CheckpointFileError(
+            f"{path}: damaged progress entry at {location}: its top level is not a copy of ['ranks'][0], "
+            "as Tracker.gathered_state_dict() writes it"
+        )
     return tuple(ranks)
 
 
@@ -175,43 +241,129 @@ def _validate(path: Path, location: str, entry: object) -> None:
 
 # Accelerate folders --------------------------------------------------------------------------
 def _read_accelerate(folder: Path) -> ProgressCheckpoint:
-    names = os.listdir(folder)
+    names = sorted(os.listdir(folder))
     ranks = sorted(int(match[1]) for name in names if (match := _ACCELERATE_PROGRESS_FILE.fullmatch(name)))
     if not ranks:
         raise CheckpointFileError(
             f"{folder}: no progress entry: looked for progress_tracker_<rank>.pt, which AcceleratorProgress "
             "writes at accelerator.save_state"
         )
-    if ranks != list(range(len(ranks))):
-        raise CheckpointFileError(f"{folder}: progress files of ranks {ranks}: some rank's file is missing")
-    for name in sorted(names):
+    for name in names:
         problem = _incomplete(folder / name)
         if problem:
             raise CheckpointFileError(f"{folder / name}: {problem}")
+    first = _read_progress_file(folder, 0) if ranks[0] == 0 else None
+    world_size = len(ranks) if first is None or first.world_size is None else first.world_size
+    expected = list(range(world_size))
+    if ranks != expected:
+        missing = [rank for rank in expected if rank not in ranks]
+        extra = [rank for rank in ranks if rank >= world_size]
+        raise CheckpointFileError(
+            f"{folder}: saved by {world_size} process(es), but "
+            + (f"the progress file of rank(s) {missing} is missing" if missing else "")
+            + (" and " if missing and extra else "")
+            + (f"progress files of rank(s) {extra} belong to no rank of that save" if extra else "")
+        )
     entries = []
-    for rank in ranks:
+    for rank in expected:
         if f"random_states_{rank}.pkl" not in names:
             raise CheckpointFileError(
                 f"{folder}: save_state was cut short: random_states_{rank}.pkl, which Accelerate writes "
                 "after the weights and optimizer states, is missing"
             )
         file = folder / accelerate_file.file_name(rank)
-        try:
-            saved = accelerate_file.read(str(folder), rank)
-        except ProgressStateError as error:
-            raise CheckpointFileError(f"{file}: damaged progress file: {error}") from None
+        saved = first if rank == 0 and first is not None else _read_progress_file(folder, rank)
+        if saved.rank is not None and saved.rank != rank:
+            raise CheckpointFileError(f"{file}: written by rank {saved.rank}, not rank {rank} (a copied file?)")
+        if first is not None and (saved.world_size, saved.save_iteration) != (first.world_size, first.save_iteration):
+            raise CheckpointFileError(
+                f"{folder}: {_MIXED}: {file.name} was written by save {saved.save_iteration} of "
+                f"{saved.world_size} process(es), {accelerate_file.file_name(0)} by save {first.save_iteration} "
+                f"of {first.world_size}"
+            )
         _validate(file, "['tracker']", saved.tracker)
         entries.append(saved.tracker)
+    if first is not None:
+        _check_same_save(folder, first)
     return ProgressCheckpoint(folder, "accelerate", "progress_tracker_<rank>.pt['tracker']", tuple(entries))
 
 
+def _read_progress_file(folder: Path, rank: int) -> accelerate_file.SavedProgress:
+    file = folder / accelerate_file.file_name(rank)
+    _check_file(file)
+    try:
+        return accelerate_file.read(str(folder), rank)
+    except ProgressStateError as error:
+        raise CheckpointFileError(f"{file}: damaged progress file: {error}") from None
+
+
+def _check_same_save(folder: Path, first: accelerate_file.SavedProgress) -> None:
+    """The weights and optimizer files hold what the save that wrote rank 0's progress file saved."""
+    for index, recorded in enumerate(first.weights_crc32 or []):
+        suffix = "" if index == 0 else f"_{index}"
+        for pattern in _MODEL_FILES:
+            file = folder / pattern.format(suffix)
+            if file.is_file():
+                found = _safetensors_crc32(file) if file.suffix == ".safetensors" else _torch_crc32(file)
+                changed = sorted(name for name, crc in found.items() if recorded.get(name) != crc)
+                if changed:
+                    raise CheckpointFileError(
+                        f"{folder}: {_MIXED}: {file.name} does not hold the weights the save of "
+                        f"{accelerate_file.file_name(0)} wrote (tensor {changed[0]!r} differs)"
+                    )
+    for index, crc in enumerate(first.optimizers_crc32 or []):
+        file = folder / ("optimizer.bin" if index == 0 else f"optimizer_{index}.bin")
+        if file.is_file() and accelerate_file.state_crc32(_load(file)) != crc:
+            raise CheckpointFileError(
+                f"{folder}: {_MIXED}: {file.name} does not hold the optimizer state the save of "
+                f"{accelerate_file.file_name(0)} wrote"
+            )
+
+
+def _torch_crc32(file: Path) -> dict[str, int]:
+    weights = _load(file)
+    if not isinstance(weights, dict):
+        raise CheckpointFileError(f"{file}: expected a state dict, got {type(weights).__name__}")
+    return {
+        str(name): accelerate_file.tensor_crc32(tensor)
+        for name, tensor in weights.items()
+        if isinstance(tensor, torch.Tensor)
+    }
+
+
+def _safetensors_crc32(file: Path) -> dict[str, int]:
+    """Tensor name -> CRC-32 of its bytes, read from the file without a safetensors library."""
+    with open(file, "rb") as stream:
+        (header_size,) = struct.unpack("<Q", stream.read(8))
+        header = json.loads(stream.read(header_size))
+        found = {}
+        for name, tensor in sorted(header.items(), key=lambda item: str(item[0])):
+            if name == "__metadata__":
+                continue
+            begin, end = tensor["data_offsets"]
+            stream.seek(8 + header_size + begin)
+            crc, left = 0, end - begin
+            while left > 0:
+                chunk = stream.read(min(left, _CHUNK))
+                crc, left = zlib.crc32(chunk, crc), left - len(chunk)
+            found[name] = crc
+    return found
+
+
 def _incomplete(file: Path) -> str | None:
-    """Why a file Accelerate wrote is cut short, or None; read without unpickling anything."""
-    if file.suffix in _TORCH_ZIP_SUFFIXES and file.is_file() and not zipfile.is_zipfile(file):
-        return _NOT_A_ZIP
+    """Why a file Accelerate wrote is cut short or damaged, or None; read without unpickling anything."""
+    mode = _mode(file)
+    if mode is None or not file.name.endswith((*_TORCH_ZIP_SUFFIXES, ".safetensors")):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder where a checkpoint file belongs"
+    if not stat.S_ISREG(mode):
+        return "not a regular file (a FIFO, socket or device); not read"
     if file.suffix == ".safetensors":
         return _safetensors_incomplete(file)
-    return None
+    if os.path.getsize(file) == 0:
+        return "empty file"
+    return _zip_problem(file)
 
 
 def _safetensors_incomplete(file: Path) -> str | None:
@@ -225,11 +377,14 @@ def _safetensors_incomplete(file: Path) -> str | None:
             return "truncated safetensors file (header cut short)"
         try:
             header = json.loads(stream.read(header_size))
-            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            spans = [t["data_offsets"] for k, t in header.items() if k != "__metadata__"]
+            if not all(type(b) is int and type(e) is int and 0 <= b <= e for b, e in spans):
+                return "damaged safetensors header (bad data offsets)"
+            end = max((e for _, e in spans), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
             return "damaged safetensors header"
-    if 8 + header_size + end > size:
-        return f"truncated safetensors file ({size} bytes, {8 + header_size + end} expected)"
+    if 8 + header_size + end != size:
+        return f"truncated or damaged safetensors file ({size} bytes, {8 + header_size + end} expected)"
     return None
 
 
@@ -248,13 +403,19 @@ def _candidates(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
 
 def _is_accelerate_folder(path: Path) -> bool:
-    return any(_ACCELERATE_PROGRESS_FILE.fullmatch(name) for name in os.listdir(path))
+    try:
+        return any(_ACCELERATE_PROGRESS_FILE.fullmatch(name) for name in os.listdir(path))
+    except OSError:
+        return False
 
 
 def _modified(path: Path) -> int:
-    if path.is_dir():
-        return max((p.stat().st_mtime_ns for p in path.iterdir() if p.is_file()), default=path.stat().st_mtime_ns)
-    return path.stat().st_mtime_ns if path.exists() else 0
+    try:
+        if path.is_dir():
+            return max((p.stat().st_mtime_ns for p in path.iterdir() if p.is_file()), default=path.stat().st_mtime_ns)
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def _natural(name: str) -> list[tuple[int, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,11 +30,18 @@ def _edit(path: Path, change) -> None:
     torch.save(saved, path)
 
 
+def _as_version_1(saved: dict[str, Any]) -> None:
+    """What a version 1 file holds: no world_size, rank or CRC-32s of the other files."""
+    for key in ("world_size", "rank", "weights_crc32", "optimizers_crc32"):
+        saved.pop(key)
+    saved["version"] = 1
+
+
 def _assert_load_refused(directory: Path, key: str) -> None:
     accelerator = fresh_accelerator(Setup(samples=13, accumulation=3))
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
-    model, optimizer, loader = accelerator.prepare(
+    model, _optimizer, loader = accelerator.prepare(
         model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(Indexed(13), batch_size=3, shuffle=True)
     )
     progress = AcceleratorProgress(accelerator)
@@ -77,7 +85,7 @@ def test_a_file_that_is_not_a_progress_file_is_refused(tmp_path):
 
 def test_a_future_file_version_is_refused(tmp_path):
     path = _checkpoint(tmp_path)
-    _edit(path, lambda s: s.update(version=3))
+    _edit(path, lambda s: s.update(version=4))
     _assert_load_refused(tmp_path, "version")
 
 
@@ -89,7 +97,7 @@ def test_a_world_size_below_one_is_refused(tmp_path):
 
 def test_a_version_1_file_which_does_not_record_the_world_size_is_read_as_saved_at_the_loading_one(tmp_path):
     path = _checkpoint(tmp_path)
-    _edit(path, lambda s: (s.pop("world_size"), s.update(version=1)))
+    _edit(path, _as_version_1)
     found = accelerate_file.read_checkpoint(str(tmp_path), 0, 1)
     assert found.ranks is None
     assert found.own.world_size is None
@@ -98,7 +106,7 @@ def test_a_version_1_file_which_does_not_record_the_world_size_is_read_as_saved_
 
 def test_a_version_1_file_cannot_be_resumed_by_a_process_that_has_no_file_of_its_own(tmp_path):
     path = _checkpoint(tmp_path)
-    _edit(path, lambda s: (s.pop("world_size"), s.update(version=1)))
+    _edit(path, _as_version_1)
     with pytest.raises(ProgressStateError) as error:
         accelerate_file.read_checkpoint(str(tmp_path), 1, 2)
     assert error.value.key == "world_size"

@@ -1,10 +1,8 @@
 """``progress-tracker inspect`` / ``diff`` and ``newest_intact_checkpoint`` on checkpoints real frameworks wrote.
 
-Once per module: a Lightning fit (ProgressTracker + ModelCheckpoint after every optimizer
-step), an Ignite run (ProgressHandler + Checkpoint/DiskSaver after every iteration) and an
-Accelerate run (AcceleratorProgress + save_state mid-accumulation and at the end), all
-training Linear(4, 1) for 2 epochs of 4 batches (10 samples, batch 3), 2 batches per
-optimizer step. Tests copy what they damage.
+The checkpoints (tests/helpers/saved_checkpoints.py) are written once per session: Lightning,
+Ignite and Accelerate runs training Linear(4, 1) for 2 epochs of 4 batches, 2 batches per
+optimizer step, and a 2-process Accelerate save. Tests copy what they damage.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,125 +22,25 @@ pytest.importorskip("pytorch_lightning")
 pytest.importorskip("ignite")
 pytest.importorskip("accelerate")
 
-import pytorch_lightning as pl
 import torch
-from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
-from ignite.engine import Engine, Events
-from ignite.handlers import Checkpoint, DiskSaver
-from pytorch_lightning.callbacks import ModelCheckpoint
-from torch.utils.data import DataLoader, TensorDataset
 
 from tracker_core.integrations._cli import main
-from tracker_core.integrations.accelerate import AcceleratorProgress
 from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
-from tracker_core.integrations.ignite import ProgressHandler
-from tracker_core.integrations.lightning import STATE_KEY, ProgressTracker
+from tracker_core.integrations.lightning import STATE_KEY
+
+from helpers.saved_checkpoints import EPOCHS, Saved, saved_checkpoints, two_rank_accelerate_folder
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated", "ignore::UserWarning:pytorch_lightning")
-
-EPOCHS, SAMPLES, BATCH, ACCUMULATION = 2, 10, 3, 2
-
-
-def _loader() -> DataLoader[Any]:
-    x = torch.linspace(-1, 1, SAMPLES * 4).reshape(SAMPLES, 4)
-    return DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=BATCH)
-
-
-class _Module(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-@dataclass(frozen=True)
-class Saved:
-    lightning: Path  # step=1.ckpt .. step=4.ckpt (one per optimizer step) and final.ckpt
-    ignite: Path  # checkpoint_1.pt .. checkpoint_8.pt (one per iteration) and final_checkpoint.pt
-    accelerate: Path  # mid/ (after the first batch: mid-accumulation) and end/
-
-
-def _lightning(folder: Path) -> None:
-    torch.manual_seed(0)
-    saver = ModelCheckpoint(dirpath=folder, filename="{step}", every_n_train_steps=1, save_top_k=-1)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=EPOCHS,
-        accumulate_grad_batches=ACCUMULATION,
-        callbacks=[ProgressTracker(), saver],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(_Module(), _loader())
-    trainer.save_checkpoint(folder / "final.ckpt")
-
-
-def _ignite(folder: Path) -> None:
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-
-    def update(engine: Engine, batch: Any) -> None:
-        x, y = batch
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        if engine.state.iteration % ACCUMULATION == 0:
-            optimizer.step()
-            optimizer.zero_grad()
-
-    trainer = Engine(update)
-    progress = ProgressHandler()
-    progress.attach(trainer, optimizers=[optimizer])
-    to_save = {"trainer": trainer, "model": model, "optimizer": optimizer, "progress": progress}
-    trainer.add_event_handler(Events.ITERATION_COMPLETED, Checkpoint(to_save, DiskSaver(str(folder)), n_saved=None))
-    trainer.add_event_handler(
-        Events.COMPLETED,
-        Checkpoint(
-            to_save,
-            DiskSaver(str(folder), require_empty=False),
-            filename_prefix="final",
-            global_step_transform=lambda *_: 0,
-        ),
-    )
-    trainer.run(_loader(), max_epochs=EPOCHS)
-
-
-def _accelerate(folder: Path) -> None:
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    torch.manual_seed(0)
-    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=ACCUMULATION)
-    model = torch.nn.Linear(4, 1)
-    model, optimizer, loader = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), _loader())
-    progress = AcceleratorProgress(accelerator)
-    for epoch in progress.epochs(EPOCHS):
-        for index, (x, y) in enumerate(progress.train(loader)):
-            with accelerator.accumulate(model):
-                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
-                optimizer.step()
-                optimizer.zero_grad()
-            if epoch == 0 and index == 0:
-                accelerator.save_state(str(folder / "mid"))
-    accelerator.save_state(str(folder / "end"))
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> Saved:
-    root = tmp_path_factory.mktemp("cli")
-    found = Saved(root / "lightning", root / "ignite", root / "accelerate")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _lightning(found.lightning)
-        _ignite(found.ignite)
-        _accelerate(found.accelerate)
-    return found
+    return saved_checkpoints(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return two_rank_accelerate_folder(tmp_path_factory)
 
 
 def _inspect_json(path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
@@ -240,15 +137,67 @@ def test_inspect_detects_the_format_and_reads_a_finished_fit(
 
 
 def test_inspect_json_of_an_accelerate_folder_gives_every_rank(
+    two_ranks: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _inspect_json(two_ranks, capsys)
+    assert data["num_ranks"] == 2 and [r["rank"] for r in data["ranks"]] == [0, 1]
+    assert main(["inspect", str(two_ranks)]) == 0
+    assert "2 ranks; showing rank 0" in capsys.readouterr().out
+
+
+def test_a_two_rank_accelerate_folder_missing_rank_1s_files_is_refused(
+    two_ranks: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _copy(two_ranks, tmp_path)
+    (folder / "progress_tracker_1.pt").unlink()
+    (folder / "random_states_1.pkl").unlink()
+    assert "saved by 2 process(es), but the progress file of rank(s) [1] is missing" in _error(
+        ["inspect", str(folder)], capsys
+    )
+
+
+def test_a_two_rank_accelerate_folder_missing_rank_1s_random_states_is_refused(
+    two_ranks: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _copy(two_ranks, tmp_path)
+    (folder / "random_states_1.pkl").unlink()
+    assert "random_states_1.pkl" in _error(["inspect", str(folder)], capsys)
+
+
+def test_a_per_rank_file_copied_over_another_ranks_is_refused(
+    two_ranks: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _copy(two_ranks, tmp_path)
+    shutil.copy(folder / "progress_tracker_0.pt", folder / "progress_tracker_1.pt")
+    assert "progress_tracker_1.pt: written by rank 0, not rank 1" in _error(["inspect", str(folder)], capsys)
+
+
+def test_a_progress_file_of_a_rank_beyond_the_saved_world_is_refused(
     saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = _copy(saved.accelerate / "mid", tmp_path)
     shutil.copy(folder / "progress_tracker_0.pt", folder / "progress_tracker_1.pt")
     shutil.copy(folder / "random_states_0.pkl", folder / "random_states_1.pkl")
-    data = _inspect_json(folder, capsys)
-    assert data["num_ranks"] == 2 and [r["rank"] for r in data["ranks"]] == [0, 1]
-    assert main(["inspect", str(folder)]) == 0
-    assert "2 ranks; showing rank 0" in capsys.readouterr().out
+    err = _error(["inspect", str(folder)], capsys)
+    assert "saved by 1 process(es), but progress files of rank(s) [1] belong to no rank of that save" in err
+
+
+def test_weights_from_another_save_of_the_same_run_are_refused(
+    saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _copy(saved.accelerate / "end", tmp_path)
+    shutil.copy(saved.accelerate / "mid" / "model.safetensors", folder / "model.safetensors")
+    err = _error(["inspect", str(folder)], capsys)
+    assert "parts of this folder come from different saves" in err and "model.safetensors" in err
+
+
+def test_an_optimizer_state_from_another_save_of_the_same_run_is_refused(
+    saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _copy(saved.accelerate / "end", tmp_path)
+    shutil.copy(saved.accelerate / "mid" / "optimizer.bin", folder / "optimizer.bin")
+    err = _error(["inspect", str(folder)], capsys)
+    assert "parts of this folder come from different saves" in err and "optimizer.bin" in err
 
 
 def test_inspect_a_file_saved_by_several_ranks_shows_rank_0_and_gives_every_rank_in_json(

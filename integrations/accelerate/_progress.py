@@ -268,7 +268,7 @@ class AcceleratorProgress:
         return [p for model in models for p in model.parameters()]
 
     # checkpoints ---------------------------------------------------------------------------
-    def _on_save(self, models: list[torch.nn.Module], _weights: list[Any], output_dir: str) -> None:
+    def _on_save(self, models: list[torch.nn.Module], weights: list[Any], output_dir: str) -> None:
         if self._in_flight != _NONE_IN_FLIGHT:  # saved from the loop body: the batch's step is done
             self._train.batch_processed(self._in_flight, self._in_flight_loader)
             self._in_flight = _NONE_IN_FLIGHT
@@ -287,6 +287,8 @@ class AcceleratorProgress:
             gradients=capture_gradients(self._parameters(models)),
             save_iteration=accelerator.project_configuration.iteration,
             loader_iterations=iterations,
+            weights_crc32=checkpoint.weights_crc32(weights),  # ties Accelerate's files to this save
+            optimizers_crc32=[checkpoint.state_crc32(o.state_dict()) for o in prepared_optimizers(accelerator)],
             evaluation_rng=self._evaluation_rng,
         )
         checkpoint.write(output_dir, accelerator.process_index, saved)
