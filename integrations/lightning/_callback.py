@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker, count_optimizer_steps
-from tracker_core.adapter import GlobalRng, capture_gradients, restore_gradients, saved_elsewhere
+from tracker_core.adapter import GlobalRng, capture_gradients, count_scheduler_steps, restore_gradients, saved_elsewhere
 from tracker_core.adapter import register_progress as attach
 from tracker_core.integrations._checkpoint_files import LIGHTNING_GRADIENTS_KEY, LIGHTNING_STATE_KEY
 from tracker_core.integrations.lightning import _compat as resume
@@ -92,6 +92,8 @@ class ProgressTracker(pl.Callback):
         progress.run_started()
         self._remove_step_hooks()
         self._step_hooks = count_optimizer_steps(progress.train, trainer.optimizers)
+        schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
+        self._step_hooks += count_scheduler_steps(progress.train, schedulers)
 
     def _track_train_loaders(self, loaders: list[object]) -> None:
         """Lightning set up its train loaders and is about to iterate them (see ``hook_before_first_iter``)."""
