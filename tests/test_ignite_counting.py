@@ -278,7 +278,7 @@ def test_bad_progress_state_in_a_checkpoint_raises_before_the_run_starts(tmp_pat
     saved["progress"]["progress_tracker"]["progress"]["stages"]["train"]["batches"]["lifetime"]["completed"] = -1
     torch.save(saved, path)
     resumed = build(Config(), seed=1)
-    with pytest.raises(ProgressStateError, match="progress.stages.train.batches"):
+    with pytest.raises(ProgressStateError, match=r"progress\.stages\.train\.batches"):
         Checkpoint.load_objects(resumed.to_save(), str(path))
     assert resumed.progress.view.train.batches.lifetime.completed == 0
 

@@ -3,6 +3,11 @@
 Each handler is put first in its event's list, so the progress is up to date when the
 user's handlers (a ``Checkpoint`` among them) run. The per-batch handlers take no
 arguments (Ignite then skips resolving its engine weakref) and only bump counters.
+
+No handler raises because of the order Ignite fires events in: an event that finds the
+record elsewhere than expected (a batch or epoch cut by an exception that a user's
+``EXCEPTION_RAISED`` handler swallowed, a handler attached mid-run) puts the record in line
+with what Ignite counted and notes the anomaly (``_settle``).
 """
 
 from __future__ import annotations
@@ -11,19 +16,44 @@ from collections.abc import Callable
 
 from ignite.engine import Engine, Events
 
-from tracker_core import Progress, Tracker
+from tracker_core import EventOrderError, Progress, Tracker
 from tracker_core.adapter import StageProgress, samples_in
 from tracker_core.integrations.ignite._compat import prepend_handler
+from tracker_core.integrations.ignite._loaders import Loaders
+from tracker_core.integrations.ignite._settle import Anomalies, close_cut, close_cut_batch
 
 
-def _attach_batches(engine: Engine, stage: StageProgress) -> None:
+def _attach_batches(engine: Engine, stage: StageProgress, anomalies: Anomalies) -> None:
     state = engine.state
 
     def iteration_started() -> None:
+        try:
+            stage.batch_begin()
+        except EventOrderError:
+            begin_out_of_order()
+
+    def begin_out_of_order() -> None:
+        cut = close_cut_batch(stage, 0)  # the cut batch's data is gone: its samples are not counted
+        if not stage.view.epochs.lifetime.in_flight:
+            stage.epoch_ready()
+            stage.epoch_started()
+            cut = cut or f"{stage.name} batch began outside an epoch (an epoch was opened)"
+        anomalies.note(cut or f"{stage.name} batch began out of order")
         stage.batch_begin()
 
     def iteration_completed() -> None:
+        try:
+            stage.batch_end(samples_in(state.batch))
+        except EventOrderError:
+            end_out_of_order()
+
+    def end_out_of_order() -> None:
+        if not stage.view.epochs.lifetime.in_flight:
+            stage.epoch_ready()
+            stage.epoch_started()
+        stage.batch_begin()
         stage.batch_end(samples_in(state.batch))
+        anomalies.note(f"{stage.name} batch {state.iteration} ended without its ITERATION_STARTED (counted)")
 
     def terminated() -> None:
         batches = stage.view.batches.lifetime
@@ -36,25 +66,38 @@ def _attach_batches(engine: Engine, stage: StageProgress) -> None:
     prepend_handler(engine, Events.TERMINATE_SINGLE_EPOCH, lambda iter_counter: terminated())
 
 
-def _attach_epochs(engine: Engine, stage: StageProgress, begin: Callable[[], None] | None = None) -> None:
+def _attach_epochs(
+    engine: Engine, stage: StageProgress, anomalies: Anomalies, begin: Callable[[], None] | None = None
+) -> None:
+    state = engine.state
 
     def epoch_started() -> None:
         if begin is not None:
             begin()
-        stage.epoch_ready()
+        try:
+            stage.epoch_ready()
+        except EventOrderError:
+            anomalies.note(close_cut(stage, samples_in(state.batch)) + "; a new epoch started")
+            stage.epoch_ready()
         stage.epoch_started()
 
     def epoch_cut_short(iter_counter: int) -> None:  # Ignite passes the epoch's batch count
-        stage.epoch_processed()
-        if engine.should_terminate_single_epoch == "skip_epoch_completed":
+        epochs = stage.view.epochs.lifetime
+        if epochs.in_flight and epochs.processed != epochs.started:
+            stage.epoch_processed()
+        if engine.should_terminate_single_epoch == "skip_epoch_completed" and stage.view.epochs.lifetime.in_flight:
             stage.epoch_completed()
 
     def epoch_completed() -> None:
+        cut = close_cut_batch(stage, samples_in(state.batch))
+        if cut:  # an EXCEPTION_RAISED handler swallowed the exception: Ignite ended the epoch there
+            anomalies.note(f"{cut}; Ignite ended the epoch early (an EXCEPTION_RAISED handler handled it)")
         epochs = stage.view.epochs.lifetime
-        if epochs.processed == epochs.started:
-            stage.epoch_completed()  # already processed by TERMINATE_SINGLE_EPOCH
+        if not epochs.in_flight:
+            anomalies.note(f"{stage.name} EPOCH_COMPLETED outside an epoch (ignored)")
             return
-        stage.epoch_processed()
+        if epochs.processed != epochs.started:  # else already processed by TERMINATE_SINGLE_EPOCH
+            stage.epoch_processed()
         stage.epoch_completed()
 
     prepend_handler(engine, Events.EPOCH_STARTED, epoch_started)
@@ -66,12 +109,13 @@ def _attach_run_end(engine: Engine, progress: Progress, owns_run: Callable[[], b
 
     def run_processed() -> None:
         runs = progress.view.run.counts
-        if owns_run() and runs.processed != runs.started:
+        if owns_run() and runs.in_flight and runs.processed != runs.started:
             progress.run_processed()
 
     def terminated() -> None:
         run_processed()
-        if owns_run() and engine.should_terminate == "skip_completed":
+        runs = progress.view.run.counts
+        if owns_run() and engine.should_terminate == "skip_completed" and runs.completed != runs.processed:
             progress.run_completed()
 
     def completed() -> None:
@@ -84,31 +128,40 @@ def _attach_run_end(engine: Engine, progress: Progress, owns_run: Callable[[], b
     prepend_handler(engine, Events.COMPLETED, completed)
 
 
-def attach_trainer(engine: Engine, tracker: Tracker, started: Callable[[Engine], None]) -> None:
+def attach_trainer(
+    engine: Engine, tracker: Tracker, loaders: Loaders, anomalies: Anomalies, started: Callable[[Engine], None]
+) -> None:
     """The trainer: STARTED begins the fit run (through ``started``), epochs and batches of ``train``."""
     progress = tracker.progress
 
     def begin_epoch() -> None:
-        loader = engine.state.dataloader
-        if loader is not None:
-            tracker.track_train_loader(loader)  # set_data() may have handed over a new loader
+        loaders.track(engine.state.dataloader)  # set_data() may have handed over a new loader
 
     _attach_run_end(engine, progress, lambda: True)
-    _attach_epochs(engine, progress.train, begin_epoch)
-    _attach_batches(engine, progress.train)
+    _attach_epochs(engine, progress.train, anomalies, begin_epoch)
+    _attach_batches(engine, progress.train, anomalies)
     prepend_handler(engine, Events.STARTED, started)
 
 
-def attach_stage(engine: Engine, progress: Progress, name: str) -> None:
+def attach_stage(engine: Engine, progress: Progress, name: str, anomalies: Anomalies) -> None:
     """An evaluation or inference engine: its epochs are ``name``'s; a run of its own when none is in flight.
 
     Ignite resets the engine's state every ``run()``; the counts live in ``progress``
-    and so carry over runs.
+    and so carry over runs. An epoch an exception cut is closed at the engine's next STARTED.
     """
     stage = progress.stage(name)
     own = [False]
 
     def started() -> None:
+        cut = close_cut(stage, samples_in(engine.state.batch))
+        runs = progress.view.run.counts
+        if own[0] and runs.in_flight:  # this engine's own run, cut by an exception
+            if runs.processed != runs.started:
+                progress.run_processed()
+            progress.run_completed()
+            cut = f"{cut}; the {name} run was cut" if cut else f"the {name} run was cut"
+        if cut:
+            anomalies.note(f"{cut} (by an exception, seen at the next run)")
         own[0] = not progress.view.run.counts.in_flight
         if own[0]:
             progress.run_ready(name)
@@ -118,6 +171,6 @@ def attach_stage(engine: Engine, progress: Progress, name: str) -> None:
         return own[0]
 
     _attach_run_end(engine, progress, owns_run)
-    _attach_epochs(engine, stage)
-    _attach_batches(engine, stage)
+    _attach_epochs(engine, stage, anomalies)
+    _attach_batches(engine, stage, anomalies)
     prepend_handler(engine, Events.STARTED, started)

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from ignite.engine import Engine, Events
+from ignite.engine import DeterministicEngine, Engine, Events
 from torch.utils.data import DataLoader
 
 from tracker_core import (
@@ -31,12 +31,24 @@ from tracker_core import (
     Tracker,
     count_optimizer_steps,
 )
-from tracker_core.adapter import batches_in, capture_gradients, count_skipped_steps, restore_gradients, saved_elsewhere
+from tracker_core.adapter import (
+    abandon_in_flight,
+    batches_in,
+    capture_gradients,
+    count_skipped_steps,
+    reenter_last_run,
+    restore_gradients,
+    samples_in,
+    saved_elsewhere,
+)
 from tracker_core.adapter import register_progress as register
 from tracker_core.integrations._checkpoint_files import IGNITE_STATE_KEYS as _STATE_KEYS
 from tracker_core.integrations.ignite._compat import set_batches_into_epoch
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
 from tracker_core.integrations.ignite._events import attach_stage, attach_trainer
+from tracker_core.integrations.ignite._loaders import Loaders
+from tracker_core.integrations.ignite._rng_check import RngCheck
+from tracker_core.integrations.ignite._settle import Anomalies, close_cut
 
 __all__ = ["ProgressHandler"]
 
@@ -57,6 +69,9 @@ class ProgressHandler:
         self._dataloader: DataLoader[Any] | None = None  # the trainer's, if given to attach()
         self._restored: dict[str, Any] | None = None  # loaded progress, until the trainer's next STARTED
         self._loaded_for_evaluation = False  # saved at another world size, loaded with no trainer attached
+        self._anomalies = Anomalies(self._tracker.progress)
+        self._loaders = Loaders(self._tracker)
+        self._rng_check = RngCheck()
 
     @property
     def view(self) -> ProgressView:
@@ -83,6 +98,13 @@ class ProgressHandler:
         if stage == "train":
             if self._trainer is not None:
                 raise ValueError("a trainer is already attached to this ProgressHandler")
+            if isinstance(engine, DeterministicEngine):
+                raise ValueError(
+                    "DeterministicEngine positions the data and reseeds the global RNG itself on resume, "
+                    "which the ProgressHandler's exact resume would contradict (its mid-epoch checkpoints "
+                    "cannot be saved); use a plain Engine (create_supervised_trainer builds one): with the "
+                    "ProgressHandler a mid-epoch checkpoint resumes exactly"
+                )
             if self._loaded_for_evaluation:
                 raise ValueError(
                     "a checkpoint saved at another world size was loaded for evaluation (no trainer was attached): "
@@ -103,12 +125,20 @@ class ProgressHandler:
                         if id(parameter) not in seen:
                             seen.add(id(parameter))
                             self._parameters.append(parameter)
-            attach_trainer(engine, self._tracker, self._trainer_started)
+            attach_trainer(engine, self._tracker, self._loaders, self._anomalies, self._trainer_started)
         elif optimizers or scaler is not None or dataloader is not None:
             raise ValueError("optimizers, a scaler and a dataloader belong to the train engine only")
         else:
-            attach_stage(engine, self._tracker.progress, stage)
+            attach_stage(engine, self._tracker.progress, stage, self._anomalies)
         register(engine, self._tracker.progress)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (or deep-copied) without its engines: the progress, loaded back as from a checkpoint."""
+        return {"progress": self._tracker.progress.state_dict()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+        self._tracker.progress.load_state_dict(state["progress"])
 
     # --- checkpoint -----------------------------------------------------------------------
 
@@ -148,43 +178,69 @@ class ProgressHandler:
             restore_gradients(self._parameters, previous)
             raise
         self._restored = self._tracker.progress.state_dict()  # this rank's part of a gathered entry
+        self._rng_check.loaded()
 
     # --- resume ---------------------------------------------------------------------------
 
     def _trainer_started(self, engine: Engine) -> None:
-        """STARTED of the trainer: begin (or re-enter) the fit run, aligning Ignite with a loaded state."""
+        """STARTED of the trainer: begin, continue or re-enter the fit run, aligning Ignite with a loaded state.
+
+        The fit run is Ignite's state: it begins when Ignite begins at iteration 0, and a
+        ``run()`` that continues Ignite's state (after ``terminate()``, an exception, or a
+        finished run given a larger ``max_epochs``) continues it, so the run's counts stay
+        equal to ``engine.state.iteration`` and ``epoch``.
+        """
         restored, self._restored = self._restored, None
+        if restored is None:
+            self._loaders.track(engine.state.dataloader)
+            self._continue_or_begin(engine)
+            return
+        self._rng_check.started()
         progress = self._tracker.progress
         view = progress.view
-        mapped = restored is not None and view.resume_mapping is not None  # saved at another world size
-        if restored is not None:
-            check_run_loader(engine, self._dataloader)
+        mapped = view.resume_mapping is not None  # saved at another world size
+        check_run_loader(engine, self._dataloader)
         # Ignite begins anew (iteration 0) when the loaded state was finished.
         completed = view.train.batches.run.completed
         began_anew = engine.state.iteration == 0 if mapped else engine.state.iteration < completed
-        if restored is not None and began_anew and completed:
+        if began_anew and completed:
             # Ignite found the loaded state finished and began anew: so does the record.
             progress.load_lifetime(restored)
             self._tracker.forget_loaded_positions()
-            restored = None
-        _track_loader(self._tracker, engine)
-        epochs = view.train.epochs.lifetime
-        if restored is None and epochs.in_flight:
-            # terminate() left this epoch unfinished; Ignite moves on to the next one.
-            progress.train.epoch_processed()
-            progress.train.epoch_completed()
-        if restored is not None and mapped:
-            map_engine(engine, view)
-        if restored is not None and epochs.in_flight and not view.run.counts.in_flight:
-            # Saved after terminate() cut an epoch: Ignite continues that epoch in this new run.
-            progress.run_ready("fit")  # the core keeps the open epoch's scope
+            self._loaders.track(engine.state.dataloader)
+            self._rng_check.first_batch_continues_the_epoch(engine, False)
+            progress.run_ready("fit")
             progress.run_started()
-            set_batches_into_epoch(engine, view.train.batches.epoch.completed)
             return
+        self._loaders.track(engine.state.dataloader)
+        if not view.run.counts.in_flight:  # saved at COMPLETED (after terminate(), or max_epochs raised now)
+            reenter_last_run(progress, "fit")
         progress.run_ready("fit")
         progress.run_started()
-        if restored is not None:
-            _align_engine(engine, view)
+        if mapped:
+            map_engine(engine, view)
+        self._rng_check.first_batch_continues_the_epoch(engine, _align_engine(engine, view))
+
+    def _continue_or_begin(self, engine: Engine) -> None:
+        progress = self._tracker.progress
+        view = progress.view
+        train = progress.train
+        # An exception cut the run (Ignite's state.batch is still the cut batch), or terminate() cut the epoch.
+        cut = close_cut(train, samples_in(engine.state.batch)) if view.run.counts.in_flight else ""
+        if view.train.epochs.lifetime.in_flight:  # Ignite goes on with a new epoch
+            close_cut(train, 0)
+        if cut:
+            self._anomalies.note(f"{cut} (by an exception; Ignite's next run() goes on)")
+        if engine.state.iteration == 0:
+            if view.run.counts.in_flight:
+                abandon_in_flight(progress, reenter=False)
+        elif not reenter_last_run(progress, "fit"):
+            self._anomalies.note(
+                f"Ignite continued its state at iteration {engine.state.iteration} after a {view.run.kind} run: "
+                "this fit run's counts start at 0"
+            )
+        progress.run_ready("fit")
+        progress.run_started()
 
     def _warn_if_epoch_length_differs(self) -> None:
         trainer = self._trainer
@@ -202,19 +258,13 @@ class ProgressHandler:
             )
 
 
-def _track_loader(tracker: Tracker, engine: Engine) -> None:
-    loader = engine.state.dataloader
-    if loader is not None:
-        tracker.track_train_loader(loader)
-
-
-def _align_engine(engine: Engine, view: ProgressView) -> None:
+def _align_engine(engine: Engine, view: ProgressView) -> bool:
     """Make Ignite's own epoch and in-epoch position agree with the loaded progress.
 
     Ignite derives them from ``iteration`` and ``epoch_length``, which is wrong after a
     ``terminate_epoch()``, and it skips the EPOCH_COMPLETED of an epoch whose last batch
     was checkpointed: that event is fired here, so validation and schedulers run as in
-    the uninterrupted run.
+    the uninterrupted run. Returns True when the first batch continues the saved epoch.
     """
     train = view.train
     epochs = train.epochs.run
@@ -228,9 +278,10 @@ def _align_engine(engine: Engine, view: ProgressView) -> None:
         else:
             engine.state.epoch = epochs.completed
             set_batches_into_epoch(engine, consumed)  # Ignite's count of this epoch's batches
-            return
+            return consumed > 0
     engine.state.epoch = train.epochs.run.completed
     set_batches_into_epoch(engine, 0)
+    return False
 
 
 def _finish_replayed_epoch(engine: Engine) -> None:

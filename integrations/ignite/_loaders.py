@@ -1,0 +1,42 @@
+"""Registering the trainer's data with the core, without ever failing inside a handler."""
+
+from __future__ import annotations
+
+import warnings
+
+from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
+
+
+class Loaders:
+    """Hands the trainer's data object to ``Tracker.track_train_loader`` at STARTED and each EPOCH_STARTED.
+
+    A loader the core cannot position (a ``DataLoader`` subclass that never called
+    ``DataLoader.__init__``, ``in_order=False`` with workers) is left untracked with one
+    ``InexactResumeWarning``: its epochs restart from their first batch on resume. A loaded
+    checkpoint that does not fit the loader still raises ``ProgressStateError`` at STARTED,
+    before any batch.
+    """
+
+    def __init__(self, tracker: Tracker) -> None:
+        self._tracker = tracker
+        self._refused: dict[int, object] = {}  # id -> the loader (kept, so the id stays its own)
+
+    def track(self, loader: object) -> None:
+        if loader is None or id(loader) in self._refused:
+            return
+        try:
+            self._tracker.track_train_loader(loader)
+        except ProgressStateError:
+            raise
+        except (AttributeError, TypeError, ValueError) as error:
+            self._refused[id(loader)] = loader
+            warnings.warn(
+                f"the trainer's data ({type(loader).__name__}) cannot be tracked ({error}); it is left "
+                "untracked: a mid-epoch checkpoint resumes its epoch from the first batch",
+                InexactResumeWarning,
+                stacklevel=2,
+            )
+
+    def untrackable(self, loader: object) -> bool:
+        """True if ``loader`` was refused (the core has no position for it)."""
+        return id(loader) in self._refused
