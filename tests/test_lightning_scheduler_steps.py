@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +59,8 @@ class Scheduled(Recording):
 def _fit(config: str, callbacks: list[pl.Callback], ckpt_path: Path | None = None) -> pl.Trainer:
     torch.manual_seed(0)
     fit = trainer([ProgressTracker(), *callbacks], max_epochs=EPOCHS, accumulate_grad_batches=2, limit_val_batches=0)
-    try:
+    with contextlib.suppress(Killed):
         fit.fit(Scheduled(INTERVALS[config]), loader(), ckpt_path=ckpt_path, weights_only=True)
-    except Killed:
-        pass
     return fit
 
 
