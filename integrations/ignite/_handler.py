@@ -35,6 +35,7 @@ from tracker_core.adapter import (
     abandon_in_flight,
     batches_in,
     capture_gradients,
+    count_scheduler_steps,
     count_skipped_steps,
     reenter_last_run,
     restore_gradients,
@@ -85,6 +86,7 @@ class ProgressHandler:
         optimizers: Sequence[torch.optim.Optimizer] = (),
         scaler: torch.amp.GradScaler | None = None,
         dataloader: DataLoader[Any] | None = None,
+        schedulers: Sequence[object] = (),
     ) -> None:
         """Record ``engine`` as stage ``stage``; count ``optimizers``' steps (train only).
 
@@ -92,6 +94,9 @@ class ProgressHandler:
         ``create_supervised_trainer(scaler=True)`` puts on ``engine.state.scaler`` is found
         by itself. ``dataloader`` (train only) is the DataLoader the trainer's ``run()`` will
         get: a checkpoint saved at another world size is mapped onto it when loaded.
+        ``schedulers`` (train only): each call of an Ignite param-scheduler handler (``LRScheduler``,
+        ``PiecewiseLinear``, ...; give the handler, not the torch scheduler it wraps) and each
+        ``step()`` of a torch LR scheduler the step function calls is a scheduler step.
         """
         if stage not in tuple(Stage):
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(Stage)}")
@@ -118,6 +123,9 @@ class ProgressHandler:
             scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
             if scaler is not None:
                 count_skipped_steps(self._tracker.progress.train, scaler, optimizers)
+            for scheduler in schedulers:  # a torch scheduler steps with step(), an Ignite handler when called
+                stepping = "step" if isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler) else "__call__"
+                count_scheduler_steps(self._tracker.progress.train, [scheduler], method=stepping)
             seen: set[int] = set()
             for optimizer in optimizers:
                 for group in optimizer.param_groups:
@@ -126,8 +134,8 @@ class ProgressHandler:
                             seen.add(id(parameter))
                             self._parameters.append(parameter)
             attach_trainer(engine, self._tracker, self._loaders, self._anomalies, self._trainer_started)
-        elif optimizers or scaler is not None or dataloader is not None:
-            raise ValueError("optimizers, a scaler and a dataloader belong to the train engine only")
+        elif optimizers or schedulers or scaler is not None or dataloader is not None:
+            raise ValueError("optimizers, schedulers, a scaler and a dataloader belong to the train engine only")
         else:
             attach_stage(engine, self._tracker.progress, stage, self._anomalies)
         register(engine, self._tracker.progress)

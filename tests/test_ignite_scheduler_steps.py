@@ -1,0 +1,125 @@
+"""Ignite: each call of a param-scheduler handler and each step() of a torch scheduler given to attach is a
+scheduler step, through a checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ignite")
+
+import torch
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint, DiskSaver, LRScheduler, PiecewiseLinear
+from torch.utils.data import DataLoader, TensorDataset
+
+from tracker_core import get_progress
+from tracker_core.integrations.ignite import ProgressHandler
+
+EPOCHS, BATCHES = 3, 4
+
+
+class Killed(Exception):
+    """Stands in for the process being killed right after a checkpoint."""
+
+
+@dataclass
+class Program:
+    """A trainer whose LR follows Ignite's LRScheduler handler, momentum a PiecewiseLinear handler, and whose
+    step function steps a torch scheduler of a second optimizer every other iteration."""
+
+    trainer: Engine
+    lr: LRScheduler
+    momentum: PiecewiseLinear
+    stepped: torch.optim.lr_scheduler.StepLR
+    objects: dict[str, Any]
+
+    def scheduler_changes(self) -> int:
+        """What the three schedulers themselves say they did."""
+        return self.lr.lr_scheduler.last_epoch + self.momentum.event_index + self.stepped.last_epoch
+
+
+def _program() -> Program:
+    torch.manual_seed(0)
+    model, other = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    second = torch.optim.SGD(other.parameters(), lr=0.1)
+    stepped = torch.optim.lr_scheduler.StepLR(second, step_size=2)
+
+    def step(engine: Engine, batch: Any) -> None:
+        x, y = batch
+        for module, opt in ((model, optimizer), (other, second)):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(module(x), y).backward()
+            opt.step()
+        if engine.state.iteration % 2 == 0:
+            stepped.step()
+
+    trainer = Engine(step)
+    lr = LRScheduler(torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5))
+    momentum = PiecewiseLinear(optimizer, "momentum", milestones_values=[(0, 0.9), (6, 0.5)])
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, lr)
+    # Not EPOCH_STARTED: Ignite fires it again when a run resumes mid-epoch, and that extra call is counted
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, momentum)
+    progress = ProgressHandler()
+    progress.attach(trainer, optimizers=[optimizer, second], schedulers=[lr, momentum, stepped])
+    objects = {
+        "trainer": trainer,
+        "model": model,
+        "other": other,
+        "optimizer": optimizer,
+        "second": second,
+        "lr": lr,
+        "momentum": momentum,
+        "stepped": stepped,
+        "progress": progress,
+    }
+    return Program(trainer, lr, momentum, stepped, objects)
+
+
+def _data() -> DataLoader[Any]:
+    g = torch.Generator().manual_seed(1)
+    return DataLoader(
+        TensorDataset(torch.randn(4 * BATCHES, 4, generator=g), torch.randn(4 * BATCHES, 1, generator=g)), batch_size=4
+    )
+
+
+def test_scheduler_steps_equal_what_the_handlers_and_the_torch_scheduler_did() -> None:
+    program = _program()
+    program.trainer.run(_data(), max_epochs=EPOCHS)
+    iterations = EPOCHS * BATCHES
+    assert program.scheduler_changes() == iterations + EPOCHS + iterations // 2
+    assert get_progress(program.trainer).train.scheduler_steps.lifetime == program.scheduler_changes()
+
+
+def test_scheduler_steps_survive_a_mid_epoch_checkpoint_round_trip(tmp_path: Path) -> None:
+    killed = _program()
+    checkpoint = Checkpoint(killed.objects, DiskSaver(str(tmp_path), require_empty=False), filename_pattern="{name}.pt")
+
+    @killed.trainer.on(Events.ITERATION_COMPLETED(once=BATCHES + 2))
+    def save_and_die(engine: Engine) -> None:
+        checkpoint(engine)
+        raise Killed
+
+    with pytest.raises(Killed):
+        killed.trainer.run(_data(), max_epochs=EPOCHS)
+    saved = get_progress(killed.trainer).train.scheduler_steps.lifetime
+    assert saved == killed.scheduler_changes() > 0
+
+    resumed = _program()
+    Checkpoint.load_objects(resumed.objects, str(tmp_path / "checkpoint.pt"))
+    assert get_progress(resumed.trainer).train.scheduler_steps.lifetime == resumed.scheduler_changes() == saved
+    resumed.trainer.run(_data(), max_epochs=EPOCHS)
+    straight = _program()
+    straight.trainer.run(_data(), max_epochs=EPOCHS)
+    assert get_progress(resumed.trainer).train.scheduler_steps.lifetime == resumed.scheduler_changes()
+    assert get_progress(resumed.trainer).train.scheduler_steps == get_progress(straight.trainer).train.scheduler_steps
+
+
+def test_schedulers_given_with_an_evaluator_are_refused() -> None:
+    program = _program()
+    with pytest.raises(ValueError, match="schedulers"):
+        ProgressHandler().attach(Engine(lambda e, b: None), stage="validate", schedulers=[program.lr])
