@@ -17,6 +17,11 @@ def prepared_optimizers(accelerator: Accelerator) -> list[Any]:
     return list(accelerator._optimizers)
 
 
+def prepared_schedulers(accelerator: Accelerator) -> list[Any]:
+    """The schedulers ``accelerator.prepare`` returned so far (each an ``AcceleratedScheduler``), in order."""
+    return list(accelerator._schedulers)
+
+
 def drop_iterator(loader: Any) -> None:
     """Forget the iterator a torch DataLoader keeps (persistent workers), so its next epoch is built anew."""
     loader._iterator = None
@@ -39,7 +44,7 @@ check_attributes(
     "accelerate",
     accelerate.__version__,
     {
-        "Accelerator": (Accelerator, ("_optimizers",)),
+        "Accelerator": (Accelerator, ("_optimizers", "_schedulers")),
         "torch DataLoader": (torch.utils.data.DataLoader, ("_iterator",)),
     },
 )

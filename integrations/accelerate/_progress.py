@@ -31,6 +31,7 @@ from tracker_core.adapter import (
     StageProgress,
     batches_in,
     capture_gradients,
+    count_scheduler_steps,
     count_skipped_steps,
     restore_gradients,
     samples_in,
@@ -38,7 +39,12 @@ from tracker_core.adapter import (
 from tracker_core.adapter import register_progress as attach
 from tracker_core.integrations import _accelerate_checkpoint as checkpoint
 from tracker_core.integrations.accelerate import _elastic as elastic
-from tracker_core.integrations.accelerate._compat import create_seedable_generator, drop_iterator, prepared_optimizers
+from tracker_core.integrations.accelerate._compat import (
+    create_seedable_generator,
+    drop_iterator,
+    prepared_optimizers,
+    prepared_schedulers,
+)
 
 __all__ = ["AcceleratorProgress"]
 
@@ -253,7 +259,8 @@ class AcceleratorProgress:
         self._tracker.track_train_loader(inner, index)
 
     def _hook_optimizers(self) -> None:
-        """Count real steps of prepared optimizers not hooked yet, on the torch optimizer inside each."""
+        """Count real steps of prepared optimizers not hooked yet, on the torch optimizer inside each, and
+        the steps of every prepared scheduler's torch scheduler (counting one again counts it once)."""
         optimizers = prepared_optimizers(self._accelerator)
         train = self._train
         for index in range(self._hooked_optimizers, len(optimizers)):
@@ -263,6 +270,7 @@ class AcceleratorProgress:
             if getattr(prepared, "scaler", None) is not None:
                 count_skipped_steps(train, prepared.scaler, [inner], first_index=index)
         self._hooked_optimizers = len(optimizers)
+        count_scheduler_steps(train, [getattr(s, "scheduler", s) for s in prepared_schedulers(self._accelerator)])
 
     def _parameters(self, models: list[torch.nn.Module]) -> list[torch.nn.Parameter]:
         return [p for model in models for p in model.parameters()]
