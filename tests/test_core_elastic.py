@@ -388,6 +388,7 @@ def test_an_elastic_resume_needs_the_loader_tracked_before_the_load() -> None:
 def _sharded_loader(batch: int, world: int, rank: int, seed: int = SEED) -> DataLoader[int]:
     """Wired as Accelerate's prepare wires it: the shard also holds the seedable sampler (``set_sampler``),
     whose generator exists before its first epoch (the Accelerate adapter creates it; it is reseeded anyway)."""
+    pytest.importorskip("accelerate")
     from accelerate.data_loader import BatchSamplerShard, SeedableRandomSampler
 
     dataset = _Indexed()
