@@ -154,17 +154,22 @@ def test_iterable_dataset_resumes_exactly(config: str, at: int, tmp_path: Path) 
 
 
 @pytest.mark.parametrize("at", [0, 2, 3, 5])  # validation batches: 0-2 mid-epoch, 3-5 at the epoch end
-def test_checkpoint_during_a_validation_resumes_training_exactly_and_says_so(at: int, tmp_path: Path) -> None:
+def test_checkpoint_after_a_validation_batch_resumes_training_exactly_and_says_lightning_skips_the_rest(
+    at: int, tmp_path: Path
+) -> None:
     straight = _straight("plain-shuffle-validate")
     path = tmp_path / "mid.ckpt"
     first = _fit("plain-shuffle-validate-kill-in-validation", seed=0, kill_at=at, path=path)
-    with pytest.warns(InexactResumeWarning, match="without finishing that validation"):
+    with pytest.warns(InexactResumeWarning, match="without running the rest of that validation"):
         resumed = _fit("plain-shuffle-validate-kill-in-validation", seed=1234, path=path)
     assert first.seen + resumed.seen == straight.seen
     assert all(torch.equal(a, b) for a, b in zip(resumed.weights, straight.weights))
     assert resumed.progress["stages"]["train"] == straight.progress["stages"]["train"]
-    validations = [run.progress["stages"]["validate"]["epochs"]["lifetime"]["completed"] for run in (resumed, straight)]
-    assert validations[0] == validations[1] - 1  # Lightning does not finish the interrupted validation
+    validations = [run.progress["stages"]["validate"]["epochs"]["lifetime"] for run in (resumed, straight)]
+    assert validations[0] == validations[1]  # Lightning counts the interrupted validation as finished
+    batches = [run.progress["stages"]["validate"]["batches"]["lifetime"]["completed"] for run in (resumed, straight)]
+    assert batches[0] == batches[1] - (2 - at % 3)  # the batches Lightning skipped are not counted
+    assert "without running the rest of that validation" in resumed.progress["anomalies"][0]
 
 
 def test_checkpoint_before_a_due_validation_says_lightning_will_skip_it(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from tracker_core.counting._batch_size import batches_in, samples_in
 from tracker_core.counting._optimizer_hooks import count_optimizer_steps, count_skipped_steps
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._registry import register_progress
+from tracker_core.counting._resync import abandon_in_flight, reenter_evaluation_epoch, reenter_last_run
 from tracker_core.counting._resync import abandon_in_flight, reenter_last_run
 from tracker_core.counting._scheduler_hooks import count_scheduler_steps
 from tracker_core.counting._stage import StageProgress, TrainStageProgress
@@ -36,6 +37,7 @@ __all__ = [
     "Tracker",
     "TrainStageProgress",
     "abandon_in_flight",
+    "abandon_in_flight",
     "batches_in",
     "capture_gradients",
     "count_optimizer_steps",
@@ -45,6 +47,8 @@ __all__ = [
     "progress_table",
     "read_int",
     "read_mapping",
+    "reenter_evaluation_epoch",
+    "reenter_last_run",
     "reenter_last_run",
     "register_progress",
     "restore_gradients",

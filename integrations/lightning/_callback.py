@@ -6,25 +6,41 @@ Add ``ProgressTracker()`` to ``Trainer(callbacks=[...])``; read progress anywher
 
 from __future__ import annotations
 
+import functools
 import warnings
 import weakref
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 
-import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from pytorch_lightning.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
-from tracker_core import InexactResumeWarning, ProgressStateError, Tracker, count_optimizer_steps
-from tracker_core.adapter import GlobalRng, capture_gradients, count_scheduler_steps, restore_gradients, saved_elsewhere
+from tracker_core import EventOrderError, InexactResumeWarning, ProgressStateError, Tracker, count_optimizer_steps
+from tracker_core.adapter import (
+    GlobalRng,
+    abandon_in_flight,
+    capture_gradients,
+    count_scheduler_steps,
+    reenter_evaluation_epoch,
+    reenter_last_run,
+    restore_gradients,
+    samples_in,
+    saved_elsewhere,
+)
 from tracker_core.adapter import register_progress as attach
 from tracker_core.integrations._checkpoint_files import LIGHTNING_GRADIENTS_KEY, LIGHTNING_STATE_KEY
 from tracker_core.integrations.lightning import _compat as resume
 from tracker_core.integrations.lightning import _elastic as elastic
+from tracker_core.integrations.lightning._bases import CallbackBase
 from tracker_core.integrations.lightning._stage_driver import StageDriver
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+
+_P = ParamSpec("_P")
+_FIT = "fit"  # trainer.state.fn while fitting (Lightning's TrainerFn is a str enum in both packages)
 
 __all__ = ["GRADIENTS_KEY", "STATE_KEY", "ProgressTracker"]
 
@@ -37,8 +53,29 @@ A list (one per parameter); with several processes ``{"ranks": [each rank's list
 """
 
 
-class ProgressTracker(pl.Callback):
+def _passenger(
+    hook: Callable[Concatenate[ProgressTracker, _P], None],
+) -> Callable[Concatenate[ProgressTracker, _P], None]:
+    """A hook that never raises because Lightning ran hooks in an order the record did not expect:
+    the record notes the anomaly (``view.anomalies``) and warns once; Lightning carries on."""
+
+    def guarded(self: ProgressTracker, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        try:
+            hook(self, *args, **kwargs)
+        except EventOrderError as error:
+            self._anomaly(f"{hook.__name__}: {error}")
+
+    functools.update_wrapper(guarded, hook)
+    return guarded
+
+
+class ProgressTracker(CallbackBase):
     """Counts runs, epochs, batches, samples and optimizer steps of every stage; resumes exactly.
+
+    A passenger: its hooks never raise because of the order Lightning runs them in, and never
+    change what Lightning trains. Where Lightning carries on in a way its hooks do not say (an
+    exception, a finished fit continued), the record re-synchronises to Lightning's counters,
+    or notes the anomaly (``view.anomalies``) and warns once.
 
     ``lifetime_from``: the progress entry of an earlier checkpoint
     (``checkpoint["callbacks"][STATE_KEY]``) whose weights this run starts from without
@@ -47,38 +84,107 @@ class ProgressTracker(pl.Callback):
 
     def __init__(self, lifetime_from: Mapping[str, Any] | None = None) -> None:
         self.tracker = Tracker()
-        progress = self.tracker.progress
         if lifetime_from is not None:
             if not isinstance(lifetime_from, Mapping) or "progress" not in lifetime_from:
                 raise ProgressStateError("progress", "missing: pass checkpoint['callbacks'][STATE_KEY]")
-            progress.load_lifetime(lifetime_from["progress"])
-        self._train = StageDriver(progress.train)
-        self._validate = StageDriver(progress.validate)
-        self._test = StageDriver(progress.test)
-        self._predict = StageDriver(progress.predict)
+            self.tracker.progress.load_lifetime(lifetime_from["progress"])
+        self._drivers()
         self._trainer: weakref.ref[pl.Trainer] | None = None
         self._step_hooks: list[RemovableHandle] = []
         self._gradients: list[torch.Tensor | None] | None = None  # loaded, restored at on_train_start
         self._loaded = False  # an entry was loaded; Lightning's restart not yet reconciled
         self._rng_at_setup: GlobalRng | None = None  # after a load, before Lightning's setup_data iter()
         self._elastic_entry: dict[str, Any] | None = None  # saved at another world size: loaded at setup_data
+        self._run_begun = False  # this call's run is counted (a call that runs no loop is counted at teardown)
+        self._train_batch_id = 0  # id() of the batch given to on_train_batch_start
+        self._cut_by = ""  # an exception ended the last call: what, and in which call (settled at the next call)
+        self._validation_restart = ""  # read from a fit checkpoint's loops: see _validation_at_load
+        self._warned = False
+
+    def _drivers(self) -> None:
+        progress = self.tracker.progress
+        self._train = StageDriver(progress.train)
+        self._validate = StageDriver(progress.validate)
+        self._test = StageDriver(progress.test)
+        self._predict = StageDriver(progress.predict)
 
     @property
     def state_key(self) -> str:
         return STATE_KEY
 
+    def _anomaly(self, message: str) -> None:
+        """Record what the counts could not follow; warn the first time only."""
+        self.tracker.progress.note_anomaly(message)
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"progress record: {message}; recorded in get_progress(trainer).anomalies (further anomalies "
+                "are recorded there without a warning)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    # pickling (torch.save(trainer), copy.deepcopy(trainer), ddp_spawn) ------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """Plain data: the progress state instead of the live record, no trainer reference or optimizer hooks."""
+        state = dict(self.__dict__)
+        for name in ("_train", "_validate", "_test", "_predict"):
+            del state[name]
+        state["tracker"] = self.tracker.progress.state_dict()
+        state["_trainer"] = None
+        state["_step_hooks"] = []
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        progress = state.pop("tracker")
+        self.__dict__.update(state)
+        self.tracker = Tracker()
+        self.tracker.progress.load_state_dict(progress)
+        self._drivers()
+
     # setup / teardown -------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer = weakref.ref(trainer)
+        self._run_begun = False
+        if self._cut_by:
+            self._settle_cut()
         attach(trainer, self.tracker.progress)
-        if stage == "fit":
+        if stage == _FIT:
             resume.hook_before_first_iter(trainer.fit_loop, self._track_train_loaders)
 
+    @_passenger
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._remove_step_hooks()
+        kind = str(getattr(stage, "value", stage))  # Lightning passes its TrainerFn (a str enum)
+        if kind != _FIT and not self._run_begun:  # Lightning skipped a loop over zero batches: still a run
+            progress = self.tracker.progress
+            progress.run_ready(kind)
+            progress.run_started()
+            progress.run_processed()
+            progress.run_completed()
+        self._run_begun = False
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """Note the exception; what it cut is closed at the next call on this Trainer.
+
+        Not now: a checkpoint written after the exception (``OnExceptionCheckpoint``) must hold the
+        record as it was when the exception struck, as Lightning's loops do.
+        """
         self._remove_step_hooks()
+        self._cut_by = f"{type(exception).__name__} in {getattr(trainer.state.fn, 'value', trainer.state.fn)}"
+        self._run_begun = False
+
+    def _settle_cut(self) -> None:
+        """A new call on a Trainer whose last call an exception ended: close what it cut.
+
+        A fit's run stays open: Lightning's fit counters carry on at its next fit.
+        """
+        for driver in (self._train, self._validate, self._test, self._predict):
+            driver.reset()
+        cut_by, self._cut_by = self._cut_by, ""
+        cut = abandon_in_flight(self.tracker.progress, reenter=cut_by.endswith(f" in {_FIT}"))
+        if cut:
+            self.tracker.progress.note_anomaly(f"{cut_by} cut: {cut}")
 
     def _remove_step_hooks(self) -> None:
         for handle in self._step_hooks:
@@ -86,10 +192,20 @@ class ProgressTracker(pl.Callback):
         self._step_hooks = []
 
     # fit -------------------------------------------------------------------------------------
+    @_passenger
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         progress = self.tracker.progress
-        progress.run_ready("fit")
+        # Lightning restores its loop counters after this hook: a loaded entry says they will carry on
+        carry_on = self._loaded or resume.fit_counters_carry_on(trainer)
+        if carry_on and not reenter_last_run(progress, _FIT):
+            self._anomaly(
+                f"this fit continues Lightning's counters of an earlier fit (global_step {trainer.global_step}, "
+                f"epoch {trainer.current_epoch}) that the record did not count as its last run: run-scope counts "
+                "start at 0"
+            )
+        progress.run_ready(_FIT)
         progress.run_started()
+        self._run_begun = True
         self._remove_step_hooks()
         self._step_hooks = count_optimizer_steps(progress.train, trainer.optimizers)
         schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
@@ -106,7 +222,7 @@ class ProgressTracker(pl.Callback):
         if self._elastic_entry is not None:
             entry, self._elastic_entry = self._elastic_entry, None
             elastic.load(self.tracker, entry, loaders, trainer.fit_loop)
-            self.tracker.progress.run_ready("fit")  # re-enter the restored run, as on_fit_start does after a load
+            self.tracker.progress.run_ready(_FIT)  # re-enter the restored run, as on_fit_start does after a load
             self.tracker.progress.run_started()
         self._rng_at_setup = GlobalRng.capture()
         if resume.restored_epoch_consumed(trainer.fit_loop) and self.tracker.view.train.epochs.lifetime.in_flight:
@@ -123,11 +239,13 @@ class ProgressTracker(pl.Callback):
             train.epoch_completed()
             self._train.epoch_to_open = True
 
+    @_passenger
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._gradients is not None:
             restore_gradients(pl_module.parameters(), self._gradients)
             self._gradients = None
 
+    @_passenger
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._train.epoch_begin()
         if self._rng_at_setup is not None:
@@ -135,62 +253,85 @@ class ProgressTracker(pl.Callback):
             if resume.discards_setup_iterator(trainer):
                 rng.apply()  # undo the draws of the iterator Lightning built in setup_data and drops now
 
+    @_passenger
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self._train.batch_begin(batch)
+        self._train_batch_id = id(batch)
         self._rng_at_setup = None  # Lightning iterates the setup_data iterator: its draws stand
 
+    @_passenger
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         self._train.batch_step()
 
+    @_passenger
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        self._train.batch_step()  # also in manual optimization after a plain loss.backward()
+
+    @_passenger
     def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         self._train.batch_step()
 
+    @_passenger
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self._train.batch_end()
+        # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
+        self._train.batch_end(samples=None if id(batch) == self._train_batch_id else samples_in(batch))
 
+    @_passenger
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._train.epoch_end()
 
+    @_passenger
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._train.settle()
         self.tracker.progress.run_processed()
 
+    @_passenger
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.tracker.progress.run_completed()
         self._remove_step_hooks()
+        self._train.settle()
+        progress = self.tracker.progress
+        runs = progress.view.run.counts
+        if runs.processed != runs.started:  # a fit that trained nothing: no on_train_start/end
+            progress.run_processed()
+        progress.run_completed()
 
     # validate / test / predict -------------------------------------------------------------
     def _evaluation_start(self, trainer: pl.Trainer, kind: str) -> None:
-        if trainer.state.fn == TrainerFn.FITTING:
+        if trainer.state.fn == _FIT:
             self._train.settle()  # a train batch ended before this validation
         else:
             self.tracker.progress.run_ready(kind)
             self.tracker.progress.run_started()
+            self._run_begun = True
 
     def _evaluation_end(self, trainer: pl.Trainer, driver: StageDriver) -> None:
         driver.settle()
-        if trainer.state.fn != TrainerFn.FITTING:
+        if trainer.state.fn != _FIT:
             self.tracker.progress.run_processed()
             self.tracker.progress.run_completed()
 
+    @_passenger
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._evaluation_start(trainer, "validate")
 
+    @_passenger
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._validate.epoch_begin()
 
+    @_passenger
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         if not trainer.sanity_checking:
             self._validate.batch_begin(batch)
 
+    @_passenger
     def on_validation_batch_end(
         self,
         trainer: pl.Trainer,
@@ -203,25 +344,31 @@ class ProgressTracker(pl.Callback):
         if not trainer.sanity_checking:
             self._validate.batch_end(dataloader_idx)
 
+    @_passenger
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._validate.epoch_end()
 
+    @_passenger
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._evaluation_end(trainer, self._validate)
 
+    @_passenger
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._evaluation_start(trainer, "test")
 
+    @_passenger
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._test.epoch_begin()
 
+    @_passenger
     def on_test_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         self._test.batch_begin(batch)
 
+    @_passenger
     def on_test_batch_end(
         self,
         trainer: pl.Trainer,
@@ -233,23 +380,29 @@ class ProgressTracker(pl.Callback):
     ) -> None:
         self._test.batch_end(dataloader_idx)
 
+    @_passenger
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._test.epoch_end()
 
+    @_passenger
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._evaluation_end(trainer, self._test)
 
+    @_passenger
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._evaluation_start(trainer, "predict")
 
+    @_passenger
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._predict.epoch_begin()
 
+    @_passenger
     def on_predict_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         self._predict.batch_begin(batch)
 
+    @_passenger
     def on_predict_batch_end(
         self,
         trainer: pl.Trainer,
@@ -261,9 +414,11 @@ class ProgressTracker(pl.Callback):
     ) -> None:
         self._predict.batch_end(dataloader_idx)
 
+    @_passenger
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._predict.epoch_end()
 
+    @_passenger
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._evaluation_end(trainer, self._predict)
 
@@ -276,8 +431,11 @@ class ProgressTracker(pl.Callback):
         (``Trainer.save_checkpoint``).
         """
         trainer = self._trainer() if self._trainer is not None else None
-        if trainer is not None and trainer.state.fn == TrainerFn.FITTING:
-            self._catch_up(trainer)
+        if trainer is not None and trainer.state.fn == _FIT:
+            try:
+                self._catch_up(trainer)
+            except EventOrderError as error:
+                self._anomaly(f"checkpoint: {error}")
         return self.tracker.checkpoint_state_dict()
 
     def _catch_up(self, trainer: pl.Trainer) -> None:
@@ -286,7 +444,7 @@ class ProgressTracker(pl.Callback):
         batches, epochs_mine = train.view.batches.lifetime, train.view.epochs.lifetime
         if resume.on_train_batch_end(trainer) and batches.ready != batches.processed:
             self._train.batch_end()
-        epochs = trainer.fit_loop.epoch_progress.current
+        epochs: Any = trainer.fit_loop.epoch_progress.current
         in_epoch_end = epochs.ready == epochs.started == epochs.processed == epochs.completed + 1
         if in_epoch_end and epochs_mine.ready != epochs_mine.processed:
             self._train.epoch_end()
@@ -294,7 +452,7 @@ class ProgressTracker(pl.Callback):
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        if trainer.state.fn != TrainerFn.FITTING:
+        if trainer.state.fn != _FIT:
             return
         if self.tracker.view.is_mid_accumulation:
             gradients = capture_gradients(pl_module.parameters())
@@ -319,34 +477,71 @@ class ProgressTracker(pl.Callback):
                 stacklevel=2,
             )
             self._train.epoch_to_open = True  # Lightning may resume mid-epoch, without on_train_epoch_start
-        self._gradients = _own_gradients(checkpoint.get(GRADIENTS_KEY), trainer.global_rank)
+        if trainer.state.fn == _FIT:
+            self._gradients = _own_gradients(checkpoint.get(GRADIENTS_KEY), trainer.global_rank)
+            self._validation_restart = "finish" if resume.restarts_mid_validation(checkpoint) else "skip"
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load the entry (``ProgressStateError`` on damage, before anything runs) and re-arm the hooks.
 
-        An entry saved at another world size is mapped onto the train loaders, so it is loaded
-        when Lightning has set them up, still before any batch runs (``_lightning_elastic``).
+        ``validate``/``test``/``predict(ckpt_path=...)`` train nothing: only the progress is loaded
+        (this rank's part), neither RNGs nor data positions. An entry saved at another world size is
+        mapped onto the train loaders, so a fit loads it when Lightning has set them up, still before
+        any batch runs (``_elastic``).
         """
         trainer = self._trainer() if self._trainer is not None else None
         self._elastic_entry = None
-        if trainer is None or not saved_elsewhere(state_dict):
+        self._cut_by = ""  # the loaded record replaces what an exception cut
+        if trainer is not None and trainer.state.fn != _FIT:
+            _load_progress_only(self.tracker, state_dict, trainer.global_rank)
+        elif trainer is None or not saved_elsewhere(state_dict):
             self.tracker.load_state_dict(state_dict)
-        elif trainer.state.fn == TrainerFn.FITTING:
+            self._validation_at_load(state_dict["progress"])
+        else:
             self._elastic_entry = state_dict
-        else:  # validate/test/predict train nothing: no data position to map
-            self.tracker.load_for_evaluation(state_dict)
-        progress = state_dict.get("progress")
-        where = progress.get("where") if isinstance(progress, dict) else None
-        if isinstance(where, dict) and where.get("stage") == "validate":
-            warnings.warn(
-                "checkpoint saved during a validation: Lightning resumes training without finishing that "
-                "validation, so it is not counted; training itself resumes exactly",
-                InexactResumeWarning,
-                stacklevel=2,
-            )
         for driver in (self._train, self._validate, self._test, self._predict):
             driver.reset()
-        self._loaded = True
+        self._loaded = trainer is None or trainer.state.fn == _FIT
+
+    def _validation_at_load(self, progress: dict[str, Any]) -> None:
+        """A fit checkpoint saved inside a validation: follow what Lightning does with that validation.
+
+        Saved inside a validation batch (e.g. ``OnExceptionCheckpoint``), Lightning finishes the
+        validation on resume, counting on from the batches done: so does the record. Saved after a
+        validation batch, Lightning counts the validation as finished without running the rest: the
+        record keeps the batches that ran, closes the validation, and says so.
+        """
+        restart, self._validation_restart = self._validation_restart, ""
+        if not restart or not reenter_evaluation_epoch(self.tracker.progress, "validate", progress):
+            return
+        if restart == "finish":
+            return
+        validate = self.tracker.progress.validate
+        validate.epoch_processed()
+        validate.epoch_completed()
+        done = self.tracker.view.validate.batches.epoch.completed
+        message = (
+            f"checkpoint saved during a validation after {done} of its batches: Lightning resumes training "
+            "without running the rest of that validation (it counts it as finished); the record counts the "
+            f"{done} batches that ran"
+        )
+        self.tracker.progress.note_anomaly(message)
+        warnings.warn(message, InexactResumeWarning, stacklevel=2)
+
+
+def _load_progress_only(tracker: Tracker, entry: object, rank: int) -> None:
+    """Load rank ``rank``'s progress of ``entry`` (saved rank ``rank % W`` at another world size ``W``)."""
+    prefix = ""
+    if isinstance(entry, Mapping) and isinstance(entry.get("ranks"), list) and entry["ranks"]:
+        source = rank % len(entry["ranks"])
+        prefix, entry = f"ranks.{source}.", entry["ranks"][source]
+    if not isinstance(entry, Mapping) or "progress" not in entry:
+        raise ProgressStateError(f"{prefix}progress", "missing: the entry has no progress")
+    try:
+        tracker.progress.load_state_dict(entry["progress"])
+    except ProgressStateError as error:
+        key = f"{prefix}progress.{error.key}" if error.key else f"{prefix}progress"
+        raise ProgressStateError(key, error.problem) from None
 
 
 def _every_rank(gradients: list[torch.Tensor | None]) -> dict[str, list[list[torch.Tensor | None]]]:

@@ -1,22 +1,27 @@
-"""Every private attribute of Lightning the adapter touches, in one place, checked when imported: what Lightning's
-restart logic will do with a checkpoint (read from its restored loop counters), and the hook before its first ``iter()``."""
+"""Every private attribute of Lightning the adapter touches, in one place, checked when imported (for each
+installed Lightning package): what Lightning's restart logic will do with a checkpoint (read from its restored
+loop counters), whether its fit counters carry on, and the hook before its first ``iter()`` of the train loaders."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import pytorch_lightning as pl
-from pytorch_lightning.loops.fit_loop import _FitLoop
-from pytorch_lightning.loops.training_epoch_loop import _TrainingEpochLoop
 from torch.utils.data import DataLoader
 
 from tracker_core.integrations._extra import check_attributes
+from tracker_core.integrations.lightning._bases import installed
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+    from pytorch_lightning.loops.fit_loop import _FitLoop
 
 
 def on_train_batch_end(trainer: pl.Trainer) -> bool:
     """True inside ``on_train_batch_end`` hooks (Lightning marked the batch processed, not completed)."""
-    current = trainer.fit_loop.epoch_loop.batch_progress.current
-    return current.ready == current.started == current.processed == current.completed + 1
+    current: Any = trainer.fit_loop.epoch_loop.batch_progress.current
+    return bool(current.ready == current.started == current.processed == current.completed + 1)
 
 
 def validation_due(trainer: pl.Trainer) -> bool:
@@ -24,6 +29,24 @@ def validation_due(trainer: pl.Trainer) -> bool:
     fit_loop = trainer.fit_loop
     fetcher = fit_loop._data_fetcher
     return fetcher is not None and fit_loop.epoch_loop._should_check_val_fx(fetcher)
+
+
+def fit_counters_carry_on(trainer: pl.Trainer) -> bool:
+    """True if this fit continues counters of an earlier fit (same Trainer, or restored from a checkpoint)."""
+    fit_loop = trainer.fit_loop
+    return trainer.global_step > 0 or fit_loop.epoch_progress.total.ready > 0 or fit_loop.total_batch_idx >= 0
+
+
+def restarts_mid_validation(checkpoint: dict[str, Any]) -> bool:
+    """True if Lightning will finish, on resume, a validation that ``checkpoint`` interrupted inside a batch.
+
+    Its rule (``_EvaluationLoop.update_restart_stage``): the saved validation batch counts show a
+    batch started but not processed. Otherwise it counts an interrupted validation as finished.
+    """
+    loops = checkpoint.get("loops", {}).get("fit_loop", {})
+    total = loops.get("epoch_loop.val_loop.batch_progress", {}).get("total", {})
+    started = total.get("started", 0)
+    return bool(started == total.get("ready") and total.get("processed") == started - 1 == total.get("completed"))
 
 
 def discards_setup_iterator(trainer: pl.Trainer) -> bool:
@@ -47,9 +70,9 @@ def closes_restored_epoch(fit_loop: _FitLoop) -> bool:
     That is its reading of a checkpoint saved in ``on_train_batch_end`` of an epoch's last
     batch (``_FitLoop.reset``): it increments the epoch counters and starts the next epoch.
     """
-    epochs = fit_loop.epoch_progress.total
+    epochs: Any = fit_loop.epoch_progress.total
     batches = fit_loop.epoch_loop.batch_progress
-    total = batches.total
+    total: Any = batches.total
     return (
         fit_loop.restarting
         and epochs.started == epochs.ready
@@ -60,39 +83,68 @@ def closes_restored_epoch(fit_loop: _FitLoop) -> bool:
     )
 
 
+def combined_mode(fit_loop: _FitLoop) -> str:
+    """The mode of the train ``CombinedLoader`` (``max_size_cycle`` when Lightning combined plain loaders)."""
+    combined = fit_loop._combined_loader
+    return "max_size_cycle" if combined is None else str(combined._mode)
+
+
+class _BeforeFirstIter:
+    """``fit_loop._load_combined_loader_states`` replaced on one loop instance; picklable (``torch.save(trainer)``)."""
+
+    def __init__(self, fit_loop: _FitLoop, before: Callable[[list[object]], None]) -> None:
+        self.fit_loop = fit_loop
+        self.before = before
+
+    def __call__(self) -> None:
+        fit_loop = self.fit_loop
+        combined = fit_loop._combined_loader
+        if combined is not None:
+            loaders = list(combined.flattened)
+            self.before(loaders)
+            if all(isinstance(loader, DataLoader) for loader in loaders):
+                fit_loop._combined_loader_states_to_load = []
+        type(fit_loop)._load_combined_loader_states(fit_loop)
+
+
 def hook_before_first_iter(fit_loop: _FitLoop, before: Callable[[list[object]], None]) -> None:
     """Call ``before(train_loaders)`` each time Lightning set up the train loaders, before its ``iter()``.
 
     Lightning builds the first epoch's iterator inside ``_FitLoop.setup_data``, before any
-    train hook runs, right after ``_load_combined_loader_states``: that method is wrapped on
+    train hook runs, right after ``_load_combined_loader_states``: that method is replaced on
     this loop instance. When every train loader is a torch DataLoader (tracked by the core),
     Lightning's own restore of resumable loaders is dropped: the core's position wins.
     """
-    if getattr(fit_loop._load_combined_loader_states, "_progress_tracker", False):
+    current = fit_loop.__dict__.get("_load_combined_loader_states")
+    if isinstance(current, _BeforeFirstIter):
+        current.before = before
         return
-    original = fit_loop._load_combined_loader_states
-
-    def _load_combined_loader_states() -> None:
-        combined = fit_loop._combined_loader
-        if combined is not None:
-            loaders = list(combined.flattened)
-            before(loaders)
-            if all(isinstance(loader, DataLoader) for loader in loaders):
-                fit_loop._combined_loader_states_to_load = []
-        original()
-
-    _load_combined_loader_states._progress_tracker = True  # type: ignore[attr-defined]
-    fit_loop._load_combined_loader_states = _load_combined_loader_states  # type: ignore[method-assign]
+    fit_loop._load_combined_loader_states = _BeforeFirstIter(fit_loop, before)  # type: ignore[method-assign]
 
 
-check_attributes(
-    "pytorch-lightning",
-    pl.__version__,
-    {
-        "_FitLoop": (
-            _FitLoop,
-            ("_load_combined_loader_states", "_combined_loader", "_combined_loader_states_to_load", "_data_fetcher"),
-        ),
-        "_TrainingEpochLoop": (_TrainingEpochLoop, ("_should_check_val_fx",)),
-    },
-)
+def _check(package: str) -> None:
+    fit_loop = importlib.import_module(f"{package}.loops.fit_loop")._FitLoop
+    epoch_loop = importlib.import_module(f"{package}.loops.training_epoch_loop")._TrainingEpochLoop
+    combined = importlib.import_module(f"{package}.utilities.combined_loader").CombinedLoader
+    version: Any = getattr(importlib.import_module(package), "__version__", "?")
+    check_attributes(
+        package,
+        str(version),
+        {
+            "_FitLoop": (
+                fit_loop,
+                (
+                    "_load_combined_loader_states",
+                    "_combined_loader",
+                    "_combined_loader_states_to_load",
+                    "_data_fetcher",
+                ),
+            ),
+            "_TrainingEpochLoop": (epoch_loop, ("_should_check_val_fx",)),
+            "CombinedLoader": (combined, ("_mode",)),
+        },
+    )
+
+
+for _package in installed():
+    _check(_package)

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Any, TextIO
-
-import pytorch_lightning as pl
-from pytorch_lightning.callbacks.progress.progress_bar import ProgressBar
-from pytorch_lightning.trainer.states import TrainerFn
-from pytorch_lightning.utilities.exceptions import MisconfigurationException
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tracker_core import get_progress
 from tracker_core.adapter import Display
+from tracker_core.integrations.lightning._bases import ProgressBarBase, misconfiguration
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
 
 
-class ProgressDisplay(ProgressBar):
+class ProgressDisplay(ProgressBarBase):
     """Lightning's progress bar, showing the tracker's stage, epoch, batch, steps, samples/s and ETA.
 
     Needs ``tracker_core.integrations.lightning.ProgressTracker`` among the callbacks (it runs this bar
@@ -116,7 +115,7 @@ class ProgressDisplay(ProgressBar):
     def _evaluation_epoch_end(self, trainer: pl.Trainer, stage: str) -> None:
         if self._enabled and self._display is not None:
             self._display.epoch_end(stage)
-            if trainer.state.fn != TrainerFn.FITTING:
+            if trainer.state.fn != "fit":
                 self._display.close()
 
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -185,7 +184,7 @@ def _known(batches: int | float) -> int | None:
     return None if math.isinf(batches) else int(batches)
 
 
-def _run_after_the_tracker(trainer: pl.Trainer, bar: ProgressDisplay) -> None:
+def _run_after_the_tracker(trainer: Any, bar: ProgressDisplay) -> None:
     """Put ``bar`` right after the ProgressTracker, so each of its hooks sees that hook's counts.
 
     Lightning is iterating ``trainer.callbacks`` to call ``setup``: a new list is
@@ -196,9 +195,10 @@ def _run_after_the_tracker(trainer: pl.Trainer, bar: ProgressDisplay) -> None:
     callbacks = list(trainer.callbacks)
     trackers = [i for i, callback in enumerate(callbacks) if isinstance(callback, ProgressTracker)]
     if not trackers:
-        raise MisconfigurationException(
+        raise misconfiguration(
+            trainer,
             "ProgressDisplay shows the progress recorded by tracker_core.integrations.lightning.ProgressTracker: "
-            "add ProgressTracker() to Trainer(callbacks=[...])"
+            "add ProgressTracker() to Trainer(callbacks=[...])",
         )
     if callbacks.index(bar) < trackers[0]:
         callbacks.remove(bar)

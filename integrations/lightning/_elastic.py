@@ -9,11 +9,12 @@ reads them only later (``_FitLoop.reset``), so they are moved to the mapped batc
 
 from __future__ import annotations
 
-from typing import Any
-
-from pytorch_lightning.loops.fit_loop import _FitLoop
+from typing import TYPE_CHECKING, Any
 
 from tracker_core import ProgressStateError, Tracker
+
+if TYPE_CHECKING:
+    from pytorch_lightning.loops.fit_loop import _FitLoop
 
 _HINT = (
     "; with Lightning, resume under a distributed strategy (Trainer(strategy='ddp'), also with devices=1): it injects "
@@ -53,7 +54,7 @@ def _move_batches(fit_loop: _FitLoop, batches: int) -> None:
     Optimizer steps (``global_step``) and ``_batches_that_stepped`` stay: they count steps taken,
     as the tracker's ``global_step`` does.
     """
-    progress = fit_loop.epoch_loop.batch_progress
+    progress: Any = fit_loop.epoch_loop.batch_progress
     shift = batches - progress.current.processed
     for counts in (progress.total, progress.current):
         counts.ready += shift

@@ -18,13 +18,13 @@ class StageDriver:
     """Lazy phase marks of one stage: what Lightning has marked after the last hook ran."""
 
     __slots__ = (
-        "stage",
-        "batch_to_start",
         "batch_to_complete",
+        "batch_to_start",
+        "epoch_to_complete",
         "epoch_to_open",
         "epoch_to_start",
-        "epoch_to_complete",
         "samples",
+        "stage",
     )
 
     def __init__(self, stage: StageProgress) -> None:
@@ -76,14 +76,18 @@ class StageDriver:
             self.batch_to_start = False
             self.stage.batch_started()
 
-    def batch_end(self, dataloader: int = 0) -> None:
-        """The batch's step is done; idempotent (a checkpoint may have caught it up already)."""
+    def batch_end(self, dataloader: int = 0, samples: int | None = None) -> None:
+        """The batch's step is done; idempotent (a checkpoint may have caught it up already).
+
+        ``samples``: the size of the batch the step used, when it differs from the one given to
+        ``batch_begin`` (``training_step(dataloader_iter)`` fetches its batch in the step).
+        """
         if self.batch_to_complete:
             return
         if self.batch_to_start:
             self.batch_to_start = False
             self.stage.batch_started()
-        self.stage.batch_processed(self.samples, dataloader)
+        self.stage.batch_processed(self.samples if samples is None else samples, dataloader)
         self.batch_to_complete = True
 
     def epoch_end(self) -> None:

@@ -1,0 +1,92 @@
+"""Re-synchronise a Progress with a framework that carried on in its own way (an exception, a continued run).
+
+An adapter's hooks must never raise because the framework did something in an unexpected
+order. These operations put the record back where the framework's own counters are, for
+the two situations a framework's hooks alone cannot express: a run cut by an exception,
+and a finished run the framework continues with its counters carried on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracker_core.counting._progress import Progress
+
+
+def abandon_in_flight(progress: Progress, *, reenter: bool) -> str:
+    """An exception ended the current run: close what was in flight; return what was cut ("" if nothing).
+
+    A processed batch counts as completed (its step happened); an unprocessed one is undone. An
+    unfinished epoch is dropped, not counted (its processed batches stay counted): the next
+    ``epoch_ready`` begins a new one. With ``reenter``, the framework continues this run's counters
+    at its next call of the same kind (Lightning's fit loop does), so the next ``run_ready`` of that
+    kind re-enters the run; otherwise the run is closed and counted.
+    """
+    cut: list[str] = []
+    for stage in (progress.train, progress.validate, progress.test, progress.predict):
+        batches, epochs = stage._batches, stage._epochs
+        if batches.processed != batches.completed:
+            batches.set_all(batches.processed)
+        elif batches.ready != batches.completed:
+            cut.append(f"{stage.name} batch {batches.ready - batches.epoch_base - 1} (not processed)")
+            batches.set_all(batches.completed)
+        if epochs.ready != epochs.completed:
+            cut.append(f"{stage.name} epoch after {batches.completed - batches.epoch_base} batches")
+            epochs.set_all(epochs.completed)
+        stage._resuming_epoch = False
+    runs = progress._runs
+    if runs.ready != runs.completed:
+        if reenter:
+            runs.started = runs.ready
+            runs.processed = runs.completed = runs.ready - 1
+            progress._resuming_run = True
+        else:
+            runs.set_all(runs.ready)
+            progress._resuming_run = False
+        cut.append(f"{progress._run_kind} run")
+    if cut:  # "where" named an event that is no longer in flight: name the run instead
+        progress._where = ("", "run", "started" if runs.ready != runs.completed else "completed")
+    return ", ".join(cut)
+
+
+def reenter_last_run(progress: Progress, kind: str) -> bool:
+    """The framework continues its last run of ``kind`` with its counters carried on: re-open it.
+
+    The next ``run_ready(kind)`` and ``run_started`` then count nothing and the run scope (e.g.
+    ``view.global_step``) continues. Returns False, changing nothing, when the last run is of
+    another kind.
+    """
+    runs = progress._runs
+    if progress._run_kind != kind or runs.ready == 0:
+        return False
+    if runs.ready == runs.completed:
+        runs.started = runs.ready
+        runs.processed = runs.completed = runs.ready - 1
+    progress._resuming_run = True
+    return True
+
+
+def reenter_evaluation_epoch(progress: Progress, stage: str, state: dict[str, Any]) -> bool:
+    """After ``load_state_dict(state)``: continue the evaluation epoch it left unfinished instead of restarting it.
+
+    A load drops an unfinished evaluation epoch (its batches run again). A framework that instead
+    carries on that epoch's counts (Lightning, after a checkpoint taken inside a validation batch)
+    gets the epoch's processed batches back and the epoch re-entered: the next ``epoch_ready`` and
+    ``epoch_started`` count nothing. ``state`` is the (already validated) state just loaded.
+    Returns False, changing nothing, if ``state`` had no unfinished epoch of ``stage``.
+    """
+    saved = state["stages"][stage]
+    epochs, batches = saved["epochs"]["lifetime"], saved["batches"]["lifetime"]
+    if epochs["ready"] == epochs["completed"] or epochs["processed"] != epochs["completed"]:
+        return False  # no epoch in flight, or one whose batches were all done (the load counts it)
+    target = progress.stage(stage)
+    target._batches.set_all(batches["processed"])
+    target._epochs.set_all(epochs["completed"])
+    target._epochs.ready = target._epochs.started = epochs["ready"]
+    target._resuming_epoch = True
+    target._samples.total = saved["samples"]["lifetime"]
+    for tallies, counts in zip(target._dataloaders, saved["dataloaders"], strict=True):
+        tallies.batches.total = counts["batches"]["lifetime"]
+        tallies.samples.total = counts["samples"]["lifetime"]
+    progress._where = (stage, "epoch", "started")
+    return True
