@@ -23,6 +23,8 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
 
+from tracker_core import InexactResumeWarning
+
 from helpers.ignite_program import Config, Program, build, resume, save_every_iteration
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
@@ -68,6 +70,7 @@ CASES = [
 ]
 
 
+@pytest.mark.filterwarnings("error::tracker_core.InexactResumeWarning")
 @pytest.mark.parametrize(("config", "iteration"), CASES)
 def test_resume_from_checkpoint_after_iteration_matches_the_uninterrupted_run(
     config: Config, iteration: int, folder: Path
@@ -162,3 +165,23 @@ def test_resume_from_a_checkpoint_saved_after_terminate_continues_the_cut_epoch_
     )
     stopped.run()
     _assert_same(resume(Config(), tmp_path / "checkpoint.pt"), reference, 6)  # one fit run, as Ignite's state
+
+
+# global RNG moved after the load ------------------------------------------------------------------
+@pytest.mark.parametrize("iteration", [6, 8], ids=["mid-epoch", "epoch-end"])
+def test_a_reseed_between_load_objects_and_run_warns_naming_the_cause(iteration: int, folder: Path) -> None:
+    _, where = _reference(Config(), folder)
+    resumed = build(Config(), seed=1234)
+    Checkpoint.load_objects(resumed.to_save(), str(where / f"{iteration}.pt"))
+    torch.manual_seed(0)  # what Ignite's own save/resume example does after loading
+    with pytest.warns(InexactResumeWarning, match="changed between Checkpoint.load_objects and the trainer's run"):
+        resumed.run()
+
+
+def test_a_draw_in_an_epoch_started_handler_of_a_mid_epoch_resume_warns(folder: Path) -> None:
+    _, where = _reference(Config(), folder)
+    resumed = build(Config(), seed=1234)
+    Checkpoint.load_objects(resumed.to_save(), str(where / "6.pt"))
+    resumed.trainer.add_event_handler(Events.EPOCH_STARTED, lambda: torch.rand(1))  # not run mid-epoch before
+    with pytest.warns(InexactResumeWarning, match="in a STARTED or EPOCH_STARTED handler"):
+        resumed.run()
