@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # The part of the suite `make test-sdist` runs from the unpacked sdist.
 SDIST_TESTS ?= tests/test_packaging.py tests/test_architecture.py tests/test_core_anomalies.py tests/test_core_counting.py tests/test_core_tracker.py
 
-.PHONY: venv test conformance lint test-sdist demo bench clean
+.PHONY: venv test conformance lint test-sdist test-versions demo bench clean
 
 venv: $(STAMP)
 
@@ -57,6 +57,11 @@ test-sdist: $(STAMP)
 	cd build/sdist/tracker_core-*/ && export PYTHONPATH=$(CURDIR)/build/sdist/site PYTHONSAFEPATH=1 && \
 		$(CURDIR)/$(PY) -c "import tracker_core; assert tracker_core.__file__.startswith('$(CURDIR)/build/sdist/site/'), tracker_core.__file__" && \
 		$(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider $(SDIST_TESTS)
+
+# Each optional dependency's tests at the lowest and highest version of its declared range, one venv
+# per version under build/versions (.ci/test_versions.py lists the versions and the tests).
+test-versions: $(STAMP)
+	$(PY) .ci/test_versions.py
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
