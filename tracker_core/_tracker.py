@@ -58,10 +58,8 @@ class Tracker:
             return
         self._untracked.pop(index, None)
         position = self._loaders.get(index)
-        if position is None or position._loader_ref() is not loader:
-            hook = loader.__dict__.get("_get_iterator")
-            existing = getattr(hook, "__self__", None)
-            position = existing if isinstance(existing, LoaderPosition) else LoaderPosition(loader)
+        if position is None or not position.holds(loader):
+            position = LoaderPosition.of(loader) or LoaderPosition(loader)
             self._loaders[index] = position
         pending = self._pending.pop(index, None)
         if pending is not None:
@@ -122,7 +120,7 @@ class Tracker:
         """The framework begins a new run instead of resuming the loaded one: no loader replays the loaded epoch."""
         self._pending.clear()
         for position in self._loaders.values():
-            position._replay = None
+            position.forget_replay()
 
     def load_state_dict(self, entry: object) -> None:
         """Resume from an entry: validate all of it, then load progress and RNGs and arm the loaders.

@@ -1,0 +1,114 @@
+"""What a position knows of its loader's epochs: the record of what fixed one, and the shared cursor."""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from tracker_core.data._rng import GlobalRng
+from tracker_core.data._samplers import SamplerChain
+from tracker_core.data._torch_compat import build_iterator
+
+KEPT_STATES = 8  # states noted after the most recent batches: frameworks prefetch one or two
+
+
+@dataclass(frozen=True)
+class SamplerRng:
+    """What an index sampler draws its order from when it starts."""
+
+    torch_state: torch.Tensor
+    generators: dict[str, torch.Tensor]
+    epochs: dict[str, int]
+
+
+@dataclass
+class EpochRecord:
+    """What fixed one epoch's order, and where the loader's own state stood; fields a kind does not use stay None.
+
+    ``state`` is a position the loader (or its dataset) can be put back to without reading,
+    after ``state_batch`` batches of the epoch; ``later`` holds ``(batch, state)`` noted after
+    each of the most recent batches, so a checkpoint finds the state at the batch it consumed.
+    """
+
+    iterator_rng: GlobalRng | None = None  # None when a persistent-worker iterator was reused
+    loader_generator: torch.Tensor | None = None
+    sampler_rng: SamplerRng | None = None  # "sampler_replay"; None until the sampler starts
+    state: Any = None
+    state_batch: int = 0
+    later: deque[tuple[int, Any]] = field(default_factory=lambda: deque(maxlen=KEPT_STATES))
+
+    def note(self, batch: int, state: Any) -> None:
+        """The loader's own state after ``batch`` batches of this epoch."""
+        self.later.append((batch, state))
+
+    def state_at(self, batch: int) -> tuple[int, Any]:
+        """``(b, state)`` with ``b`` the batch nearest at or before ``batch`` whose state is known."""
+        for noted, state in reversed(self.later):
+            if noted == batch:
+                return noted, state
+        return self.state_batch, self.state
+
+
+@dataclass(frozen=True)
+class Replay:
+    """An armed resume: the saved epoch's record and the batches of it already consumed."""
+
+    record: EpochRecord
+    skip: int
+
+
+@dataclass(frozen=True)
+class FastForward:
+    """A resume that read batches again to reach its position: how many, and how long it took."""
+
+    batches: int
+    seconds: float
+
+    def to_plain(self) -> dict[str, Any]:
+        return {"batches": self.batches, "seconds": self.seconds}
+
+
+@dataclass
+class Cursor:
+    """The epoch a position is in, shared by the front and its strategy."""
+
+    epoch: EpochRecord | None = None  # the most recently begun epoch
+    replay: Replay | None = None  # armed by load_state_dict
+    awaiting_sampler: bool = False  # an iterator was built; its sampler has not started
+    fast_forward: FastForward | None = None  # the last resume's, when it read batches again
+
+
+class Site:
+    """The loader a strategy works on (held weakly) and how to build its iterators."""
+
+    __slots__ = ("_loader_ref", "_previous_hook", "chain", "cursor")
+
+    def __init__(self, loader: DataLoader[Any], previous_hook: Any) -> None:
+        # The loader holds its position (through its iterator hook); the position holds the
+        # loader weakly, so no reference cycle keeps a loader and its workers alive.
+        self._loader_ref = weakref.ref(loader)
+        self._previous_hook = previous_hook  # an instance-level _get_iterator someone else set
+        self.chain = SamplerChain(loader)
+        self.cursor = Cursor()
+
+    def loader_or_none(self) -> DataLoader[Any] | None:
+        return self._loader_ref()
+
+    @property
+    def loader(self) -> DataLoader[Any]:
+        """The loader; ``RuntimeError`` if nothing else kept it alive."""
+        loader = self._loader_ref()
+        if loader is None:
+            raise RuntimeError("the loader of this LoaderPosition was garbage-collected; keep a reference to it")
+        return loader
+
+    def build(self) -> Any:
+        """An iterator built as the loader would build it without a position."""
+        if self._previous_hook is not None:
+            return self._previous_hook()
+        return build_iterator(self.loader)

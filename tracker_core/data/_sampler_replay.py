@@ -1,0 +1,177 @@
+"""Map-style torch ``DataLoader``: an epoch resumes at its index sampler, so skipped samples are never loaded.
+
+When the iterator is built, the global RNGs and ``loader.generator`` are noted (they give the
+workers' base seed). When the index sampler starts, torch's RNG, the samplers' ``generator``
+states and ``epoch`` (``DistributedSampler``) are noted. A replay re-applies both and drops
+the first ``k`` batches of *indices*: skipped samples are never loaded, also with workers
+(the skip happens before indices are sent to them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+
+from tracker_core.data._epoch import EpochRecord, Replay, SamplerRng
+from tracker_core.data._rng import preserved_global_rng, read_generator_state, read_torch_cpu_state
+from tracker_core.data._strategy import Strategy
+from tracker_core.data._torch_compat import sampler_indices, set_sampler_indices
+from tracker_core.state._codec import tensor_to_text
+from tracker_core.state._readers import join_key, read_int, read_mapping
+
+_END = object()
+
+
+class SamplerReplay(Strategy):
+    """Notes and replays what an epoch's index sampler draws from; skips at the sampler."""
+
+    kind = "sampler_replay"
+    epoch_keys = ("iterator_rng", "loader_generator", "sampler_rng")
+    order_depends_on_workers = False  # indices are drawn in the main process
+
+    def begin(self, record: EpochRecord) -> Any:
+        self.site.cursor.awaiting_sampler = True
+        return self._build_tapped()
+
+    def replay(self, replay: Replay) -> Any:
+        # Stays armed: the index sampler replays and skips when it starts.
+        self.site.cursor.awaiting_sampler = True
+        return self._build_tapped()
+
+    def has_drawn(self, record: EpochRecord | None) -> bool:
+        return record is not None and record.sampler_rng is not None
+
+    def _build_tapped(self) -> Any:
+        loader = self.site.loader
+        name = "batch_sampler" if loader.batch_sampler is not None else "sampler"
+        inner = getattr(loader, name)
+        # DataLoader.__setattr__ refuses these names after init; the tap is visible only
+        # while the iterator is built, and the iterator keeps it as its index sampler.
+        object.__setattr__(loader, name, _SamplerTap(inner, self))
+        try:
+            iterator = self.site.build()
+        finally:
+            object.__setattr__(loader, name, inner)
+        indices = sampler_indices(iterator)
+        if type(indices) is _EpochIndices:
+            indices.owner = weakref.ref(iterator)
+        return iterator
+
+    def start_sampler(self, inner: Iterable[Any]) -> Iterator[Any]:
+        """An epoch's index sampler starts: replay its noted RNG and skip, or note it."""
+        cursor = self.site.cursor
+        replay, cursor.replay = cursor.replay, None
+        if replay is not None:
+            cursor.epoch = replay.record
+        elif not cursor.awaiting_sampler or cursor.epoch is None:
+            cursor.epoch = EpochRecord()  # a reused persistent-worker iterator began an epoch
+        cursor.awaiting_sampler = False
+        if replay is not None and replay.record.sampler_rng is not None:
+            with preserved_global_rng():
+                self._apply_sampler_rng(replay.record.sampler_rng)
+                indices = iter(inner)
+                for _ in itertools.islice(indices, replay.skip):
+                    pass
+                # Samplers draw lazily (RandomSampler seeds itself on its first next), so
+                # take the first kept batch here, inside the replayed RNG state.
+                first = next(indices, _END)
+            return iter(()) if first is _END else itertools.chain((first,), indices)
+        chain = self.site.chain
+        cursor.epoch.sampler_rng = SamplerRng(
+            torch.get_rng_state(),
+            {path: g.get_state() for path, g in chain.generators(self.site.loader.generator).items()},
+            {path: owner.epoch for path, owner in chain.epoch_owners().items()},
+        )
+        return iter(inner)
+
+    def _apply_sampler_rng(self, rng: SamplerRng) -> None:
+        torch.set_rng_state(rng.torch_state)
+        generators = self.site.chain.generators(self.site.loader.generator)
+        for path, saved in rng.generators.items():
+            generators[path].set_state(saved)
+        owners = self.site.chain.epoch_owners()
+        for path, epoch in rng.epochs.items():
+            owners[path].epoch = epoch
+
+    # --- saved form ----------------------------------------------------------------------
+
+    def epoch_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
+        rng = record.sampler_rng
+        if rng is None:
+            return {"sampler_rng": None}
+        return {
+            "sampler_rng": {
+                "torch": tensor_to_text(rng.torch_state),
+                "generators": {path: tensor_to_text(s) for path, s in rng.generators.items()},
+                "epochs": dict(rng.epochs),
+            }
+        }
+
+    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord, skip: int) -> Any:
+        if fields["sampler_rng"] is not None:
+            record.sampler_rng = self._read_sampler_rng(fields["sampler_rng"], join_key(key, "sampler_rng"))
+        return None
+
+    def _read_sampler_rng(self, value: object, key: str) -> SamplerRng:
+        fields = read_mapping(value, key, required=("torch", "generators", "epochs"))
+        torch_state = read_torch_cpu_state(fields["torch"], join_key(key, "torch"))
+        mine = self.site.chain.generators(self.site.loader.generator)
+        generators_key = join_key(key, "generators")
+        saved = read_mapping(fields["generators"], generators_key, required=tuple(mine))
+        generators = {
+            path: read_generator_state(saved[path], join_key(generators_key, path), g) for path, g in mine.items()
+        }
+        owners = self.site.chain.epoch_owners()
+        epochs_key = join_key(key, "epochs")
+        saved_epochs = read_mapping(fields["epochs"], epochs_key, required=tuple(owners))
+        epochs = {path: read_int(saved_epochs[path], join_key(epochs_key, path), minimum=0) for path in owners}
+        return SamplerRng(torch_state, generators, epochs)
+
+
+class _SamplerTap:
+    """The index sampler an iterator sees: ``iter()`` gives one epoch's noted indices."""
+
+    __slots__ = ("_inner", "_strategy")
+
+    def __init__(self, inner: Iterable[Any], strategy: SamplerReplay) -> None:
+        self._inner = inner
+        self._strategy = strategy
+
+    def __iter__(self) -> _EpochIndices:
+        return _EpochIndices(self._inner, self._strategy)
+
+    def __len__(self) -> int:
+        return len(self._inner)  # type: ignore[arg-type]
+
+
+class _EpochIndices:
+    """One epoch's indices; the first ``next`` lets the strategy note or replay the start.
+
+    ``owner`` is the (weakly held) DataLoader iterator asking for them, when known: after
+    the first ``next`` it is handed the sampler's own indices, so later batches cost
+    nothing here (torch's single-process iterator reads ``_sampler_iter`` on every batch).
+    """
+
+    __slots__ = ("_indices", "_inner", "_strategy", "owner")
+
+    def __init__(self, inner: Iterable[Any], strategy: SamplerReplay) -> None:
+        self._inner = inner
+        self._strategy = strategy
+        self._indices: Iterator[Any] | None = None
+        self.owner: weakref.ref[Any] | None = None
+
+    def __iter__(self) -> _EpochIndices:
+        return self
+
+    def __next__(self) -> Any:
+        indices = self._indices
+        if indices is None:
+            indices = self._indices = self._strategy.start_sampler(self._inner)
+            owner = None if self.owner is None else self.owner()
+            if owner is not None and sampler_indices(owner) is self:
+                set_sampler_indices(owner, indices)
+        return next(indices)

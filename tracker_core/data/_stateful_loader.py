@@ -1,0 +1,120 @@
+"""torchdata ``StatefulDataLoader``: an epoch resumes through the loader's own state at the consumed batch.
+
+The loader's ``state_dict()`` is noted when an epoch's iterator is built and after each of
+the most recent batches (frameworks prefetch: the loader is ahead of the consumed batches);
+a checkpoint saves the state at the batch it consumed. A resume loads it back, so the loader
+positions itself: at its sampler for map-style data (nothing is read), through the dataset's
+own state for an iterable that has one, its workers with their dataset states and seeds. It
+reads batches again only where torchdata must (an iterable without a state of its own; the
+steps since the last worker snapshot with ``snapshot_every_n_steps`` > 1), and when the
+consumed batch's state was not noted: :class:`SlowResumeWarning` before, the time in
+``fast_forward``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch.utils.data import IterableDataset
+
+from tracker_core._errors import ProgressStateError
+from tracker_core.data._epoch import KEPT_STATES, EpochRecord, Replay
+from tracker_core.data._fast_forward import drop_batches, reading_again
+from tracker_core.data._strategy import Strategy
+from tracker_core.data._torch_compat import (
+    drop_pending_state,
+    forget_live_iterator,
+    note_each_batch,
+    start_sampler_now,
+    stateful_reads_again,
+    stateful_yielded,
+    within_its_epoch,
+)
+from tracker_core.state._codec import from_plain, to_plain
+from tracker_core.state._readers import join_key
+
+
+class StatefulLoader(Strategy):
+    """Saves the loader's own state at the consumed batch and loads it back."""
+
+    kind = "stateful_dataloader"
+    epoch_keys = ("iterator_rng", "loader_generator", "loader_state")
+
+    def begin(self, record: EpochRecord) -> Any:
+        iterator = self.site.build()
+        record.state = iterator.state_dict()
+        self._note_states(iterator, record, 0)
+        return iterator
+
+    def replay(self, replay: Replay) -> Any:
+        cursor = self.site.cursor
+        cursor.replay = None
+        record = replay.record
+        loader = self.site.loader
+        to_position, since_snapshot = stateful_reads_again(record.state, isinstance(loader.dataset, IterableDataset))
+        by_us = replay.skip - record.state_batch
+        reasons = []
+        if to_position:
+            reasons.append("its dataset has no state of its own (state_dict / load_state_dict)")
+        if since_snapshot:
+            reasons.append(f"its workers' last snapshot is {since_snapshot} batches older (snapshot_every_n_steps)")
+        if by_us:
+            reasons.append(f"the loader's state is kept only for the last {KEPT_STATES} batches it yielded")
+        by_loader = to_position + since_snapshot
+        with reading_again(cursor, loader, by_loader + by_us, " and ".join(reasons)):
+            iterator = self.site.build()  # loads the state armed by load_state_dict
+            if not loader.num_workers:
+                start_sampler_now(iterator)  # inside the epoch's replayed RNGs, as in the saved run
+            drop_batches(iterator, by_us)
+        self._note_states(iterator, record, replay.skip)
+        return iterator
+
+    def _note_states(self, iterator: Any, record: EpochRecord, batch: int) -> None:
+        """Note the loader's state now (after ``batch`` batches) and after each next batch; a reused
+        persistent-worker iterator begins a new epoch record when it resets."""
+        record.later.clear()
+        record.note(batch, iterator.state_dict())
+        current: list[Any] = [record, batch]
+
+        def note(live: Any) -> None:
+            current[1] += 1
+            current[0].note(current[1], live.state_dict())
+
+        def reset(live: Any) -> None:
+            epoch = EpochRecord(state=live.state_dict())
+            self.site.cursor.epoch = epoch
+            current[:] = [epoch, 0]
+
+        loader = self.site.loader
+        note_each_batch(iterator, note, reset if loader.persistent_workers and loader.num_workers else None)
+
+    def arm(self, loader_state: Any) -> None:
+        if loader_state is None:
+            forget_live_iterator(self.site.loader)
+        else:
+            self.site.loader.load_state_dict(within_its_epoch(loader_state))  # type: ignore[attr-defined]
+
+    def disarm(self) -> None:
+        super().disarm()
+        drop_pending_state(self.site.loader)
+
+    # --- saved form ----------------------------------------------------------------------
+
+    def epoch_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
+        return {"loader_state": to_plain(record.state_at(batches_consumed)[1], "loader_state")}
+
+    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord, skip: int) -> Any:
+        state_key = join_key(key, "loader_state")
+        loader_state = fields["loader_state"]
+        if not isinstance(loader_state, Mapping):
+            raise ProgressStateError(state_key, f"expected a mapping, got {type(loader_state).__name__}")
+        record.state = from_plain(dict(loader_state), state_key)
+        try:
+            batch = stateful_yielded(record.state)
+        except (KeyError, TypeError, ValueError):
+            raise ProgressStateError(state_key, "not a StatefulDataLoader state: no count of yielded batches") from None
+        if not 0 <= batch <= skip:
+            raise ProgressStateError(state_key, f"saved after {batch} batches, not within the {skip} consumed")
+        record.state_batch = batch
+        return record.state

@@ -1,0 +1,63 @@
+"""What every resume mechanism of a loader kind provides to ``LoaderPosition`` (the front)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from tracker_core.data._epoch import EpochRecord, Replay, Site
+from tracker_core.data._torch_compat import forget_live_iterator
+
+LoaderKind = Literal["sampler_replay", "iterable_replay", "stateful_dataloader"]
+
+
+def is_stateful(obj: object) -> bool:
+    """Whether ``obj`` carries its own position: torchdata's ``Stateful`` protocol (``state_dict`` and
+    ``load_state_dict``), which Hugging Face ``datasets.IterableDataset`` follows too."""
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+
+
+class Strategy:
+    """One loader kind's way to note an epoch as it begins and to replay it from a batch.
+
+    The front calls :meth:`begin` when an epoch's iterator is built normally (``cursor.epoch``
+    already holds a new record with the global RNGs), and :meth:`replay` when a loaded state is
+    armed (inside a save/restore of the global RNGs, the epoch's iterator RNGs applied). The
+    epoch record's kind-specific fields go through :meth:`epoch_to_plain` and :meth:`read_epoch`.
+    """
+
+    kind: ClassVar[LoaderKind]
+    epoch_keys: ClassVar[tuple[str, ...]] = ("iterator_rng", "loader_generator")
+    optional_epoch_keys: ClassVar[tuple[str, ...]] = ()
+    order_depends_on_workers: ClassVar[bool] = True  # a resume with another worker count is refused
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+
+    def begin(self, record: EpochRecord) -> Any:
+        """Build a new epoch's iterator and note what fixes it into ``record``."""
+        return self.site.build()
+
+    def replay(self, replay: Replay) -> Any:
+        """Build the iterator of the armed epoch, positioned at ``replay.skip``."""
+        raise NotImplementedError
+
+    def epoch_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
+        """The kind's fields of the saved epoch record."""
+        return {}
+
+    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord, skip: int) -> Any:
+        """Validate the kind's saved fields into ``record``; return the state to hand the loader (or None)."""
+        return None
+
+    def has_drawn(self, record: EpochRecord | None) -> bool:
+        """Whether ``record`` knows the order of batches already drawn."""
+        return record is not None
+
+    def arm(self, loader_state: Any) -> None:
+        """Prepare the loader for its next epoch after a load (``loader_state``: what :meth:`read_epoch` gave)."""
+        forget_live_iterator(self.site.loader)
+
+    def disarm(self) -> None:
+        """Undo :meth:`arm`: the next epoch is read whole."""
+        self.site.cursor.replay = None

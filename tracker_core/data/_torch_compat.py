@@ -1,0 +1,250 @@
+"""Every private attribute of torch's and torchdata's data loading that data position touches.
+
+Checked when this module is imported (torch) and when the first ``StatefulDataLoader`` is
+positioned (torchdata): a missing attribute raises ``ImportError`` naming the installed version.
+``ATTRIBUTES`` and ``torchdata_attributes()`` list them all, for the test that they still exist.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data._utils.fetch import _IterableDatasetFetcher
+from torch.utils.data.dataloader import _BaseDataLoaderIter, _SingleProcessDataLoaderIter
+
+__all__ = [
+    "ATTRIBUTES",
+    "build_iterator",
+    "check_attributes",
+    "drop_pending_state",
+    "fetched_iterable",
+    "forget_live_iterator",
+    "install_iterator_hook",
+    "iterator_hook",
+    "note_each_batch",
+    "sampler_indices",
+    "set_sampler_indices",
+    "start_sampler_now",
+    "stateful_loader_type",
+    "stateful_reads_again",
+    "stateful_yielded",
+    "torchdata_attributes",
+    "within_its_epoch",
+]
+
+# Owner -> the private attributes (class attributes, or assigned in the owner's __init__) used here.
+ATTRIBUTES: dict[type, tuple[str, ...]] = {
+    DataLoader: ("_get_iterator", "_iterator"),
+    _BaseDataLoaderIter: ("_sampler_iter", "_reset"),
+    _SingleProcessDataLoaderIter: ("_dataset_fetcher",),
+    _IterableDatasetFetcher: ("dataset_iter",),
+}
+
+_END = object()
+# Attributes this module sets on an iterator whose batches are noted (see note_each_batch).
+_ON_BATCH = "_tracker_core_on_batch"
+_ON_RESET = "_tracker_core_on_reset"
+
+
+def check_attributes(package: str, version: str, owners: Mapping[Any, tuple[str, ...]]) -> None:
+    """Raise ``ImportError`` naming ``package version`` if an attribute of ``owners`` (classes or
+    modules) is gone."""
+    missing = [
+        f"{owner.__name__}.{name}"
+        for owner, names in owners.items()
+        for name in names
+        if not hasattr(owner, name) and name not in _assigned_in_init(owner)
+    ]
+    if missing:
+        raise ImportError(
+            f"tracker-core's data position relies on {', '.join(missing)}, which {package} {version} "
+            "does not have: install a version in the range tracker-core declares"
+        )
+
+
+def _assigned_in_init(owner: Any) -> tuple[str, ...]:
+    code = getattr(getattr(owner, "__init__", None), "__code__", None)
+    return tuple(code.co_names) if code is not None else ()
+
+
+# --- the loader's iterator -------------------------------------------------------------------
+
+
+def iterator_hook(loader: DataLoader[Any]) -> Any:
+    """The ``_get_iterator`` set on this loader instance (not its class), or None."""
+    return loader.__dict__.get("_get_iterator")
+
+
+def install_iterator_hook(loader: DataLoader[Any], hook: Callable[[], Any]) -> None:
+    """Make ``iter(loader)`` build its iterators through ``hook`` (an instance-level ``_get_iterator``)."""
+    loader._get_iterator = hook  # type: ignore[method-assign]
+
+
+def build_iterator(loader: DataLoader[Any]) -> Any:
+    """An iterator built as the loader's class builds one."""
+    return type(loader)._get_iterator(loader)
+
+
+def forget_live_iterator(loader: DataLoader[Any]) -> None:
+    """Drop a kept iterator (persistent workers) so the next epoch is built, and seen, anew."""
+    stateful = stateful_loader_type()
+    if stateful is not None and isinstance(loader, stateful):
+        loader.load_state_dict({})  # type: ignore[attr-defined]  # drops its iterator; keeps its pending state
+    else:
+        loader._iterator = None
+
+
+def drop_pending_state(loader: DataLoader[Any]) -> None:
+    """Forget the state a ``StatefulDataLoader`` would resume its next iterator from, and its iterator."""
+    loader.next_iter_state = None
+    forget_live_iterator(loader)
+
+
+def sampler_indices(iterator: Any) -> Any:
+    """The index iterator a DataLoader iterator draws from (``_sampler_iter``), or None."""
+    return getattr(iterator, "_sampler_iter", None)
+
+
+def set_sampler_indices(iterator: Any, indices: Any) -> None:
+    iterator._sampler_iter = indices
+
+
+def start_sampler_now(iterator: Any) -> None:
+    """Make a single-process iterator's index sampler draw its order now, not at the first batch.
+
+    A sampler without a state of its own (torch's ``RandomSampler`` without a generator seeds
+    itself from the global RNG at its first ``next``) is kept as is when it has one: torchdata
+    saves it from there.
+    """
+    indices = getattr(iterator, "_sampler_iter", None)
+    if indices is None or (callable(getattr(indices, "state_dict", None)) and hasattr(indices, "load_state_dict")):
+        return
+    first = next(indices, _END)
+    iterator._sampler_iter = iter(()) if first is _END else itertools.chain((first,), indices)
+
+
+def fetched_iterable(iterator: Any) -> Any:
+    """The iterator of an IterableDataset a single-process DataLoader iterator reads, or None."""
+    fetcher = getattr(iterator, "_dataset_fetcher", None)
+    return getattr(fetcher, "dataset_iter", None)
+
+
+def note_each_batch(
+    iterator: Any, on_batch: Callable[[Any], None], on_reset: Callable[[Any], None] | None = None
+) -> None:
+    """Call ``on_batch(iterator)`` after each batch it yields, ``on_reset(iterator)`` when it begins
+    another epoch (persistent workers). The iterator's class becomes a subclass of its own that
+    does this; the callbacks are held by the iterator."""
+    base: Any = type(iterator)
+    iterator.__class__ = _noting_type(base)
+    setattr(iterator, _ON_BATCH, on_batch)
+    setattr(iterator, _ON_RESET, on_reset)
+
+
+@functools.cache
+def _noting_type(base: Any) -> type:
+    def __next__(self: Any) -> Any:
+        batch = base.__next__(self)
+        getattr(self, _ON_BATCH)(self)
+        return batch
+
+    def _reset(self: Any, *args: Any, **kwargs: Any) -> None:
+        base._reset(self, *args, **kwargs)
+        on_reset = getattr(self, _ON_RESET, None)
+        if on_reset is not None:
+            on_reset(self)
+
+    return type(base.__name__, (base,), {"__next__": __next__, "_reset": _reset, "__module__": __name__})
+
+
+# --- torchdata ---------------------------------------------------------------------------------
+
+
+@functools.cache
+def stateful_loader_type() -> type | None:
+    """torchdata's ``StatefulDataLoader`` (its private attributes checked), or None without torchdata."""
+    try:
+        import torchdata
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ImportError:  # pragma: no cover - torchdata is optional
+        return None
+    check_attributes("torchdata", getattr(torchdata, "__version__", "(unknown version)"), torchdata_attributes())
+    return StatefulDataLoader
+
+
+def torchdata_attributes() -> dict[Any, tuple[str, ...]]:
+    """The torchdata attributes used here (torchdata must be importable)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from torchdata.stateful_dataloader import incremental_state as keys
+    from torchdata.stateful_dataloader import stateful_dataloader as module
+
+    return {
+        keys: ("_FETCHER_STATE", "_DATASET_STATE", "_DATASET_ITER_STATE"),
+        module: ("_ITERATOR_FINISHED",),
+        StatefulDataLoader: ("next_iter_state", "_get_iterator", "_iterator"),
+        module._StatefulBaseDataLoaderIter: ("_reset",),
+        module._StatefulSingleProcessDataLoaderIter: ("_NUM_YIELDED",),
+        module._StatefulMultiProcessingDataLoaderIter: (
+            "_SNAPSHOT",
+            "_SNAPSHOT_STEP",
+            "_WORKER_SNAPSHOTS",
+            "_STEPS_SINCE_SNAPSHOT",
+        ),
+    }
+
+
+def stateful_reads_again(state: Mapping[str, Any], iterable: bool) -> tuple[int, int]:
+    """Batches a ``StatefulDataLoader`` reads and drops when it resumes from its ``state_dict()`` ``state``:
+    ``(to reach the position, since the last worker snapshot)``.
+
+    It reads an iterable whose dataset and iterator have no state of their own up to the
+    position, and a multi-process loader reads the steps taken since its workers' last
+    snapshot (``snapshot_every_n_steps`` > 1).
+    """
+    from torchdata.stateful_dataloader import incremental_state as keys
+    from torchdata.stateful_dataloader import stateful_dataloader as module
+
+    multi = module._StatefulMultiProcessingDataLoaderIter
+    if multi._SNAPSHOT in state:
+        snapshot = state[multi._SNAPSHOT]
+        workers = [worker for worker in snapshot.get(multi._WORKER_SNAPSHOTS, {}).values() if worker is not None]
+        to_position = 0
+        if iterable and not any(_has_own_state(worker, keys) for worker in workers):
+            to_position = int(snapshot.get(multi._SNAPSHOT_STEP, 0))
+        return to_position, int(state.get(multi._STEPS_SINCE_SNAPSHOT, 0))
+    if iterable and not _has_own_state(state, keys):
+        return int(state.get(module._StatefulSingleProcessDataLoaderIter._NUM_YIELDED, 0)), 0
+    return 0, 0
+
+
+def within_its_epoch(state: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``state`` without torchdata's end-of-epoch mark: a loader resumed at its epoch's end yields
+    nothing more of that epoch, instead of beginning the next one in the same ``iter()``."""
+    from torchdata.stateful_dataloader import stateful_dataloader as module
+
+    if not state.get(module._ITERATOR_FINISHED):
+        return state
+    return {**state, module._ITERATOR_FINISHED: False}
+
+
+def stateful_yielded(state: Mapping[str, Any]) -> int:
+    """Batches of its epoch a ``StatefulDataLoader`` had yielded when it gave ``state``."""
+    from torchdata.stateful_dataloader import stateful_dataloader as module
+
+    multi = module._StatefulMultiProcessingDataLoaderIter
+    if multi._SNAPSHOT in state:
+        return int(state[multi._SNAPSHOT][multi._SNAPSHOT_STEP]) + int(state[multi._STEPS_SINCE_SNAPSHOT])
+    return int(state[module._StatefulSingleProcessDataLoaderIter._NUM_YIELDED])
+
+
+def _has_own_state(state: Mapping[str, Any], keys: Any) -> bool:
+    fetcher = state.get(keys._FETCHER_STATE) or {}
+    return state.get(keys._DATASET_STATE) is not None or fetcher.get(keys._DATASET_ITER_STATE) is not None
+
+
+check_attributes("torch", torch.__version__, ATTRIBUTES)
