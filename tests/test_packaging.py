@@ -37,6 +37,12 @@ def test_constraints_pin_every_framework_exactly():
     assert all(version for version in pins.values()), "every constraint is an exact '==' pin"
 
 
+def test_the_unified_lightning_package_is_pinned_to_the_pytorch_lightning_version():
+    pins = _pins()
+    assert pins["lightning"] == pins["pytorch-lightning"]
+    assert "jsonargparse" in pins, "LightningCLI's parser, for the tests that drive it"
+
+
 def test_every_extra_is_declared():
     project = _pyproject()["project"]
     assert set(project["optional-dependencies"]) == {
