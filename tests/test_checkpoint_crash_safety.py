@@ -1,0 +1,174 @@
+"""A save killed part-way, a full disk, two processes saving into one folder: never a checkpoint that
+``newest_intact_checkpoint`` accepts but that resumes wrongly.
+
+Kills: tests/helpers/save_kill_zygote.py forks children that ``save_state`` into one fixed folder
+after every batch and SIGKILLs each at a seeded random instant; whatever is left must be refused,
+or hold the weights, optimizer state and progress of one and the same save (checked against what
+the child logged before each save). 12 kills in ``make test``, 150 with ``TRACKER_MATRIX=full``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("accelerate")
+
+import torch
+
+from tracker_core.integrations._accelerate_checkpoint import state_crc32, tensor_crc32
+from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint
+
+from helpers.accelerate_drive import Setup, StopAt, run
+from helpers.distributed_runs import TESTS
+
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+
+FULL = os.environ.get("TRACKER_MATRIX") == "full"
+
+
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[subprocess.Popen[str]]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))
+    process = subprocess.Popen(
+        [sys.executable, str(TESTS / "helpers" / "save_kill_zygote.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=TESTS,
+    )
+    yield process
+    assert process.stdin is not None
+    process.stdin.close()
+    process.wait(timeout=60)
+
+
+def _kill_during_saves(zygote: subprocess.Popen[str], folder: Path, delay: float) -> str:
+    assert zygote.stdin is not None and zygote.stdout is not None
+    zygote.stdin.write(f"{folder} {delay}\n")
+    zygote.stdin.flush()
+    return zygote.stdout.readline().strip()
+
+
+def _logged_saves(folder: Path) -> dict[int, tuple[dict[str, int], int]]:
+    """Per global batch count the child logged before a save: (weights CRC-32 per tensor, optimizer CRC-32)."""
+    saves = {}
+    for line in Path(f"{folder}.log").read_text().splitlines():
+        if line.startswith("done"):
+            continue
+        _, started, *weights, optimizer = line.split()
+        saves[int(started)] = ({k: int(v) for k, v in (w.split("=") for w in weights)}, int(optimizer))
+    return saves
+
+
+def _assert_refused_or_one_save(folder: Path) -> bool:
+    """Whether ``folder`` was accepted; if it was, its parts must all come from one logged save."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            newest_intact_checkpoint([folder])
+    except CheckpointFileError:
+        return False
+    progress = torch.load(folder / "progress_tracker_0.pt", weights_only=True)["tracker"]["progress"]
+    weights, optimizer = _logged_saves(folder)[progress["stages"]["train"]["batches"]["lifetime"]["processed"]]
+    from safetensors.torch import load_file
+
+    found = {name: tensor_crc32(tensor) for name, tensor in load_file(folder / "model.safetensors").items()}
+    assert found == weights, "weights from another save than the progress file's"
+    assert state_crc32(torch.load(folder / "optimizer.bin", weights_only=True)) == optimizer
+    return True
+
+
+def _kills(zygote: subprocess.Popen[str], tmp_path: Path, runs: int) -> None:
+    draw = random.Random(18)
+    accepted = 0
+    for index in range(runs):
+        folder = tmp_path / f"run{index}" / "checkpoint"
+        folder.parent.mkdir()
+        assert _kill_during_saves(zygote, folder, draw.uniform(0.0, 0.25)) in ("killed", "finished")
+        accepted += _assert_refused_or_one_save(folder)
+    assert accepted > 0  # a kill between saves leaves a whole one, which must be accepted
+
+
+def test_save_state_into_a_fixed_folder_killed_at_random_instants_never_leaves_a_mixed_checkpoint_accepted(
+    zygote: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    _kills(zygote, tmp_path, 12)
+
+
+@pytest.mark.matrix
+@pytest.mark.skipif(not FULL, reason="150 kills with TRACKER_MATRIX=full (make conformance)")
+def test_save_state_killed_150_times_never_leaves_a_mixed_checkpoint_accepted(
+    zygote: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    _kills(zygote, tmp_path, 150)
+
+
+def test_two_processes_saving_into_one_folder_are_detected(tmp_path: Path) -> None:
+    """Two runs of different seeds save into one folder (rank checks forgotten): one's progress file
+    and the other's weights are refused as parts of different saves."""
+    folder = tmp_path / "shared"
+    run(Setup(), stop=StopAt(5), save_dir=str(folder), seed_value=1)
+    progress_file = (folder / "progress_tracker_0.pt").read_bytes()
+    run(Setup(), stop=StopAt(6), save_dir=str(folder), seed_value=2)
+    (folder / "progress_tracker_0.pt").write_bytes(progress_file)  # the first process's rename came last
+    with pytest.raises(CheckpointFileError, match="parts of this folder come from different saves"):
+        newest_intact_checkpoint([folder])
+
+
+# a full disk -------------------------------------------------------------------------------------
+@contextmanager
+def _small_disk(tmp_path: Path, kilobytes: int) -> Iterator[Path]:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={kilobytes}k", "tmpfs", str(disk)], capture_output=True, check=False
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root); test_a_file_size_limit_... simulates a full disk")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _fill(disk: Path, leave: int) -> None:
+    """Write a filler file until only about ``leave`` bytes are free on ``disk``."""
+    stats = os.statvfs(disk)
+    (disk / "filler").write_bytes(bytes(max(stats.f_bavail * stats.f_frsize - leave, 0)))
+
+
+def _reference(setup: Setup) -> Any:
+    return run(setup)
+
+
+def test_a_full_disk_during_save_state_names_the_path_and_the_previous_checkpoint_resumes_exactly(
+    tmp_path: Path,
+) -> None:
+    setup = Setup()
+    with _small_disk(tmp_path, 512) as disk:
+        stopped = run(setup, stop=StopAt(5), save_dir=str(disk / "previous"))
+        _fill(disk, 8_000)
+        with pytest.raises(OSError, match=str(disk / "next")) as raised:
+            run(setup, stop=StopAt(6), save_dir=str(disk / "next"))
+        assert "the previous file there is unchanged" in str(raised.value)
+        assert not [p for p in (disk / "next").iterdir() if p.name.startswith(".")]  # no temporary file left
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            chosen = newest_intact_checkpoint([disk / "previous", disk / "next"])
+        assert chosen == disk / "previous"
+        resumed = run(setup, load_dir=str(chosen), seed_value=7)
+    reference = _reference(setup)
+    assert stopped.train_ids + resumed.train_ids == reference.train_ids
+    assert all(torch.equal(a, b) for a, b in zip(resumed.weights, reference.weights, strict=True))
+    assert resumed.state == reference.state
