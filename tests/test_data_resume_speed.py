@@ -1,0 +1,179 @@
+"""A resume positions the loader without reading the batches already trained, wherever the loader can.
+
+Each test trains part of an epoch with two batches prefetched ahead of the step (as a framework
+does), saves ``state_dict(batches_consumed=k)``, and resumes a fresh loader. Datasets count
+their loads (``__getitem__``) or reads (iteration) in shared memory, so loads in worker
+processes count too. Where batches must be read again the resume says so before
+(``SlowResumeWarning``, naming the loader and the count) and records how long it took.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from tracker_core.data._position import LoaderPosition, SlowResumeWarning
+
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+
+SIZE = 24
+BATCH = 2  # 12 batches an epoch
+CONSUMED = 5
+AHEAD = 2  # batches the "framework" fetched beyond the consumed ones at the checkpoint
+_FORK = multiprocessing.get_context("fork")
+
+
+class _Counted(Dataset[int]):
+    """Map-style: sample ``i`` is ``i``; ``loads`` counts ``__getitem__`` calls in every process."""
+
+    def __init__(self) -> None:
+        self.loads = _FORK.Value("i", 0)
+
+    def __len__(self) -> int:
+        return SIZE
+
+    def __getitem__(self, index: int) -> int:
+        with self.loads.get_lock():
+            self.loads.value += 1
+        return index
+
+
+class _Positioned(IterableDataset[int]):
+    """Iterable: each worker reads its share of ``0..SIZE-1``; its position is its own state
+    (``state_dict`` / ``load_state_dict``, torchdata's protocol). ``loads`` counts reads."""
+
+    def __init__(self) -> None:
+        self.loads = _FORK.Value("i", 0)
+        self.position = 0
+
+    def __iter__(self) -> _Positioned:
+        self.position = 0
+        return self
+
+    def __next__(self) -> int:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        index = worker + self.position * workers
+        if index >= SIZE:
+            raise StopIteration
+        self.position += 1
+        with self.loads.get_lock():
+            self.loads.value += 1
+        return index
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position = state["position"]
+
+
+class _Stateless(_Positioned):
+    """The same reads, with no state of its own."""
+
+    state_dict = None  # type: ignore[assignment]
+    load_state_dict = None  # type: ignore[assignment]
+
+
+def _workers(count: int) -> dict[str, Any]:
+    return {"num_workers": count, "multiprocessing_context": "fork"} if count else {}
+
+
+LOADERS: dict[str, Callable[[], DataLoader[Any]]] = {
+    "stateful-map-0-workers": lambda: StatefulDataLoader(_Counted(), batch_size=BATCH, shuffle=True),
+    "stateful-map-2-workers": lambda: StatefulDataLoader(_Counted(), batch_size=BATCH, shuffle=True, **_workers(2)),
+    "plain-map-2-workers": lambda: DataLoader(_Counted(), batch_size=BATCH, shuffle=True, **_workers(2)),
+    "stateful-own-state-iterable-0-workers": lambda: StatefulDataLoader(_Positioned(), batch_size=BATCH),
+    "stateful-own-state-iterable-2-workers": lambda: StatefulDataLoader(_Positioned(), batch_size=BATCH, **_workers(2)),
+    "plain-own-state-iterable-0-workers": lambda: DataLoader(_Positioned(), batch_size=BATCH),
+}
+
+
+def _ids(batch: Any) -> list[int]:
+    return torch.as_tensor(batch).tolist()
+
+
+def _checkpoint(build: Callable[[], DataLoader[Any]]) -> tuple[dict[str, Any], list[list[int]]]:
+    """A saved position after ``CONSUMED`` batches (``AHEAD`` more fetched), and the epoch's batches after it."""
+    torch.manual_seed(0)
+    loader = build()
+    position = LoaderPosition(loader)
+    batches = iter(loader)
+    fetched = [_ids(next(batches)) for _ in range(CONSUMED + AHEAD)]
+    state = json.loads(json.dumps(position.state_dict(batches_consumed=CONSUMED)))
+    rest = fetched[CONSUMED:] + [_ids(batch) for batch in batches]
+    return state, rest
+
+
+class _Resumed:
+    """A fresh loader resumed from a state: its position, the rest of the epoch it yielded, the loads it made."""
+
+    def __init__(self, build: Callable[[], DataLoader[Any]], state: dict[str, Any]) -> None:
+        torch.manual_seed(1)
+        self.loader = build()  # a position holds its loader weakly
+        self.position = LoaderPosition(self.loader)
+        self.position.load_state_dict(state)
+        self.rest = [_ids(batch) for batch in self.loader]
+        self.loads = self.loader.dataset.loads.value  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", list(LOADERS))
+def test_a_resume_loads_only_the_samples_not_yet_trained_and_reads_nothing_again(name: str) -> None:
+    state, expected = _checkpoint(LOADERS[name])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SlowResumeWarning)
+        resumed = _Resumed(LOADERS[name], state)
+    assert resumed.rest == expected
+    assert resumed.loads == sum(len(batch) for batch in expected)
+    assert resumed.position.fast_forward is None
+
+
+def test_a_stateful_dataloader_saves_its_state_at_the_consumed_batch_not_at_the_prefetched_one() -> None:
+    state, _ = _checkpoint(LOADERS["stateful-map-0-workers"])
+    assert state["epoch"]["loader_state"]["_num_yielded"] == CONSUMED
+
+
+def _expect_reading_again(build: Callable[[], DataLoader[Any]], match: str, batches: int) -> _Resumed:
+    state, expected = _checkpoint(build)
+    with pytest.warns(SlowResumeWarning, match=match):
+        resumed = _Resumed(build, state)
+    assert resumed.rest == expected
+    assert resumed.position.fast_forward is not None
+    assert resumed.position.fast_forward.batches == batches
+    assert resumed.position.fast_forward.seconds >= 0
+    return resumed
+
+
+def test_a_plain_dataloader_over_an_iterable_without_state_warns_before_reading_again_and_records_the_time() -> None:
+    build = lambda: DataLoader(_Stateless(), batch_size=BATCH)  # noqa: E731
+    resumed = _expect_reading_again(
+        build, r"DataLoader over _Stateless \(0 workers\): reading again the 5 batches", CONSUMED
+    )
+    fast_forward = resumed.position.fast_forward
+    assert fast_forward is not None
+    assert resumed.position.state_dict(batches_consumed=SIZE // BATCH)["fast_forward"] == fast_forward.to_plain()
+
+
+def test_a_plain_dataloader_cannot_reach_its_workers_dataset_state_so_it_reads_again_and_says_why() -> None:
+    build = lambda: DataLoader(_Positioned(), batch_size=BATCH, **_workers(2))  # noqa: E731
+    _expect_reading_again(build, r"\(2 workers\).*StatefulDataLoader can", CONSUMED)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_stateful_dataloader_over_an_iterable_without_state_warns_that_torchdata_reads_again(workers: int) -> None:
+    build = lambda: StatefulDataLoader(_Stateless(), batch_size=BATCH, **_workers(workers))  # noqa: E731
+    _expect_reading_again(build, "no state of its own", CONSUMED)
+
+
+def test_a_resume_that_reads_nothing_again_saves_no_fast_forward() -> None:
+    state, _ = _checkpoint(LOADERS["stateful-map-0-workers"])
+    resumed = _Resumed(LOADERS["stateful-map-0-workers"], state)
+    assert "fast_forward" not in resumed.position.state_dict(batches_consumed=SIZE // BATCH)
