@@ -3,8 +3,6 @@ check the result equals an uninterrupted run. Run: python examples/accelerate_re
 
 from __future__ import annotations
 
-import os
-import sys
 import tempfile
 
 import torch
@@ -12,9 +10,8 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from torch.utils.data import DataLoader, TensorDataset
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import tracker_core  # noqa: E402
-from tracker_core.integrations.accelerate import AcceleratorProgress  # noqa: E402
+import tracker_core
+from tracker_core.integrations.accelerate import AcceleratorProgress
 
 
 def train(checkpoint: str, stop_after: int | None = None, resume: bool = False) -> list[torch.Tensor]:

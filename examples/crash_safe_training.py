@@ -131,7 +131,7 @@ def train_ignite(folder: Path, resume_from: Path | None, seed: int, record: Reco
     def step(engine: Engine, batch: Any) -> None:
         x, y, ids = batch
         record(ids.tolist())
-        (_loss(model, x, y) / ACCUMULATION).backward()
+        torch.autograd.backward(_loss(model, x, y) / ACCUMULATION)
         in_epoch = (engine.state.iteration - 1) % BATCHES_PER_EPOCH + 1
         if in_epoch % ACCUMULATION == 0 or in_epoch == BATCHES_PER_EPOCH:  # Lightning's and Accelerate's rule
             optimizer.step()
@@ -155,8 +155,8 @@ def train_ignite(folder: Path, resume_from: Path | None, seed: int, record: Reco
 
 
 def train_accelerate(folder: Path, resume_from: Path | None, seed: int, record: Record) -> tuple[torch.nn.Module, Any]:
-    from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration
+    from accelerate.accelerator import Accelerator
+    from accelerate.utils.dataclasses import ProjectConfiguration
 
     from tracker_core.integrations.accelerate import AcceleratorProgress
 
@@ -165,7 +165,7 @@ def train_accelerate(folder: Path, resume_from: Path | None, seed: int, record: 
     model = _model()
     optimizer = _optimizer(model)
     _seed(seed)
-    model, optimizer, train = accelerator.prepare(model, optimizer, _loader())
+    model, optimizer, train = accelerator.prepare(model, optimizer, _loader())  # type: ignore[no-untyped-call]
     progress = AcceleratorProgress(accelerator)
     progress.track_train_loader(train)
     if resume_from is not None:
@@ -174,7 +174,7 @@ def train_accelerate(folder: Path, resume_from: Path | None, seed: int, record: 
         for x, y, ids in progress.train(train):
             record(ids.tolist())
             with accelerator.accumulate(model):
-                accelerator.backward(_loss(model, x, y))
+                accelerator.backward(_loss(model, x, y))  # type: ignore[no-untyped-call]
                 optimizer.step()
                 optimizer.zero_grad()
             accelerator.save_state()

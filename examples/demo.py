@@ -37,9 +37,11 @@ from tracker_core.integrations.checkpoints import newest_intact_checkpoint, read
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SCRIPT = HERE / "crash_safe_training.py"
-NAMES = {"lightning": "PyTorch Lightning (ProgressTracker callback, ModelCheckpoint every step)",
-         "ignite": "PyTorch Ignite (ProgressHandler, Checkpoint(n_saved=3) every iteration)",
-         "accelerate": "Hugging Face Accelerate (AcceleratorProgress, save_state(total_limit=3) every batch)"}
+NAMES = {
+    "lightning": "PyTorch Lightning (ProgressTracker callback, ModelCheckpoint every step)",
+    "ignite": "PyTorch Ignite (ProgressHandler, Checkpoint(n_saved=3) every iteration)",
+    "accelerate": "Hugging Face Accelerate (AcceleratorProgress, save_state(total_limit=3) every batch)",
+}
 PER_EPOCH = BATCHES_PER_EPOCH
 
 
@@ -53,8 +55,9 @@ def _launch(framework: str, workdir: Path, name: str, resume: bool = False) -> s
     workdir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, str(SCRIPT), framework, str(workdir), str(workdir / f"{name}.ids")]
     with open(workdir / f"{name}.log", "w") as log:  # the child's stderr, shown if it fails
-        return subprocess.Popen([*command, *(["--resume"] if resume else [])], stdout=subprocess.PIPE, stderr=log,
-                                text=True, cwd=ROOT)
+        return subprocess.Popen(
+            [*command, *(["--resume"] if resume else [])], stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT
+        )
 
 
 def _finish(child: subprocess.Popen[str], framework: str, workdir: Path, name: str, kill_at: int | None = None) -> Run:
@@ -82,8 +85,10 @@ def _where(progress: dict[str, Any]) -> str:
     batches = f"{done} train batch{'es' if done != 1 else ''} done"
     if not view.is_mid_epoch:
         return f"{batches}, at an epoch boundary"
-    return (f"{batches}: epoch {view.epoch_index + 1}, {view.train.batches.epoch.completed} of "
-            f"{PER_EPOCH} batches into it{', mid-accumulation' if view.is_mid_accumulation else ''}")
+    return (
+        f"{batches}: epoch {view.epoch_index + 1}, {view.train.batches.epoch.completed} of "
+        f"{PER_EPOCH} batches into it{', mid-accumulation' if view.is_mid_accumulation else ''}"
+    )
 
 
 def _framework(framework: str, workdir: Path, kill_at: int) -> tuple[bool, dict[str, Any]]:
@@ -94,8 +99,11 @@ def _framework(framework: str, workdir: Path, kill_at: int) -> tuple[bool, dict[
     straight = _finish(uninterrupted, framework, workdir / "straight", "straight")
     print(f"   1. uninterrupted run: {len(straight.ids)} train steps", flush=True)
     epoch, batch = divmod(kill_at - 1, PER_EPOCH)
-    print(f"   2. killed with SIGKILL in step {kill_at} (epoch {epoch + 1}, batch {batch + 1} of {PER_EPOCH}); "
-          f"it had begun {len(killed.ids)} steps", flush=True)
+    print(
+        f"   2. killed with SIGKILL in step {kill_at} (epoch {epoch + 1}, batch {batch + 1} of {PER_EPOCH}); "
+        f"it had begun {len(killed.ids)} steps",
+        flush=True,
+    )
     start = newest_intact_checkpoint(checkpoints(framework, crashed))
     saved = read_checkpoint(start).entries[0]["progress"]
     done = saved["stages"]["train"]["batches"]["lifetime"]["processed"]
@@ -104,12 +112,15 @@ def _framework(framework: str, workdir: Path, kill_at: int) -> tuple[bool, dict[
     resumed = _finish(_launch(framework, crashed, "resumed", resume=True), framework, crashed, "resumed")
     a, b = straight.result, resumed.result
     weights = all(torch.equal(x, y) for x, y in zip(a["weights"], b["weights"], strict=True))
-    ids = killed.ids[:done] + resumed.ids == straight.ids and killed.ids[done:] == straight.ids[done:len(killed.ids)]
+    ids = killed.ids[:done] + resumed.ids == straight.ids and killed.ids[done:] == straight.ids[done : len(killed.ids)]
     progress = a["progress"] == b["progress"]
     lost = len(killed.ids) - done
-    print(f"   weights bit-identical: {_yes(weights)}; sample ids of all {len(straight.ids)} steps identical: "
-          f"{_yes(ids)} ({lost} step{'s' if lost != 1 else ''} lost to the kill, re-read identically); "
-          f"progress state identical: {_yes(progress)}", flush=True)
+    print(
+        f"   weights bit-identical: {_yes(weights)}; sample ids of all {len(straight.ids)} steps identical: "
+        f"{_yes(ids)} ({lost} step{'s' if lost != 1 else ''} lost to the kill, re-read identically); "
+        f"progress state identical: {_yes(progress)}",
+        flush=True,
+    )
     return weights and ids and progress, b["progress"]
 
 
@@ -118,9 +129,11 @@ def _yes(value: bool) -> str:
 
 
 def main() -> int:
-    print(f"Training {SAMPLES} samples in batches of {BATCH_SIZE} ({PER_EPOCH} per epoch, the last of "
-          f"{SAMPLES - (PER_EPOCH - 1) * BATCH_SIZE}), {EPOCHS} epochs, "
-          f"accumulating gradients over {ACCUMULATION} batches.")
+    print(
+        f"Training {SAMPLES} samples in batches of {BATCH_SIZE} ({PER_EPOCH} per epoch, the last of "
+        f"{SAMPLES - (PER_EPOCH - 1) * BATCH_SIZE}), {EPOCHS} epochs, "
+        f"accumulating gradients over {ACCUMULATION} batches."
+    )
     pick = random.Random()
     exact: dict[str, bool] = {}
     final: dict[str, dict[str, Any]] = {}
@@ -133,12 +146,20 @@ def main() -> int:
             workdir = Path(tmp, framework)
             exact[framework], final[framework] = _framework(framework, workdir, kill_at)
     same = final["lightning"] == final["ignite"] == final["accelerate"]
-    print("\nFinal progress of the resumed runs " + ("(identical in all three frameworks):" if same else
-                                                     "(the frameworks DIFFER; Lightning's shown):"))
+    print(
+        "\nFinal progress of the resumed runs "
+        + ("(identical in all three frameworks):" if same else "(the frameworks DIFFER; Lightning's shown):")
+    )
     print("\n" + progress_table(final["lightning"]) + "\n")
     for framework, ok in exact.items():
-        print(f"verdict {framework}: " + ("the resumed run equals the uninterrupted one (weights, ids, progress)"
-                                          if ok else "MISMATCH: the resume was not exact"))
+        print(
+            f"verdict {framework}: "
+            + (
+                "the resumed run equals the uninterrupted one (weights, ids, progress)"
+                if ok
+                else "MISMATCH: the resume was not exact"
+            )
+        )
     print("verdict across frameworks: " + ("the same progress state" if same else "MISMATCH"))
     return 0 if all(exact.values()) and same else 1
 

@@ -41,12 +41,16 @@ def main() -> None:
     trainer, objects, loader = make(seed=1)  # "a new process"
     Checkpoint.load_objects(objects, f"{folder}/checkpoint.pt")  # torch.load(weights_only=True)
     view = tracker_core.get_progress(trainer)
-    print(f"resuming at epoch {view.epoch_index}, batch {view.batch_index}, "
-          f"{view.global_step} optimizer steps, mid-accumulation: {view.is_mid_accumulation}")
+    print(
+        f"resuming at epoch {view.epoch_index}, batch {view.batch_index}, "
+        f"{view.global_step} optimizer steps, mid-accumulation: {view.is_mid_accumulation}"
+    )
     trainer.run(loader, max_epochs=3)
     same = all(torch.equal(straight[k], v) for k, v in objects["model"].state_dict().items())
-    print(f"finished: {view.train.batches.run.completed} batches, {view.global_step} steps; "
-          f"weights equal to the uninterrupted run: {same}")
+    print(
+        f"finished: {view.train.batches.run.completed} batches, {view.global_step} steps; "
+        f"weights equal to the uninterrupted run: {same}"
+    )
 
 
 if __name__ == "__main__":

@@ -65,16 +65,20 @@ def main() -> None:
     trainer, model, loader = make(0, StopAfterCheckpoint(8, path))  # epoch 2, batch 3: mid-window
     trainer.fit(model, loader)
     entry = torch.load(path, weights_only=True)["callbacks"]["ProgressTracker"]["progress"]
-    print(f"checkpoint: {entry['stages']['train']['batches']['epoch']['processed']} batches into epoch index "
-          f"{entry['stages']['train']['epochs']['run']['completed']}, inside an accumulation window")
+    print(
+        f"checkpoint: {entry['stages']['train']['batches']['epoch']['processed']} batches into epoch index "
+        f"{entry['stages']['train']['epochs']['run']['completed']}, inside an accumulation window"
+    )
 
     trainer, model, loader = make(1)  # "a new process"
     trainer.fit(model, loader, ckpt_path=path)
     view = tracker_core.get_progress(trainer)
     same = all(torch.equal(a, b) for a, b in zip(model.parameters(), straight))
-    print(f"finished: {view.epoch_index} epochs, {view.train.batches.run.completed} batches, "
-          f"{view.global_step} optimizer steps (Lightning: {trainer.global_step}); "
-          f"weights equal to the uninterrupted run: {same}")
+    print(
+        f"finished: {view.epoch_index} epochs, {view.train.batches.run.completed} batches, "
+        f"{view.global_step} optimizer steps (Lightning: {trainer.global_step}); "
+        f"weights equal to the uninterrupted run: {same}"
+    )
 
 
 if __name__ == "__main__":
