@@ -151,9 +151,14 @@ class ProgressHandler:
     # --- checkpoint -----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Plain progress entry plus the partial gradients of an unfinished accumulation window."""
+        """Plain progress entry plus the partial gradients the next optimizer step would use."""
         self._warn_if_epoch_length_differs()
-        gradients = capture_gradients(self._parameters) if self.view.is_mid_accumulation else []
+        # Gradients the next step will add to: an accumulation window, or one optimizer of several
+        # that steps less often than the others (its gradients keep accumulating meanwhile).
+        pending = self.view.is_mid_accumulation or any(
+            p.grad is not None and bool(p.grad.any()) for p in self._parameters
+        )
+        gradients = capture_gradients(self._parameters) if pending else []
         # With several processes every rank's entry, so rank 0's file resumes each rank exactly:
         # a collective, which Checkpoint calls on every rank.
         entry = self._tracker.checkpoint_state_dict()

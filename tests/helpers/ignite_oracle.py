@@ -38,7 +38,8 @@ class Oracle:
         self.disagreements: list[str] = []
         self.checks = 0
         train = self.view.train
-        self._cut = 0  # batches Ignite counted but whose step a terminate() at ITERATION_STARTED cut
+        # Batches Ignite counted whose step a terminate() at ITERATION_STARTED cut (a loaded run: as saved).
+        self._cut = trainer.state.iteration - train.batches.run.completed
         self._steps = train.optimizer_steps.run  # a loaded run's steps so far
         self._samples = train.samples.run
         self._in_epoch = train.batches.epoch.completed if train.epochs.lifetime.in_flight else 0
@@ -112,6 +113,7 @@ class Oracle:
         self._counts("ITERATION_COMPLETED")
 
     def _epoch_completed(self) -> None:
+        self._resumed = False  # a resume at an epoch's last batch completes that epoch first
         if self._last == "started":  # an EXCEPTION_RAISED handler swallowed the step's exception
             self._last = "completed"
             self._in_epoch += 1
