@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import pickle
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -186,6 +187,10 @@ def read(directory: str, process_index: int) -> SavedProgress:
         raise ProgressStateError("", f"{path} is not a regular file")
     try:
         payload = torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError:
+        raise ProgressStateError(
+            "", f"{path} is refused by torch.load(weights_only=True), which never runs pickled code"
+        ) from None
     except Exception as exc:  # untrusted bytes: any failure to read them is the file's fault
         reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         raise ProgressStateError("", f"{path} is not a readable progress file ({reason})") from None
