@@ -1,0 +1,133 @@
+"""Through each framework, a resume loads only the samples still to train: none of those trained before the checkpoint.
+
+Each run trains a shuffled map-style dataset that counts its ``__getitem__`` calls, through a
+torch ``DataLoader`` (skipped at its sampler) and a torchdata ``StatefulDataLoader`` (resumed
+through its own state), is stopped right after a mid-epoch checkpoint and resumed in fresh
+objects to the end. Every sample the resumed run loads is one it trains: the batches trained
+before the checkpoint are not read again (reading and dropping them would load them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+
+LOADERS = {"dataloader": DataLoader, "stateful-dataloader": StatefulDataLoader}
+
+
+def _trained(batches: list[list[int]]) -> int:
+    return sum(len(batch) for batch in batches)
+
+
+# --- Lightning --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(LOADERS))
+def test_lightning_resume_loads_only_samples_it_trains(kind: str, tmp_path: Path) -> None:
+    pl = pytest.importorskip("pytorch_lightning")
+    from tracker_core.integrations.lightning import ProgressTracker
+
+    from helpers.lightning_program import Indexed, Recording, trainer
+
+    class Counted(Indexed):
+        def __init__(self) -> None:
+            super().__init__(12)
+            self.loads = 0
+
+        def __getitem__(self, i: int) -> Any:
+            self.loads += 1
+            return super().__getitem__(i)
+
+    class Stop(Exception):
+        pass
+
+    callback: Any = pl.Callback
+
+    class SaveAndStop(callback):  # type: ignore[misc]
+        def on_train_batch_end(self, fit: Any, *args: Any) -> None:
+            if fit.global_step == 6:  # batch 2 of epoch 1 (4 batches an epoch)
+                fit.save_checkpoint(tmp_path / "mid.ckpt")
+                raise Stop
+
+    def fit(seed: int, callbacks: list[Any], ckpt_path: Path | None) -> tuple[Recording, Counted]:
+        torch.manual_seed(seed)
+        model, data = Recording(), Counted()
+        with contextlib.suppress(Stop):
+            trainer([ProgressTracker(), *callbacks], max_epochs=2, limit_val_batches=0).fit(
+                model, LOADERS[kind](data, batch_size=3, shuffle=True), ckpt_path=ckpt_path
+            )
+        return model, data
+
+    first, _ = fit(0, [SaveAndStop()], None)
+    resumed, data = fit(1, [], tmp_path / "mid.ckpt")
+    assert _trained(first.seen) + _trained(resumed.seen) == 2 * 12
+    assert data.loads == _trained(resumed.seen)
+
+
+# --- Ignite -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(LOADERS))
+def test_ignite_resume_loads_only_samples_it_trains(kind: str, tmp_path: Path) -> None:
+    pytest.importorskip("ignite")
+    from ignite.handlers import Checkpoint
+
+    from helpers.ignite_program import BATCH, EPOCHS, TRAIN_SIZE, Config, Indexed, build, save_every_iteration
+
+    class Counted(Indexed):
+        def __init__(self) -> None:
+            super().__init__(TRAIN_SIZE)
+            self.loads = 0
+
+        def __getitem__(self, index: int) -> Any:
+            self.loads += 1
+            return super().__getitem__(index)
+
+    config = Config(stateful=kind == "stateful-dataloader")
+    first = build(config, seed=0)
+    first.loader = LOADERS[kind](Counted(), batch_size=BATCH, shuffle=True)
+    save_every_iteration(first, tmp_path)
+    first.run()
+    resumed = build(config, seed=1234)
+    data = Counted()
+    resumed.loader = LOADERS[kind](data, batch_size=BATCH, shuffle=True)
+    Checkpoint.load_objects(resumed.to_save(), str(tmp_path / "6.pt"))  # batch 2 of epoch 2 (4 an epoch)
+    resumed.run()
+    assert _trained(resumed.seen) == EPOCHS * TRAIN_SIZE - _trained(first.seen[:6])
+    assert data.loads == _trained(resumed.seen)
+
+
+# --- Accelerate -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(LOADERS))
+def test_accelerate_resume_loads_only_samples_it_trains(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("accelerate")
+    from helpers import accelerate_drive
+    from helpers.accelerate_drive import Setup, StopAt, run
+
+    loads: list[int] = []
+
+    class Counted(accelerate_drive.Indexed):
+        def __getitem__(self, index: int) -> Any:
+            if self.size == setup.samples:  # the train data, not the validation data
+                loads.append(index)
+            return super().__getitem__(index)
+
+    monkeypatch.setattr(accelerate_drive, "Indexed", Counted)
+    setup = Setup(stateful=kind == "stateful-dataloader")
+    first = run(setup, stop=StopAt(5), save_dir=str(tmp_path))  # batch 1 of epoch 1 (4 an epoch)
+    loads.clear()
+    resumed = run(setup, load_dir=str(tmp_path), seed_value=7)
+    assert _trained(first.train_ids) + _trained(resumed.train_ids) == setup.epochs * setup.samples
+    assert len(loads) == _trained(resumed.train_ids)
