@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("accelerate")
 
 import torch
-from accelerate import Accelerator
+from accelerate.accelerator import Accelerator
 from torch.utils.data import DataLoader
 
 from tracker_core.integrations.accelerate import AcceleratorProgress
@@ -41,7 +41,7 @@ def _run(save_after: int | None = None, folder: Path | None = None, load: Path |
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
     data: DataLoader[Any] = DataLoader(Indexed(SETUP.samples), batch_size=SETUP.batch_size, shuffle=True)
-    model, optimizer, loader, prepared = accelerator.prepare(model, optimizer, data, scheduler)
+    model, optimizer, loader, prepared = accelerator.prepare(model, optimizer, data, scheduler)  # type: ignore[no-untyped-call]
     progress = AcceleratorProgress(accelerator)
     progress.track_train_loader(loader)
     if load is not None:
@@ -51,7 +51,7 @@ def _run(save_after: int | None = None, folder: Path | None = None, load: Path |
     for _ in progress.epochs(SETUP.epochs):
         for _, x, y in progress.train(loader):
             with accelerator.accumulate(model):
-                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))  # type: ignore[no-untyped-call]
                 optimizer.step()
                 prepared.step()
                 optimizer.zero_grad()

@@ -75,7 +75,7 @@ def _checkpoints(framework: str, workdir: Path) -> Path:
 def _saved_batches(framework: str, workdir: Path) -> int:
     """Train batches held by the checkpoint a resuming process will load (read before it may overwrite it)."""
     entry = read_checkpoint(newest_intact_checkpoint(_checkpoints(framework, workdir))).entries[0]
-    return entry["progress"]["stages"]["train"]["batches"]["lifetime"]["processed"]
+    return int(entry["progress"]["stages"]["train"]["batches"]["lifetime"]["processed"])
 
 
 def _process(framework: str, workdir: Path, name: str, resume: bool, kill_at: int | None) -> Segment:

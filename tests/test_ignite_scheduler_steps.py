@@ -53,7 +53,7 @@ def _program() -> Program:
         x, y = batch
         for module, opt in ((model, optimizer), (other, second)):
             opt.zero_grad()
-            torch.nn.functional.mse_loss(module(x), y).backward()
+            torch.autograd.backward(torch.nn.functional.mse_loss(module(x), y))
             opt.step()
         if engine.state.iteration % 2 == 0:
             stepped.step()
