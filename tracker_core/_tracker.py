@@ -13,7 +13,9 @@ from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
 from tracker_core.data._position import LoaderPosition, _ParsedState
 from tracker_core.data._rng import GlobalRng
+from tracker_core.data._saved_loader import check_saved_loader
 from tracker_core.distributed._elastic import ENTRY_KEYS, gather, reenters_train_epoch, saved_elsewhere, select, world
+from tracker_core.state._codec import check_plain
 from tracker_core.state._readers import keys_under, read_mapping
 from tracker_core.state._schema import Parsed, parse
 
@@ -166,6 +168,7 @@ class Tracker:
         self._parse_entry(entry)
 
     def _parse_entry(self, entry: object) -> _LoadedEntry:
+        check_plain(entry)  # bounded (depth, lengths, 64-bit ints) before anything recurses over it
         has_ranks = isinstance(entry, dict) and "ranks" in entry
         entry = read_mapping(entry, "", required=(*ENTRY_KEYS, "ranks") if has_ranks else ENTRY_KEYS)
         selected = select(entry["ranks"], self._loaders) if has_ranks else None
@@ -184,6 +187,8 @@ class Tracker:
             ready = {}
             pending = {}
             for index, state in enumerate(states):
+                with keys_under(f"train_loaders.{index}"):
+                    check_saved_loader(state)  # all of it that needs no loader, also for loaders registered later
                 if state.get("kind") == "untracked":
                     if resume_epoch and parsed_progress.stages["train"].dataloaders[index : index + 1]:
                         problems.append(

@@ -10,13 +10,23 @@ Keys are relative to the loader's state (the Tracker prefixes ``train_loaders.<i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.data._position import _EPOCH_KEYS, _KINDS, _STATE_KEYS, STATE_VERSION, read_distributed
+from tracker_core.data._position import (
+    _EPOCH_KEYS,
+    _KINDS,
+    _OPTIONAL_EPOCH_KEYS,
+    _OPTIONAL_STATE_KEYS,
+    _STATE_KEYS,
+    STATE_VERSION,
+    LoaderKind,
+    _read_fast_forward,
+)
 from tracker_core.data._rng import GlobalRng, read_torch_cpu_state
+from tracker_core.data._samplers import read_distributed
 from tracker_core.state._codec import from_plain, text_to_byte_tensor
 from tracker_core.state._readers import join_key, read_int, read_mapping, read_str
 
@@ -60,7 +70,7 @@ def check_saved_loader(state: object, key: str = "") -> None:
         return
     if kind not in _KINDS:
         raise ProgressStateError(join_key(key, "kind"), f"unknown kind {kind[:40]!r}; expected one of {list(_KINDS)}")
-    fields = read_mapping(state, key, required=_STATE_KEYS)
+    fields = read_mapping(state, key, required=_STATE_KEYS, optional=_OPTIONAL_STATE_KEYS)
     if read_int(fields["version"], join_key(key, "version")) != STATE_VERSION:
         raise ProgressStateError(join_key(key, "version"), f"unsupported version; this code reads {STATE_VERSION}")
     skip = read_int(fields["batches_consumed"], join_key(key, "batches_consumed"), minimum=0)
@@ -73,20 +83,22 @@ def check_saved_loader(state: object, key: str = "") -> None:
             )
     workers = read_int(fields["num_workers"], join_key(key, "num_workers"), minimum=0)
     read_distributed(fields["distributed"], join_key(key, "distributed"))
+    if "fast_forward" in fields:
+        _read_fast_forward(fields["fast_forward"], join_key(key, "fast_forward"))
     _generators(fields["generators"], join_key(key, "generators"))
     epoch = fields["epoch"]
     drawn = epoch is not None
     if epoch is not None:
-        drawn = _epoch(epoch, join_key(key, "epoch"), kind, workers, per_epoch)
+        drawn = _epoch(epoch, join_key(key, "epoch"), cast("LoaderKind", kind), workers, per_epoch, skip)
     if skip and not drawn:
         raise ProgressStateError(
             join_key(key, "batches_consumed"), f"must be 0 in a state saved before any batch was drawn, got {skip}"
         )
 
 
-def _epoch(value: object, key: str, kind: str, workers: int, per_epoch: int | None) -> bool:
+def _epoch(value: object, key: str, kind: LoaderKind, workers: int, per_epoch: int | None, skip: int) -> bool:
     """Check an epoch record; whether it knows the order of batches already drawn."""
-    fields = read_mapping(value, key, required=_EPOCH_KEYS[kind])
+    fields = read_mapping(value, key, required=_EPOCH_KEYS[kind], optional=_OPTIONAL_EPOCH_KEYS[kind])
     if fields["iterator_rng"] is not None:
         GlobalRng.from_plain(fields["iterator_rng"], join_key(key, "iterator_rng"))
     if fields["loader_generator"] is not None:
@@ -109,6 +121,10 @@ def _epoch(value: object, key: str, kind: str, workers: int, per_epoch: int | No
         if not isinstance(fields["loader_state"], Mapping):
             raise ProgressStateError(state_key, f"expected a mapping, got {type(fields['loader_state']).__name__}")
         check_stateful_state(from_plain(fields["loader_state"], state_key), state_key, workers, per_epoch)
+        if "loader_state_batch" in fields:
+            batch_key = join_key(key, "loader_state_batch")
+            if read_int(fields["loader_state_batch"], batch_key, minimum=0) > skip:
+                raise ProgressStateError(batch_key, f"past the {skip} consumed batches")
     return True
 
 
@@ -177,7 +193,7 @@ def _sampler_iter_state(value: object, key: str) -> None:
     (``yielded``, ``generator``); another sampler's state is its own business."""
     if not isinstance(value, Mapping):
         return
-    if "samples_yielded" in value:
+    if value and set(value) <= {"samples_yielded", "sampler_state", "sampler_iter_state"}:
         fields = read_mapping(
             value, key, required=("samples_yielded",), optional=("sampler_state", "sampler_iter_state")
         )
