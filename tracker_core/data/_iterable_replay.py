@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.data._epoch import EpochRecord, Replay
+from tracker_core.data._epoch import KEPT_STATES, EpochRecord, Replay
 from tracker_core.data._fast_forward import drop_batches, reading_again
 from tracker_core.data._strategy import Strategy, is_stateful
 from tracker_core.data._torch_compat import fetched_iterable, note_each_batch
@@ -33,7 +33,9 @@ class IterableReplay(Strategy):
 
     def begin(self, record: EpochRecord) -> Any:
         iterator = self.site.build()
-        self._note_states(iterator, record, 0)
+        record.state = None if self.site.loader.num_workers else self._own_state(iterator)
+        if record.state is not None:
+            self._note_states(iterator, record, 0)
         return iterator
 
     def replay(self, replay: Replay) -> Any:
@@ -46,24 +48,27 @@ class IterableReplay(Strategy):
         iterator = self.site.build()
         if own is not None and own["iterator"] is not None:
             fetched_iterable(iterator).load_state_dict(own["iterator"])
-        why = (
-            f"a plain DataLoader cannot reach the state of a dataset in {loader.num_workers} worker processes "
-            "(torchdata's StatefulDataLoader can)"
-            if loader.num_workers and is_stateful(loader.dataset)
-            else "the dataset has no state of its own (state_dict / load_state_dict)"
-        )
-        with reading_again(self.site.cursor, loader, replay.skip - record.state_batch, why):
-            drop_batches(iterator, replay.skip - record.state_batch)
-        self._note_states(iterator, record, replay.skip)
+        if loader.num_workers and is_stateful(loader.dataset):
+            why = (
+                f"a plain DataLoader cannot reach the state of a dataset in {loader.num_workers} worker "
+                "processes (torchdata's StatefulDataLoader can)"
+            )
+        elif own is not None:
+            why = f"the dataset's state is kept only for the last {KEPT_STATES} batches the loader yielded"
+        else:
+            why = "the dataset has no state of its own (state_dict / load_state_dict)"
+        by_us = replay.skip - record.state_batch
+        with reading_again(self.site.cursor, loader, by_us, why):
+            drop_batches(iterator, by_us)
+        if by_us and not loader.num_workers:
+            record.state, record.state_batch = self._own_state(iterator), replay.skip
+        if record.state is not None:
+            self._note_states(iterator, record, replay.skip)
         return iterator
 
     def _note_states(self, iterator: Any, record: EpochRecord, batch: int) -> None:
-        """With no worker and a dataset with its own state: note it now, after ``batch`` batches, and after each next one."""
-        state = None if self.site.loader.num_workers else self._own_state(iterator)
-        if state is None:
-            return
+        """Note the dataset's own state after each batch past ``batch`` (``record.state`` is the one at ``batch``)."""
         record.later.clear()
-        record.note(batch, state)
         count = [batch]
 
         def note(live: Any) -> None:

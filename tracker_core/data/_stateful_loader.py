@@ -67,14 +67,15 @@ class StatefulLoader(Strategy):
             if not loader.num_workers:
                 start_sampler_now(iterator)  # inside the epoch's replayed RNGs, as in the saved run
             drop_batches(iterator, by_us)
+        if by_us:
+            record.state, record.state_batch = iterator.state_dict(), replay.skip
         self._note_states(iterator, record, replay.skip)
         return iterator
 
     def _note_states(self, iterator: Any, record: EpochRecord, batch: int) -> None:
-        """Note the loader's state now (after ``batch`` batches) and after each next batch; a reused
-        persistent-worker iterator begins a new epoch record when it resets."""
+        """Note the loader's state after each batch past ``batch`` (``record.state`` is the one at ``batch``);
+        a reused persistent-worker iterator begins a new epoch record when it resets."""
         record.later.clear()
-        record.note(batch, iterator.state_dict())
         current: list[Any] = [record, batch]
 
         def note(live: Any) -> None:
