@@ -40,5 +40,6 @@ def test_a_batch_without_tensors_or_items_holds_none() -> None:
 
 
 def test_a_loader_holds_its_length_in_batches_and_an_unsized_one_none() -> None:
-    assert batches_in(torch.utils.data.DataLoader(list(range(10)), batch_size=3)) == 4
+    data = torch.utils.data.TensorDataset(torch.arange(10))
+    assert batches_in(torch.utils.data.DataLoader(data, batch_size=3)) == 4
     assert batches_in(iter([1, 2])) is None

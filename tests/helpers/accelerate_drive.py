@@ -9,6 +9,7 @@ the final weights, the sample ids the steps saw, and the tracker's full state.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +18,6 @@ import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration
-from collections.abc import Iterator
-
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from tracker_core.integrations.accelerate import AcceleratorProgress
@@ -104,8 +103,14 @@ def seed(value: int) -> None:
     np.random.seed(value)
 
 
-def run(setup: Setup, *, stop: StopAt | None = None, save_dir: str | None = None, load_dir: str | None = None,
-        seed_value: int = 0) -> Result:
+def run(
+    setup: Setup,
+    *,
+    stop: StopAt | None = None,
+    save_dir: str | None = None,
+    load_dir: str | None = None,
+    seed_value: int = 0,
+) -> Result:
     seed(seed_value)
     accelerator = fresh_accelerator(setup)
     torch.manual_seed(0)  # the same initial weights whatever the seed
@@ -115,12 +120,13 @@ def run(setup: Setup, *, stop: StopAt | None = None, save_dir: str | None = None
     if setup.iterable:
         train_loader = DataLoader(Streamed(setup.samples), batch_size=setup.batch_size, num_workers=setup.num_workers)
     else:
-        train_loader = DataLoader(Indexed(setup.samples), batch_size=setup.batch_size, shuffle=setup.shuffle,
-                                  num_workers=setup.num_workers)
+        train_loader = DataLoader(
+            Indexed(setup.samples), batch_size=setup.batch_size, shuffle=setup.shuffle, num_workers=setup.num_workers
+        )
     val_loader = DataLoader(Indexed(7), batch_size=3)
     prepared = accelerator.prepare(*models, *optimizers, train_loader, val_loader)
     models = list(prepared[: setup.optimizers])
-    optimizers = list(prepared[setup.optimizers: 2 * setup.optimizers])
+    optimizers = list(prepared[setup.optimizers : 2 * setup.optimizers])
     train_loader, val_loader = prepared[-2:]
     progress = AcceleratorProgress(accelerator)
     progress.track_train_loader(train_loader)
@@ -152,7 +158,9 @@ def run(setup: Setup, *, stop: StopAt | None = None, save_dir: str | None = None
     return _finish(result, models, accelerator, progress)
 
 
-def _finish(result: Result, models: list[torch.nn.Module], accelerator: Accelerator, progress: AcceleratorProgress) -> Result:
+def _finish(
+    result: Result, models: list[torch.nn.Module], accelerator: Accelerator, progress: AcceleratorProgress
+) -> Result:
     result.weights = [p.detach().clone() for m in models for p in m.parameters()]
     result.state = progress._tracker.state_dict()["progress"]
     result.accelerator = accelerator

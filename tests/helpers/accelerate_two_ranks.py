@@ -20,12 +20,13 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from helpers.accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run, seed
 from torch.utils.data import DataLoader
 
 import tracker_core
-from tracker_core.integrations.accelerate import AcceleratorProgress
 from tracker_core import InexactResumeWarning
+from tracker_core.integrations.accelerate import AcceleratorProgress
+
+from helpers.accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run, seed
 
 ELASTIC_SAMPLES = 24
 ELASTIC_EPOCHS = 3
@@ -58,8 +59,9 @@ def elastic_setup(batch: int, *, seedable: bool = True, split_batches: bool = Fa
     return Elastic(accelerator, model, optimizer, loader, progress)
 
 
-def elastic_run(batch: int, *, stop: tuple[int, int] | None = None, save_dir: str | None = None,
-                load_dir: str | None = None) -> dict[str, Any]:
+def elastic_run(
+    batch: int, *, stop: tuple[int, int] | None = None, save_dir: str | None = None, load_dir: str | None = None
+) -> dict[str, Any]:
     """:func:`elastic_setup`, trained 3 epochs (no dropout), from ``load_dir`` if given.
 
     Stops right after ``save_state`` at ``stop`` = (epoch, batches of it trained). Returns per
@@ -74,12 +76,18 @@ def elastic_run(batch: int, *, stop: tuple[int, int] | None = None, save_dir: st
             accelerator.load_state(load_dir)
     batches = _train_elastic(program, stop, save_dir)
     return {
-        "rank": accelerator.process_index, "world": accelerator.num_processes, "batches": batches,
-        "weights": [p.detach().clone() for p in program.model.parameters()], "progress": view.state_dict(),
+        "rank": accelerator.process_index,
+        "world": accelerator.num_processes,
+        "batches": batches,
+        "weights": [p.detach().clone() for p in program.model.parameters()],
+        "progress": view.state_dict(),
         "mapping": view.resume_mapping,
         "warnings": [str(w.message) for w in caught if w.category is InexactResumeWarning],
-        "end": {"iteration": program.loader.iteration, "epoch_index": view.epoch_index,
-                "global_step": view.global_step},
+        "end": {
+            "iteration": program.loader.iteration,
+            "epoch_index": view.epoch_index,
+            "global_step": view.global_step,
+        },
     }
 
 
@@ -93,11 +101,16 @@ def _train_elastic(program: Elastic, stop: tuple[int, int] | None, save_dir: str
                 accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
                 optimizer.step()
                 optimizer.zero_grad()
-            batches.append({
-                "epoch": epoch, "ids": ids.tolist(), "step": accelerator.step,
-                "end_of_dataloader": accelerator.gradient_state.end_of_dataloader,
-                "tracker_batches": view.train.batches.epoch.started, "iteration": loader.iteration,
-            })
+            batches.append(
+                {
+                    "epoch": epoch,
+                    "ids": ids.tolist(),
+                    "step": accelerator.step,
+                    "end_of_dataloader": accelerator.gradient_state.end_of_dataloader,
+                    "tracker_batches": view.train.batches.epoch.started,
+                    "iteration": loader.iteration,
+                }
+            )
             if stop == (epoch, view.train.batches.epoch.started):
                 accelerator.save_state(save_dir)
                 return batches

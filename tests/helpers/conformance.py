@@ -31,7 +31,9 @@ import tracker_core
 
 FRAMEWORKS = ("lightning", "ignite", "accelerate")
 Record = Callable[[list[int]], None]
-Trained = tuple[torch.nn.Module, Any]  # the trained model, and the object get_progress knows (trainer/engine/accelerator)
+Trained = tuple[
+    torch.nn.Module, Any
+]  # the trained model, and the object get_progress knows (trainer/engine/accelerator)
 
 
 class Stopped(Exception):
@@ -207,21 +209,34 @@ def _run_lightning(
     train, val = _loaders(scenario)
     callbacks: list[pl.Callback] = [ProgressTracker()]
     if saving is not None and saving.every_batch:
-        callbacks.append(ModelCheckpoint(dirpath=saving.directory, filename="{step}", every_n_train_steps=1,
-                                         save_top_k=-1))
+        callbacks.append(
+            ModelCheckpoint(dirpath=saving.directory, filename="{step}", every_n_train_steps=1, save_top_k=-1)
+        )
     elif saving is not None:
         callbacks.append(SaveAndStop(stop_checkpoint("lightning", saving.directory)))
     validation: dict[str, Any] = {"limit_val_batches": 0}
     if scenario.validate_every is not None:
         validation = {"val_check_interval": scenario.validate_every}
     trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_epochs=scenario.epochs, accumulate_grad_batches=scenario.accumulation,
-        enable_progress_bar=False, logger=False, enable_model_summary=False,
-        enable_checkpointing=saving is not None and saving.every_batch, callbacks=callbacks, **validation,
+        accelerator="cpu",
+        devices=1,
+        max_epochs=scenario.epochs,
+        accumulate_grad_batches=scenario.accumulation,
+        enable_progress_bar=False,
+        logger=False,
+        enable_model_summary=False,
+        enable_checkpointing=saving is not None and saving.every_batch,
+        callbacks=callbacks,
+        **validation,
     )
     try:
-        trainer.fit(module, train, val if scenario.validate_every else None,
-                    ckpt_path=None if resume_from is None else str(resume_from), weights_only=True)
+        trainer.fit(
+            module,
+            train,
+            val if scenario.validate_every else None,
+            ckpt_path=None if resume_from is None else str(resume_from),
+            weights_only=True,
+        )
     except Stopped:
         return module.layer, trainer
     if scenario.test_after:
@@ -270,12 +285,19 @@ def _run_ignite(
         trainer.add_event_handler(due, lambda: evaluator.run(val))
     to_save = {"trainer": trainer, "model": model, "optimizer": optimizer, "progress": handler}
     if saving is not None and saving.every_batch:
-        checkpoint = Checkpoint(to_save, DiskSaver(str(saving.directory), require_empty=False), n_saved=3,
-                                global_step_transform=lambda e, _: e.state.iteration)
+        checkpoint = Checkpoint(
+            to_save,
+            DiskSaver(str(saving.directory), require_empty=False),
+            n_saved=3,
+            global_step_transform=lambda e, _: e.state.iteration,
+        )
         trainer.add_event_handler(Events.ITERATION_COMPLETED, checkpoint)
     elif saving is not None:
-        checkpoint = Checkpoint(to_save, DiskSaver(str(saving.directory), require_empty=False),
-                                filename_pattern=stop_checkpoint("ignite", saving.directory).name)
+        checkpoint = Checkpoint(
+            to_save,
+            DiskSaver(str(saving.directory), require_empty=False),
+            filename_pattern=stop_checkpoint("ignite", saving.directory).name,
+        )
 
         def save_and_stop(engine: Engine) -> None:
             if (engine.state.epoch - 1, batch_in_epoch(engine)) == scenario.stop:
@@ -304,12 +326,13 @@ def _run_accelerate(
 
     from tracker_core.integrations.accelerate import AcceleratorProgress
 
-    AcceleratorState._reset_state(True)  # noqa: SLF001 - a fresh Accelerator, as in a new process
-    GradientState._reset_state()  # noqa: SLF001
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
     project = None
     if saving is not None and saving.every_batch:
-        project = ProjectConfiguration(project_dir=str(saving.directory), automatic_checkpoint_naming=True,
-                                       total_limit=3)
+        project = ProjectConfiguration(
+            project_dir=str(saving.directory), automatic_checkpoint_naming=True, total_limit=3
+        )
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=scenario.accumulation, project_config=project)
     model = _model()
     optimizer = _optimizer(model)

@@ -393,9 +393,7 @@ def check_invariants(progress: Progress, parses: bool = True) -> None:
         if name == "train":
             tallies += [*view.train.optimizer_steps_by_optimizer, *view.train.optimizer_steps_skipped_by_optimizer]
             tallies.append(view.train.scheduler_steps)
-            assert len(view.train.optimizer_steps_by_optimizer) == len(
-                view.train.optimizer_steps_skipped_by_optimizer
-            )
+            assert len(view.train.optimizer_steps_by_optimizer) == len(view.train.optimizer_steps_skipped_by_optimizer)
             assert 0 <= view.train.accumulating_batches <= batches.lifetime.processed
         for tally in tallies:
             assert 0 <= tally.epoch <= tally.run <= tally.lifetime, tally

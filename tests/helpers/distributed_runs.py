@@ -31,7 +31,12 @@ def run_script(*args: str, env: dict[str, str], timeout: float = 300) -> None:
     clean.update(OMP_NUM_THREADS="1", PYTHONPATH=path, MASTER_ADDR="127.0.0.1", **env)
     command = [sys.executable, str(TESTS / "helpers" / args[0]), *args[1:]]
     process = subprocess.Popen(
-        command, env=clean, cwd=TESTS, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        command,
+        env=clean,
+        cwd=TESTS,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
     try:
@@ -63,13 +68,14 @@ def rank_findings(folder: Path, phase: str) -> list[dict[str, Any]]:
     return [torch.load(folder / f"{phase}-rank{rank}.pt", weights_only=True) for rank in range(2)]
 
 
-def assert_each_rank_trains_its_half_of_every_epoch(straight: list[dict[str, Any]], samples: int,
-                                                    batches: int, epochs: int) -> None:
+def assert_each_rank_trains_its_half_of_every_epoch(
+    straight: list[dict[str, Any]], samples: int, batches: int, epochs: int
+) -> None:
     """A shuffling DistributedSampler: the two ranks' ids of an epoch are all samples, once; reshuffled per epoch."""
     assert [(r["sampler"], r["shuffle"]) for r in straight] == [("DistributedSampler", True)] * 2
     per_epoch = batches // epochs
     for epoch in range(epochs):
-        halves = [sum(r["seen"][epoch * per_epoch:(epoch + 1) * per_epoch], []) for r in straight]
+        halves = [sum(r["seen"][epoch * per_epoch : (epoch + 1) * per_epoch], []) for r in straight]
         assert sorted(halves[0] + halves[1]) == list(range(samples))
     assert straight[0]["seen"][:per_epoch] != straight[0]["seen"][per_epoch:]
 
@@ -83,13 +89,16 @@ def assert_synced_totals(straight: list[dict[str, Any]], samples: int, batches: 
         assert found["divergence"] == []
 
 
-def assert_every_rank_resumed_exactly(folder: Path, run_name: str, config: str,
-                                      seen_from: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def assert_every_rank_resumed_exactly(
+    folder: Path, run_name: str, config: str, seen_from: int
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Resumed run ``run_name`` equals the straight run of ``config`` on every rank: the sample ids
     from the straight run's step ``seen_from`` on, the weights and the progress. Returns the
     (resumed, straight) pairs, rank by rank, for framework-specific checks."""
     pairs = []
-    for rank, (resumed, reference) in enumerate(zip(rank_findings(folder, "resume"), rank_findings(folder, "straight"))):
+    for rank, (resumed, reference) in enumerate(
+        zip(rank_findings(folder, "resume"), rank_findings(folder, "straight"))
+    ):
         run, straight = resumed[run_name], reference[config]
         assert run["rank"] == rank
         assert run["seen"] == straight["seen"][seen_from:], f"rank {rank}"

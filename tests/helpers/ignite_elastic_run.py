@@ -23,11 +23,12 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Events
 from ignite.handlers import Checkpoint, DiskSaver
-from helpers.ignite_idist_run import SAMPLES, Program
-from helpers.ignite_program import Indexed
 from torch.utils.data import DataLoader, DistributedSampler
 
 from tracker_core import ProgressStateError
+
+from helpers.ignite_idist_run import SAMPLES, Program
+from helpers.ignite_program import Indexed
 
 # name: (checkpoint iteration, batch size at world size 1, how the loader is made)
 CASES = {
@@ -64,8 +65,10 @@ def _resume(saved: Path, batch: int, how: str) -> dict[str, Any]:
             found = {
                 "error": [type(error).__name__, getattr(error, "key", None), str(error)],
                 "seen": program.seen,
-                "ignite": {"iteration": program.trainer.state.iteration,
-                           "epoch_length": program.trainer.state.epoch_length},
+                "ignite": {
+                    "iteration": program.trainer.state.iteration,
+                    "epoch_length": program.trainer.state.epoch_length,
+                },
             }
     found["warnings"] = [[w.category.__name__, str(w.message)] for w in caught if "elastic" in str(w.message)]
     return found
@@ -74,8 +77,11 @@ def _resume(saved: Path, batch: int, how: str) -> dict[str, Any]:
 def _one_process(out: Path) -> dict[str, Any]:
     program = Program("plain", seed=0, loader=_loader(6, "sampler"))
     checkpoint = Checkpoint(
-        program.to_save(), DiskSaver(str(out), require_empty=False), n_saved=None,
-        filename_pattern="one-{global_step}.pt", global_step_transform=lambda engine, _: engine.state.iteration,
+        program.to_save(),
+        DiskSaver(str(out), require_empty=False),
+        n_saved=None,
+        filename_pattern="one-{global_step}.pt",
+        global_step_transform=lambda engine, _: engine.state.iteration,
     )
     program.trainer.add_event_handler(Events.ITERATION_COMPLETED(event_filter=lambda _, i: i in GROW_AT), checkpoint)
     return program.run()

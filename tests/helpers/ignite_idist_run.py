@@ -23,10 +23,11 @@ import torch
 from ignite.engine import Engine, Events, create_supervised_trainer
 from ignite.handlers import Checkpoint, DiskSaver
 from torch.utils.data import DataLoader
-from helpers.ignite_program import Indexed
 
 import tracker_core
 from tracker_core.integrations.ignite import ProgressHandler
+
+from helpers.ignite_program import Indexed
 
 SAMPLES = 24  # 12 per rank: 4 batches of 3 per rank and epoch
 EPOCHS = 2
@@ -62,7 +63,10 @@ class Program:
             return batch[0], batch[1]
 
         self.trainer = create_supervised_trainer(
-            self.model, self.optimizer, torch.nn.MSELoss(), prepare_batch=prepare,
+            self.model,
+            self.optimizer,
+            torch.nn.MSELoss(),
+            prepare_batch=prepare,
             gradient_accumulation_steps=ACCUMULATE[config],
         )
         self.trainer.add_event_handler(Events.EPOCH_STARTED, self._set_epoch)
@@ -77,11 +81,13 @@ class Program:
     def _note_counters(self, engine: Engine) -> None:
         """Ignite's counters next to the tracker's, at STARTED and each EPOCH_COMPLETED."""
         view = tracker_core.get_progress(engine)
-        self.agreement.append({
-            "ignite": [engine.state.iteration, engine.state.epoch, engine.state.epoch_length],
-            "expected": [view.train.batches.run.completed, view.train.epochs.run.completed, len(self.loader)],
-            "epoch_batches": view.train.batches.epoch.completed,
-        })
+        self.agreement.append(
+            {
+                "ignite": [engine.state.iteration, engine.state.epoch, engine.state.epoch_length],
+                "expected": [view.train.batches.run.completed, view.train.epochs.run.completed, len(self.loader)],
+                "epoch_batches": view.train.batches.epoch.completed,
+            }
+        )
 
     def to_save(self) -> dict[str, Any]:
         return {"trainer": self.trainer, "model": self.model, "optimizer": self.optimizer, "progress": self.progress}
@@ -118,7 +124,9 @@ def _straight(local_rank: int, folder: Path) -> None:
     for config, at in AT.items():
         program = Program(config, seed=0)
         checkpoint = Checkpoint(
-            program.to_save(), DiskSaver(str(folder), require_empty=False), n_saved=None,
+            program.to_save(),
+            DiskSaver(str(folder), require_empty=False),
+            n_saved=None,
             filename_pattern=f"{config}-{{global_step}}.pt",
             global_step_transform=lambda engine, _: engine.state.iteration,
         )

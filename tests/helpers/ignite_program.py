@@ -111,7 +111,10 @@ def build(config: Config, seed: int) -> Program:
         return batch[0], batch[1]
 
     trainer = create_supervised_trainer(
-        model, optimizer, torch.nn.MSELoss(), prepare_batch=prepare,
+        model,
+        optimizer,
+        torch.nn.MSELoss(),
+        prepare_batch=prepare,
         gradient_accumulation_steps=config.accumulation,
     )
     evaluator = create_supervised_evaluator(model, prepare_batch=prepare_eval)
@@ -126,8 +129,11 @@ def build(config: Config, seed: int) -> Program:
 def save_every_iteration(program: Program, folder: Path) -> None:
     """A Checkpoint after every train iteration, named by it: ``<folder>/<iteration>.pt``."""
     checkpoint = Checkpoint(
-        program.to_save(), DiskSaver(str(folder), require_empty=False), n_saved=None,
-        filename_pattern="{global_step}.pt", global_step_transform=lambda engine, _: engine.state.iteration,
+        program.to_save(),
+        DiskSaver(str(folder), require_empty=False),
+        n_saved=None,
+        filename_pattern="{global_step}.pt",
+        global_step_transform=lambda engine, _: engine.state.iteration,
     )
     program.trainer.add_event_handler(Events.ITERATION_COMPLETED, checkpoint)
 

@@ -18,11 +18,12 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from helpers.lightning_program import Indexed, Recording, weights
 from torch.utils.data import DataLoader
 
-from tracker_core.integrations.lightning import ProgressTracker
 from tracker_core import check_divergence, get_progress, reduce_state
+from tracker_core.integrations.lightning import ProgressTracker
+
+from helpers.lightning_program import Indexed, Recording, weights
 
 SAMPLES = 24  # 12 per rank: 4 batches of 3 per rank and epoch
 EPOCHS = 2

@@ -25,11 +25,12 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
-from helpers.lightning_program import Indexed, Recording
 from torch.utils.data import DataLoader, DistributedSampler
 
-from tracker_core.integrations.lightning import ProgressTracker
 from tracker_core import InexactResumeWarning, ProgressStateError, get_progress
+from tracker_core.integrations.lightning import ProgressTracker
+
+from helpers.lightning_program import Indexed, Recording
 
 SAMPLES = 24
 BATCH = 3  # per rank when saving at world size 2
@@ -111,8 +112,10 @@ def _trainer(
     callbacks: list[pl.Callback], devices: int, ddp: bool, checkpoints: Path | None = None, accumulate: int = 1
 ) -> pl.Trainer:
     if checkpoints is not None:
-        callbacks = [*callbacks, ModelCheckpoint(dirpath=checkpoints, filename="{step}", every_n_train_steps=2,
-                                                 save_top_k=-1)]
+        callbacks = [
+            *callbacks,
+            ModelCheckpoint(dirpath=checkpoints, filename="{step}", every_n_train_steps=2, save_top_k=-1),
+        ]
     return pl.Trainer(
         accelerator="cpu",
         devices=devices,
@@ -175,15 +178,23 @@ def resume(
 def validate(folder: Path, checkpoint: str) -> dict[str, Any]:
     """``trainer.validate(ckpt_path=folder/checkpoint)`` on 1 process (no DDP): the counts it leaves."""
     tracker = ProgressTracker()
-    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[tracker])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[tracker],
+    )
     found: dict[str, Any] = {"error": None}
     try:
         trainer.validate(Recording(), DataLoader(Indexed(SAMPLES), batch_size=BATCH), ckpt_path=folder / checkpoint)
     except ProgressStateError as error:
         found["error"] = {"key": error.key, "message": str(error)}
     view = get_progress(trainer)
-    found.update(train_batches=view.train.batches.lifetime.completed, validate_batches=view.validate.batches.run.completed)
+    found.update(
+        train_batches=view.train.batches.lifetime.completed, validate_batches=view.validate.batches.run.completed
+    )
     return found
 
 
