@@ -109,3 +109,13 @@ def _imports_the_core(node: ast.Import | ast.ImportFrom) -> bool:
     if isinstance(node, ast.Import):
         return any(alias.name.split(".")[0] == "tracker_core" for alias in node.names)
     return node.module is not None and node.module.split(".")[0] == "tracker_core"
+
+
+def test_no_core_module_runs_generated_code() -> None:
+    calls = [
+        f"{name}:{node.lineno}"
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("exec", "eval", "compile")
+    ]
+    assert calls == []

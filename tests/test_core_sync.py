@@ -9,6 +9,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from tracker_core import Divergence, Progress, Tracker, check_divergence, reduce_state
+from tracker_core.state._schema import count_paths, pack
 
 from helpers.core_drive import whole_batch
 from helpers.gloo import run_on_two_ranks
@@ -198,3 +199,27 @@ def test_check_divergence_rejects_a_key_that_is_not_a_count() -> None:
 def test_reduce_state_rejects_an_unknown_op() -> None:
     with pytest.raises(ValueError, match="unknown reduce op 'mean'"):
         reduce_state(Progress(), "mean")
+
+
+def _count_leaves(node: Any, prefix: str = "") -> list[tuple[str, int]]:
+    """(key path, value) of every count in a state, in state_dict order."""
+    if type(node) is int:
+        return [(prefix, node)]
+    if isinstance(node, str):
+        return []
+    items = enumerate(node) if isinstance(node, list) else node.items()
+    return [
+        leaf
+        for key, value in items
+        if key != "schema_version"
+        for leaf in _count_leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    ]
+
+
+def test_the_flat_layout_reduce_state_packs_is_every_count_of_the_state_dict_in_its_order() -> None:
+    progress = _trained(batches=2, samples_per_batch=5)
+    progress.train.optimizer_step(1)
+    progress.train.optimizer_step_skipped(1)
+    leaves = _count_leaves(progress.state_dict())
+    assert count_paths(progress) == [path for path, _ in leaves]
+    assert pack(progress) == [value for _, value in leaves]

@@ -32,7 +32,7 @@ class Tracker:
     framework's checkpoint. The entry is plain data: ``{"progress", "train_loaders", "rng"}``.
     """
 
-    __slots__ = ("progress", "_loaders", "_untracked", "_pending")
+    __slots__ = ("_loaders", "_pending", "_untracked", "progress")
 
     def __init__(self) -> None:
         self.progress = Progress()
@@ -183,14 +183,14 @@ class Tracker:
             states = entry["train_loaders"]
             if not isinstance(states, list) or not all(isinstance(s, dict) for s in states):
                 raise ProgressStateError("train_loaders", "expected a list of dicts")
-            resume_epoch = reenters_train_epoch(parsed_progress.stages["train"].epochs_lifetime)
+            resume_epoch = reenters_train_epoch(parsed_progress.train_epochs)
             ready = {}
             pending = {}
             for index, state in enumerate(states):
                 with keys_under(f"train_loaders.{index}"):
                     check_saved_loader(state)  # all of it that needs no loader, also for loaders registered later
                 if state.get("kind") == "untracked":
-                    if resume_epoch and parsed_progress.stages["train"].dataloaders[index : index + 1]:
+                    if resume_epoch and index < parsed_progress.train_dataloaders:
                         problems.append(
                             f"train dataloader {index} was not a torch DataLoader when saved: "
                             "the resumed epoch reads it from its start"

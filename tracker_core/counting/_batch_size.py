@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from torch import Tensor
 
@@ -21,7 +22,7 @@ def samples_in(batch: object) -> int:
                 shape = first.shape
                 return shape[0] if shape else 1
     elif kind is Tensor:
-        shape = batch.shape
+        shape = batch.shape  # type: ignore[attr-defined]  # exact type checked above; cast() would cost a call
         return shape[0] if shape else 1
     size = _first_tensor_size(batch)
     if size is not None:
@@ -32,6 +33,7 @@ def samples_in(batch: object) -> int:
 def _first_tensor_size(batch: object) -> int | None:
     if isinstance(batch, Tensor):
         return batch.shape[0] if batch.dim() else 1
+    items: Iterable[Any]
     if isinstance(batch, Mapping):
         items = batch.values()
     elif isinstance(batch, (list, tuple)):

@@ -37,7 +37,7 @@ class ScopeCounts(NamedTuple):
 class _Phased:
     """Lifetime phase counts of one event kind; at most one event is in flight."""
 
-    __slots__ = ("name", "ready", "started", "processed", "completed", "run_base", "epoch_base")
+    __slots__ = ("completed", "epoch_base", "name", "processed", "ready", "run_base", "started")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -82,7 +82,7 @@ class _Phased:
 class _Tally:
     """A lifetime count of one quantity (samples, optimizer steps, ...)."""
 
-    __slots__ = ("total", "run_base", "epoch_base")
+    __slots__ = ("epoch_base", "run_base", "total")
 
     def __init__(self) -> None:
         self.total = 0

@@ -24,16 +24,16 @@ class Progress:
     """
 
     __slots__ = (
+        "_anomalies",
+        "_resume_mapping",
+        "_resuming_run",
+        "_run_kind",
+        "_runs",
+        "_where",
+        "predict",
+        "test",
         "train",
         "validate",
-        "test",
-        "predict",
-        "_runs",
-        "_run_kind",
-        "_where",
-        "_resuming_run",
-        "_resume_mapping",
-        "_anomalies",
         "view",
     )
 
@@ -159,13 +159,13 @@ class Progress:
         if self._resuming_run:
             runs.started = runs.ready
         if named is not None and self._where is not None:
-            stage, event, _ = self._where
+            stage_name, event, _ = self._where
             if named.ready != named.completed:
-                self._where = (stage, event, Phase.STARTED.value)
+                self._where = (stage_name, event, Phase.STARTED.value)
             elif reached and named.completed >= reached:
-                self._where = (stage, event, Phase.COMPLETED.value)
+                self._where = (stage_name, event, Phase.COMPLETED.value)
             else:
-                self._where = (stage, event, CANCELLED)
+                self._where = (stage_name, event, CANCELLED)
 
     def _where_counter(self) -> _Phased | None:
         """The counter of the event that ``where`` names."""

@@ -33,18 +33,18 @@ class StageProgress:
     """
 
     __slots__ = (
-        "name",
-        "_progress",
-        "_epochs",
-        "_batches",
-        "_samples",
-        "_dataloaders",
-        "_resuming_epoch",
         "_at",
+        "_at_batch_completed",
+        "_at_batch_processed",
         "_at_batch_ready",
         "_at_batch_started",
-        "_at_batch_processed",
-        "_at_batch_completed",
+        "_batches",
+        "_dataloaders",
+        "_epochs",
+        "_progress",
+        "_resuming_epoch",
+        "_samples",
+        "name",
     )
 
     def __init__(self, name: Stage, progress: Progress) -> None:
@@ -258,6 +258,11 @@ class TrainStageProgress(StageProgress):
     def _accumulating_batches(self) -> int:
         """Batches processed since the last optimizer step (taken or skipped)."""
         return max(0, self._batches.processed - self._stepped_at)
+
+    @_accumulating_batches.setter
+    def _accumulating_batches(self, batches: int) -> None:
+        """Set by a load, after the batch counts: the last step was taken ``batches`` processed batches ago."""
+        self._stepped_at = self._batches.processed - batches
 
     def _add_optimizers(self, index: int) -> _Tally:
         while len(self._optimizer_steps) <= index:

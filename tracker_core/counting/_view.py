@@ -6,6 +6,7 @@ import copy
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from tracker_core.counting._counts import PhaseCounts, ScopeCounts, _Tally
+from tracker_core.vocabulary import Stage
 
 if TYPE_CHECKING:
     from tracker_core.counting._progress import Progress
@@ -71,8 +72,15 @@ class StageView:
     __setattr__ = _read_only
     __delattr__ = _read_only
 
+    _stage: StageProgress
+
     def __init__(self, stage: StageProgress) -> None:
         object.__setattr__(self, "_stage", stage)
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        """Unpickled (pickle's slot state) past the read-only guard."""
+        for name, value in state[1].items():
+            object.__setattr__(self, name, value)
 
     @property
     def name(self) -> str:
@@ -152,10 +160,11 @@ class TrainStageView(StageView):
 class ProgressView:
     """Read-only view of a whole Progress; what ``tracker_core.get_progress`` returns."""
 
-    __slots__ = ("_progress", "train", "validate", "test", "predict")
+    __slots__ = ("_progress", "predict", "test", "train", "validate")
     __setattr__ = _read_only
     __delattr__ = _read_only
 
+    _progress: Progress
     train: TrainStageView
     validate: StageView
     test: StageView
@@ -168,9 +177,14 @@ class ProgressView:
         object.__setattr__(self, "test", StageView(progress.test))
         object.__setattr__(self, "predict", StageView(progress.predict))
 
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        """Unpickled (pickle's slot state) past the read-only guard."""
+        for name, value in state[1].items():
+            object.__setattr__(self, name, value)
+
     def stage(self, name: str) -> StageView:
         """The view of stage ``name`` (train, validate, test or predict)."""
-        return StageView(self._progress.stage(name)) if name != "train" else self.train
+        return StageView(self._progress.stage(name)) if name != Stage.TRAIN else self.train
 
     @property
     def run(self) -> RunCounts:

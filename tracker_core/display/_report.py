@@ -73,7 +73,7 @@ def progress_table(progress: dict[str, Any]) -> str:
             if stage["scheduler_steps"]["lifetime"]:
                 rows.append(("", "scheduler steps", *_scoped(stage["scheduler_steps"])))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * width for width in widths))
     facts = progress_facts(progress)
     lines.append(f"taken at: {facts['taken_at']}; run: {facts['run_kind'] or '-'}; global step: {facts['global_step']}")

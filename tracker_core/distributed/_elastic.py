@@ -81,7 +81,7 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
     source_rank = rank % saved_size
     source = ranks[source_rank]
     with keys_under(f"ranks.{source_rank}.progress"):
-        epochs = parse(source["progress"]).stages["train"].epochs_lifetime
+        epochs = parse(source["progress"]).train_epochs
     mapping: dict[str, Any] = {
         "saved_world_size": saved_size,
         "world_size": size,
@@ -132,7 +132,8 @@ class _Mapped:
 
 def _samples_per_rank(info: Mapping[str, Any]) -> int:
     """``len(DistributedSampler)``: torch pads to a multiple of the world size, or drops the tail."""
-    size, replicas = info["dataset_size"], info["num_replicas"]
+    size: int = info["dataset_size"]
+    replicas: int = info["num_replicas"]
     if info["drop_last"] and size % replicas:
         return math.ceil((size - replicas) / replicas)
     return math.ceil(size / replicas)
@@ -246,7 +247,8 @@ def _samples_read(info: Mapping[str, Any], batches: int) -> int:
     """This rank's samples of the epoch after its first ``batches`` batches."""
     if is_batch_sharded(info):
         return samples_read(info, batches)
-    return min(batches * info["batch_size"], _samples_per_rank(info))
+    batch_size: int = info["batch_size"]
+    return min(batches * batch_size, _samples_per_rank(info))
 
 
 def _rebase(progress: dict[str, Any], index: int, mapped: _Mapped) -> None:

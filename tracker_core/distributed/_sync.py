@@ -16,8 +16,7 @@ import torch.distributed as dist
 
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
-from tracker_core.distributed._sync_layout import layout_of
-from tracker_core.state._schema import dump_where
+from tracker_core.state._schema import count_paths, pack, unpack
 from tracker_core.vocabulary import Phase, Scope, Stage
 
 _OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
@@ -37,19 +36,19 @@ def reduce_state(progress: Progress | ProgressView, op: str = "sum") -> dict[str
     Takes the Progress or its view (``tracker_core.get_progress(obj)``). With ``sum``,
     ``stages.train.samples.run`` is the samples of this run over all ranks. The result is
     a report, not a state to load: ``where``, ``run.kind`` and ``anomalies`` are this rank's.
-    One ``all_reduce`` of one int64 tensor packed straight from the live counters.
+    One ``all_reduce`` of one int64 tensor packed straight from the live counters, in the flat
+    layout the schema declares (``state._schema.pack``/``unpack``).
     """
     if op not in _OPS:
         raise ValueError(f"unknown reduce op {op!r}; expected sum, min or max")
     live = _progress_of(progress)
-    layout = layout_of(live)
-    counts = layout.pack(live)
+    counts: Sequence[int] = pack(live)
     if _distributed():
         values, tensor, struct = _buffer(len(counts))
         struct.pack_into(values, 0, *counts)
         dist.all_reduce(tensor, op=_OPS[op])
         counts = struct.unpack_from(values)
-    return {**layout.unpack(counts, dump_where(live._where), live._run_kind), "anomalies": list(live._anomalies)}
+    return unpack(live, counts)
 
 
 _BUFFERS: dict[int, tuple[bytearray, torch.Tensor, Struct]] = {}
@@ -98,14 +97,13 @@ def check_divergence(
     a rank waits forever in a gradient collective.
     """
     live = _progress_of(progress)
-    layout = layout_of(live)
-    paths = layout.paths
+    paths = count_paths(live)
     unknown = [k for k in keys if k not in paths]
     if unknown:
         raise KeyError(f"no count at {unknown[0]!r} in the progress state")
     if not _distributed():
         return []
-    packed = torch.tensor(layout.pack(live), dtype=torch.int64)
+    packed = torch.tensor(pack(live), dtype=torch.int64)
     gathered = [torch.empty_like(packed) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, packed)
     index = {path: i for i, path in enumerate(paths)}

@@ -1,0 +1,299 @@
+"""The parts a saved form is declared with; each knows its one piece of every walk over the form.
+
+A part reads its plain data from a live object (``dump``), validates plain data into a fresh
+parsed value (``parse``, raising ProgressStateError naming the key), writes a parsed value
+onto ``owner.attr`` (``store``; cannot fail), appends its counts to a flat list of ints
+(``pack``), rebuilds its plain data from such a list (``unpack``, taking them in the same order), and names
+each count's key path (``paths``). Parts that hold no count (texts, lists of strings) unpack
+to the live object's own value. ``attr == ""`` means the owner itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import pairwise
+from operator import attrgetter
+from typing import Any, NamedTuple
+
+from tracker_core._errors import ProgressStateError
+from tracker_core.counting._counts import PhaseCounts, ScopeCounts, _Phased, _Tally
+from tracker_core.state._readers import join_key, read_int, read_list, read_mapping
+from tracker_core.vocabulary import Phase, Scope
+
+PHASES = tuple(phase.value for phase in Phase)
+SCOPES = tuple(scope.value for scope in Scope)
+_BASES = {Scope.EPOCH.value: "epoch_base", Scope.RUN.value: "run_base"}  # lifetime has no base
+
+
+def _part_of(owner: Any, attr: str) -> Any:
+    return getattr(owner, attr) if attr else owner
+
+
+def _same(live: Any) -> Any:
+    return live
+
+
+def _zero(live: Any) -> int:
+    return 0
+
+
+class Part:
+    """One part of a saved form; this base holds no count."""
+
+    def dump(self, live: Any) -> Any:
+        raise NotImplementedError
+
+    def parse(self, raw: object, key: str) -> Any:
+        raise NotImplementedError
+
+    def store(self, owner: Any, attr: str, value: Any) -> None:
+        setattr(owner, attr, value)
+
+    def pack(self, live: Any, out: list[int]) -> None:
+        """Append this part's counts to ``out`` (none here)."""
+
+    def unpack(self, live: Any, take: Callable[[], int]) -> Any:
+        """Rebuild this part's plain data, taking its counts in ``pack`` order from ``take()``."""
+        return self.dump(live)
+
+    def paths(self, live: Any, key: str, out: list[str]) -> None:
+        """Append the key path of each count ``pack`` appends (none here)."""
+
+
+class PhaseCount(Part):
+    """A phased counter in ``scopes`` (``{scope: {phase: n}}``), or its lifetime phases alone (``{phase: n}``)."""
+
+    def __init__(self, scopes: Sequence[Scope] = ()) -> None:
+        self.scopes = tuple(scope.value for scope in scopes)
+        self._base_of = tuple((scope, attrgetter(_BASES[scope]) if scope in _BASES else _zero) for scope in self.scopes)
+
+    def dump(self, live: _Phased) -> dict[str, Any]:
+        ready, started, processed, completed = live.ready, live.started, live.processed, live.completed
+        if not self.scopes:
+            return {"ready": ready, "started": started, "processed": processed, "completed": completed}
+        dumped = {}
+        for scope, base_of in self._base_of:
+            base = base_of(live)
+            dumped[scope] = {
+                "ready": ready - base,
+                "started": started - base,
+                "processed": processed - base,
+                "completed": completed - base,
+            }
+        return dumped
+
+    def parse(self, raw: object, key: str) -> PhaseCounts | dict[str, PhaseCounts]:
+        if not self.scopes:
+            return phase_counts(raw, key)
+        fields = read_mapping(raw, key, required=self.scopes)
+        parsed = {scope: phase_counts(fields[scope], join_key(key, scope)) for scope in self.scopes}
+        for inner, outer in pairwise(self.scopes):
+            _nested(parsed[inner], parsed[outer], join_key(key, inner), inner, outer)
+        return parsed
+
+    def store(self, owner: Any, attr: str, value: Any) -> None:
+        counter: _Phased = _part_of(owner, attr)
+        if not self.scopes:
+            counter.ready, counter.started, counter.processed, counter.completed = value
+            return
+        lifetime: PhaseCounts = value[Scope.LIFETIME]
+        counter.ready, counter.started, counter.processed, counter.completed = lifetime
+        counter.run_base = lifetime.ready - value[Scope.RUN].ready
+        counter.epoch_base = lifetime.ready - value.get(Scope.EPOCH, value[Scope.RUN]).ready
+
+    def pack(self, live: _Phased, out: list[int]) -> None:
+        ready, started, processed, completed = live.ready, live.started, live.processed, live.completed
+        if not self.scopes:
+            out += (ready, started, processed, completed)
+        for _, base_of in self._base_of:
+            base = base_of(live)
+            out += (ready - base, started - base, processed - base, completed - base)
+
+    def unpack(self, live: _Phased, take: Callable[[], int]) -> dict[str, Any]:
+        if not self.scopes:
+            return {"ready": take(), "started": take(), "processed": take(), "completed": take()}
+        unpacked = {}
+        for scope in self.scopes:
+            unpacked[scope] = {"ready": take(), "started": take(), "processed": take(), "completed": take()}
+        return unpacked
+
+    def paths(self, live: _Phased, key: str, out: list[str]) -> None:
+        for scoped in [join_key(key, scope) for scope in self.scopes] or [key]:
+            out += (join_key(scoped, phase) for phase in PHASES)
+
+
+class TallyCount(Part):
+    """A tally in every scope: ``{"epoch", "run", "lifetime"}``."""
+
+    def dump(self, live: _Tally) -> dict[str, int]:
+        total = live.total
+        return {"epoch": total - live.epoch_base, "run": total - live.run_base, "lifetime": total}
+
+    def parse(self, raw: object, key: str) -> ScopeCounts:
+        fields = read_mapping(raw, key, required=SCOPES)
+        counts = ScopeCounts(*(read_int(fields[scope], join_key(key, scope), minimum=0) for scope in SCOPES))
+        if counts.epoch > counts.run:
+            raise ProgressStateError(key, f"epoch scope {counts.epoch} above run scope {counts.run}")
+        if counts.run > counts.lifetime:
+            raise ProgressStateError(key, f"run scope {counts.run} above lifetime scope {counts.lifetime}")
+        return counts
+
+    def store(self, owner: Any, attr: str, value: ScopeCounts) -> None:
+        tally: _Tally = _part_of(owner, attr)
+        tally.total = value.lifetime
+        tally.run_base = value.lifetime - value.run
+        tally.epoch_base = value.lifetime - value.epoch
+
+    def pack(self, live: _Tally, out: list[int]) -> None:
+        total = live.total
+        out += (total - live.epoch_base, total - live.run_base, total)
+
+    def unpack(self, live: _Tally, take: Callable[[], int]) -> dict[str, int]:
+        return {"epoch": take(), "run": take(), "lifetime": take()}
+
+    def paths(self, live: _Tally, key: str, out: list[str]) -> None:
+        out += (join_key(key, scope) for scope in SCOPES)
+
+
+class Count(Part):
+    """One non-negative count, read and written as the owner's attribute."""
+
+    def dump(self, live: int) -> int:
+        return live
+
+    def parse(self, raw: object, key: str) -> int:
+        return read_int(raw, key, minimum=0)
+
+    def pack(self, live: int, out: list[int]) -> None:
+        out.append(live)
+
+    def unpack(self, live: int, take: Callable[[], int]) -> int:
+        return take()
+
+    def paths(self, live: int, key: str, out: list[str]) -> None:
+        out.append(key)
+
+
+class Field(NamedTuple):
+    """``key`` in the saved dict holds ``part``, read from the live object's ``attr``."""
+
+    key: str
+    attr: str
+    part: Part
+
+
+class Record(Part):
+    """A dict with exactly ``fields``; ``check(parsed, key)`` validates what spans several of them."""
+
+    def __init__(self, *fields: Field, check: Callable[[dict[str, Any], str], None] | None = None) -> None:
+        self.fields = fields
+        self.keys = tuple(field.key for field in fields)
+        self.check = check
+        # per field: its key, how to get its live part, and the part's bound walk (looked up once, here)
+        self._dumps = tuple((key, attrgetter(attr) if attr else _same, part.dump) for key, attr, part in fields)
+        self._packs = tuple((attrgetter(attr) if attr else _same, part.pack) for _, attr, part in fields)
+        self._unpacks = tuple((key, attrgetter(attr) if attr else _same, part.unpack) for key, attr, part in fields)
+
+    def dump(self, live: Any) -> dict[str, Any]:
+        dumped = {}
+        for key, get, dump in self._dumps:  # a loop, not a comprehension: no frame per call
+            dumped[key] = dump(get(live))
+        return dumped
+
+    def parse(self, raw: object, key: str) -> dict[str, Any]:
+        fields = read_mapping(raw, key, required=self.keys)
+        parsed = {name: part.parse(fields[name], join_key(key, name)) for name, _, part in self.fields}
+        if self.check is not None:
+            self.check(parsed, key)
+        return parsed
+
+    def store(self, owner: Any, attr: str, value: dict[str, Any]) -> None:
+        live = _part_of(owner, attr)
+        for key, field_attr, part in self.fields:
+            part.store(live, field_attr, value[key])
+
+    def pack(self, live: Any, out: list[int]) -> None:
+        for get, pack in self._packs:
+            pack(get(live), out)
+
+    def unpack(self, live: Any, take: Callable[[], int]) -> dict[str, Any]:
+        unpacked = {}
+        for key, get, unpack in self._unpacks:
+            unpacked[key] = unpack(get(live), take)
+        return unpacked
+
+    def paths(self, live: Any, key: str, out: list[str]) -> None:
+        for name, attr, part in self.fields:
+            part.paths(getattr(live, attr) if attr else live, join_key(key, name), out)
+
+
+class ListOf(Part):
+    """A list of ``item``; a load makes each live item with ``make()``."""
+
+    def __init__(self, item: Part, make: Callable[[], Any]) -> None:
+        self.item = item
+        self.make = make
+
+    def dump(self, live: list[Any]) -> list[Any]:
+        return list(map(self.item.dump, live))
+
+    def parse(self, raw: object, key: str) -> list[Any]:
+        return [self.item.parse(element, join_key(key, str(i))) for i, element in enumerate(read_list(raw, key))]
+
+    def store(self, owner: Any, attr: str, value: list[Any]) -> None:
+        made = []
+        for element in value:
+            live = self.make()
+            self.item.store(live, "", element)
+            made.append(live)
+        setattr(owner, attr, made)
+
+    def pack(self, live: list[Any], out: list[int]) -> None:
+        pack = self.item.pack
+        for element in live:
+            pack(element, out)
+
+    def unpack(self, live: list[Any], take: Callable[[], int]) -> list[Any]:
+        unpack = self.item.unpack
+        return [unpack(element, take) for element in live]
+
+    def paths(self, live: list[Any], key: str, out: list[str]) -> None:
+        for i, element in enumerate(live):
+            self.item.paths(element, join_key(key, str(i)), out)
+
+
+class Value(Part):
+    """A part that holds no count: ``dump`` and ``parse`` are given; ``store`` sets the attribute."""
+
+    def __init__(self, dump: Callable[[Any], Any], parse: Callable[[object, str], Any]) -> None:
+        self._dump = dump
+        self._parse = parse
+
+    def dump(self, live: Any) -> Any:
+        return self._dump(live)
+
+    def parse(self, raw: object, key: str) -> Any:
+        return self._parse(raw, key)
+
+
+def phase_counts(value: object, key: str) -> PhaseCounts:
+    """Phase counts in order (``ready >= started >= processed >= completed``), at most one event in flight."""
+    fields = read_mapping(value, key, required=PHASES)
+    counts = PhaseCounts(*(read_int(fields[phase], join_key(key, phase), minimum=0) for phase in PHASES))
+    for before, after in pairwise(PHASES):
+        if getattr(counts, before) < getattr(counts, after):
+            raise ProgressStateError(
+                key, f"phases out of order: {before} {getattr(counts, before)} < {after} {getattr(counts, after)}"
+            )
+    if counts.ready - counts.completed > 1:
+        raise ProgressStateError(key, f"{counts.ready - counts.completed} events in flight; at most 1 can be")
+    return counts
+
+
+def _nested(inner: PhaseCounts, outer: PhaseCounts, key: str, inner_name: str, outer_name: str) -> None:
+    """``inner`` must be ``outer`` minus one baseline, the same for every phase."""
+    offset = outer.ready - inner.ready
+    if offset < 0:
+        raise ProgressStateError(key, f"{inner_name} scope above {outer_name} scope")
+    if any(o - i != offset for o, i in zip(outer, inner, strict=True)):
+        raise ProgressStateError(key, f"{inner_name} and {outer_name} scopes differ by different amounts across phases")
