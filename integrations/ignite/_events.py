@@ -23,7 +23,7 @@ from tracker_core.integrations.ignite._loaders import Loaders
 from tracker_core.integrations.ignite._settle import Anomalies, close_cut, close_cut_batch
 
 
-def _attach_batches(engine: Engine, stage: StageProgress, anomalies: Anomalies) -> None:
+def _attach_batches(engine: Engine, stage: StageProgress, anomalies: Anomalies, loaders: Loaders | None = None) -> None:
     state = engine.state
 
     def iteration_started() -> None:
@@ -43,7 +43,10 @@ def _attach_batches(engine: Engine, stage: StageProgress, anomalies: Anomalies) 
 
     def iteration_completed() -> None:
         try:
-            stage.batch_end(samples_in(state.batch))
+            if loaders is None or loaders.round_robin is None:
+                stage.batch_end(samples_in(state.batch))
+            else:  # several train loaders: count the batch to the one it came from
+                stage.batch_end(samples_in(state.batch), loaders.round_robin.last_index)
         except EventOrderError:
             end_out_of_order()
 
@@ -139,7 +142,7 @@ def attach_trainer(
 
     _attach_run_end(engine, progress, lambda: True)
     _attach_epochs(engine, progress.train, anomalies, begin_epoch)
-    _attach_batches(engine, progress.train, anomalies)
+    _attach_batches(engine, progress.train, anomalies, loaders)
     prepend_handler(engine, Events.STARTED, started)
 
 

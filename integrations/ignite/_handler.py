@@ -49,6 +49,7 @@ from tracker_core.integrations.ignite._elastic import check_loader_given, check_
 from tracker_core.integrations.ignite._events import attach_stage, attach_trainer
 from tracker_core.integrations.ignite._loaders import Loaders
 from tracker_core.integrations.ignite._rng_check import RngCheck
+from tracker_core.integrations.ignite._round_robin import RoundRobin
 from tracker_core.integrations.ignite._settle import Anomalies, close_cut
 
 __all__ = ["ProgressHandler"]
@@ -66,6 +67,7 @@ class ProgressHandler:
     def __init__(self) -> None:
         self._tracker = Tracker()
         self._parameters: list[torch.nn.Parameter] = []
+        self._several_optimizers = False
         self._trainer: Engine | None = None
         self._dataloader: DataLoader[Any] | None = None  # the trainer's, if given to attach()
         self._restored: dict[str, Any] | None = None  # loaded progress, until the trainer's next STARTED
@@ -120,6 +122,7 @@ class ProgressHandler:
                 self._tracker.track_train_loader(dataloader)
                 self._dataloader = dataloader
             count_optimizer_steps(self._tracker.progress.train, optimizers)
+            self._several_optimizers = len(optimizers) > 1
             scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
             if scaler is not None:
                 count_skipped_steps(self._tracker.progress.train, scaler, optimizers)
@@ -153,11 +156,9 @@ class ProgressHandler:
     def state_dict(self) -> dict[str, Any]:
         """Plain progress entry plus the partial gradients the next optimizer step would use."""
         self._warn_if_epoch_length_differs()
-        # Gradients the next step will add to: an accumulation window, or one optimizer of several
-        # that steps less often than the others (its gradients keep accumulating meanwhile).
-        pending = self.view.is_mid_accumulation or any(
-            p.grad is not None and bool(p.grad.any()) for p in self._parameters
-        )
+        # Gradients the next step will add to: an accumulation window, or, with several optimizers,
+        # any gradient left (one that steps less often than another keeps accumulating meanwhile).
+        pending = self.view.is_mid_accumulation or (self._several_optimizers and _any_gradient(self._parameters))
         gradients = capture_gradients(self._parameters) if pending else []
         # With several processes every rank's entry, so rank 0's file resumes each rank exactly:
         # a collective, which Checkpoint calls on every rank.
@@ -232,7 +233,10 @@ class ProgressHandler:
         progress.run_started()
         if mapped:
             map_engine(engine, view)
-        self._rng_check.first_batch_continues_the_epoch(engine, _align_engine(engine, view))
+        continues = _align_engine(engine, view)
+        if continues and self._loaders.round_robin is not None:
+            self._loaders.round_robin.resume_at(view.train.batches.epoch.completed)
+        self._rng_check.first_batch_continues_the_epoch(engine, continues)
 
     def _continue_or_begin(self, engine: Engine) -> None:
         progress = self._tracker.progress
@@ -271,6 +275,10 @@ class ProgressHandler:
             )
 
 
+def _any_gradient(parameters: list[torch.nn.Parameter]) -> bool:
+    return any(p.grad is not None and bool(p.grad.any()) for p in parameters)
+
+
 def _align_engine(engine: Engine, view: ProgressView) -> bool:
     """Make Ignite's own epoch and in-epoch position agree with the loaded progress.
 
@@ -305,6 +313,9 @@ def _finish_replayed_epoch(engine: Engine) -> None:
     ``DistributedSampler`` at the saved epoch, undoing the ``set_epoch`` of the next
     epoch's EPOCH_STARTED handlers (the next epoch would repeat the saved epoch's order).
     """
-    loader = engine.state.dataloader
-    if isinstance(loader, DataLoader) and batches_in(loader) == engine.state.epoch_length:
-        next(iter(loader), None)
+    data = engine.state.dataloader
+    if batches_in(data) != engine.state.epoch_length:
+        return
+    for loader in data.loaders if isinstance(data, RoundRobin) else (data,):
+        if isinstance(loader, DataLoader):
+            next(iter(loader), None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
+from tracker_core.integrations.ignite._round_robin import RoundRobin
 
 
 class Loaders:
@@ -20,12 +21,20 @@ class Loaders:
     def __init__(self, tracker: Tracker) -> None:
         self._tracker = tracker
         self._refused: dict[int, object] = {}  # id -> the loader (kept, so the id stays its own)
+        self.round_robin: RoundRobin | None = None  # the trainer's data, when it is a RoundRobin
 
-    def track(self, loader: object) -> None:
+    def track(self, data: object) -> None:
+        """Register the trainer's data: a loader as train dataloader 0, a RoundRobin's loaders as 0, 1, ..."""
+        self.round_robin = data if isinstance(data, RoundRobin) else None
+        loaders = data.loaders if isinstance(data, RoundRobin) else (data,)
+        for index, loader in enumerate(loaders):
+            self._track(loader, index)
+
+    def _track(self, loader: object, index: int) -> None:
         if loader is None or id(loader) in self._refused:
             return
         try:
-            self._tracker.track_train_loader(loader)
+            self._tracker.track_train_loader(loader, index)
         except ProgressStateError:
             raise
         except (AttributeError, TypeError, ValueError) as error:

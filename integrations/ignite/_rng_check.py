@@ -21,7 +21,7 @@ from tracker_core.integrations.ignite._compat import prepend_handler
 
 
 class RngCheck:
-    """Compares the global RNGs with the loaded ones at the trainer's STARTED and its first resumed batch."""
+    """Compares the global RNGs with the loaded ones at the trainer's STARTED and before its first resumed batch."""
 
     def __init__(self) -> None:
         self._loaded: dict[str, Any] | None = None
@@ -47,12 +47,13 @@ class RngCheck:
             return
 
         def first_batch() -> None:
-            engine.remove_event_handler(first_batch, Events.ITERATION_STARTED)
+            engine.remove_event_handler(first_batch, Events.GET_BATCH_STARTED)
             loaded, self._loaded = self._loaded, None
             if loaded is not None:
                 _moved(loaded, "in a STARTED or EPOCH_STARTED handler of the resumed run")
 
-        prepend_handler(engine, Events.ITERATION_STARTED, first_batch)
+        # Before the batch is fetched: fetching it may draw (a sampler that starts lazily) in both runs.
+        prepend_handler(engine, Events.GET_BATCH_STARTED, first_batch)
 
 
 def _moved(loaded: dict[str, Any], where: str) -> bool:

@@ -1,0 +1,64 @@
+"""Several train DataLoaders in one Ignite epoch, in turn, with per-loader progress and an exact resume."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+
+class RoundRobin:
+    """Give ``trainer.run()`` batches of several DataLoaders in turn: one of each, then again.
+
+    ::
+
+        data = RoundRobin(images_loader, captions_loader)
+        progress.attach(trainer, optimizers=[optimizer])
+        trainer.run(data, max_epochs=10)
+        progress.view.train.dataloaders[1].batches.epoch   # batches of captions_loader this epoch
+
+    A loader that runs out drops out of the turn; the epoch ends when all have (Ignite's
+    ``epoch_length`` is the sum of their lengths). ``last_index`` is the loader the latest
+    batch came from. With a ``ProgressHandler`` each loader is tracked as train dataloader
+    ``i`` (its batches and samples in ``view.train.dataloaders[i]``) and a mid-epoch
+    checkpoint resumes every loader at its own position and the turn where it stopped.
+    """
+
+    def __init__(self, *loaders: DataLoader[Any]) -> None:
+        if not loaders:
+            raise ValueError("RoundRobin needs at least one DataLoader")
+        self.loaders = loaders
+        self.last_index = 0
+        self._skip = 0  # turns already taken before a resumed checkpoint
+
+    def __len__(self) -> int:
+        return sum(len(loader) for loader in self.loaders)
+
+    def resume_at(self, turns: int) -> None:
+        """The next iteration continues an epoch of which ``turns`` batches were taken (the loaders skip theirs)."""
+        self._skip = turns
+
+    def __iter__(self) -> Iterator[Any]:
+        iterators = [iter(loader) for loader in self.loaders]  # a resumed loader yields its remaining batches
+        skip, self._skip = self._skip, 0
+        for turn, index in enumerate(_turns([len(loader) for loader in self.loaders])):
+            if turn < skip:
+                continue
+            try:
+                batch = next(iterators[index])
+            except StopIteration:
+                break
+            self.last_index = index
+            yield batch
+        for iterator in iterators:  # end each loader's epoch as a loop over it would
+            next(iterator, None)
+
+
+def _turns(lengths: list[int]) -> Iterator[int]:
+    remaining = list(lengths)
+    while any(remaining):
+        for index, left in enumerate(remaining):
+            if left:
+                remaining[index] -= 1
+                yield index
