@@ -1,0 +1,247 @@
+"""Resume time vs position in the epoch: the tracker's data position beside the native mechanisms.
+
+For each loader kind (64,000 samples, batch 32, every sample costing a fixed CPU time to
+load, 0 and 2 workers) it times, from building the resumed loader to its first batch, a
+resume at 10%, 50% and 90% of an epoch: through ``LoaderPosition.load_state_dict`` (what
+every adapter does) and through the loader's native mechanism:
+
+* map-style ``DataLoader``: Accelerate's ``skip_first_batches`` (skips at the batch sampler);
+* ``StatefulDataLoader`` (map-style, and over an iterable with its own ``state_dict``):
+  torchdata's ``load_state_dict``. Lightning resumes a stateful loader by calling that same
+  ``load_state_dict`` (it does not skip on its own), so this row is Lightning's figure too;
+* a plain ``DataLoader`` over an iterable with its own state (0 workers) has no native
+  mechanism; one over an iterable without state must read again (shown for contrast).
+
+Each figure is the fastest of ``REPEATS`` runs. Targets (printed, not asserted): ours within
+1.2x of the native mechanism, and our 90% figure within 1.5x of our 10% figure.
+Run: .venv/bin/python benchmarks/resume.py  (about a minute on 2 cores)
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from accelerate.data_loader import skip_first_batches
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from tracker_core.data._position import LoaderPosition, SlowResumeWarning
+
+SAMPLES = 64_000
+BATCH = 32
+BATCHES = SAMPLES // BATCH
+POSITIONS = (0.1, 0.5, 0.9)
+REPEATS = 3
+LOAD_COST_S = 20e-6  # CPU time to load one sample (decoding, tokenizing), spent while timing resumes
+
+
+class _Cost:
+    seconds = 0.0  # set before the loaders (and their forked workers) are built
+
+    @classmethod
+    def spend(cls) -> None:
+        end = time.perf_counter() + cls.seconds
+        while time.perf_counter() < end:
+            pass
+
+
+class Samples(Dataset[int]):
+    """Map-style: sample ``i`` is ``i``, each costing ``_Cost.seconds`` to load."""
+
+    def __len__(self) -> int:
+        return SAMPLES
+
+    def __getitem__(self, index: int) -> int:
+        _Cost.spend()
+        return index
+
+
+class OwnStateStream(IterableDataset[int]):
+    """Iterable: each worker reads its share of the samples; its position is its own state."""
+
+    def __init__(self) -> None:
+        self.position = 0
+
+    def __iter__(self) -> OwnStateStream:
+        self.position = 0
+        return self
+
+    def __next__(self) -> int:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        index = worker + self.position * workers
+        if index >= SAMPLES:
+            raise StopIteration
+        self.position += 1
+        _Cost.spend()
+        return index
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position = state["position"]
+
+
+class Stream(OwnStateStream):
+    """The same samples with no state of its own."""
+
+    state_dict = None  # type: ignore[assignment]
+    load_state_dict = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    build: Callable[[int], DataLoader[Any]]  # workers -> a fresh loader
+    native: str  # the native mechanism's name, "" if none
+    workers: tuple[int, ...] = (0, 2)
+
+
+def _workers(count: int) -> dict[str, Any]:
+    return {"num_workers": count, "multiprocessing_context": "fork"} if count else {}
+
+
+def _map(workers: int) -> DataLoader[Any]:
+    generator = torch.Generator().manual_seed(0)
+    return DataLoader(Samples(), batch_size=BATCH, shuffle=True, generator=generator, **_workers(workers))
+
+
+def _stateful_map(workers: int) -> DataLoader[Any]:
+    generator = torch.Generator().manual_seed(0)
+    return StatefulDataLoader(Samples(), batch_size=BATCH, shuffle=True, generator=generator, **_workers(workers))
+
+
+KINDS = [
+    Kind("DataLoader, map-style", _map, "Accelerate skip_first_batches"),
+    Kind("StatefulDataLoader, map-style", _stateful_map, "torchdata load_state_dict"),
+    Kind(
+        "StatefulDataLoader, iterable with state",
+        lambda w: StatefulDataLoader(OwnStateStream(), batch_size=BATCH, **_workers(w)),
+        "torchdata load_state_dict",
+    ),
+    Kind("DataLoader, iterable with state", lambda w: DataLoader(OwnStateStream(), batch_size=BATCH), "", (0,)),
+    Kind("DataLoader, iterable without state", lambda w: DataLoader(Stream(), batch_size=BATCH), "", (0,)),
+]
+
+
+@dataclass
+class Saved:
+    """What each mechanism needs to resume at batch ``k``."""
+
+    k: int
+    ours: dict[str, Any]
+    native: dict[str, Any] | None
+
+
+def _save(kind: Kind, workers: int) -> list[Saved]:
+    """One pass over an epoch, one batch prefetched as frameworks do; the states at each position."""
+    loader = kind.build(workers)
+    position = LoaderPosition(loader)
+    batches = iter(loader)
+    yielded = 0
+    saved = []
+    for share in POSITIONS:
+        k = int(share * BATCHES)
+        while yielded < k:
+            next(batches)
+            yielded += 1
+        native = loader.state_dict() if isinstance(loader, StatefulDataLoader) else None
+        next(batches)  # the framework's prefetched batch
+        yielded += 1
+        saved.append(Saved(k, position.state_dict(batches_consumed=k), native))
+    return saved
+
+
+def _time_to_first_batch(resume: Callable[[], Any]) -> float:
+    best = float("inf")
+    for _ in range(REPEATS):
+        began = time.perf_counter()
+        batches = resume()
+        next(iter(batches))
+        best = min(best, time.perf_counter() - began)
+        del batches
+    return best
+
+
+def _ours(kind: Kind, workers: int, state: dict[str, Any]) -> Callable[[], Any]:
+    def resume() -> Any:
+        loader = kind.build(workers)
+        LoaderPosition(loader).load_state_dict(state)
+        return loader
+
+    return resume
+
+
+def _native(kind: Kind, workers: int, saved: Saved) -> Callable[[], Any] | None:
+    if kind.native == "Accelerate skip_first_batches":
+        skip: Callable[[DataLoader[Any], int], Any] = skip_first_batches
+        return lambda: skip(kind.build(workers), saved.k)
+    if kind.native == "torchdata load_state_dict":
+
+        def resume() -> Any:
+            loader = kind.build(workers)
+            loader.load_state_dict(saved.native)  # type: ignore[attr-defined]
+            return loader
+
+        return resume
+    return None
+
+
+def _per_batch_cost(kind: Kind, batches: int = 400) -> tuple[float, float]:
+    """Microseconds per batch of an epoch's first ``batches`` (no load cost, 0 workers): without and with a position."""
+    figures = []
+    for positioned in (False, True):
+        best = float("inf")
+        for _ in range(REPEATS):
+            loader = kind.build(0)
+            if positioned:
+                LoaderPosition(loader)
+            batches_iter = iter(loader)
+            began = time.perf_counter()
+            for _ in range(batches):
+                next(batches_iter)
+            best = min(best, (time.perf_counter() - began) / batches)
+        figures.append(best * 1e6)
+    return figures[0], figures[1]
+
+
+def main() -> None:
+    warnings.filterwarnings("ignore", category=SlowResumeWarning)
+    warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+    print(f"{SAMPLES:,} samples, batch {BATCH}, {LOAD_COST_S * 1e6:.0f} us CPU per sample loaded; best of {REPEATS}")
+    print("time from building the resumed loader to its first batch (ms), at 10% / 50% / 90% of an epoch\n")
+    header = f"{'loader':40} {'workers':>7}  {'ours':>22}  {'native':>22}  {'ours/native':>17}  {'90%/10%':>7}  native"
+    print(header)
+    print("-" * len(header))
+    for kind in KINDS:
+        for workers in kind.workers:
+            _Cost.seconds = 0.0  # saving needs no load cost
+            saved = _save(kind, workers)
+            _Cost.seconds = LOAD_COST_S
+            ours = [_time_to_first_batch(_ours(kind, workers, s.ours)) for s in saved]
+            natives = [_native(kind, workers, s) for s in saved]
+            native = [None if n is None else _time_to_first_batch(n) for n in natives]
+            ours_text = " / ".join(f"{t * 1e3:6.1f}" for t in ours)
+            native_text = " / ".join("     —" if t is None else f"{t * 1e3:6.1f}" for t in native)
+            ratio = " / ".join("  — " if n is None else f"{o / n:4.2f}" for o, n in zip(ours, native, strict=True))
+            print(
+                f"{kind.name:40} {workers:>7}  {ours_text:>22}  {native_text:>22}  {ratio:>17}  "
+                f"{ours[-1] / ours[0]:7.2f}  {kind.native or '—'}"
+            )
+    print("\ntargets: ours/native <= 1.20 (each position); 90%/10% <= 1.50. The last row reads the consumed")
+    print("batches again (no state to resume from): its cost grows with the position, as the warning says.")
+    print("\nwhile training: us per batch without / with a position (0 workers, no load cost)")
+    _Cost.seconds = 0.0
+    for kind in KINDS[:4]:
+        plain, positioned = _per_batch_cost(kind)
+        print(f"  {kind.name:40} {plain:7.1f} / {positioned:7.1f}  (+{positioned - plain:.1f})")
+
+
+if __name__ == "__main__":
+    main()
