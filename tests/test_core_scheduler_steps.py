@@ -102,6 +102,20 @@ def test_a_callable_handler_is_counted_per_call_with_method_call() -> None:
     assert progress.view.train.scheduler_steps.lifetime == 2
 
 
+def test_a_scheduler_without_weak_references_is_counted_too() -> None:
+    class Slotted:
+        __slots__ = ()
+
+        def step(self) -> None:
+            pass
+
+    progress = in_fit_epoch()
+    scheduler = Slotted()
+    count_scheduler_steps(progress.train, [scheduler])
+    scheduler.step()
+    assert progress.view.train.scheduler_steps.lifetime == 1
+
+
 def test_an_object_without_the_method_is_refused_naming_it() -> None:
     with pytest.raises(TypeError, match=r"object has no step\(\)"):
         count_scheduler_steps(in_fit_epoch().train, [object()])

@@ -10,6 +10,7 @@ they were.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from torch.utils.hooks import RemovableHandle
 from tracker_core.counting._stage import TrainStageProgress
 
 _Targets = OrderedDict[int, TrainStageProgress]
-_TARGETS: weakref.WeakKeyDictionary[object, _Targets] = weakref.WeakKeyDictionary()
+_TARGETS: dict[int, _Targets] = {}  # id(scheduler) -> where its steps are counted
 _COUNTING: dict[tuple[type, str], type] = {}  # (class, method) -> its counting subclass
 
 
@@ -32,19 +33,26 @@ def count_scheduler_steps(
     ``method`` is the call that steps the scheduler: ``step`` for torch's LR schedulers; an
     Ignite ``ParamScheduler`` handler steps when the engine calls it (``__call__``). Calling
     this again for a scheduler counts it once, for the latest ``train``. Remove the returned
-    handles to stop counting. Raises ``TypeError`` for an object without ``method`` or that
-    cannot be weakly referenced.
+    handles to stop counting. Raises ``TypeError``, changing nothing, for an object without
+    ``method`` or whose class cannot be extended (a built-in type).
     """
     handles = []
     for scheduler in schedulers:
         if not callable(getattr(scheduler, method, None)):
             raise TypeError(f"{type(scheduler).__name__} has no {method}() to count as a scheduler step")
+        if getattr(type(scheduler), "_tracker_core_counts", None) != method:
+            try:
+                scheduler.__class__ = _counting_class(type(scheduler), method)
+            except TypeError as error:
+                raise TypeError(f"cannot count the steps of a {type(scheduler).__name__}: {error}") from None
+        key = id(scheduler)
+        if key not in _TARGETS:
+            with contextlib.suppress(TypeError):  # not weakly referable: its few bytes stay
+                weakref.finalize(scheduler, _TARGETS.pop, key, None)
         targets: _Targets = OrderedDict()
         handle = RemovableHandle(targets)
         targets[handle.id] = train
-        _TARGETS[scheduler] = targets  # replaces what an earlier call counted into
-        if getattr(type(scheduler), "_tracker_core_counts", None) != method:
-            scheduler.__class__ = _counting_class(type(scheduler), method)
+        _TARGETS[key] = targets  # replaces what an earlier call counted into
         handles.append(handle)
     return handles
 
@@ -58,8 +66,10 @@ def _counting_class(cls: type, method: str) -> type:
 
         def counted(self: object, *args: Any, **kwargs: Any) -> Any:
             result = stepping(self, *args, **kwargs)
-            for train in _TARGETS.get(self, {}).values():
-                train.scheduler_step()
+            targets = _TARGETS.get(id(self))  # what this very scheduler was registered with
+            if targets:
+                for train in targets.values():
+                    train.scheduler_step()
             return result
 
         def __reduce_ex__(self: object, protocol: Any) -> Any:  # pickled and copied as ``cls``
