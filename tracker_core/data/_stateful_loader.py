@@ -27,6 +27,7 @@ from tracker_core.data._torch_compat import (
     forget_live_iterator,
     note_each_batch,
     start_sampler_now,
+    state_reader,
     stateful_reads_again,
     stateful_yielded,
     within_its_epoch,
@@ -77,10 +78,11 @@ class StatefulLoader(Strategy):
         a reused persistent-worker iterator begins a new epoch record when it resets."""
         record.later.clear()
         current: list[Any] = [record, batch]
+        read_state = state_reader(iterator)
 
         def note(live: Any) -> None:
             current[1] += 1
-            current[0].note(current[1], live.state_dict())
+            current[0].note(current[1], read_state(live))
 
         def reset(live: Any) -> None:
             epoch = EpochRecord(state=live.state_dict())
