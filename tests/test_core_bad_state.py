@@ -302,11 +302,21 @@ def test_batch_scopes_differing_by_different_amounts_across_phases_are_refused(s
     )
 
 
-def test_dataloader_batches_not_adding_up_to_the_stages_processed_batches_are_refused(state):
+def test_dataloader_batches_adding_up_to_less_than_the_stages_processed_batches_are_refused(state):
+    fewer = {scope: count - 1 for scope, count in state["stages"]["train"]["dataloaders"][1]["batches"].items()}
     assert_rejected(
-        put(state, "stages.train.dataloaders.1.batches.lifetime", 4),
+        put(state, "stages.train.dataloaders.1.batches", fewer),
         "stages.train.dataloaders",
-        "batches add up to 10 in lifetime scope, but the stage has 9 processed batches",
+        "batches add up to 1 in epoch scope, but the stage has 2 processed batches",
+    )
+
+
+def test_a_dataloader_with_more_batches_than_the_stage_is_refused(state):
+    # More in total is allowed (a combined batch reads several dataloaders), not more in one dataloader
+    assert_rejected(
+        put(state, "stages.train.dataloaders.1.batches.lifetime", 10),
+        "stages.train.dataloaders",
+        "a dataloader has more batches in lifetime scope than the stage's 9 processed batches",
     )
 
 

@@ -22,6 +22,7 @@ from tracker_core.adapter import (
     GlobalRng,
     abandon_in_flight,
     capture_gradients,
+    count_dataloader_batch,
     count_scheduler_steps,
     reenter_evaluation_epoch,
     reenter_last_run,
@@ -95,6 +96,9 @@ class ProgressTracker(CallbackBase):
         self._loaded = False  # an entry was loaded; Lightning's restart not yet reconciled
         self._rng_at_setup: GlobalRng | None = None  # after a load, before Lightning's setup_data iter()
         self._elastic_entry: dict[str, Any] | None = None  # saved at another world size: loaded at setup_data
+        self._train_loaders: list[object] = []  # held: the tracker's positions need them until the next fit
+        self._train_layout: tuple[str, list[Any], list[int | None]] | None = None  # several train loaders
+        self._train_batch: Any = None  # the combined batch in flight (several train loaders only)
         self._run_begun = False  # this call's run is counted (a call that runs no loop is counted at teardown)
         self._train_batch_id = 0  # id() of the batch given to on_train_batch_start
         self._cut_by = ""  # an exception ended the last call: what, and in which call (settled at the next call)
@@ -133,6 +137,7 @@ class ProgressTracker(CallbackBase):
         state["tracker"] = self.tracker.progress.state_dict()
         state["_trainer"] = None
         state["_step_hooks"] = []
+        state["_train_loaders"] = []
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -215,6 +220,9 @@ class ProgressTracker(CallbackBase):
         """Lightning set up its train loaders and is about to iterate them (see ``hook_before_first_iter``)."""
         trainer = self._trainer() if self._trainer is not None else None
         loaded, self._loaded = self._loaded, False
+        self._train_loaders = list(loaders)
+        if trainer is not None:
+            self._train_layout = resume.train_layout(trainer.fit_loop)
         for index, loader in enumerate(loaders):
             self.tracker.track_train_loader(loader, index)
         if not loaded or trainer is None:
@@ -259,6 +267,8 @@ class ProgressTracker(CallbackBase):
     ) -> None:
         self._train.batch_begin(batch)
         self._train_batch_id = id(batch)
+        if self._train_layout is not None:
+            self._train_batch = batch
         self._rng_at_setup = None  # Lightning iterates the setup_data iterator: its draws stand
 
     @_passenger
@@ -277,8 +287,33 @@ class ProgressTracker(CallbackBase):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        if self._train_layout is not None:
+            self._combined_batch_end(batch)
+            return
         # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
         self._train.batch_end(samples=None if id(batch) == self._train_batch_id else samples_in(batch))
+
+    def _combined_batch_end(self, batch: Any) -> None:
+        """One step read a batch of each train loader (``CombinedLoader``): each loader counts its own."""
+        if self._train.batch_to_complete:
+            return  # a checkpoint caught this batch up already
+        assert self._train_layout is not None
+        _, keys, _ = self._train_layout
+        parts = []
+        for index, key in enumerate(keys):
+            try:
+                part = batch[key]
+            except (KeyError, IndexError, TypeError):
+                part = None
+            if part is not None:  # mode max_size: an exhausted loader gives None
+                parts.append((index, samples_in(part)))
+        if not parts:
+            self._train.batch_end(samples=samples_in(batch))
+            return
+        first, samples = parts[0]
+        self._train.batch_end(first, samples)
+        for index, samples in parts[1:]:
+            count_dataloader_batch(self.tracker.progress.train, index, samples)
 
     @_passenger
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -443,7 +478,10 @@ class ProgressTracker(CallbackBase):
         train = self.tracker.progress.train
         batches, epochs_mine = train.view.batches.lifetime, train.view.epochs.lifetime
         if resume.on_train_batch_end(trainer) and batches.ready != batches.processed:
-            self._train.batch_end()
+            if self._train_layout is not None:
+                self._combined_batch_end(self._train_batch)
+            else:
+                self._train.batch_end()
         epochs: Any = trainer.fit_loop.epoch_progress.current
         in_epoch_end = epochs.ready == epochs.started == epochs.processed == epochs.completed + 1
         if in_epoch_end and epochs_mine.ready != epochs_mine.processed:
@@ -457,6 +495,16 @@ class ProgressTracker(CallbackBase):
         if self.tracker.view.is_mid_accumulation:
             gradients = capture_gradients(pl_module.parameters())
             checkpoint[GRADIENTS_KEY] = _every_rank(gradients) if trainer.world_size > 1 else gradients
+        if self.tracker.view.is_mid_epoch and self._train_layout is not None:
+            self._warn_cycled_loaders()
+        if self.tracker.view.is_mid_epoch and resume.steps_follow_fetches(trainer):
+            warnings.warn(
+                "mid-epoch checkpoint of a training_step(dataloader_iter) with accumulate_grad_batches > 1: "
+                "Lightning picks the batches that zero and step gradients by its fetch count, which restarts "
+                "when it resumes, so the resumed run accumulates differently from an uninterrupted one",
+                InexactResumeWarning,
+                stacklevel=2,
+            )
         if resume.on_train_batch_end(trainer) and resume.validation_due(trainer):
             warnings.warn(
                 "checkpoint saved in on_train_batch_end before a due validation: Lightning skips that "
@@ -465,6 +513,25 @@ class ProgressTracker(CallbackBase):
                 InexactResumeWarning,
                 stacklevel=2,
             )
+
+    def _warn_cycled_loaders(self) -> None:
+        """``CombinedLoader(mode="max_size_cycle")`` restarts a shorter loader within the epoch: a position
+        at or past the end of its pass cannot be replayed (the core counts its batches since the epoch began)."""
+        assert self._train_layout is not None
+        mode, _, passes = self._train_layout
+        if mode != "max_size_cycle":
+            return
+        counts = self.tracker.view.train.dataloaders
+        for index, batches in enumerate(passes):
+            read = counts[index].batches.epoch if index < len(counts) else 0
+            if batches is None or read >= batches:
+                warnings.warn(
+                    f"train dataloader {index} of a CombinedLoader(mode='max_size_cycle') was read to the end of its "
+                    f"pass ({read} batches) in this epoch and restarted: this mid-epoch checkpoint cannot resume its "
+                    "position exactly (it resumes as if it had not restarted)",
+                    InexactResumeWarning,
+                    stacklevel=3,
+                )
 
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]

@@ -31,6 +31,16 @@ def validation_due(trainer: pl.Trainer) -> bool:
     return fetcher is not None and fit_loop.epoch_loop._should_check_val_fx(fetcher)
 
 
+def steps_follow_fetches(trainer: pl.Trainer) -> bool:
+    """True if the train step fetches its own batches (``training_step(dataloader_iter)``) and gradients accumulate.
+
+    Lightning then picks the batches that zero and step by its fetcher's count, which restarts
+    when a run resumes mid-epoch: the resumed run's accumulation windows differ.
+    """
+    fetcher = trainer.fit_loop._data_fetcher
+    return type(fetcher).__name__ == "_DataLoaderIterDataFetcher" and trainer.accumulate_grad_batches > 1
+
+
 def fit_counters_carry_on(trainer: pl.Trainer) -> bool:
     """True if this fit continues counters of an earlier fit (same Trainer, or restored from a checkpoint)."""
     fit_loop = trainer.fit_loop
@@ -89,6 +99,23 @@ def combined_mode(fit_loop: _FitLoop) -> str:
     return "max_size_cycle" if combined is None else str(combined._mode)
 
 
+def train_layout(fit_loop: _FitLoop) -> tuple[str, list[Any], list[int | None]] | None:
+    """Several train loaders: the ``CombinedLoader``'s mode, the keys of each loader's part of a combined
+    batch (list indices or dict keys, in ``flattened`` order) and each loader's batches per pass (None
+    if unknown). None for one loader."""
+    combined = fit_loop._combined_loader
+    if combined is None or len(combined.flattened) < 2:
+        return None
+    iterables = combined.iterables
+    keys: list[Any] = list(iterables) if isinstance(iterables, dict) else list(range(len(combined.flattened)))
+    limits = combined._limits or [None] * len(keys)
+    passes: list[int | None] = []
+    for loader, limit in zip(combined.flattened, limits, strict=True):
+        size = len(loader) if hasattr(loader, "__len__") else None
+        passes.append(size if limit is None or size is None else min(size, int(limit)))
+    return str(combined._mode), keys, passes
+
+
 class _BeforeFirstIter:
     """``fit_loop._load_combined_loader_states`` replaced on one loop instance; picklable (``torch.save(trainer)``)."""
 
@@ -141,7 +168,7 @@ def _check(package: str) -> None:
                 ),
             ),
             "_TrainingEpochLoop": (epoch_loop, ("_should_check_val_fx",)),
-            "CombinedLoader": (combined, ("_mode",)),
+            "CombinedLoader": (combined, ("_mode", "_limits")),
         },
     )
 

@@ -134,16 +134,24 @@ class _Run(Part):
 
 
 # checks that span several fields ------------------------------------------------------------
-def _sums_match(parts: Sequence[ScopeCounts], whole: ScopeCounts, key: str, field: str, what: str) -> None:
+def _sums_match(
+    parts: Sequence[ScopeCounts], whole: ScopeCounts, key: str, field: str, what: str, combined: bool = False
+) -> None:
+    """``parts`` add up to ``whole`` in each scope; with ``combined`` (a step may read a batch of several
+    dataloaders, ``count_dataloader_batch``) at least to ``whole``, none of them beyond it."""
     if not parts:
         if any(whole):
             raise ProgressStateError(key, f"no dataloaders, but {whole.lifetime} {what} in lifetime scope")
         return
     for i, scope in enumerate(SCOPES):
         total = sum(part[i] for part in parts)
-        if total != whole[i]:
+        if total < whole[i] or (total != whole[i] and not combined):
             raise ProgressStateError(
                 key, f"{field} add up to {total} in {scope} scope, but the stage has {whole[i]} {what}"
+            )
+        if combined and max(part[i] for part in parts) > whole[i]:
+            raise ProgressStateError(
+                key, f"a dataloader has more {field} in {scope} scope than the stage's {whole[i]} {what}"
             )
 
 
@@ -153,7 +161,8 @@ def _check_stage(stage: dict[str, Any], key: str) -> None:
         raise ProgressStateError(f"{key}.batches.lifetime", "a batch is in flight outside an epoch")
     dataloaders = stage["dataloaders"]
     processed = ScopeCounts(*(batches[scope].processed for scope in SCOPES))
-    _sums_match([d["batches"] for d in dataloaders], processed, f"{key}.dataloaders", "batches", "processed batches")
+    batches_by_loader = [d["batches"] for d in dataloaders]
+    _sums_match(batches_by_loader, processed, f"{key}.dataloaders", "batches", "processed batches", combined=True)
     _sums_match([d["samples"] for d in dataloaders], stage["samples"], f"{key}.dataloaders", "samples", "samples")
 
 

@@ -1,0 +1,23 @@
+"""Per-dataloader counts of a step that reads several dataloaders at once (a combined batch)."""
+
+from __future__ import annotations
+
+from tracker_core.counting._stage import StageProgress
+
+
+def count_dataloader_batch(stage: StageProgress, dataloader: int, samples: int) -> None:
+    """The batch just processed (``batch_processed``) also held a batch of ``samples`` samples from dataloader
+    number ``dataloader``: count it in that dataloader's tallies and the stage's samples.
+
+    For frameworks whose one step reads one batch of each of several dataloaders (Lightning's
+    ``CombinedLoader``): the stage counts one batch, each dataloader its own.
+    """
+    if samples < 0 or dataloader < 0:
+        raise ValueError(f"{stage.name} batch: samples and dataloader must be >= 0, got {samples}, {dataloader}")
+    try:
+        tallies = stage._dataloaders[dataloader]
+    except IndexError:
+        tallies = stage._add_dataloaders(dataloader)
+    tallies.batches.total += 1
+    tallies.samples.total += samples
+    stage._samples.total += samples
