@@ -76,8 +76,8 @@ def test_scheduler_steps_equal_the_last_epoch_of_the_schedulers_lightning_config
     assert get_progress(fit).train.scheduler_steps.lifetime == steps
 
 
-@pytest.mark.parametrize("config", list(INTERVALS))
-def test_scheduler_steps_survive_a_mid_epoch_checkpoint_round_trip(config: str, tmp_path: Path) -> None:
+def test_scheduler_steps_survive_a_mid_epoch_checkpoint_round_trip(tmp_path: Path) -> None:
+    config = "step-and-epoch"
     path = tmp_path / "killed.ckpt"
     _fit(config, [SaveAndDie(7, path)])  # epoch 2, batch 3: after 3 optimizer steps and 1 epoch end
     saved = torch.load(path, weights_only=True)
