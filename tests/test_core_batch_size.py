@@ -6,7 +6,7 @@ from collections import OrderedDict
 
 import torch
 
-from tracker_core.counting._batch_size import batches_in, samples_in
+from tracker_core.adapter import batches_in, samples_in
 
 
 def test_a_tuple_of_tensors_holds_the_first_dimension_of_its_first_tensor() -> None:

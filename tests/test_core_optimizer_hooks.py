@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from tracker_core import Progress, count_optimizer_steps
-from tracker_core.counting._optimizer_hooks import count_skipped_steps
+from tracker_core.adapter import count_skipped_steps
 
 from helpers.core_drive import in_fit_epoch
 
