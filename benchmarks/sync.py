@@ -64,8 +64,13 @@ def _worker(rank: int, port: int, results: dict[str, float]) -> None:
     steps = _steps_after_a_barrier(progress)
     if rank == 0:
         ratios = [s / r for s, r in zip(synced, raw)]
-        results.update(length=length, synced=statistics.median(synced), raw=statistics.median(raw),
-                       ratio=statistics.median(ratios), steps=steps)
+        results.update(
+            length=length,
+            synced=statistics.median(synced),
+            raw=statistics.median(raw),
+            ratio=statistics.median(ratios),
+            steps=steps,
+        )
     dist.destroy_process_group()
 
 
@@ -86,7 +91,7 @@ def _steps_after_a_barrier(progress: Progress) -> dict[str, float]:
         marks.append(time.perf_counter())
         unpack(progress, reduced)
         marks.append(time.perf_counter())
-        for (name, spent), start, end in zip(times.items(), marks, marks[1:]):
+        for (_, spent), start, end in zip(times.items(), marks, marks[1:]):
             spent.append(end - start)
     return {name: statistics.median(spent) for name, spent in times.items()}
 
@@ -113,8 +118,7 @@ def main() -> None:
     print(f"state length: {length} int64 counts, 2 gloo ranks, {ROUNDS} interleaved rounds (medians)")
     print(f"reduce_state(progress):             {synced * 1e3:.3f} ms")
     print(f"all_reduce(int64[{length}]) alone:     {raw * 1e3:.3f} ms")
-    print(f"ratio: {ratio:.2f}x (median of the per-round ratios; of the medians {synced / raw:.2f}x)   "
-          "target <= 1.5x")
+    print(f"ratio: {ratio:.2f}x (median of the per-round ratios; of the medians {synced / raw:.2f}x)   target <= 1.5x")
     print(f"pack + unpack alone (no collective): {_local_cost() * 1e6:.1f} us per call")
     steps = ", ".join(f"{name} {spent * 1e6:.0f} us" for name, spent in step_times.items())
     print(f"its steps right after a barrier (medians): {steps}")

@@ -116,6 +116,8 @@ def test_no_core_module_runs_generated_code() -> None:
         f"{name}:{node.lineno}"
         for name, path in MODULES.items()
         for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("exec", "eval", "compile")
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("exec", "eval", "compile")
     ]
     assert calls == []

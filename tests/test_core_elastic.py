@@ -192,7 +192,7 @@ EXACT = [(1, 3), (2, 3), (3, 3), (1, 2), (2, 2), (3, 2), (1, 6), (2, 6), (3, 6),
 def test_world_2_to_1_continues_from_the_same_global_sample_position(k: int, batch: int) -> None:
     entry = _world_two()[0]["saved"][k]
     reference = _world_one(batch)
-    tracker, epochs, problems = _resume_at_world_one(entry, batch)
+    _, epochs, problems = _resume_at_world_one(entry, batch)
     resumed_at = k * BATCH * 2 // batch
     assert problems == []
     assert epochs[0] == reference[SAVED_EPOCH][resumed_at:]
@@ -253,7 +253,7 @@ def test_a_position_not_a_multiple_of_the_new_global_batch_warns_and_trains_the_
 def test_ranks_saved_at_different_batch_counts_resume_from_the_smallest_and_say_so() -> None:
     entry = copy.deepcopy(_world_two()[0]["saved"][2])
     entry["ranks"][1]["train_loaders"][0]["batches_consumed"] = 1
-    tracker, epochs, problems = _resume_at_world_one(entry, 3)
+    _, epochs, problems = _resume_at_world_one(entry, 3)
     assert any("(rank 0 = 2, rank 1 = 1)" in p and "the 3 samples" in p for p in problems)
     assert epochs[0] == _world_one(3)[SAVED_EPOCH][2:]
 
@@ -448,7 +448,7 @@ def test_a_batch_sharded_loader_saves_its_sharding() -> None:
 @pytest.mark.parametrize(("k", "batch"), EXACT, ids=[f"k{k}-batch{b}" for k, b in EXACT])
 def test_batch_sharded_world_2_to_1_continues_from_the_same_global_sample_position(k: int, batch: int) -> None:
     full = _sharded_world_two()
-    tracker, epochs, problems = _resume_at_world_one(full[0]["saved"][k], batch, _sharded_loader)
+    _, epochs, problems = _resume_at_world_one(full[0]["saved"][k], batch, _sharded_loader)
     reference = _world_one_run(batch, _sharded_loader)[0]
     assert problems == []
     assert epochs[0] == reference[SAVED_EPOCH][k * BATCH * 2 // batch :]
@@ -476,7 +476,7 @@ def test_batch_sharded_epoch_ended_in_a_padded_round_resumes_with_nothing_left_o
 
 
 def test_batch_sharded_position_not_a_multiple_of_the_new_global_batch_warns() -> None:
-    tracker, epochs, problems = _resume_at_world_one(_sharded_world_two()[0]["saved"][1], 4, _sharded_loader)
+    _, epochs, problems = _resume_at_world_one(_sharded_world_two()[0]["saved"][1], 4, _sharded_loader)
     assert len(problems) == 1 and "2 samples before position 6 are trained again" in problems[0]
     assert epochs[0] == _world_one_run(4, _sharded_loader)[0][SAVED_EPOCH][1:]
 

@@ -192,7 +192,7 @@ def test_check_divergence_without_a_process_group_finds_nothing() -> None:
 
 
 def test_check_divergence_rejects_a_key_that_is_not_a_count() -> None:
-    with pytest.raises(KeyError, match="stages.train.nothing"):
+    with pytest.raises(KeyError, match=r"stages\.train\.nothing"):
         check_divergence(Progress(), keys=["stages.train.nothing"])
 
 

@@ -134,7 +134,7 @@ def _entry_mid_epoch() -> dict[str, Any]:
 def test_a_damaged_entry_raises_naming_the_key_and_changes_nothing(damage, key, problem) -> None:
     entry = _entry_mid_epoch()
     damage(entry)
-    tracker, loader, _, _ = _setup(seed=5)
+    tracker, _loader, _, _ = _setup(seed=5)
     before = tracker.state_dict()
     rng_before = torch.get_rng_state()
     with pytest.raises(ProgressStateError) as raised:
@@ -153,7 +153,7 @@ def test_a_loader_tracked_after_the_load_is_armed_when_tracked() -> None:
     tracker.load_state_dict(entry)
     loader = DataLoader(_Indexed(), batch_size=3, shuffle=True)
     tracker.track_train_loader(loader)
-    assert len([batch for batch in loader]) == 2  # 4 batches an epoch, 2 consumed
+    assert len(list(loader)) == 2  # 4 batches an epoch, 2 consumed
 
 
 def test_a_loader_tracked_after_the_load_with_a_mismatching_state_raises_naming_the_key() -> None:
@@ -161,7 +161,7 @@ def test_a_loader_tracked_after_the_load_with_a_mismatching_state_raises_naming_
     entry["train_loaders"][0]["kind"] = "iterable_replay"
     tracker = Tracker()
     tracker.load_state_dict(entry)
-    with pytest.raises(ProgressStateError, match="train_loaders.0.kind"):
+    with pytest.raises(ProgressStateError, match=r"train_loaders\.0\.kind"):
         tracker.track_train_loader(DataLoader(_Indexed(), batch_size=3, shuffle=True))
 
 
@@ -177,7 +177,7 @@ def test_forget_loaded_positions_lets_armed_and_later_tracked_loaders_read_whole
 
 
 def test_checkpoint_state_dict_in_one_process_without_a_sharded_loader_is_the_plain_entry() -> None:
-    tracker, loader, _, _ = _setup(seed=0)
+    tracker, _loader, _, _ = _setup(seed=0)
     assert "ranks" not in tracker.checkpoint_state_dict()
 
 
@@ -199,7 +199,7 @@ def test_a_checkpoint_between_epochs_does_not_replay_the_finished_epoch() -> Non
     entry = tracker.state_dict()
     fresh, loader, _, _ = _setup(seed=3)
     fresh.load_state_dict(entry)
-    assert len([batch for batch in loader]) == 4
+    assert len(list(loader)) == 4
 
 
 def test_a_mid_epoch_checkpoint_of_a_loader_that_is_not_a_dataloader_warns_that_it_cannot_resume_exactly() -> None:
@@ -236,7 +236,7 @@ def test_saved_gradients_are_restored_into_fresh_parameters() -> None:
 
 def test_gradients_of_the_wrong_shape_raise_naming_the_index_and_change_nothing() -> None:
     model = torch.nn.Linear(4, 1)
-    with pytest.raises(ProgressStateError, match="gradients.1"):
+    with pytest.raises(ProgressStateError, match=r"gradients\.1"):
         restore_gradients(model.parameters(), [torch.zeros(1, 4), torch.zeros(3)])
     assert all(p.grad is None for p in model.parameters())
 
@@ -275,7 +275,7 @@ def test_validate_state_dict_raises_what_load_would_and_changes_nothing() -> Non
     tracker = Tracker()
     entry = tracker.state_dict()
     entry["progress"]["stages"]["train"]["samples"]["run"] = -1
-    with pytest.raises(ProgressStateError, match="progress.stages.train.samples"):
+    with pytest.raises(ProgressStateError, match=r"progress\.stages\.train\.samples"):
         tracker.validate_state_dict(entry)
     assert tracker.state_dict()["progress"] == Tracker().state_dict()["progress"]
 
