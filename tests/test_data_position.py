@@ -121,7 +121,7 @@ def _nested() -> DataLoader[Any]:
 
 def _nested_distributed() -> DataLoader[Any]:
     dataset = _Indexed(17)
-    sampler = DistributedSampler(dataset, num_replicas=2, rank=0, seed=5)
+    sampler: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=2, rank=0, seed=5)
     return DataLoader(dataset, batch_sampler=_EveryOtherBatch(BatchSampler(sampler, 2, drop_last=False)))
 
 
@@ -228,18 +228,18 @@ def _train(
         batches = iter(loader)
         ahead = next(batches, None)
 
-        def save() -> None:
-            run.saved[consumed] = (position.state_dict(batches_consumed=consumed), capture_rng_state())
+        def save(count: int) -> None:
+            run.saved[count] = (position.state_dict(batches_consumed=count), capture_rng_state())
 
         if epoch == save_in:
-            save()
+            save(consumed)
         while ahead is not None:
             batch, ahead = ahead, next(batches, None)
             ids.append(torch.as_tensor(batch).reshape(-1).tolist())
             draws.append((torch.rand(()).item(), random.random(), float(np.random.rand())))
             consumed += 1
             if epoch == save_in:
-                save()
+                save(consumed)
         run.batches.append(ids)
         run.draws.append(draws)
     return run
@@ -253,7 +253,8 @@ def _uninterrupted(setup: _Setup) -> _Run:
 
 
 def _json(state: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(state))
+    loaded: dict[str, Any] = json.loads(json.dumps(state))
+    return loaded
 
 
 def _resume(setup: _Setup, k: int, saved: tuple[dict[str, Any], dict[str, Any]], **options: Any) -> _Run:
@@ -378,7 +379,7 @@ def test_an_iterable_shorter_than_the_consumed_batches_raises_on_resume() -> Non
 def test_generators_and_epochs_are_found_at_any_depth_of_the_sampler_chain_each_once() -> None:
     loader = _nested_distributed()
     inner = loader.batch_sampler.batch_sampler.sampler  # type: ignore[union-attr]
-    inner.generator = torch.Generator()  # type: ignore[attr-defined]
+    inner.generator = torch.Generator()
     loader.batch_sampler.sampler = loader.batch_sampler  # type: ignore[union-attr]  # a cycle
     position = LoaderPosition(loader)
     list(loader)
