@@ -4,7 +4,8 @@ Each configuration (tests/helpers/ignite_matrix.py) combines optimizers (SGD, Ad
 custom update function), ``create_supervised_trainer(gradient_accumulation_steps=k)``,
 ``max_epochs`` or ``max_iters``, ``epoch_length``, an evaluator after every epoch, and one of
 ``terminate``/``terminate_epoch``/``interrupt`` (then ``run()`` again while Ignite's state is
-not done), a step exception an ``EXCEPTION_RAISED`` handler swallows, or a ``terminate`` from
+not done), ``run()`` again after the end or with more epochs, a step exception an
+``EXCEPTION_RAISED`` handler swallows or one that leaves ``run()``, or a ``terminate`` from
 ITERATION_STARTED. The oracle (tests/helpers/ignite_oracle.py) must record no disagreement and
 the adapter raise nothing. Where a checkpoint is taken, fresh objects resume from it and must
 end exactly as the uninterrupted run: weights ``torch.equal``, the sample ids of every later
