@@ -183,6 +183,11 @@ class Tracker:
             states = entry["train_loaders"]
             if not isinstance(states, list) or not all(isinstance(s, dict) for s in states):
                 raise ProgressStateError("train_loaders", "expected a list of dicts")
+            if len(states) < parsed_progress.train_dataloaders:  # state_dict() saves one per counted loader
+                raise ProgressStateError(
+                    "train_loaders",
+                    f"{len(states)} loader states, but the progress counts {parsed_progress.train_dataloaders} loaders",
+                )
             resume_epoch = reenters_train_epoch(parsed_progress.train_epochs)
             ready = {}
             pending = {}

@@ -191,15 +191,19 @@ def _main_state(fields: Mapping[str, Any], key: str, per_epoch: int | None) -> N
 def _sampler_iter_state(value: object, key: str) -> None:
     """torchdata's own sampler iterators: ``BatchSampler`` (``samples_yielded``) over ``RandomSampler``
     (``yielded``, ``generator``); another sampler's state is its own business."""
-    if not isinstance(value, Mapping):
+    if value is None:
         return
-    if value and set(value) <= {"samples_yielded", "sampler_state", "sampler_iter_state"}:
+    if not isinstance(value, Mapping) or not value:  # torchdata saves a Stateful sampler's state_dict(), else None
+        raise ProgressStateError(key, f"expected None or a sampler's non-empty state, got {_short(value)}")
+    if {"samples_yielded", "sampler_state", "sampler_iter_state"} & set(value):
         fields = read_mapping(
             value, key, required=("samples_yielded",), optional=("sampler_state", "sampler_iter_state")
         )
         read_int(fields["samples_yielded"], join_key(key, "samples_yielded"), minimum=0)
-        _sampler_iter_state(fields.get("sampler_iter_state"), join_key(key, "sampler_iter_state"))
-    elif set(value) == {"yielded", "generator"}:
+        if "sampler_iter_state" in fields:
+            _sampler_iter_state(fields["sampler_iter_state"], join_key(key, "sampler_iter_state"))
+    elif {"yielded", "generator"} & set(value):
+        read_mapping(value, key, required=("yielded", "generator"))
         read_int(value["yielded"], join_key(key, "yielded"), minimum=0)
         generator = value["generator"]
         if not isinstance(generator, torch.Tensor) or generator.dtype != torch.uint8 or generator.dim() != 1:
@@ -225,3 +229,7 @@ def _batch_count(value: object, key: str, per_epoch: int | None) -> None:
 def _bool(value: object, key: str) -> None:
     if not isinstance(value, bool):
         raise ProgressStateError(key, f"expected a bool, got {type(value).__name__}")
+
+
+def _short(value: object) -> str:
+    return "an empty mapping" if isinstance(value, Mapping) else f"a {type(value).__name__}"

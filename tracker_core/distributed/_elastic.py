@@ -37,7 +37,7 @@ class Selected:
     entry: dict[str, Any]
     mapping: dict[str, Any] | None
     problems: list[str]
-    key_prefix: str = ""  # where ``entry`` sits in the saved entry ("ranks.1"); "" when it was built here
+    key_prefix: str = ""  # where ``entry`` (mapped: the rank it was built from) sits in the saved entry ("ranks.1")
 
 
 def world() -> tuple[int, int]:
@@ -97,7 +97,7 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
     if not reenters_train_epoch(epochs):
         # Between epochs only generators are restored; the next epoch is the new geometry's own.
         entry["train_loaders"] = [_between_epochs(state) for state in entry["train_loaders"]]
-        return Selected(entry, mapping, [])
+        return Selected(entry, mapping, [], f"ranks.{source_rank}")
     problems: list[str] = []
     if entry["progress"]["stages"]["train"]["accumulating_batches"]:
         problems.append(
@@ -112,7 +112,7 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
         mapping["train_loaders"].append(found.record)
         if found.record["problem"]:
             problems.append(f"train dataloader {index}: {found.record['problem']}")
-    return Selected(entry, mapping, problems)
+    return Selected(entry, mapping, problems, f"ranks.{source_rank}")
 
 
 def _between_epochs(state: object) -> object:

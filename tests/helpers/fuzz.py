@@ -1,0 +1,336 @@
+"""Mutants of real checkpoint entries, loaded in a child process (tests/test_fuzz_entries.py).
+
+Sources (entries the adapters wrote; see :func:`write_sources`): a Lightning ``.ckpt``, an Ignite
+``Checkpoint`` file, an Accelerate ``save_state`` folder (single process), the Ignite
+``ProgressHandler`` state of a run over a shuffling ``StatefulDataLoader`` (tagged tensors), and a
+2-process Accelerate folder, loaded by one process (gathered ranks, elastic mapping).
+
+Mutations (:func:`mutants`): every key deleted, an unknown key added to every dict, every leaf
+replaced by each of ``VALUES``, swapped siblings, broken ordering invariants (phases, scopes),
+bad schema versions, corrupted and mis-sized base64 blobs, list lengths off by one, every torch
+dtype in a tagged tensor. Run as ``python -m helpers.fuzz <spec.json> <report.json>``: for each
+mutant a fresh Tracker with the source's loaders (registered before, or after, the load) loads it;
+the report counts the outcomes and gives examples of every failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import itertools
+import json
+import math
+import random
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from tracker_core import ProgressStateError, Tracker
+
+LONG_LIST = [0] * 1_000_000
+DEEP: dict[str, Any] = {}
+_node = DEEP
+for _ in range(10_000):
+    _node["d"] = {}
+    _node = _node["d"]
+VALUES: list[tuple[str, object]] = [
+    ("None", None), ("True", True), ("-1", -1), ("2**63", 2**63), ("2**64", 2**64), ("1.5", 1.5),
+    ("nan", math.nan), ("'1'", "1"), ("[]", []), ("{}", {}), ("long list", LONG_LIST), ("deep dict", DEEP),
+]  # fmt: skip
+DTYPES = sorted(name for name in dir(torch) if isinstance(getattr(torch, name), torch.dtype))
+_PHASES = ("ready", "started", "processed", "completed")
+_SCOPES = ("epoch", "run", "lifetime")
+_DELETED = object()
+
+Path_ = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    path: Path_  # where the entry was changed
+    what: str
+    entry: Any
+
+
+# -- mutations ---------------------------------------------------------------------------------
+def _walk(value: Any, path: Path_ = ()) -> Iterator[tuple[Path_, Any]]:
+    yield path, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _walk(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _walk(item, (*path, index))
+
+
+def _replaced(root: Any, path: Path_, value: object) -> Any:
+    """``root`` with the value at ``path`` replaced (or deleted: ``_DELETED``); containers along the path copied."""
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    copy: Any = dict(root) if isinstance(root, dict) else list(root)
+    if rest:
+        copy[head] = _replaced(root[head], rest, value)
+    elif value is _DELETED:
+        del copy[head]
+    else:
+        copy[head] = value
+    return copy
+
+
+def _is_base64(value: object) -> bool:
+    if not isinstance(value, str) or len(value) < 8 or len(value) % 4:
+        return False
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+def mutants(entry: Any) -> Iterator[Mutant]:
+    """Every mutation of ``entry`` listed in the module docstring, in a fixed order."""
+    for path, value in _walk(entry):
+        if isinstance(value, dict):
+            for key in value:
+                yield Mutant((*path, key), "deleted", _replaced(entry, (*path, key), _DELETED))
+            yield Mutant((*path, "unknown"), "unknown key added", _replaced(entry, (*path, "unknown"), 1))
+            keys = list(value)
+            for first, second in itertools.pairwise(keys):
+                if value[first] != value[second]:
+                    swapped = {**value, first: value[second], second: value[first]}
+                    yield Mutant(path, f"{first} and {second} swapped", _replaced(entry, path, swapped))
+            if set(_PHASES) <= set(value) and isinstance(value["ready"], int):
+                for phase in _PHASES[1:]:
+                    broken = {**value, phase: value["ready"] + 1}
+                    yield Mutant(path, f"{phase} above ready", _replaced(entry, path, broken))
+            if set(_SCOPES) <= set(value) and isinstance(value["lifetime"], int):
+                broken = {**value, "epoch": value["lifetime"] + 1}
+                yield Mutant(path, "epoch scope above lifetime", _replaced(entry, path, broken))
+            if "__tensor__" in value and isinstance(value["__tensor__"], dict):
+                for dtype in DTYPES:
+                    tagged = {"__tensor__": {**value["__tensor__"], "dtype": dtype}}
+                    yield Mutant((*path, "__tensor__", "dtype"), f"dtype {dtype}", _replaced(entry, path, tagged))
+        elif isinstance(value, list):
+            if value:
+                yield Mutant(path, "last item dropped", _replaced(entry, path, value[:-1]))
+                yield Mutant(path, "last item repeated", _replaced(entry, path, [*value, value[-1]]))
+        else:
+            if path and path[-1] in ("schema_version", "version"):
+                for bad in (0, 999, 2**31):
+                    yield Mutant(path, f"version {bad}", _replaced(entry, path, bad))
+            if _is_base64(value):
+                for what, bad in (("cut", value[:-4]), ("extended", value + "AAAA"), ("not base64", "!" + value[1:])):
+                    yield Mutant(path, f"base64 {what}", _replaced(entry, path, bad))
+        if path:
+            for name, bad in VALUES:
+                yield Mutant(path, f"replaced by {name}", _replaced(entry, path, bad))
+
+
+# -- sources -----------------------------------------------------------------------------------
+def plain_loader() -> DataLoader[Any]:
+    """The train loader of tests/helpers/saved_checkpoints.py's Lightning and Ignite runs."""
+    x = torch.linspace(-1, 1, 40).reshape(10, 4)
+    return DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=3)
+
+
+def stateful_loader() -> Any:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    x = torch.linspace(-1, 1, 40).reshape(10, 4)
+    return StatefulDataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=3, shuffle=True)
+
+
+def write_stateful_ignite_entry(path: Path) -> None:
+    """A real Ignite run (ProgressHandler, StatefulDataLoader) stopped mid-epoch; its handler state to ``path``."""
+    from ignite.engine import Engine, Events
+
+    from tracker_core.integrations.ignite import ProgressHandler
+
+    torch.manual_seed(0)
+    loader = stateful_loader()
+    trainer = Engine(lambda engine, batch: None)
+    handler = ProgressHandler()
+    handler.attach(trainer)
+
+    @trainer.on(Events.ITERATION_COMPLETED(once=6))
+    def save(engine: Engine) -> None:
+        torch.save(handler.state_dict(), path)
+        engine.terminate()
+
+    trainer.run(loader, max_epochs=3)
+
+
+@dataclass(frozen=True)
+class Source:
+    """A real entry and how to build the trackers that load it."""
+
+    entry: Any
+    tracker: Callable[[], tuple[Tracker, list[Any]]]  # a fresh tracker and the loaders it needs
+
+
+def _plain_tracker() -> tuple[Tracker, list[Any]]:
+    return Tracker(), [plain_loader()]
+
+
+def _stateful_tracker() -> tuple[Tracker, list[Any]]:
+    return Tracker(), [stateful_loader()]
+
+
+def _accelerate_tracker(seedable: bool, samples: int, batch: int) -> Callable[[], tuple[Tracker, list[Any]]]:
+    def build() -> tuple[Tracker, list[Any]]:
+        from tracker_core.integrations.accelerate import AcceleratorProgress
+
+        from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator
+
+        accelerator = fresh_accelerator(Setup(samples=samples, batch_size=batch, accumulation=2, seedable=seedable))
+        if seedable:
+            loader = DataLoader(Indexed(samples), batch_size=batch, shuffle=True)
+        else:
+            x = torch.linspace(-1, 1, 40).reshape(10, 4)
+            loader = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=3)
+        prepared = accelerator.prepare(loader)
+        progress = AcceleratorProgress(accelerator)
+        progress.track_train_loader(prepared)
+        return progress._tracker, [prepared]  # the adapter's own wiring of the prepared loader
+
+    return build
+
+
+def sources(files: dict[str, str]) -> dict[str, Source]:
+    """The sources, from the checkpoint files the test session wrote (``files``: name -> path)."""
+    lightning = torch.load(files["lightning"], weights_only=True)["callbacks"]["ProgressTracker"]
+    ignite = torch.load(files["ignite"], weights_only=True)["progress"]["progress_tracker"]
+    accelerate = torch.load(Path(files["accelerate"]) / "progress_tracker_0.pt", weights_only=True)["tracker"]
+    stateful = torch.load(files["stateful"], weights_only=True)["progress_tracker"]
+    ranks = [
+        torch.load(Path(files["two_ranks"]) / f"progress_tracker_{rank}.pt", weights_only=True)["tracker"]
+        for rank in range(2)
+    ]
+    return {
+        "lightning": Source(lightning, _plain_tracker),
+        "ignite": Source(ignite, _plain_tracker),
+        "accelerate": Source(accelerate, _accelerate_tracker(seedable=False, samples=10, batch=3)),
+        "stateful": Source(stateful, _stateful_tracker),
+        "elastic": Source({**ranks[0], "ranks": ranks}, _accelerate_tracker(seedable=True, samples=24, batch=3)),
+    }
+
+
+# -- running -----------------------------------------------------------------------------------
+def _global_rng() -> tuple[Any, ...]:
+    return torch.get_rng_state(), random.getstate(), np.random.get_state()
+
+
+def _same_rng(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return (
+        torch.equal(a[0], b[0])
+        and a[1] == b[1]
+        and all(np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y for x, y in zip(a[2], b[2]))
+    )
+
+
+def dotted(path: Path_) -> str:
+    return ".".join(str(part) for part in path)
+
+
+def names_the_key(error_key: str, path: Path_) -> bool:
+    """The error names the changed key, one of its ancestors below the top level, or (for a cross-field
+    check) a key sharing its parent or its first two components (e.g. ``progress.stages``), or
+    ``progress.where`` (checked against every count)."""
+    got, changed = error_key.split(".") if error_key else [], [str(part) for part in path]
+    common = 0
+    for a, b in zip(got, changed):
+        if a != b:
+            break
+        common += 1
+    if changed and changed[0] == "ranks" and len(changed) > 1:
+        if got[:2] != changed[:2]:
+            return False
+        got, changed, common = got[2:], changed[2:], common - 2
+    if got[:2] == ["progress", "where"] and changed[:1] == ["progress"]:
+        return True
+    return common >= min(len(changed), 2) or (common >= len(changed) - 1 and common >= 1)
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Load the sampled mutants of each source; count outcomes, keep examples of each failure kind."""
+    warnings.simplefilter("ignore")
+    found = sources(spec["files"])
+    report: dict[str, Any] = {"counts": {}, "failures": []}
+    draw = random.Random(spec["seed"])
+    current = Path(spec["current"])
+    for name, source in found.items():
+        all_mutants = list(mutants(source.entry))
+        chosen = (
+            all_mutants if spec["sample"] is None else draw.sample(all_mutants, min(spec["sample"], len(all_mutants)))
+        )
+        counts = dict.fromkeys(("mutants", "refused", "accepted", "refused_late"), 0)
+        counts["mutants"] = len(chosen)
+        for order in ("before", "after") if name in ("lightning", "ignite", "stateful") else ("before",):
+            for mutant in chosen:
+                current.write_text(f"{name} {order} {dotted(mutant.path)} {mutant.what}")
+                outcome = _load(source, mutant, order)
+                counts[outcome[0]] = counts.get(outcome[0], 0) + 1
+                if outcome[0] not in ("refused", "accepted", "refused_late"):
+                    report["failures"].append([name, order, dotted(mutant.path), mutant.what, *outcome])
+        report["counts"][name] = counts
+    return report
+
+
+def _load(source: Source, mutant: Mutant, order: str) -> tuple[str, ...]:
+    torch.manual_seed(0)  # an accepted mutant may have left odd but valid global RNGs (a nan cached gaussian)
+    random.seed(0)
+    np.random.seed(0)
+    tracker, loaders = source.tracker()
+    if order == "before":
+        for index, loader in enumerate(loaders):
+            tracker.track_train_loader(getattr(loader, "base_dataloader", loader), index)
+    before_rng, before_state = _global_rng(), tracker.progress.state_dict()
+    try:
+        tracker.load_state_dict(mutant.entry)
+    except ProgressStateError as error:
+        if not _same_rng(before_rng, _global_rng()):
+            return ("changed the global RNGs before refusing", error.key)
+        if tracker.progress.state_dict() != before_state:
+            return ("changed the progress before refusing", error.key)
+        if not names_the_key(error.key, mutant.path):
+            return ("wrong key", error.key, error.problem[:200])
+        return ("refused",)
+    except Exception as error:
+        return ("escaped", type(error).__name__, str(error)[:200])
+    try:
+        if order == "after":
+            for index, loader in enumerate(loaders):
+                tracker.track_train_loader(getattr(loader, "base_dataloader", loader), index)
+        Tracker().validate_state_dict(tracker.state_dict())
+        for loader in loaders:
+            for _ in loader:  # the resumed epoch's first batch (none when the saved epoch was at its end)
+                break
+    except ProgressStateError as error:
+        if order == "after":
+            return ("refused_late", error.key) if _loader_mismatch(error.key) else ("refused after applying", error.key)
+        return ("accepted but broken", type(error).__name__, error.key, error.problem[:200])
+    except Exception as error:
+        return ("accepted but broken", type(error).__name__, str(error)[:200])
+    return ("accepted",)
+
+
+_LOADER_MISMATCH_KEYS = ("kind", "batches_per_epoch", "num_workers", "distributed", "generators", "epoch")
+
+
+def _loader_mismatch(key: str) -> bool:
+    """A saved loader part that only a live loader can refuse (it does not fit this loader)."""
+    parts = key.split(".")
+    return len(parts) >= 3 and parts[0] == "train_loaders" and parts[2] in _LOADER_MISMATCH_KEYS
+
+
+if __name__ == "__main__":
+    spec_path, report_path = sys.argv[1:]
+    Path(report_path).write_text(json.dumps(run(json.loads(Path(spec_path).read_text()))))
