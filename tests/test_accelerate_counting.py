@@ -80,15 +80,15 @@ def test_evaluation_outside_epochs_is_a_run_of_its_own_kind():
     assert view.run.kind == "predict" and view.predict.batches.lifetime.completed == 3
 
 
-def test_breaking_out_of_a_train_pass_completes_the_batch_in_hand():
+def test_breaking_out_of_a_train_pass_before_training_undoes_the_batch_in_hand():
     accelerator = fresh_accelerator(Setup())
     loader = accelerator.prepare(DataLoader(Indexed(10), batch_size=3))
     progress = AcceleratorProgress(accelerator)
     for _epoch in progress.epochs(1):
         for index, _batch in enumerate(progress.train(loader)):
             if index == 1:
-                break
-    assert progress.view.train.batches.lifetime == PhaseCounts(2, 2, 2, 2)
+                break  # Accelerate never saw batch 1 (no accumulate, no optimizer step)
+    assert progress.view.train.batches.lifetime == PhaseCounts(1, 1, 1, 1)
     assert progress.view.train.epochs.lifetime.completed == 1
 
 

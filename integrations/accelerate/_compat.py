@@ -6,7 +6,7 @@ from typing import Any
 
 import accelerate
 import torch
-from accelerate import Accelerator
+from accelerate.accelerator import Accelerator
 from accelerate.data_loader import SeedableRandomSampler
 
 from tracker_core.integrations._extra import check_attributes

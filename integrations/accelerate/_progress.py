@@ -4,7 +4,7 @@ Accelerate has no callbacks, so the loops themselves report::
 
     progress = AcceleratorProgress(accelerator)  # after accelerator.prepare(...)
     for epoch in progress.epochs(3):
-        for batch in progress.train(train_loader):
+        for index, batch in progress.train(train_loader, with_index=True):
             with accelerator.accumulate(model):
                 ...  # forward, backward, optimizer.step(), zero_grad()
             if want_checkpoint:
@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Generator, Iterable, Iterator
-from typing import Any, TextIO, TypeVar
+from typing import Any, Literal, TextIO, TypeVar, overload
 
 import torch
 
-from tracker_core import ProgressView, Tracker, count_optimizer_steps
+from tracker_core import ProgressStateError, ProgressView, Tracker, count_optimizer_steps
 from tracker_core.adapter import (
     Display,
+    EventOrderError,
     GlobalRng,
+    InexactResumeWarning,
     StageProgress,
     batches_in,
     capture_gradients,
@@ -45,11 +48,12 @@ from tracker_core.integrations.accelerate._compat import (
     prepared_optimizers,
     prepared_schedulers,
 )
+from tracker_core.integrations.accelerate._loops import Evaluation, TrainBatch
 
 __all__ = ["AcceleratorProgress"]
 
 Batch = TypeVar("Batch")
-_NONE_IN_FLIGHT = -1
+_REGISTERED_STATE = {"saved_by": "AcceleratorProgress", "file": "progress_tracker_{rank}.pt"}
 
 
 class AcceleratorProgress:
@@ -61,6 +65,10 @@ class AcceleratorProgress:
     no-op outside a ``sync_gradients`` window). ``save_state`` writes
     ``progress_tracker_{rank}.pt`` beside Accelerate's files; ``load_state`` validates it
     before Accelerate loads anything (``ProgressStateError``, nothing loaded).
+
+    The loops never raise because of the order they are used in: leaving one (``break``, an
+    exception) ends its pass, and what the record cannot follow is noted in
+    ``view.anomalies`` with one warning. It pickles (with the Accelerator holding it).
     """
 
     def __init__(self, accelerator: Any) -> None:
@@ -69,18 +77,18 @@ class AcceleratorProgress:
         self._progress = self._tracker.progress
         self._train = self._progress.train
         self._hooked_optimizers = 0
-        self._in_fit = False
-        # The train batch yielded to the loop body: its sample count (or -1) and dataloader index.
-        self._in_flight = _NONE_IN_FLIGHT
-        self._in_flight_loader = 0
+        self._real_steps = 0  # steps of all prepared optimizers (tells whether a batch left by its loop was trained)
+        self._fit: object | None = None  # the open epochs() loop (a token), None outside one
+        self._in_flight: TrainBatch | None = None  # the train batch handed to a loop body
+        self._evaluation: Evaluation | None = None  # the open evaluation pass
+        self._warned = False  # an anomaly warned already
         self._loaders: dict[int, Any] = {}  # train dataloader index -> the prepared loader
         self._pass_start: dict[int, int] = {}  # index -> loader.iteration when its last train pass began
         self._restored_iterations: dict[int, int] = {}  # index -> loader.iteration to set before the next pass
         self._finished_passes: set[int] = set()  # restored mid-epoch after the pass yielded its last batch
         self._restored_step: int | None = None  # accelerator.step after an elastic load, set when the pass begins
-        # The global RNGs when the running evaluation epoch began (stage name, snapshot): an evaluation
-        # saved mid-way restarts, so it must restart from these, not from the RNGs at the save.
-        self._evaluation_rng: tuple[str, GlobalRng] | None = None
+        # The global RNGs when the open evaluation epoch began: one saved mid-way restarts from
+        # its first batch after a resume, drawing from these as the uninterrupted run did.
         self._restored_evaluation_rng: tuple[str, GlobalRng] | None = None
         # index -> the pending state our load left in a train StatefulDataLoader (Accelerate then overwrites it)
         self._armed_states: dict[int, dict[str, Any] | None] = {}
@@ -104,43 +112,117 @@ class AcceleratorProgress:
         if self._accelerator.is_main_process:
             self._display = Display(self.view, stream=stream, terminal=terminal, interval=interval)
 
-    # loops -------------------------------------------------------------------------------
+    # register_for_checkpointing and pickling -----------------------------------------------
+    def state_dict(self) -> dict[str, str]:
+        """What ``accelerator.register_for_checkpointing(progress)`` stores: only a note saying where the
+        progress is. Registering is not needed: every ``save_state`` writes ``progress_tracker_{rank}.pt``
+        through this object's hook, and ``load_state`` reads it before anything else."""
+        return dict(_REGISTERED_STATE)
+
+    def load_state_dict(self, state: object) -> None:
+        """Accept :meth:`state_dict`'s note (``load_state`` already loaded the progress file); loads nothing."""
+        if state != _REGISTERED_STATE:
+            raise ProgressStateError("", f"expected AcceleratorProgress.state_dict()'s note, got {state!r}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the display (it holds a stream); optimizers pickle without torch's step hooks."""
+        state = self.__dict__.copy()
+        state["_display"] = None
+        state["_hooked_optimizers"] = 0
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Register with the unpickled Accelerator; optimizers are hooked again when the next loop begins."""
+        self.__dict__.update(state)
+        attach(self._accelerator, self._progress)
+
+    # fit -----------------------------------------------------------------------------------
     def epochs(self, max_epochs: int) -> Iterator[int]:
         """A fit run: yields the 0-based index of each train epoch until ``max_epochs`` are done.
 
         After ``load_state`` it continues the restored run: an epoch saved mid-way is
         yielded again and its :meth:`train` pass yields only the batches not yet trained.
+        Leaving the loop (``break``, an exception) ends the epoch and the fit run there.
         """
         self._hook_optimizers()
         if self._display is not None:
             self._display.set_max_epochs(max_epochs)
-        progress, train, view = self._progress, self._train, self._progress.view
-        progress.run_ready("fit")
-        progress.run_started()
-        self._in_fit = True
-        while view.epoch_index < max_epochs:
-            train.epoch_ready()
-            train.epoch_started()
-            yield view.epoch_index
+        return self._fit_run(max_epochs)
+
+    def _fit_run(self, max_epochs: int) -> Generator[int, None, None]:
+        own = object()
+        self._begin_fit(own)
+        train, view = self._train, self._progress.view
+        epoch = view.epoch_index
+        try:
+            while epoch < max_epochs:
+                if self._fit is own:
+                    train.epoch_ready()
+                    train.epoch_started()
+                yield epoch
+                if self._fit is own:
+                    self._end_train_epoch()
+                    epoch = view.epoch_index
+                else:  # a later epochs() loop or a load_state took over: count as the loop does
+                    epoch += 1
+        except GeneratorExit:
+            if self._fit is own:
+                self._end_fit()
+            raise
+        if self._fit is own:
+            self._end_fit()
+
+    def _begin_fit(self, own: object) -> None:
+        if self._fit is not None:  # the previous loop was left while kept suspended: it ends as a break would
+            self._end_fit()
+        self._end_evaluation_left_open()
+        self._progress.run_ready("fit")
+        self._progress.run_started()
+        self._fit = own
+
+    def _end_train_epoch(self) -> None:
+        self._end_train_batch()
+        train = self._train
+        epochs = self.view.train.epochs.lifetime
+        if epochs.started != epochs.processed:
             train.epoch_processed()
             train.epoch_completed()
-        self._in_fit = False
-        progress.run_processed()
-        progress.run_completed()
 
-    def train(self, loader: Iterable[Batch], index: int = 0) -> Iterator[Batch]:
+    def _end_fit(self) -> None:
+        self._end_evaluation_left_open()
+        self._end_train_epoch()
+        self._fit = None
+        self._progress.run_processed()
+        self._progress.run_completed()
+
+    # train passes --------------------------------------------------------------------------
+    @overload
+    def train(
+        self, loader: Iterable[Batch], index: int = 0, *, with_index: Literal[False] = False
+    ) -> Iterator[Batch]: ...
+
+    @overload
+    def train(
+        self, loader: Iterable[Batch], index: int = 0, *, with_index: Literal[True]
+    ) -> Iterator[tuple[int, Batch]]: ...
+
+    def train(self, loader: Iterable[Batch], index: int = 0, *, with_index: bool = False) -> Iterator[Any]:
         """One train epoch's pass over the prepared ``loader`` (train dataloader number ``index``).
 
-        A batch is ready and started when fetched, processed and completed when the loop
-        body hands control back. A ``save_state`` inside the body counts the current batch
-        as processed: save after the batch's step, as Accelerate's examples do.
+        With ``with_index=True`` it yields ``(batch_index, batch)``: the 0-based index of the
+        batch among this loader's batches of the epoch, counting those trained before a resume
+        (``enumerate`` would restart at 0). A batch is ready and started when fetched,
+        processed and completed when the loop body hands control back or another pass fetches
+        (passes over several loaders may alternate). A ``save_state`` inside the body counts
+        the current batch as processed: save after the batch's step, as Accelerate's examples do.
         """
-        batches = self._train_pass(loader, index)
+        batches = self._train_pass(loader, index, with_index)
         if self._display is None:
             return batches
         return self._display.iterate(batches, "train", batches_in(loader))
 
-    def _train_pass(self, loader: Iterable[Batch], index: int) -> Generator[Batch, None, None]:
+    def _train_pass(self, loader: Iterable[Batch], index: int, with_index: bool) -> Generator[Any, None, None]:
+        self._hook_optimizers()
         self._track(loader, index)
         if self._restored_step is not None:  # after Accelerate's load_state restored the old geometry's
             self._accelerator.step, self._restored_step = self._restored_step, None
@@ -148,47 +230,81 @@ class AcceleratorProgress:
         if pass_start is not None:
             self._pass_start[index] = pass_start
         if index in self._finished_passes:
-            # Nothing is left of this pass; Accelerate's loaders fail on an empty pass (an iterable
-            # one raises), so only the inner loader is run, to spend its armed position.
-            self._finished_passes.discard(index)
-            for _ in getattr(loader, "base_dataloader", loader):  # type: ignore[attr-defined]
-                raise RuntimeError("a pass saved as finished yielded another batch on resume")
-            if pass_start is not None:
-                loader.iteration = pass_start + 1  # type: ignore[attr-defined]
+            self._spend_finished_pass(loader, index, pass_start)
             return
-        train = self._train
+        own = object()
+        train, view = self._train, self._progress.view
+        counts = view.train.dataloaders
+        batch_index = counts[index].batches.epoch if index < len(counts) else 0
+        outside = False
         try:
             for batch in loader:
-                train.batch_begin()
-                self._in_flight_loader = index
-                self._in_flight = samples_in(batch)
-                yield batch
-                if self._in_flight != _NONE_IN_FLIGHT:
-                    train.batch_end(self._in_flight, index)
-                    self._in_flight = _NONE_IN_FLIGHT
-                else:  # a save_state in the loop body processed it
-                    train.batch_completed()
-        except GeneratorExit:  # the loop body broke out: its batch was trained
-            if self._in_flight != _NONE_IN_FLIGHT:
-                train.batch_processed(self._in_flight, index)
-                self._in_flight = _NONE_IN_FLIGHT
-            if self.view.train.batches.lifetime.in_flight:
-                train.batch_completed()
+                if self._in_flight is not None:  # the batch before, of this pass or of another one
+                    self._end_train_batch()
+                try:
+                    train.batch_begin()
+                except EventOrderError as error:
+                    if not outside:  # noted once per pass; its batches outside an epoch are not counted
+                        outside = True
+                        self._note(f"train dataloader {index} yielded batches outside an epoch of epochs() ({error})")
+                else:
+                    self._in_flight = TrainBatch(
+                        own, index, samples_in(batch), self._accelerator.step, self._real_steps
+                    )
+                yield (batch_index, batch) if with_index else batch
+                batch_index += 1
+                self._end_train_batch(own)
+        except GeneratorExit:  # the loop body left (break, exception)
+            self._end_left_batch(own)
             raise
 
+    def _spend_finished_pass(self, loader: Iterable[Any], index: int, pass_start: int | None) -> None:
+        """Nothing is left of a pass restored after its last batch. Accelerate's loaders fail on an empty
+        pass (an iterable one raises), so only the inner loader runs, to spend its armed position."""
+        self._finished_passes.discard(index)
+        extra = sum(1 for _ in getattr(loader, "base_dataloader", loader))
+        if extra:
+            self._note(f"train dataloader {index}, saved at the end of its pass, yielded {extra} more batches")
+        if pass_start is not None:
+            loader.iteration = pass_start + 1  # type: ignore[attr-defined]
+
+    def _end_left_batch(self, owner: object) -> None:
+        """End ``owner``'s batch when its loop body left: trained if Accelerate's ``accumulate`` saw it or
+        an optimizer stepped (as after a ``break`` at the end of the body), else undone (its data not consumed)."""
+        batch = self._in_flight
+        if batch is None or batch.owner is not owner:
+            return
+        if batch.processed or batch.step != self._accelerator.step or batch.steps != self._real_steps:
+            self._end_train_batch(owner)
+        else:
+            self._in_flight = None
+            self._train.cancel_batch()
+
+    def _end_train_batch(self, owner: object | None = None) -> None:
+        """End the train batch in flight (only ``owner``'s, when given)."""
+        batch = self._in_flight
+        if batch is None or (owner is not None and batch.owner is not owner):
+            return
+        self._in_flight = None
+        if batch.processed:  # a save_state in the loop body processed it
+            self._train.batch_completed()
+        else:
+            self._train.batch_end(batch.samples, batch.loader)
+
+    # evaluation passes ---------------------------------------------------------------------
     def evaluate(self, loader: Iterable[Batch], index: int = 0) -> Iterator[Batch]:
         """One validation epoch; inside :meth:`epochs` it belongs to the fit run, else it is a validate run."""
-        return self._evaluation(self._progress.validate, "validate", loader, index)
+        return self._evaluation_loop(self._progress.validate, "validate", loader, index)
 
     def test(self, loader: Iterable[Batch], index: int = 0) -> Iterator[Batch]:
         """One test epoch (a test run of its own outside :meth:`epochs`)."""
-        return self._evaluation(self._progress.test, "test", loader, index)
+        return self._evaluation_loop(self._progress.test, "test", loader, index)
 
     def predict(self, loader: Iterable[Batch], index: int = 0) -> Iterator[Batch]:
         """One predict epoch (a predict run of its own outside :meth:`epochs`)."""
-        return self._evaluation(self._progress.predict, "predict", loader, index)
+        return self._evaluation_loop(self._progress.predict, "predict", loader, index)
 
-    def _evaluation(self, stage: StageProgress, kind: str, loader: Iterable[Batch], index: int) -> Iterator[Batch]:
+    def _evaluation_loop(self, stage: StageProgress, kind: str, loader: Iterable[Batch], index: int) -> Iterator[Batch]:
         batches = self._evaluation_pass(stage, kind, loader, index)
         if self._display is None:
             return batches
@@ -197,42 +313,60 @@ class AcceleratorProgress:
     def _evaluation_pass(
         self, stage: StageProgress, kind: str, loader: Iterable[Batch], index: int
     ) -> Generator[Batch, None, None]:
-        """One evaluation epoch. It leaves the global RNGs as it found them, so training continues
-        identically however often it evaluates, and an evaluation restarted after a resume
-        (an unfinished one is run again from its start) changes nothing either."""
+        """One evaluation epoch. It touches no RNG: the run draws what it would draw without the
+        adapter. Its RNGs at the start are kept, so that one saved mid-way (an unfinished
+        evaluation restarts from its first batch after a resume) draws again what it drew."""
+        self._end_evaluation_left_open()
         progress = self._progress
         restored, self._restored_evaluation_rng = self._restored_evaluation_rng, None
         if restored is not None and restored[0] == stage.name:
             restored[1].apply()  # after load_state, whose own RNG file holds the save instant's RNGs
-        own_run = not self._in_fit
+        own_run = self._fit is None
         if own_run:
             progress.run_ready(kind)
             progress.run_started()
-        _start_from_the_beginning(loader)
-        rng = GlobalRng.capture()
-        self._evaluation_rng = (stage.name, rng)
+        if _start_from_the_beginning(loader) and restored is not None:
+            warnings.warn(
+                f"{stage.name} dataloader {index} is a StatefulDataLoader that Accelerate's load_state restored "
+                "in the middle of the interrupted evaluation, which restarts from its first batch: a shuffled "
+                "order comes from its sampler's generator as restored, not as when that evaluation began",
+                InexactResumeWarning,
+                stacklevel=3,
+            )
+        evaluation = Evaluation(stage, index, own_run, GlobalRng.capture())
+        self._evaluation = evaluation
         stage.epoch_ready()
         stage.epoch_started()
-        samples = 0
         try:
             for batch in loader:
-                stage.batch_begin()
-                samples = samples_in(batch)
+                if self._evaluation is evaluation:
+                    stage.batch_begin()
+                    evaluation.samples = samples_in(batch)
                 yield batch
-                stage.batch_end(samples, index)
-        except GeneratorExit:  # the loop body broke out: the epoch was cut short on purpose
-            if progress.view.stage(stage.name).batches.lifetime.in_flight:
-                stage.batch_end(samples, index)
-            self._end_evaluation(stage, rng, own_run)
+                if self._evaluation is evaluation:
+                    stage.batch_end(evaluation.samples, index)
+                    evaluation.samples = -1
+        except GeneratorExit:  # the loop body left: the epoch was cut short
+            if self._evaluation is evaluation:
+                self._end_evaluation(evaluation)
             raise
-        self._end_evaluation(stage, rng, own_run)
+        if self._evaluation is evaluation:
+            self._end_evaluation(evaluation)
 
-    def _end_evaluation(self, stage: StageProgress, rng: GlobalRng, own_run: bool) -> None:
-        self._evaluation_rng = None
-        rng.apply()
+    def _end_evaluation_left_open(self) -> None:
+        """End an evaluation pass left while kept suspended (a frame held by an exception's traceback
+        keeps it open), as a break would, when another loop begins or the fit run ends."""
+        if self._evaluation is not None:
+            self._end_evaluation(self._evaluation)
+
+    def _end_evaluation(self, evaluation: Evaluation) -> None:
+        self._evaluation = None
+        stage = evaluation.stage
+        if evaluation.samples >= 0:
+            stage.batch_end(evaluation.samples, evaluation.loader)
         stage.epoch_processed()
         stage.epoch_completed()
-        if own_run:
+        if evaluation.own_run:
             self._progress.run_processed()
             self._progress.run_completed()
 
@@ -250,7 +384,7 @@ class AcceleratorProgress:
         self._loaders[index] = loader
         restored = self._restored_iterations.pop(index, None)
         if restored is not None and hasattr(loader, "iteration"):
-            loader.iteration = restored  # type: ignore[attr-defined]
+            loader.iteration = restored
         inner = getattr(loader, "base_dataloader", loader)
         if index in self._armed_states:  # undo Accelerate's own restore of this loader (dl_state_dict.bin)
             inner.next_iter_state = self._armed_states.pop(index)  # type: ignore[attr-defined]
@@ -267,19 +401,35 @@ class AcceleratorProgress:
             prepared = optimizers[index]
             inner: torch.optim.Optimizer = getattr(prepared, "optimizer", prepared)
             count_optimizer_steps(train, [inner], first_index=index)
+            inner.register_step_post_hook(self._count_real_step)
             if getattr(prepared, "scaler", None) is not None:
                 count_skipped_steps(train, prepared.scaler, [inner], first_index=index)
         self._hooked_optimizers = len(optimizers)
         count_scheduler_steps(train, [getattr(s, "scheduler", s) for s in prepared_schedulers(self._accelerator)])
+
+    def _count_real_step(self, _optimizer: object, _args: object, _kwargs: object) -> None:
+        self._real_steps += 1
+
+    def _note(self, message: str) -> None:
+        """Record in the progress what the loops could not follow; warn the first time."""
+        self._progress.note_anomaly(message)
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"AcceleratorProgress: {message}. Noted in view.anomalies (later ones are noted without a warning)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def _parameters(self, models: list[torch.nn.Module]) -> list[torch.nn.Parameter]:
         return [p for model in models for p in model.parameters()]
 
     # checkpoints ---------------------------------------------------------------------------
     def _on_save(self, models: list[torch.nn.Module], weights: list[Any], output_dir: str) -> None:
-        if self._in_flight != _NONE_IN_FLIGHT:  # saved from the loop body: the batch's step is done
-            self._train.batch_processed(self._in_flight, self._in_flight_loader)
-            self._in_flight = _NONE_IN_FLIGHT
+        batch = self._in_flight
+        if batch is not None and not batch.processed:  # saved from the loop body: the batch's step is done
+            self._train.batch_processed(batch.samples, batch.loader)
+            batch.processed = True
         accelerator = self._accelerator
         iterations: list[checkpoint.LoaderIteration | None] = []
         for index in range(max(self._loaders, default=-1) + 1):
@@ -289,6 +439,7 @@ class AcceleratorProgress:
             iterations.append(
                 None if now is None else checkpoint.LoaderIteration(now, self._pass_start.get(index), finished)
             )
+        evaluation = self._evaluation
         saved = checkpoint.SavedProgress(
             world_size=accelerator.num_processes,
             tracker=self._tracker.state_dict(),
@@ -297,7 +448,7 @@ class AcceleratorProgress:
             loader_iterations=iterations,
             weights_crc32=checkpoint.weights_crc32(weights),  # ties Accelerate's files to this save
             optimizers_crc32=[checkpoint.state_crc32(o.state_dict()) for o in prepared_optimizers(accelerator)],
-            evaluation_rng=self._evaluation_rng,
+            evaluation_rng=None if evaluation is None else (evaluation.stage.name, evaluation.rng),
         )
         checkpoint.write(output_dir, accelerator.process_index, saved)
 
@@ -307,6 +458,7 @@ class AcceleratorProgress:
         Saved by another number of processes, every saved rank's file is read and the core maps
         the data position by global samples (``tracker_core/distributed/_elastic.py``); this process takes the
         rest (gradients, loader epochs, RNGs) from saved rank ``process_index % saved world size``.
+        A loop still open when loading counts nothing more: the loaded run continues in the next loop.
         """
         accelerator = self._accelerator
         found = checkpoint.read_checkpoint(input_dir, accelerator.process_index, accelerator.num_processes)
@@ -323,7 +475,7 @@ class AcceleratorProgress:
         except BaseException:
             restore_gradients(parameters, previous)
             raise
-        self._in_flight = _NONE_IN_FLIGHT
+        self._in_flight, self._fit, self._evaluation = None, None, None
         accelerator.project_configuration.iteration = _next_save_iteration(accelerator, saved.save_iteration)
         resuming_epoch = self.view.train.epochs.lifetime.in_flight
         self._restored_evaluation_rng = saved.evaluation_rng
@@ -342,6 +494,25 @@ class AcceleratorProgress:
             if iteration is not None:
                 use_pass = resuming_epoch and iteration.pass_start is not None
                 self._restored_iterations[index] = iteration.pass_start if use_pass else iteration.now  # type: ignore[assignment]
+        if resuming_epoch:
+            _warn_if_passes_alternate(saved.loader_iterations, self._finished_passes)
+
+
+def _warn_if_passes_alternate(iterations: list[checkpoint.LoaderIteration | None], finished: set[int]) -> None:
+    """Several train passes left unfinished in the resumed epoch: Accelerate's ``step`` and its gradient sync at
+    the end of a loader follow the most recently begun loader, and the resumed passes begin in the order the
+    loop asks for them, which can differ from the saving run's."""
+    unfinished = [str(i) for i, iteration in enumerate(iterations) if iteration is not None and i not in finished]
+    if len(unfinished) > 1:
+        warnings.warn(
+            f"train dataloaders {', '.join(unfinished)} each have an unfinished pass in the resumed epoch: "
+            "Accelerate's step counter and its gradient sync at the end of a loader follow the most recently "
+            "begun loader, so unless the loop asks them for a batch in the order the saving run began them, "
+            "accumulation windows can fall differently (exact with one loader, or gradient_accumulation_steps=1 "
+            "and no use of accelerator.step)",
+            InexactResumeWarning,
+            stacklevel=4,
+        )
 
 
 def _next_save_iteration(accelerator: Any, loaded: int) -> int:
@@ -357,14 +528,16 @@ def _next_save_iteration(accelerator: Any, loaded: int) -> int:
     return newest + 1
 
 
-def _start_from_the_beginning(loader: object) -> None:
+def _start_from_the_beginning(loader: object) -> bool:
     """Drop a position Accelerate's ``load_state`` gave a StatefulDataLoader used for evaluation.
 
     Accelerate restores every stateful loader mid-way, but an evaluation interrupted by a
     checkpoint restarts from its first batch; a restored finished state would also make the
-    next epoch build its iterator twice, drawing the global RNG once more.
+    next epoch build its iterator twice, drawing the global RNG once more. True if it dropped one.
     """
     inner = getattr(loader, "base_dataloader", loader)
-    if getattr(inner, "next_iter_state", None) is not None:
-        inner.next_iter_state = None  # type: ignore[attr-defined]
-        drop_iterator(inner)
+    if getattr(inner, "next_iter_state", None) is None:
+        return False
+    inner.next_iter_state = None  # type: ignore[attr-defined]
+    drop_iterator(inner)
+    return True

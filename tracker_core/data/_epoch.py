@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,10 @@ class Cursor:
     fast_forward: FastForward | None = None  # the last resume's, when it read batches again
 
 
+def _gone() -> None:
+    """The reference to a loader collected before its position was pickled."""
+
+
 class Site:
     """The loader a strategy works on (held weakly) and how to build its iterators."""
 
@@ -91,13 +96,29 @@ class Site:
     def __init__(self, loader: DataLoader[Any], previous_hook: Any) -> None:
         # The loader holds its position (through its iterator hook); the position holds the
         # loader weakly, so no reference cycle keeps a loader and its workers alive.
-        self._loader_ref = weakref.ref(loader)
+        self._loader_ref: Callable[[], DataLoader[Any] | None] = weakref.ref(loader)
         self._previous_hook = previous_hook  # an instance-level _get_iterator someone else set
         self.chain = SamplerChain(loader)
         self.cursor = Cursor()
 
     def loader_or_none(self) -> DataLoader[Any] | None:
         return self._loader_ref()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with the loader itself (pickle keeps the cycle), so a pickled loader keeps its position."""
+        return {
+            "loader": self._loader_ref(),
+            "previous_hook": self._previous_hook,
+            "chain": self.chain,
+            "cursor": self.cursor,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        loader = state["loader"]
+        self._loader_ref = _gone if loader is None else weakref.ref(loader)
+        self._previous_hook = state["previous_hook"]
+        self.chain = state["chain"]
+        self.cursor = state["cursor"]
 
     @property
     def loader(self) -> DataLoader[Any]:

@@ -1,0 +1,30 @@
+"""What an open loop of AcceleratorProgress has in hand: the train batch in a loop body, the evaluation pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracker_core.adapter import GlobalRng, StageProgress
+
+
+@dataclass(slots=True)
+class TrainBatch:
+    """The train batch handed to a loop body and not yet ended."""
+
+    owner: object  # the pass that yielded it
+    loader: int  # train dataloader index
+    samples: int
+    step: int  # accelerator.step when it was fetched
+    steps: int  # real optimizer steps taken when it was fetched
+    processed: bool = False  # a save_state in the loop body counted its step
+
+
+@dataclass(slots=True)
+class Evaluation:
+    """The open evaluation pass (one epoch of ``stage``)."""
+
+    stage: StageProgress
+    loader: int  # dataloader index
+    own_run: bool  # a validate/test/predict run of its own, outside epochs()
+    rng: GlobalRng  # the global RNGs when it began
+    samples: int = -1  # of the batch in the loop body; -1: none

@@ -1,0 +1,247 @@
+"""AcceleratorProgress is a passenger (issue 13): with a real Accelerator(cpu=True) it pickles, survives an
+exception in a loop and a break, accepts register_for_checkpointing, never raises on an unexpected loop
+order, and leaves no footprint: a run with it trains bit-identically to the same run without it."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import tracker_core
+from tracker_core import PhaseCounts
+from tracker_core.integrations.accelerate import AcceleratorProgress
+
+from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator
+from helpers.accelerate_oracle import Config, Stop, run
+
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+
+
+def _prepared(samples: int = 10, accumulation: int = 2) -> tuple[object, object, object, object]:
+    accelerator = fresh_accelerator(Setup(accumulation=accumulation))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    model, optimizer, loader = accelerator.prepare(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(Indexed(samples), batch_size=3, shuffle=True)
+    )
+    return accelerator, model, optimizer, loader
+
+
+def _step(accelerator, model, optimizer, x, y) -> None:
+    with accelerator.accumulate(model):
+        accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def _train_epochs(progress, accelerator, model, optimizer, loader, epochs: int) -> None:
+    for _epoch in progress.epochs(epochs):
+        for _ids, x, y in progress.train(loader):
+            _step(accelerator, model, optimizer, x, y)
+
+
+# pickling -------------------------------------------------------------------------------------------
+def test_an_accelerator_holding_a_progress_pickles_and_the_copy_keeps_counting() -> None:
+    accelerator, model, optimizer, loader = _prepared()
+    progress = AcceleratorProgress(accelerator)
+    _train_epochs(progress, accelerator, model, optimizer, loader, 1)
+    copied = pickle.loads(pickle.dumps(accelerator))
+    view = tracker_core.get_progress(copied)
+    assert view.state_dict() == progress.view.state_dict()
+    assert view.train.batches.lifetime == PhaseCounts(4, 4, 4, 4)
+
+
+def test_a_pickled_progress_continues_its_run_in_the_copy() -> None:
+    accelerator, model, optimizer, loader = _prepared()
+    progress = AcceleratorProgress(accelerator)
+    _train_epochs(progress, accelerator, model, optimizer, loader, 1)
+    copied = pickle.loads(pickle.dumps((progress, model, optimizer, loader)))
+    progress2, model2, optimizer2, loader2 = copied
+    real_steps = []
+    optimizer2.optimizer.register_step_post_hook(lambda *_: real_steps.append(1))
+    _train_epochs(progress2, progress2._accelerator, model2, optimizer2, loader2, 1)
+    assert progress2.view.train.batches.lifetime.completed == 8
+    assert progress2.view.train.optimizer_steps.epoch == len(real_steps) > 0  # the copy's optimizer is counted
+    assert progress.view.train.batches.lifetime.completed == 4
+
+
+def test_a_deep_copy_of_the_accelerator_carries_the_progress() -> None:
+    accelerator, model, optimizer, loader = _prepared()
+    progress = AcceleratorProgress(accelerator)
+    _train_epochs(progress, accelerator, model, optimizer, loader, 1)
+    copied = copy.deepcopy(accelerator)
+    assert tracker_core.get_progress(copied).state_dict() == progress.view.state_dict()
+
+
+# exceptions and breaks -----------------------------------------------------------------------------
+def test_an_exception_in_a_train_step_then_a_new_epochs_loop_trains_every_epoch() -> None:
+    accelerator, model, optimizer, loader = _prepared()
+    progress = AcceleratorProgress(accelerator)
+
+    def fails_at_batch_2() -> None:
+        for _epoch in progress.epochs(2):
+            for index, (_ids, x, y) in progress.train(loader, with_index=True):
+                if index == 2:
+                    raise KeyError("a bad batch")
+                _step(accelerator, model, optimizer, x, y)
+
+    with pytest.raises(KeyError):
+        fails_at_batch_2()
+    view = progress.view
+    assert view.train.batches.lifetime == PhaseCounts(2, 2, 2, 2)  # the failed batch was not trained
+    assert view.run.counts == PhaseCounts(1, 1, 1, 1)
+    _train_epochs(progress, accelerator, model, optimizer, loader, 2)
+    assert view.run.counts == PhaseCounts(2, 2, 2, 2)
+    assert view.train.epochs.run == PhaseCounts(2, 2, 2, 2)
+    assert view.train.batches.run.completed == 8
+    assert view.anomalies == ()
+
+
+def test_an_exception_caught_inside_an_epoch_lets_the_epoch_continue() -> None:
+    accelerator, model, optimizer, loader = _prepared()
+    val = accelerator.prepare(DataLoader(Indexed(7), batch_size=3))
+    progress = AcceleratorProgress(accelerator)
+    for _epoch in progress.epochs(2):
+        try:
+            for index, (_ids, x, y) in progress.train(loader, with_index=True):
+                _step(accelerator, model, optimizer, x, y)
+                if index == 1:
+                    raise ValueError("after the step")
+        except ValueError:
+            pass
+        for _batch in progress.evaluate(val):
+            pass
+    view = progress.view
+    assert view.train.batches.lifetime.completed == 4  # two per epoch, each trained
+    assert view.validate.epochs.lifetime.completed == 2
+    assert view.run.counts == PhaseCounts(1, 1, 1, 1)
+
+
+def test_an_exception_inside_an_evaluation_ends_it_and_the_next_one_counts() -> None:
+    accelerator, *_ = _prepared()
+    val = accelerator.prepare(DataLoader(Indexed(7), batch_size=3))
+    progress = AcceleratorProgress(accelerator)
+
+    def fails_at_batch_1() -> None:
+        for index, _batch in enumerate(progress.evaluate(val)):
+            if index == 1:
+                raise RuntimeError("metric failed")
+
+    with pytest.raises(RuntimeError):
+        fails_at_batch_1()
+    assert list(progress.evaluate(val)) != []
+    assert progress.view.validate.epochs.lifetime == PhaseCounts(2, 2, 2, 2)
+    assert progress.view.run.counts == PhaseCounts(2, 2, 2, 2)
+
+
+def test_breaking_after_the_step_counts_the_batch_and_before_it_does_not() -> None:
+    accelerator, model, optimizer, loader = _prepared()
+    progress = AcceleratorProgress(accelerator)
+    for _epoch in progress.epochs(2):
+        for index, (_ids, x, y) in progress.train(loader, with_index=True):
+            if progress.view.epoch_index == 1 and index == 1:
+                break  # before training it
+            _step(accelerator, model, optimizer, x, y)
+            if index == 1:
+                break  # after training it
+    assert progress.view.train.batches.lifetime == PhaseCounts(3, 3, 3, 3)
+    assert progress.view.train.epochs.lifetime.completed == 2
+
+
+def test_breaking_out_of_the_epochs_loop_ends_the_run_and_a_new_one_begins() -> None:
+    accelerator, model, optimizer, loader = _prepared()
+    progress = AcceleratorProgress(accelerator)
+    for epoch in progress.epochs(5):
+        for _ids, x, y in progress.train(loader):
+            _step(accelerator, model, optimizer, x, y)
+        if epoch == 1:
+            break
+    assert progress.view.run.counts == PhaseCounts(1, 1, 1, 1)
+    assert list(progress.epochs(2)) == [0, 1]
+    assert progress.view.run.counts == PhaseCounts(2, 2, 2, 2)
+
+
+def test_a_loop_kept_suspended_is_ended_when_a_new_one_begins() -> None:
+    accelerator, model, optimizer, loader = _prepared()
+    progress = AcceleratorProgress(accelerator)
+    kept = progress.epochs(3)
+    next(kept)
+    batches = progress.train(loader)
+    next(batches)
+    _train_epochs(progress, accelerator, model, optimizer, loader, 1)
+    assert progress.view.run.counts == PhaseCounts(2, 2, 2, 2)
+    assert list(batches) != []  # the old pass goes on yielding; it counts in no epoch
+    (anomaly,) = progress.view.anomalies
+    assert "outside an epoch" in anomaly
+    kept.close()  # the superseded loop changes nothing any more
+    assert progress.view.run.counts == PhaseCounts(2, 2, 2, 2)
+
+
+def test_a_train_pass_outside_epochs_yields_every_batch_notes_an_anomaly_and_warns_once() -> None:
+    accelerator, *_ = _prepared()
+    loader = accelerator.prepare(DataLoader(Indexed(10), batch_size=3))
+    progress = AcceleratorProgress(accelerator)
+    with pytest.warns(RuntimeWarning, match="outside an epoch") as caught:
+        assert len(list(progress.train(loader))) == 4
+    assert len(caught) == 1
+    assert len(progress.view.anomalies) == 1
+    assert progress.view.train.batches.lifetime.completed == 0
+
+
+# register_for_checkpointing ------------------------------------------------------------------------
+def test_register_for_checkpointing_is_accepted_and_the_resume_stays_exact(tmp_path: Path) -> None:
+    config = Config(register_progress=True)
+    reference = run(config)
+    stopped = run(config, stop=Stop(1, 1), directory=str(tmp_path))
+    resumed = run(config, resume=True, directory=str(tmp_path), seed_value=5)
+    assert stopped.train + resumed.train == reference.train
+    assert all(torch.equal(a, b) for a, b in zip(resumed.weights, reference.weights, strict=True))
+    assert resumed.state == reference.state
+
+
+def test_the_registered_state_only_says_where_the_progress_is_saved() -> None:
+    progress = AcceleratorProgress(fresh_accelerator(Setup()))
+    assert progress.state_dict() == {"saved_by": "AcceleratorProgress", "file": "progress_tracker_{rank}.pt"}
+    with pytest.raises(tracker_core.ProgressStateError):
+        progress.load_state_dict({"progress": {}})
+
+
+# no footprint ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "config",
+    [
+        Config(),
+        Config(train_sizes=(10, 7), accumulation=3),
+        Config(loader="seedable", epochs=3),
+        Config(break_train=(0, 2), break_eval=(1, 1)),
+        Config(raise_train=(1, 1)),
+    ],
+    ids=["shuffled-dropout-validation", "two-loaders", "seedable-sampler", "breaks", "exception"],
+)
+def test_a_run_with_the_adapter_trains_bit_identically_to_the_run_without_it(config: Config) -> None:
+    tracked = run(config)
+    plain = run(config, tracked=False)
+    assert tracked.train == plain.train  # sample ids, accelerator.step, loader iteration, end_of_dataloader
+    assert tracked.val == plain.val  # validation order and its random draws
+    assert tracked.rng_draws == plain.rng_draws  # torch, random and numpy streams after the run
+    assert all(torch.equal(a, b) for a, b in zip(tracked.weights, plain.weights, strict=True))
+    assert tracked.disagreements == []
+
+
+@pytest.mark.parametrize("n", [0, 2], ids=["first-batch", "last-batch"])
+def test_an_evaluation_interrupted_by_a_checkpoint_draws_again_what_it_drew(n: int, tmp_path: Path) -> None:
+    config = Config()
+    reference = run(config)
+    stopped = run(config, stop=Stop(0, n, during_eval=True), directory=str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tracker_core.InexactResumeWarning)
+        resumed = run(config, resume=True, directory=str(tmp_path), seed_value=5)
+    assert stopped.val[: -(n + 1)] + resumed.val == reference.val
+    assert resumed.rng_draws == reference.rng_draws
+    assert all(torch.equal(a, b) for a, b in zip(resumed.weights, reference.weights, strict=True))
