@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any
+from typing import Any, cast
 
 from torch.utils.data import DataLoader
 
@@ -59,9 +59,10 @@ class Tracker:
             self._untracked[index] = type(loader).__name__
             return
         self._untracked.pop(index, None)
+        data_loader = cast("DataLoader[Any]", loader)  # its exact type is a DataLoader (checked above)
         position = self._loaders.get(index)
-        if position is None or not position.holds(loader):
-            position = LoaderPosition.of(loader) or LoaderPosition(loader)
+        if position is None or not position.holds(data_loader):
+            position = LoaderPosition.of(data_loader) or LoaderPosition(data_loader)
             self._loaders[index] = position
         pending = self._pending.pop(index, None)
         if pending is not None:
