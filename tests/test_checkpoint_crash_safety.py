@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import random
+import resource
+import signal
 import subprocess
 import sys
 import warnings
@@ -168,6 +170,51 @@ def test_a_full_disk_during_save_state_names_the_path_and_the_previous_checkpoin
             chosen = newest_intact_checkpoint([disk / "previous", disk / "next"])
         assert chosen == disk / "previous"
         resumed = run(setup, load_dir=str(chosen), seed_value=7)
+    reference = _reference(setup)
+    assert stopped.train_ids + resumed.train_ids == reference.train_ids
+    assert all(torch.equal(a, b) for a, b in zip(resumed.weights, reference.weights, strict=True))
+    assert resumed.state == reference.state
+
+
+def _save_under_a_file_size_limit(setup: Setup, folder: Path, limit: int) -> str:
+    """``run(...)`` saving into ``folder`` in a forked child whose files may not grow past ``limit`` bytes
+    (RLIMIT_FSIZE, SIGXFSZ ignored: a write fails as on a full disk); the error message it got."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        message = "no error"
+        try:
+            signal.alarm(120)
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+            run(setup, stop=StopAt(6), save_dir=str(folder))
+        except OSError as error:
+            message = f"OSError: {error}"
+        except BaseException as error:
+            message = f"{type(error).__name__}: {error}"
+        finally:
+            os.write(write_end, message.encode()[:60_000])
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as stream:
+        message = stream.read().decode()
+    os.waitpid(child, 0)
+    return message
+
+
+def test_a_file_size_limit_during_save_state_names_the_path_and_the_previous_checkpoint_resumes_exactly(
+    tmp_path: Path,
+) -> None:
+    """The full disk simulated where no tmpfs can be mounted: writes past 16 KB fail (EFBIG)."""
+    setup = Setup()
+    stopped = run(setup, stop=StopAt(5), save_dir=str(tmp_path / "previous"))
+    message = _save_under_a_file_size_limit(setup, tmp_path / "next", 16_000)
+    assert message.startswith("OSError") and str(tmp_path / "next" / "progress_tracker_0.pt") in message, message
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        chosen = newest_intact_checkpoint([tmp_path / "previous", tmp_path / "next"])
+    assert chosen == tmp_path / "previous"
+    resumed = run(setup, load_dir=str(chosen), seed_value=7)
     reference = _reference(setup)
     assert stopped.train_ids + resumed.train_ids == reference.train_ids
     assert all(torch.equal(a, b) for a, b in zip(resumed.weights, reference.weights, strict=True))
