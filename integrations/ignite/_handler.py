@@ -209,7 +209,6 @@ class ProgressHandler:
             self._loaders.track(engine.state.dataloader)
             self._continue_or_begin(engine)
             return
-        self._rng_check.started()
         progress = self._tracker.progress
         view = progress.view
         mapped = view.resume_mapping is not None  # saved at another world size
@@ -222,10 +221,11 @@ class ProgressHandler:
             progress.load_lifetime(restored)
             self._tracker.forget_loaded_positions()
             self._loaders.track(engine.state.dataloader)
-            self._rng_check.first_batch_continues_the_epoch(engine, False)
+            self._rng_check.first_batch_continues_the_epoch(engine, False)  # a new run: nothing to compare
             progress.run_ready("fit")
             progress.run_started()
             return
+        self._rng_check.started()
         self._loaders.track(engine.state.dataloader)
         if not view.run.counts.in_flight:  # saved at COMPLETED (after terminate(), or max_epochs raised now)
             reenter_last_run(progress, "fit")
@@ -242,9 +242,10 @@ class ProgressHandler:
         progress = self._tracker.progress
         view = progress.view
         train = progress.train
-        # An exception cut the run (Ignite's state.batch is still the cut batch), or terminate() cut the epoch.
+        # A run still in flight was cut by an exception (Ignite's state.batch is still the cut batch);
+        # an epoch still in flight in an ended run was cut by terminate(). Ignite goes on with a new epoch.
         cut = close_cut(train, samples_in(engine.state.batch)) if view.run.counts.in_flight else ""
-        if view.train.epochs.lifetime.in_flight:  # Ignite goes on with a new epoch
+        if view.train.epochs.lifetime.in_flight:
             close_cut(train, 0)
         if cut:
             self._anomalies.note(f"{cut} (by an exception; Ignite's next run() goes on)")
