@@ -240,7 +240,7 @@ def main() -> None:
     _Cost.seconds = 0.0
     for kind in KINDS[:4]:
         plain, positioned = _per_batch_cost(kind)
-        print(f"  {kind.name:40} {plain:7.1f} / {positioned:7.1f}  (+{positioned - plain:.1f})")
+        print(f"  {kind.name:40} {plain:7.1f} / {positioned:7.1f}  ({positioned - plain:+.1f})")
 
 
 if __name__ == "__main__":
