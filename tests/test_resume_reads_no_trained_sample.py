@@ -1,8 +1,9 @@
 """Through each framework, a resume loads only the samples still to train: none of those trained before the checkpoint.
 
-Each run trains a shuffled map-style dataset that counts its ``__getitem__`` calls, through a
-torch ``DataLoader`` (skipped at its sampler) and a torchdata ``StatefulDataLoader`` (resumed
-through its own state), is stopped right after a mid-epoch checkpoint and resumed in fresh
+Each run trains a shuffled map-style dataset that counts its ``__getitem__`` calls (with Lightning
+also an iterable with its own ``state_dict``, counting what it reads), through a torch
+``DataLoader`` (skipped at its sampler, or the iterable put back by its state) and a torchdata
+``StatefulDataLoader`` (resumed through its own state), is stopped right after a mid-epoch checkpoint and resumed in fresh
 objects to the end. Every sample the resumed run loads is one it trains: the batches trained
 before the checkpoint are not read again (reading and dropping them would load them).
 """
@@ -15,10 +16,13 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:'set_vital' is deprecated"),
+    pytest.mark.filterwarnings("error::tracker_core.data._fast_forward.SlowResumeWarning"),
+]
 
 LOADERS = {"dataloader": DataLoader, "stateful-dataloader": StatefulDataLoader}
 
@@ -30,8 +34,9 @@ def _trained(batches: list[list[int]]) -> int:
 # --- Lightning --------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("data", ["map-style", "iterable-with-state"])
 @pytest.mark.parametrize("kind", list(LOADERS))
-def test_lightning_resume_loads_only_samples_it_trains(kind: str, tmp_path: Path) -> None:
+def test_lightning_resume_loads_only_samples_it_trains(kind: str, data: str, tmp_path: Path) -> None:
     pl = pytest.importorskip("pytorch_lightning")
     from tracker_core.integrations.lightning import ProgressTracker
 
@@ -46,6 +51,33 @@ def test_lightning_resume_loads_only_samples_it_trains(kind: str, tmp_path: Path
             self.loads += 1
             return super().__getitem__(i)
 
+    class CountedStream(IterableDataset[Any]):
+        """The samples of ``Counted`` in order; its position is its own state (torchdata's protocol)."""
+
+        def __init__(self) -> None:
+            self.samples = Counted()
+            self.position = 0
+
+        @property
+        def loads(self) -> int:
+            return self.samples.loads
+
+        def __iter__(self) -> Any:
+            self.position = 0
+            return self
+
+        def __next__(self) -> Any:
+            if self.position == len(self.samples):
+                raise StopIteration
+            self.position += 1
+            return self.samples[self.position - 1]
+
+        def state_dict(self) -> dict[str, int]:
+            return {"position": self.position}
+
+        def load_state_dict(self, state: dict[str, int]) -> None:
+            self.position = state["position"]
+
     class Stop(Exception):
         pass
 
@@ -57,19 +89,21 @@ def test_lightning_resume_loads_only_samples_it_trains(kind: str, tmp_path: Path
                 fit.save_checkpoint(tmp_path / "mid.ckpt")
                 raise Stop
 
-    def fit(seed: int, callbacks: list[Any], ckpt_path: Path | None) -> tuple[Recording, Counted]:
+    def fit(seed: int, callbacks: list[Any], ckpt_path: Path | None) -> tuple[Recording, Any]:
         torch.manual_seed(seed)
-        model, data = Recording(), Counted()
+        model = Recording()
+        samples: Any = Counted() if data == "map-style" else CountedStream()
+        loader = LOADERS[kind](samples, batch_size=3, shuffle=data == "map-style")
         with contextlib.suppress(Stop):
             trainer([ProgressTracker(), *callbacks], max_epochs=2, limit_val_batches=0).fit(
-                model, LOADERS[kind](data, batch_size=3, shuffle=True), ckpt_path=ckpt_path
+                model, loader, ckpt_path=ckpt_path
             )
-        return model, data
+        return model, samples
 
     first, _ = fit(0, [SaveAndStop()], None)
-    resumed, data = fit(1, [], tmp_path / "mid.ckpt")
+    resumed, samples = fit(1, [], tmp_path / "mid.ckpt")
     assert _trained(first.seen) + _trained(resumed.seen) == 2 * 12
-    assert data.loads == _trained(resumed.seen)
+    assert samples.loads == _trained(resumed.seen)
 
 
 # --- Ignite -----------------------------------------------------------------------------------
