@@ -177,3 +177,13 @@ def test_a_resume_that_reads_nothing_again_saves_no_fast_forward() -> None:
     state, _ = _checkpoint(LOADERS["stateful-map-0-workers"])
     resumed = _Resumed(LOADERS["stateful-map-0-workers"], state)
     assert "fast_forward" not in resumed.position.state_dict(batches_consumed=SIZE // BATCH)
+
+
+@pytest.mark.parametrize("name", ["stateful-map-0-workers", "plain-own-state-iterable-0-workers"])
+def test_a_loaded_state_forgotten_before_the_epoch_lets_the_loader_read_a_whole_epoch(name: str) -> None:
+    state, _ = _checkpoint(LOADERS[name])
+    loader = LOADERS[name]()
+    position = LoaderPosition(loader)
+    position.load_state_dict(state)
+    position.forget_replay()
+    assert len(list(loader)) == SIZE // BATCH
