@@ -43,7 +43,7 @@ def test_train_counts_agree_with_the_engine_state_after_every_iteration() -> Non
     @program.trainer.on(Events.ITERATION_COMPLETED)
     def check() -> None:
         assert view.train.batches.run.completed == state.iteration
-        assert view.batch_index == (state.iteration - 1) % state.epoch_length
+        assert view.batch_index == (state.iteration - 1) % PER_EPOCH
         assert view.epoch_index == state.epoch - 1
         assert view.train.epochs.run == PhaseCounts(state.epoch, state.epoch, state.epoch - 1, state.epoch - 1)
         checked.append(state.iteration)
@@ -170,7 +170,7 @@ def test_the_scaler_create_supervised_trainer_keeps_on_the_engine_state_is_found
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu")
     trainer = Engine(_amp_update(model, optimizer, scaler, overflow_at={3}))
-    trainer.state.scaler = scaler  # what create_supervised_trainer(scaler=True) does
+    setattr(trainer.state, "scaler", scaler)  # noqa: B010 - what create_supervised_trainer(scaler=True) does
     progress = ProgressHandler()
     progress.attach(trainer, optimizers=[optimizer])
     trainer.run(_loader(), max_epochs=1)

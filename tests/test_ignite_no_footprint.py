@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -40,7 +40,7 @@ class Run:
 
 
 def _rng() -> tuple[Any, ...]:
-    numpy_state = np.random.get_state()
+    numpy_state = cast(tuple[Any, ...], np.random.get_state())
     return (torch.get_rng_state().tolist(), random.getstate(), numpy_state[1].tolist(), numpy_state[2:])
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import pickle
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -176,7 +175,7 @@ class _NoInitLoader(DataLoader[Any]):
     def __init__(self, batches: list[Any]) -> None:  # never calls DataLoader.__init__, on purpose
         self.batches = batches
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Any:
         return iter(self.batches)
 
     def __len__(self) -> int:

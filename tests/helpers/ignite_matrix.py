@@ -174,16 +174,15 @@ def _build(case: Case, seed: int) -> Played:
             if engine.state.iteration % 2 == 0:
                 second.step()
                 second.zero_grad()
-            return value.item()
+            return float(value.item())
 
         trainer = Engine(update)
     else:
-        kind = torch.optim.SGD if case.optimizer == "sgd" else torch.optim.Adam
-        optimizer = (
-            kind(model.parameters(), lr=0.05)
-            if kind is torch.optim.Adam
-            else kind(model.parameters(), lr=0.05, momentum=0.9)
-        )
+        optimizer: torch.optim.Optimizer
+        if case.optimizer == "sgd":
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        else:
+            optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
         optimizers = [optimizer]
         supervised = create_supervised_trainer(
             model, optimizer, loss, prepare_batch=prepare, gradient_accumulation_steps=case.accumulation
