@@ -38,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CheckpointFileError as error:
         print(f"progress-tracker: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # e.g. a folder it may not list; the message names the path
+        print(f"progress-tracker: error: {error}", file=sys.stderr)
+        return 2
 
 
 def _parser() -> argparse.ArgumentParser:

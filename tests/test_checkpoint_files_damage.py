@@ -183,3 +183,18 @@ def test_a_pickle_whose_loading_would_run_code_is_refused_and_never_run(
     torch.save({"progress_tracker": _Payload(marker), "gradients": []}, damaged)
     assert "weights_only=True" in _refused(path, capsys)
     assert not marker.exists()
+
+
+def test_a_folder_that_cannot_be_listed_is_an_error_naming_it(
+    saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root may list any folder")
+    folder = tmp_path / "mid"
+    shutil.copytree(saved.accelerate / "mid", folder)
+    folder.chmod(0o000)
+    try:
+        assert main(["inspect", str(folder)]) == 2
+    finally:
+        folder.chmod(0o755)
+    assert str(folder) in capsys.readouterr().err
