@@ -16,6 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+pytest.importorskip("torchdata")
+
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
