@@ -243,16 +243,19 @@ def dotted(path: Path_) -> str:
 def names_the_key(error_key: str, path: Path_) -> bool:
     """The error names the changed key, one of its ancestors below the top level, or (for a cross-field
     check) a key sharing its parent or its first two components (e.g. ``progress.stages``), or
-    ``progress.where`` (checked against every count)."""
+    ``progress.where`` (checked against every count); any key when ``ranks`` was deleted (the rest is
+    then rank 0's entry, checked as one)."""
     got, changed = error_key.split(".") if error_key else [], [str(part) for part in path]
+    if changed == ["ranks"]:  # without "ranks" the top level (rank 0's copy) is a whole entry of its own
+        return True
     common = 0
     for a, b in zip(got, changed):
         if a != b:
             break
         common += 1
-    if changed and changed[0] == "ranks" and len(changed) > 1:
-        if got[:2] != changed[:2]:
-            return False
+    if changed and changed[0] == "ranks" and len(changed) > 2:
+        if got[:2] != changed[:2]:  # only a loader the mapping cannot use is named by its index alone
+            return got[:1] == ["train_loaders"] and names_the_key(error_key, tuple(changed[2:]))
         got, changed, common = got[2:], changed[2:], common - 2
     if got[:2] == ["progress", "where"] and changed[:1] == ["progress"]:
         return True

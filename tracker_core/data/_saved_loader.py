@@ -200,8 +200,11 @@ def _sampler_iter_state(value: object, key: str) -> None:
             value, key, required=("samples_yielded",), optional=("sampler_state", "sampler_iter_state")
         )
         read_int(fields["samples_yielded"], join_key(key, "samples_yielded"), minimum=0)
-        if "sampler_iter_state" in fields:
-            _sampler_iter_state(fields["sampler_iter_state"], join_key(key, "sampler_iter_state"))
+        for name in ("sampler_state", "sampler_iter_state"):  # present: torchdata loads them unconditionally
+            if name in fields:
+                if fields[name] is None:
+                    raise ProgressStateError(join_key(key, name), "expected a sampler's state, got None")
+                _sampler_iter_state(fields[name], join_key(key, name))
     elif {"yielded", "generator"} & set(value):
         read_mapping(value, key, required=("yielded", "generator"))
         read_int(value["yielded"], join_key(key, "yielded"), minimum=0)

@@ -23,7 +23,7 @@ from tracker_core._errors import ProgressStateError
 from tracker_core.counting._counts import PhaseCounts
 from tracker_core.data._position import LoaderPosition, read_distributed
 from tracker_core.distributed._sharded import is_batch_sharded, samples_read
-from tracker_core.state._readers import keys_under, read_int, read_mapping
+from tracker_core.state._readers import keys_under, read_int, read_list, read_mapping
 from tracker_core.state._schema import parse
 from tracker_core.vocabulary import Phase, Scope
 
@@ -74,6 +74,7 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
         raise ProgressStateError("ranks", "expected a non-empty list of entries, one per rank")
     for index, entry in enumerate(ranks):
         read_mapping(entry, f"ranks.{index}", required=ENTRY_KEYS)
+        read_list(entry["train_loaders"], f"ranks.{index}.train_loaders")
     size, rank = world()
     saved_size = len(ranks)
     if saved_size == size:
