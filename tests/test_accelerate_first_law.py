@@ -10,6 +10,9 @@ import warnings
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("accelerate")
+
 import torch
 from torch.utils.data import DataLoader
 

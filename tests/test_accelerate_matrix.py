@@ -19,6 +19,9 @@ import warnings
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("accelerate")
+
 import torch
 
 from tracker_core.adapter import InexactResumeWarning
