@@ -10,7 +10,7 @@ event contract and a worked example on a plain PyTorch loop. The three adapters 
 from tracker_core._errors import EventOrderError, ProgressStateError
 from tracker_core._tracker import InexactResumeWarning, Tracker
 from tracker_core.counting._batch_size import batches_in, samples_in
-from tracker_core.counting._dataloaders import count_dataloader_batch
+from tracker_core.counting._dataloaders import begin_dataloader_pass, count_dataloader_batch
 from tracker_core.counting._optimizer_hooks import count_optimizer_steps, count_skipped_steps
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._registry import register_progress
@@ -40,6 +40,7 @@ __all__ = [
     "abandon_in_flight",
     "abandon_in_flight",
     "batches_in",
+    "begin_dataloader_pass",
     "capture_gradients",
     "count_dataloader_batch",
     "count_optimizer_steps",

@@ -21,6 +21,7 @@ from tracker_core import EventOrderError, InexactResumeWarning, ProgressStateErr
 from tracker_core.adapter import (
     GlobalRng,
     abandon_in_flight,
+    begin_dataloader_pass,
     capture_gradients,
     count_dataloader_batch,
     count_scheduler_steps,
@@ -239,7 +240,7 @@ class ProgressTracker(CallbackBase):
             for loader in loaders:
                 if isinstance(loader, DataLoader):
                     next(iter(loader), None)
-        if resume.closes_restored_epoch(trainer.fit_loop):
+        if resume.closes_restored_epoch(trainer.fit_loop) and not resume.reached_max_steps(trainer):
             # Lightning counts the restored epoch as finished without its end hooks, and starts
             # the next one without its start hooks: so do we.
             train = self.tracker.progress.train
@@ -294,11 +295,16 @@ class ProgressTracker(CallbackBase):
         self._train.batch_end(samples=None if id(batch) == self._train_batch_id else samples_in(batch))
 
     def _combined_batch_end(self, batch: Any) -> None:
-        """One step read a batch of each train loader (``CombinedLoader``): each loader counts its own."""
+        """One step read a batch of each train loader (``CombinedLoader``): each loader counts its own.
+
+        In mode ``max_size_cycle`` a shorter loader starts over when its pass ends and the epoch goes
+        on; Lightning prefetches the next batch, so it has started over before this step ends: its
+        epoch-scope counts (the position a checkpoint saves) restart now.
+        """
         if self._train.batch_to_complete:
             return  # a checkpoint caught this batch up already
         assert self._train_layout is not None
-        _, keys, _ = self._train_layout
+        mode, keys, passes = self._train_layout
         parts = []
         for index, key in enumerate(keys):
             try:
@@ -312,8 +318,18 @@ class ProgressTracker(CallbackBase):
             return
         first, samples = parts[0]
         self._train.batch_end(first, samples)
+        train = self.tracker.progress.train
         for index, samples in parts[1:]:
-            count_dataloader_batch(self.tracker.progress.train, index, samples)
+            count_dataloader_batch(train, index, samples)
+        trainer = self._trainer() if self._trainer is not None else None
+        if mode != "max_size_cycle" or trainer is None:
+            return
+        if train.view.batches.epoch.processed >= trainer.num_training_batches:
+            return  # the epoch ends here: nothing starts over
+        counts = train.view.dataloaders
+        for index, batches in enumerate(passes):
+            if batches is not None and index < len(counts) and counts[index].batches.epoch >= batches:
+                begin_dataloader_pass(train, index)
 
     @_passenger
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -495,13 +511,21 @@ class ProgressTracker(CallbackBase):
         if self.tracker.view.is_mid_accumulation:
             gradients = capture_gradients(pl_module.parameters())
             checkpoint[GRADIENTS_KEY] = _every_rank(gradients) if trainer.world_size > 1 else gradients
+        if resume.on_train_batch_end(trainer) and resume.reached_max_steps(trainer):
+            warnings.warn(
+                "checkpoint saved at the batch that reaches max_steps: resuming from it, Lightning trains nothing "
+                "more and leaves that epoch open (current_epoch stays where it was), unlike the run that saved it; "
+                "the record follows Lightning",
+                InexactResumeWarning,
+                stacklevel=2,
+            )
         if self.tracker.view.is_mid_epoch and self._train_layout is not None:
             self._warn_cycled_loaders()
-        if self.tracker.view.is_mid_epoch and resume.steps_follow_fetches(trainer):
+        if self.tracker.view.is_mid_epoch and resume.fetches_in_step(trainer):
             warnings.warn(
-                "mid-epoch checkpoint of a training_step(dataloader_iter) with accumulate_grad_batches > 1: "
-                "Lightning picks the batches that zero and step gradients by its fetch count, which restarts "
-                "when it resumes, so the resumed run accumulates differently from an uninterrupted one",
+                "mid-epoch checkpoint of a training_step(dataloader_iter): the batch_idx that Lightning's iterator "
+                "yields restarts at 0 when it resumes (and with accumulate_grad_batches > 1 Lightning zeroes and "
+                "steps gradients by that count), so a step that uses it runs differently from an uninterrupted run",
                 InexactResumeWarning,
                 stacklevel=2,
             )
@@ -515,20 +539,28 @@ class ProgressTracker(CallbackBase):
             )
 
     def _warn_cycled_loaders(self) -> None:
-        """``CombinedLoader(mode="max_size_cycle")`` restarts a shorter loader within the epoch: a position
-        at or past the end of its pass cannot be replayed (the core counts its batches since the epoch began)."""
+        """``CombinedLoader(mode="max_size_cycle")`` restarts a shorter loader within the epoch, where its
+        pass ends: unknown for a loader without a length."""
         assert self._train_layout is not None
         mode, _, passes = self._train_layout
         if mode != "max_size_cycle":
             return
-        counts = self.tracker.view.train.dataloaders
+        read = self.tracker.view.train.batches.epoch.processed  # each step reads a batch of every loader
         for index, batches in enumerate(passes):
-            read = counts[index].batches.epoch if index < len(counts) else 0
-            if batches is None or read >= batches:
+            if batches is not None and read >= batches:
                 warnings.warn(
-                    f"train dataloader {index} of a CombinedLoader(mode='max_size_cycle') was read to the end of its "
-                    f"pass ({read} batches) in this epoch and restarted: this mid-epoch checkpoint cannot resume its "
-                    "position exactly (it resumes as if it had not restarted)",
+                    f"train dataloader {index} of a CombinedLoader(mode='max_size_cycle') was read to its end in "
+                    "this epoch and started over: the position of every loader resumes exactly, but Lightning's "
+                    "resumed iterator forgets which loaders had ended and draws from the global RNG where the "
+                    "uninterrupted run did not, so later random draws differ",
+                    InexactResumeWarning,
+                    stacklevel=3,
+                )
+            elif batches is None:
+                warnings.warn(
+                    f"train dataloader {index} of a CombinedLoader(mode='max_size_cycle') has no length, so where "
+                    "it starts over within the epoch is unknown: this mid-epoch checkpoint may not resume its "
+                    "position exactly",
                     InexactResumeWarning,
                     stacklevel=3,
                 )

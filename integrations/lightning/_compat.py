@@ -31,14 +31,14 @@ def validation_due(trainer: pl.Trainer) -> bool:
     return fetcher is not None and fit_loop.epoch_loop._should_check_val_fx(fetcher)
 
 
-def steps_follow_fetches(trainer: pl.Trainer) -> bool:
-    """True if the train step fetches its own batches (``training_step(dataloader_iter)``) and gradients accumulate.
+def fetches_in_step(trainer: pl.Trainer) -> bool:
+    """True if the train step fetches its own batches (``training_step(dataloader_iter)``).
 
-    Lightning then picks the batches that zero and step by its fetcher's count, which restarts
-    when a run resumes mid-epoch: the resumed run's accumulation windows differ.
+    The ``batch_idx`` that Lightning's iterator yields then restarts at 0 when a run resumes mid-epoch,
+    and with accumulation Lightning picks the batches that zero and step gradients by that count.
     """
     fetcher = trainer.fit_loop._data_fetcher
-    return type(fetcher).__name__ == "_DataLoaderIterDataFetcher" and trainer.accumulate_grad_batches > 1
+    return type(fetcher).__name__ == "_DataLoaderIterDataFetcher"
 
 
 def fit_counters_carry_on(trainer: pl.Trainer) -> bool:
@@ -67,6 +67,12 @@ def discards_setup_iterator(trainer: pl.Trainer) -> bool:
     """
     fit_loop = trainer.fit_loop
     return trainer.current_epoch > 0 and not fit_loop.is_resuming and not fit_loop.epoch_loop.restarting
+
+
+def reached_max_steps(trainer: pl.Trainer) -> bool:
+    """True once ``global_step`` reached ``max_steps``: a fit resumed from here trains nothing more."""
+    max_steps = trainer.max_steps
+    return max_steps is not None and max_steps >= 0 and trainer.global_step >= max_steps
 
 
 def restored_epoch_consumed(fit_loop: _FitLoop) -> bool:

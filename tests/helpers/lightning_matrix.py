@@ -316,7 +316,7 @@ def _run_once(
         errors,
         module.seen,
         [p.detach().clone() for p in module.parameters()],
-        tracker.state_dict()["progress"],
+        tracker.tracker.progress.state_dict(),
         inexact_warnings=[str(w.message) for w in caught if issubclass(w.category, InexactResumeWarning)],
     )
 

@@ -21,3 +21,13 @@ def count_dataloader_batch(stage: StageProgress, dataloader: int, samples: int) 
     tallies.batches.total += 1
     tallies.samples.total += samples
     stage._samples.total += samples
+
+
+def begin_dataloader_pass(stage: StageProgress, dataloader: int) -> None:
+    """Dataloader number ``dataloader`` starts over within the stage's epoch (Lightning's ``CombinedLoader``
+    cycles a shorter loader): its epoch-scope counts restart, so they say how far it is through this pass."""
+    tallies = (
+        stage._add_dataloaders(dataloader) if dataloader >= len(stage._dataloaders) else stage._dataloaders[dataloader]
+    )
+    tallies.batches.begin_epoch()
+    tallies.samples.begin_epoch()

@@ -137,15 +137,19 @@ class _Run(Part):
 def _sums_match(
     parts: Sequence[ScopeCounts], whole: ScopeCounts, key: str, field: str, what: str, combined: bool = False
 ) -> None:
-    """``parts`` add up to ``whole`` in each scope; with ``combined`` (a step may read a batch of several
-    dataloaders, ``count_dataloader_batch``) at least to ``whole``, none of them beyond it."""
+    """``parts`` add up to ``whole`` in each scope. With ``combined`` (steps read a batch of several dataloaders,
+    ``count_dataloader_batch``) batches add up to at least ``whole`` and none is beyond it; in the epoch
+    scope, where a dataloader's counts restart with each pass (``begin_dataloader_pass``), none is beyond it."""
     if not parts:
         if any(whole):
             raise ProgressStateError(key, f"no dataloaders, but {whole.lifetime} {what} in lifetime scope")
         return
     for i, scope in enumerate(SCOPES):
         total = sum(part[i] for part in parts)
-        if total < whole[i] or (total != whole[i] and not combined):
+        at_least = combined and (field == "batches" or scope == Scope.EPOCH)
+        if combined and scope == Scope.EPOCH:
+            total = max(total, whole[i])  # only "none beyond the stage" is checked in this scope
+        if total < whole[i] or (total != whole[i] and not at_least):
             raise ProgressStateError(
                 key, f"{field} add up to {total} in {scope} scope, but the stage has {whole[i]} {what}"
             )
@@ -162,8 +166,10 @@ def _check_stage(stage: dict[str, Any], key: str) -> None:
     dataloaders = stage["dataloaders"]
     processed = ScopeCounts(*(batches[scope].processed for scope in SCOPES))
     batches_by_loader = [d["batches"] for d in dataloaders]
-    _sums_match(batches_by_loader, processed, f"{key}.dataloaders", "batches", "processed batches", combined=True)
-    _sums_match([d["samples"] for d in dataloaders], stage["samples"], f"{key}.dataloaders", "samples", "samples")
+    combined = sum(b.lifetime for b in batches_by_loader) > processed.lifetime
+    _sums_match(batches_by_loader, processed, f"{key}.dataloaders", "batches", "processed batches", combined)
+    samples_by_loader = [d["samples"] for d in dataloaders]
+    _sums_match(samples_by_loader, stage["samples"], f"{key}.dataloaders", "samples", "samples", combined)
 
 
 def _check_train_stage(stage: dict[str, Any], key: str) -> None:
