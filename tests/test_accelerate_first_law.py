@@ -249,3 +249,9 @@ def test_an_evaluation_interrupted_by_a_checkpoint_draws_again_what_it_drew(n: i
     assert stopped.val[: -(n + 1)] + resumed.val == reference.val
     assert resumed.rng_draws == reference.rng_draws
     assert all(torch.equal(a, b) for a, b in zip(resumed.weights, reference.weights, strict=True))
+
+
+def test_a_save_after_the_train_loop_was_left_early_in_the_epoch_warns_naming_the_loader(tmp_path: Path) -> None:
+    config = Config(break_train=(0, 2))
+    with pytest.warns(tracker_core.InexactResumeWarning, match=r"left the pass of train dataloader\(s\) 0"):
+        run(config, stop=Stop(0, 1, during_eval=True), directory=str(tmp_path))

@@ -37,23 +37,34 @@ def test_the_checkpoint_holds_the_progress_and_position_of_each_train_loader(tmp
     assert len(saved["tracker"]["train_loaders"]) == 2
 
 
-def test_a_resume_with_one_unfinished_pass_is_exact_and_does_not_warn(tmp_path: Path) -> None:
+def test_after_a_resume_each_loader_continues_with_its_own_samples(tmp_path: Path) -> None:
     config = Config(train_sizes=(3, 10), accumulation=3)
     reference = run(config)
-    stopped = run(config, stop=Stop(0, 2), directory=str(tmp_path))  # loader 0's only batch is trained
+    stopped = run(config, stop=Stop(0, 2), directory=str(tmp_path))
+    with pytest.warns(InexactResumeWarning, match="train dataloaders 0, 1 have passes open"):
+        resumed = run(config, resume=True, directory=str(tmp_path), seed_value=5)
+    for loader in (0, 1):
+        ids = [batch[2] for batch in stopped.train + resumed.train if batch[1] == loader]
+        assert ids == [batch[2] for batch in reference.train if batch[1] == loader]
+    assert resumed.disagreements == []
+
+
+def test_a_resume_with_one_loader_is_exact_and_does_not_warn(tmp_path: Path) -> None:
+    config = Config(train_sizes=(10,), accumulation=3)
+    reference = run(config)
+    stopped = run(config, stop=Stop(1, 1), directory=str(tmp_path))
     with warnings.catch_warnings():
         warnings.simplefilter("error", InexactResumeWarning)
         resumed = run(config, resume=True, directory=str(tmp_path), seed_value=5)
     assert stopped.train + resumed.train == reference.train
     assert all(torch.equal(a, b) for a, b in zip(resumed.weights, reference.weights, strict=True))
     assert resumed.state == reference.state
-    assert resumed.disagreements == []
 
 
-def test_a_resume_with_several_unfinished_passes_names_the_loaders(tmp_path: Path) -> None:
+def test_a_resume_with_several_open_passes_names_the_loaders(tmp_path: Path) -> None:
     config = Config(train_sizes=(10, 7), accumulation=2)
     run(config, stop=Stop(0, 1), directory=str(tmp_path))
-    with pytest.warns(InexactResumeWarning, match="train dataloaders 0, 1 each have an unfinished pass"):
+    with pytest.warns(InexactResumeWarning, match="train dataloaders 0, 1 have passes open or still to begin"):
         resumed = run(config, resume=True, directory=str(tmp_path), seed_value=5)
     assert resumed.disagreements == []
 

@@ -9,13 +9,12 @@ from tracker_core.adapter import GlobalRng, StageProgress
 
 @dataclass(slots=True)
 class TrainBatch:
-    """The train batch handed to a loop body and not yet ended."""
+    """The batch of one train pass in a loop body (one object per pass, refilled for each batch)."""
 
-    owner: object  # the pass that yielded it
     loader: int  # train dataloader index
-    samples: int
-    step: int  # accelerator.step when it was fetched
-    steps: int  # real optimizer steps taken when it was fetched
+    samples: int = 0
+    step: int = 0  # accelerator.step when it was fetched
+    steps: int = 0  # real optimizer steps taken when it was fetched
     processed: bool = False  # a save_state in the loop body counted its step
 
 

@@ -86,6 +86,8 @@ class AcceleratorProgress:
         self._pass_start: dict[int, int] = {}  # index -> loader.iteration when its last train pass began
         self._restored_iterations: dict[int, int] = {}  # index -> loader.iteration to set before the next pass
         self._finished_passes: set[int] = set()  # restored mid-epoch after the pass yielded its last batch
+        self._begun_passes: set[int] = set()  # train loaders whose pass began in the current epoch
+        self._left_passes: set[int] = set()  # those whose pass the loop left before its end
         self._restored_step: int | None = None  # accelerator.step after an elastic load, set when the pass begins
         # The global RNGs when the open evaluation epoch began: one saved mid-way restarts from
         # its first batch after a resume, drawing from these as the uninterrupted run did.
@@ -159,6 +161,8 @@ class AcceleratorProgress:
                 if self._fit is own:
                     train.epoch_ready()
                     train.epoch_started()
+                    self._begun_passes.clear()
+                    self._left_passes.clear()
                 yield epoch
                 if self._fit is own:
                     self._end_train_epoch()
@@ -229,17 +233,18 @@ class AcceleratorProgress:
         pass_start = getattr(loader, "iteration", None)
         if pass_start is not None:
             self._pass_start[index] = pass_start
+        self._begun_passes.add(index)
         if index in self._finished_passes:
             self._spend_finished_pass(loader, index, pass_start)
             return
-        own = object()
-        train, view = self._train, self._progress.view
+        mine = TrainBatch(index)  # this pass's batch in a loop body, reused batch after batch
+        train, view, accelerator = self._train, self._progress.view, self._accelerator
         counts = view.train.dataloaders
         batch_index = counts[index].batches.epoch if index < len(counts) else 0
         outside = False
         try:
             for batch in loader:
-                if self._in_flight is not None:  # the batch before, of this pass or of another one
+                if self._in_flight is not None:  # the batch before, of another pass
                     self._end_train_batch()
                 try:
                     train.batch_begin()
@@ -248,14 +253,24 @@ class AcceleratorProgress:
                         outside = True
                         self._note(f"train dataloader {index} yielded batches outside an epoch of epochs() ({error})")
                 else:
-                    self._in_flight = TrainBatch(
-                        own, index, samples_in(batch), self._accelerator.step, self._real_steps
+                    mine.samples, mine.step, mine.steps, mine.processed = (
+                        samples_in(batch),
+                        accelerator.step,
+                        self._real_steps,
+                        False,
                     )
+                    self._in_flight = mine
                 yield (batch_index, batch) if with_index else batch
                 batch_index += 1
-                self._end_train_batch(own)
+                if self._in_flight is mine:
+                    self._in_flight = None
+                    if mine.processed:  # a save_state in the loop body processed it
+                        train.batch_completed()
+                    else:
+                        train.batch_end(mine.samples, index)
         except GeneratorExit:  # the loop body left (break, exception)
-            self._end_left_batch(own)
+            self._end_left_batch(mine)
+            self._left_passes.add(index)
             raise
 
     def _spend_finished_pass(self, loader: Iterable[Any], index: int, pass_start: int | None) -> None:
@@ -268,22 +283,21 @@ class AcceleratorProgress:
         if pass_start is not None:
             loader.iteration = pass_start + 1  # type: ignore[attr-defined]
 
-    def _end_left_batch(self, owner: object) -> None:
-        """End ``owner``'s batch when its loop body left: trained if Accelerate's ``accumulate`` saw it or
-        an optimizer stepped (as after a ``break`` at the end of the body), else undone (its data not consumed)."""
-        batch = self._in_flight
-        if batch is None or batch.owner is not owner:
+    def _end_left_batch(self, mine: TrainBatch) -> None:
+        """End a pass's batch when its loop body left: trained if Accelerate's ``accumulate`` saw it or an
+        optimizer stepped (as after a ``break`` at the end of the body), else undone (its data not consumed)."""
+        if self._in_flight is not mine:
             return
-        if batch.processed or batch.step != self._accelerator.step or batch.steps != self._real_steps:
-            self._end_train_batch(owner)
+        if mine.processed or mine.step != self._accelerator.step or mine.steps != self._real_steps:
+            self._end_train_batch()
         else:
             self._in_flight = None
             self._train.cancel_batch()
 
-    def _end_train_batch(self, owner: object | None = None) -> None:
-        """End the train batch in flight (only ``owner``'s, when given)."""
+    def _end_train_batch(self) -> None:
+        """End the train batch in flight, if any."""
         batch = self._in_flight
-        if batch is None or (owner is not None and batch.owner is not owner):
+        if batch is None:
             return
         self._in_flight = None
         if batch.processed:  # a save_state in the loop body processed it
@@ -325,11 +339,13 @@ class AcceleratorProgress:
         if own_run:
             progress.run_ready(kind)
             progress.run_started()
-        if _start_from_the_beginning(loader) and restored is not None:
+        first_pass = self.view.stage(stage.name).epochs.lifetime.completed == 0
+        if _start_from_the_beginning(loader) and (restored is not None or first_pass):
             warnings.warn(
                 f"{stage.name} dataloader {index} is a StatefulDataLoader that Accelerate's load_state restored "
-                "in the middle of the interrupted evaluation, which restarts from its first batch: a shuffled "
-                "order comes from its sampler's generator as restored, not as when that evaluation began",
+                "before this pass, which begins from its first batch: a new iterator draws the global RNG and "
+                "its sampler continues from its restored state, where the saving run used the iterator that "
+                "prepare() built (first pass) or the state when the interrupted evaluation began",
                 InexactResumeWarning,
                 stacklevel=3,
             )
@@ -435,9 +451,18 @@ class AcceleratorProgress:
         for index in range(max(self._loaders, default=-1) + 1):
             loader = self._loaders.get(index)
             now = getattr(loader, "iteration", None)
-            finished = bool(getattr(loader, "end_of_dataloader", False))
-            iterations.append(
-                None if now is None else checkpoint.LoaderIteration(now, self._pass_start.get(index), finished)
+            begun = index in self._begun_passes  # else its flags and pass start are the last epoch's
+            finished = begun and bool(getattr(loader, "end_of_dataloader", False))
+            pass_start = self._pass_start.get(index) if begun else None
+            iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished))
+        left = sorted(self._left_passes) if self.view.train.epochs.lifetime.in_flight else []
+        if left:
+            warnings.warn(
+                f"save_state after the loop left the pass of train dataloader(s) {', '.join(map(str, left))} "
+                "before its end in this epoch: the resumed epoch is re-entered and that pass yields its "
+                "remaining batches (save after the epoch, or before leaving the pass)",
+                InexactResumeWarning,
+                stacklevel=3,
             )
         evaluation = self._evaluation
         saved = checkpoint.SavedProgress(
@@ -499,17 +524,20 @@ class AcceleratorProgress:
 
 
 def _warn_if_passes_alternate(iterations: list[checkpoint.LoaderIteration | None], finished: set[int]) -> None:
-    """Several train passes left unfinished in the resumed epoch: Accelerate's ``step`` and its gradient sync at
-    the end of a loader follow the most recently begun loader, and the resumed passes begin in the order the
-    loop asks for them, which can differ from the saving run's."""
-    unfinished = [str(i) for i, iteration in enumerate(iterations) if iteration is not None and i not in finished]
-    if len(unfinished) > 1:
+    """Accelerate's ``step`` and its gradient sync at the end of a loader follow the most recently begun of the
+    loaders whose pass is still open, and the resumed passes begin in the order the loop asks for them: with a
+    pass open at the save and another open or still to begin, that order can differ from the saving run's."""
+    open_passes = [
+        i for i, it in enumerate(iterations) if it is not None and it.pass_start is not None and it.now == it.pass_start
+    ]
+    to_begin = [i for i, it in enumerate(iterations) if it is not None and it.pass_start is None and i not in finished]
+    if open_passes and len(open_passes) + len(to_begin) > 1:
+        names = ", ".join(str(i) for i in sorted(open_passes + to_begin))
         warnings.warn(
-            f"train dataloaders {', '.join(unfinished)} each have an unfinished pass in the resumed epoch: "
-            "Accelerate's step counter and its gradient sync at the end of a loader follow the most recently "
-            "begun loader, so unless the loop asks them for a batch in the order the saving run began them, "
-            "accumulation windows can fall differently (exact with one loader, or gradient_accumulation_steps=1 "
-            "and no use of accelerator.step)",
+            f"train dataloaders {names} have passes open or still to begin in the resumed epoch: Accelerate's "
+            "step counter and its gradient sync at the end of a loader follow the most recently begun loader, "
+            "and the resumed passes begin in the order the loop asks for them, which can differ from the saving "
+            "run's, so optimizer steps can fall on other batches (each loader's samples continue exactly)",
             InexactResumeWarning,
             stacklevel=4,
         )

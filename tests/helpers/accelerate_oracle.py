@@ -144,7 +144,9 @@ def run(
         DataLoader(Offset(size, 1000 * index), batch_size=config.batch_size, shuffle=shuffle)
         for index, size in enumerate(config.train_sizes)
     ]
-    val = DataLoader(Offset(7, 10_000), batch_size=3, shuffle=shuffle)
+    # Accelerate restores a seedable sampler but not the loader's iteration (its epoch): a resumed shuffled
+    # validation loader would repeat pass 0's order (Accelerate's behaviour, docs/accelerate.md, Limits).
+    val = DataLoader(Offset(7, 10_000), batch_size=3, shuffle=config.loader in ("shuffled", "stateful"))
     model, optimizer, *prepared = accelerator.prepare(model, optimizer, *loaders, val)
     program = _Program(config, accelerator, model, optimizer, prepared[:-1], prepared[-1], tracked)
     if resume:
