@@ -173,6 +173,7 @@ class Tracker:
         has_ranks = isinstance(entry, dict) and "ranks" in entry
         entry = read_mapping(entry, "", required=(*ENTRY_KEYS, "ranks") if has_ranks else ENTRY_KEYS)
         selected = select(entry["ranks"], self._loaders) if has_ranks else None
+        entry_ranks = entry["ranks"] if has_ranks else []
         if selected is not None:
             entry = selected.entry
         problems = [] if selected is None else [f"elastic resume: {problem}" for problem in selected.problems]
@@ -207,9 +208,27 @@ class Tracker:
                     pending[index] = (state, resume_epoch)
                 else:
                     ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
+        if selected is not None:
+            _check_every_rank(entry_ranks, "" if selected.mapping is not None else selected.key_prefix)
         return _LoadedEntry(
             parsed_progress, rng, ready, pending, None if selected is None else selected.mapping, problems
         )
+
+
+def _check_every_rank(ranks: list[Any], loaded: str) -> None:
+    """Every saved rank's part, not only the one this process loads (``loaded``, checked already), so that
+    every process refuses a damaged gathered entry alike."""
+    for index, part in enumerate(ranks):
+        if f"ranks.{index}" == loaded:
+            continue
+        with keys_under(f"ranks.{index}"):
+            with keys_under("progress"):
+                parse(part["progress"])
+            with keys_under("rng"):
+                GlobalRng.from_plain(part["rng"])
+            for loader_index, state in enumerate(part["train_loaders"]):
+                with keys_under(f"train_loaders.{loader_index}"):
+                    check_saved_loader(state)
 
 
 @dataclasses.dataclass(frozen=True)
