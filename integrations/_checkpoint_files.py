@@ -83,9 +83,10 @@ class ProgressCheckpoint:
 def read_checkpoint(path: str | os.PathLike[str]) -> ProgressCheckpoint:
     """Find the progress entry of a Lightning/Ignite checkpoint file or an Accelerate folder and validate it.
 
-    Raises :class:`CheckpointFileError` naming the path: missing, truncated or not a
-    torch checkpoint, no progress entry (saying what was looked for), or a damaged entry
-    (with the core's ``ProgressStateError`` message naming the key).
+    Raises :class:`CheckpointFileError` naming the path: missing, not a regular file, empty,
+    truncated or damaged (a zip member's CRC-32), not a torch checkpoint, no progress entry
+    (saying what was looked for), a damaged entry (with the core's ``ProgressStateError``
+    message naming the key), or an Accelerate folder missing a rank's files or mixing saves.
     """
     path = Path(path)
     mode = _mode(path)
@@ -241,7 +242,10 @@ def _validate(path: Path, location: str, entry: object) -> None:
 
 # Accelerate folders --------------------------------------------------------------------------
 def _read_accelerate(folder: Path) -> ProgressCheckpoint:
-    names = sorted(os.listdir(folder))
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as error:
+        raise CheckpointFileError(f"{folder}: cannot be listed ({error.strerror or error})") from None
     ranks = sorted(int(match[1]) for name in names if (match := _ACCELERATE_PROGRESS_FILE.fullmatch(name)))
     if not ranks:
         raise CheckpointFileError(
