@@ -14,7 +14,13 @@ from tracker_core.counting._dataloaders import begin_dataloader_pass, count_data
 from tracker_core.counting._optimizer_hooks import count_optimizer_steps, count_skipped_steps
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._registry import register_progress
-from tracker_core.counting._resync import abandon_in_flight, reenter_evaluation_epoch, reenter_last_run
+from tracker_core.counting._resync import (
+    abandon_in_flight,
+    continue_run_scope,
+    reenter_evaluation_epoch,
+    reenter_last_run,
+    run_scope_bases,
+)
 from tracker_core.counting._resync import abandon_in_flight, reenter_last_run
 from tracker_core.counting._scheduler_hooks import count_scheduler_steps
 from tracker_core.counting._stage import StageProgress, TrainStageProgress
@@ -42,6 +48,7 @@ __all__ = [
     "batches_in",
     "begin_dataloader_pass",
     "capture_gradients",
+    "continue_run_scope",
     "count_dataloader_batch",
     "count_optimizer_steps",
     "count_scheduler_steps",
@@ -55,6 +62,7 @@ __all__ = [
     "reenter_last_run",
     "register_progress",
     "restore_gradients",
+    "run_scope_bases",
     "samples_in",
     "saved_elsewhere",
 ]

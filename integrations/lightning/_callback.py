@@ -23,11 +23,13 @@ from tracker_core.adapter import (
     abandon_in_flight,
     begin_dataloader_pass,
     capture_gradients,
+    continue_run_scope,
     count_dataloader_batch,
     count_scheduler_steps,
     reenter_evaluation_epoch,
     reenter_last_run,
     restore_gradients,
+    run_scope_bases,
     samples_in,
     saved_elsewhere,
 )
@@ -104,6 +106,7 @@ class ProgressTracker(CallbackBase):
         self._train_batch_id = 0  # id() of the batch given to on_train_batch_start
         self._cut_by = ""  # an exception ended the last call: what, and in which call (settled at the next call)
         self._validation_restart = ""  # read from a fit checkpoint's loops: see _validation_at_load
+        self._fit_scope: tuple[int, ...] | None = None  # where the train run scope of this Trainer's fit began
         self._warned = False
 
     def _drivers(self) -> None:
@@ -203,13 +206,19 @@ class ProgressTracker(CallbackBase):
         progress = self.tracker.progress
         # Lightning restores its loop counters after this hook: a loaded entry says they will carry on
         carry_on = self._loaded or resume.fit_counters_carry_on(trainer)
-        if carry_on and not reenter_last_run(progress, _FIT):
-            self._anomaly(
-                f"this fit continues Lightning's counters of an earlier fit (global_step {trainer.global_step}, "
-                f"epoch {trainer.current_epoch}) that the record did not count as its last run: run-scope counts "
-                "start at 0"
-            )
+        reentered = carry_on and reenter_last_run(progress, _FIT)
         progress.run_ready(_FIT)
+        if carry_on and not reentered:
+            if self._fit_scope is not None and not self._loaded:  # validate/test/predict came in between
+                continue_run_scope(progress.train, self._fit_scope)
+            else:
+                self._anomaly(
+                    f"this fit continues Lightning's counters of an earlier fit (global_step {trainer.global_step}, "
+                    f"epoch {trainer.current_epoch}) that the record did not count as its last run: run-scope "
+                    "counts start at 0"
+                )
+        if not reentered:
+            self._fit_scope = run_scope_bases(progress.train)
         progress.run_started()
         self._run_begun = True
         self._remove_step_hooks()
@@ -584,7 +593,8 @@ class ProgressTracker(CallbackBase):
         """Load the entry (``ProgressStateError`` on damage, before anything runs) and re-arm the hooks.
 
         ``validate``/``test``/``predict(ckpt_path=...)`` train nothing: only the progress is loaded
-        (this rank's part), neither RNGs nor data positions. An entry saved at another world size is
+        (this rank's part), neither RNGs nor data positions, and only into a record that has counted no
+        run yet (on a Trainer that already ran, the record goes on counting its runs). An entry saved at another world size is
         mapped onto the train loaders, so a fit loads it when Lightning has set them up, still before
         any batch runs (``_elastic``).
         """
@@ -592,7 +602,8 @@ class ProgressTracker(CallbackBase):
         self._elastic_entry = None
         self._cut_by = ""  # the loaded record replaces what an exception cut
         if trainer is not None and trainer.state.fn != _FIT:
-            _load_progress_only(self.tracker, state_dict, trainer.global_rank)
+            if self.tracker.view.run.counts.ready == 0:  # a record of its own goes on: it counts this Trainer's runs
+                _load_progress_only(self.tracker, state_dict, trainer.global_rank)
         elif trainer is None or not saved_elsewhere(state_dict):
             self.tracker.load_state_dict(state_dict)
             self._validation_at_load(state_dict["progress"])

@@ -8,7 +8,8 @@ What it compares (Lightning's counter on the right):
 * while fitting: ``view.global_step == trainer.global_step``, ``view.epoch_index ==
   trainer.current_epoch``, the train epoch's batch phases ``view.train.batches.epoch ==
   fit_loop.epoch_loop.batch_progress.current`` and ``view.batch_index == fit_loop.batch_idx`` (not
-  at ``on_train_epoch_start``: Lightning resets its epoch counts after that hook), the run's
+  at ``on_train_epoch_start``: Lightning resets its epoch counts after that hook; in a fit resumed from a
+  checkpoint Lightning may begin an epoch with the previous epoch's batch counts: compared from there), the run's
   processed/completed batches and epochs against the loops' totals;
 * in validation/test/predict: the epoch's batch phases against that loop's ``batch_progress.current``,
   and per dataloader ``view.<stage>.dataloaders[i].batches.epoch == batch_idx + 1`` at each batch end;
@@ -63,6 +64,8 @@ class Oracle(*_bases()):  # type: ignore[misc]
         self._offset = (0, 0, 0)  # global_step, epoch, batches: allowed after a noted anomaly only
         self._train_started = False
         self._before_sanity: Any = None
+        self._carried: dict[int, int] = {}
+        self._epoch_offset = 0  # Lightning's epoch batch counts ahead of the record's, after a noted anomaly  # batches of a restored evaluation epoch Lightning finishes
         for hook in HOOKS:
             setattr(self, hook, self._checker(hook))
 
@@ -98,6 +101,11 @@ class Oracle(*_bases()):  # type: ignore[misc]
         if fn == "fit":
             self._check_fit(trainer, view, hook)
         stage = next((s for s in ("validation", "test", "predict") if hook.startswith(f"on_{s}_")), None)
+        if stage is not None and hook == f"on_{stage}_epoch_start":
+            # Lightning finishing a validation a checkpoint interrupted re-reads its data from the start
+            # (batch_idx from 0) while its batch counts go on from the batches done
+            counts = view.stage({"validation": "validate"}.get(stage, stage)).dataloaders
+            self._carried = {d: c.batches.epoch for d, c in enumerate(counts)}
         if stage is not None and "_batch_" in hook:
             self._check_evaluation(trainer, view, hook, stage, fn, args)
 
@@ -124,8 +132,16 @@ class Oracle(*_bases()):  # type: ignore[misc]
         if hook.startswith("on_validation"):
             return  # Lightning's train batch counts stay as they were: compared at the train hooks
         current = fit.epoch_loop.batch_progress.current
-        self._expect(hook, "epoch batches", tuple(view.train.batches.epoch), _phases(current))
-        self._expect(hook, "batch_index", view.batch_index, fit.epoch_loop.batch_idx)
+        if hook == "on_train_batch_start" and view.train.batches.epoch.ready == 1:
+            # After a resume from a checkpoint at an epoch's last batch (or of a fit max_steps ended), Lightning
+            # may begin the next epoch with that epoch's batch counts (batch_idx not from 0); the record counts
+            # the new epoch from 0. Allowed only in a fit resumed from a checkpoint.
+            self._epoch_offset = current.ready - 1
+            if self._epoch_offset and trainer.ckpt_path is None:
+                self.disagreements.append(f"{hook}: Lightning's epoch counts ahead by {self._epoch_offset}")
+        offset = self._epoch_offset
+        self._expect(hook, "epoch batches", tuple(c + offset for c in view.train.batches.epoch), _phases(current))
+        self._expect(hook, "batch_index", view.batch_index + offset, fit.epoch_loop.batch_idx)
 
     def _offset_now(self, trainer: Any, view: Any) -> tuple[int, int, int]:
         offset = (
@@ -150,7 +166,8 @@ class Oracle(*_bases()):  # type: ignore[misc]
             batch_idx = args[3]
             dataloader = args[4] if len(args) == 5 else 0
             per_loader = counts.dataloaders[dataloader].batches.epoch if dataloader < len(counts.dataloaders) else 0
-            self._expect(hook, f"{name} dataloader {dataloader} epoch batches", per_loader, batch_idx + 1)
+            expected = self._carried.get(dataloader, 0) + batch_idx + 1
+            self._expect(hook, f"{name} dataloader {dataloader} epoch batches", per_loader, expected)
 
     def check_anomalies(self, view: Any) -> None:
         """Every anomaly the record noted is one the adapter may note (not a hook that met an unexpected order)."""
