@@ -131,6 +131,18 @@ def test_a_swallowed_step_exception_trains_as_many_iterations_as_without_the_han
     assert len(program.progress.view.anomalies) == 1
 
 
+def test_every_anomaly_is_recorded_and_only_the_first_warns() -> None:
+    program = build(Config(), seed=0)
+    _raise_at(program, 2)
+    _raise_at(program, 6)
+    program.trainer.add_event_handler(Events.EXCEPTION_RAISED, lambda engine, error: None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program.run()
+    assert len([w for w in caught if issubclass(w.category, RuntimeWarning)]) == 1
+    assert len(program.progress.view.anomalies) == 2
+
+
 def test_an_exception_that_leaves_run_leaves_the_record_where_ignite_stopped() -> None:
     program = build(Config(), seed=0)
     _raise_at(program, 6)
