@@ -21,7 +21,6 @@ from tracker_core.counting._resync import (
     reenter_last_run,
     run_scope_bases,
 )
-from tracker_core.counting._resync import abandon_in_flight, reenter_last_run
 from tracker_core.counting._scheduler_hooks import count_scheduler_steps
 from tracker_core.counting._stage import StageProgress, TrainStageProgress
 from tracker_core.counting._view import ProgressView
@@ -44,7 +43,6 @@ __all__ = [
     "Tracker",
     "TrainStageProgress",
     "abandon_in_flight",
-    "abandon_in_flight",
     "batches_in",
     "begin_dataloader_pass",
     "capture_gradients",
@@ -58,7 +56,6 @@ __all__ = [
     "read_int",
     "read_mapping",
     "reenter_evaluation_epoch",
-    "reenter_last_run",
     "reenter_last_run",
     "register_progress",
     "restore_gradients",
