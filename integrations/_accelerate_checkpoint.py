@@ -93,9 +93,7 @@ def write(directory: str, process_index: int, saved: SavedProgress) -> None:
     temporary = os.path.join(directory, _TEMPORARY.format(process_index))
     try:
         with open(temporary, "wb") as stream:
-            torch.save(payload, stream)
-            stream.flush()
-            os.fsync(stream.fileno())
+            torch.save(payload, stream)  # no fsync: Accelerate's own files get none either
         os.replace(temporary, path)
     except (OSError, RuntimeError) as error:  # torch.save reports a failed write as a RuntimeError
         with contextlib.suppress(OSError):
