@@ -253,12 +253,10 @@ class AcceleratorProgress:
                         outside = True
                         self._note(f"train dataloader {index} yielded batches outside an epoch of epochs() ({error})")
                 else:
-                    mine.samples, mine.step, mine.steps, mine.processed = (
-                        samples_in(batch),
-                        accelerator.step,
-                        self._real_steps,
-                        False,
-                    )
+                    mine.samples = samples_in(batch)
+                    mine.step = accelerator.step
+                    mine.steps = self._real_steps
+                    mine.processed = False
                     self._in_flight = mine
                 yield (batch_index, batch) if with_index else batch
                 batch_index += 1
