@@ -28,8 +28,8 @@ from tracker_core.data._rng import GlobalRng
 from tracker_core.display._display import Display
 from tracker_core.display._report import progress_facts, progress_table
 from tracker_core.distributed._elastic import saved_elsewhere
-from tracker_core.state._codec import read_int, read_mapping
 from tracker_core.state._gradients import capture_gradients, restore_gradients
+from tracker_core.state._readers import read_int, read_mapping
 
 __all__ = [
     "Display",
