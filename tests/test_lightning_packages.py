@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("pytorch_lightning")
+
 from tracker_core import get_progress
 from tracker_core.integrations.lightning import ProgressDisplay, ProgressTracker
 

@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("pytorch_lightning")
+
 import torch
 from torch.utils.data import DataLoader
 
