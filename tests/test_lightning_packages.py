@@ -55,6 +55,7 @@ def test_lightning_cli_accepts_the_callback_by_class_path(tmp_path: Path, monkey
         "  logger: false\n"
         "  enable_checkpointing: false\n"
         "  enable_model_summary: false\n"
+        f"  default_root_dir: {tmp_path}\n"
         "  callbacks:\n"
         "    - class_path: tracker_core.integrations.lightning.ProgressTracker\n"
         "    - class_path: tracker_core.integrations.lightning.ProgressDisplay\n"
@@ -62,7 +63,7 @@ def test_lightning_cli_accepts_the_callback_by_class_path(tmp_path: Path, monkey
         "        terminal: false\n"
     )
     monkeypatch.setattr(sys, "argv", ["cli", "fit", "--config", str(config)])
-    run: Any = cli.LightningCLI(demos.BoringModel, demos.BoringDataModule)
+    run: Any = cli.LightningCLI(demos.BoringModel, demos.BoringDataModule, save_config_callback=None)
     trackers = [c for c in run.trainer.callbacks if isinstance(c, ProgressTracker)]
     assert len(trackers) == 1
     assert get_progress(run.trainer).train.batches.run.completed == 3

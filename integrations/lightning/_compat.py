@@ -28,7 +28,13 @@ def validation_due(trainer: pl.Trainer) -> bool:
     """True if a validation follows the batch now ending (Lightning skips it when resuming from here)."""
     fit_loop = trainer.fit_loop
     fetcher = fit_loop._data_fetcher
-    return fetcher is not None and fit_loop.epoch_loop._should_check_val_fx(fetcher)
+    if fetcher is not None and fit_loop.epoch_loop._should_check_val_fx(fetcher):
+        return True
+    # The epoch's last batch under limit_train_batches: the fetcher does not know it is the last one yet
+    every = trainer.check_val_every_n_epoch
+    last = fit_loop.epoch_loop.batch_progress.current.ready >= trainer.num_training_batches
+    epoch_validates = every is not None and (trainer.current_epoch + 1) % every == 0
+    return bool(last and epoch_validates and trainer.enable_validation and sum(trainer.num_val_batches) > 0)
 
 
 def fetches_in_step(trainer: pl.Trainer) -> bool:
@@ -99,12 +105,6 @@ def closes_restored_epoch(fit_loop: _FitLoop) -> bool:
     )
 
 
-def combined_mode(fit_loop: _FitLoop) -> str:
-    """The mode of the train ``CombinedLoader`` (``max_size_cycle`` when Lightning combined plain loaders)."""
-    combined = fit_loop._combined_loader
-    return "max_size_cycle" if combined is None else str(combined._mode)
-
-
 def train_layout(fit_loop: _FitLoop) -> tuple[str, list[Any], list[int | None]] | None:
     """Several train loaders: the ``CombinedLoader``'s mode, the keys of each loader's part of a combined
     batch (list indices or dict keys, in ``flattened`` order) and each loader's batches per pass (None
@@ -114,11 +114,12 @@ def train_layout(fit_loop: _FitLoop) -> tuple[str, list[Any], list[int | None]] 
         return None
     iterables = combined.iterables
     keys: list[Any] = list(iterables) if isinstance(iterables, dict) else list(range(len(combined.flattened)))
-    limits = combined._limits or [None] * len(keys)
+    limits: list[Any] = list(combined._limits) if combined._limits else [None] * len(keys)
     passes: list[int | None] = []
     for loader, limit in zip(combined.flattened, limits, strict=True):
         size = len(loader) if hasattr(loader, "__len__") else None
-        passes.append(size if limit is None or size is None else min(size, int(limit)))
+        unlimited = limit is None or limit == float("inf")
+        passes.append(size if unlimited or size is None else min(size, int(limit)))
     return str(combined._mode), keys, passes
 
 

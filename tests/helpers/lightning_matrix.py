@@ -108,9 +108,7 @@ def model(config: Config) -> Any:
                 raise Planned(stage)
 
         def _loss(self, batch: Any, noisy: bool = True) -> torch.Tensor:
-            if isinstance(batch, dict):
-                batch = next(b for b in batch.values() if b is not None)
-            elif isinstance(batch, list) and isinstance(batch[0], list):
+            if len(config.train_sizes) > 1 and self.trainer.training:  # a combined batch: one per loader
                 batch = next(b for b in batch if b is not None)
             x, y, _ = batch
             if noisy:
@@ -118,9 +116,7 @@ def model(config: Config) -> Any:
             return torch.nn.functional.mse_loss(self.second(self.layer(x)), y)
 
         def _ids(self, batch: Any) -> list[int]:
-            parts = batch.values() if isinstance(batch, dict) else [batch]
-            if isinstance(batch, list) and isinstance(batch[0], list):
-                parts = batch
+            parts = batch if len(config.train_sizes) > 1 else [batch]
             return [int(i) for part in parts if part is not None for i in part[2]]
 
         def _train(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
