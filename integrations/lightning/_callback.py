@@ -271,37 +271,48 @@ class ProgressTracker(CallbackBase):
             if resume.discards_setup_iterator(trainer):
                 rng.apply()  # undo the draws of the iterator Lightning built in setup_data and drops now
 
-    @_passenger
+    # The per-batch hooks guard inline (a try costs nothing in Python 3.11; a wrapper costs a call)
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._train.batch_begin(batch)
+        try:
+            self._train.batch_begin(batch)
+        except EventOrderError as error:
+            self._anomaly(f"on_train_batch_start: {error}")
         self._train_batch_id = id(batch)
         if self._train_layout is not None:
             self._train_batch = batch
         self._rng_at_setup = None  # Lightning iterates the setup_data iterator: its draws stand
 
-    @_passenger
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
-        self._train.batch_step()
+        try:
+            self._train.batch_step()
+        except EventOrderError as error:
+            self._anomaly(f"on_before_backward: {error}")
 
-    @_passenger
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
-        self._train.batch_step()  # also in manual optimization after a plain loss.backward()
+        try:
+            self._train.batch_step()  # also in manual optimization after a plain loss.backward()
+        except EventOrderError as error:
+            self._anomaly(f"on_before_optimizer_step: {error}")
 
-    @_passenger
     def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
-        self._train.batch_step()
+        try:
+            self._train.batch_step()
+        except EventOrderError as error:
+            self._anomaly(f"on_before_zero_grad: {error}")
 
-    @_passenger
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self._train_layout is not None:
-            self._combined_batch_end(batch)
-            return
-        # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
-        self._train.batch_end(samples=None if id(batch) == self._train_batch_id else samples_in(batch))
+        try:
+            if self._train_layout is not None:
+                self._combined_batch_end(batch)
+                return
+            # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
+            self._train.batch_end(samples=None if id(batch) == self._train_batch_id else samples_in(batch))
+        except EventOrderError as error:
+            self._anomaly(f"on_train_batch_end: {error}")
 
     def _combined_batch_end(self, batch: Any) -> None:
         """One step read a batch of each train loader (``CombinedLoader``): each loader counts its own.
