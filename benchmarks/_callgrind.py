@@ -60,8 +60,9 @@ def segment_instructions(script: str, *args: str) -> list[tuple[str, int]]:
         return list(zip(labels, counts))
 
 
-def run_segments(modes: Iterable[str], prepare: Callable[[str, int], Callable[[], object]],
-                 small: int, large: int, repeats: int) -> None:
+def run_segments(
+    modes: Iterable[str], prepare: Callable[[str, int], Callable[[], object]], small: int, large: int, repeats: int
+) -> None:
     """What callgrind counts: every mode at ``small`` and ``large`` batches, interleaved, after a
     warm-up round. ``prepare(mode, batches)`` sets up (uncounted) and returns the call to count."""
     modes = list(modes)

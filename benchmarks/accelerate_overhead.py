@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Callable
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 from _callgrind import counts_per_batch, main, run_segments
@@ -25,16 +25,16 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tracker_core.integrations.accelerate import AcceleratorProgress  # noqa: E402
+from tracker_core.integrations.accelerate import AcceleratorProgress
 
 ROUNDS = 15
 BATCHES = 200  # per round
 CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 220, 3
 
 
-def _setup(batches: int, accelerator: Accelerator | None = None) -> tuple[
-    Accelerator, torch.nn.Module, torch.optim.Optimizer, DataLoader
-]:
+def _setup(
+    batches: int, accelerator: Accelerator | None = None
+) -> tuple[Accelerator, torch.nn.Module, torch.optim.Optimizer, DataLoader]:
     torch.manual_seed(0)
     accelerator = accelerator or Accelerator(cpu=True, gradient_accumulation_steps=2)
     model = torch.nn.Linear(32, 2)
@@ -55,13 +55,20 @@ def _step(accelerator: Accelerator, model: torch.nn.Module, optimizer: torch.opt
         optimizer.zero_grad()
 
 
-def bare(accelerator: Accelerator, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader) -> None:
+def bare(
+    accelerator: Accelerator, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader
+) -> None:
     for batch in loader:
         _step(accelerator, model, optimizer, batch)
 
 
-def tracked(progress: AcceleratorProgress, accelerator: Accelerator, model: torch.nn.Module,
-            optimizer: torch.optim.Optimizer, loader: DataLoader) -> None:
+def tracked(
+    progress: AcceleratorProgress,
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: DataLoader,
+) -> None:
     for _epoch in progress.epochs(1):
         for batch in progress.train(loader):
             _step(accelerator, model, optimizer, batch)
@@ -85,8 +92,10 @@ def timing() -> None:
     ratios = [w / b for w, b in zip(seconds["with"], seconds["without"])]
     print(f"per batch without tracker: {without * 1e6:8.1f} us (median of {ROUNDS} rounds of {BATCHES})")
     print(f"per batch with tracker:    {with_ * 1e6:8.1f} us")
-    print(f"overhead: {(with_ - without) * 1e6:+.2f} us/batch = {100 * (with_ / without - 1):+.2f} % "
-          f"(median of per-round ratios {100 * (statistics.median(ratios) - 1):+.2f} %; target <= 0.5 %)")
+    print(
+        f"overhead: {(with_ - without) * 1e6:+.2f} us/batch = {100 * (with_ / without - 1):+.2f} % "
+        f"(median of per-round ratios {100 * (statistics.median(ratios) - 1):+.2f} %; target <= 0.5 %)"
+    )
 
 
 def callgrind_segments() -> None:
@@ -116,11 +125,15 @@ def callgrind() -> None:
         return
     counts, spread = measured
     extra = counts["with"] - counts["without"]
-    print(f"callgrind instructions per batch without tracker: {counts['without']:,.0f} "
-          f"(largest spread between repeats of a mode: {spread:,.0f})")
+    print(
+        f"callgrind instructions per batch without tracker: {counts['without']:,.0f} "
+        f"(largest spread between repeats of a mode: {spread:,.0f})"
+    )
     print(f"callgrind instructions per batch with tracker:    {counts['with']:,.0f}")
-    print(f"callgrind overhead: {extra:+,.0f} instructions/batch = {100 * extra / counts['without']:+.2f} % "
-          "(target <= 0.5 %)")
+    print(
+        f"callgrind overhead: {extra:+,.0f} instructions/batch = {100 * extra / counts['without']:+.2f} % "
+        "(target <= 0.5 %)"
+    )
 
 
 if __name__ == "__main__":

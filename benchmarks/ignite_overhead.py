@@ -11,8 +11,8 @@ Run: .venv/bin/python benchmarks/ignite_overhead.py [--callgrind]  (--callgrind:
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 import time
+from collections.abc import Callable
 
 import torch
 from _callgrind import counts_per_batch, main, run_segments
@@ -89,13 +89,18 @@ def timing() -> None:
     print(f"Ignite alone:                  {without:7.1f} us/batch")
     for mode, label in (("with", "with ProgressHandler"), ("two_empty", "with two do-nothing handlers")):
         overhead = (statistics.median(ratios[mode]) - 1) * 100
-        print(f"{label + ':':30} {statistics.median(times[mode]):7.1f} us/batch  overhead {overhead:+.2f}%"
-              + ("   target <= 1.5%" if mode == "with" else ""))
-    dispatch = {mode: statistics.median(dispatch_seconds(mode, 100_000) * 1e6 for _ in range(5))
-                for mode in ("without", "with")}
+        print(
+            f"{label + ':':30} {statistics.median(times[mode]):7.1f} us/batch  overhead {overhead:+.2f}%"
+            + ("   target <= 1.5%" if mode == "with" else "")
+        )
+    dispatch = {
+        mode: statistics.median(dispatch_seconds(mode, 100_000) * 1e6 for _ in range(5)) for mode in ("without", "with")
+    }
     added = dispatch["with"] - dispatch["without"]
-    print(f"per-batch events alone: {dispatch['without']:.2f} us without, {dispatch['with']:.2f} us with: "
-          f"+{added:.2f} us = {added / without * 100:.2f}% of Ignite's batch above")
+    print(
+        f"per-batch events alone: {dispatch['without']:.2f} us without, {dispatch['with']:.2f} us with: "
+        f"+{added:.2f} us = {added / without * 100:.2f}% of Ignite's batch above"
+    )
 
 
 def callgrind() -> None:
@@ -104,12 +109,16 @@ def callgrind() -> None:
         return
     counts, spread = measured
     base = counts["without"]
-    print(f"callgrind, Ignite alone:       {base:9.0f} instructions/batch "
-          f"(largest spread between repeats of a mode: {spread:.0f})")
+    print(
+        f"callgrind, Ignite alone:       {base:9.0f} instructions/batch "
+        f"(largest spread between repeats of a mode: {spread:.0f})"
+    )
     for mode in ("with", "two_empty"):
-        print(f"callgrind, {mode:19} {counts[mode]:9.0f} instructions/batch  "
-              f"+{counts[mode] - base:.0f} ({(counts[mode] / base - 1) * 100:+.2f}%)"
-              + ("   target <= 1.5%" if mode == "with" else ""))
+        print(
+            f"callgrind, {mode:19} {counts[mode]:9.0f} instructions/batch  "
+            f"+{counts[mode] - base:.0f} ({(counts[mode] / base - 1) * 100:+.2f}%)"
+            + ("   target <= 1.5%" if mode == "with" else "")
+        )
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ Run: .venv/bin/python benchmarks/lightning_overhead.py [--callgrind]  (--callgri
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 import time
 import warnings
+from collections.abc import Callable
 
 import pytorch_lightning as pl
 import torch
@@ -115,12 +115,16 @@ def callgrind() -> None:
     if measured is None:
         return
     counts, spread = measured
-    print(f"callgrind, no callback:      {counts['none']:10.0f} instructions/batch "
-          f"(largest spread between repeats of a mode: {spread:.0f})")
+    print(
+        f"callgrind, no callback:      {counts['none']:10.0f} instructions/batch "
+        f"(largest spread between repeats of a mode: {spread:.0f})"
+    )
     base = counts["empty"]
     print(f"callgrind, empty Callback(): {base:10.0f} instructions/batch")
-    print(f"callgrind, ProgressTracker:  {counts['tracker']:10.0f} instructions/batch  "
-          f"+{counts['tracker'] - base:.0f} ({(counts['tracker'] / base - 1) * 100:+.2f}%)  (target <= +0.5%)")
+    print(
+        f"callgrind, ProgressTracker:  {counts['tracker']:10.0f} instructions/batch  "
+        f"+{counts['tracker'] - base:.0f} ({(counts['tracker'] / base - 1) * 100:+.2f}%)  (target <= +0.5%)"
+    )
 
 
 if __name__ == "__main__":

@@ -83,8 +83,9 @@ def _process(framework: str, workdir: Path, name: str, resume: bool, kill_at: in
     start = _saved_batches(framework, workdir) if resume else 0
     command = [sys.executable, str(SCRIPT), framework, str(workdir), str(workdir / f"{name}.ids")]
     with open(workdir / f"{name}.log", "w") as log:
-        child = subprocess.Popen([*command, *(["--resume"] if resume else [])], stdout=subprocess.PIPE,
-                                 stderr=log, text=True, cwd=ROOT)
+        child = subprocess.Popen(
+            [*command, *(["--resume"] if resume else [])], stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT
+        )
         assert child.stdout is not None
         for line in child.stdout:
             if kill_at is not None and line.strip() == f"batch {kill_at}":
@@ -99,7 +100,7 @@ def _process(framework: str, workdir: Path, name: str, resume: bool, kill_at: in
 def _assert_the_uninterrupted_run(reference: Reference, segments: list[Segment], workdir: Path) -> None:
     assert len(reference.ids) == STEPS
     for segment in segments:
-        assert segment.ids == reference.ids[segment.start:segment.start + len(segment.ids)]
+        assert segment.ids == reference.ids[segment.start : segment.start + len(segment.ids)]
     assert segments[-1].start + len(segments[-1].ids) == STEPS
     result: dict[str, Any] = torch.load(workdir / "result.pt", weights_only=True)
     assert all(torch.equal(a, b) for a, b in zip(result["weights"], reference.result["weights"], strict=True))

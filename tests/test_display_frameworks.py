@@ -169,7 +169,9 @@ def test_ignite_handler_prints_each_epochs_line_and_ends_on_the_views_counts() -
 
 
 def test_ignite_handler_needs_a_progress_handler_on_the_engine_first() -> None:
-    with pytest.raises(ValueError, match="attach an tracker_core.integrations.ignite.ProgressHandler to this engine"):
+    with pytest.raises(
+        ValueError, match=r"attach an tracker_core\.integrations\.ignite\.ProgressHandler to this engine"
+    ):
         IgniteDisplay().attach(Engine(lambda engine, batch: None))
 
 

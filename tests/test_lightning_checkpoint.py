@@ -64,7 +64,7 @@ def test_a_damaged_entry_fails_before_training_starts(tmp_path: Path) -> None:
     checkpoint["callbacks"][STATE_KEY]["progress"]["stages"]["train"]["batches"]["run"]["ready"] = -3
     torch.save(checkpoint, path)
     model = Recording()
-    with pytest.raises(ProgressStateError, match="train.batches"):
+    with pytest.raises(ProgressStateError, match=r"train\.batches"):
         trainer([ProgressTracker()]).fit(model, loader(), ckpt_path=path)
     assert model.seen == []
 

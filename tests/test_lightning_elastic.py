@@ -100,7 +100,7 @@ def test_lightning_loop_counters_agree_with_the_tracker_at_the_first_resumed_bat
 
 @pytest.mark.parametrize("case", EXACT)
 def test_global_step_counts_the_optimizer_steps_taken_at_both_world_sizes(folder: Path, case: str) -> None:
-    checkpoint, batch, _ = CASES[case]
+    checkpoint, _batch, _ = CASES[case]
     resumed = _found(folder, "one")[case]
     steps_after = len(resumed["batches"])  # one optimizer, no accumulation: a step per batch
     assert resumed["end"]["lightning"]["global_step"] == BEFORE[checkpoint] + steps_after

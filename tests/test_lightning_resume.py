@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from dataclasses import dataclass
@@ -99,10 +100,8 @@ def _fit(config: str, seed: int, kill_at: int | None = None, path: Path | None =
     validation: dict[str, Any] = {"val_check_interval": 2} if "validate" in config else {"limit_val_batches": 0}
     fit = trainer(callbacks, max_epochs=EPOCHS, accumulate_grad_batches=accumulate, **validation)
     val = DataLoader(Indexed(7), batch_size=3) if "validate" in config else None
-    try:
+    with contextlib.suppress(Killed):
         fit.fit(model, _loader(config), val, ckpt_path=None if kill_at is not None else path)
-    except Killed:
-        pass
     tracker = next(c for c in callbacks if isinstance(c, ProgressTracker))
     return Outcome(model.seen, weights(model), tracker.state_dict()["progress"])
 
