@@ -25,7 +25,7 @@ def restore_gradients(parameters: Iterable[torch.nn.Parameter], saved: Sequence[
         raise ProgressStateError("gradients", f"expected a list, got {type(saved).__name__}")
     if len(saved) != len(params):
         raise ProgressStateError("gradients", f"{len(saved)} gradients for {len(params)} parameters")
-    for index, (param, grad) in enumerate(zip(params, saved)):
+    for index, (param, grad) in enumerate(zip(params, saved, strict=True)):
         if grad is None:
             continue
         if not isinstance(grad, torch.Tensor):
@@ -35,5 +35,5 @@ def restore_gradients(parameters: Iterable[torch.nn.Parameter], saved: Sequence[
                 f"gradients.{index}",
                 f"shape {tuple(grad.shape)} {grad.dtype} does not fit the parameter's {tuple(param.shape)} {param.dtype}",
             )
-    for param, grad in zip(params, saved):
+    for param, grad in zip(params, saved, strict=True):
         param.grad = None if grad is None else grad.detach().clone().to(param.device)
