@@ -46,7 +46,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	rm -rf build/lint && $(PY) -m build --no-isolation --outdir build/lint/dist . >/dev/null
 	$(PY) -m pip install --no-deps --no-index --target build/lint/site build/lint/dist/*.whl >/dev/null
-	cd build/lint/site && MYPYPATH= ../../../$(VENV)/bin/mypy --strict -p tracker_core
+	cd build/lint/site && MYPYPATH= ../../../$(VENV)/bin/mypy --config-file ../../../pyproject.toml --strict -p tracker_core
 
 # Build the sdist (and the wheel from it), unpack the sdist, and run SDIST_TESTS from there against
 # the installed wheel. PYTHONSAFEPATH keeps the unpacked sources off sys.path.
