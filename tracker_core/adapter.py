@@ -29,6 +29,7 @@ from tracker_core.display._display import Display
 from tracker_core.display._report import progress_facts, progress_table
 from tracker_core.distributed._elastic import saved_elsewhere
 from tracker_core.state._gradients import capture_gradients, restore_gradients
+from tracker_core.state._model_lifetime import bind_lifetime
 from tracker_core.state._readers import read_int, read_mapping
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "abandon_in_flight",
     "batches_in",
     "begin_dataloader_pass",
+    "bind_lifetime",
     "capture_gradients",
     "continue_run_scope",
     "count_dataloader_batch",
