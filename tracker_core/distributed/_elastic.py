@@ -208,7 +208,8 @@ def _map_loader(
     finished = all(k == n for k, n in zip(consumed, per_epoch, strict=True))
     # A finished epoch may end in a short batch: it consumed every position, whatever k * b says.
     samples = mine["dataset_size"] if finished else batches * batch_size * saved_size
-    resumed = position._batches_per_epoch() if finished else samples // global_batch
+    batches_per_epoch = position._batches_per_epoch()  # known: a sharded loader is map-style
+    resumed = batches_per_epoch if finished and batches_per_epoch is not None else samples // global_batch
     problems = []
     if len(set(consumed)) > 1:
         by_rank = ", ".join(f"rank {r} = {k}" for r, k in enumerate(consumed))
@@ -226,7 +227,7 @@ def _map_loader(
     state = dict(
         ranks[source_rank]["train_loaders"][index],
         batches_consumed=resumed,
-        batches_per_epoch=position._batches_per_epoch(),
+        batches_per_epoch=batches_per_epoch,
         distributed=mine,
     )
     record = {

@@ -17,7 +17,7 @@ DistributedSampler's keys (``num_replicas``, ``rank``, ``seed``, ``shuffle``, ``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from torch.utils.data import BatchSampler, RandomSampler
 
@@ -41,7 +41,7 @@ def describe(samplers: Mapping[str, Any]) -> dict[str, Any] | None:
     return {
         "num_replicas": int(shards[0].num_processes) if shards else 1,
         "rank": int(shards[0].process_index) if shards else 0,
-        "seed": int(seedable[0].initial_seed),
+        "seed": int(seedable[0].initial_seed),  # type: ignore[attr-defined]
         "shuffle": True,
         "drop_last": bool(base.drop_last),
         "dataset_size": len(seedable[0]),
@@ -68,12 +68,12 @@ def samples_read(info: Mapping[str, Any], batches: int) -> int:
     return sum(batch if full else max(0, min(batch, size - j * batch)) for j in indices)
 
 
-def _is_seedable(sampler: object) -> bool:
+def _is_seedable(sampler: object) -> TypeGuard[RandomSampler]:
     """A RandomSampler over its whole data source, reseeded by ``initial_seed + epoch`` when it starts."""
     return (
         isinstance(sampler, RandomSampler)
         and isinstance(getattr(sampler, "initial_seed", None), int)
         and isinstance(getattr(sampler, "epoch", None), int)
         and not sampler.replacement
-        and sampler.num_samples == len(sampler.data_source)  # type: ignore[arg-type]
+        and sampler.num_samples == len(sampler.data_source)
     )

@@ -35,8 +35,8 @@ def track_lifetime(model: torch.nn.Module) -> None:
         return
     model.register_buffer(BUFFER, torch.empty(0, dtype=torch.uint8), persistent=True)
     setattr(model, _BINDINGS, [])
-    model.register_state_dict_pre_hook(_refresh)
-    model.register_load_state_dict_pre_hook(_fit_incoming)
+    model.register_state_dict_pre_hook(_refresh)  # type: ignore[no-untyped-call]
+    model.register_load_state_dict_pre_hook(_fit_incoming)  # type: ignore[no-untyped-call]
 
 
 def is_tracked(model: torch.nn.Module) -> bool:
