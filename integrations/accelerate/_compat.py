@@ -17,6 +17,11 @@ def prepared_optimizers(accelerator: Accelerator) -> list[Any]:
     return list(accelerator._optimizers)
 
 
+def prepared_models(accelerator: Accelerator) -> list[torch.nn.Module]:
+    """The models ``accelerator.prepare`` returned so far, in order (Accelerate keeps them privately)."""
+    return list(accelerator._models)
+
+
 def prepared_schedulers(accelerator: Accelerator) -> list[Any]:
     """The schedulers ``accelerator.prepare`` returned so far (each an ``AcceleratedScheduler``), in order."""
     return list(accelerator._schedulers)
@@ -44,7 +49,7 @@ check_attributes(
     "accelerate",
     accelerate.__version__,
     {
-        "Accelerator": (Accelerator, ("_optimizers", "_schedulers")),
+        "Accelerator": (Accelerator, ("_models", "_optimizers", "_schedulers")),
         "torch DataLoader": (torch.utils.data.DataLoader, ("_iterator",)),
     },
 )

@@ -33,6 +33,7 @@ from tracker_core.adapter import (
     InexactResumeWarning,
     StageProgress,
     batches_in,
+    bind_lifetime,
     capture_gradients,
     count_scheduler_steps,
     count_skipped_steps,
@@ -45,6 +46,7 @@ from tracker_core.integrations.accelerate import _elastic as elastic
 from tracker_core.integrations.accelerate._compat import (
     create_seedable_generator,
     drop_iterator,
+    prepared_models,
     prepared_optimizers,
     prepared_schedulers,
 )
@@ -180,9 +182,15 @@ class AcceleratorProgress:
         if self._fit is not None:  # the previous loop was left while kept suspended: it ends as a break would
             self._end_fit()
         self._end_evaluation_left_open()
+        self._bind_lifetimes()
         self._progress.run_ready("fit")
         self._progress.run_started()
         self._fit = own
+
+    def _bind_lifetimes(self) -> None:
+        """A run begins: prepared models that carry their lifetime (``track_lifetime``) continue it and carry this record."""
+        for model in prepared_models(self._accelerator):
+            bind_lifetime(model, self._progress)
 
     def _end_train_epoch(self) -> None:
         self._end_train_batch()
@@ -335,6 +343,7 @@ class AcceleratorProgress:
             restored[1].apply()  # after load_state, whose own RNG file holds the save instant's RNGs
         own_run = self._fit is None
         if own_run:
+            self._bind_lifetimes()
             progress.run_ready(kind)
             progress.run_started()
         first_pass = self.view.stage(stage.name).epochs.lifetime.completed == 0

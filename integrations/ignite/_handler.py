@@ -34,6 +34,7 @@ from tracker_core import (
 from tracker_core.adapter import (
     abandon_in_flight,
     batches_in,
+    bind_lifetime,
     capture_gradients,
     count_scheduler_steps,
     count_skipped_steps,
@@ -44,7 +45,7 @@ from tracker_core.adapter import (
 )
 from tracker_core.adapter import register_progress as register
 from tracker_core.integrations._checkpoint_files import IGNITE_STATE_KEYS as _STATE_KEYS
-from tracker_core.integrations.ignite._compat import set_batches_into_epoch
+from tracker_core.integrations.ignite._compat import prepend_handler, set_batches_into_epoch
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
 from tracker_core.integrations.ignite._events import attach_stage, attach_trainer
 from tracker_core.integrations.ignite._loaders import Loaders
@@ -89,6 +90,7 @@ class ProgressHandler:
         scaler: torch.amp.GradScaler | None = None,
         dataloader: DataLoader[Any] | None = None,
         schedulers: Sequence[object] = (),
+        model: torch.nn.Module | None = None,
     ) -> None:
         """Record ``engine`` as stage ``stage``; count ``optimizers``' steps (train only).
 
@@ -99,6 +101,8 @@ class ProgressHandler:
         ``schedulers`` (train only): each call of an Ignite param-scheduler handler (``LRScheduler``,
         ``PiecewiseLinear``, ...; give the handler, not the torch scheduler it wraps) and each
         ``step()`` of a torch LR scheduler the step function calls is a scheduler step.
+        ``model`` (any stage): the model the engine runs; if it carries its lifetime
+        (``tracker_core.track_lifetime``), each ``run()`` continues it and its saved weights carry this record.
         """
         if stage not in tuple(Stage):
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(Stage)}")
@@ -141,7 +145,13 @@ class ProgressHandler:
             raise ValueError("optimizers, schedulers, a scaler and a dataloader belong to the train engine only")
         else:
             attach_stage(engine, self._tracker.progress, stage, self._anomalies)
+        if model is not None:
+            self._bind_at_start(engine, model)
         register(engine, self._tracker.progress)
+
+    def _bind_at_start(self, engine: Engine, model: torch.nn.Module) -> None:
+        """Bind ``model``'s lifetime at each STARTED, ahead of the handler's own STARTED handlers that begin the run."""
+        prepend_handler(engine, Events.STARTED, lambda: bind_lifetime(model, self._tracker.progress))
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (or deep-copied) without its engines: the progress, loaded back as from a checkpoint."""

@@ -22,6 +22,7 @@ from tracker_core.adapter import (
     GlobalRng,
     abandon_in_flight,
     begin_dataloader_pass,
+    bind_lifetime,
     capture_gradients,
     continue_run_scope,
     count_dataloader_batch,
@@ -204,6 +205,7 @@ class ProgressTracker(CallbackBase):
     @_passenger
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         progress = self.tracker.progress
+        bind_lifetime(pl_module, progress)  # a model that carries its lifetime (track_lifetime) continues it
         # Lightning restores its loop counters after this hook: a loaded entry says they will carry on
         carry_on = self._loaded or resume.fit_counters_carry_on(trainer)
         reentered = carry_on and reenter_last_run(progress, _FIT)
@@ -375,6 +377,7 @@ class ProgressTracker(CallbackBase):
         if trainer.state.fn == _FIT:
             self._train.settle()  # a train batch ended before this validation
         else:
+            bind_lifetime(trainer.lightning_module, self.tracker.progress)
             self.tracker.progress.run_ready(kind)
             self.tracker.progress.run_started()
             self._run_begun = True

@@ -47,19 +47,22 @@ def is_tracked(model: torch.nn.Module) -> bool:
 def bind_lifetime(model: torch.nn.Module, progress: Progress) -> bool:
     """Adapters call this when a run sees ``model``, before the run begins.
 
-    If the model is tracked: from now on its saved weights carry ``progress``; and if its
-    buffer holds a lifetime ahead of ``progress`` (weights saved by an earlier run, loaded
-    without the trainer's checkpoint), ``progress`` continues it (``Progress.load_lifetime``).
-    Returns whether the lifetime was continued. ``ProgressStateError`` if the buffer is damaged.
+    Every tracked module in ``model`` (itself, or one inside a wrapper: DDP, ``torch.compile``, a
+    LightningModule holding a tracked network) is bound: from now on its saved weights carry
+    ``progress``. If one's buffer holds a lifetime ahead of ``progress`` (weights saved by an
+    earlier run, loaded without the trainer's checkpoint), ``progress`` continues the furthest
+    (``Progress.load_lifetime``). Returns whether the lifetime was continued.
+    ``ProgressStateError`` naming the buffer if one is damaged; then nothing is bound or loaded.
     """
-    if not is_tracked(model):
+    tracked = [module for module in model.modules() if is_tracked(module)]
+    saved = [read_lifetime(getattr(module, BUFFER), BUFFER) for module in tracked]
+    for module in tracked:
+        bindings: list[Progress] = getattr(module, _BINDINGS)
+        bindings[:] = [progress]
+    furthest = max((state for state in saved if state is not None), key=_train_batches, default=None)
+    if furthest is None or _train_batches(furthest) <= progress.view.train.batches.lifetime.completed:
         return False
-    bindings: list[Progress] = getattr(model, _BINDINGS)
-    bindings[:] = [progress]
-    saved = read_lifetime(getattr(model, BUFFER), BUFFER)
-    if saved is None or _train_batches(saved) <= progress.view.train.batches.lifetime.completed:
-        return False
-    progress.load_lifetime(saved)
+    progress.load_lifetime(furthest)
     return True
 
 
