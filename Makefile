@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # The part of the suite `make test-sdist` runs from the unpacked sdist.
 SDIST_TESTS ?= tests/test_packaging.py tests/test_architecture.py tests/test_core_anomalies.py tests/test_core_counting.py tests/test_core_tracker.py
 
-.PHONY: venv test conformance lint test-sdist test-versions demo bench clean
+.PHONY: venv test conformance lint test-sdist test-versions demo bench api-docs clean
 
 venv: $(STAMP)
 
@@ -62,6 +62,11 @@ test-sdist: $(STAMP)
 # per version under build/versions (.ci/test_versions.py lists the versions and the tests).
 test-versions: $(STAMP)
 	$(PY) .ci/test_versions.py
+
+# docs/api/: one reference page per public module, from its docstrings (tests/test_api_reference.py
+# fails when a committed page differs from what this writes).
+api-docs: $(STAMP)
+	cd tests && ../$(PY) -m helpers.api_reference
 
 demo: $(STAMP)
 	$(PY) examples/demo.py

@@ -84,24 +84,29 @@ class StageView:
 
     @property
     def name(self) -> str:
+        """The stage: ``"train"``, ``"validate"``, ``"test"`` or ``"predict"``."""
         return self._stage.name
 
     @property
     def epochs(self) -> EpochCounts:
+        """The stage's epochs per phase, in run and lifetime scope."""
         e = self._stage._epochs
         return EpochCounts(e.since(e.run_base), e.lifetime())
 
     @property
     def batches(self) -> BatchCounts:
+        """The stage's batches per phase, in epoch, run and lifetime scope."""
         b = self._stage._batches
         return BatchCounts(b.since(b.epoch_base), b.since(b.run_base), b.lifetime())
 
     @property
     def samples(self) -> ScopeCounts:
+        """Samples of the processed batches, in epoch, run and lifetime scope."""
         return self._stage._samples.scopes()
 
     @property
     def dataloaders(self) -> tuple[DataloaderCounts, ...]:
+        """Per dataloader (index = the framework's dataloader index): its batches and samples."""
         return tuple(DataloaderCounts(d.batches.scopes(), d.samples.scopes()) for d in self._stage._dataloaders)
 
     @property
@@ -136,6 +141,7 @@ class TrainStageView(StageView):
 
     @property
     def optimizer_steps_by_optimizer(self) -> tuple[ScopeCounts, ...]:
+        """Steps taken, per optimizer (index = the order the optimizers were registered in)."""
         return tuple(t.scopes() for t in self._stage._optimizer_steps)
 
     @property
@@ -145,10 +151,12 @@ class TrainStageView(StageView):
 
     @property
     def optimizer_steps_skipped_by_optimizer(self) -> tuple[ScopeCounts, ...]:
+        """Steps skipped, per optimizer."""
         return tuple(t.scopes() for t in self._stage._optimizer_steps_skipped)
 
     @property
     def scheduler_steps(self) -> ScopeCounts:
+        """Steps of the learning-rate schedulers the adapter counts (all schedulers together)."""
         return self._stage._scheduler_steps.scopes()
 
     @property
@@ -188,6 +196,7 @@ class ProgressView:
 
     @property
     def run(self) -> RunCounts:
+        """The kind of the current or last run (``fit``, ``validate``, ...) and runs per phase over the lifetime."""
         return RunCounts(self._progress._run_kind, self._progress._runs.lifetime())
 
     @property
@@ -225,6 +234,7 @@ class ProgressView:
 
     @property
     def is_mid_epoch(self) -> bool:
+        """A train epoch has begun, processed at least one batch, and not finished its batches."""
         return self.train.is_mid_epoch
 
     @property
