@@ -6,6 +6,7 @@ import dataclasses
 import warnings
 from typing import Any, cast
 
+import torch
 from torch.utils.data import DataLoader
 
 from tracker_core._errors import ProgressStateError
@@ -32,17 +33,17 @@ class Tracker:
     framework's checkpoint. The entry is plain data: ``{"progress", "train_loaders", "rng"}``.
     """
 
-    __slots__ = ("_loaders", "_pending", "_untracked", "progress")
+    __slots__ = ("_loaders", "_pending", "_undo", "_untracked", "progress")
 
     def __init__(self) -> None:
         self.progress = Progress()
         self._loaders: dict[int, LoaderPosition] = {}
         self._untracked: dict[int, str] = {}  # train dataloaders that are not torch DataLoaders
         self._pending: dict[int, tuple[dict[str, Any], bool]] = {}  # loaded, waiting for their loader
+        self._undo: _Undo | None = None  # what the last load changed, while a loader part of it waits (_pending)
 
     @property
     def view(self) -> ProgressView:
-        """The read-only view of the record (what ``get_progress`` returns)."""
         return self.progress.view
 
     def track_train_loader(self, loader: object, index: int = 0) -> None:
@@ -51,7 +52,9 @@ class Tracker:
         Call it before the loader's first epoch is iterated, and again whenever the
         framework hands over a new loader object; pass the DataLoader the framework really
         iterates, not a wrapper around it. A loaded state waiting for this loader
-        is validated and armed now (``ProgressStateError`` on a mismatch). An iterable
+        is validated and armed now. If it does not fit this loader, the whole load is undone
+        (progress, global RNGs and the loaders it armed are as before it) and
+        ``ProgressStateError`` names the key. An iterable
         that is not a torch DataLoader cannot be positioned: a mid-epoch checkpoint of it
         warns with :class:`InexactResumeWarning`.
         """
@@ -66,9 +69,21 @@ class Tracker:
             position = LoaderPosition.of(data_loader) or LoaderPosition(data_loader)
             self._loaders[index] = position
         pending = self._pending.pop(index, None)
-        if pending is not None:
-            state, resume_epoch = pending
-            position._apply(_parse_loader(position, state, index, resume_epoch))
+        if pending is None:
+            return
+        state, resume_epoch = pending
+        try:
+            parsed = _parse_loader(position, state, index, resume_epoch)
+        except ProgressStateError as error:
+            self._undo_load()
+            raise ProgressStateError(
+                error.key, f"{error.problem} (the load was undone: progress and global RNGs are as before it)"
+            ) from None
+        if self._undo is not None:
+            self._undo.keep_generators(index, position)
+        position._apply(parsed)
+        if not self._pending:
+            self._undo = None
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data for the framework's checkpoint; see docs/schema.md."""
@@ -123,6 +138,7 @@ class Tracker:
     def forget_loaded_positions(self) -> None:
         """The framework begins a new run instead of resuming the loaded one: no loader replays the loaded epoch."""
         self._pending.clear()
+        self._undo = None
         for position in self._loaders.values():
             position.forget_replay()
 
@@ -137,10 +153,17 @@ class Tracker:
         world size it is mapped (``view.resume_mapping``; ``InexactResumeWarning`` where inexact).
         """
         loaded = self._parse_entry(entry)
-        # Everything is valid: apply, which cannot fail.
+        # Everything that needs no loader is valid. A loader part waiting for its loader (registered after
+        # the load, as Lightning and Ignite do) is checked against it then: until then, keep what to undo.
+        self._undo = None
+        if loaded.pending:
+            self._undo = _Undo(parse(self.progress.state_dict()), GlobalRng.capture(), self.progress._resume_mapping)
+        # Apply, which cannot fail.
         self.progress._load_parsed(loaded.progress)
         loaded.rng.apply()
-        for position, parsed in loaded.ready.values():
+        for index, (position, parsed) in loaded.ready.items():
+            if self._undo is not None:
+                self._undo.keep_generators(index, position)
             position._apply(parsed)
         self._pending = loaded.pending
         self.progress._resume_mapping = loaded.mapping
@@ -160,6 +183,25 @@ class Tracker:
         source = world()[1] % len(ranks)
         with keys_under(f"ranks.{source}"):
             self.load_state_dict(ranks[source])
+
+    def _undo_load(self) -> None:
+        """A loaded loader part does not fit its loader: put back what the load changed."""
+        undo, self._undo = self._undo, None
+        self._pending.clear()
+        if undo is None:
+            return
+        self.progress._load_parsed(undo.progress)
+        self.progress._resume_mapping = undo.mapping
+        undo.rng.apply()
+        for index, states in undo.generators.items():
+            position = self._loaders.get(index)
+            if position is None:
+                continue
+            position.forget_replay()
+            generators = position._generators()
+            for path, state in states.items():
+                if path in generators:
+                    generators[path].set_state(state)
 
     def validate_state_dict(self, entry: object) -> None:
         """Raise the :class:`ProgressStateError` that :meth:`load_state_dict` would raise; change nothing.
@@ -214,6 +256,20 @@ class Tracker:
         return _LoadedEntry(
             parsed_progress, rng, ready, pending, None if selected is None else selected.mapping, problems
         )
+
+
+@dataclasses.dataclass
+class _Undo:
+    """What a load changed, kept until every loader part it left waiting found its loader and fits it."""
+
+    progress: Parsed  # the progress before the load
+    rng: GlobalRng  # the global RNGs before the load
+    mapping: dict[str, Any] | None  # the resume mapping before the load
+    generators: dict[int, dict[str, torch.Tensor]] = dataclasses.field(default_factory=dict)  # loaders armed
+
+    def keep_generators(self, index: int, position: LoaderPosition) -> None:
+        """Keep the generator states of a loader the load is about to arm."""
+        self.generators[index] = {path: g.get_state() for path, g in position._generators().items()}
 
 
 def _check_every_rank(ranks: list[Any], loaded: str) -> None:
