@@ -223,3 +223,11 @@ def test_an_untracked_model_loads_tracked_weights_with_without_lifetime(tmp_path
     module.load_state_dict(without_lifetime(weights))
 
     assert torch.equal(module.net[0].weight, weights["net.0.weight"])
+
+
+def test_an_untracked_lightning_module_loads_tracked_weights_without_strict(tmp_path: Path) -> None:
+    _lightning(_network(), 1, ModelCheckpoint(dirpath=tmp_path, filename="weights", save_weights_only=True))
+
+    module = Untracked.load_from_checkpoint(tmp_path / "weights.ckpt", strict=False)
+
+    assert "net.tracker_core_lifetime" not in module.state_dict()

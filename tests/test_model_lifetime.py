@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,29 @@ def test_a_damaged_lifetime_buffer_names_the_buffer_and_changes_nothing() -> Non
     with pytest.raises(ProgressStateError, match="tracker_core_lifetime"):
         bind_lifetime(model, progress)
     assert progress.view.train.epochs.lifetime.completed == 0
+
+
+def test_a_wrapper_binds_the_tracked_module_inside_it_and_continues_its_lifetime() -> None:
+    inner = _model()
+    track_lifetime(inner)
+    _trained_for(2, inner)
+    fresh = _model()
+    track_lifetime(fresh)
+    fresh.load_state_dict(inner.state_dict())
+
+    progress = _trained_for(1, torch.nn.Sequential(fresh))
+
+    saved = json.loads(bytes(fresh.state_dict()["tracker_core_lifetime"].tolist()))
+    assert progress.view.train.epochs.lifetime.completed == 3
+    assert saved["stages"]["train"]["epochs"]["lifetime"]["completed"] == 3
+
+
+def test_a_damaged_buffer_in_a_wrapper_binds_nothing() -> None:
+    good, damaged = _model(), _model()
+    track_lifetime(good)
+    track_lifetime(damaged)
+    damaged.load_state_dict({**damaged.state_dict(), "tracker_core_lifetime": torch.tensor([1], dtype=torch.uint8)})
+
+    with pytest.raises(ProgressStateError, match="tracker_core_lifetime"):
+        bind_lifetime(torch.nn.Sequential(good, damaged), Progress())
+    assert good.state_dict()["tracker_core_lifetime"].numel() == 0
