@@ -44,6 +44,7 @@ class Tracker:
 
     @property
     def view(self) -> ProgressView:
+        """The read-only view of the record (what ``get_progress`` returns)."""
         return self.progress.view
 
     def track_train_loader(self, loader: object, index: int = 0) -> None:
