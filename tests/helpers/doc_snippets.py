@@ -293,6 +293,20 @@ def tracker(ns: Namespace) -> None:
     ns["tracker"].track_train_loader(ns["loader"])
 
 
+def lifetime(ns: Namespace) -> None:
+    """``Net`` (Linear(4, 1)); ``weights`` of a tracked Net, also saved as weights.pt in the current folder."""
+    import torch
+
+    from tracker_core import track_lifetime
+
+    torch.manual_seed(0)
+    tracked = torch.nn.Linear(4, 1)
+    track_lifetime(tracked)
+    ns["Net"] = lambda: torch.nn.Linear(4, 1)
+    ns["weights"] = tracked.state_dict()
+    torch.save(ns["weights"], "weights.pt")
+
+
 SETUPS: dict[str, Callable[[Namespace], None]] = {
     f.__name__: f
     for f in (
@@ -310,6 +324,7 @@ SETUPS: dict[str, Callable[[Namespace], None]] = {
         accelerate,
         accelerate_progress,
         tracker,
+        lifetime,
     )
 }
 EXAMPLE = "example"  # docs/adapters.md: text of examples/plain_loop.py
