@@ -3,25 +3,35 @@
 ``progress_tracker_{rank}.pt`` holds plain data plus gradient tensors and loads with
 ``torch.load(weights_only=True)``; it is written atomically (a temporary file, then a rename)::
 
-    {"version": 3,
+    {"version": 4,
      "world_size": int,                         # the number of processes that saved (one file each)
      "rank": int,                               # the process that wrote this file
      "weights_crc32": [{name: int, ...}, ...],  # per model: CRC-32 of each tensor's bytes Accelerate saves
      "optimizers_crc32": [int, ...],            # per optimizer: CRC-32 of its state_dict (state_crc32)
+     "schedulers_crc32": [int, ...],            # per scheduler: CRC-32 of its state_dict
+     "scaler_crc32": int | None,                # CRC-32 of the GradScaler's state_dict (None: no scaler)
+     "random_states_crc32": int,                # CRC-32 of this rank's random_states_{rank}.pkl (see rng_crc32)
      "tracker": <tracker_core.Tracker.state_dict()>,
      "gradients": [Tensor | None, ...],         # partial gradients of an accumulation window
      "save_iteration": int,                     # project_configuration.iteration of this save
      "loader_iterations": [{"now": int, "pass": int | None, "finished": bool} | None, ...],  # per train loader
      "evaluation_rng": {"stage": str, "rng": <global RNG snapshot>} | None}  # at an unfinished evaluation's start
+
+The CRC-32s tie the folder's files to one save (:func:`same_save_problem`): Accelerate writes them
+after this file, into the same folder, so a ``save_state`` killed part-way leaves older ones there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import pickle
+import random
+import struct
 import zlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +41,18 @@ from tracker_core import ProgressStateError
 from tracker_core.adapter import GlobalRng, read_int, read_mapping
 from tracker_core.vocabulary import EVALUATION_STAGES
 
-VERSION = 3  # 2 added "world_size" (a version 1 file is read as saved at the loading world size);
-# 3 added "rank", "weights_crc32" and "optimizers_crc32", which tie the folder's files to one save
+VERSION = 4  # 2 added "world_size" (a version 1 file is read as saved at the loading world size);
+# 3 added "rank", "weights_crc32" and "optimizers_crc32", which tie the folder's files to one save;
+# 4 added "schedulers_crc32", "scaler_crc32" and "random_states_crc32" (Accelerate's other files)
 _KEYS_V2 = ("version", "world_size", "tracker", "gradients", "save_iteration", "loader_iterations", "evaluation_rng")
 _KEYS_V1 = tuple(key for key in _KEYS_V2 if key != "world_size")
-_KEYS = (*_KEYS_V2, "rank", "weights_crc32", "optimizers_crc32")
+_KEYS_V3 = (*_KEYS_V2, "rank", "weights_crc32", "optimizers_crc32")
+_KEYS = (*_KEYS_V3, "schedulers_crc32", "scaler_crc32", "random_states_crc32")
 _TEMPORARY = ".progress_tracker_{}.pt.partial"
+_MODEL_FILES = ("model{}.safetensors", "pytorch_model{}.bin")  # Accelerate's names for model i ("" or "_i")
+_RNG_KEYS = ("step", "random_state", "numpy_random_seed", "torch_manual_seed")  # of random_states_{rank}.pkl
+_CHUNK = 1 << 20
+MIXED = "parts of this folder come from different saves (a save_state killed part-way, or two processes saving into it)"
 
 
 @dataclass(frozen=True)
@@ -62,6 +78,9 @@ class SavedProgress:
     rank: int | None = None  # None: a file of version 1 or 2, which do not say
     weights_crc32: list[dict[str, int]] | None = None  # per model, tensor name -> CRC-32 of its bytes
     optimizers_crc32: list[int] | None = None  # per optimizer, state_crc32 of its state_dict
+    schedulers_crc32: list[int] | None = None  # per scheduler, state_crc32 of its state_dict (None: before version 4)
+    scaler_crc32: int | None = None  # state_crc32 of the GradScaler's state_dict (None: none, or before version 4)
+    random_states_crc32: int | None = None  # rng_crc32 of this rank's random_states_{rank}.pkl (None: before 4)
 
 
 def file_name(process_index: int) -> str:
@@ -77,6 +96,9 @@ def write(directory: str, process_index: int, saved: SavedProgress) -> None:
         "rank": process_index,
         "weights_crc32": saved.weights_crc32,
         "optimizers_crc32": saved.optimizers_crc32,
+        "schedulers_crc32": saved.schedulers_crc32,
+        "scaler_crc32": saved.scaler_crc32,
+        "random_states_crc32": saved.random_states_crc32,
         "tracker": saved.tracker,
         "gradients": saved.gradients,
         "save_iteration": saved.save_iteration,
@@ -124,6 +146,9 @@ def state_crc32(state: object) -> int:
         item = stack.pop()
         if isinstance(item, torch.Tensor):
             crc = tensor_crc32(item, zlib.crc32(f"T{item.dtype}{tuple(item.shape)}".encode(), crc))
+        elif type(item).__name__ == "ndarray" and type(item).__module__ == "numpy":  # NumPy need not be installed
+            array: Any = item
+            crc = zlib.crc32(array.tobytes(), zlib.crc32(f"A{array.dtype}{array.shape}".encode(), crc))
         elif isinstance(item, dict):
             crc = zlib.crc32(b"{", crc)
             for name in sorted(item, key=repr, reverse=True):
@@ -134,6 +159,130 @@ def state_crc32(state: object) -> int:
         else:
             crc = zlib.crc32(repr(item).encode(), crc)
     return crc
+
+
+def rng_crc32(states: Mapping[str, Any]) -> int:
+    """CRC-32 of what a ``random_states_{rank}.pkl`` holds: Accelerate's step and the global RNGs of Python,
+    NumPy and torch's CPU (an accelerator's generators, which Accelerate saves too, are not covered)."""
+    return state_crc32([states.get(key) for key in _RNG_KEYS])
+
+
+def save_rng_crc32(step: int) -> int:
+    """:func:`rng_crc32` of the file Accelerate's ``save_state`` is about to write (nothing draws in between)."""
+    import numpy as np  # Accelerate requires it
+
+    return rng_crc32(
+        {
+            "step": step,
+            "random_state": random.getstate(),
+            "numpy_random_seed": np.random.get_state(),
+            "torch_manual_seed": torch.get_rng_state(),
+        }
+    )
+
+
+def same_save_problem(directory: str, ranks: Mapping[int, SavedProgress], load: Callable[[str], Any]) -> str | None:
+    """Why the files Accelerate wrote into ``directory`` do not all come from the save that wrote the progress
+    files in ``ranks`` (rank -> its file, rank 0's among them), or None. Rank 0's file covers the weights,
+    optimizer, scheduler and scaler files, each rank's its ``random_states_{rank}.pkl``; ``load`` reads a torch
+    file (``weights_only=True``). Not covered: ``sampler*.bin`` and ``dl_state_dict*.bin`` (see docs/accelerate.md)."""
+    first = ranks.get(0)
+    if first is not None:
+        for index, recorded in enumerate(first.weights_crc32 or []):
+            suffix = "" if index == 0 else f"_{index}"
+            for pattern in _MODEL_FILES:
+                file = os.path.join(directory, pattern.format(suffix))
+                if os.path.isfile(file):
+                    found = _safetensors_crc32(file) if file.endswith(".safetensors") else _torch_crc32(file, load)
+                    changed = sorted(name for name, crc in found.items() if recorded.get(name) != crc)
+                    if changed:
+                        return (
+                            f"{os.path.basename(file)} does not hold the weights of this save (tensor {changed[0]!r})"
+                        )
+        files = [
+            *(("optimizer", i, crc) for i, crc in enumerate(first.optimizers_crc32 or [])),
+            *(("scheduler", i, crc) for i, crc in enumerate(first.schedulers_crc32 or [])),
+        ]
+        for name, index, crc in files:
+            file = os.path.join(directory, f"{name}.bin" if index == 0 else f"{name}_{index}.bin")
+            if os.path.isfile(file) and state_crc32(load(file)) != crc:
+                return f"{os.path.basename(file)} does not hold the {name} state of this save"
+        scaler = os.path.join(directory, "scaler.pt")
+        if (
+            first.scaler_crc32 is not None
+            and os.path.isfile(scaler)
+            and state_crc32(load(scaler)) != first.scaler_crc32
+        ):
+            return "scaler.pt does not hold the GradScaler state of this save"
+    for rank, saved in ranks.items():
+        file = os.path.join(directory, f"random_states_{rank}.pkl")
+        if saved.random_states_crc32 is None or not os.path.isfile(file):
+            continue
+        with torch.serialization.safe_globals(_numpy_globals()):
+            states = load(file)
+        if not isinstance(states, Mapping) or rng_crc32(states) != saved.random_states_crc32:
+            return f"random_states_{rank}.pkl does not hold the RNG states of this save"
+    return None
+
+
+def _numpy_globals() -> list[Any]:
+    """What a ``random_states_{rank}.pkl`` needs beyond ``torch.load(weights_only=True)``'s defaults: NumPy
+    arrays (Accelerate's own load allows the same); none without NumPy (such a file then reads as damaged)."""
+    try:
+        import numpy as np
+    except ImportError:
+        return []
+    core = getattr(np, "_core", None) or np.core
+    return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+
+
+def check_same_save(directory: str, ranks: Mapping[int, SavedProgress]) -> None:
+    """:func:`same_save_problem` for ``load_state``: ``ProgressStateError`` before anything is loaded."""
+    problem = same_save_problem(directory, ranks, _load_torch_file)
+    if problem is not None:
+        raise ProgressStateError("", f"{directory}: {MIXED}: {problem}; nothing was loaded")
+
+
+def _load_torch_file(file: str) -> Any:
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise ProgressStateError(
+            "", f"{file} is refused by torch.load(weights_only=True), which never runs pickled code"
+        ) from None
+    except Exception as exc:  # untrusted bytes: any failure to read them is the file's fault
+        reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        raise ProgressStateError("", f"{file} is not a readable torch file ({reason})") from None
+
+
+def _torch_crc32(file: str, load: Callable[[str], Any]) -> dict[str, int]:
+    weights = load(file)
+    if not isinstance(weights, Mapping):
+        return {"": -1}  # not a state dict: differs from every recorded one
+    return {str(name): tensor_crc32(t) for name, t in weights.items() if isinstance(t, torch.Tensor)}
+
+
+def _safetensors_crc32(file: str) -> dict[str, int]:
+    """Tensor name -> CRC-32 of its bytes, read from the file without a safetensors library; a damaged
+    header reads as a mismatch (``{"": -1}``)."""
+    with open(file, "rb") as stream:
+        try:
+            (header_size,) = struct.unpack("<Q", stream.read(8))
+            header = json.loads(stream.read(min(header_size, 100_000_000)))
+            spans = {str(k): t["data_offsets"] for k, t in header.items() if k != "__metadata__"}
+        except (ValueError, TypeError, KeyError, AttributeError, struct.error, RecursionError):
+            return {"": -1}
+        found = {}
+        for name, (begin, end) in sorted(spans.items()):
+            stream.seek(8 + header_size + begin)
+            crc, left = 0, end - begin
+            while left > 0:
+                chunk = stream.read(min(left, _CHUNK))
+                if not chunk:
+                    return {"": -1}
+                crc, left = zlib.crc32(chunk, crc), left - len(chunk)
+            found[name] = crc
+    return found
 
 
 @dataclass(frozen=True)
@@ -193,22 +342,24 @@ def read(directory: str, process_index: int) -> SavedProgress:
         reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         raise ProgressStateError("", f"{path} is not a readable progress file ({reason})") from None
     version = payload.get("version") if isinstance(payload, dict) else None
-    keys = {1: _KEYS_V1, 2: _KEYS_V2}.get(version, _KEYS) if type(version) is int else _KEYS
+    keys = {1: _KEYS_V1, 2: _KEYS_V2, 3: _KEYS_V3}.get(version, _KEYS) if type(version) is int else _KEYS
     payload = dict(read_mapping(payload, "", required=keys))
-    if type(payload["version"]) is not int or payload["version"] not in (1, 2, VERSION):
+    if type(payload["version"]) is not int or payload["version"] not in (1, 2, 3, VERSION):
         raise ProgressStateError(
             "version", f"unsupported version {payload['version']!r:.40}; this code reads 1 to {VERSION}"
         )
     gradients = payload["gradients"]
     if not isinstance(gradients, list) or not all(g is None or isinstance(g, torch.Tensor) for g in gradients):
         raise ProgressStateError("gradients", "expected a list of tensors and None")
-    rank = crcs = optimizers = None
-    if payload["version"] == VERSION:
+    rank = crcs = optimizers = schedulers = scaler = rng = None
+    if payload["version"] >= 3:
         rank = read_int(payload["rank"], "rank", minimum=0)
         crcs = _weights_crc32(payload["weights_crc32"])
-        optimizers = payload["optimizers_crc32"]
-        if not isinstance(optimizers, list) or not all(type(c) is int and 0 <= c < 2**32 for c in optimizers):
-            raise ProgressStateError("optimizers_crc32", "expected a list of CRC-32 values")
+        optimizers = _crc32_list(payload["optimizers_crc32"], "optimizers_crc32")
+    if payload["version"] >= 4:
+        schedulers = _crc32_list(payload["schedulers_crc32"], "schedulers_crc32")
+        scaler = None if payload["scaler_crc32"] is None else _crc32(payload["scaler_crc32"], "scaler_crc32")
+        rng = _crc32(payload["random_states_crc32"], "random_states_crc32")
     return SavedProgress(
         world_size=None if payload["version"] == 1 else read_int(payload["world_size"], "world_size", minimum=1),
         tracker=payload["tracker"],
@@ -219,7 +370,22 @@ def read(directory: str, process_index: int) -> SavedProgress:
         rank=rank,
         weights_crc32=crcs,
         optimizers_crc32=optimizers,
+        schedulers_crc32=schedulers,
+        scaler_crc32=scaler,
+        random_states_crc32=rng,
     )
+
+
+def _crc32(value: object, key: str) -> int:
+    if type(value) is not int or not 0 <= value < 2**32:
+        raise ProgressStateError(key, "expected a CRC-32 value")
+    return value
+
+
+def _crc32_list(value: object, key: str) -> list[int]:
+    if not isinstance(value, list) or not all(type(c) is int and 0 <= c < 2**32 for c in value):
+        raise ProgressStateError(key, "expected a list of CRC-32 values")
+    return value
 
 
 def _weights_crc32(value: object) -> list[dict[str, int]]:

@@ -13,8 +13,9 @@ Files are read with ``torch.load(weights_only=True)``: no pickled code ever runs
 framework is imported. Before a file is loaded its integrity is checked: a regular, non-empty
 file (never a FIFO, which would block) whose zip members all match their CRC-32
 (``torch.load(mmap=True)`` checks none). An Accelerate folder must hold every file the
-recorded world size needs, each rank's own progress file, and weights and optimizer files
-from the save that wrote the progress files (their CRC-32s are recorded in rank 0's).
+recorded world size needs, each rank's own progress file, and weights, optimizer, scheduler,
+scaler and RNG files from the save that wrote the progress files (their CRC-32s are recorded in
+the progress files: ``_accelerate_checkpoint.same_save_problem``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import stat
 import struct
 import warnings
 import zipfile
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,10 +47,6 @@ _CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth")  # files a directory scan consid
 _TORCH_ZIP_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")  # torch.save files in an Accelerate folder
 _NOT_A_ZIP = "truncated or not a torch checkpoint (no zip central directory, which torch.save writes last)"
 _CHUNK = 1 << 20
-_MODEL_FILES = ("model{}.safetensors", "pytorch_model{}.bin")  # Accelerate's names for model i ("" or "_i")
-_MIXED = (
-    "parts of this folder come from different saves (a save_state killed part-way, or two processes saving into it)"
-)
 _LOOKED_FOR = (
     f"looked for checkpoint['callbacks'][{LIGHTNING_STATE_KEY!r}] (Lightning ProgressTracker) and for a value "
     f"with keys {', '.join(map(repr, IGNITE_STATE_KEYS))} (Ignite ProgressHandler)"
@@ -269,6 +265,7 @@ def _read_accelerate(folder: Path) -> ProgressCheckpoint:
             + (f"progress files of rank(s) {extra} belong to no rank of that save" if extra else "")
         )
     entries = []
+    files: dict[int, accelerate_file.SavedProgress] = {}
     for rank in expected:
         if f"random_states_{rank}.pkl" not in names:
             raise CheckpointFileError(
@@ -281,14 +278,16 @@ def _read_accelerate(folder: Path) -> ProgressCheckpoint:
             raise CheckpointFileError(f"{file}: written by rank {saved.rank}, not rank {rank} (a copied file?)")
         if first is not None and (saved.world_size, saved.save_iteration) != (first.world_size, first.save_iteration):
             raise CheckpointFileError(
-                f"{folder}: {_MIXED}: {file.name} was written by save {saved.save_iteration} of "
+                f"{folder}: {accelerate_file.MIXED}: {file.name} was written by save {saved.save_iteration} of "
                 f"{saved.world_size} process(es), {accelerate_file.file_name(0)} by save {first.save_iteration} "
                 f"of {first.world_size}"
             )
         _validate(file, "['tracker']", saved.tracker)
         entries.append(saved.tracker)
-    if first is not None:
-        _check_same_save(folder, first)
+        files[rank] = saved
+    problem = accelerate_file.same_save_problem(str(folder), files, lambda name: _load(Path(name)))
+    if problem is not None:
+        raise CheckpointFileError(f"{folder}: {accelerate_file.MIXED}: {problem}")
     return ProgressCheckpoint(folder, "accelerate", "progress_tracker_<rank>.pt['tracker']", tuple(entries))
 
 
@@ -299,59 +298,6 @@ def _read_progress_file(folder: Path, rank: int) -> accelerate_file.SavedProgres
         return accelerate_file.read(str(folder), rank)
     except ProgressStateError as error:
         raise CheckpointFileError(f"{file}: damaged progress file: {error}") from None
-
-
-def _check_same_save(folder: Path, first: accelerate_file.SavedProgress) -> None:
-    """The weights and optimizer files hold what the save that wrote rank 0's progress file saved."""
-    for index, recorded in enumerate(first.weights_crc32 or []):
-        suffix = "" if index == 0 else f"_{index}"
-        for pattern in _MODEL_FILES:
-            file = folder / pattern.format(suffix)
-            if file.is_file():
-                found = _safetensors_crc32(file) if file.suffix == ".safetensors" else _torch_crc32(file)
-                changed = sorted(name for name, crc in found.items() if recorded.get(name) != crc)
-                if changed:
-                    raise CheckpointFileError(
-                        f"{folder}: {_MIXED}: {file.name} does not hold the weights the save of "
-                        f"{accelerate_file.file_name(0)} wrote (tensor {changed[0]!r} differs)"
-                    )
-    for index, crc in enumerate(first.optimizers_crc32 or []):
-        file = folder / ("optimizer.bin" if index == 0 else f"optimizer_{index}.bin")
-        if file.is_file() and accelerate_file.state_crc32(_load(file)) != crc:
-            raise CheckpointFileError(
-                f"{folder}: {_MIXED}: {file.name} does not hold the optimizer state the save of "
-                f"{accelerate_file.file_name(0)} wrote"
-            )
-
-
-def _torch_crc32(file: Path) -> dict[str, int]:
-    weights = _load(file)
-    if not isinstance(weights, dict):
-        raise CheckpointFileError(f"{file}: expected a state dict, got {type(weights).__name__}")
-    return {
-        str(name): accelerate_file.tensor_crc32(tensor)
-        for name, tensor in weights.items()
-        if isinstance(tensor, torch.Tensor)
-    }
-
-
-def _safetensors_crc32(file: Path) -> dict[str, int]:
-    """Tensor name -> CRC-32 of its bytes, read from the file without a safetensors library."""
-    with open(file, "rb") as stream:
-        (header_size,) = struct.unpack("<Q", stream.read(8))
-        header = json.loads(stream.read(header_size))
-        found = {}
-        for name, tensor in sorted(header.items(), key=lambda item: str(item[0])):
-            if name == "__metadata__":
-                continue
-            begin, end = tensor["data_offsets"]
-            stream.seek(8 + header_size + begin)
-            crc, left = 0, end - begin
-            while left > 0:
-                chunk = stream.read(min(left, _CHUNK))
-                crc, left = zlib.crc32(chunk, crc), left - len(chunk)
-            found[name] = crc
-    return found
 
 
 def _incomplete(file: Path) -> str | None:

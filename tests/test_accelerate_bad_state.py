@@ -32,7 +32,8 @@ def _edit(path: Path, change) -> None:
 
 def _as_version_1(saved: dict[str, Any]) -> None:
     """What a version 1 file holds: no world_size, rank or CRC-32s of the other files."""
-    for key in ("world_size", "rank", "weights_crc32", "optimizers_crc32"):
+    keys = ("world_size", "rank", "weights_crc32", "optimizers_crc32", "schedulers_crc32", "scaler_crc32")
+    for key in (*keys, "random_states_crc32"):
         saved.pop(key)
     saved["version"] = 1
 
@@ -85,7 +86,7 @@ def test_a_file_that_is_not_a_progress_file_is_refused(tmp_path):
 
 def test_a_future_file_version_is_refused(tmp_path):
     path = _checkpoint(tmp_path)
-    _edit(path, lambda s: s.update(version=4))
+    _edit(path, lambda s: s.update(version=5))
     _assert_load_refused(tmp_path, "version")
 
 

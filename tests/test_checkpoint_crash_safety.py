@@ -27,6 +27,7 @@ pytest.importorskip("accelerate")
 
 import torch
 
+from tracker_core import ProgressStateError
 from tracker_core.integrations._accelerate_checkpoint import state_crc32, tensor_crc32
 from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint
 
@@ -126,6 +127,66 @@ def test_two_processes_saving_into_one_folder_are_detected(tmp_path: Path) -> No
     (folder / "progress_tracker_0.pt").write_bytes(progress_file)  # the first process's rename came last
     with pytest.raises(CheckpointFileError, match="parts of this folder come from different saves"):
         newest_intact_checkpoint([folder])
+
+
+# parts of two saves -------------------------------------------------------------------------------
+def _two_saves_into_one_folder(tmp_path: Path) -> tuple[Any, Any, Any, Path, Path]:
+    """A real Accelerate run (SGD with momentum, a StepLR, a shuffling loader) saving after batch 1 and batch 2
+    into one fixed folder; save 1's folder is copied aside. (accelerator, progress, model, save 1, save 2)."""
+    import shutil
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from tracker_core.integrations.accelerate import AcceleratorProgress
+
+    from helpers.accelerate_drive import fresh_accelerator
+
+    torch.manual_seed(0)
+    accelerator = fresh_accelerator(Setup(accumulation=1))
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    x = torch.linspace(-1, 1, 40).reshape(10, 4)
+    loader = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=3, shuffle=True)
+    model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, loader)
+    progress = AcceleratorProgress(accelerator)
+    folder, first = tmp_path / "checkpoint", tmp_path / "save1"
+    for _epoch in progress.epochs(1):
+        for index, (inputs, targets) in enumerate(progress.train(loader)):
+            accelerator.backward(torch.nn.functional.mse_loss(model(inputs), targets + torch.rand(1)))
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            accelerator.save_state(str(folder))
+            if index == 0:
+                shutil.copytree(folder, first)
+            if index == 1:
+                break
+    return accelerator, progress, model, first, folder
+
+
+@pytest.mark.parametrize("older", ["scheduler.bin", "random_states_0.pkl", "optimizer.bin", "model.safetensors"])
+def test_a_folder_holding_one_file_of_the_save_before_is_refused_by_load_state_and_newest_intact_checkpoint(
+    tmp_path: Path, older: str
+) -> None:
+    """A save_state into a fixed folder killed before it rewrote ``older``: every file Accelerate writes after
+    the progress file (weights, optimizer, scheduler, RNG states) is checked against it."""
+    accelerator, progress, model, first, folder = _two_saves_into_one_folder(tmp_path)
+    (folder / older).write_bytes((first / older).read_bytes())
+    with pytest.raises(CheckpointFileError, match=f"different saves.*{older}"):
+        newest_intact_checkpoint([folder])
+    before = (progress.view.state_dict(), [p.detach().clone() for p in model.parameters()], torch.get_rng_state())
+    with pytest.raises(ProgressStateError, match=f"different saves.*{older}.*nothing was loaded"):
+        accelerator.load_state(str(folder))
+    assert progress.view.state_dict() == before[0]
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before[1], strict=True))
+    assert torch.equal(torch.get_rng_state(), before[2])
+
+
+def test_a_folder_of_one_whole_save_with_a_scheduler_is_accepted_and_loads(tmp_path: Path) -> None:
+    accelerator, _, _, first, folder = _two_saves_into_one_folder(tmp_path)
+    assert newest_intact_checkpoint([first]) == first
+    accelerator.load_state(str(folder))
 
 
 # a full disk -------------------------------------------------------------------------------------

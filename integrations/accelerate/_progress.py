@@ -480,12 +480,20 @@ class AcceleratorProgress:
             loader_iterations=iterations,
             weights_crc32=checkpoint.weights_crc32(weights),  # ties Accelerate's files to this save
             optimizers_crc32=[checkpoint.state_crc32(o.state_dict()) for o in prepared_optimizers(accelerator)],
+            schedulers_crc32=[checkpoint.state_crc32(s.state_dict()) for s in prepared_schedulers(accelerator)],
+            scaler_crc32=None
+            if accelerator.scaler is None
+            else checkpoint.state_crc32(accelerator.scaler.state_dict()),
+            random_states_crc32=checkpoint.save_rng_crc32(accelerator.step),
             evaluation_rng=None if evaluation is None else (evaluation.stage.name, evaluation.rng),
         )
         checkpoint.write(output_dir, accelerator.process_index, saved)
 
     def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
         """Validate and load before Accelerate loads anything, so a bad file leaves all unchanged.
+
+        The folder's other files must come from the save that wrote the progress files (their CRC-32s,
+        ``_accelerate_checkpoint.same_save_problem``): a folder mixing two saves is refused here.
 
         Saved by another number of processes, every saved rank's file is read and the core maps
         the data position by global samples (``tracker_core/distributed/_elastic.py``); this process takes the
@@ -494,6 +502,7 @@ class AcceleratorProgress:
         """
         accelerator = self._accelerator
         found = checkpoint.read_checkpoint(input_dir, accelerator.process_index, accelerator.num_processes)
+        checkpoint.check_same_save(input_dir, _files_of_one_save(input_dir, found, accelerator.process_index))
         saved = found.own
         entry: dict[str, Any] = saved.tracker
         if found.ranks is not None:
@@ -528,6 +537,26 @@ class AcceleratorProgress:
                 self._restored_iterations[index] = iteration.pass_start if use_pass else iteration.now  # type: ignore[assignment]
         if resuming_epoch:
             _warn_if_passes_alternate(saved.loader_iterations, self._finished_passes)
+
+
+def _files_of_one_save(
+    directory: str, found: checkpoint.SavedCheckpoint, process_index: int
+) -> dict[int, checkpoint.SavedProgress]:
+    """The progress files (rank -> file) whose CRC-32s cover what this process loads: every saved rank's at another
+    world size, else its own and rank 0's (which covers the shared files); ``ProgressStateError`` if those two
+    come from different saves."""
+    if found.ranks is not None:
+        return dict(enumerate(found.ranks))
+    if process_index == 0:
+        return {0: found.own}
+    first = checkpoint.read(directory, 0)
+    if (first.world_size, first.save_iteration) != (found.own.world_size, found.own.save_iteration):
+        raise ProgressStateError(
+            "",
+            f"{directory}: {checkpoint.MIXED}: {checkpoint.file_name(process_index)} was written by save "
+            f"{found.own.save_iteration}, {checkpoint.file_name(0)} by save {first.save_iteration}; nothing was loaded",
+        )
+    return {0: first, process_index: found.own}
 
 
 def _warn_if_passes_alternate(iterations: list[checkpoint.LoaderIteration | None], finished: set[int]) -> None:
