@@ -60,7 +60,7 @@ def _fit(config: str, callbacks: list[pl.Callback], ckpt_path: Path | None = Non
     torch.manual_seed(0)
     fit = trainer([ProgressTracker(), *callbacks], max_epochs=EPOCHS, accumulate_grad_batches=2, limit_val_batches=0)
     with contextlib.suppress(Killed):
-        fit.fit(Scheduled(INTERVALS[config]), loader(), ckpt_path=ckpt_path, weights_only=True)
+        fit.fit(Scheduled(INTERVALS[config]), loader(), ckpt_path=ckpt_path)
     return fit
 
 

@@ -72,7 +72,9 @@ def discards_setup_iterator(trainer: pl.Trainer) -> bool:
     (``_TrainingEpochLoop.on_run_start``).
     """
     fit_loop = trainer.fit_loop
-    return trainer.current_epoch > 0 and not fit_loop.is_resuming and not fit_loop.epoch_loop.restarting
+    # Lightning 2.5 has no is_resuming: its epoch loop builds a new iterator unless restarting.
+    resuming = getattr(fit_loop, "is_resuming", False)
+    return trainer.current_epoch > 0 and not resuming and not fit_loop.epoch_loop.restarting
 
 
 def reached_max_steps(trainer: pl.Trainer) -> bool:
