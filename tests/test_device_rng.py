@@ -111,3 +111,49 @@ def test_nothing_is_captured_from_a_device_kind_not_initialised(monkeypatch: pyt
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert "devices" not in Tracker().state_dict()["rng"]
+
+
+def test_a_refused_device_state_applies_no_device_generator(cuda: _CpuStandIn) -> None:
+    entry = Tracker().state_dict()
+    entry["rng"]["devices"]["cuda"][1] = entry["rng"]["devices"]["cuda"][1][:-8]
+    cuda.draws()  # the generators move on from the saved states
+    before = [g.get_state() for g in cuda.generators]
+
+    with pytest.raises(ProgressStateError):
+        Tracker().load_state_dict(entry)
+
+    assert all(torch.equal(g.get_state(), state) for g, state in zip(cuda.generators, before, strict=True))
+
+
+def test_every_initialised_device_kind_is_captured_and_continues(
+    cuda: _CpuStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    xpu, mps = _CpuStandIn(3), _CpuStandIn(1)
+    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "xpu", xpu)
+    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "mps", mps)
+    entry = json.loads(json.dumps(Tracker().state_dict()))
+    expected = (cuda.draws(), xpu.draws(), mps.draws())
+
+    Tracker().load_state_dict(entry)
+
+    assert {kind: len(states) for kind, states in entry["rng"]["devices"].items()} == {"cuda": 2, "xpu": 3, "mps": 1}
+    assert (cuda.draws(), xpu.draws(), mps.draws()) == expected
+
+
+def test_a_gpu_checkpoint_on_a_cpu_only_machine_still_applies_the_cpu_generators(
+    cuda: _CpuStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry = Tracker().state_dict()
+    expected = torch.rand(3)
+    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", _CpuStandIn(2, available=False))
+
+    with pytest.warns(UserWarning, match="2 device"):
+        Tracker().load_state_dict(entry)
+
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_the_real_device_modules_capture_nothing_on_a_cpu_only_machine() -> None:
+    if any(generators.is_available() for generators in _device_rng.DEVICE_KINDS.values()):
+        pytest.skip("this machine has an accelerator")
+    assert _device_rng.capture_devices() == ()
