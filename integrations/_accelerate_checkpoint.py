@@ -10,6 +10,7 @@
      "optimizers_crc32": [int, ...],            # per optimizer: CRC-32 of its state_dict (state_crc32)
      "schedulers_crc32": [int, ...],            # per scheduler: CRC-32 of its state_dict
      "scaler_crc32": int | None,                # CRC-32 of the GradScaler's state_dict (None: no scaler)
+     "dataloaders_crc32": [int | None, ...],    # per prepared dataloader: CRC-32 of its state_dict (stateful only)
      "random_states_crc32": int,                # CRC-32 of this rank's random_states_{rank}.pkl (see rng_crc32)
      "tracker": <tracker_core.Tracker.state_dict()>,
      "gradients": [Tensor | None, ...],         # partial gradients of an accumulation window
@@ -43,11 +44,11 @@ from tracker_core.vocabulary import EVALUATION_STAGES
 
 VERSION = 4  # 2 added "world_size" (a version 1 file is read as saved at the loading world size);
 # 3 added "rank", "weights_crc32" and "optimizers_crc32", which tie the folder's files to one save;
-# 4 added "schedulers_crc32", "scaler_crc32" and "random_states_crc32" (Accelerate's other files)
+# 4 added "schedulers_crc32", "scaler_crc32", "dataloaders_crc32" and "random_states_crc32" (Accelerate's other files)
 _KEYS_V2 = ("version", "world_size", "tracker", "gradients", "save_iteration", "loader_iterations", "evaluation_rng")
 _KEYS_V1 = tuple(key for key in _KEYS_V2 if key != "world_size")
 _KEYS_V3 = (*_KEYS_V2, "rank", "weights_crc32", "optimizers_crc32")
-_KEYS = (*_KEYS_V3, "schedulers_crc32", "scaler_crc32", "random_states_crc32")
+_KEYS = (*_KEYS_V3, "schedulers_crc32", "scaler_crc32", "dataloaders_crc32", "random_states_crc32")
 _TEMPORARY = ".progress_tracker_{}.pt.partial"
 _MODEL_FILES = ("model{}.safetensors", "pytorch_model{}.bin")  # Accelerate's names for model i ("" or "_i")
 _RNG_KEYS = ("step", "random_state", "numpy_random_seed", "torch_manual_seed")  # of random_states_{rank}.pkl
@@ -80,6 +81,7 @@ class SavedProgress:
     optimizers_crc32: list[int] | None = None  # per optimizer, state_crc32 of its state_dict
     schedulers_crc32: list[int] | None = None  # per scheduler, state_crc32 of its state_dict (None: before version 4)
     scaler_crc32: int | None = None  # state_crc32 of the GradScaler's state_dict (None: none, or before version 4)
+    dataloaders_crc32: list[int | None] | None = None  # per prepared dataloader, of a stateful one's state_dict
     random_states_crc32: int | None = None  # rng_crc32 of this rank's random_states_{rank}.pkl (None: before 4)
 
 
@@ -98,6 +100,7 @@ def write(directory: str, process_index: int, saved: SavedProgress) -> None:
         "optimizers_crc32": saved.optimizers_crc32,
         "schedulers_crc32": saved.schedulers_crc32,
         "scaler_crc32": saved.scaler_crc32,
+        "dataloaders_crc32": saved.dataloaders_crc32,
         "random_states_crc32": saved.random_states_crc32,
         "tracker": saved.tracker,
         "gradients": saved.gradients,
@@ -184,8 +187,9 @@ def save_rng_crc32(step: int) -> int:
 def same_save_problem(directory: str, ranks: Mapping[int, SavedProgress], load: Callable[[str], Any]) -> str | None:
     """Why the files Accelerate wrote into ``directory`` do not all come from the save that wrote the progress
     files in ``ranks`` (rank -> its file, rank 0's among them), or None. Rank 0's file covers the weights,
-    optimizer, scheduler and scaler files, each rank's its ``random_states_{rank}.pkl``; ``load`` reads a torch
-    file (``weights_only=True``). Not covered: ``sampler*.bin`` and ``dl_state_dict*.bin`` (see docs/accelerate.md)."""
+    optimizer, scheduler, scaler and stateful dataloader files, each rank's its ``random_states_{rank}.pkl``;
+    ``load`` reads a torch file (``weights_only=True``). Not covered: ``sampler*.bin`` (a pickled sampler object,
+    which ``weights_only=True`` cannot read) and accelerator generators (see docs/accelerate.md)."""
     first = ranks.get(0)
     if first is not None:
         for index, recorded in enumerate(first.weights_crc32 or []):
@@ -207,6 +211,10 @@ def same_save_problem(directory: str, ranks: Mapping[int, SavedProgress], load: 
             file = os.path.join(directory, f"{name}.bin" if index == 0 else f"{name}_{index}.bin")
             if os.path.isfile(file) and state_crc32(load(file)) != crc:
                 return f"{os.path.basename(file)} does not hold the {name} state of this save"
+        for index, crc in enumerate(first.dataloaders_crc32 or []):
+            file = os.path.join(directory, "dl_state_dict.bin" if index == 0 else f"dl_state_dict_{index}.bin")
+            if crc is not None and os.path.isfile(file) and state_crc32(load(file)) != crc:
+                return f"{os.path.basename(file)} does not hold the dataloader state of this save"
         scaler = os.path.join(directory, "scaler.pt")
         if (
             first.scaler_crc32 is not None
@@ -351,7 +359,7 @@ def read(directory: str, process_index: int) -> SavedProgress:
     gradients = payload["gradients"]
     if not isinstance(gradients, list) or not all(g is None or isinstance(g, torch.Tensor) for g in gradients):
         raise ProgressStateError("gradients", "expected a list of tensors and None")
-    rank = crcs = optimizers = schedulers = scaler = rng = None
+    rank = crcs = optimizers = schedulers = scaler = loaders = rng = None
     if payload["version"] >= 3:
         rank = read_int(payload["rank"], "rank", minimum=0)
         crcs = _weights_crc32(payload["weights_crc32"])
@@ -360,6 +368,9 @@ def read(directory: str, process_index: int) -> SavedProgress:
         schedulers = _crc32_list(payload["schedulers_crc32"], "schedulers_crc32")
         scaler = None if payload["scaler_crc32"] is None else _crc32(payload["scaler_crc32"], "scaler_crc32")
         rng = _crc32(payload["random_states_crc32"], "random_states_crc32")
+        loaders = payload["dataloaders_crc32"]
+        if not isinstance(loaders, list) or not all(c is None or (type(c) is int and 0 <= c < 2**32) for c in loaders):
+            raise ProgressStateError("dataloaders_crc32", "expected a list of CRC-32 values and None")
     return SavedProgress(
         world_size=None if payload["version"] == 1 else read_int(payload["world_size"], "world_size", minimum=1),
         tracker=payload["tracker"],
@@ -372,6 +383,7 @@ def read(directory: str, process_index: int) -> SavedProgress:
         optimizers_crc32=optimizers,
         schedulers_crc32=schedulers,
         scaler_crc32=scaler,
+        dataloaders_crc32=loaders,
         random_states_crc32=rng,
     )
 

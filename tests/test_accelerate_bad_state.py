@@ -33,7 +33,7 @@ def _edit(path: Path, change) -> None:
 def _as_version_1(saved: dict[str, Any]) -> None:
     """What a version 1 file holds: no world_size, rank or CRC-32s of the other files."""
     keys = ("world_size", "rank", "weights_crc32", "optimizers_crc32", "schedulers_crc32", "scaler_crc32")
-    for key in (*keys, "random_states_crc32"):
+    for key in (*keys, "dataloaders_crc32", "random_states_crc32"):
         saved.pop(key)
     saved["version"] = 1
 

@@ -3,8 +3,8 @@
 
 Kills: tests/helpers/save_kill_zygote.py forks children that ``save_state`` into one fixed folder
 after every batch and SIGKILLs each at a seeded random instant; whatever is left must be refused,
-or hold the weights, optimizer state and progress of one and the same save (checked against what
-the child logged before each save). 12 kills in ``make test``, 150 with ``TRACKER_MATRIX=full``.
+or hold the weights, optimizer and scheduler states, RNG states and progress of one and the same
+save (checked against what the child logged before each save). 12 kills in ``make test``, 150 with ``TRACKER_MATRIX=full``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ pytest.importorskip("accelerate")
 import torch
 
 from tracker_core import ProgressStateError
-from tracker_core.integrations._accelerate_checkpoint import state_crc32, tensor_crc32
-from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint
+from tracker_core.integrations._accelerate_checkpoint import rng_crc32, state_crc32, tensor_crc32
+from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
 
 from helpers.accelerate_drive import Setup, StopAt, run
 from helpers.distributed_runs import TESTS
@@ -63,14 +63,16 @@ def _kill_during_saves(zygote: subprocess.Popen[str], folder: Path, delay: float
     return zygote.stdout.readline().strip()
 
 
-def _logged_saves(folder: Path) -> dict[int, tuple[dict[str, int], int]]:
-    """Per global batch count the child logged before a save: (weights CRC-32 per tensor, optimizer CRC-32)."""
+def _logged_saves(folder: Path) -> dict[int, tuple[dict[str, int], int, int, int]]:
+    """Per global batch count the child logged before a save: (weights CRC-32 per tensor, optimizer, scheduler
+    and RNG CRC-32s)."""
     saves = {}
     for line in Path(f"{folder}.log").read_text().splitlines():
         if line.startswith("done"):
             continue
-        _, started, *weights, optimizer = line.split()
-        saves[int(started)] = ({k: int(v) for k, v in (w.split("=") for w in weights)}, int(optimizer))
+        _, started, *weights, optimizer, scheduler, rng = line.split()
+        crcs = {k: int(v) for k, v in (w.split("=") for w in weights)}
+        saves[int(started)] = (crcs, int(optimizer), int(scheduler), int(rng))
     return saves
 
 
@@ -83,12 +85,15 @@ def _assert_refused_or_one_save(folder: Path) -> bool:
     except CheckpointFileError:
         return False
     progress = torch.load(folder / "progress_tracker_0.pt", weights_only=True)["tracker"]["progress"]
-    weights, optimizer = _logged_saves(folder)[progress["stages"]["train"]["batches"]["lifetime"]["processed"]]
+    logged = _logged_saves(folder)[progress["stages"]["train"]["batches"]["lifetime"]["processed"]]
     from safetensors.torch import load_file
 
     found = {name: tensor_crc32(tensor) for name, tensor in load_file(folder / "model.safetensors").items()}
-    assert found == weights, "weights from another save than the progress file's"
-    assert state_crc32(torch.load(folder / "optimizer.bin", weights_only=True)) == optimizer
+    assert found == logged[0], "weights from another save than the progress file's"
+    assert state_crc32(torch.load(folder / "optimizer.bin", weights_only=True)) == logged[1]
+    assert state_crc32(torch.load(folder / "scheduler.bin", weights_only=True)) == logged[2]
+    rng = torch.load(folder / "random_states_0.pkl", weights_only=False)  # written by the test's own child
+    assert rng_crc32(rng) == logged[3], "RNG states from another save than the progress file's"
     return True
 
 
@@ -131,7 +136,7 @@ def test_two_processes_saving_into_one_folder_are_detected(tmp_path: Path) -> No
 
 # parts of two saves -------------------------------------------------------------------------------
 def _two_saves_into_one_folder(tmp_path: Path) -> tuple[Any, Any, Any, Path, Path]:
-    """A real Accelerate run (SGD with momentum, a StepLR, a shuffling loader) saving after batch 1 and batch 2
+    """A real Accelerate run (SGD with momentum, a StepLR, a shuffling StatefulDataLoader) saving after batch 1 and 2
     into one fixed folder; save 1's folder is copied aside. (accelerator, progress, model, save 1, save 2)."""
     import shutil
 
@@ -142,7 +147,7 @@ def _two_saves_into_one_folder(tmp_path: Path) -> tuple[Any, Any, Any, Path, Pat
     from helpers.accelerate_drive import fresh_accelerator
 
     torch.manual_seed(0)
-    accelerator = fresh_accelerator(Setup(accumulation=1))
+    accelerator = fresh_accelerator(Setup(accumulation=1, stateful=True))
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
@@ -165,12 +170,14 @@ def _two_saves_into_one_folder(tmp_path: Path) -> tuple[Any, Any, Any, Path, Pat
     return accelerator, progress, model, first, folder
 
 
-@pytest.mark.parametrize("older", ["scheduler.bin", "random_states_0.pkl", "optimizer.bin", "model.safetensors"])
+@pytest.mark.parametrize(
+    "older", ["model.safetensors", "optimizer.bin", "scheduler.bin", "dl_state_dict.bin", "random_states_0.pkl"]
+)
 def test_a_folder_holding_one_file_of_the_save_before_is_refused_by_load_state_and_newest_intact_checkpoint(
     tmp_path: Path, older: str
 ) -> None:
     """A save_state into a fixed folder killed before it rewrote ``older``: every file Accelerate writes after
-    the progress file (weights, optimizer, scheduler, RNG states) is checked against it."""
+    the progress file (weights, optimizer, scheduler, stateful loader, RNG states) is checked against it."""
     accelerator, progress, model, first, folder = _two_saves_into_one_folder(tmp_path)
     (folder / older).write_bytes((first / older).read_bytes())
     with pytest.raises(CheckpointFileError, match=f"different saves.*{older}"):
@@ -187,6 +194,40 @@ def test_a_folder_of_one_whole_save_with_a_scheduler_is_accepted_and_loads(tmp_p
     accelerator, _, _, first, folder = _two_saves_into_one_folder(tmp_path)
     assert newest_intact_checkpoint([first]) == first
     accelerator.load_state(str(folder))
+
+
+@pytest.mark.parametrize(
+    ("framework", "names"),
+    [("lightning", ("step=1.ckpt", "step=3.ckpt")), ("ignite", ("checkpoint_2.pt", "checkpoint_4.pt"))],
+)
+def test_two_writers_interleaved_in_one_checkpoint_file_are_refused_and_the_older_intact_file_chosen(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, framework: str, names: tuple[str, str]
+) -> None:
+    """Two processes saving one Lightning or Ignite checkpoint path (rank checks forgotten under DDP): the file
+    holds one's bytes up to some offset and the other's after it. Unless that is byte for byte one whole save,
+    it is refused (the zip's CRC-32s), and ``newest_intact_checkpoint`` passes over it to the older file."""
+    pytest.importorskip(framework if framework == "ignite" else "pytorch_lightning")
+    from helpers.saved_checkpoints import saved_checkpoints
+
+    saved = getattr(saved_checkpoints(tmp_path_factory), framework)
+    first, second = ((saved / name).read_bytes() for name in names)
+    assert len(first) == len(second) and first != second
+    older = tmp_path / "older.pt"
+    older.write_bytes((saved / names[0]).read_bytes())
+    refused = 0
+    for eighth in range(1, 8):
+        cut = len(first) * eighth // 8
+        spliced = tmp_path / "shared.pt"
+        spliced.write_bytes(first[:cut] + second[cut:])
+        os.utime(older, ns=(1, 1))  # the spliced file is the newest
+        if spliced.read_bytes() in (first, second):
+            continue
+        with pytest.raises(CheckpointFileError, match=r"damaged|truncated"):
+            read_checkpoint(spliced)
+        with pytest.warns(UserWarning, match="skipped a checkpoint newer"):
+            assert newest_intact_checkpoint([spliced, older]) == older
+        refused += 1
+    assert refused >= 5
 
 
 # a full disk -------------------------------------------------------------------------------------

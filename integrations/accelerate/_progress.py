@@ -46,6 +46,7 @@ from tracker_core.integrations.accelerate import _elastic as elastic
 from tracker_core.integrations.accelerate._compat import (
     create_seedable_generator,
     drop_iterator,
+    prepared_dataloaders,
     prepared_models,
     prepared_optimizers,
     prepared_schedulers,
@@ -484,6 +485,10 @@ class AcceleratorProgress:
             scaler_crc32=None
             if accelerator.scaler is None
             else checkpoint.state_crc32(accelerator.scaler.state_dict()),
+            dataloaders_crc32=[
+                checkpoint.state_crc32(d.state_dict()) if getattr(d, "use_stateful_dataloader", False) else None
+                for d in prepared_dataloaders(accelerator)
+            ],
             random_states_crc32=checkpoint.save_rng_crc32(accelerator.step),
             evaluation_rng=None if evaluation is None else (evaluation.stage.name, evaluation.rng),
         )

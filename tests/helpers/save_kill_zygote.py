@@ -1,9 +1,10 @@
 """Kills processes in the middle of ``accelerator.save_state`` into one fixed folder, many times, fast.
 
 Run as a script: it imports torch and Accelerate once, then for each line ``<folder> <delay>`` read
-from stdin forks a child that trains Linear(4, 1) with an AcceleratorProgress and calls
-``save_state(<folder>)`` after every batch, appending ``<save index> <global step> <weights CRC-32>
-<optimizer CRC-32>`` to ``<folder>.log`` before each save and ``done <save index>`` after it; the
+from stdin forks a child that trains Linear(4, 1) (SGD with momentum, a StepLR, a random draw per
+batch) with an AcceleratorProgress and calls ``save_state(<folder>)`` after every batch, appending
+``<save index> <global step> <weights CRC-32s> <optimizer CRC-32> <scheduler CRC-32> <RNG CRC-32>`` to
+``<folder>.log`` before each save and ``done <save index>`` after it; the
 zygote sends the child SIGKILL ``delay`` seconds after the child's first save ended, reaps it and
 prints ``killed`` (or ``finished`` if the child ended first). A real SIGKILL from another process at
 an arbitrary point of a real save.
@@ -24,7 +25,7 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from torch.utils.data import DataLoader, TensorDataset
 
-from tracker_core.integrations._accelerate_checkpoint import state_crc32, weights_crc32
+from tracker_core.integrations._accelerate_checkpoint import save_rng_crc32, state_crc32, weights_crc32
 from tracker_core.integrations.accelerate import AcceleratorProgress
 
 SAVES = 400  # more than any delay lets a child reach
@@ -41,21 +42,24 @@ def _train_and_save(folder: Path, ready: int, saves: int = SAVES) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.linspace(-1, 1, 40).reshape(10, 4)
     loader = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=2, shuffle=True)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.99)
+    model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, loader)
     progress = AcceleratorProgress(accelerator)
     log = open(f"{folder}.log", "a", buffering=1)  # noqa: SIM115 - the child is killed, never closes it
     done = 0
     for _ in progress.epochs(saves):
         for inputs, targets in progress.train(loader):
             with accelerator.accumulate(model):
-                accelerator.backward(torch.nn.functional.mse_loss(model(inputs), targets))
+                noise = 0.01 * torch.rand(1)  # the global RNG moves every batch
+                accelerator.backward(torch.nn.functional.mse_loss(model(inputs), targets + noise))
                 optimizer.step()
+                scheduler.step()
                 optimizer.zero_grad()
             weights = weights_crc32([accelerator.get_state_dict(model, unwrap=False)])[0]
             crcs = " ".join(f"{name}={crc}" for name, crc in sorted(weights.items()))
-            log.write(
-                f"{done} {progress.view.train.batches.lifetime.started} {crcs} {state_crc32(optimizer.state_dict())}\n"
-            )
+            states = f"{state_crc32(optimizer.state_dict())} {state_crc32(scheduler.state_dict())}"
+            rng = save_rng_crc32(accelerator.step)
+            log.write(f"{done} {progress.view.train.batches.lifetime.started} {crcs} {states} {rng}\n")
             accelerator.save_state(str(folder))
             log.write(f"done {done}\n")
             if done == 0:
