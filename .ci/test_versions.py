@@ -26,7 +26,7 @@ WORK = ROOT / "build" / "versions"
 # The ends of each declared range, as the package index offered them on 2026-12-03
 # (`pip index versions <package>`). Update them when a range or the index changes.
 RANGES: dict[str, tuple[str, str]] = {
-    "pytorch-lightning": ("2.6.0", "2.6.6"),  # >=2.6,<3
+    "pytorch-lightning": ("2.5.0", "2.6.6"),  # >=2.5,<3
     "pytorch-ignite": ("0.5.5", "0.5.5"),  # >=0.5.5,<0.6
     "accelerate": ("1.15.0", "1.16.0"),  # >=1.15,<2
     "torchdata": ("0.11.0", "0.11.0"),  # >=0.11,<0.12
@@ -34,7 +34,13 @@ RANGES: dict[str, tuple[str, str]] = {
 }
 # The compat checks (test_architecture imports every _compat module) and each package's fast tests.
 TESTS: dict[str, list[str]] = {
-    "pytorch-lightning": ["tests/test_architecture.py", "tests/test_lightning_counting.py"],
+    "pytorch-lightning": [
+        "tests/test_architecture.py",
+        "tests/test_lightning_counting.py",
+        "tests/test_lightning_passenger.py",
+        "tests/test_lightning_resume.py",
+        "tests/test_lightning_scheduler_steps.py",
+    ],
     "pytorch-ignite": ["tests/test_architecture.py", "tests/test_ignite_counting.py"],
     "accelerate": ["tests/test_architecture.py", "tests/test_accelerate_counting.py"],
     "torchdata": ["tests/test_data_position.py"],
