@@ -105,6 +105,7 @@ def _kills(zygote: subprocess.Popen[str], tmp_path: Path, runs: int) -> None:
         folder.parent.mkdir()
         assert _kill_during_saves(zygote, folder, draw.uniform(0.0, 0.25)) in ("killed", "finished")
         accepted += _assert_refused_or_one_save(folder)
+    print(f"{runs} kills: {accepted} left one whole save (accepted), {runs - accepted} refused")
     assert accepted > 0  # a kill between saves leaves a whole one, which must be accepted
 
 
