@@ -211,9 +211,9 @@ def same_save_problem(directory: str, ranks: Mapping[int, SavedProgress], load: 
             file = os.path.join(directory, f"{name}.bin" if index == 0 else f"{name}_{index}.bin")
             if os.path.isfile(file) and state_crc32(load(file)) != crc:
                 return f"{os.path.basename(file)} does not hold the {name} state of this save"
-        for index, crc in enumerate(first.dataloaders_crc32 or []):
+        for index, loader_crc in enumerate(first.dataloaders_crc32 or []):
             file = os.path.join(directory, "dl_state_dict.bin" if index == 0 else f"dl_state_dict_{index}.bin")
-            if crc is not None and os.path.isfile(file) and state_crc32(load(file)) != crc:
+            if loader_crc is not None and os.path.isfile(file) and state_crc32(load(file)) != loader_crc:
                 return f"{os.path.basename(file)} does not hold the dataloader state of this save"
         scaler = os.path.join(directory, "scaler.pt")
         if (
