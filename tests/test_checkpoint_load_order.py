@@ -1,6 +1,7 @@
 """A loaded loader part that does not fit the loader registered after the load (Lightning's and Ignite's
 order): the load is undone, so the refusal leaves the progress, the global RNGs and the loaders armed by
-that load as they were before it, with real Trainer/Engine runs.
+that load as they were before it, with real Trainer/Engine/Accelerator runs (Accelerate: a loader that only
+``train()`` tracks, after ``load_state``).
 
 The checkpoints are tests/helpers/saved_checkpoints.py's (10 samples in batches of 3: 4 batches an
 epoch); the resumed runs get batches of 2 (5 batches an epoch), which no saved position fits.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import random
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -124,3 +126,30 @@ def test_a_later_loader_that_does_not_fit_undoes_the_arming_of_the_loaders_regis
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(list(first)) == 4  # not armed to replay the loaded epoch: a whole epoch
+
+
+def test_accelerate_a_loader_tracked_only_by_train_after_load_state_that_does_not_fit_changes_no_progress_or_rng(
+    tmp_path: Path,
+) -> None:
+    """Without ``track_train_loader`` before ``load_state``, the loader part is checked when ``train()`` first
+    tracks the loader: a mismatch undoes the load of the progress and the global RNGs."""
+    from tracker_core.integrations.accelerate import AcceleratorProgress
+
+    from helpers.accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run
+
+    run(Setup(), stop=StopAt(2), save_dir=str(tmp_path / "saved"))  # 10 samples in batches of 3
+    accelerator = fresh_accelerator(Setup())
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(Indexed(10), batch_size=2))
+    progress = AcceleratorProgress(accelerator)
+    torch.manual_seed(3)
+    before, rngs = progress.view.state_dict(), _global_rngs()
+    accelerator.load_state(str(tmp_path / "saved"))
+    for _epoch in progress.epochs(3):
+        with pytest.raises(ProgressStateError, match="4 batches per epoch; this loader has 5") as raised:
+            next(iter(progress.train(loader)))
+        assert progress.view.state_dict() == before
+        assert _same(_global_rngs(), rngs)
+        break
+    assert raised.value.key == "train_loaders.0.batches_per_epoch"
