@@ -15,7 +15,8 @@ import pytorch_lightning as pl
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
-from ignite.engine import create_supervised_evaluator, create_supervised_trainer
+from ignite.engine import Events, create_supervised_evaluator, create_supervised_trainer
+from ignite.handlers import Checkpoint
 from pytorch_lightning.callbacks import ModelCheckpoint
 from safetensors.torch import load_file
 from torch.utils.data import DataLoader, TensorDataset
@@ -231,3 +232,52 @@ def test_an_untracked_lightning_module_loads_tracked_weights_without_strict(tmp_
     module = Untracked.load_from_checkpoint(tmp_path / "weights.ckpt", strict=False)
 
     assert "net.tracker_core_lifetime" not in module.state_dict()
+
+
+def _accelerate_3_epochs(state: Path, save_after: int | None) -> ProgressView:
+    """A tracked network 3 epochs, resumed from ``state``; or ``save_state`` into it after epoch ``save_after`` and stop."""
+    accelerator = _accelerator()
+    network = _network()
+    optimizer = torch.optim.SGD(network.parameters(), lr=0.1)
+    prepared, optimizer, loader = accelerator.prepare(network, optimizer, _loader())
+    progress = AcceleratorProgress(accelerator)
+    if save_after is None:
+        accelerator.load_state(str(state))
+    for epoch in progress.epochs(3):
+        for x, y in progress.train(loader):
+            accelerator.backward(torch.nn.functional.mse_loss(prepared(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+        if epoch == save_after:
+            accelerator.save_state(str(state))
+            break
+    return progress.view
+
+
+def test_accelerate_load_state_of_a_tracked_model_counts_each_epoch_once(tmp_path: Path) -> None:
+    _accelerate_3_epochs(tmp_path / "state", save_after=0)
+
+    view = _accelerate_3_epochs(tmp_path / "state", save_after=None)
+
+    _assert_lifetime(view, epochs=3, run_epochs=3)
+
+
+def test_ignite_load_objects_of_a_tracked_model_counts_each_epoch_once(tmp_path: Path) -> None:
+    def three_epochs(resume: bool) -> ProgressView:
+        network = _network()
+        optimizer = torch.optim.SGD(network.parameters(), lr=0.1)
+        trainer = create_supervised_trainer(network, optimizer, torch.nn.functional.mse_loss)
+        handler = ProgressHandler()
+        handler.attach(trainer, optimizers=[optimizer], model=network)
+        to_save = {"trainer": trainer, "model": network, "optimizer": optimizer, "progress": handler}
+        if resume:
+            Checkpoint.load_objects(to_save, str(next(tmp_path.glob("*.pt"))))
+        else:
+            trainer.add_event_handler(Events.EPOCH_COMPLETED(once=1), Checkpoint(to_save, str(tmp_path)))
+            trainer.add_event_handler(Events.EPOCH_COMPLETED(once=1), lambda engine: engine.terminate())
+        trainer.run(_loader(), max_epochs=3)
+        return handler.view
+
+    three_epochs(resume=False)
+
+    _assert_lifetime(three_epochs(resume=True), epochs=3, run_epochs=3)
