@@ -198,3 +198,31 @@ def test_a_folder_that_cannot_be_listed_is_an_error_naming_it(
     finally:
         folder.chmod(0o755)
     assert str(folder) in capsys.readouterr().err
+
+
+def test_a_damaged_stateful_loader_state_is_refused_by_inspect_and_passed_over_by_newest_intact_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The loader part, a StatefulDataLoader's own state included, is validated as a load would (no loader needed)."""
+    from helpers.fuzz import write_stateful_ignite_entry
+
+    older, newer = tmp_path / "older.pt", tmp_path / "newer.pt"
+    write_stateful_ignite_entry(older)
+    state = torch.load(older, weights_only=True)
+    state["progress_tracker"]["train_loaders"][0]["epoch"]["loader_state"]["_num_yielded"] = "2"
+    torch.save(state, newer)
+    os.utime(older, ns=(1, 1))
+    message = _refused(newer, capsys)
+    assert "train_loaders.0.epoch.loader_state._num_yielded" in message
+    with pytest.warns(UserWarning, match="skipped a checkpoint newer"):
+        assert newest_intact_checkpoint([newer, older]) == older
+
+
+def test_a_loader_part_that_contradicts_its_own_counts_is_refused_by_inspect(
+    saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = _copy_target(saved, "lightning", tmp_path)
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["callbacks"]["ProgressTracker"]["train_loaders"][0]["batches_consumed"] = 99  # 4 batches an epoch
+    torch.save(checkpoint, path)
+    assert "train_loaders.0.batches_consumed" in _refused(path, capsys)
