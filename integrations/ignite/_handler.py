@@ -151,7 +151,11 @@ class ProgressHandler:
 
     def _bind_at_start(self, engine: Engine, model: torch.nn.Module) -> None:
         """Bind ``model``'s lifetime at each STARTED, ahead of the handler's own STARTED handlers that begin the run."""
-        prepend_handler(engine, Events.STARTED, lambda: bind_lifetime(model, self._tracker.progress))
+
+        def bind() -> None:
+            bind_lifetime(model, self._tracker.progress)
+
+        prepend_handler(engine, Events.STARTED, bind)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (or deep-copied) without its engines: the progress, loaded back as from a checkpoint."""
