@@ -2,7 +2,8 @@
 
 Run as a script: it imports the frameworks once, then for each line ``<framework> <folder> <delay>`` read
 from stdin forks a child that trains Linear(4, 1) (shuffled batches of 2 of 10 samples, SGD with momentum)
-and saves after every batch into ``<folder>``:
+beside 4 MB of frozen weights (so that a write takes long enough to be cut), and saves after every batch
+into ``<folder>``:
 
 - ``lightning``: ``trainer.save_checkpoint(<folder>/last.ckpt)`` (one fixed file, rewritten in place) from
   ``on_train_batch_end`` of a callback after the ``ProgressTracker``;
@@ -43,6 +44,13 @@ from tracker_core.integrations.ignite import ProgressHandler
 from tracker_core.integrations.lightning import ProgressTracker
 
 EPOCHS = 200  # more than any delay lets a child reach
+BALLAST = 1_000_000  # frozen float32 weights saved with the model
+
+
+def _model() -> torch.nn.Module:
+    model = torch.nn.Linear(4, 1)
+    model.register_buffer("ballast", torch.arange(BALLAST, dtype=torch.float32))
+    return model
 
 
 def _loader() -> DataLoader[Any]:
@@ -58,7 +66,7 @@ def _log_line(log: TextIO, processed: int, weights: dict[str, torch.Tensor]) -> 
 class _Module(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
+        self.layer = _model()
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
@@ -93,7 +101,7 @@ def _lightning(folder: Path, log: TextIO, saved: Callable[[], None], epochs: int
 
 
 def _ignite(folder: Path, log: TextIO, saved: Callable[[], None], epochs: int) -> None:
-    model = torch.nn.Linear(4, 1)
+    model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def update(engine: Engine, batch: Any) -> None:
@@ -122,7 +130,7 @@ def _accelerate(folder: Path, log: TextIO, saved: Callable[[], None], epochs: in
     GradientState._reset_state()
     project = ProjectConfiguration(project_dir=str(folder), automatic_checkpoint_naming=True, total_limit=2)
     accelerator = Accelerator(cpu=True, project_config=project)
-    model = torch.nn.Linear(4, 1)
+    model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model, optimizer, loader = accelerator.prepare(model, optimizer, _loader())
     progress = AcceleratorProgress(accelerator)
