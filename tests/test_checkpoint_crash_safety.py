@@ -279,6 +279,73 @@ def test_a_full_disk_during_save_state_names_the_path_and_the_previous_checkpoin
     assert resumed.state == reference.state
 
 
+def _lightning_save(disk: Path, name: str) -> None:
+    import pytorch_lightning as pl
+
+    from tracker_core.integrations.lightning import ProgressTracker
+
+    from helpers.saved_checkpoints import _loader, _Module
+
+    torch.manual_seed(0)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        callbacks=[ProgressTracker()],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
+    trainer.fit(_Module(), _loader())
+    trainer.save_checkpoint(disk / name)
+
+
+def _ignite_save(disk: Path, name: str) -> None:
+    from ignite.engine import Engine
+    from ignite.handlers import Checkpoint, DiskSaver
+
+    from tracker_core.integrations.ignite import ProgressHandler
+
+    from helpers.saved_checkpoints import _loader
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    trainer = Engine(lambda engine, batch: None)
+    handler = ProgressHandler()
+    handler.attach(trainer)
+    trainer.run(_loader(), max_epochs=1)
+    Checkpoint({"model": model, "progress": handler}, DiskSaver(str(disk), require_empty=False), filename_prefix=name)(
+        trainer
+    )
+
+
+@pytest.mark.parametrize("framework", ["lightning", "ignite"])
+def test_a_full_disk_during_a_lightning_or_ignite_save_leaves_the_previous_checkpoint_chosen_and_unchanged(
+    tmp_path: Path, framework: str
+) -> None:
+    """The framework writes the file, and raises its own error (Lightning's OSError names the file; Ignite's is
+    torch.save's RuntimeError with the OSError 'No space left on device' as its context, naming no path):
+    whatever the failed save left is refused, and the previous checkpoint, byte for byte as it was, is chosen."""
+    pytest.importorskip("ignite" if framework == "ignite" else "pytorch_lightning")
+    save = _lightning_save if framework == "lightning" else _ignite_save
+    with _small_disk(tmp_path, 256) as disk, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        save(disk, "previous.ckpt" if framework == "lightning" else "previous")
+        (previous,) = (p for p in disk.iterdir() if p.name.startswith("previous"))
+        intact = previous.read_bytes()
+        _fill(disk, 8_000)
+        with pytest.raises((OSError, RuntimeError)) as raised:  # Ignite: torch.save's RuntimeError on closing
+            save(disk, "next.ckpt" if framework == "lightning" else "next")
+        chain = [raised.value, raised.value.__context__, raised.value.__cause__]
+        assert any("No space left on device" in str(error) for error in chain if error is not None)
+        assert framework == "ignite" or str(disk / "next.ckpt") in str(raised.value)
+        assert previous.read_bytes() == intact
+        assert newest_intact_checkpoint(disk) == previous
+        assert (
+            read_checkpoint(previous).entries[0]["progress"]["stages"]["train"]["epochs"]["lifetime"]["completed"] == 1
+        )
+
+
 def _save_under_a_file_size_limit(setup: Setup, folder: Path, limit: int) -> str:
     """``run(...)`` saving into ``folder`` in a forked child whose files may not grow past ``limit`` bytes
     (RLIMIT_FSIZE, SIGXFSZ ignored: a write fails as on a full disk); the error message it got."""
