@@ -1,15 +1,19 @@
 """Exact on a GPU: a run killed mid-epoch and mid-accumulation resumes as if never interrupted.
 
-    python benchmarks/gpu_exact.py [--device cuda|cpu] [--framework lightning|ignite|accelerate ...]
+    python benchmarks/gpu_exact.py [--device cuda|cpu] [--framework lightning|ignite|accelerate ...] [--amp off|on|both]
 
 Without CUDA (and ``--device cuda``, the default) it prints why it skips and exits 0. Otherwise,
 for each framework, three fresh processes train an MLP with dropout on one device (the dropout
 draws from the device's generator): ``full`` trains uninterrupted; ``kill`` saves the framework's
 checkpoint after train batch 5 (epoch 1, batch 1 of 4: mid-epoch, inside an accumulation window
 of 2) and then SIGKILLs itself; ``resume`` (global RNGs seeded differently) loads that checkpoint
-and trains to the end. It prints whether the resumed run's weights (``torch.equal``), the sample
-ids of every step, and the full progress state equal the uninterrupted run's; the exit status is
-1 if any does not. ``--device cpu`` runs the same programs on the CPU (a check of the script).
+and trains to the end. Each program runs in fp32 and with AMP (fp16 autocast and a
+``GradScaler`` whose scale grows every 2 steps, saved in the framework's own checkpoint; the
+partial gradients of the window are scaled by it). It prints whether the resumed run's weights
+(``torch.equal``), the sample ids of every step, and the full progress state equal the
+uninterrupted run's; the exit status is 1 if any does not. ``--device cpu`` runs the same
+programs on the CPU (a check of the script; Accelerate has no CPU fp16 scaler, so its AMP run is
+skipped there).
 """
 
 from __future__ import annotations
@@ -83,9 +87,14 @@ def _kill() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _scaler(device: str) -> torch.amp.GradScaler:
+    return torch.amp.GradScaler(device, init_scale=2.0**8, growth_interval=2)
+
+
 # the three programs: train, and at KILL_AFTER save the framework's checkpoint and die ----------
-def train_lightning(device: str, folder: Path, phase: str, record: Record) -> tuple[torch.nn.Module, Any]:
+def train_lightning(device: str, folder: Path, phase: str, amp: bool, record: Record) -> tuple[torch.nn.Module, Any]:
     import pytorch_lightning as pl
+    from pytorch_lightning.plugins import MixedPrecision
 
     from tracker_core.integrations.lightning import ProgressTracker
 
@@ -125,13 +134,14 @@ def train_lightning(device: str, folder: Path, phase: str, record: Record) -> tu
         logger=False,
         enable_model_summary=False,
         callbacks=[ProgressTracker(), *([SaveAndDie()] if phase == "kill" else [])],
+        plugins=[MixedPrecision("16-mixed", device, _scaler(device))] if amp else None,
     )
     ckpt_path = str(folder / "kill.ckpt") if phase == "resume" else None
     trainer.fit(module, _loader(), ckpt_path=ckpt_path, weights_only=True)
     return module.net, trainer
 
 
-def train_ignite(device: str, folder: Path, phase: str, record: Record) -> tuple[torch.nn.Module, Any]:
+def train_ignite(device: str, folder: Path, phase: str, amp: bool, record: Record) -> tuple[torch.nn.Module, Any]:
     from ignite.engine import Engine, Events
     from ignite.handlers import Checkpoint, DiskSaver
 
@@ -139,21 +149,30 @@ def train_ignite(device: str, folder: Path, phase: str, record: Record) -> tuple
 
     model = _model(device)
     optimizer = _optimizer(model)
+    scaler = _scaler(device) if amp else None
     _seed(1234 if phase == "resume" else 0)
 
     def step(engine: Engine, batch: Any) -> None:
         x, y, ids = batch
         record(ids.tolist())
-        torch.autograd.backward(_loss(model, x.to(device), y.to(device)) / ACCUMULATION)
+        with torch.autocast(device, dtype=torch.float16, enabled=amp):
+            loss = _loss(model, x.to(device), y.to(device)) / ACCUMULATION
+        torch.autograd.backward(loss if scaler is None else scaler.scale(loss))
         in_epoch = (engine.state.iteration - 1) % BATCHES_PER_EPOCH + 1
         if in_epoch % ACCUMULATION == 0 or in_epoch == BATCHES_PER_EPOCH:  # Lightning's and Accelerate's rule
-            optimizer.step()
+            if scaler is None:
+                optimizer.step()
+            else:
+                scaler.step(optimizer)
+                scaler.update()
             optimizer.zero_grad()
 
     trainer = Engine(step)
     progress = ProgressHandler()
-    progress.attach(trainer, optimizers=[optimizer])
-    to_save = {"trainer": trainer, "model": model, "optimizer": optimizer, "progress": progress}
+    progress.attach(trainer, optimizers=[optimizer], scaler=scaler)
+    to_save: dict[str, Any] = {"trainer": trainer, "model": model, "optimizer": optimizer, "progress": progress}
+    if scaler is not None:
+        to_save["scaler"] = scaler
     if phase == "kill":
         saver = Checkpoint(to_save, DiskSaver(str(folder), require_empty=False), filename_prefix="kill")
         trainer.add_event_handler(Events.ITERATION_COMPLETED(once=KILL_AFTER), saver)
@@ -165,12 +184,18 @@ def train_ignite(device: str, folder: Path, phase: str, record: Record) -> tuple
     return model, trainer
 
 
-def train_accelerate(device: str, folder: Path, phase: str, record: Record) -> tuple[torch.nn.Module, Any]:
+def train_accelerate(device: str, folder: Path, phase: str, amp: bool, record: Record) -> tuple[torch.nn.Module, Any]:
     from accelerate.accelerator import Accelerator
+    from accelerate.utils import GradScalerKwargs
 
     from tracker_core.integrations.accelerate import AcceleratorProgress
 
-    accelerator = Accelerator(cpu=device == "cpu", gradient_accumulation_steps=ACCUMULATION)
+    accelerator = Accelerator(
+        cpu=device == "cpu",
+        gradient_accumulation_steps=ACCUMULATION,
+        mixed_precision="fp16" if amp else "no",
+        kwargs_handlers=[GradScalerKwargs(init_scale=2.0**8, growth_interval=2)],
+    )
     model = _model(device)
     optimizer = _optimizer(model)
     _seed(1234 if phase == "resume" else 0)
@@ -197,32 +222,33 @@ def train_accelerate(device: str, folder: Path, phase: str, record: Record) -> t
 TRAIN = {"lightning": train_lightning, "ignite": train_ignite, "accelerate": train_accelerate}
 
 
-def child(framework: str, phase: str, device: str, folder: Path) -> None:
+def child(program: str, phase: str, device: str, folder: Path) -> None:
     """One process: train (``phase`` full, kill or resume); write the ids of every step, and at the end the result."""
     import tracker_core
 
     torch.use_deterministic_algorithms(True, warn_only=True)
-    ids_file = folder / f"{framework}-{phase}-ids.jsonl"
+    framework, _, amp = program.partition("+")
+    ids_file = folder / f"{program}-{phase}-ids.jsonl"
 
     def record(ids: list[int]) -> None:
         with ids_file.open("a") as stream:  # closed before a kill: no id is lost
             stream.write(json.dumps(ids) + "\n")
 
-    model, owner = TRAIN[framework](device, folder / framework, phase, record)
+    model, owner = TRAIN[framework](device, folder / program, phase, amp == "amp", record)
     torch.save(
         {
             "weights": [p.detach().cpu().clone() for p in model.parameters()],
             "progress": tracker_core.get_progress(owner).state_dict(),
         },
-        folder / f"{framework}-{phase}.pt",
+        folder / f"{program}-{phase}.pt",
     )
 
 
-# the parent: run the three processes per framework and compare ------------------------------
-def _run_child(framework: str, phase: str, device: str, folder: Path) -> str:
+# the parent: run the three processes per program and compare ---------------------------------
+def _run_child(program: str, phase: str, device: str, folder: Path) -> str:
     """Run one child; '' if it ended as it should (killed by SIGKILL for ``kill``), else what went wrong."""
     env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8", PYTHONWARNINGS="ignore")
-    command = [sys.executable, __file__, "--child", framework, phase, "--device", device, "--folder", str(folder)]
+    command = [sys.executable, __file__, "--child", program, phase, "--device", device, "--folder", str(folder)]
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -233,32 +259,34 @@ def _run_child(framework: str, phase: str, device: str, folder: Path) -> str:
     return ""
 
 
-def _ids(folder: Path, framework: str, phase: str) -> list[list[int]]:
-    path = folder / f"{framework}-{phase}-ids.jsonl"
+def _ids(folder: Path, program: str, phase: str) -> list[list[int]]:
+    path = folder / f"{program}-{phase}-ids.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def compare(framework: str, device: str, root: Path) -> bool:
-    """Run full, kill and resume for ``framework``; print one line of findings; whether all were equal."""
-    (root / framework).mkdir()
+def compare(program: str, device: str, root: Path) -> bool:
+    """Run full, kill and resume of ``program``; print one line of findings; whether all were equal."""
+    label = f"{program.replace('+', ' with ')} on {device}"
+    if program == "accelerate+amp" and device == "cpu":
+        print(f"{label}: skipped (Accelerate's fp16 needs a GPU; on the CPU it is bf16, without a scaler)")
+        return True
+    (root / program).mkdir()
     for phase in ("full", "kill", "resume"):
-        failure = _run_child(framework, phase, device, root)
+        failure = _run_child(program, phase, device, root)
         if failure:
-            print(f"{framework} on {device}: FAILED: {failure}", flush=True)
+            print(f"{label}: FAILED: {failure}", flush=True)
             return False
-    full = torch.load(root / f"{framework}-full.pt", weights_only=True)
-    resumed = torch.load(root / f"{framework}-resume.pt", weights_only=True)
+    full = torch.load(root / f"{program}-full.pt", weights_only=True)
+    resumed = torch.load(root / f"{program}-resume.pt", weights_only=True)
     weights = len(full["weights"]) == len(resumed["weights"]) and all(
         torch.equal(a, b) for a, b in zip(full["weights"], resumed["weights"])
     )
-    killed_ids = _ids(root, framework, "kill")
-    ids = len(killed_ids) == KILL_AFTER and killed_ids + _ids(root, framework, "resume") == _ids(
-        root, framework, "full"
-    )
+    killed = _ids(root, program, "kill")
+    ids = len(killed) == KILL_AFTER and killed + _ids(root, program, "resume") == _ids(root, program, "full")
     progress = full["progress"] == resumed["progress"]
     differing = sorted(k for k in full["progress"] if full["progress"][k] != resumed["progress"].get(k))
     print(
-        f"{framework} on {device}: weights equal: {weights}; sample ids equal: {ids}; progress equal: {progress}"
+        f"{label}: weights equal: {weights}; sample ids equal: {ids}; progress equal: {progress}"
         + (f" (differs in {', '.join(differing)})" if differing else ""),
         flush=True,
     )
@@ -269,7 +297,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="Exact on a GPU: a killed run resumes as if never interrupted.")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--framework", choices=FRAMEWORKS, action="append")
-    parser.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "PHASE"))
+    parser.add_argument("--amp", choices=("off", "on", "both"), default="both")
+    parser.add_argument("--child", nargs=2, metavar=("PROGRAM", "PHASE"))
     parser.add_argument("--folder", type=Path)
     args = parser.parse_args()
     if args.child:
@@ -281,8 +310,10 @@ def main() -> int:
         return 0
     if args.device == "cuda":
         print(f"gpu_exact: {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True)
+    suffixes = {"off": [""], "on": ["+amp"], "both": ["", "+amp"]}[args.amp]
+    programs = [framework + suffix for suffix in suffixes for framework in args.framework or FRAMEWORKS]
     with tempfile.TemporaryDirectory() as folder:
-        results = [compare(framework, args.device, Path(folder)) for framework in args.framework or FRAMEWORKS]
+        results = [compare(program, args.device, Path(folder)) for program in programs]
     print(f"gpu_exact: all exact: {all(results)}")
     return 0 if all(results) else 1
 

@@ -22,9 +22,10 @@ def test_without_cuda_it_says_why_it_skips_and_exits_0() -> None:
     assert done.stdout == "gpu_exact: skipped: no CUDA device here (torch.cuda.is_available() is False)\n"
 
 
-def test_on_the_cpu_a_killed_ignite_run_resumes_as_if_never_interrupted() -> None:
+def test_on_the_cpu_a_killed_ignite_run_resumes_as_if_never_interrupted_with_and_without_amp() -> None:
     done = _run("--device", "cpu", "--framework", "ignite")
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ignite on cpu: weights equal: True; sample ids equal: True; progress equal: True" in done.stdout
+    assert "ignite with amp on cpu: weights equal: True; sample ids equal: True; progress equal: True" in done.stdout
     assert done.stdout.endswith("gpu_exact: all exact: True\n")
