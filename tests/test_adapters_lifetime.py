@@ -21,7 +21,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from safetensors.torch import load_file
 from torch.utils.data import DataLoader, TensorDataset
 
-from tracker_core import ProgressView, get_progress, track_lifetime, without_lifetime
+from tracker_core import ProgressStateError, ProgressView, get_progress, track_lifetime, without_lifetime
 from tracker_core.integrations.accelerate import AcceleratorProgress
 from tracker_core.integrations.ignite import ProgressHandler
 from tracker_core.integrations.lightning import ProgressTracker
@@ -281,3 +281,15 @@ def test_ignite_load_objects_of_a_tracked_model_counts_each_epoch_once(tmp_path:
     three_epochs(resume=False)
 
     _assert_lifetime(three_epochs(resume=True), epochs=3, run_epochs=3)
+
+
+def test_a_damaged_lifetime_buffer_stops_a_lightning_fit_before_any_batch_naming_the_buffer() -> None:
+    module = Regression()
+    module.net.load_state_dict(
+        {**module.net.state_dict(), "tracker_core_lifetime": torch.tensor([1, 2], dtype=torch.uint8)}
+    )
+    weights = module.net[0].weight.detach().clone()
+
+    with pytest.raises(ProgressStateError, match="tracker_core_lifetime"):
+        _trainer(1).fit(module, _loader())
+    assert torch.equal(module.net[0].weight, weights)
