@@ -11,6 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("ignite")
+pytest.importorskip("accelerate")
+pytest.importorskip("safetensors")
+
 import pytorch_lightning as pl
 import torch
 from accelerate import Accelerator
@@ -72,6 +78,7 @@ def _trainer(epochs: int, *callbacks: pl.Callback) -> pl.Trainer:
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
+        enable_checkpointing=any(isinstance(callback, ModelCheckpoint) for callback in callbacks),
         accelerator="cpu",
     )
 

@@ -14,13 +14,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
+pytest.importorskip("numpy")
 pytest.importorskip("pytorch_lightning")
 pytest.importorskip("ignite")
 pytest.importorskip("accelerate")
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from ignite.engine import Engine

@@ -14,6 +14,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("ignite")
+
 import pytorch_lightning as pl
 import torch
 from ignite.engine import Engine, Events, supervised_training_step_amp
