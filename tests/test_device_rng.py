@@ -157,3 +157,13 @@ def test_the_real_device_modules_capture_nothing_on_a_cpu_only_machine() -> None
     if any(generators.is_available() for generators in _device_rng.DEVICE_KINDS.values()):
         pytest.skip("this machine has an accelerator")
     assert _device_rng.capture_devices() == ()
+
+
+def test_the_accelerator_torch_reports_is_captured_beside_cuda_xpu_and_mps(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("hpu"))
+
+    assert _device_rng._kinds() == ("cuda", "xpu", "mps", "hpu")
+
+
+def test_a_device_kind_torch_has_no_module_for_is_not_available() -> None:
+    assert not _device_rng._TorchDeviceModule("hpu").is_available()

@@ -1,4 +1,5 @@
-"""Accelerator generators (CUDA, XPU, MPS): captured per device beside the CPU ones, validated, applied.
+"""Accelerator generators (CUDA, XPU, MPS, and the accelerator ``torch.accelerator`` reports): captured per
+device beside the CPU ones, validated, applied.
 
 On a GPU, dropout and random augmentation draw from the device generators, so a resume is exact only if
 they continue too. Only initialised device kinds are captured (capturing would otherwise initialise
@@ -31,13 +32,17 @@ class DeviceGenerators(Protocol):
 
 
 class _TorchDeviceModule:
-    """``torch.cuda`` / ``torch.xpu`` / ``torch.mps`` behind :class:`DeviceGenerators` (MPS has one device)."""
+    """A torch device module (``torch.cuda``, ``torch.xpu``, ``torch.mps``, a backend's) behind
+    :class:`DeviceGenerators` (MPS has one device)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
 
     def _module(self) -> Any:
-        return getattr(torch, self.kind, None)
+        try:
+            return torch.get_device_module(self.kind)
+        except (RuntimeError, AttributeError):
+            return None
 
     def is_available(self) -> bool:
         module = self._module()
@@ -67,7 +72,14 @@ class _TorchDeviceModule:
             module.set_rng_state(state, device)
 
 
-DEVICE_KINDS: dict[str, DeviceGenerators] = {kind: _TorchDeviceModule(kind) for kind in ("cuda", "xpu", "mps")}
+def _kinds() -> tuple[str, ...]:
+    """CUDA, XPU, MPS, and the current accelerator when it is another kind (e.g. a backend's ``privateuse1``)."""
+    kinds = ("cuda", "xpu", "mps")
+    current = torch.accelerator.current_accelerator()
+    return kinds if current is None or current.type in kinds else (*kinds, current.type)
+
+
+DEVICE_KINDS: dict[str, DeviceGenerators] = {kind: _TorchDeviceModule(kind) for kind in _kinds()}
 """The device kinds captured, by name; tests substitute an entry to exercise these paths without a GPU."""
 
 
