@@ -98,16 +98,18 @@ def test_plain_lines_come_every_interval_seconds_between_epoch_ends() -> None:
     ]
 
 
-def test_rates_are_smoothed_so_one_slow_interval_moves_them_only_part_way() -> None:
+def test_the_rate_is_richs_average_over_the_last_30_seconds_of_the_stage() -> None:
     progress, clock = Progress(), Clock()
     display, out = _plain(progress, clock, interval=100.0)
     _fit(progress)
-    _train_epoch(progress, display, clock, batches=2, seconds=1.5)  # 2 samples/s
-    _train_epoch(progress, display, clock, batches=2, seconds=3.0)  # 1 sample/s: 0.3 * 1 + 0.7 * 2
+    _train_epoch(progress, display, clock, batches=2, seconds=1.5)  # 3 samples in 1.5 s after the first batch
+    _train_epoch(progress, display, clock, batches=2, seconds=3.0)  # 9 samples in 7.5 s after the first batch
+    _train_epoch(progress, display, clock, batches=8, seconds=3.0)  # 24 s: the first epoch's samples fall out
     lines = out.getvalue().splitlines()
     assert lines == [
         "train    | epoch 1 | batch 2 | steps 2 | 2.0 samples/s",
-        "train    | epoch 2 | batch 2 | steps 4 | 1.7 samples/s",
+        "train    | epoch 2 | batch 2 | steps 4 | 1.2 samples/s",
+        "train    | epoch 3 | batch 8 | steps 12 | 1.0 samples/s",
     ]
 
 
@@ -158,14 +160,30 @@ def test_an_evaluation_run_outside_a_fit_shows_neither_epoch_nor_steps() -> None
     assert out.getvalue().splitlines() == ["test     | batch 3/3 | 4.0 samples/s | ETA 0:00:00"]
 
 
-def test_no_rate_is_shown_before_a_second_of_the_stage_has_passed() -> None:
+def test_rate_and_eta_show_from_the_second_batch_of_an_epoch_shorter_than_a_second() -> None:
     progress, clock = Progress(), Clock()
     display, out = _plain(progress, clock)
     display.set_max_epochs(1)
     display.set_batches("train", 2)
     _fit(progress)
     _train_epoch(progress, display, clock, batches=2, seconds=0.25)
-    assert out.getvalue().splitlines() == ["train    | epoch 1/1 | batch 2/2 | steps 2"]
+    assert out.getvalue().splitlines() == ["train    | epoch 1/1 | batch 2/2 | steps 2 | 12.0 samples/s | ETA 0:00:00"]
+
+
+def test_the_live_line_shows_rate_and_eta_from_the_second_batch() -> None:
+    progress, clock = Progress(), Clock()
+    out = io.StringIO()
+    display = Display(progress.view, stream=out, terminal=True, clock=clock)
+    display.set_max_epochs(1)
+    display.set_batches("train", 100)
+    _fit(progress)
+    _epoch_begin(progress)
+    display.update("train")
+    for _ in range(2):
+        clock.now += 0.25
+        _batch(progress)
+        display.update("train")
+    assert "batch 2/100 | steps 2 | 12.0 samples/s | ETA 0:00:24" in out.getvalue()
 
 
 def test_counts_that_go_back_after_a_checkpoint_load_restart_the_measurement() -> None:
@@ -184,14 +202,18 @@ def test_counts_that_go_back_after_a_checkpoint_load_restart_the_measurement() -
     progress.load_state_dict(saved)  # back to one batch
     _epoch_begin(progress)
     clock.now = 4.0
-    display.update("train")  # counts went back: measured from here, the rate kept
+    display.update("train")  # counts went back: measured from here
     clock.now = 7.0
     _batch(progress)
-    display.update("train")  # 3 samples in 3 s: 0.3 * 1.0 + 0.7 * 3.0
+    display.update("train")  # one measurement since the load: no rate yet
+    clock.now = 9.0
+    _batch(progress)
+    display.update("train")  # 3 samples in 2 s
     assert out.getvalue().splitlines() == [
         "train    | epoch 1 | batch 2 | steps 2 | 3.0 samples/s",
-        "train    | epoch 1 | batch 1 | steps 1 | 3.0 samples/s",
-        "train    | epoch 1 | batch 2 | steps 2 | 2.4 samples/s",
+        "train    | epoch 1 | batch 1 | steps 1",
+        "train    | epoch 1 | batch 2 | steps 2",
+        "train    | epoch 1 | batch 3 | steps 3 | 1.5 samples/s",
     ]
 
 
@@ -206,10 +228,10 @@ def test_a_stream_that_is_not_a_terminal_gets_plain_lines() -> None:
     progress, clock = Progress(), Clock()
     out = io.StringIO()
     display = Display(progress.view, stream=out, clock=clock)
-    display.set_batches("train", 1)
+    display.set_batches("train", 2)
     _fit(progress)
-    _train_epoch(progress, display, clock, batches=1, seconds=2.0)
-    assert out.getvalue() == "train    | epoch 1 | batch 1/1 | steps 1 | 1.5 samples/s\n"
+    _train_epoch(progress, display, clock, batches=2, seconds=2.0)
+    assert out.getvalue() == "train    | epoch 1 | batch 2/2 | steps 2 | 1.5 samples/s\n"
 
 
 # terminal ---------------------------------------------------------------------------------
@@ -230,7 +252,9 @@ def test_terminal_mode_draws_a_live_bar_and_keeps_each_epoch_line() -> None:
     assert "train    | epoch 2/2 | batch 3/3 | steps 6 | 6.0 samples/s" in text
 
 
-def test_without_rich_a_terminal_gets_plain_lines_after_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_rich_a_terminal_gets_plain_lines_without_rates_after_saying_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     for name in [m for m in sys.modules if m == "rich" or m.startswith("rich.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "rich", None)  # import rich now raises ImportError
@@ -238,8 +262,107 @@ def test_without_rich_a_terminal_gets_plain_lines_after_saying_why(monkeypatch: 
     out = io.StringIO()
     display = Display(progress.view, stream=out, terminal=True, clock=clock)
     _fit(progress)
-    _train_epoch(progress, display, clock, batches=1, seconds=2.0)
+    _train_epoch(progress, display, clock, batches=2, seconds=2.0)
     assert out.getvalue().splitlines() == [
-        'progress display: rich is not installed (pip install "tracker-core[display]"), printing plain lines instead',
-        "train    | epoch 1 | batch 1 | steps 1 | 1.5 samples/s",
+        'progress display: rich is not installed (pip install "tracker-core[display]"): '
+        "plain lines, without samples/s or ETA",
+        "train    | epoch 1 | batch 2 | steps 2",
     ]
+
+
+# metrics and names ------------------------------------------------------------------------
+def test_format_status_ends_with_the_metrics_in_the_order_given() -> None:
+    status = Status("train", 1, 2, 3, 4, 3, None, None, (("loss", "0.25"), ("v_num", "0")))
+    assert format_status(status) == "train    | epoch 1/2 | batch 3/4 | steps 3 | loss=0.25, v_num=0"
+
+
+def test_metric_values_are_formatted_as_tqdms_postfix() -> None:
+    import torch
+
+    from tracker_core.display._display import format_metric
+
+    assert [format_metric(v) for v in (0.123456, 3, torch.tensor(2.5), 1e-5, "best ")] == [
+        "0.123",
+        "3",
+        "2.5",
+        "1e-5",
+        "best",
+    ]
+
+
+def test_each_line_shows_the_metrics_read_for_its_name_when_it_is_drawn() -> None:
+    progress, clock = Progress(), Clock()
+    out, asked = io.StringIO(), []
+
+    def metrics(name: str) -> dict[str, object]:
+        asked.append(name)
+        return {"loss": 0.5} if name == "train" else {"acc": 0.75}
+
+    display = Display(progress.view, stream=out, terminal=False, interval=100.0, clock=clock, metrics=metrics)
+    _fit(progress)
+    _train_epoch(progress, display, clock, batches=3, seconds=0.5)
+    _epoch_begin(progress, "validate")
+    clock.now += 0.5
+    _batch(progress, "validate")
+    _epoch_end(progress, "validate")
+    display.epoch_end("validate", name="train-eval")
+    assert asked == ["train", "train-eval"]  # read for the lines drawn only
+    assert _timeless(out.getvalue()) == [
+        "train    | epoch 1 | batch 3 | steps 3 | loss=0.5",
+        "train-eval | epoch 1 | batch 1 | steps 3 | acc=0.75",
+    ]
+
+
+def test_metrics_that_raise_are_warned_about_once_and_the_lines_go_on_without_them() -> None:
+    progress, clock = Progress(), Clock()
+    out = io.StringIO()
+
+    def broken(name: str) -> dict[str, object]:
+        raise KeyError("loss")
+
+    display = Display(progress.view, stream=out, terminal=False, interval=100.0, clock=clock, metrics=broken)
+    _fit(progress)
+    with pytest.warns(UserWarning, match="reading the metrics failed"):
+        _train_epoch(progress, display, clock, batches=1, seconds=0.5)
+    _train_epoch(progress, display, clock, batches=1, seconds=0.5)
+    assert _timeless(out.getvalue()) == [
+        "train    | epoch 1 | batch 1 | steps 1",
+        "train    | epoch 2 | batch 1 | steps 2",
+    ]
+
+
+def _timeless(text: str) -> list[str]:
+    return [
+        " | ".join(part for part in line.split(" | ") if not part.endswith("samples/s") and not part.startswith("ETA"))
+        for line in text.splitlines()
+    ]
+
+
+# beside a tqdm bar ------------------------------------------------------------------------
+def test_with_a_tqdm_bar_open_lines_are_written_between_its_clear_and_its_redraw() -> None:
+    from tqdm import tqdm
+
+    progress, clock = Progress(), Clock()
+    out = io.StringIO()
+    display, _ = Display(progress.view, stream=out, terminal=False, clock=clock), None
+    _fit(progress)
+    with tqdm(total=4, file=out, desc="user bar", mininterval=0) as bar:
+        bar.update(1)
+        _train_epoch(progress, display, clock, batches=1, seconds=0.5)
+        written = out.getvalue()
+    line_at = written.index("train    | epoch 1")
+    assert written[line_at - 1] == "\r"  # tqdm cleared its bar: the line starts a fresh screen line
+    assert "user bar" in written[line_at:]  # and redrew the bar after it
+
+
+def test_on_a_terminal_with_a_tqdm_bar_open_no_live_line_is_drawn_only_the_kept_lines() -> None:
+    from tqdm import tqdm
+
+    progress, clock = Progress(), Clock()
+    out = io.StringIO()
+    display = Display(progress.view, stream=out, terminal=True, clock=clock)
+    _fit(progress)
+    with tqdm(total=4, file=io.StringIO()):
+        _train_epoch(progress, display, clock, batches=2, seconds=0.5)
+    assert "━" not in out.getvalue()
+    assert _timeless(out.getvalue()) == ["train    | epoch 1 | batch 2 | steps 2"]

@@ -1,31 +1,38 @@
 """A live progress display that reads counts only through a ``ProgressView``.
 
-The framework adapters tell it which stage is running and the totals only they
-know (max epochs, batches per epoch); every count it shows comes from the view.
-On a terminal it draws a rich ``Live`` line; elsewhere (CI logs) it prints the
-same line every ``interval`` seconds and at every epoch end.
+The framework adapters tell it which stage is running, the totals only they know
+(max epochs, batches per epoch) and, optionally, the metrics their own bars show; every
+count it shows comes from the view. Rates come from rich's progress tasks. On a terminal
+it draws a rich ``Live`` line; elsewhere (CI logs) it prints the same line every
+``interval`` seconds and at every epoch end.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Generator, Iterator
-from typing import Any, NamedTuple, TextIO, TypeVar
+import warnings
+from collections.abc import Callable, Generator, Iterator, Mapping
+from numbers import Number
+from typing import NamedTuple, TextIO, TypeVar
 
 from tracker_core.counting._view import ProgressView
+from tracker_core.display._meter import Meter
+from tracker_core.display._terminal import LiveLine, write_line
 
-_SMOOTHING = 0.3  # weight of the newest rate measurement (tqdm's default)
-_MIN_MEASURE = 1.0  # seconds between rate measurements
-_TERMINAL_REFRESH = 0.1  # seconds between redraws of the live line
+_SAMPLE_EVERY = 0.1  # seconds between rate samples (and redraws of the live line)
 Batch = TypeVar("Batch")
-_NO_RICH = 'progress display: rich is not installed (pip install "tracker-core[display]"), printing plain lines instead'
+Metrics = Callable[[str], Mapping[str, object]]
+_NO_RICH = (
+    'progress display: rich is not installed (pip install "tracker-core[display]"): '
+    "plain lines, without samples/s or ETA"
+)
 
 
 class Status(NamedTuple):
-    """One line of the display: what is running and how far it has got."""
+    """One line of the display: what is running, how far it has got, and the metrics shown with it."""
 
-    stage: str
+    stage: str  # the line's name: the stage, or the name the adapter was given for it
     epoch: int | None  # 1-based train epoch of the fit run; None outside a fit
     max_epochs: int | None
     batch: int  # batches of this stage's epoch whose step is done
@@ -33,11 +40,12 @@ class Status(NamedTuple):
     steps: int | None  # optimizer steps of the fit run; None outside a fit
     samples_per_second: float | None
     eta: float | None  # seconds; None when a total or the rate is unknown
+    metrics: tuple[tuple[str, str], ...] = ()  # (name, formatted value), in the order given
 
 
 def format_status(status: Status) -> str:
     """The one line format every framework shows, e.g.
-    ``train    | epoch 2/3 | batch 4/6 | steps 10 | 12.5 samples/s | ETA 0:00:05``."""
+    ``train    | epoch 2/3 | batch 4/6 | steps 10 | 12.5 samples/s | ETA 0:00:05 | loss=0.25``."""
     parts = [f"{status.stage:<8}"]
     if status.epoch is not None:
         parts.append(f"epoch {_of(status.epoch, status.max_epochs)}")
@@ -48,7 +56,20 @@ def format_status(status: Status) -> str:
         parts.append(f"{status.samples_per_second:.1f} samples/s")
     if status.eta is not None:
         parts.append(f"ETA {_clock_time(status.eta)}")
+    if status.metrics:
+        parts.append(", ".join(f"{name}={value}" for name, value in status.metrics))
     return " | ".join(parts)
+
+
+def format_metric(value: object) -> str:
+    """A metric as tqdm's postfix shows it: numbers (and one-element tensors) in 3 significant digits."""
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "numel", lambda: 0)() == 1:
+        value = item()
+    if isinstance(value, Number) and not isinstance(value, bool):
+        short = f"{value:.3g}".replace("e+0", "e+").replace("e-0", "e-")
+        return short if len(short) < len(str(value)) else str(value)
+    return str(value).strip()
 
 
 def _of(count: int, total: int | None) -> str:
@@ -61,43 +82,13 @@ def _clock_time(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
-class _Meter:
-    """Smoothed samples/s and batches/s of one stage, measured only while that stage runs."""
-
-    __slots__ = ("batches", "batches_rate", "samples", "samples_rate", "time")
-
-    def __init__(self) -> None:
-        self.time = 0.0
-        self.samples = 0
-        self.batches = 0
-        self.samples_rate: float | None = None
-        self.batches_rate: float | None = None
-
-    def rebase(self, now: float, samples: int, batches: int) -> None:
-        """Measure from here on (the stage resumes after another ran): keep the smoothed rates."""
-        self.time, self.samples, self.batches = now, samples, batches
-
-    def measure(self, now: float, samples: int, batches: int) -> None:
-        elapsed = now - self.time
-        if samples < self.samples or batches < self.batches:  # a checkpoint was loaded
-            self.rebase(now, samples, batches)
-            return
-        if elapsed < _MIN_MEASURE:
-            return
-        self.samples_rate = _smooth(self.samples_rate, (samples - self.samples) / elapsed)
-        self.batches_rate = _smooth(self.batches_rate, (batches - self.batches) / elapsed)
-        self.rebase(now, samples, batches)
-
-
-def _smooth(old: float | None, new: float) -> float:
-    return new if old is None else _SMOOTHING * new + (1 - _SMOOTHING) * old
-
-
 class Display:
     """Shows the progress of ``view``; the adapter calls :meth:`update` after each batch.
 
     ``terminal``: draw a live line (needs rich) rather than plain lines; ``None``
-    asks ``stream.isatty()``. ``interval``: seconds between plain lines.
+    asks ``stream.isatty()``. ``interval``: seconds between plain lines. ``metrics``:
+    called with a line's name when that line is drawn, returns the metrics to show on it
+    (a framework's logged values); what it raises is warned about once and shows nothing.
     """
 
     def __init__(
@@ -108,23 +99,30 @@ class Display:
         terminal: bool | None = None,
         interval: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        metrics: Metrics | None = None,
     ) -> None:
         self._view = view
         self._stream = stream if stream is not None else sys.stdout
         self._interval = interval
         self._clock = clock
+        self._metrics = metrics
+        self._metrics_failed = False
         self._max_epochs: int | None = None
         self._batches: dict[str, int | None] = {}
-        self._meters: dict[str, _Meter] = {}
-        self._stage = ""
-        self._live: _Live | None = None
+        self._meters: dict[str, Meter] = {}
+        self._stages: dict[str, str] = {}  # line name -> the view's stage it counts
+        self._name = ""
+        self._live: LiveLine | None = None
         if terminal is None:
             terminal = self._stream.isatty()
+        try:
+            import rich  # noqa: F401
+        except ImportError:
+            self._write(_NO_RICH)
+            terminal = False
         if terminal:
-            try:
-                self._live = _Live(self._stream)
-            except ImportError:
-                self._write(_NO_RICH)
+            self._live = LiveLine(self._stream)
+        self._sample_due = 0.0
         self._due = clock() + (0.0 if self._live is not None else interval)
 
     # totals only the framework knows -------------------------------------------------
@@ -132,25 +130,30 @@ class Display:
         """Train epochs the fit run ends after, counted in the run (as ``view.train.epochs.run``)."""
         self._max_epochs = max_epochs
 
-    def set_batches(self, stage: str, batches: int | None) -> None:
-        """Batches per epoch of ``stage``; ``None`` when unknown (e.g. an iterable dataset)."""
-        self._batches[stage] = batches
+    def set_batches(self, name: str, batches: int | None) -> None:
+        """Batches per epoch of the line ``name`` (a stage, or the name given to ``update``); ``None`` when
+        unknown (e.g. an iterable dataset)."""
+        self._batches[name] = batches
 
     # driven by the adapter -------------------------------------------------------------
-    def update(self, stage: str) -> None:
-        """``stage`` is running: redraw or print a line when due (cheap otherwise)."""
-        if stage != self._stage:
-            self._switch(stage)
+    def update(self, stage: str, name: str | None = None) -> None:
+        """``stage`` is running, shown as ``name`` (default: the stage): redraw or print a line when due
+        (cheap otherwise)."""
+        if (name or stage) != self._name:
+            self._switch(stage, name or stage)
         now = self._clock()
-        if now >= self._due:
-            self._show(now)
+        if now >= self._sample_due:
+            self._measure(now)
+            if now >= self._due:
+                self._show(now)
 
-    def epoch_end(self, stage: str) -> None:
+    def epoch_end(self, stage: str, name: str | None = None) -> None:
         """An epoch of ``stage`` has done its batches: show its final line (kept on a terminal)."""
-        if stage != self._stage:
-            self._switch(stage)
+        if (name or stage) != self._name:
+            self._switch(stage, name or stage)
         now = self._clock()
-        line = format_status(self._status(now))
+        self._measure(now)
+        line = format_status(self._status())
         if self._live is not None:
             self._live.stop()
             self._live.print(line)
@@ -188,14 +191,17 @@ class Display:
             self._write(text)
 
     # reading the view ------------------------------------------------------------------
-    def _status(self, now: float) -> Status:
-        """The current stage's status, measuring its rates at ``now``."""
+    def _measure(self, now: float) -> None:
+        stage = self._view.stage(self._stages[self._name])
+        self._meters[self._name].measure(stage.samples.lifetime, stage.batches.lifetime.processed)
+        self._sample_due = now + _SAMPLE_EVERY
+
+    def _status(self) -> Status:
+        """The current line's status, at the rates measured last."""
         view = self._view
-        name = self._stage
-        stage = view.stage(name)
+        name = self._name
         meter = self._meters[name]
-        meter.measure(now, stage.samples.lifetime, stage.batches.lifetime.processed)
-        done = stage.batches.epoch.processed
+        done = view.stage(self._stages[name]).batches.epoch.processed
         fit = view.run.kind == "fit"
         epoch = view.train.epochs.run.ready if fit else None
         total = self._batches.get(name)
@@ -206,8 +212,9 @@ class Display:
             batch=done,
             batches=total,
             steps=view.global_step if fit else None,
-            samples_per_second=meter.samples_rate,
-            eta=self._eta(name, done, total, epoch, meter.batches_rate),
+            samples_per_second=meter.samples_per_second,
+            eta=self._eta(self._stages[name], done, total, epoch, meter.batches_per_second),
+            metrics=self._shown_metrics(name),
         )
 
     def _eta(self, stage: str, done: int, total: int | None, epoch: int | None, rate: float | None) -> float | None:
@@ -221,60 +228,40 @@ class Display:
             remaining += max(self._max_epochs - epoch, 0) * total
         return remaining / rate
 
-    def _switch(self, stage: str) -> None:
-        """Another stage runs now: the last one's rates are measured up to now, the new one's from now."""
+    def _shown_metrics(self, name: str) -> tuple[tuple[str, str], ...]:
+        if self._metrics is None or self._metrics_failed:
+            return ()
+        try:
+            return tuple((str(key), format_metric(value)) for key, value in self._metrics(name).items())
+        except Exception as error:  # a user's metric or transform must not stop the training
+            self._metrics_failed = True
+            warnings.warn(f"progress display: reading the metrics failed ({error!r}); none are shown", stacklevel=2)
+            return ()
+
+    def _switch(self, stage: str, name: str) -> None:
+        """Another line runs now: the last one's rates are measured up to now and its clock stops."""
         now = self._clock()
-        if self._stage:
-            last = self._view.stage(self._stage)
-            self._meters[self._stage].measure(now, last.samples.lifetime, last.batches.lifetime.processed)
-        self._stage = stage
-        view = self._view.stage(stage)
-        self._meters.setdefault(stage, _Meter()).rebase(now, view.samples.lifetime, view.batches.lifetime.processed)
+        if self._name:
+            self._measure(now)
+            self._meters[self._name].pause()
+        self._name = name
+        self._stages[name] = stage
+        meter = self._meters.get(name)
+        if meter is None:
+            view = self._view.stage(stage)
+            self._meters[name] = Meter(self._clock, view.samples.lifetime, view.batches.lifetime.processed)
+        else:
+            meter.resume()
+        self._sample_due = 0.0
 
     def _show(self, now: float) -> None:
-        status = self._status(now)
+        status = self._status()
         if self._live is not None:
-            self._live.show(status)
-            self._due = now + _TERMINAL_REFRESH
+            self._live.show(format_status(status), status.batch, status.batches)
+            self._due = now
         else:
             self._write(format_status(status))
             self._due = now + self._interval
 
     def _write(self, line: str) -> None:
-        self._stream.write(line + "\n")
-        self._stream.flush()
-
-
-class _Live:
-    """A rich ``Live`` line (a bar and the status text), started on demand and stopped at epoch ends."""
-
-    def __init__(self, stream: TextIO) -> None:
-        from rich.console import Console
-
-        self._console = Console(file=stream, force_terminal=True)
-        self._live: Any = None
-
-    def show(self, status: Status) -> None:
-        from rich.live import Live
-        from rich.progress_bar import ProgressBar
-        from rich.table import Table
-        from rich.text import Text
-
-        row = Table.grid(padding=(0, 1))
-        row.add_column()
-        row.add_column(no_wrap=True, overflow="ellipsis")
-        row.add_row(ProgressBar(total=status.batches, completed=status.batch, width=20), Text(format_status(status)))
-        if self._live is None:
-            self._live = Live(row, console=self._console, auto_refresh=False, transient=True)
-            self._live.start()
-        self._live.update(row, refresh=True)
-
-    def print(self, text: str) -> None:
-        from rich.text import Text
-
-        self._console.print(Text(text), soft_wrap=True)
-
-    def stop(self) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        write_line(self._stream, line)
