@@ -17,7 +17,6 @@ import pytorch_lightning as pl
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
-from pytorch_lightning.utilities.exceptions import MisconfigurationException
 from torch.utils.data import DataLoader, IterableDataset
 
 from tracker_core import ProgressView, get_progress
@@ -61,11 +60,24 @@ def _lightning(callbacks: list[pl.Callback], **kwargs: Any) -> pl.Trainer:
 
 
 _LIGHTNING_FIT = [
-    "validate | epoch 1/2 | batch 2/2 | steps 4",
     "train    | epoch 1/2 | batch 4/4 | steps 4",
-    "validate | epoch 2/2 | batch 2/2 | steps 8",
+    "validate | epoch 1/2 | batch 2/2 | steps 4",
     "train    | epoch 2/2 | batch 4/4 | steps 8",
+    "validate | epoch 2/2 | batch 2/2 | steps 8",
 ]
+
+
+class _Logging(Recording):
+    """Logs its loss to the progress bar each step and a validation loss each validation epoch."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
+        loss = super().training_step(batch, batch_idx)
+        self.log("loss", 0.25, prog_bar=True)
+        self.log("hidden", 1.0)  # not for the bar
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val_loss", 0.5, prog_bar=True, on_epoch=True)
 
 
 @pytest.mark.parametrize("bar_first", [False, True], ids=["tracker-first", "bar-first"])
@@ -76,13 +88,65 @@ def test_lightning_bar_prints_each_epochs_line_and_ends_on_the_views_counts(bar_
     trainer.fit(Recording(), loader(10, 3), loader(5, 3))
     assert trainer.progress_bar_callback is bar
     assert _counts(out.getvalue()) == _LIGHTNING_FIT
-    assert _LIGHTNING_FIT[-1] == _final_train_line(get_progress(trainer), 2)
+    assert _LIGHTNING_FIT[-2] == _final_train_line(get_progress(trainer), 2)
 
 
-def test_lightning_bar_without_the_tracker_is_refused_at_setup() -> None:
-    trainer = _lightning([LightningDisplay(stream=io.StringIO())])
-    with pytest.raises(MisconfigurationException, match=r"add ProgressTracker\(\) to Trainer"):
-        trainer.fit(Recording(), loader(10, 3))
+def test_lightning_bar_shows_the_metrics_logged_for_the_progress_bar() -> None:
+    out = io.StringIO()
+    trainer = _lightning([ProgressTracker(), LightningDisplay(stream=out, terminal=False, interval=1000.0)])
+    trainer.fit(_Logging(), loader(10, 3), loader(5, 3))
+    assert _counts(out.getvalue()) == [
+        "train    | epoch 1/2 | batch 4/4 | steps 4 | loss=0.25",
+        "validate | epoch 1/2 | batch 2/2 | steps 4 | loss=0.25, val_loss=0.5",
+        "train    | epoch 2/2 | batch 4/4 | steps 8 | loss=0.25, val_loss=0.5",
+        "validate | epoch 2/2 | batch 2/2 | steps 8 | loss=0.25, val_loss=0.5",
+    ]
+
+
+def test_lightning_bar_shows_the_loggers_version_as_lightnings_bars_do(tmp_path: Path) -> None:
+    from pytorch_lightning.loggers import CSVLogger
+
+    out = io.StringIO()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=CSVLogger(tmp_path, version=7),
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        callbacks=[ProgressTracker(), LightningDisplay(stream=out, terminal=False)],
+    )
+    trainer.fit(_Logging(), loader(10, 3))
+    assert _counts(out.getvalue()) == ["train    | epoch 1/1 | batch 4/4 | steps 4 | v_num=7, loss=0.25"]
+
+
+def test_lightning_bar_alone_brings_its_own_tracker_and_resumes_with_it(tmp_path: Path) -> None:
+    out = io.StringIO()
+    trainer = _lightning([LightningDisplay(stream=out, terminal=False)], max_epochs=1)
+    trainer.fit(Recording(), loader(10, 3))
+    trackers = [callback for callback in trainer.callbacks if isinstance(callback, ProgressTracker)]
+    assert len(trackers) == 1 and get_progress(trainer) is trackers[0].tracker.view
+    assert _counts(out.getvalue()) == ["train    | epoch 1/1 | batch 4/4 | steps 4"]
+    trainer.save_checkpoint(tmp_path / "one.ckpt")
+    out = io.StringIO()
+    resumed = _lightning([LightningDisplay(stream=out, terminal=False)], max_epochs=2)
+    resumed.fit(Recording(), loader(10, 3), ckpt_path=tmp_path / "one.ckpt")
+    assert get_progress(resumed).train.epochs.lifetime.completed == 2  # the saved epoch and this one
+    assert _counts(out.getvalue()) == [_final_train_line(get_progress(resumed), 2)]
+
+
+def test_lightning_validation_inside_an_epoch_comes_before_that_epochs_train_line() -> None:
+    out = io.StringIO()
+    trainer = _lightning(
+        [ProgressTracker(), LightningDisplay(stream=out, terminal=False, interval=1000.0)],
+        max_epochs=1,
+        val_check_interval=2,
+    )
+    trainer.fit(Recording(), loader(10, 3), loader(5, 3))
+    assert _counts(out.getvalue()) == [
+        "validate | epoch 1/1 | batch 2/2 | steps 2",  # after train batch 2 of 4
+        "train    | epoch 1/1 | batch 4/4 | steps 4",
+        "validate | epoch 1/1 | batch 2/2 | steps 4",
+    ]
 
 
 def test_lightning_bar_shows_test_validate_and_predict_runs_without_epoch_or_steps() -> None:

@@ -7,19 +7,22 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from tracker_core import get_progress
 from tracker_core.adapter import Display
-from tracker_core.integrations.lightning._bases import ProgressBarBase, misconfiguration
+from tracker_core.integrations.lightning._bases import ProgressBarBase
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
 
 
 class ProgressDisplay(ProgressBarBase):
-    """Lightning's progress bar, showing the tracker's stage, epoch, batch, steps, samples/s and ETA.
+    """Lightning's progress bar, showing the tracker's stage, epoch, batch, steps, samples/s and ETA, then
+    the metrics logged with ``self.log(..., prog_bar=True)`` (``get_metrics``, as Lightning's own bars).
 
-    Needs ``tracker_core.integrations.lightning.ProgressTracker`` among the callbacks (it runs this bar
-    right after it, so the bar sees each hook's counts). On a terminal it draws a live
-    line (with rich); elsewhere it prints a line every ``interval`` seconds and at each
-    epoch end, to ``stream`` (standard output by default).
+    It shows the record of the ``tracker_core.integrations.lightning.ProgressTracker`` among the
+    callbacks, or adds one at setup when there is none (``Trainer(callbacks=[ProgressDisplay()])``);
+    it runs right after the tracker, so it sees each hook's counts. Each train epoch's line comes
+    before the lines of the validation that ends it. On a terminal it draws a live line (with
+    rich); elsewhere it prints a line every ``interval`` seconds and at each epoch end, to
+    ``stream`` (standard output by default).
     """
 
     def __init__(self, stream: TextIO | None = None, terminal: bool | None = None, interval: float = 10.0) -> None:
@@ -29,6 +32,7 @@ class ProgressDisplay(ProgressBarBase):
         self._interval = interval
         self._enabled = True
         self._display: Display | None = None
+        self._train_line_shown = False  # this train epoch's line came before its validation
 
     @property
     def is_enabled(self) -> bool:
@@ -49,7 +53,7 @@ class ProgressDisplay(ProgressBarBase):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
-        _run_after_the_tracker(trainer, self)
+        _run_after_the_tracker(trainer, pl_module, stage, self)
         self._display = None  # made anew for this trainer's progress at first use
 
     def _shown(self, trainer: pl.Trainer) -> Display | None:
@@ -58,7 +62,11 @@ class ProgressDisplay(ProgressBarBase):
             return None
         if self._display is None:
             self._display = Display(
-                get_progress(trainer), stream=self._stream, terminal=self._terminal, interval=self._interval
+                get_progress(trainer),
+                stream=self._stream,
+                terminal=self._terminal,
+                interval=self._interval,
+                metrics=lambda name: self.get_metrics(trainer, trainer.lightning_module),
             )
         return self._display
 
@@ -71,6 +79,7 @@ class ProgressDisplay(ProgressBarBase):
         self._train_totals(trainer)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._train_line_shown = False
         display = self._train_totals(trainer)
         if display is not None:
             display.update("train")
@@ -94,7 +103,7 @@ class ProgressDisplay(ProgressBarBase):
             self._display.update("train")
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._enabled and self._display is not None:
+        if self._enabled and self._display is not None and not self._train_line_shown:
             self._display.epoch_end("train")
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -112,11 +121,20 @@ class ProgressDisplay(ProgressBarBase):
         if self._enabled and self._display is not None:
             self._display.update(stage)
 
-    def _evaluation_epoch_end(self, trainer: pl.Trainer, stage: str) -> None:
+    def _evaluation_end(self, trainer: pl.Trainer, stage: str) -> None:
+        """The evaluation's line, at its end hook: Lightning has computed its epoch metrics by then."""
         if self._enabled and self._display is not None:
             self._display.epoch_end(stage)
             if trainer.state.fn != "fit":
                 self._display.close()
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A validation that ends the train epoch: the train epoch's line first."""
+        if trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_last_batch:
+            return
+        if self._enabled and self._display is not None and not self._train_line_shown:
+            self._display.epoch_end("train")
+            self._train_line_shown = True
 
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
@@ -134,9 +152,9 @@ class ProgressDisplay(ProgressBarBase):
         if not trainer.sanity_checking:
             self._evaluation_batch_end("validate")
 
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self._evaluation_epoch_end(trainer, "validate")
+            self._evaluation_end(trainer, "validate")
 
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._evaluation_start(trainer, "test", trainer.num_test_batches)
@@ -152,8 +170,8 @@ class ProgressDisplay(ProgressBarBase):
     ) -> None:
         self._evaluation_batch_end("test")
 
-    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._evaluation_epoch_end(trainer, "test")
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_end(trainer, "test")
 
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._evaluation_start(trainer, "predict", trainer.num_predict_batches)
@@ -169,8 +187,8 @@ class ProgressDisplay(ProgressBarBase):
     ) -> None:
         self._evaluation_batch_end("predict")
 
-    def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._evaluation_epoch_end(trainer, "predict")
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_end(trainer, "predict")
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self._close()
@@ -184,8 +202,9 @@ def _known(batches: int | float) -> int | None:
     return None if math.isinf(batches) else int(batches)
 
 
-def _run_after_the_tracker(trainer: Any, bar: ProgressDisplay) -> None:
-    """Put ``bar`` right after the ProgressTracker, so each of its hooks sees that hook's counts.
+def _run_after_the_tracker(trainer: Any, pl_module: Any, stage: str, bar: ProgressDisplay) -> None:
+    """Put ``bar`` right after the ProgressTracker, so each of its hooks sees that hook's counts; without
+    a tracker, add one right before ``bar`` and set it up (Lightning restores callback states after setup).
 
     Lightning is iterating ``trainer.callbacks`` to call ``setup``: a new list is
     assigned rather than the running one changed.
@@ -195,11 +214,11 @@ def _run_after_the_tracker(trainer: Any, bar: ProgressDisplay) -> None:
     callbacks = list(trainer.callbacks)
     trackers = [i for i, callback in enumerate(callbacks) if isinstance(callback, ProgressTracker)]
     if not trackers:
-        raise misconfiguration(
-            trainer,
-            "ProgressDisplay shows the progress recorded by tracker_core.integrations.lightning.ProgressTracker: "
-            "add ProgressTracker() to Trainer(callbacks=[...])",
-        )
+        tracker = ProgressTracker()
+        callbacks.insert(callbacks.index(bar), tracker)
+        trainer.callbacks = callbacks
+        tracker.setup(trainer, pl_module, stage)
+        return
     if callbacks.index(bar) < trackers[0]:
         callbacks.remove(bar)
         callbacks.insert(trackers[0], bar)  # the tracker moved up by one: this is right after it
