@@ -28,6 +28,7 @@ from tracker_core.data._rng import GlobalRng
 from tracker_core.display._display import Display
 from tracker_core.display._report import progress_facts, progress_table
 from tracker_core.distributed._elastic import saved_elsewhere
+from tracker_core.logs._tensorboard import rewind_summary_writer
 from tracker_core.state._gradients import capture_gradients, restore_gradients
 from tracker_core.state._model_lifetime import bind_lifetime
 from tracker_core.state._readers import read_int, read_mapping
@@ -61,6 +62,7 @@ __all__ = [
     "reenter_last_run",
     "register_progress",
     "restore_gradients",
+    "rewind_summary_writer",
     "run_scope_bases",
     "samples_in",
     "saved_elsewhere",

@@ -1,0 +1,1 @@
+"""Training logs a resume continues: what the adapters rewind to the checkpoint's step."""
