@@ -114,6 +114,7 @@ class ProgressTracker(CallbackBase):
 
     @property
     def log(self) -> Callable[..., None] | None:
+        """The LightningModule's ``log``, which Lightning gives every callback when a run starts."""
         return self.__dict__.get("_log")
 
     @log.setter
