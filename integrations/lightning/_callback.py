@@ -39,7 +39,6 @@ from tracker_core.integrations._checkpoint_files import LIGHTNING_GRADIENTS_KEY,
 from tracker_core.integrations.lightning import _compat as resume
 from tracker_core.integrations.lightning import _elastic as elastic
 from tracker_core.integrations.lightning._bases import CallbackBase
-from tracker_core.integrations.lightning._loggers import LoggerRewind
 from tracker_core.integrations.lightning._stage_driver import StageDriver
 
 if TYPE_CHECKING:
@@ -110,20 +109,7 @@ class ProgressTracker(CallbackBase):
         self._validation_restart = ""  # read from a fit checkpoint's loops: see _validation_at_load
         self._fit_scope: tuple[int, ...] | None = None  # where the train run scope of this Trainer's fit began
         self._warned = False
-        self._loggers = LoggerRewind()
-
-    @property
-    def log(self) -> Callable[..., None] | None:
-        """The LightningModule's ``log``, which Lightning gives every callback when a run starts."""
-        return self.__dict__.get("_log")
-
-    @log.setter
-    def log(self, log: Callable[..., None]) -> None:
-        """Lightning assigns the module's ``log`` at the start of each run, before it opens the loggers."""
-        self.__dict__["_log"] = log
-        trainer = resume.trainer_of_log(log)
-        if trainer is not None:
-            self._loggers.loggers_opening(trainer)
+        self._warnings_back: Callable[[], None] | None = None  # see resume.quiet_not_resumable_warning
 
     def _drivers(self) -> None:
         progress = self.tracker.progress
@@ -158,6 +144,7 @@ class ProgressTracker(CallbackBase):
         state["_trainer"] = None
         state["_step_hooks"] = []
         state["_train_loaders"] = []
+        state["_warnings_back"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -180,6 +167,7 @@ class ProgressTracker(CallbackBase):
     @_passenger
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._remove_step_hooks()
+        self._warnings_as_before()
         kind = str(getattr(stage, "value", stage))  # Lightning passes its TrainerFn (a str enum)
         if kind != _FIT and not self._run_begun:  # Lightning skipped a loop over zero batches: still a run
             progress = self.tracker.progress
@@ -196,6 +184,7 @@ class ProgressTracker(CallbackBase):
         record as it was when the exception struck, as Lightning's loops do.
         """
         self._remove_step_hooks()
+        self._warnings_as_before()
         self._cut_by = f"{type(exception).__name__} in {getattr(trainer.state.fn, 'value', trainer.state.fn)}"
         self._run_begun = False
 
@@ -219,7 +208,6 @@ class ProgressTracker(CallbackBase):
     # fit -------------------------------------------------------------------------------------
     @_passenger
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._loggers.forget()
         progress = self.tracker.progress
         bind_lifetime(pl_module, progress)  # a model that carries its lifetime (track_lifetime) continues it
         # Lightning restores its loop counters after this hook: a loaded entry says they will carry on
@@ -274,6 +262,15 @@ class ProgressTracker(CallbackBase):
             train.epoch_processed()
             train.epoch_completed()
             self._train.epoch_to_open = True
+        view = self.tracker.view
+        if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
+            batch = view.train.batches.epoch.completed
+            self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
+
+    def _warnings_as_before(self) -> None:
+        if self._warnings_back is not None:
+            self._warnings_back()
+            self._warnings_back = None
 
     @_passenger
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -618,7 +615,6 @@ class ProgressTracker(CallbackBase):
         if trainer.state.fn == _FIT:
             self._gradients = _own_gradients(checkpoint.get(GRADIENTS_KEY), trainer.global_rank)
             self._validation_restart = "finish" if resume.restarts_mid_validation(checkpoint) else "skip"
-            self._loggers.rewind(trainer, checkpoint)  # the loggers continue at the checkpoint's step
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load the entry (``ProgressStateError`` on damage, before anything runs) and re-arm the hooks.

@@ -4,9 +4,13 @@ loop counters), whether its fit counters carry on, and the hook before its first
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
+import re
+import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from torch.utils.data import DataLoader
 
@@ -158,6 +162,32 @@ def hook_before_first_iter(fit_loop: _FitLoop, before: Callable[[list[object]], 
     fit_loop._load_combined_loader_states = _BeforeFirstIter(fit_loop, before)  # type: ignore[method-assign]
 
 
+_NOT_RESUMABLE = (
+    "You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not resumable"
+)
+
+
+def quiet_not_resumable_warning(trainer: pl.Trainer, batch: int, epoch: int) -> Callable[[], None]:
+    """Lightning warns that a plain loader resumed mid-epoch restarts from its first sample; the tracker
+    resumes every tracked loader at its position, so that one warning is ignored until the returned function
+    is called (at the fit's end), and Lightning's log says why."""
+    package = "lightning.pytorch" if type(trainer).__module__.startswith("lightning.") else "pytorch_lightning"
+    logging.getLogger(f"{package}.tracker_core").info(
+        "tracker_core: the ProgressTracker resumes the train dataloader at batch %d of epoch %d (0-based); "
+        "Lightning's warning that the dataloader is not resumable does not apply",
+        batch,
+        epoch,
+    )
+    warnings.filterwarnings("ignore", message=re.escape(_NOT_RESUMABLE))
+    entry = warnings.filters[0]
+
+    def restore() -> None:
+        with contextlib.suppress(ValueError):  # the filters were replaced meanwhile (catch_warnings)
+            cast(list[object], warnings.filters).remove(entry)
+
+    return restore
+
+
 def _check(package: str) -> None:
     fit_loop = importlib.import_module(f"{package}.loops.fit_loop")._FitLoop
     epoch_loop = importlib.import_module(f"{package}.loops.training_epoch_loop")._TrainingEpochLoop
@@ -184,9 +214,3 @@ def _check(package: str) -> None:
 
 for _package in installed():
     _check(_package)
-
-
-def trainer_of_log(log: object) -> pl.Trainer | None:
-    """The Trainer of the LightningModule whose ``log`` Lightning assigns to each callback in ``Trainer._run``."""
-    trainer: pl.Trainer | None = getattr(getattr(log, "__self__", None), "_trainer", None)
-    return trainer

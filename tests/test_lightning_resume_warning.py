@@ -1,0 +1,81 @@
+"""Lightning's "your dataloader is not resumable" warning, false when the tracker resumes a plain loader."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pytorch_lightning")
+
+import pytorch_lightning as pl
+
+from tracker_core.integrations.lightning import ProgressTracker
+
+from helpers.lightning_program import Recording, loader
+
+_WARNING = "your dataloader is not resumable"
+
+
+class _Killed(Exception):
+    pass
+
+
+class _SaveThenDie(pl.Callback):
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step == 6:  # epoch 2, batch 2 of 4
+            trainer.save_checkpoint(self.path)
+            raise _Killed
+
+
+def _trainer(callbacks: list[pl.Callback]) -> pl.Trainer:
+    return pl.Trainer(
+        accelerator="cpu",
+        max_epochs=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        callbacks=callbacks,
+    )
+
+
+def _resumed_mid_epoch(tmp_path: Path, callbacks: list[pl.Callback]) -> tuple[list[str], list[Any]]:
+    """Messages warned while a fit resumes from a checkpoint taken at batch 2 of epoch 2 (0-based 1), and the
+    warning filters about that message left after the fit."""
+    path = tmp_path / "mid.ckpt"
+    with pytest.raises(_Killed):
+        _trainer([ProgressTracker(), _SaveThenDie(path)]).fit(Recording(), loader(10, 3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _trainer(callbacks).fit(Recording(), loader(10, 3), ckpt_path=path)
+        left = [entry for entry in warnings.filters if entry[1] is not None and "resumable" in entry[1].pattern]
+    return [str(warning.message) for warning in caught], left
+
+
+def test_lightning_warns_its_plain_loader_restarts_when_no_tracker_resumes_it(tmp_path: Path) -> None:
+    assert any(_WARNING in message for message in _resumed_mid_epoch(tmp_path, [])[0])
+
+
+def test_a_tracked_plain_loader_resumed_mid_epoch_gets_a_log_note_instead_of_the_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    note = logging.getLogger("pytorch_lightning.tracker_core")
+    note.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="pytorch_lightning.tracker_core"):
+            messages, _ = _resumed_mid_epoch(tmp_path, [ProgressTracker()])
+    finally:
+        note.removeHandler(caplog.handler)
+    assert not [message for message in messages if _WARNING in message]
+    assert "resumes the train dataloader at batch 2 of epoch 1 (0-based)" in caplog.text
+
+
+def test_the_warning_is_ignored_only_during_the_resumed_fit(tmp_path: Path) -> None:
+    assert _resumed_mid_epoch(tmp_path, [ProgressTracker()])[1] == []
