@@ -39,6 +39,7 @@ from tracker_core.integrations._checkpoint_files import LIGHTNING_GRADIENTS_KEY,
 from tracker_core.integrations.lightning import _compat as resume
 from tracker_core.integrations.lightning import _elastic as elastic
 from tracker_core.integrations.lightning._bases import CallbackBase
+from tracker_core.integrations.lightning._loggers import LoggerRewind
 from tracker_core.integrations.lightning._stage_driver import StageDriver
 
 if TYPE_CHECKING:
@@ -110,6 +111,20 @@ class ProgressTracker(CallbackBase):
         self._fit_scope: tuple[int, ...] | None = None  # where the train run scope of this Trainer's fit began
         self._warned = False
         self._warnings_back: Callable[[], None] | None = None  # see resume.quiet_not_resumable_warning
+        self._loggers = LoggerRewind()
+
+    @property
+    def log(self) -> Callable[..., None] | None:
+        """The LightningModule's ``log``, which Lightning gives every callback when a run starts."""
+        return self.__dict__.get("_log")
+
+    @log.setter
+    def log(self, log: Callable[..., None]) -> None:
+        """Lightning assigns the module's ``log`` at the start of each run, before it opens the loggers."""
+        self.__dict__["_log"] = log
+        trainer = resume.trainer_of_log(log)
+        if trainer is not None:
+            self._loggers.loggers_opening(trainer)
 
     def _drivers(self) -> None:
         progress = self.tracker.progress
@@ -208,6 +223,7 @@ class ProgressTracker(CallbackBase):
     # fit -------------------------------------------------------------------------------------
     @_passenger
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._loggers.forget()
         progress = self.tracker.progress
         bind_lifetime(pl_module, progress)  # a model that carries its lifetime (track_lifetime) continues it
         # Lightning restores its loop counters after this hook: a loaded entry says they will carry on
@@ -615,6 +631,7 @@ class ProgressTracker(CallbackBase):
         if trainer.state.fn == _FIT:
             self._gradients = _own_gradients(checkpoint.get(GRADIENTS_KEY), trainer.global_rank)
             self._validation_restart = "finish" if resume.restarts_mid_validation(checkpoint) else "skip"
+            self._loggers.rewind(trainer, checkpoint)  # the loggers continue at the checkpoint's step
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load the entry (``ProgressStateError`` on damage, before anything runs) and re-arm the hooks.

@@ -214,3 +214,9 @@ def _check(package: str) -> None:
 
 for _package in installed():
     _check(_package)
+
+
+def trainer_of_log(log: object) -> pl.Trainer | None:
+    """The Trainer of the LightningModule whose ``log`` Lightning assigns to each callback in ``Trainer._run``."""
+    trainer: pl.Trainer | None = getattr(getattr(log, "__self__", None), "_trainer", None)
+    return trainer
