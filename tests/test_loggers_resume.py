@@ -34,6 +34,7 @@ from helpers.logger_runs import (
     KILL_AT,
     checkpoint_at,
     csv_points,
+    ignite_run,
     lightning_fit,
     lightning_logger,
     tensorboard_points,
@@ -141,3 +142,27 @@ def test_a_logger_the_adapter_cannot_rewind_is_named_in_one_warning(lightning_ru
     assert len(named) == 1
     assert "_Listing (the adapter cannot rewind it)" in named[0]
     assert "TensorBoardLogger" not in named[0]
+
+
+@pytest.fixture(scope="module")
+def ignite_killed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An Ignite run's folder (TensorBoard logs, checkpoints), SIGKILLed after logging iteration 16."""
+    pytest.importorskip("ignite")
+    folder = tmp_path_factory.mktemp("ignite_killed")
+    _interrupted("ignite", folder)
+    return folder
+
+
+def test_an_ignite_tensorboard_logger_resumed_after_a_kill_logs_each_iteration_once(
+    ignite_killed: Path, tmp_path: Path
+) -> None:
+    shutil.copytree(ignite_killed, tmp_path, dirs_exist_ok=True)
+    before = tensorboard_points(tmp_path / "tb")
+    assert [step for step, _ in before["train/loss"]] == list(range(1, KILL_AT + 1))
+    ignite_run(tmp_path, 1, resume_from=str(tmp_path / "checkpoints" / f"checkpoint_{RESUMED_AT}.pt"))
+    after = tensorboard_points(tmp_path / "tb")
+    for tag in ("train/loss", "train/process"):
+        assert [step for step, _ in after[tag]] == list(range(1, STEPS + 1))
+        assert after[tag][:RESUMED_AT] == before[tag][:RESUMED_AT]
+    assert {value for _, value in after["train/process"][:RESUMED_AT]} == {0.0}
+    assert {value for _, value in after["train/process"][RESUMED_AT:]} == {1.0}

@@ -18,6 +18,16 @@ def prepend_handler(engine: Engine, event: Any, handler: Callable[..., None]) ->
     handlers.insert(0, handlers.pop())
 
 
+def registered_handlers(engine: Engine) -> list[tuple[Any, Callable[..., Any], tuple[Any, ...]]]:
+    """``(event, handler, arguments)`` of each handler on ``engine`` (a filtered event's handler unwrapped)."""
+    found = []
+    for event, entries in engine._event_handlers.items():
+        for handler, arguments, _ in entries:
+            parent = getattr(handler, "_parent", None)
+            found.append((event, parent() if parent is not None else handler, tuple(arguments)))
+    return found
+
+
 def set_batches_into_epoch(engine: Engine, batches: int) -> None:
     """Make Ignite's next epoch iteration start at its batch ``batches`` (Ignite's ``_init_iter``)."""
     engine._init_iter = batches

@@ -49,6 +49,7 @@ from tracker_core.integrations.ignite._compat import prepend_handler, set_batche
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
 from tracker_core.integrations.ignite._events import attach_stage, attach_trainer
 from tracker_core.integrations.ignite._loaders import Loaders
+from tracker_core.integrations.ignite._loggers import rewind_loggers
 from tracker_core.integrations.ignite._rng_check import RngCheck
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 from tracker_core.integrations.ignite._settle import Anomalies, close_cut
@@ -76,6 +77,7 @@ class ProgressHandler:
         self._anomalies = Anomalies(self._tracker.progress)
         self._loaders = Loaders(self._tracker)
         self._rng_check = RngCheck()
+        self._engines: list[Engine] = []  # attached: their loggers continue at a resumed iteration
 
     @property
     def view(self) -> ProgressView:
@@ -148,6 +150,7 @@ class ProgressHandler:
         if model is not None:
             self._bind_at_start(engine, model)
         register(engine, self._tracker.progress)
+        self._engines.append(engine)
 
     def _bind_at_start(self, engine: Engine, model: torch.nn.Module) -> None:
         """Bind ``model``'s lifetime at each STARTED, ahead of the handler's own STARTED handlers that begin the run."""
@@ -248,6 +251,7 @@ class ProgressHandler:
         if mapped:
             map_engine(engine, view)
         continues = _align_engine(engine, view)
+        rewind_loggers(engine, self._engines)
         if continues and self._loaders.round_robin is not None:
             self._loaders.round_robin.resume_at(view.train.batches.epoch.completed)
         self._rng_check.first_batch_continues_the_epoch(engine, continues)

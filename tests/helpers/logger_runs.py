@@ -115,9 +115,61 @@ def tensorboard_points(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
     }
 
 
+def ignite_run(folder: Path, process: int, kill_at: int | None = None, resume_from: str | None = None) -> Any:
+    """Train 5 epochs of 4 iterations, logging each iteration into an Ignite ``TensorboardLogger`` (``folder/tb``)
+    and saving a ``Checkpoint`` every 6 iterations into ``folder/checkpoints``; returns the logger."""
+    from ignite.engine import Engine, Events
+    from ignite.handlers import Checkpoint, DiskSaver
+    from ignite.handlers.tensorboard_logger import TensorboardLogger
+
+    from tracker_core.integrations.ignite import ProgressHandler
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(engine: Engine, batch: Any) -> float:
+        x, y = batch
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    trainer = Engine(step)
+    progress = ProgressHandler()
+    progress.attach(trainer, optimizers=[optimizer])
+    to_save = {"trainer": trainer, "model": model, "optimizer": optimizer, "progress": progress}
+    saver = DiskSaver(str(folder / "checkpoints"), require_empty=False)
+    trainer.add_event_handler(
+        Events.ITERATION_COMPLETED(every=CHECKPOINT_EVERY), Checkpoint(to_save, saver, n_saved=None)
+    )
+    logger = TensorboardLogger(log_dir=str(folder / "tb"))
+    logger.attach_output_handler(
+        trainer,
+        Events.ITERATION_COMPLETED,
+        tag="train",
+        output_transform=lambda loss: {"loss": loss, "process": process},
+    )
+    if kill_at is not None:
+
+        @trainer.on(Events.ITERATION_COMPLETED(once=kill_at))
+        def _kill(engine: Engine) -> None:
+            logger.writer.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    if resume_from is not None:
+        Checkpoint.load_objects(to_save, torch.load(resume_from, weights_only=True))
+    trainer.run(_loader(), max_epochs=EPOCHS)
+    logger.close()
+    return logger
+
+
 if __name__ == "__main__":
     framework, where, kill = sys.argv[1:4]
     if framework == "lightning":  # both loggers write into run/version_0
         both = [lightning_logger(kind, Path(where), version=0) for kind in ("tensorboard", "csv")]
         lightning_fit(both, process=0, kill_at=int(kill))
+    if framework == "ignite":
+        ignite_run(Path(where), process=0, kill_at=int(kill))
     raise SystemExit("not killed")
