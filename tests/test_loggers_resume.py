@@ -32,6 +32,7 @@ from helpers.logger_runs import (
     BATCHES_PER_EPOCH,
     EPOCHS,
     KILL_AT,
+    accelerate_run,
     checkpoint_at,
     csv_points,
     ignite_run,
@@ -166,3 +167,27 @@ def test_an_ignite_tensorboard_logger_resumed_after_a_kill_logs_each_iteration_o
         assert after[tag][:RESUMED_AT] == before[tag][:RESUMED_AT]
     assert {value for _, value in after["train/process"][:RESUMED_AT]} == {0.0}
     assert {value for _, value in after["train/process"][RESUMED_AT:]} == {1.0}
+
+
+@pytest.fixture(scope="module")
+def accelerate_killed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An Accelerate run's folder (the tensorboard tracker's run, save_state folders), SIGKILLed after step 16."""
+    pytest.importorskip("accelerate")
+    folder = tmp_path_factory.mktemp("accelerate_killed")
+    _interrupted("accelerate", folder)
+    return folder
+
+
+def test_an_accelerate_tensorboard_tracker_resumed_after_a_kill_logs_each_step_once(
+    accelerate_killed: Path, tmp_path: Path
+) -> None:
+    shutil.copytree(accelerate_killed, tmp_path, dirs_exist_ok=True)
+    before = tensorboard_points(tmp_path / "run")
+    assert [step for step, _ in before["loss"]] == list(range(1, KILL_AT + 1))
+    accelerate_run(tmp_path, 1, resume_from=str(tmp_path / f"step_{RESUMED_AT}"))
+    after = tensorboard_points(tmp_path / "run")
+    for tag in ("loss", "process"):
+        assert [step for step, _ in after[tag]] == list(range(1, STEPS + 1))
+        assert after[tag][:RESUMED_AT] == before[tag][:RESUMED_AT]
+    assert {value for _, value in after["process"][:RESUMED_AT]} == {0.0}
+    assert {value for _, value in after["process"][RESUMED_AT:]} == {1.0}

@@ -51,6 +51,7 @@ from tracker_core.integrations.accelerate._compat import (
     prepared_optimizers,
     prepared_schedulers,
 )
+from tracker_core.integrations.accelerate._loggers import rewind_trackers
 from tracker_core.integrations.accelerate._loops import Evaluation, TrainBatch
 
 __all__ = ["AcceleratorProgress"]
@@ -542,6 +543,7 @@ class AcceleratorProgress:
                 self._restored_iterations[index] = iteration.pass_start if use_pass else iteration.now  # type: ignore[assignment]
         if resuming_epoch:
             _warn_if_passes_alternate(saved.loader_iterations, self._finished_passes)
+        rewind_trackers(accelerator, self.view.global_step)  # init_trackers' trackers continue at this step
 
 
 def _files_of_one_save(

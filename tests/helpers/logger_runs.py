@@ -165,6 +165,40 @@ def ignite_run(folder: Path, process: int, kill_at: int | None = None, resume_fr
     return logger
 
 
+def accelerate_run(folder: Path, process: int, kill_at: int | None = None, resume_from: str | None = None) -> None:
+    """Train 5 epochs of 4 batches with ``accelerator.log(..., step=progress.view.global_step)`` into the
+    tensorboard tracker (``folder/run``), ``save_state`` every 6 steps into ``folder/step_<N>``."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+
+    from tracker_core.integrations.accelerate import AcceleratorProgress
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    torch.manual_seed(0)
+    accelerator = Accelerator(cpu=True, log_with="tensorboard", project_dir=str(folder))
+    accelerator.init_trackers("run")
+    model = torch.nn.Linear(4, 1)
+    model, optimizer, loader = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), _loader())
+    progress = AcceleratorProgress(accelerator)
+    if resume_from is not None:
+        accelerator.load_state(resume_from)
+    for _ in progress.epochs(EPOCHS):
+        for x, y in progress.train(loader):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            step = progress.view.global_step
+            accelerator.log({"loss": loss.item(), "process": process}, step=step)
+            if step % CHECKPOINT_EVERY == 0:
+                accelerator.save_state(str(folder / f"step_{step}"))
+            if step == kill_at:
+                accelerator.get_tracker("tensorboard", unwrap=True).flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+    accelerator.end_training()
+
+
 if __name__ == "__main__":
     framework, where, kill = sys.argv[1:4]
     if framework == "lightning":  # both loggers write into run/version_0
@@ -172,4 +206,6 @@ if __name__ == "__main__":
         lightning_fit(both, process=0, kill_at=int(kill))
     if framework == "ignite":
         ignite_run(Path(where), process=0, kill_at=int(kill))
+    if framework == "accelerate":
+        accelerate_run(Path(where), process=0, kill_at=int(kill))
     raise SystemExit("not killed")
