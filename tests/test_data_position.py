@@ -468,7 +468,7 @@ BAD_STATES = [
     ("other-epoch-length", _MAP, _set("batches_per_epoch", 9), "batches_per_epoch"),
     ("unknown-kind", _MAP, _set("kind", "tape"), "kind"),
     ("kind-of-another-loader", _MAP, _set("kind", "iterable_replay"), "kind"),
-    ("newer-version", _MAP, _set("version", 2), "version"),
+    ("newer-version", _MAP, _set("version", 3), "version"),
     ("bad-base64", _MAP, _set("epoch/sampler_rng/torch", "%%%"), "epoch.sampler_rng.torch"),
     ("truncated-generator-state", _MAP, _set("generators/generator", _B64_SHORT), "generators.generator"),
     ("negative-sampler-epoch", "map-distributed-sampler", _set(_EPOCHS_PATH, -1), _EPOCHS_PATH.replace("/", ".")),
@@ -568,7 +568,7 @@ BAD_RNG_STATES = [
     ("truncated-torch-state", _set("torch", _B64_SHORT), "torch"),
     ("truncated-python-words", _set("python/words", _B64_SHORT), "python.words"),
     ("negative-numpy-pos", _set("numpy/pos", -1), "numpy.pos"),
-    ("newer-version", _set("version", 2), "version"),
+    ("newer-version", _set("version", 3), "version"),
 ]
 
 

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 from tracker_core._errors import ProgressStateError
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
+from tracker_core.data._compact import compact_loader, compact_rng, expand_loader, expand_rng
 from tracker_core.data._position import LoaderPosition, _ParsedState
 from tracker_core.data._rng import GlobalRng
 from tracker_core.data._saved_loader import check_saved_loader
@@ -93,6 +94,7 @@ class Tracker:
         # Outside a train epoch a load restores only generators (nothing is replayed), and the
         # framework may already have built the next epoch's iterator: nothing of it is consumed.
         in_epoch = reenters_train_epoch(train._epochs.lifetime())
+        rng = GlobalRng.capture().to_plain()
         loaders: list[dict[str, Any]] = []
         for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
             consumed = 0
@@ -100,7 +102,7 @@ class Tracker:
                 consumed = counts[index].batches.total - counts[index].batches.epoch_base
             position = self._loaders.get(index)
             if position is not None:
-                loaders.append(position.state_dict(batches_consumed=consumed))
+                loaders.append(compact_loader(position._plain_state_dict(consumed), rng))
             else:
                 loaders.append({"kind": "untracked"})
                 if consumed and self.view.train.is_mid_epoch:
@@ -111,7 +113,7 @@ class Tracker:
                         InexactResumeWarning,
                         stacklevel=2,
                     )
-        return {"progress": self.progress.state_dict(), "train_loaders": loaders, "rng": GlobalRng.capture().to_plain()}
+        return {"progress": self.progress.state_dict(), "train_loaders": loaders, "rng": compact_rng(rng)}
 
     def gathered_state_dict(self) -> dict[str, Any]:
         """Collective (every rank calls it at the checkpoint): one entry that resumes every rank.
@@ -226,6 +228,7 @@ class Tracker:
                 parsed_progress = parse(entry["progress"])
             with keys_under("rng"):
                 rng = GlobalRng.from_plain(entry["rng"])
+                saved_rng = expand_rng(entry["rng"])  # what the loaders' iterator_rng may refer to
             states = entry["train_loaders"]
             if not isinstance(states, list) or not all(isinstance(s, dict) for s in states):
                 raise ProgressStateError("train_loaders", "expected a list of dicts")
@@ -237,8 +240,9 @@ class Tracker:
             resume_epoch = reenters_train_epoch(parsed_progress.train_epochs)
             ready = {}
             pending = {}
-            for index, state in enumerate(states):
+            for index, saved in enumerate(states):
                 with keys_under(f"train_loaders.{index}"):
+                    state = expand_loader(saved, "", saved_rng)
                     check_saved_loader(state)  # all of it that needs no loader, also for loaders registered later
                 if state.get("kind") == "untracked":
                     if resume_epoch and index < parsed_progress.train_dataloaders:
@@ -284,9 +288,10 @@ def _check_every_rank(ranks: list[Any], loaded: str) -> None:
                 parse(part["progress"])
             with keys_under("rng"):
                 GlobalRng.from_plain(part["rng"])
+            saved_rng = expand_rng(part["rng"])
             for loader_index, state in enumerate(part["train_loaders"]):
                 with keys_under(f"train_loaders.{loader_index}"):
-                    check_saved_loader(state)
+                    check_saved_loader(state, "", saved_rng)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,6 +55,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from tracker_core._errors import ProgressStateError
+from tracker_core.data._compact import compact_loader, expand_loader
 from tracker_core.data._epoch import EpochRecord, FastForward, Replay, Site
 from tracker_core.data._fast_forward import SlowResumeWarning
 from tracker_core.data._iterable_replay import IterableReplay
@@ -89,7 +90,7 @@ __all__ = [
     "restore_rng_state",
 ]
 
-STATE_VERSION = 1
+STATE_VERSION = 1  # the form readers check; saved as version 2 (``_compact.py``), which expands to it
 
 _STATE_KEYS = (
     "version",
@@ -181,6 +182,10 @@ class LoaderPosition:
         between epochs pass the finished epoch's length. Raises ``ValueError`` if it is
         negative, above an epoch's length, or nonzero before any batch was drawn.
         """
+        return compact_loader(self._plain_state_dict(batches_consumed))
+
+    def _plain_state_dict(self, batches_consumed: int) -> dict[str, Any]:
+        """:meth:`state_dict` in version 1 (plain base64 blobs), before ``tracker_core/data/_compact.py``."""
         if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, int):
             raise TypeError(f"batches_consumed must be an int, got {type(batches_consumed).__name__}")
         if batches_consumed < 0:
@@ -246,7 +251,9 @@ class LoaderPosition:
         cursor.awaiting_sampler = False
         self._strategy.arm(parsed.loader_state)
 
-    def _parse(self, state: object) -> _ParsedState:
+    def _parse(self, state: object, rng: Mapping[str, Any] | None = None) -> _ParsedState:
+        """``rng``: the version 1 global snapshot saved beside ``state`` (its ``iterator_rng`` may refer to it)."""
+        state = expand_loader(state, "", rng)
         if not isinstance(state, Mapping):
             raise ProgressStateError("", f"expected a mapping, got {type(state).__name__}")
         if "kind" not in state:
@@ -259,7 +266,7 @@ class LoaderPosition:
         fields = read_mapping(state, "", required=_STATE_KEYS, optional=_OPTIONAL_STATE_KEYS)
         version = read_int(fields["version"], "version")
         if version != STATE_VERSION:
-            raise ProgressStateError("version", f"unsupported version {version}; this code reads {STATE_VERSION}")
+            raise ProgressStateError("version", f"unsupported version {version}; this code reads 1 and 2")
         skip = read_int(fields["batches_consumed"], "batches_consumed", minimum=0)
         per_epoch = fields["batches_per_epoch"]
         if per_epoch is not None:

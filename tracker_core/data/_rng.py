@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from tracker_core._errors import ProgressStateError
+from tracker_core.data._compact import RNG_COMPACT_VERSION, expand_rng
 from tracker_core.data._device_rng import (
     DeviceStates,
     apply_devices,
@@ -104,12 +105,16 @@ class GlobalRng:
 
     @classmethod
     def from_plain(cls, state: object, key: str = "") -> GlobalRng:
-        """Validate fully (each part is tried on a scratch generator), changing nothing."""
+        """Validate fully (each part is tried on a scratch generator), changing nothing.
+
+        Reads version 1 and its short form, version 2 (``tracker_core/data/_compact.py``)."""
+        state = expand_rng(state, key)
         fields = read_mapping(state, key, required=("version", "torch", "python", "numpy"), optional=("devices",))
         version = read_int(fields["version"], join_key(key, "version"))
         if version != RNG_STATE_VERSION:
             raise ProgressStateError(
-                join_key(key, "version"), f"unsupported version {version}; this code reads {RNG_STATE_VERSION}"
+                join_key(key, "version"),
+                f"unsupported version {version}; this code reads {RNG_STATE_VERSION} and {RNG_COMPACT_VERSION}",
             )
         torch_state = read_torch_cpu_state(fields["torch"], join_key(key, "torch"))
         python_state = _python_state(fields["python"], join_key(key, "python"))

@@ -15,6 +15,7 @@ from typing import Any, cast
 import torch
 
 from tracker_core._errors import ProgressStateError
+from tracker_core.data._compact import expand_loader
 from tracker_core.data._position import (
     _EPOCH_KEYS,
     _KINDS,
@@ -58,8 +59,12 @@ _MAIN_SNAPSHOT_KEYS = (
 _WORKER_KEYS = ("worker_id", "dataset_state", "fetcher_state")
 
 
-def check_saved_loader(state: object, key: str = "") -> None:
-    """Raise ``ProgressStateError`` naming the key for anything wrong in ``state`` that no loader is needed to see."""
+def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | None = None) -> None:
+    """Raise ``ProgressStateError`` naming the key for anything wrong in ``state`` that no loader is needed to see.
+
+    ``rng``: the version 1 global snapshot saved beside ``state``, which its ``iterator_rng`` may refer to.
+    """
+    state = expand_loader(state, key, rng)
     if not isinstance(state, Mapping):
         raise ProgressStateError(key, f"expected a mapping, got {type(state).__name__}")
     if "kind" not in state:
@@ -72,7 +77,7 @@ def check_saved_loader(state: object, key: str = "") -> None:
         raise ProgressStateError(join_key(key, "kind"), f"unknown kind {kind[:40]!r}; expected one of {list(_KINDS)}")
     fields = read_mapping(state, key, required=_STATE_KEYS, optional=_OPTIONAL_STATE_KEYS)
     if read_int(fields["version"], join_key(key, "version")) != STATE_VERSION:
-        raise ProgressStateError(join_key(key, "version"), f"unsupported version; this code reads {STATE_VERSION}")
+        raise ProgressStateError(join_key(key, "version"), "unsupported version; this code reads 1 and 2")
     skip = read_int(fields["batches_consumed"], join_key(key, "batches_consumed"), minimum=0)
     per_epoch = fields["batches_per_epoch"]
     if per_epoch is not None:

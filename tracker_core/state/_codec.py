@@ -131,6 +131,10 @@ def text_to_bytes(value: object, key: str, *, size: int | None = None) -> bytes:
     try:
         data = base64.b64decode(value.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError):
+        if value.startswith("x:"):  # tracker_core/state/_blobs.py
+            raise ProgressStateError(
+                key, "a difference from a related RNG state: damaged, or that state is missing or damaged"
+            ) from None
         raise ProgressStateError(key, "not valid base64 text") from None
     if size is not None and len(data) != size:
         raise ProgressStateError(key, f"expected {size} bytes, got {len(data)}")

@@ -1,0 +1,52 @@
+"""One rank's tracker entry mid-epoch, with one shuffled train loader: what the size tests and
+``benchmarks/checkpoint_scale.py`` measure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from tracker_core import Tracker
+
+BATCH_SIZE = 4
+DATASET_SIZE = 64
+
+
+def shuffled_loader(sampler: Any = None) -> DataLoader[Any]:
+    """A map-style loader of ``DATASET_SIZE`` numbers (shuffled unless a ``sampler`` is given)."""
+    data = TensorDataset(torch.arange(float(DATASET_SIZE)))
+    return DataLoader(data, batch_size=BATCH_SIZE, shuffle=sampler is None, sampler=sampler)
+
+
+def trained(
+    batches: int, loader: DataLoader[Any] | None = None, draws_per_batch: int = 0
+) -> tuple[Tracker, DataLoader[Any], Any]:
+    """A tracker after ``batches`` train batches of its loader's first epoch, the loader (keep it: the
+    tracker holds it weakly) and the epoch's iterator.
+
+    A tiny model is initialised first (global torch draws, as any training does); each batch then
+    draws ``draws_per_batch`` numbers from the global torch generator (dropout on the CPU).
+    """
+    torch.nn.Linear(4, 1)
+    loader = shuffled_loader() if loader is None else loader
+    tracker = Tracker()
+    tracker.track_train_loader(loader)
+    progress = tracker.progress
+    progress.run_ready("fit")
+    progress.run_started()
+    train = progress.train
+    train.epoch_ready()
+    train.epoch_started()
+    iterator = iter(loader)
+    for _ in range(batches):
+        next(iterator)
+        train.batch_ready()
+        train.batch_started()
+        if draws_per_batch:
+            torch.rand(draws_per_batch)
+        train.optimizer_step()
+        train.batch_processed(BATCH_SIZE)
+        train.batch_completed()
+    return tracker, loader, iterator

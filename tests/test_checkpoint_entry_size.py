@@ -1,0 +1,85 @@
+"""One rank's checkpoint entry is small: RNG snapshots stored once, related ones as differences."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import torch
+
+from tracker_core import ProgressStateError, Tracker
+from tracker_core.data._compact import expand_loader, expand_rng
+from tracker_core.data._position import LoaderPosition
+
+from helpers.small_entry import shuffled_loader, trained
+
+MAX_ENTRY_BYTES = 16 * 1024
+
+
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value).encode())
+
+
+def _rest_of_epoch(entry: Any) -> list[list[float]]:
+    loader = shuffled_loader()
+    tracker = Tracker()
+    tracker.track_train_loader(loader)
+    tracker.load_state_dict(json.loads(json.dumps(entry)))
+    return [batch[0].tolist() for batch in loader]
+
+
+def test_one_ranks_entry_with_one_tracked_train_loader_is_at_most_16_kb_as_json() -> None:
+    torch.manual_seed(0)
+    tracker, _loader, _ = trained(batches=3)
+    assert _json_bytes(tracker.state_dict()) <= MAX_ENTRY_BYTES
+
+
+def test_the_loader_position_holds_no_full_rng_snapshot_when_the_global_one_determines_it() -> None:
+    torch.manual_seed(0)
+    tracker, _loader, _ = trained(batches=3)
+    assert _json_bytes(tracker.state_dict()["train_loaders"][0]) < 1024
+
+
+def test_an_entry_resumes_the_rest_of_the_epoch_exactly_in_the_short_form() -> None:
+    torch.manual_seed(0)
+    # 2000 draws a batch: the torch generator twists between the loader's snapshot and the global one
+    tracker, _loader, iterator = trained(batches=3, draws_per_batch=2000)
+    entry = tracker.state_dict()
+    assert _rest_of_epoch(entry) == [batch[0].tolist() for batch in iterator]
+
+
+def test_an_entry_saved_in_the_older_plain_base64_form_still_resumes_exactly() -> None:
+    torch.manual_seed(0)
+    tracker, _loader, iterator = trained(batches=3)
+    entry = tracker.state_dict()
+    rng = expand_rng(entry["rng"])
+    older = {**entry, "rng": rng, "train_loaders": [expand_loader(entry["train_loaders"][0], "", rng)]}
+    assert older["rng"]["version"] == 1 and older["train_loaders"][0]["version"] == 1
+    assert _rest_of_epoch(older) == [batch[0].tolist() for batch in iterator]
+
+
+def test_a_loader_position_saved_alone_is_complete_without_the_entrys_rng() -> None:
+    torch.manual_seed(0)
+    tracker, _loader, iterator = trained(batches=3)
+    state = tracker._loaders[0].state_dict(batches_consumed=3)
+    loader = shuffled_loader()
+    LoaderPosition(loader).load_state_dict(json.loads(json.dumps(state)))
+    assert [batch[0].tolist() for batch in loader] == [batch[0].tolist() for batch in iterator]
+
+
+def test_a_damaged_difference_is_refused_naming_its_key_and_nothing_changes() -> None:
+    torch.manual_seed(0)
+    tracker, _loader, _ = trained(batches=3)
+    entry = copy.deepcopy(tracker.state_dict())
+    sampler_rng = entry["train_loaders"][0]["epoch"]["sampler_rng"]
+    assert sampler_rng["torch"].startswith("x:")
+    sampler_rng["torch"] = "x:AAAA"
+    fresh = Tracker()
+    fresh.track_train_loader(shuffled_loader())
+    before = fresh.progress.state_dict()
+    with pytest.raises(ProgressStateError) as caught:
+        fresh.load_state_dict(entry)
+    assert caught.value.key == "train_loaders.0.epoch.sampler_rng.torch"
+    assert fresh.progress.state_dict() == before

@@ -1,0 +1,164 @@
+"""The saved form of RNG snapshots and loader states: each blob short, and related snapshots stored as differences.
+
+A global RNG snapshot (``GlobalRng.to_plain``, version 1) becomes version 2: every blob in a
+short text form (``tracker_core/state/_blobs.py``), each relative to a *base* snapshot when
+one is given. A loader state (``LoaderPosition``, version 1) becomes version 2 where
+
+* ``epoch.iterator_rng`` (the global RNGs when the epoch began) is a version 2 snapshot relative to
+  the entry's ``rng`` (the global RNGs at the checkpoint) when the Tracker saves it, else standalone;
+* ``epoch.sampler_rng.torch`` is relative to ``epoch.iterator_rng.torch``, and each
+  ``epoch.sampler_rng.generators`` entry, like ``epoch.loader_generator``, to the same generator
+  in ``generators``: the sampler starts a few draws after the iterator is built;
+* every other generator state is compressed.
+
+So one full snapshot per generator determines the rest. :func:`expand_rng` and
+:func:`expand_loader` give back version 1 (plain base64), which the readers check; anything
+else passes through unchanged for them to refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tracker_core._errors import ProgressStateError
+from tracker_core.state._blobs import blob_bytes, plain_text, short_text
+from tracker_core.state._readers import join_key
+
+RNG_COMPACT_VERSION = 2
+LOADER_COMPACT_VERSION = 2
+_RNG_BLOBS = (("torch",), ("python", "words"), ("numpy", "keys"))
+_LOADER = ("generator",)  # the loader's own generator among ``generators``
+
+
+def compact_rng(plain: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A version 1 snapshot as version 2, its blobs relative to the version 1 snapshot ``base`` if given."""
+    out = _copy(plain)
+    for path in _RNG_BLOBS:
+        data = _raw(plain, path)
+        if data is not None:
+            _put(out, path, short_text(data, None if base is None else _raw(base, path)))
+    out["version"] = RNG_COMPACT_VERSION
+    return out
+
+
+def expand_rng(value: object, key: str = "", base: Mapping[str, Any] | None = None) -> Any:
+    """A version 2 snapshot as version 1 (``base``: the version 1 snapshot its differences refer to)."""
+    if not isinstance(value, Mapping) or value.get("version") != RNG_COMPACT_VERSION:
+        return value
+    out = _copy(value)
+    for path in _RNG_BLOBS:
+        text = _get(value, path)
+        if isinstance(text, str):
+            where = join_key(key, ".".join(path))
+            _put(out, path, plain_text(text, where, None if base is None else _raw(base, path)))
+    out["version"] = 1
+    return out
+
+
+def compact_loader(state: Mapping[str, Any], rng: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A version 1 loader state as version 2; ``rng``: the version 1 global snapshot saved beside it, if any."""
+    out = _copy(state)
+    if state.get("version") != 1:
+        return out  # "untracked"
+    out["version"] = LOADER_COMPACT_VERSION
+    generators = state["generators"]
+    out["generators"] = {path: short_text(blob_bytes(text, "")) for path, text in generators.items()}
+    epoch = state["epoch"]
+    if epoch is None:
+        return out
+    compact = out["epoch"] = dict(epoch)
+    iterator = epoch["iterator_rng"]
+    if iterator is not None:
+        compact["iterator_rng"] = compact_rng(iterator, rng)
+    if epoch["loader_generator"] is not None:
+        compact["loader_generator"] = short_text(blob_bytes(epoch["loader_generator"], ""), _raw(generators, _LOADER))
+    sampler = epoch.get("sampler_rng")
+    if sampler is not None:
+        torch_base = None if iterator is None else _raw(iterator, ("torch",))
+        compact["sampler_rng"] = {
+            **sampler,
+            "torch": short_text(blob_bytes(sampler["torch"], ""), torch_base),
+            "generators": {
+                path: short_text(blob_bytes(text, ""), _raw(generators, (path,)))
+                for path, text in sampler["generators"].items()
+            },
+        }
+    return out
+
+
+def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = None) -> Any:
+    """A version 2 loader state as version 1; ``rng``: the version 1 global snapshot saved beside it, if any."""
+    if not isinstance(value, Mapping) or value.get("version") != LOADER_COMPACT_VERSION:
+        return value
+    out = _copy(value)
+    out["version"] = 1
+    generators = value.get("generators")
+    if isinstance(generators, Mapping):
+        out["generators"] = {
+            path: plain_text(text, join_key(join_key(key, "generators"), str(path)))
+            for path, text in generators.items()
+        }
+    epoch = value.get("epoch")
+    if not isinstance(epoch, Mapping):
+        return out
+    epoch_key = join_key(key, "epoch")
+    expanded = out["epoch"] = dict(epoch)
+    iterator = expand_rng(epoch.get("iterator_rng"), join_key(epoch_key, "iterator_rng"), rng)
+    expanded["iterator_rng"] = iterator
+    if isinstance(epoch.get("loader_generator"), str):
+        expanded["loader_generator"] = plain_text(
+            epoch["loader_generator"], join_key(epoch_key, "loader_generator"), _raw(out["generators"], _LOADER)
+        )
+    sampler = epoch.get("sampler_rng")
+    if isinstance(sampler, Mapping):
+        sampler_key = join_key(epoch_key, "sampler_rng")
+        plain = expanded["sampler_rng"] = dict(sampler)
+        if isinstance(sampler.get("torch"), str):
+            base = _raw(iterator, ("torch",)) if isinstance(iterator, Mapping) else None
+            plain["torch"] = plain_text(sampler["torch"], join_key(sampler_key, "torch"), base)
+        saved = sampler.get("generators")
+        if isinstance(saved, Mapping):
+            generators_key = join_key(sampler_key, "generators")
+            plain["generators"] = {
+                path: plain_text(text, join_key(generators_key, str(path)), _raw(out["generators"], (path,)))
+                for path, text in saved.items()
+            }
+    return out
+
+
+def _copy(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``value`` and of its nested mappings along the blob paths (the rest is shared)."""
+    out = dict(value)
+    for name in ("python", "numpy"):
+        if isinstance(out.get(name), Mapping):
+            out[name] = dict(out[name])
+    return out
+
+
+def _get(value: Mapping[str, Any], path: tuple[str, ...]) -> object:
+    item: object = value
+    for name in path:
+        if not isinstance(item, Mapping):
+            return None
+        item = item.get(name)
+    return item
+
+
+def _put(value: dict[str, Any], path: tuple[str, ...], text: object) -> None:
+    for name in path[:-1]:
+        value = value[name]
+    value[path[-1]] = text
+
+
+def _raw(value: object, path: tuple[str, ...]) -> bytes | None:
+    """The bytes of the blob at ``path`` of a snapshot or mapping, or None where there is none readable."""
+    if not isinstance(value, Mapping):
+        return None
+    text = _get(value, path)
+    if not isinstance(text, str):
+        return None
+    try:
+        return blob_bytes(text, "")
+    except ProgressStateError:  # a damaged base: the text relative to it is refused as missing its base
+        return None
