@@ -20,6 +20,7 @@ from ignite.handlers import Checkpoint, DiskSaver
 from torch.utils.data import DataLoader, IterableDataset
 
 from tracker_core import ProgressView, get_progress
+from tracker_core.display._display import format_metric
 from tracker_core.integrations.ignite import ProgressDisplay as IgniteDisplay
 from tracker_core.integrations.ignite import ProgressHandler
 from tracker_core.integrations.lightning import ProgressDisplay as LightningDisplay
@@ -212,8 +213,8 @@ _IGNITE_FIT = [
     line
     for epoch, steps in ((1, 4), (2, 8), (3, 12))
     for line in (
-        f"validate | epoch {epoch}/3 | batch 3/3 | steps {steps}",
         f"train    | epoch {epoch}/3 | batch 4/4 | steps {steps}",
+        f"validate | epoch {epoch}/3 | batch 3/3 | steps {steps}",
     )
 ]
 
@@ -229,7 +230,55 @@ def test_ignite_handler_prints_each_epochs_line_and_ends_on_the_views_counts() -
     _ignite_display(program, out)
     program.run()
     assert _counts(out.getvalue()) == _IGNITE_FIT
-    assert _IGNITE_FIT[-1] == _final_train_line(get_progress(program.trainer), 3)
+    assert _IGNITE_FIT[-2] == _final_train_line(get_progress(program.trainer), 3)
+
+
+def test_ignite_handler_shows_the_output_and_metrics_asked_for_as_ignites_progress_bar() -> None:
+    from ignite.metrics import Loss
+
+    program, out, computed = build(Config(), seed=0), io.StringIO(), []
+    Loss(torch.nn.functional.mse_loss).attach(program.evaluator, "mse")
+    program.evaluator.add_event_handler(Events.COMPLETED, lambda e: computed.append(e.state.metrics["mse"]))
+    display = IgniteDisplay(stream=out, terminal=False, interval=1000.0)
+    display.attach(program.trainer, output_transform=lambda loss: {"loss": loss})
+    display.attach(program.evaluator, metric_names="all")
+    program.run()
+    lines = out.getvalue().splitlines()
+    assert [line.split(" | ")[0].strip() for line in lines] == ["train", "validate"] * 3
+    assert all(line.rsplit(" | ", 1)[1].startswith("loss=") for line in lines[0::2])
+    assert [line.rsplit(" | ", 1)[1] for line in lines[1::2]] == [f"mse={format_metric(v)}" for v in computed]
+
+
+def test_ignite_evaluator_over_the_train_set_is_shown_under_the_name_given() -> None:
+    program, out = build(Config(), seed=0), io.StringIO()
+    train_evaluator = Engine(lambda engine, batch: None)
+    program.progress.attach(train_evaluator, stage="validate")
+    train_set = DataLoader(program.loader.dataset, batch_size=program.loader.batch_size)
+    program.trainer.add_event_handler(Events.EPOCH_COMPLETED, lambda: train_evaluator.run(train_set))
+    display = IgniteDisplay(stream=out, terminal=False, interval=1000.0)
+    display.attach(program.trainer)
+    display.attach(program.evaluator)
+    display.attach(train_evaluator, name="train-eval")
+    program.run()
+    assert _counts(out.getvalue())[:3] == [
+        "train    | epoch 1/3 | batch 4/4 | steps 4",
+        "validate | epoch 1/3 | batch 3/3 | steps 4",
+        "train-eval | epoch 1/3 | batch 4/4 | steps 4",
+    ]
+
+
+def test_ignite_handler_lines_beside_ignites_tqdm_progress_bar_each_start_a_screen_line() -> None:
+    from ignite.handlers import ProgressBar
+
+    program, out = build(Config(), seed=0), io.StringIO()
+    ProgressBar(file=out, mininterval=0).attach(program.trainer)
+    _ignite_display(program, out)
+    program.run()
+    text = out.getvalue()
+    starts = [i for i in range(len(text)) if text.startswith("train    | epoch", i)]
+    assert len(starts) == 3
+    assert all(text[i - 1] in "\r\n" for i in starts)  # the bar was cleared before each line
+    assert "Epoch [3/3]" in text  # Ignite's bar was drawn
 
 
 def test_ignite_handler_needs_a_progress_handler_on_the_engine_first() -> None:

@@ -2,29 +2,35 @@
 
 from __future__ import annotations
 
-from typing import TextIO
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, TextIO
 
 import ignite.distributed as idist
 from ignite.engine import Engine, Events
 
 from tracker_core import ProgressView, get_progress
 from tracker_core.adapter import Display
+from tracker_core.integrations.ignite._compat import prepend_handler
+
+MetricNames = Sequence[str] | Literal["all"] | None
 
 
 class ProgressDisplay:
-    """Shows the stage, epoch, batch, steps, samples/s and ETA of engines a ProgressHandler records.
+    """Shows the stage, epoch, batch, steps, samples/s and ETA of engines a ProgressHandler records, and the
+    engine's output and metrics as Ignite's ``ProgressBar`` does.
 
     ::
 
         progress.attach(trainer, optimizers=[optimizer])  # ProgressHandler first
         progress.attach(evaluator, stage="validate")
         display = ProgressDisplay()
-        display.attach(trainer)
-        display.attach(evaluator)
+        display.attach(trainer, output_transform=lambda loss: {"loss": loss})
+        display.attach(evaluator, metric_names="all")
 
     On a terminal it draws a live line (with rich); elsewhere it prints a line every
     ``interval`` seconds and at each epoch end, to ``stream`` (standard output by
-    default). Only rank 0 shows anything.
+    default). Beside a tqdm bar (Ignite's ``ProgressBar``) it draws no live line and
+    writes its lines between the bar's clear and redraw. Only rank 0 shows anything.
     """
 
     def __init__(self, stream: TextIO | None = None, terminal: bool | None = None, interval: float = 10.0) -> None:
@@ -33,9 +39,23 @@ class ProgressDisplay:
         self._interval = interval
         self._view: ProgressView | None = None
         self._display: Display | None = None
+        self._sources: dict[str, _Source] = {}  # line name -> the engine running under it now
 
-    def attach(self, engine: Engine) -> None:
-        """Show ``engine``'s epochs and batches; a ProgressHandler must be attached to it already."""
+    def attach(
+        self,
+        engine: Engine,
+        name: str | None = None,
+        metric_names: MetricNames = None,
+        output_transform: Callable[[Any], Any] | None = None,
+    ) -> None:
+        """Show ``engine``'s epochs and batches; a ProgressHandler must be attached to it already.
+
+        ``name``: the line's name (default: the stage the handler records it as), e.g. ``"train-eval"``
+        for an evaluator run over the train set. ``metric_names``: names in ``engine.state.metrics``
+        to show, or ``"all"``. ``output_transform``: turns ``engine.state.output`` into a number or a
+        dict of them to show (a number shows as ``output``). As in Ignite's ``ProgressBar``; attach
+        the display after the metrics, so it reads their values of the event it shows.
+        """
         try:
             view = get_progress(engine)
         except LookupError:
@@ -49,12 +69,53 @@ class ProgressDisplay:
         if idist.get_rank() != 0:
             return
         if self._display is None:
-            self._display = Display(view, stream=self._stream, terminal=self._terminal, interval=self._interval)
-        _show(engine, view, self._display)
+            self._display = Display(
+                view,
+                stream=self._stream,
+                terminal=self._terminal,
+                interval=self._interval,
+                metrics=self._metrics,
+            )
+        _show(engine, view, self._display, name, self._sources, _Source(engine, metric_names, output_transform))
+
+    def _metrics(self, name: str) -> dict[str, object]:
+        source = self._sources.get(name)
+        return {} if source is None else source.shown()
 
 
-def _show(engine: Engine, view: ProgressView, display: Display) -> None:
-    """Register the display's handlers on ``engine``; its stage is read from the view at its first batch."""
+class _Source:
+    """What one engine shows beside its counts: its transformed output, then the metrics named."""
+
+    def __init__(self, engine: Engine, metric_names: MetricNames, output_transform: Callable[[Any], Any] | None):
+        self._engine = engine
+        self._metric_names = metric_names
+        self._output_transform = output_transform
+
+    def shown(self) -> dict[str, object]:
+        state = self._engine.state
+        shown: dict[str, object] = {}
+        if self._output_transform is not None and state.output is not None:
+            output = self._output_transform(state.output)
+            shown.update(output if isinstance(output, Mapping) else {"output": output})
+        metrics = state.metrics
+        names = list(metrics) if self._metric_names == "all" else list(self._metric_names or ())
+        shown.update((name, metrics[name]) for name in names if name in metrics)
+        return shown
+
+
+def _show(
+    engine: Engine,
+    view: ProgressView,
+    display: Display,
+    name: str | None,
+    sources: dict[str, _Source],
+    source: _Source,
+) -> None:
+    """Register the display's handlers on ``engine``; its stage is read from the view at its first batch.
+
+    A train epoch's line comes first at ``EPOCH_COMPLETED``, before the evaluations run from there; an
+    evaluation's line comes after the handlers attached before the display (its metrics' ``completed``).
+    """
     stage = [""]  # the stage this engine's running epoch counts as
 
     def epoch_started() -> None:
@@ -64,23 +125,29 @@ def _show(engine: Engine, view: ProgressView, display: Display) -> None:
         if not stage[0]:
             where = view.where
             stage[0] = where.stage if where is not None else ""
-            _set_totals(display, stage[0], engine, view)
-        display.update(stage[0])
+            sources[name or stage[0]] = source
+            _set_totals(display, stage[0], name or stage[0], engine, view)
+        display.update(stage[0], name)
 
-    def epoch_completed() -> None:
-        if stage[0]:
-            display.epoch_end(stage[0])
+    def train_epoch_completed() -> None:
+        if stage[0] == "train":
+            display.epoch_end(stage[0], name)
+
+    def evaluation_epoch_completed() -> None:
+        if stage[0] and stage[0] != "train":
+            display.epoch_end(stage[0], name)
 
     engine.add_event_handler(Events.EPOCH_STARTED, epoch_started)
     engine.add_event_handler(Events.ITERATION_COMPLETED, iteration_completed)
-    engine.add_event_handler(Events.EPOCH_COMPLETED, epoch_completed)
+    prepend_handler(engine, Events.EPOCH_COMPLETED, train_epoch_completed)
+    engine.add_event_handler(Events.EPOCH_COMPLETED, evaluation_epoch_completed)
     engine.add_event_handler(Events.COMPLETED, display.close)
     engine.add_event_handler(Events.TERMINATE, display.close)
 
 
-def _set_totals(display: Display, stage: str, engine: Engine, view: ProgressView) -> None:
+def _set_totals(display: Display, stage: str, name: str, engine: Engine, view: ProgressView) -> None:
     state = engine.state
-    display.set_batches(stage, state.epoch_length)  # None until Ignite has seen an iterable's end
+    display.set_batches(name, state.epoch_length)  # None until Ignite has seen an iterable's end
     if stage == "train":
         if state.max_epochs is None:
             display.set_max_epochs(None)
