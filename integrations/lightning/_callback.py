@@ -99,6 +99,7 @@ class ProgressTracker(CallbackBase):
         self._step_hooks: list[RemovableHandle] = []
         self._gradients: list[torch.Tensor | None] | None = None  # loaded, restored at on_train_start
         self._loaded = False  # an entry was loaded; Lightning's restart not yet reconciled
+        self._resumed_untrained = False  # the last fit was resumed at max_steps: it trained nothing
         self._rng_at_setup: GlobalRng | None = None  # after a load, before Lightning's setup_data iter()
         self._elastic_entry: dict[str, Any] | None = None  # saved at another world size: loaded at setup_data
         self._train_loaders: list[object] = []  # held: the tracker's positions need them until the next fit
@@ -239,8 +240,7 @@ class ProgressTracker(CallbackBase):
                     f"epoch {trainer.current_epoch}) that the record did not count as its last run: run-scope "
                     "counts start at 0"
                 )
-        if not reentered:
-            self._fit_scope = run_scope_bases(progress.train)
+        self._fit_scope = run_scope_bases(progress.train)  # re-entered: where the continued run's scope began
         progress.run_started()
         self._run_begun = True
         self._remove_step_hooks()
@@ -257,6 +257,18 @@ class ProgressTracker(CallbackBase):
             self._train_layout = resume.train_layout(trainer.fit_loop)
         for index, loader in enumerate(loaders):
             self.tracker.track_train_loader(loader, index)
+        untrained, self._resumed_untrained = self._resumed_untrained, False
+        if trainer is not None and not loaded:
+            self._close_restored_epoch(trainer)  # a fit continued after a resumed one that trained nothing
+            if untrained and self.tracker.view.is_mid_epoch:
+                warnings.warn(
+                    "this fit continues, mid-epoch, a fit resumed from a checkpoint that trained nothing (max_steps "
+                    "reached): Lightning goes on with that epoch's batch counts, but the train data of this fit "
+                    "starts a new pass instead of resuming the checkpoint's position; fit(ckpt_path=...) with the "
+                    "larger max_steps resumes exactly",
+                    InexactResumeWarning,
+                    stacklevel=2,
+                )
         if not loaded or trainer is None:
             return
         if self._elastic_entry is not None:
@@ -265,19 +277,19 @@ class ProgressTracker(CallbackBase):
             self.tracker.progress.run_ready(_FIT)  # re-enter the restored run, as on_fit_start does after a load
             self.tracker.progress.run_started()
         self._rng_at_setup = GlobalRng.capture()
-        if resume.restored_epoch_consumed(trainer.fit_loop) and self.tracker.view.train.epochs.lifetime.in_flight:
+        finished = resume.reached_max_steps(trainer)  # Lightning trains nothing: the restored epoch stays open
+        self._resumed_untrained = finished
+        if (
+            resume.restored_epoch_consumed(trainer.fit_loop)
+            and self.tracker.view.train.epochs.lifetime.in_flight
+            and not finished
+        ):
             # Lightning's next iteration of these loaders is the next epoch: finish the restored
             # one now (its replay yields nothing), as the uninterrupted run had.
             for loader in loaders:
                 if isinstance(loader, DataLoader):
                     next(iter(loader), None)
-        if resume.closes_restored_epoch(trainer.fit_loop) and not resume.reached_max_steps(trainer):
-            # Lightning counts the restored epoch as finished without its end hooks, and starts
-            # the next one without its start hooks: so do we.
-            train = self.tracker.progress.train
-            train.epoch_processed()
-            train.epoch_completed()
-            self._train.epoch_to_open = True
+        self._close_restored_epoch(trainer)
         view = self.tracker.view
         if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
             batch = view.train.batches.epoch.completed
@@ -287,6 +299,20 @@ class ProgressTracker(CallbackBase):
         if self._warnings_back is not None:
             self._warnings_back()
             self._warnings_back = None
+
+    def _close_restored_epoch(self, trainer: pl.Trainer) -> None:
+        """Lightning counts the restored epoch as finished without its end hooks, and starts the next one
+        without its start hooks: so do we. Not while ``max_steps`` is reached: Lightning trains nothing and
+        leaves that epoch open, until a fit on the same Trainer with more steps closes it."""
+        train = self.tracker.progress.train
+        if (
+            resume.closes_restored_epoch(trainer.fit_loop)
+            and not resume.reached_max_steps(trainer)
+            and train.view.epochs.lifetime.in_flight
+        ):
+            train.epoch_processed()
+            train.epoch_completed()
+            self._train.epoch_to_open = True
 
     @_passenger
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -132,6 +132,10 @@ class Oracle(*_bases()):  # type: ignore[misc]
         if hook.startswith("on_validation"):
             return  # Lightning's train batch counts stay as they were: compared at the train hooks
         current = fit.epoch_loop.batch_progress.current
+        if hook == "on_train_epoch_end" and view.train.batches.epoch.ready == 0 and trainer.ckpt_path is not None:
+            # Resumed from a checkpoint at the end of an epoch's last batch whose validation ended the run
+            # (max_steps), Lightning runs the next epoch without a batch, keeping the restored epoch's counts
+            self._epoch_offset = current.ready
         if hook == "on_train_batch_start" and view.train.batches.epoch.ready == 1:
             # After a resume from a checkpoint at an epoch's last batch (or of a fit max_steps ended), Lightning
             # may begin the next epoch with that epoch's batch counts (batch_idx not from 0); the record counts

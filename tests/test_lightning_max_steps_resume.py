@@ -1,0 +1,121 @@
+"""A max_steps run's last checkpoint, resumed with the real Lightning Trainer (issue 13, item 4 and item 2).
+
+The checkpoint ``ModelCheckpoint`` writes at the batch that reaches ``max_steps`` (in ``on_train_batch_end``)
+or at the end of the validation after it, resumed with a larger ``max_steps``; resumed with the same
+``max_steps`` (Lightning trains nothing), saved again, and continued on the same Trainer. At every hook
+the view agrees with ``trainer.global_step`` and ``trainer.current_epoch`` (the oracle); the lifetime
+continues.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pytorch_lightning")
+
+import torch
+from torch.utils.data import DataLoader
+
+from tracker_core import InexactResumeWarning, get_progress
+from tracker_core.integrations.lightning import STATE_KEY, ProgressTracker
+
+from helpers.lightning_matrix import Config, model, trainer
+from helpers.lightning_oracle import Oracle
+from helpers.lightning_program import Indexed
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+# 10 samples in batches of 3: 4 batches an epoch, so max_steps=4 ends at an epoch's last batch
+ENDS = {"mid-epoch": 3, "epoch-end": 4}
+
+
+def _loader(n: int = 10) -> DataLoader[Any]:
+    return DataLoader(Indexed(n), batch_size=3, shuffle=True)
+
+
+def _first_run(tmp_path: Path, max_steps: int, saved_at: str) -> Path:
+    """A fit of ``max_steps`` whose ModelCheckpoint writes last.ckpt at the last step or after its validation."""
+    pl = importlib.import_module("pytorch_lightning")
+    config = Config(max_epochs=-1, max_steps=max_steps)
+    every = {"every_n_train_steps": 1} if saved_at == "train batch" else {}
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0, **every)
+    fit = trainer(config, [ProgressTracker(), checkpoint], enable_checkpointing=True, default_root_dir=tmp_path)
+    torch.manual_seed(0)
+    # a checkpoint at the batch that reaches max_steps warns: Lightning resumes it differently (docs/lightning.md)
+    with pytest.warns(InexactResumeWarning) if saved_at == "train batch" else contextlib.nullcontext():
+        fit.fit(model(config), _loader(), _loader(7) if saved_at == "validation end" else None)
+    assert fit.global_step == max_steps
+    return tmp_path / "last.ckpt"
+
+
+@pytest.mark.parametrize("saved_at", ["train batch", "validation end"])
+@pytest.mark.parametrize("end", ENDS)
+def test_the_last_checkpoint_of_a_max_steps_run_resumed_with_more_steps_agrees_with_lightning(
+    end: str, saved_at: str, tmp_path: Path
+) -> None:
+    steps = ENDS[end]
+    path = _first_run(tmp_path, steps, saved_at)
+    config = Config(max_epochs=-1, max_steps=steps + 4)
+    oracle = Oracle()
+    fit = trainer(config, [ProgressTracker(), oracle])
+    fit.fit(model(config), _loader(), _loader(7) if saved_at == "validation end" else None, ckpt_path=path)
+    view = get_progress(fit)
+    assert (view.global_step, view.epoch_index) == (fit.global_step, fit.current_epoch)
+    assert view.global_step == steps + 4
+    assert view.train.batches.lifetime.completed == steps + 4  # the lifetime continues
+    assert view.run.counts.completed == 1  # the same run, continued
+    assert oracle.disagreements == []
+    assert oracle.checked > 0
+
+
+@pytest.mark.parametrize("end", ENDS)
+def test_a_checkpoint_saved_after_a_resumed_fit_that_trained_nothing_resumes_like_the_one_it_loaded(
+    end: str, tmp_path: Path
+) -> None:
+    steps = ENDS[end]
+    path = _first_run(tmp_path, steps, "train batch")
+    config = Config(max_epochs=-1, max_steps=steps)
+    idle = trainer(config, [ProgressTracker()])
+    idle.fit(model(config), _loader(), ckpt_path=path)  # max_steps reached: Lightning trains nothing
+    idle.save_checkpoint(tmp_path / "again.ckpt")
+    again = torch.load(tmp_path / "again.ckpt", weights_only=True)["callbacks"][STATE_KEY]
+    loaded = torch.load(path, weights_only=True)["callbacks"][STATE_KEY]
+    assert again["train_loaders"] == loaded["train_loaders"]
+    seen = []
+    for checkpoint in (path, tmp_path / "again.ckpt"):
+        longer = dataclasses.replace(config, max_steps=steps + 2)
+        module = model(longer)
+        fit = trainer(longer, [ProgressTracker()])
+        torch.manual_seed(1)
+        fit.fit(module, _loader(), ckpt_path=checkpoint)
+        seen.append(module.seen)
+    assert seen[0] == seen[1]
+    assert len(seen[0]) == 2
+
+
+@pytest.mark.parametrize("end", ENDS)
+def test_a_fit_resumed_at_max_steps_then_continued_on_the_same_trainer_agrees_with_lightning(
+    end: str, tmp_path: Path
+) -> None:
+    steps = ENDS[end]
+    path = _first_run(tmp_path, steps, "train batch")
+    config = Config(max_epochs=-1, max_steps=steps)
+    oracle = Oracle()
+    fit = trainer(config, [ProgressTracker(), oracle])
+    module = model(config)
+    fit.fit(module, _loader(), ckpt_path=path)
+    fit.save_checkpoint(tmp_path / "again.ckpt")
+    fit.validate(module, _loader(7), verbose=False)
+    fit.fit_loop.epoch_loop.max_steps = steps + 4
+    fit.fit(module, _loader())
+    view = get_progress(fit)
+    assert (view.global_step, view.epoch_index) == (fit.global_step, fit.current_epoch)
+    assert view.global_step == steps + 4
+    assert oracle.disagreements == []
+    assert view.anomalies == ()  # the continued fit is the same run, also after a validate in between
