@@ -25,6 +25,7 @@ after this file, into the same folder, so a ``save_state`` killed part-way leave
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import json
 import os
@@ -137,8 +138,12 @@ def weights_crc32(weights: list[Any]) -> list[dict[str, int]]:
 
 def tensor_crc32(tensor: torch.Tensor, crc: int = 0) -> int:
     """CRC-32 of a tensor's bytes in memory order (what safetensors and torch.save write), continuing ``crc``."""
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-    return zlib.crc32(flat.view(torch.uint8).numpy().data, crc)
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+    if flat.numel() == 0:
+        return crc
+    # the tensor's own memory, without NumPy (a torch-only install reads folders written with NumPy present)
+    memory = (ctypes.c_ubyte * flat.numel()).from_address(flat.data_ptr())
+    return zlib.crc32(memoryview(memory), crc)
 
 
 def state_crc32(state: object) -> int:
@@ -222,20 +227,26 @@ def same_save_problem(directory: str, ranks: Mapping[int, SavedProgress], load: 
             and state_crc32(load(scaler)) != first.scaler_crc32
         ):
             return "scaler.pt does not hold the GradScaler state of this save"
+    numpy_globals = _numpy_globals()
     for rank, saved in ranks.items():
         file = os.path.join(directory, f"random_states_{rank}.pkl")
-        if saved.random_states_crc32 is None or not os.path.isfile(file):
-            continue
-        with torch.serialization.safe_globals(_numpy_globals()):
+        if saved.random_states_crc32 is None or not os.path.isfile(file) or not numpy_globals:
+            continue  # without NumPy its arrays cannot be read (nor loaded: Accelerate requires NumPy)
+        with torch.serialization.safe_globals(numpy_globals):
             states = load(file)
         if not isinstance(states, Mapping) or rng_crc32(states) != saved.random_states_crc32:
             return f"random_states_{rank}.pkl does not hold the RNG states of this save"
     return None
 
 
+def rng_files_readable() -> bool:
+    """Whether ``random_states_{rank}.pkl`` files can be read here (NumPy importable); else they go unchecked."""
+    return bool(_numpy_globals())
+
+
 def _numpy_globals() -> list[Any]:
     """What a ``random_states_{rank}.pkl`` needs beyond ``torch.load(weights_only=True)``'s defaults: NumPy
-    arrays (Accelerate's own load allows the same); none without NumPy (such a file then reads as damaged)."""
+    arrays (Accelerate's own load allows the same); none without NumPy (such a file is then not read)."""
     try:
         import numpy as np
     except ImportError:

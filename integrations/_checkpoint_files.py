@@ -72,13 +72,15 @@ class ProgressCheckpoint:
     or ``"accelerate"``; ``entries`` has one
     entry per process (index = rank): one per ``progress_tracker_{rank}.pt`` of an
     Accelerate folder, the ``"ranks"`` of a file's gathered entry (saved by several
-    processes), else one; ``location`` says where in the checkpoint the entry was found.
+    processes), else one; ``location`` says where in the checkpoint the entry was found;
+    ``unchecked`` names the parts that could not be checked here, and why.
     """
 
     path: Path
     format: str
     location: str
     entries: tuple[dict[str, Any], ...]
+    unchecked: tuple[str, ...] = ()
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> ProgressCheckpoint:
@@ -295,7 +297,12 @@ def _read_accelerate(folder: Path) -> ProgressCheckpoint:
     problem = accelerate_file.same_save_problem(str(folder), files, lambda name: _load(Path(name)))
     if problem is not None:
         raise CheckpointFileError(f"{folder}: {accelerate_file.MIXED}: {problem}")
-    return ProgressCheckpoint(folder, "accelerate", "progress_tracker_<rank>.pt['tracker']", tuple(entries))
+    unchecked = tuple(
+        f"random_states_{rank}.pkl (NumPy is not importable here, and Accelerate saves NumPy arrays in it)"
+        for rank, saved in files.items()
+        if saved.random_states_crc32 is not None and not accelerate_file.rng_files_readable()
+    )
+    return ProgressCheckpoint(folder, "accelerate", "progress_tracker_<rank>.pt['tracker']", tuple(entries), unchecked)
 
 
 def _read_progress_file(folder: Path, rank: int) -> accelerate_file.SavedProgress:

@@ -85,6 +85,8 @@ def _inspect(path: str, as_json: bool) -> int:
         return 0
     print(f"{checkpoint.path}: {_FORMATS[checkpoint.format]}")
     print(f"progress entry: {checkpoint.location}")
+    for part in checkpoint.unchecked:
+        print(f"not checked: {part}")
     if len(checkpoint.entries) > 1:
         print(f"{len(checkpoint.entries)} ranks; showing rank 0 (--json shows all ranks)")
     print()

@@ -9,8 +9,10 @@ and Accelerate runs of tests/helpers/saved_checkpoints.py.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -18,6 +20,39 @@ from torch.utils.data import DataLoader
 
 from tracker_core import Tracker
 from tracker_core.integrations._cli import main
+
+if TYPE_CHECKING:
+    from helpers.saved_checkpoints import Saved
+
+TESTS = Path(__file__).resolve().parent
+_WITHOUT_NUMPY = """
+import sys
+
+
+class _NoNumpy:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "numpy":
+            raise ModuleNotFoundError("No module named 'numpy' (a torch-only install)", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _NoNumpy())
+from tracker_core.integrations._cli import main
+
+for path in sys.argv[1:]:
+    print("exit", main(["inspect", path]), flush=True)
+assert "numpy" not in sys.modules
+"""
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Saved:
+    """Real Lightning, Ignite and Accelerate checkpoints (NumPy present), written once per session."""
+    for framework in ("pytorch_lightning", "ignite", "accelerate"):
+        pytest.importorskip(framework)
+    from helpers.saved_checkpoints import saved_checkpoints
+
+    return saved_checkpoints(tmp_path_factory)
 
 
 def _plain_loop_checkpoint(path: Path, stop_after: int = 3) -> None:
@@ -66,3 +101,24 @@ def test_inspect_reads_the_readmes_plain_loop_layout(tmp_path: Path, capsys: pyt
     assert "mid-epoch: yes, 3 batches into train epoch 0" in out
     data = _inspect_json(path, capsys)
     assert (data["format"], data["facts"]["global_step"]) == ("plain", 3)
+
+
+# a torch-only install ----------------------------------------------------------------------------
+def test_a_torch_only_install_inspects_checkpoints_written_with_numpy_present(saved: Saved, tmp_path: Path) -> None:
+    pytest.importorskip("numpy")
+    plain = tmp_path / "plain.pt"
+    _plain_loop_checkpoint(plain)
+    paths = [saved.lightning / "step=1.ckpt", saved.ignite / "checkpoint_3.pt", saved.accelerate / "mid", plain]
+
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_NUMPY, *map(str, paths)],
+        cwd=TESTS,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stdout.count("exit 0") == len(paths), result.stdout + result.stderr[-3000:]
+    assert "mid-accumulation: yes, 1 batch not" in result.stdout
+    assert "not checked: random_states_0.pkl (NumPy is not importable here" in result.stdout
