@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import tracker_core.state._schema as schema
-from tracker_core import Progress, ProgressStateError, reduce_state
+from tracker_core import SCHEMA_VERSION, Progress, ProgressStateError, reduce_state
 
 from helpers.core_drive import ScriptBuilder, driven, in_fit_epoch, json_roundtrip, whole_epoch
 
@@ -409,10 +409,10 @@ def test_where_that_is_not_a_dict_is_refused(state):
 # schema versions ----------------------------------------------------------------------
 def test_a_state_from_a_newer_schema_version_is_refused_saying_it_is_newer(state):
     assert_rejected(
-        put(state, "schema_version", 3),
+        put(state, "schema_version", SCHEMA_VERSION + 1),
         "schema_version",
-        "version 3 was written by a newer progress-tracker",
-        "reads up to 2",
+        f"version {SCHEMA_VERSION + 1} was written by a newer progress-tracker",
+        f"reads up to {SCHEMA_VERSION}",
     )
 
 

@@ -99,7 +99,13 @@ straight, straight_progress = fit()
 first, entry = fit(stop_after=7)
 rest, resumed_progress = fit(entry=entry)
 assert first + rest == straight, (first, rest, straight)
-assert resumed_progress["stages"] == straight_progress["stages"]
+
+
+def untimed(stages):
+    return {name: {k: v for k, v in stage.items() if k != "microseconds"} for name, stage in stages.items()}
+
+
+assert untimed(resumed_progress["stages"]) == untimed(straight_progress["stages"])  # times differ: a real clock
 print("round trip", len(straight))
 """
 

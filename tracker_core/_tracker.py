@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tracker_core._errors import ProgressStateError
+from tracker_core.counting import _clock
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
 from tracker_core.data._compact import compact_loader, compact_rng, expand_loader, expand_rng
@@ -70,9 +71,11 @@ class Tracker:
         if position is None or not position.holds(data_loader):
             position = LoaderPosition.of(data_loader) or LoaderPosition(data_loader)
             self._loaders[index] = position
+        position.report_fast_forwards(self.progress._count_fast_forward)
         pending = self._pending.pop(index, None)
         if pending is None:
             return
+        began = _clock.now_us()
         state, resume_epoch = pending
         try:
             parsed = _parse_loader(position, state, index, resume_epoch)
@@ -86,9 +89,12 @@ class Tracker:
         position._apply(parsed)
         if not self._pending:
             self._undo = None
+        self.progress._count_checkpoint_restore(_clock.now_us() - began)
 
     def state_dict(self) -> dict[str, Any]:
-        """Plain data for the framework's checkpoint; see docs/schema.md."""
+        """Plain data for the framework's checkpoint; see docs/schema.md. The time spent building it
+        is counted in ``microseconds.checkpoint_save`` before the progress is dumped, last."""
+        began = _clock.now_us()
         train = self.progress.train
         counts = train._dataloaders
         # Outside a train epoch a load restores only generators (nothing is replayed), and the
@@ -113,6 +119,7 @@ class Tracker:
                         InexactResumeWarning,
                         stacklevel=2,
                     )
+        self.progress._count_checkpoint_save(_clock.now_us() - began)
         return {"progress": self.progress.state_dict(), "train_loaders": loaders, "rng": compact_rng(rng)}
 
     def gathered_state_dict(self) -> dict[str, Any]:
@@ -124,7 +131,10 @@ class Tracker:
         In a world of one it still carries ``"ranks"``, so a later run on more processes can
         map it (elastic resume).
         """
-        ranks = gather(self.state_dict())
+        mine = self.state_dict()
+        began = _clock.now_us()
+        ranks = gather(mine)
+        self.progress._count_checkpoint_save(_clock.now_us() - began)  # in the next checkpoint's entry
         return {**ranks[0], "ranks": ranks}
 
     def checkpoint_state_dict(self) -> dict[str, Any]:
@@ -155,6 +165,7 @@ class Tracker:
         An entry of :meth:`gathered_state_dict` gives this rank its own part; saved at another
         world size it is mapped (``view.resume_mapping``; ``InexactResumeWarning`` where inexact).
         """
+        began = _clock.now_us()
         loaded = self._parse_entry(entry)
         # Everything that needs no loader is valid. A loader part waiting for its loader (registered after
         # the load, as Lightning and Ignite do) is checked against it then: until then, keep what to undo.
@@ -170,6 +181,7 @@ class Tracker:
             position._apply(parsed)
         self._pending = loaded.pending
         self.progress._resume_mapping = loaded.mapping
+        self.progress._count_checkpoint_restore(_clock.now_us() - began)
         for problem in loaded.problems:
             warnings.warn(problem, InexactResumeWarning, stacklevel=2)
 

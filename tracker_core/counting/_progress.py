@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracker_core.counting._counts import _Phased
+from tracker_core.counting import _clock
+from tracker_core.counting._counts import _Phased, _Tally
 from tracker_core.counting._stage import StageProgress, TrainStageProgress
 from tracker_core.counting._view import ProgressView
 from tracker_core.state._schema import MAX_ANOMALIES, MAX_ANOMALY_CHARS, Parsed, apply, dump, parse
@@ -25,10 +26,15 @@ class Progress:
 
     __slots__ = (
         "_anomalies",
+        "_checkpoint_restore_seconds",
+        "_checkpoint_save_seconds",
+        "_fast_forward_seconds",
         "_resume_mapping",
         "_resuming_run",
         "_run_kind",
         "_runs",
+        "_timed",
+        "_timed_since",
         "_where",
         "predict",
         "test",
@@ -44,6 +50,11 @@ class Progress:
         self._resuming_run = False
         self._resume_mapping: dict[str, Any] | None = None  # set by Tracker.load_state_dict (docs/distributed.md)
         self._anomalies: list[str] = []
+        self._timed: list[StageProgress] = []  # stages with an open epoch, innermost last: its clock runs
+        self._timed_since = 0  # the clock (microseconds) when the innermost stage's time was last counted
+        self._checkpoint_save_seconds = _Tally()  # microseconds, as every time tally
+        self._checkpoint_restore_seconds = _Tally()
+        self._fast_forward_seconds = _Tally()
         self.train = TrainStageProgress(self)
         self.validate = StageProgress(Stage.VALIDATE, self)
         self.test = StageProgress(Stage.TEST, self)
@@ -70,10 +81,12 @@ class Progress:
             if kind == self._run_kind:
                 return
             self._close_restored_run()
+        self._stop_clocks()
         self._runs.mark_ready()
         self._run_kind = kind
         for stage in self._stages():
             stage._begin_run_scope()
+        self._begin_run_seconds()
         self._where = _RUN_AT[Phase.READY]
 
     def run_started(self) -> None:
@@ -93,6 +106,7 @@ class Progress:
     def run_completed(self) -> None:
         """The run's end hooks are done."""
         self._runs.mark_completed()
+        self._stop_clocks()
         self._where = _RUN_AT[Phase.COMPLETED]
 
     def _close_restored_run(self) -> None:
@@ -102,6 +116,60 @@ class Progress:
         for stage in self._stages():
             stage._resuming_epoch = False
             stage._epochs.set_all(stage._epochs.processed)
+
+    # time (read at epoch and run boundaries, checkpoints and loads; never per batch) -----------
+    def _enter_clock(self, stage: StageProgress) -> None:
+        """An epoch of ``stage`` begins: its clock runs, pausing the stage whose epoch it is nested in
+        (Lightning validates inside a train epoch)."""
+        now = _clock.now_us()
+        timed = self._timed
+        if timed:
+            timed[-1]._seconds.total += now - self._timed_since
+            if stage in timed:  # its previous epoch never completed
+                timed.remove(stage)
+        timed.append(stage)
+        self._timed_since = now
+
+    def _leave_clock(self, stage: StageProgress) -> None:
+        """An epoch of ``stage`` completed: its clock stops; the stage it was nested in runs on."""
+        now = _clock.now_us()
+        timed = self._timed
+        if timed:
+            timed[-1]._seconds.total += now - self._timed_since
+            if stage in timed:
+                timed.remove(stage)
+        self._timed_since = now
+
+    def _flush_time(self) -> None:
+        """Count the running clock's time so far (before a dump or a view reads the seconds)."""
+        if self._timed:
+            now = _clock.now_us()
+            self._timed[-1]._seconds.total += now - self._timed_since
+            self._timed_since = now
+
+    def _stop_clocks(self) -> None:
+        """No epoch's clock runs: a run ends or begins, or a load replaces the times."""
+        self._flush_time()
+        self._timed.clear()
+
+    def _overhead_seconds(self) -> tuple[_Tally, _Tally, _Tally]:
+        return (self._checkpoint_save_seconds, self._checkpoint_restore_seconds, self._fast_forward_seconds)
+
+    def _begin_run_seconds(self) -> None:
+        for tally in self._overhead_seconds():
+            tally.run_base = tally.epoch_base = tally.total
+
+    def _count_checkpoint_save(self, microseconds: int) -> None:
+        """The tracker spent ``microseconds`` building a checkpoint entry."""
+        self._checkpoint_save_seconds.total += max(0, microseconds)
+
+    def _count_checkpoint_restore(self, microseconds: int) -> None:
+        """The tracker spent ``microseconds`` restoring a checkpoint entry."""
+        self._checkpoint_restore_seconds.total += max(0, microseconds)
+
+    def _count_fast_forward(self, seconds: float) -> None:
+        """A resume read already-trained batches again for ``seconds``."""
+        self._fast_forward_seconds.total += max(0, round(seconds * 1_000_000))
 
     # anomalies ---------------------------------------------------------------
     def note_anomaly(self, message: str) -> None:
@@ -136,10 +204,13 @@ class Progress:
         self._close_restored_run()
         for stage in self._stages():
             stage._begin_run_scope()
+        self._begin_run_seconds()
         self._where = None
 
     def _load_parsed(self, parsed: Parsed) -> None:
-        """Write a state that ``parse`` accepted and settle its in-flight events; cannot fail."""
+        """Write a state that ``parse`` accepted and settle its in-flight events; cannot fail.
+        No clock runs until the next epoch begins: the time the saving process was gone is not counted."""
+        self._stop_clocks()
         apply(self, parsed)
         self._settle_in_flight()
         self._resume_mapping = None

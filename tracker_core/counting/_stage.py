@@ -44,6 +44,7 @@ class StageProgress:
         "_progress",
         "_resuming_epoch",
         "_samples",
+        "_seconds",
         "name",
     )
 
@@ -53,6 +54,7 @@ class StageProgress:
         self._epochs = _Phased(f"{name} epoch")
         self._batches = _Phased(f"{name} batch")
         self._samples = _Tally()
+        self._seconds = _Tally()  # wall-clock microseconds inside this stage's epochs (Progress._enter_clock)
         self._dataloaders: list[_DataloaderTallies] = []
         self._resuming_epoch = False
         self._at: dict[tuple[str, str], tuple[str, str, str]] = {
@@ -72,7 +74,8 @@ class StageProgress:
 
     # epochs -----------------------------------------------------------------
     def epoch_ready(self) -> None:
-        """An epoch is about to begin. Re-entering an epoch restored mid-way counts nothing."""
+        """An epoch is about to begin. Re-entering an epoch restored mid-way counts nothing (its clock runs)."""
+        self._progress._enter_clock(self)
         if self._resuming_epoch:
             return
         self._epochs.mark_ready()
@@ -95,6 +98,7 @@ class StageProgress:
     def epoch_completed(self) -> None:
         """The epoch's end hooks are done."""
         self._epochs.mark_completed()
+        self._progress._leave_clock(self)
         self._progress._where = self._at[Event.EPOCH, Phase.COMPLETED]
 
     # batches (the hot path: counter operations inlined) ----------------------
@@ -200,6 +204,7 @@ class StageProgress:
 
     def _begin_epoch_scope(self) -> None:
         self._batches.epoch_base = self._batches.completed
+        self._seconds.begin_epoch()
         for tally in self._tallies():
             tally.begin_epoch()
 
@@ -216,6 +221,7 @@ class StageProgress:
             tally.run_base = tally.total
             if not keep_epoch:
                 tally.epoch_base = tally.total
+        self._seconds.run_base = self._seconds.epoch_base = self._seconds.total  # epoch seconds never above run
 
 
 class TrainStageProgress(StageProgress):

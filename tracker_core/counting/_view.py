@@ -35,6 +35,39 @@ class DataloaderCounts(NamedTuple):
     samples: ScopeCounts
 
 
+class ScopeSeconds(NamedTuple):
+    """Wall-clock seconds in each scope: this epoch, this run, and the lifetime of the model."""
+
+    epoch: float
+    run: float
+    lifetime: float
+
+
+class ScopeRates(NamedTuple):
+    """A count per wall-clock second in each scope; None where no time was counted."""
+
+    epoch: float | None
+    run: float | None
+    lifetime: float | None
+
+
+class RunSeconds(NamedTuple):
+    """Wall-clock seconds in this run and over the lifetime of the model."""
+
+    run: float
+    lifetime: float
+
+
+class OverheadSeconds(NamedTuple):
+    """Seconds spent outside the stages: the tracker building checkpoint entries (loader positions, RNGs,
+    the gather across ranks; not the framework's file writing), restoring them, and resumes reading
+    already-trained batches again (fast-forward)."""
+
+    checkpoint_save: RunSeconds
+    checkpoint_restore: RunSeconds
+    fast_forward: RunSeconds
+
+
 class RunCounts(NamedTuple):
     """The kind of the current or last run and the lifetime phase counts of runs."""
 
@@ -55,6 +88,15 @@ def _read_only(self: object, name: str, value: object = None) -> NoReturn:
         f"cannot set or delete {name!r}: {type(self).__name__} is read-only; "
         "progress changes only through the owning tracker"
     )
+
+
+def _seconds(tally: _Tally) -> ScopeSeconds:
+    total = tally.total
+    return ScopeSeconds((total - tally.epoch_base) / 1e6, (total - tally.run_base) / 1e6, total / 1e6)
+
+
+def _run_seconds(tally: _Tally) -> RunSeconds:
+    return RunSeconds((tally.total - tally.run_base) / 1e6, tally.total / 1e6)
 
 
 def _sum(tallies: list[_Tally]) -> ScopeCounts:
@@ -103,6 +145,37 @@ class StageView:
     def samples(self) -> ScopeCounts:
         """Samples of the processed batches, in epoch, run and lifetime scope."""
         return self._stage._samples.scopes()
+
+    @property
+    def tokens(self) -> ScopeCounts:
+        """Tokens of the processed batches (``input_ids``' elements or the ``count_tokens`` function's count),
+        in epoch, run and lifetime scope."""
+        return self._stage._tokens.scopes()
+
+    @property
+    def non_padding_tokens(self) -> ScopeCounts:
+        """Tokens of the processed batches that are not padding (``attention_mask``'s sum), in each scope."""
+        return self._stage._non_padding_tokens.scopes()
+
+    @property
+    def seconds(self) -> ScopeSeconds:
+        """Wall-clock seconds inside the stage's epochs (less the epochs of other stages nested in them),
+        in epoch, run and lifetime scope. Counted at epoch boundaries and checkpoints; across a
+        resume, the time the stopped process was gone is not counted."""
+        self._stage._progress._flush_time()
+        return _seconds(self._stage._seconds)
+
+    @property
+    def samples_per_second(self) -> ScopeRates:
+        """Samples per wall-clock second of the stage (``samples / seconds``) in each scope."""
+        samples, seconds = self.samples, self.seconds
+        return ScopeRates(*(n / s if s > 0 else None for n, s in zip(samples, seconds, strict=True)))
+
+    @property
+    def tokens_per_second(self) -> ScopeRates:
+        """Tokens per wall-clock second of the stage (``tokens / seconds``) in each scope."""
+        tokens, seconds = self.tokens, self.seconds
+        return ScopeRates(*(n / s if s > 0 else None for n, s in zip(tokens, seconds, strict=True)))
 
     @property
     def dataloaders(self) -> tuple[DataloaderCounts, ...]:
@@ -216,6 +289,17 @@ class ProgressView:
     def anomalies(self) -> tuple[str, ...]:
         """What happened that the counts could not follow (``Progress.note_anomaly``), oldest first."""
         return tuple(self._progress._anomalies)
+
+    @property
+    def overhead_seconds(self) -> OverheadSeconds:
+        """Seconds of checkpoint saves and restores (the tracker's part of them) and of fast-forwards
+        (a resume reading already-trained batches again), in run and lifetime scope."""
+        p = self._progress
+        return OverheadSeconds(
+            _run_seconds(p._checkpoint_save_seconds),
+            _run_seconds(p._checkpoint_restore_seconds),
+            _run_seconds(p._fast_forward_seconds),
+        )
 
     @property
     def global_step(self) -> int:

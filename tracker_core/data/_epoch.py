@@ -82,6 +82,11 @@ class Cursor:
     replay: Replay | None = None  # armed by load_state_dict
     awaiting_sampler: bool = False  # an iterator was built; its sampler has not started
     fast_forward: FastForward | None = None  # the last resume's, when it read batches again
+    on_fast_forward: Callable[[float], None] | None = None  # told the seconds of each; not pickled
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (pickle, deepcopy) tells no one: the callback belongs to the tracker of the original."""
+        return {**self.__dict__, "on_fast_forward": None}
 
 
 def _gone() -> None:

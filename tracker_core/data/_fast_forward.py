@@ -27,7 +27,8 @@ def describe(loader: DataLoader[Any]) -> str:
 @contextmanager
 def reading_again(cursor: Cursor, loader: DataLoader[Any], batches: int, why: str) -> Iterator[None]:
     """Warn (before it starts) that the block reads ``batches`` batches again, and time it into
-    ``cursor.fast_forward``; with no batch to read, clear it and only run the block."""
+    ``cursor.fast_forward`` (and tell ``cursor.on_fast_forward`` the seconds: the progress records them);
+    with no batch to read, clear it and only run the block."""
     cursor.fast_forward = None
     if batches <= 0:
         yield
@@ -41,6 +42,8 @@ def reading_again(cursor: Cursor, loader: DataLoader[Any], batches: int, why: st
     began = time.perf_counter()
     yield
     cursor.fast_forward = FastForward(batches, time.perf_counter() - began)
+    if cursor.on_fast_forward is not None:
+        cursor.on_fast_forward(cursor.fast_forward.seconds)
 
 
 def drop_batches(iterator: Any, count: int) -> None:

@@ -47,7 +47,7 @@ What cannot be exact:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -172,6 +172,11 @@ class LoaderPosition:
     def fast_forward(self) -> FastForward | None:
         """The last resume's reading of already-trained batches (how many, seconds), or None if it read none."""
         return self._site.cursor.fast_forward
+
+    def report_fast_forwards(self, record: Callable[[float], None]) -> None:
+        """Call ``record(seconds)`` after each resume that reads already-trained batches again
+        (a tracker records them in its progress). Not kept by a copy of the loader."""
+        self._site.cursor.on_fast_forward = record
 
     # --- saving -------------------------------------------------------------------------
 

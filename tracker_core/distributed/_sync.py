@@ -35,7 +35,8 @@ def reduce_state(progress: Progress | ProgressView, op: str = "sum") -> dict[str
 
     Takes the Progress or its view (``tracker_core.get_progress(obj)``). With ``sum``,
     ``stages.train.samples.run`` is the samples of this run over all ranks. The result is
-    a report, not a state to load: ``where``, ``run.kind`` and ``anomalies`` are this rank's.
+    a report, not a state to load: ``where``, ``run.kind`` and ``anomalies`` are this rank's. Times
+    (``microseconds``) reduce with the same op: ``max`` gives the slowest rank's wall clock.
     One ``all_reduce`` of one int64 tensor packed straight from the live counters, in the flat
     layout the schema declares (``state._schema.pack``/``unpack``).
     """

@@ -155,6 +155,44 @@ class TallyCount(Part):
         out += (join_key(key, scope) for scope in SCOPES)
 
 
+class Microseconds(Part):
+    """Wall-clock time in ``scopes`` as whole microseconds (``{scope: n}``) from a tally of them; without
+    the epoch scope, the tally's epoch base follows its run base."""
+
+    def __init__(self, scopes: Sequence[Scope]) -> None:
+        self.scopes = tuple(scope.value for scope in scopes)
+
+    def _scoped(self, live: _Tally) -> list[int]:
+        bases = {Scope.EPOCH.value: live.epoch_base, Scope.RUN.value: live.run_base, Scope.LIFETIME.value: 0}
+        return [live.total - bases[scope] for scope in self.scopes]
+
+    def dump(self, live: _Tally) -> dict[str, int]:
+        return dict(zip(self.scopes, self._scoped(live), strict=True))
+
+    def parse(self, raw: object, key: str) -> dict[str, int]:
+        fields = read_mapping(raw, key, required=self.scopes)
+        parsed = {scope: read_int(fields[scope], join_key(key, scope), minimum=0) for scope in self.scopes}
+        for inner, outer in pairwise(self.scopes):
+            if parsed[inner] > parsed[outer]:
+                raise ProgressStateError(key, f"{inner} scope {parsed[inner]} above {outer} scope {parsed[outer]}")
+        return parsed
+
+    def store(self, owner: Any, attr: str, value: dict[str, int]) -> None:
+        tally: _Tally = _part_of(owner, attr)
+        tally.total = value[Scope.LIFETIME]
+        tally.run_base = tally.total - value[Scope.RUN]
+        tally.epoch_base = tally.total - value.get(Scope.EPOCH, value[Scope.RUN])
+
+    def pack(self, live: _Tally, out: list[int]) -> None:
+        out += self._scoped(live)
+
+    def unpack(self, live: _Tally, take: Callable[[], int]) -> dict[str, int]:
+        return {scope: take() for scope in self.scopes}
+
+    def paths(self, live: _Tally, key: str, out: list[str]) -> None:
+        out += (join_key(key, scope) for scope in self.scopes)
+
+
 class Count(Part):
     """One non-negative count, read and written as the owner's attribute."""
 

@@ -21,6 +21,7 @@ from tracker_core.state._form import (
     Count,
     Field,
     ListOf,
+    Microseconds,
     Part,
     PhaseCount,
     Record,
@@ -34,7 +35,7 @@ from tracker_core.vocabulary import CANCELLED, Event, RunKind, Scope, Stage
 if TYPE_CHECKING:
     from tracker_core.counting._progress import Progress
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MAX_ANOMALIES = 100  # the most recent ones are kept
 MAX_ANOMALY_CHARS = 500  # a longer message is cut to this length
 
@@ -44,8 +45,27 @@ def _v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
     return {**state, "schema_version": 2, "anomalies": []}
 
 
+_OVERHEADS = ("checkpoint_save", "checkpoint_restore", "fast_forward")  # timed outside the stages
+_NO_STAGE_TIME = {"epoch": 0, "run": 0, "lifetime": 0}
+_NO_TIME = {"run": 0, "lifetime": 0}
+
+
+def _v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 added wall-clock microseconds (per stage; checkpoint saves, restores, fast-forwards): a
+    version-2 state timed nothing, so each is 0. Whatever is malformed is left for ``parse`` to name."""
+    stages = state.get("stages")
+    migrated = {**state, "schema_version": 3}
+    if isinstance(stages, dict):
+        migrated["stages"] = {
+            name: {**stage, "microseconds": dict(_NO_STAGE_TIME)} if isinstance(stage, dict) else stage
+            for name, stage in stages.items()
+        }
+    migrated["microseconds"] = {name: dict(_NO_TIME) for name in _OVERHEADS}
+    return migrated
+
+
 # Each entry turns a state of schema version ``v`` into one of version ``v + 1``.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 _STAGES = tuple(stage.value for stage in Stage)
 _RUN_KINDS = ("", *(kind.value for kind in RunKind))  # "" before the first run
@@ -220,6 +240,7 @@ _STAGE_FIELDS = (
             _DataloaderTallies,
         ),
     ),
+    Field("microseconds", "_seconds", Microseconds(tuple(Scope))),
 )
 _STAGE = Record(*_STAGE_FIELDS, check=_check_stage)
 _TRAIN_STAGE = Record(
@@ -236,6 +257,11 @@ FORM = Record(
     Field("where", "_where", Value(_dump_where, _parse_where)),
     Field("run", "", _Run()),
     Field("stages", "", Record(*(Field(s, s, _TRAIN_STAGE if s == Stage.TRAIN else _STAGE) for s in _STAGES))),
+    Field(
+        "microseconds",
+        "",
+        Record(*(Field(name, f"_{name}_seconds", Microseconds((Scope.RUN, Scope.LIFETIME))) for name in _OVERHEADS)),
+    ),
     Field("anomalies", "_anomalies", Value(list, _parse_anomalies)),
     check=_check_where,
 )
@@ -261,6 +287,7 @@ class Parsed(NamedTuple):
 
 
 def dump(progress: Progress) -> dict[str, Any]:
+    progress._flush_time()
     return FORM.dump(progress)
 
 
@@ -296,6 +323,7 @@ def apply(progress: Progress, parsed: Parsed) -> None:
 
 def pack(progress: Progress) -> list[int]:
     """Every count of ``progress``, flat, in state_dict order (what reduce_state reduces)."""
+    progress._flush_time()
     counts: list[int] = []
     FORM.pack(progress, counts)
     return counts

@@ -1,0 +1,43 @@
+"""The tracker's clock in tests: stopped by default, so two runs record the same seconds (0) and their
+progress states compare equal; a test of time drives its own clock (``TickingClock``) or the real one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tracker_core.counting import _clock
+
+REAL_NOW_US: Callable[[], int] = _clock.now_us
+
+
+def _stopped() -> int:
+    return 0
+
+
+def stop_clock() -> None:
+    """Every reading of the tracker's clock is 0 (done on importing ``helpers``, also in spawned processes)."""
+    _clock.now_us = _stopped
+
+
+class TickingClock:
+    """A clock the test moves: ``clock.advance(seconds)``; install with ``monkeypatch.setattr(_clock, "now_us", clock)``."""
+
+    def __init__(self) -> None:
+        self.us = 0
+
+    def __call__(self) -> int:
+        return self.us
+
+    def advance(self, seconds: float) -> None:
+        self.us += round(seconds * 1_000_000)
+
+
+def without_seconds(state: dict[str, Any]) -> dict[str, Any]:
+    """A progress state without its times (``microseconds``, top level and per stage): what version 2 held."""
+    stripped = {key: value for key, value in state.items() if key != "microseconds"}
+    stripped["stages"] = {
+        name: {key: value for key, value in stage.items() if key != "microseconds"}
+        for name, stage in state["stages"].items()
+    }
+    return stripped

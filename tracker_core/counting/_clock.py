@@ -1,0 +1,14 @@
+"""The one clock the record reads its seconds from: monotonic, in whole microseconds.
+
+Read only at epoch and run boundaries, at checkpoints and at loads, never per batch.
+Microseconds keep every scope an exact integer (a saved second is ``microseconds / 1e6``).
+"""
+
+from __future__ import annotations
+
+from time import perf_counter_ns
+
+
+def now_us() -> int:
+    """Microseconds on the monotonic performance counter (its zero is arbitrary)."""
+    return perf_counter_ns() // 1000
