@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tracker_core import InexactResumeWarning, get_progress
-from tracker_core.integrations.lightning import GRADIENTS_KEY, ProgressTracker
+from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY, ProgressTracker
 
 from helpers.lightning_matrix import PACKAGES, Config, Planned, model, trainer
 from helpers.lightning_oracle import Oracle
@@ -264,16 +264,37 @@ def test_the_trainer_and_the_callback_pickle_and_copy_with_their_progress() -> N
     assert copied_tracker.tracker.view.train.batches.lifetime == get_progress(fit).train.batches.lifetime
 
 
-def test_ddp_spawn_runs_with_the_tracker() -> None:
-    """The callback travels to the spawned process (pickled) and counts there; the main process gets Lightning's
-    results back, not the record (as it does not get global_step back)."""
+def test_ddp_spawn_counts_in_the_spawned_process_and_the_main_process_runs_on(tmp_path: Path) -> None:
+    """The callback travels to the spawned process (pickled) and counts there: a checkpoint written there holds
+    its record, in step with Lightning's loops. Lightning sends the main process the weights and metrics back
+    (no launcher hook for a callback's state), not global_step and not the record: there, get_progress says no
+    tracker is attached, and a checkpoint saved there holds no progress, as Lightning's loops hold none."""
     pl = importlib.import_module("pytorch_lightning")
+    last = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0)
     fit = pl.Trainer(
         accelerator="cpu", devices=1, strategy="ddp_spawn", max_epochs=1, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, enable_checkpointing=False, callbacks=[ProgressTracker()],
+        enable_model_summary=False, callbacks=[ProgressTracker(), last], default_root_dir=tmp_path,
     )  # fmt: skip
     fit.fit(Recording(), _loader())
     assert fit.state.finished
+    child = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    progress = child["callbacks"][STATE_KEY]["progress"]
+    assert child["global_step"] == 4
+    assert _saved_global_step(progress) == 4
+    assert fit.global_step == 0  # Lightning's own counters stay in the spawned process
+    with pytest.raises(LookupError, match="no progress tracker is attached"):
+        get_progress(fit)
+    fit.save_checkpoint(tmp_path / "main.ckpt")
+    main = torch.load(tmp_path / "main.ckpt", weights_only=True)
+    assert main["global_step"] == 0
+    assert _saved_global_step(main["callbacks"][STATE_KEY]["progress"]) == 0
+
+
+def _saved_global_step(progress: dict[str, Any]) -> int:
+    """``global_step`` of a saved progress entry, read back through a record that loads it."""
+    tracker = ProgressTracker()
+    tracker.tracker.progress.load_state_dict(progress)
+    return tracker.tracker.view.global_step
 
 
 # 8 ----------------------------------------------------------------------------------------------
