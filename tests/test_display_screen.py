@@ -49,8 +49,11 @@ def _lightning_lines_are_right(lines: list[str]) -> None:
 
 
 def test_lightning_fit_on_a_terminal_keeps_each_epochs_line_in_order_and_clears_the_live_bar() -> None:
-    lines = screen(run_in_terminal(_run("lightning"), _TESTS))
+    output = run_in_terminal(_run("lightning"), _TESTS)
+    lines = screen(output)
     _lightning_lines_are_right(lines)
+    # the live line of the first epoch (8 batches of 50 ms) has rate and ETA well before its end
+    assert re.search(r"epoch 1/2 \| batch [2-6]/8 \| steps \d \| [\d.]+ samples/s \| ETA 0:00:0\d", output)
     assert not [line for line in lines if "━" in line]  # the live line was drawn and taken away
     assert lines[-2:] == ["`Trainer.fit` stopped: `max_epochs=2` reached.", ""]
 
