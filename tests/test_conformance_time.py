@@ -1,0 +1,69 @@
+"""Time fields in all three frameworks, with the real clock: the same fields, in scope order, never
+running back across a resume. Values differ between runs and are not compared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("ignite")
+pytest.importorskip("accelerate")
+pytest.importorskip("numpy")
+
+import torch
+
+from tracker_core.counting import _clock
+
+from helpers.clock import REAL_NOW_US
+from helpers.conformance import FRAMEWORKS, Outcome, Saving, Scenario, run, stop_checkpoint
+from helpers.time_fields import out_of_order, time_fields, went_back
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:'set_vital' is deprecated"),
+    pytest.mark.filterwarnings("ignore::UserWarning:pytorch_lightning"),
+    pytest.mark.filterwarnings("ignore::UserWarning:lightning_fabric"),
+]
+
+SCENARIO = Scenario("validate-every-epoch", samples=10, batch_size=3, epochs=2, validate_every=4, stop=(1, 2))
+
+
+@pytest.fixture(autouse=True)
+def real_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_clock, "now_us", REAL_NOW_US)
+
+
+def _saved_progress(framework: str, path: Path) -> dict[str, Any]:
+    if framework == "lightning":
+        return torch.load(path, weights_only=True)["callbacks"]["ProgressTracker"]["progress"]  # type: ignore[no-any-return]
+    if framework == "ignite":
+        return torch.load(path, weights_only=True)["progress"]["progress_tracker"]["progress"]  # type: ignore[no-any-return]
+    return torch.load(path / "progress_tracker_0.pt", weights_only=True)["tracker"]["progress"]  # type: ignore[no-any-return]
+
+
+def test_uninterrupted_runs_record_the_same_time_fields_in_all_three_frameworks() -> None:
+    states = [run(framework, SCENARIO).progress for framework in FRAMEWORKS]
+    assert time_fields(states[0]).keys() == time_fields(states[1]).keys() == time_fields(states[2]).keys()
+    for state in states:
+        assert out_of_order(state) == []
+        assert state["stages"]["train"]["microseconds"]["lifetime"] > 0
+        assert state["stages"]["validate"]["microseconds"]["lifetime"] > 0
+        assert state["stages"]["test"]["microseconds"]["lifetime"] == 0
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_resumed_run_times_on_from_its_checkpoint(framework: str, tmp_path: Path) -> None:
+    run(framework, SCENARIO, saving=Saving(tmp_path))
+    saved = _saved_progress(framework, stop_checkpoint(framework, tmp_path))
+    resumed: Outcome = run(framework, SCENARIO, resume_from=stop_checkpoint(framework, tmp_path), seed=1234)
+    assert saved["microseconds"]["checkpoint_save"]["lifetime"] > 0
+    assert saved["stages"]["train"]["microseconds"]["lifetime"] > 0
+    assert went_back(saved, resumed.progress) == []
+    assert out_of_order(resumed.progress) == []
+    assert resumed.progress["microseconds"]["checkpoint_restore"]["lifetime"] > 0
+    assert (
+        resumed.progress["stages"]["train"]["microseconds"]["lifetime"]
+        > (saved["stages"]["train"]["microseconds"]["lifetime"])
+    )
