@@ -191,3 +191,49 @@ def test_an_accelerate_tensorboard_tracker_resumed_after_a_kill_logs_each_step_o
         assert after[tag][:RESUMED_AT] == before[tag][:RESUMED_AT]
     assert {value for _, value in after["process"][:RESUMED_AT]} == {0.0}
     assert {value for _, value in after["process"][RESUMED_AT:]} == {1.0}
+
+
+def test_an_ignite_handler_logging_at_epochs_is_named_in_one_warning(ignite_killed: Path, tmp_path: Path) -> None:
+    shutil.copytree(ignite_killed, tmp_path, dirs_exist_ok=True)
+    checkpoint = str(tmp_path / "checkpoints" / f"checkpoint_{RESUMED_AT}.pt")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ignite_run(tmp_path, 1, resume_from=checkpoint, per_epoch=True)
+    named = [str(w.message) for w in caught if "interrupted run" in str(w.message)]
+    assert len(named) == 1
+    assert "TensorboardLogger 'epochs' on" in named[0]
+    assert "logs at step 3, not the trainer's iteration" in named[0]
+    assert "'train'" not in named[0]
+
+
+def test_an_accelerate_tracker_the_adapter_cannot_rewind_is_named_in_one_warning(
+    accelerate_killed: Path, tmp_path: Path
+) -> None:
+    from accelerate.tracking import GeneralTracker
+
+    class Listing(GeneralTracker):  # a tracker of the user's own
+        name = "listing"
+        requires_logging_directory = False
+
+        def __init__(self) -> None:
+            super().__init__()
+
+        @property
+        def tracker(self) -> None:
+            return None
+
+        def store_init_configuration(self, values: dict[str, Any]) -> None:
+            pass
+
+        def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+            pass
+
+    shutil.copytree(accelerate_killed, tmp_path, dirs_exist_ok=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        accelerate_run(tmp_path, 1, resume_from=str(tmp_path / f"step_{RESUMED_AT}"), also=Listing())
+    named = [str(w.message) for w in caught if "interrupted run" in str(w.message)]
+    assert len(named) == 1
+    assert "Listing (the adapter cannot rewind it)" in named[0]
+    assert "TensorBoardTracker" not in named[0]
+    assert [step for step, _ in tensorboard_points(tmp_path / "run")["loss"]] == list(range(1, STEPS + 1))

@@ -12,6 +12,7 @@ import csv
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,13 @@ BATCHES_PER_EPOCH = 4
 EPOCHS = 5
 CHECKPOINT_EVERY = 6  # optimizer steps: checkpoints at steps 6 and 12 before the kill at 16
 KILL_AT = 16
+
+
+def _die() -> None:
+    """SIGKILL this process, a second after its writers opened: TensorBoard orders a run's event files by
+    the second each writer opened (then by pid), and the resumed writer's file must come after."""
+    time.sleep(1.1)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _loader() -> DataLoader[Any]:
@@ -55,7 +63,7 @@ class _KillAt(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         if trainer.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
+            _die()
 
 
 def lightning_logger(kind: str, folder: Path, version: int | None) -> Any:
@@ -115,9 +123,12 @@ def tensorboard_points(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
     }
 
 
-def ignite_run(folder: Path, process: int, kill_at: int | None = None, resume_from: str | None = None) -> Any:
+def ignite_run(
+    folder: Path, process: int, kill_at: int | None = None, resume_from: str | None = None, per_epoch: bool = False
+) -> Any:
     """Train 5 epochs of 4 iterations, logging each iteration into an Ignite ``TensorboardLogger`` (``folder/tb``)
-    and saving a ``Checkpoint`` every 6 iterations into ``folder/checkpoints``; returns the logger."""
+    and saving a ``Checkpoint`` every 6 iterations into ``folder/checkpoints``; returns the logger.
+    ``per_epoch``: also log the loss at each ``EPOCH_COMPLETED`` (at the epoch, tag ``epochs``)."""
     from ignite.engine import Engine, Events
     from ignite.handlers import Checkpoint, DiskSaver
     from ignite.handlers.tensorboard_logger import TensorboardLogger
@@ -151,12 +162,14 @@ def ignite_run(folder: Path, process: int, kill_at: int | None = None, resume_fr
         tag="train",
         output_transform=lambda loss: {"loss": loss, "process": process},
     )
+    if per_epoch:
+        logger.attach_output_handler(trainer, Events.EPOCH_COMPLETED, tag="epochs", output_transform=lambda x: {"x": x})
     if kill_at is not None:
 
         @trainer.on(Events.ITERATION_COMPLETED(once=kill_at))
         def _kill(engine: Engine) -> None:
             logger.writer.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
+            _die()
 
     if resume_from is not None:
         Checkpoint.load_objects(to_save, torch.load(resume_from, weights_only=True))
@@ -165,9 +178,11 @@ def ignite_run(folder: Path, process: int, kill_at: int | None = None, resume_fr
     return logger
 
 
-def accelerate_run(folder: Path, process: int, kill_at: int | None = None, resume_from: str | None = None) -> None:
+def accelerate_run(
+    folder: Path, process: int, kill_at: int | None = None, resume_from: str | None = None, also: Any = None
+) -> None:
     """Train 5 epochs of 4 batches with ``accelerator.log(..., step=progress.view.global_step)`` into the
-    tensorboard tracker (``folder/run``), ``save_state`` every 6 steps into ``folder/step_<N>``."""
+    tensorboard tracker (``folder/run``) and the tracker ``also``, ``save_state`` every 6 steps into ``folder/step_<N>``."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
 
@@ -176,7 +191,7 @@ def accelerate_run(folder: Path, process: int, kill_at: int | None = None, resum
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     torch.manual_seed(0)
-    accelerator = Accelerator(cpu=True, log_with="tensorboard", project_dir=str(folder))
+    accelerator = Accelerator(cpu=True, log_with=["tensorboard", *([also] if also else [])], project_dir=str(folder))
     accelerator.init_trackers("run")
     model = torch.nn.Linear(4, 1)
     model, optimizer, loader = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), _loader())
@@ -195,7 +210,7 @@ def accelerate_run(folder: Path, process: int, kill_at: int | None = None, resum
                 accelerator.save_state(str(folder / f"step_{step}"))
             if step == kill_at:
                 accelerator.get_tracker("tensorboard", unwrap=True).flush()
-                os.kill(os.getpid(), signal.SIGKILL)
+                _die()
     accelerator.end_training()
 
 
