@@ -94,8 +94,8 @@ def _json(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _two_rank_run(world_one_entry: dict[str, Any], rank: int) -> dict[str, Any]:
-    """The uninterrupted run, then (same process group) a resume from its entry after 2 batches
-    (a gathered entry is the same on every rank: rank 0's file), and one from ``world_one_entry``."""
+    """The uninterrupted run, then (same process group) a resume from the entry rank 0 (the writer)
+    gathered after 2 batches (every rank reads rank 0's file), and one from ``world_one_entry``."""
     tracker = Tracker()
     loader = _loader(BATCH, 2, rank)
     tracker.track_train_loader(loader)
@@ -104,9 +104,16 @@ def _two_rank_run(world_one_entry: dict[str, Any], rank: int) -> dict[str, Any]:
         "epochs": epochs,
         "saved": saved,
         "progress": tracker.state_dict()["progress"],
-        "resumed": _resume_two_ranks(saved[2], rank),
+        "resumed": _resume_two_ranks(_rank_0s(saved[2]), rank),
         "from_world_one": _resume_two_ranks(world_one_entry, rank),
     }
+
+
+def _rank_0s(entry: dict[str, Any]) -> dict[str, Any]:
+    """Rank 0's ``entry`` on every rank: the file it wrote, read by each."""
+    shared = [entry]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]  # type: ignore[no-any-return]
 
 
 def _resume_two_ranks(entry: dict[str, Any], rank: int) -> dict[str, Any]:
@@ -172,7 +179,9 @@ def test_the_gathered_entry_holds_every_ranks_entry_and_rank_0s_at_the_top() -> 
 
 def test_every_rank_resumes_exactly_from_the_one_entry_rank_0_saved() -> None:
     full = _world_two()
-    assert full[0]["saved"] == full[1]["saved"]
+    for k in (1, 2, 3, "end"):  # each rank's entry reached the writer only
+        assert full[0]["saved"][k]["ranks"][1] == full[1]["saved"][k]
+        assert "ranks" not in full[1]["saved"][k]
     resumed = [full[rank]["resumed"] for rank in (0, 1)]
     for rank in (0, 1):
         assert resumed[rank]["world"] == 2

@@ -125,9 +125,11 @@ class Tracker:
     def gathered_state_dict(self) -> dict[str, Any]:
         """Collective (every rank calls it at the checkpoint): one entry that resumes every rank.
 
-        Rank 0's :meth:`state_dict` plus ``"ranks"``, every rank's entry (index = rank),
-        the same on every rank (one ``all_gather_object``). :meth:`load_state_dict` gives
-        each rank its own part, or maps it at another world size. See docs/distributed.md.
+        On rank 0, the writer: its :meth:`state_dict` plus ``"ranks"``, every rank's entry
+        (index = rank), gathered by one ``gather_object``; on any other rank its own
+        :meth:`state_dict` (a framework that writes on rank 0 only discards it), so a rank
+        sends its own entry and receives nothing. :meth:`load_state_dict` gives each rank its
+        own part of the writer's entry, or maps it at another world size. See docs/distributed.md.
         In a world of one it still carries ``"ranks"``, so a later run on more processes can
         map it (elastic resume).
         """
@@ -135,7 +137,7 @@ class Tracker:
         began = _clock.now_us()
         ranks = gather(mine)
         self.progress._count_checkpoint_save(_clock.now_us() - began)  # in the next checkpoint's entry
-        return {**ranks[0], "ranks": ranks}
+        return mine if ranks is None else {**ranks[0], "ranks": ranks}
 
     def checkpoint_state_dict(self) -> dict[str, Any]:
         """The entry to store in a checkpoint: :meth:`gathered_state_dict` when several processes run
@@ -231,7 +233,6 @@ class Tracker:
         has_ranks = isinstance(entry, dict) and "ranks" in entry
         entry = read_mapping(entry, "", required=(*ENTRY_KEYS, "ranks") if has_ranks else ENTRY_KEYS)
         selected = select(entry["ranks"], self._loaders) if has_ranks else None
-        entry_ranks = entry["ranks"] if has_ranks else []
         if selected is not None:
             entry = selected.entry
         problems = [] if selected is None else [f"elastic resume: {problem}" for problem in selected.problems]
@@ -268,8 +269,6 @@ class Tracker:
                     pending[index] = (state, resume_epoch)
                 else:
                     ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
-        if selected is not None:
-            _check_every_rank(entry_ranks, "" if selected.mapping is not None else selected.key_prefix)
         return _LoadedEntry(
             parsed_progress, rng, ready, pending, None if selected is None else selected.mapping, problems
         )
@@ -287,23 +286,6 @@ class _Undo:
     def keep_generators(self, index: int, position: LoaderPosition) -> None:
         """Keep the generator states of a loader the load is about to arm."""
         self.generators[index] = {path: g.get_state() for path, g in position._generators().items()}
-
-
-def _check_every_rank(ranks: list[Any], loaded: str) -> None:
-    """Every saved rank's part, not only the one this process loads (``loaded``, checked already), so that
-    every process refuses a damaged gathered entry alike."""
-    for index, part in enumerate(ranks):
-        if f"ranks.{index}" == loaded:
-            continue
-        with keys_under(f"ranks.{index}"):
-            with keys_under("progress"):
-                parse(part["progress"])
-            with keys_under("rng"):
-                GlobalRng.from_plain(part["rng"])
-            saved_rng = expand_rng(part["rng"])
-            for loader_index, state in enumerate(part["train_loaders"]):
-                with keys_under(f"train_loaders.{loader_index}"):
-                    check_saved_loader(state, "", saved_rng)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Every rank's entry in one checkpoint, and the entry a rank loads from it at any world size.
 
-``gather(entry)`` (one ``all_gather_object``) gives every rank's entry. ``select(ranks, ...)``
-picks this rank's at the saved world size; at another world size it maps each train
+``gather(entry)`` (one ``gather_object`` to rank 0, the writer) gives rank 0 every rank's entry:
+each rank sends its own entry only, and only the writer receives. ``select(ranks, ...)``
+picks this rank's at the saved world size, reading no other rank's; at another world size it maps each train
 loader's mid-epoch position by global samples of its epoch and re-bases the progress to the
 new geometry (see docs/distributed.md). Two shardings map alike (after ``k`` batches of ``b``
 on ``W`` ranks, positions ``[0, k * b * W)`` are consumed): a ``DistributedSampler`` (rank ``r``
@@ -53,13 +54,20 @@ def saved_elsewhere(entry: object) -> bool:
     return isinstance(ranks, list) and bool(ranks) and len(ranks) != world()[0]
 
 
-def gather(entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every rank's ``entry``, index = rank (collective: one ``all_gather_object``)."""
-    size, _ = world()
+WRITER = 0  # the rank that writes the checkpoint file (Lightning's and Ignite's rank 0)
+
+
+def gather(entry: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """On the writer (rank 0): every rank's ``entry``, index = rank; elsewhere None.
+
+    Collective: one ``gather_object`` to the writer, so a rank sends its own entry and
+    receives nothing; only the writer's memory grows with the number of ranks.
+    """
+    size, rank = world()
     if size == 1:
         return [entry]
-    gathered: list[Any] = [None] * size
-    dist.all_gather_object(gathered, entry)
+    gathered: list[Any] | None = [None] * size if rank == WRITER else None
+    dist.gather_object(entry, gathered, dst=WRITER)
     return gathered
 
 
@@ -69,16 +77,21 @@ def reenters_train_epoch(epochs: PhaseCounts) -> bool:
 
 
 def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
-    """This rank's entry from the saved ``ranks`` (validated here only as far as the mapping reads them)."""
+    """This rank's entry from the saved ``ranks`` (validated here only as far as the mapping reads them).
+
+    At the saved world size only this rank's entry is read; at another, the one it maps from
+    and every rank's train loader positions (their batch counts give the global sample position).
+    """
     if not isinstance(ranks, list) or not ranks:
         raise ProgressStateError("ranks", "expected a non-empty list of entries, one per rank")
-    for index, entry in enumerate(ranks):
-        read_mapping(entry, f"ranks.{index}", required=ENTRY_KEYS)
-        read_list(entry["train_loaders"], f"ranks.{index}.train_loaders")
     size, rank = world()
     saved_size = len(ranks)
     if saved_size == size:
+        read_mapping(ranks[rank], f"ranks.{rank}", required=ENTRY_KEYS)
         return Selected(ranks[rank], None, [], f"ranks.{rank}")
+    for index, entry in enumerate(ranks):
+        read_mapping(entry, f"ranks.{index}", required=ENTRY_KEYS)
+        read_list(entry["train_loaders"], f"ranks.{index}.train_loaders")
     source_rank = rank % saved_size
     source = ranks[source_rank]
     with keys_under(f"ranks.{source_rank}.progress"):

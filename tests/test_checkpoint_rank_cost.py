@@ -1,0 +1,81 @@
+"""A rank's checkpoint cost does not grow with the number of ranks: its entry reaches only the writer
+(rank 0), and on resume it reads only its own entry of the writer's file. Two real gloo processes."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DistributedSampler, TensorDataset
+
+from tracker_core import Tracker
+
+from helpers.gloo import run_on_two_ranks
+from helpers.small_entry import DATASET_SIZE, shuffled_loader, trained
+
+
+def _loader(rank: int) -> Any:
+    data = TensorDataset(torch.arange(float(DATASET_SIZE)))
+    return shuffled_loader(DistributedSampler(data, num_replicas=2, rank=rank, seed=0))
+
+
+def _spy(name: str, sent: list[tuple[str, int]]) -> Any:
+    """torch.distributed's ``name``, noting the pickled bytes of the object this rank hands it."""
+    collective = getattr(dist, name)
+
+    def noted(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append((name, len(pickle.dumps(obj))))
+        return collective(obj, *args, **kwargs)
+
+    return noted
+
+
+def _save_and_resume(rank: int) -> dict[str, Any]:
+    loader = _loader(rank)
+    tracker, _, rest = trained(3, loader)
+    sent: list[tuple[str, int]] = []
+    originals = {name: getattr(dist, name) for name in ("gather_object", "all_gather_object")}
+    for name in originals:
+        setattr(dist, name, _spy(name, sent))
+    try:
+        entry = tracker.gathered_state_dict()
+    finally:
+        for name, collective in originals.items():
+            setattr(dist, name, collective)
+    own = len(pickle.dumps(tracker.state_dict()))
+    written = [entry]
+    dist.broadcast_object_list(written, src=0)  # every rank reads the file rank 0 wrote
+    saved = written[0]
+    saved["ranks"][1 - rank] = None  # another rank's entry is not read at the saved world size
+    resumed, again = Tracker(), _loader(rank)
+    resumed.track_train_loader(again)
+    resumed.load_state_dict(saved)
+    return {
+        "sent": sent,
+        "own": own,
+        "ranks_held": len(entry.get("ranks", [])),
+        "exact": [batch[0].tolist() for batch in again] == [batch[0].tolist() for batch in rest],
+    }
+
+
+@functools.cache
+def _two_ranks() -> list[dict[str, Any]]:
+    return run_on_two_ranks(_save_and_resume)
+
+
+def test_a_ranks_save_sends_only_its_own_entry_to_the_writer_in_one_gather() -> None:
+    for result in _two_ranks():
+        [(name, sent)] = result["sent"]
+        assert name == "gather_object"
+        assert sent <= 1.1 * result["own"]
+
+
+def test_only_the_writer_holds_every_ranks_entry() -> None:
+    assert [result["ranks_held"] for result in _two_ranks()] == [2, 0]
+
+
+def test_each_rank_resumes_exactly_reading_only_its_own_entry_of_the_writers_file() -> None:
+    assert [result["exact"] for result in _two_ranks()] == [True, True]
