@@ -15,14 +15,13 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
-pytest.importorskip("pytorch_lightning")
 pytest.importorskip("tensorboard")
 
-import pytorch_lightning as pl
 from torch.utils.tensorboard import SummaryWriter
 
 from tracker_core.adapter import rewind_summary_writer
@@ -33,11 +32,8 @@ from helpers.logger_runs import (
     EPOCHS,
     KILL_AT,
     accelerate_run,
-    checkpoint_at,
     csv_points,
     ignite_run,
-    lightning_fit,
-    lightning_logger,
     tensorboard_points,
 )
 
@@ -59,7 +55,13 @@ def _interrupted(framework: str, folder: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def lightning_killed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def lightning() -> ModuleType:
+    """``helpers.lightning_logger_runs`` (skipped without Lightning)."""
+    return pytest.importorskip("helpers.lightning_logger_runs", exc_type=ImportError)
+
+
+@pytest.fixture(scope="module")
+def lightning_killed(lightning: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Lightning run's folder (TensorBoard and CSV logs of version_0), SIGKILLed after step 15."""
     folder = tmp_path_factory.mktemp("lightning_killed")
     _interrupted("lightning", folder)
@@ -98,47 +100,56 @@ def test_a_summary_writer_rewound_to_a_step_hides_every_tags_earlier_points_from
     assert points["b"] == [(step, float(step)) for step in range(5)]
 
 
-def test_a_lightning_tensorboard_logger_resumed_after_a_kill_logs_each_step_once(lightning_run: Path) -> None:
+def test_a_lightning_tensorboard_logger_resumed_after_a_kill_logs_each_step_once(
+    lightning_run: Path, lightning: ModuleType
+) -> None:
     log_dir = lightning_run / "run" / "version_0"
     before = tensorboard_points(log_dir)
-    logger = lightning_logger("tensorboard", lightning_run, 0)
-    lightning_fit([logger], 1, ckpt_path=checkpoint_at(lightning_run, RESUMED_AT))
+    logger = lightning.logger("tensorboard", lightning_run, 0)
+    lightning.fit([logger], 1, ckpt_path=lightning.checkpoint_at(lightning_run, RESUMED_AT))
     _continues_exactly(before, tensorboard_points(log_dir))
 
 
 def test_a_lightning_csv_logger_resumed_after_a_kill_keeps_the_rows_before_the_checkpoint_byte_for_byte(
-    lightning_run: Path,
+    lightning_run: Path, lightning: ModuleType
 ) -> None:
     before = csv_points(lightning_run)
-    lightning_fit([lightning_logger("csv", lightning_run, 0)], 1, ckpt_path=checkpoint_at(lightning_run, RESUMED_AT))
+    lightning.fit(
+        [lightning.logger("csv", lightning_run, 0)],
+        1,
+        ckpt_path=lightning.checkpoint_at(lightning_run, RESUMED_AT),
+    )
     _continues_exactly(before, csv_points(lightning_run))
 
 
-def test_a_lightning_logger_writing_the_resume_into_a_new_version_is_named_in_one_warning(lightning_run: Path) -> None:
-    logger = lightning_logger("csv", lightning_run, None)
+def test_a_lightning_logger_writing_the_resume_into_a_new_version_is_named_in_one_warning(
+    lightning_run: Path, lightning: ModuleType
+) -> None:
+    logger = lightning.logger("csv", lightning_run, None)
     with pytest.warns(UserWarning, match=r"CSVLogger \(it writes this fit into version_1, .* version=0\)") as caught:
-        lightning_fit([logger], 1, ckpt_path=checkpoint_at(lightning_run, RESUMED_AT))
+        lightning.fit([logger], 1, ckpt_path=lightning.checkpoint_at(lightning_run, RESUMED_AT))
     assert len([w for w in caught if "interrupted run" in str(w.message)]) == 1
 
 
-class _Listing(pl.loggers.Logger):
-    """A logger of the user's own: the adapter cannot rewind it."""
+def test_a_logger_the_adapter_cannot_rewind_is_named_in_one_warning(lightning_run: Path, lightning: ModuleType) -> None:
+    import pytorch_lightning as pl
 
-    name = "listing"
-    version = 0
+    class _Listing(pl.loggers.Logger):
+        """A logger of the user's own: the adapter cannot rewind it."""
 
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        pass
+        name = "listing"
+        version = 0
 
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        pass
+        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+            pass
 
+        def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+            pass
 
-def test_a_logger_the_adapter_cannot_rewind_is_named_in_one_warning(lightning_run: Path) -> None:
-    loggers = [lightning_logger("tensorboard", lightning_run, 0), _Listing()]
+    loggers = [lightning.logger("tensorboard", lightning_run, 0), _Listing()]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        lightning_fit(loggers, 1, ckpt_path=checkpoint_at(lightning_run, RESUMED_AT))
+        lightning.fit(loggers, 1, ckpt_path=lightning.checkpoint_at(lightning_run, RESUMED_AT))
     named = [str(w.message) for w in caught if "interrupted run" in str(w.message)]
     assert len(named) == 1
     assert "_Listing (the adapter cannot rewind it)" in named[0]

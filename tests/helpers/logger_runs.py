@@ -3,7 +3,7 @@
 Run as a script (``python -m helpers.logger_runs <framework> <folder> <kill_at>``) it is the
 interrupted process (Lightning: a ``TensorBoardLogger`` and a ``CSVLogger`` in one folder): it logs each step's ``process`` (0: the interrupted run, 1: the resumed one),
 checkpoints, and kills itself with SIGKILL at step ``kill_at``. The tests call the same functions
-in-process with ``process=1`` to resume.
+in-process with ``process=1`` to resume (Lightning's: ``helpers.lightning_logger_runs``).
 """
 
 from __future__ import annotations
@@ -16,11 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
-
-from tracker_core.integrations.lightning import ProgressTracker
 
 BATCHES_PER_EPOCH = 4
 EPOCHS = 5
@@ -38,67 +35,6 @@ def _die() -> None:
 def _loader() -> DataLoader[Any]:
     x = torch.linspace(-1, 1, 4 * 2 * BATCHES_PER_EPOCH).reshape(-1, 4)
     return DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=2, shuffle=True)
-
-
-class _Logging(pl.LightningModule):
-    def __init__(self, process: int) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-        self.process = process
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = torch.nn.functional.mse_loss(self.layer(x), y)
-        self.log("loss", loss)
-        self.log("process", float(self.process))
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-class _KillAt(pl.Callback):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        if trainer.global_step == self.step:
-            _die()
-
-
-def lightning_logger(kind: str, folder: Path, version: int | None) -> Any:
-    """A Lightning ``TensorBoardLogger`` or ``CSVLogger`` (``kind``) writing under ``folder/run``."""
-    if kind == "tensorboard":
-        return pl.loggers.TensorBoardLogger(folder, name="run", version=version)
-    return pl.loggers.CSVLogger(folder, name="run", version=version)
-
-
-def lightning_fit(loggers: list[Any], process: int, kill_at: int | None = None, ckpt_path: str | None = None) -> None:
-    """Fit 5 epochs of 4 batches, logging every step, a checkpoint every 6 steps into the first logger's folder."""
-    torch.manual_seed(0)
-    callbacks: list[pl.Callback] = [
-        ProgressTracker(),
-        pl.callbacks.ModelCheckpoint(every_n_train_steps=CHECKPOINT_EVERY, save_top_k=-1),
-    ]
-    if kill_at is not None:
-        callbacks.append(_KillAt(kill_at))
-    trainer = pl.Trainer(
-        max_epochs=EPOCHS,
-        logger=loggers,
-        callbacks=callbacks,
-        log_every_n_steps=1,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        accelerator="cpu",
-    )
-    trainer.fit(_Logging(process), _loader(), ckpt_path=ckpt_path)
-
-
-def checkpoint_at(folder: Path, step: int, version: int = 0) -> str:
-    """The Lightning checkpoint saved at global step ``step`` in ``folder/run/version_<version>``."""
-    (found,) = (folder / "run" / f"version_{version}" / "checkpoints").glob(f"*step={step}.ckpt")
-    return str(found)
 
 
 def csv_points(folder: Path, version: int = 0) -> dict[str, list[tuple[int, str]]]:
@@ -217,8 +153,10 @@ def accelerate_run(
 if __name__ == "__main__":
     framework, where, kill = sys.argv[1:4]
     if framework == "lightning":  # both loggers write into run/version_0
-        both = [lightning_logger(kind, Path(where), version=0) for kind in ("tensorboard", "csv")]
-        lightning_fit(both, process=0, kill_at=int(kill))
+        from helpers.lightning_logger_runs import fit, logger
+
+        both = [logger(kind, Path(where), version=0) for kind in ("tensorboard", "csv")]
+        fit(both, process=0, kill_at=int(kill))
     if framework == "ignite":
         ignite_run(Path(where), process=0, kill_at=int(kill))
     if framework == "accelerate":
