@@ -16,6 +16,7 @@ import pytest
 from torch.utils.data import DataLoader, IterableDataset
 
 from tracker_core import Progress, ProgressStateError, Tracker
+from tracker_core.adapter import progress_table
 from tracker_core.counting import _clock
 from tracker_core.data._fast_forward import SlowResumeWarning
 
@@ -231,3 +232,27 @@ def test_a_negative_time_is_refused_naming_the_key() -> None:
     state["microseconds"]["fast_forward"]["run"] = -1
     with pytest.raises(ProgressStateError, match=r"microseconds\.fast_forward\.run"):
         Progress().load_state_dict(state)
+
+
+def test_the_table_shows_each_stage_s_seconds_and_samples_per_second(clock: TickingClock) -> None:
+    progress = in_fit_epoch(batches=3, samples=8)
+    clock.advance(2)
+    lines = progress_table(progress.state_dict()).splitlines()
+    assert [
+        line.split() for line in lines if line.split()[:1] in (["seconds"], ["samples/s"]) and "over" not in line
+    ] == [
+        ["seconds", "2.00", "2.00", "2.00"],
+        ["samples/s", "12.0", "12.0", "12.0"],
+    ]
+
+
+def test_the_table_shows_the_lifetime_seconds_of_saves_restores_and_fast_forwards() -> None:
+    state = Progress().state_dict()
+    state["microseconds"] = {
+        "checkpoint_save": {"run": 250_000, "lifetime": 1_250_000},
+        "checkpoint_restore": {"run": 0, "lifetime": 500_000},
+        "fast_forward": {"run": 0, "lifetime": 3_000_000},
+    }
+    assert progress_table(state).splitlines()[-2] == (
+        "seconds over the lifetime: checkpoint saves 1.25, restores 0.50, fast-forward (batches read again) 3.00"
+    )

@@ -20,6 +20,10 @@ def _batches(count: int) -> str:
     return f"{count} batch" if count == 1 else f"{count} batches"
 
 
+def _rounded(values: tuple[float | None, ...], digits: int) -> list[str]:
+    return ["-" if value is None else f"{value:.{digits}f}" for value in values]
+
+
 def _summed(items: list[dict[str, int]]) -> dict[str, int]:
     return {s: sum(item[s] for item in items) for s in Scope}
 
@@ -55,16 +59,22 @@ def progress_facts(progress: dict[str, Any]) -> dict[str, Any]:
 
 
 def progress_table(progress: dict[str, Any]) -> str:
-    """Processed epochs and batches (their step done), samples, optimizer and scheduler steps per stage and scope,
-    then where the state was taken, whether it is mid-epoch / mid-accumulation, and the anomalies recorded;
-    ``progress`` is a ``Progress.state_dict()``."""
+    """Processed epochs and batches (their step done), samples, wall-clock seconds and samples per second,
+    optimizer and scheduler steps per stage and scope, then where the state was taken, whether it is
+    mid-epoch / mid-accumulation, the seconds of checkpoint saves, restores and fast-forwards, and the
+    anomalies recorded; ``progress`` is a ``Progress.state_dict()``."""
+    loaded = Progress()
+    loaded.load_state_dict(progress)  # migrated: an older state has no times (0)
     rows = [("stage", "count", *(scope.value for scope in Scope))]
     for name, stage in progress["stages"].items():
         if not stage["batches"]["lifetime"]["ready"] and not stage["epochs"]["lifetime"]["ready"]:
             continue
+        timed = loaded.view.stage(name)
         rows.append((name, "epochs", *_phased(stage["epochs"])))
         rows.append(("", "batches", *_phased(stage["batches"])))
         rows.append(("", "samples", *_scoped(stage["samples"])))
+        rows.append(("", "seconds", *_rounded(tuple(timed.seconds), 2)))
+        rows.append(("", "samples/s", *_rounded(tuple(timed.samples_per_second), 1)))
         if "optimizer_steps" in stage:
             rows.append(("", "optimizer steps", *_scoped(_summed(stage["optimizer_steps"]))))
             skipped = _summed(stage["optimizer_steps_skipped"])
@@ -82,6 +92,12 @@ def progress_table(progress: dict[str, Any]) -> str:
     lines.append(
         f"mid-epoch: {epoch if facts['mid_epoch'] else 'no'}; "
         f"mid-accumulation: {accumulation if facts['mid_accumulation'] else 'no'}"
+    )
+    overhead = loaded.view.overhead_seconds
+    lines.append(
+        f"seconds over the lifetime: checkpoint saves {overhead.checkpoint_save.lifetime:.2f}, "
+        f"restores {overhead.checkpoint_restore.lifetime:.2f}, "
+        f"fast-forward (batches read again) {overhead.fast_forward.lifetime:.2f}"
     )
     anomalies = facts["anomalies"]
     lines.append(f"anomalies: {len(anomalies)}" if anomalies else "anomalies: none")
