@@ -6,8 +6,9 @@ logged steps N and later too. ``TensorBoardLogger``: TensorBoard's own purge (``
 at step N, as ``purge_step`` writes) makes its readers drop them. ``CSVLogger``: the rows of
 ``metrics.csv`` with step < N are kept, the rest go: Lightning's writer deletes the file when it
 opens a folder that holds one, before any callback hook, so the rows are read when Lightning
-assigns the callbacks' ``log`` at the start of ``Trainer._run`` (``loggers_opening``) and written back. Any other logger, and a logger that
-writes the resumed fit into another version than the checkpoint's, is named in one warning.
+assigns the callbacks' ``log`` at the start of ``Trainer._run`` (``loggers_opening``) and written
+back. Any other logger, and a logger that writes the resumed fit into another version than the
+checkpoint's, is named in one warning.
 """
 
 from __future__ import annotations
