@@ -42,7 +42,19 @@ TESTS: dict[str, list[str]] = {
         "tests/test_lightning_scheduler_steps.py",
     ],
     "pytorch-ignite": ["tests/test_architecture.py", "tests/test_ignite_counting.py"],
-    "accelerate": ["tests/test_architecture.py", "tests/test_accelerate_counting.py"],
+    # Every Accelerate test that runs from the installed wheel (the two-process and elastic ones start helper
+    # scripts that import the source tree). At 1.16.0 on 2026-12-04 all passed but the 3 cases of
+    # test_accelerate_resume.py's iterable-dataset resume (progress microseconds.fast_forward), which fail alike at 1.15.0.
+    "accelerate": [
+        "tests/test_architecture.py",
+        "tests/test_accelerate_bad_state.py",
+        "tests/test_accelerate_counting.py",
+        "tests/test_accelerate_first_law.py",
+        "tests/test_accelerate_loaders.py",
+        "tests/test_accelerate_matrix.py",
+        "tests/test_accelerate_resume.py",
+        "tests/test_accelerate_scheduler_steps.py",
+    ],
     "torchdata": ["tests/test_data_position.py"],
     "rich": ["tests/test_display_core.py"],
 }
