@@ -91,13 +91,27 @@ def test_a_summary_writer_rewound_to_a_step_hides_every_tags_earlier_points_from
         killed.add_scalar("b", float(step), step)
     killed.flush()
     resumed = SummaryWriter(str(tmp_path))
-    rewind_summary_writer(resumed, 5)
+    assert rewind_summary_writer(resumed, 5) == ""
     for step in range(5, 10):
         resumed.add_scalar("a", 100.0 + step, step)
     resumed.close()
     points = tensorboard_points(tmp_path)
     assert points["a"] == [(step, float(step)) for step in range(5)] + [(step, 100.0 + step) for step in range(5, 10)]
     assert points["b"] == [(step, float(step)) for step in range(5)]
+
+
+def test_a_summary_writer_says_when_an_event_file_of_its_folder_is_read_after_its_purge(tmp_path: Path) -> None:
+    killed = SummaryWriter(str(tmp_path))
+    killed.add_scalar("a", 1.0, 1)
+    killed.close()
+    (written,) = tmp_path.iterdir()
+    later = tmp_path / "events.out.tfevents.9999999999.host.1.0"  # opened in a later second, as TensorBoard sorts
+    later.write_bytes(written.read_bytes())
+    resumed = SummaryWriter(str(tmp_path))
+    (own,) = {path.name for path in tmp_path.iterdir()} - {written.name, later.name}
+    problem = rewind_summary_writer(resumed, 1)
+    assert problem == f"TensorBoard reads {later.name} after this run's {own} (the purge) in {tmp_path}"
+    resumed.close()
 
 
 def test_a_lightning_tensorboard_logger_resumed_after_a_kill_logs_each_step_once(

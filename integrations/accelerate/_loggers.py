@@ -26,7 +26,9 @@ def rewind_trackers(accelerator: Any, step: int) -> None:
             left.append(f"{name} (the adapter cannot rewind it)")
             continue
         try:
-            rewind_summary_writer(tracker.writer, step + 1)
+            problem = rewind_summary_writer(tracker.writer, step + 1)
+            if problem:
+                left.append(f"{name} ({problem})")
         except Exception as error:  # the first law: a log never stops the training
             left.append(f"{name} ({type(error).__name__}: {error})")
     if left:

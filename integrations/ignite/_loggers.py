@@ -42,7 +42,9 @@ def rewind_loggers(trainer: Engine, engines: Iterable[Engine]) -> None:
                     left.append(f"{name} {tag!r} on {event} (it logs at step {step}, not the trainer's iteration)")
     for logger in writers.values():
         try:
-            rewind_summary_writer(logger.writer, iteration + 1)
+            problem = rewind_summary_writer(logger.writer, iteration + 1)
+            if problem:
+                left.append(f"{type(logger).__name__} ({problem})")
         except Exception as error:  # the first law: a log never stops the training
             left.append(f"{type(logger).__name__} ({type(error).__name__}: {error})")
     if left:

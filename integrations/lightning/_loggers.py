@@ -63,7 +63,9 @@ class LoggerRewind:
             name = type(logger).__name__
             try:
                 if isinstance(logger, loggers.TensorBoardLogger):
-                    rewind_summary_writer(logger.experiment, step)
+                    problem = rewind_summary_writer(logger.experiment, step)
+                    if problem:
+                        left.append(f"{name} ({problem})")
                 elif isinstance(logger, loggers.CSVLogger):
                     self._rewind_csv(logger, step)
                 else:

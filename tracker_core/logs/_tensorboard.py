@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 
-def rewind_summary_writer(writer: Any, step: int) -> None:
+def rewind_summary_writer(writer: Any, step: int) -> str:
     """Make TensorBoard drop the points of ``writer``'s run at ``step`` or later, logged before now.
 
     Writes into the writer's current event file what ``SummaryWriter(purge_step=step)`` writes
@@ -14,6 +15,11 @@ def rewind_summary_writer(writer: Any, step: int) -> None:
     tag's events at steps >= ``step`` read before it (the interrupted process's, in the same log
     folder) and keep all that this writer logs after it. Call it before the resumed run logs
     anything. ``writer`` is torch's or tensorboardX's ``SummaryWriter``.
+
+    Returns what keeps the purge from working, or "": TensorBoard reads a run's event files in
+    the order of their names (the second each writer opened, then host and process id), so a
+    file of the folder named after this writer's (opened in the same second by a higher process
+    id, or under a clock set back) is read after the purge and keeps all its points.
     """
     event_pb2: Any = _event_protos()
     file_writer = writer._get_file_writer()
@@ -22,6 +28,18 @@ def rewind_summary_writer(writer: Any, step: int) -> None:
         event_pb2.Event(step=step, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START))
     )
     file_writer.flush()
+    return _files_read_after(file_writer)
+
+
+def _files_read_after(file_writer: Any) -> str:
+    own = getattr(getattr(file_writer, "event_writer", None), "_file_name", None)
+    if not isinstance(own, str):
+        return ""
+    folder, name = os.path.split(own)
+    later = sorted(other for other in os.listdir(folder) if "tfevents" in other and other > name)
+    if not later:
+        return ""
+    return f"TensorBoard reads {', '.join(later)} after this run's {name} (the purge) in {folder}"
 
 
 def _event_protos() -> Any:
