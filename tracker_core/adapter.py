@@ -8,6 +8,7 @@ event contract and a worked example on a plain PyTorch loop. The three adapters 
 """
 
 from tracker_core._errors import EventOrderError, ProgressStateError
+from tracker_core._logs import rewind_summary_writer
 from tracker_core._tracker import InexactResumeWarning, Tracker
 from tracker_core.counting._batch_size import batches_in, samples_in
 from tracker_core.counting._dataloaders import begin_dataloader_pass, count_dataloader_batch
@@ -28,7 +29,6 @@ from tracker_core.data._rng import GlobalRng
 from tracker_core.display._display import Display
 from tracker_core.display._report import progress_facts, progress_table
 from tracker_core.distributed._elastic import saved_elsewhere
-from tracker_core.logs._tensorboard import rewind_summary_writer
 from tracker_core.state._gradients import capture_gradients, restore_gradients
 from tracker_core.state._model_lifetime import bind_lifetime
 from tracker_core.state._readers import read_int, read_mapping

@@ -1,4 +1,4 @@
-"""Rewind a TensorBoard run to a step: the points logged there and later by an interrupted process go."""
+"""Training logs a resume continues: rewind a TensorBoard run to a step, dropping what an interrupted process logged there and later."""
 
 from __future__ import annotations
 

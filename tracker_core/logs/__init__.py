@@ -1,1 +1,0 @@
-"""Training logs a resume continues: what the adapters rewind to the checkpoint's step."""
