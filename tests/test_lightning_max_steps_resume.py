@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +114,12 @@ def test_a_fit_resumed_at_max_steps_then_continued_on_the_same_trainer_agrees_wi
     fit.save_checkpoint(tmp_path / "again.ckpt")
     fit.validate(module, _loader(7), verbose=False)
     fit.fit_loop.epoch_loop.max_steps = steps + 4
-    fit.fit(module, _loader())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit.fit(module, _loader())
+    # mid-epoch, this fit's data starts a new pass where the loaded position was: said, not silent
+    said = [w for w in caught if issubclass(w.category, InexactResumeWarning) and "new pass" in str(w.message)]
+    assert len(said) == (1 if end == "mid-epoch" else 0)
     view = get_progress(fit)
     assert (view.global_step, view.epoch_index) == (fit.global_step, fit.current_epoch)
     assert view.global_step == steps + 4
