@@ -46,6 +46,9 @@ IGNITE_STATE_KEYS = ("progress_tracker", "gradients")
 PLAIN_STATE_KEY = "progress_tracker"
 
 _ACCELERATE_PROGRESS_FILE = re.compile(r"progress_tracker_(\d+)\.pt")
+_SHARDED_META = "meta.pt"  # Lightning's _METADATA_FILENAME beside torch.distributed.checkpoint shards
+_DCP_METADATA = ".metadata"  # what torch.distributed.checkpoint writes after the shards
+_DEEPSPEED_MARKS = frozenset({"latest", "zero_to_fp32.py"})  # what DeepSpeed's save_checkpoint writes
 _CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth")  # files a directory scan considers
 _TORCH_ZIP_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")  # torch.save files in an Accelerate folder
 _NOT_A_ZIP = "truncated or not a torch checkpoint (no zip central directory, which torch.save writes last)"
@@ -94,7 +97,7 @@ def read_checkpoint(path: str | os.PathLike[str]) -> ProgressCheckpoint:
     path = Path(path)
     mode = _mode(path)
     if mode is not None and stat.S_ISDIR(mode):
-        return _read_accelerate(path)
+        return _read_folder(path)
     fmt, location, entry = _find_entry(path, _load(path))
     return ProgressCheckpoint(path, fmt, location, _rank_entries(path, location, entry))
 
@@ -245,17 +248,76 @@ def _validate(path: Path, location: str, entry: object) -> None:
         raise CheckpointFileError(f"{path}: damaged progress entry at {location}: {error}") from None
 
 
-# Accelerate folders --------------------------------------------------------------------------
-def _read_accelerate(folder: Path) -> ProgressCheckpoint:
+# folders ------------------------------------------------------------------------------------
+def _folder_kind(names: Iterable[str]) -> str | None:
+    """What a checkpoint folder holding ``names`` is: ``"accelerate"`` (a ``save_state`` folder with progress
+    files), ``"sharded"`` (Lightning's ``meta.pt`` beside torch.distributed.checkpoint shards: FSDP or
+    ModelParallel with sharded state dicts), ``"dcp"`` (torch.distributed.checkpoint shards alone),
+    ``"deepspeed"`` (DeepSpeed's ``latest``/``zero_to_fp32.py``), or None (no checkpoint folder)."""
+    names = set(names)
+    if any(_ACCELERATE_PROGRESS_FILE.fullmatch(name) for name in names):
+        return "accelerate"
+    if _SHARDED_META in names:
+        return "sharded"
+    if _DCP_METADATA in names:
+        return "dcp"
+    if names & _DEEPSPEED_MARKS:
+        return "deepspeed"
+    return None
+
+
+def _listed(folder: Path) -> list[str]:
     try:
-        names = sorted(os.listdir(folder))
+        return sorted(os.listdir(folder))
     except OSError as error:
         raise CheckpointFileError(f"{folder}: cannot be listed ({error.strerror or error})") from None
+
+
+def _read_folder(folder: Path) -> ProgressCheckpoint:
+    names = _listed(folder)
+    kind = _folder_kind(names)
+    if kind == "sharded":
+        return _read_sharded(folder, names)
+    if kind == "dcp":
+        raise CheckpointFileError(
+            f"{folder}: a torch.distributed.checkpoint folder (.metadata and *.distcp shards) without Lightning's "
+            f"{_SHARDED_META}: not read (its .metadata is a pickle, which is never unpickled here); Lightning's "
+            f"sharded checkpoints (strategy='fsdp') keep the progress entry in {_SHARDED_META} beside the shards"
+        )
+    if kind == "deepspeed":
+        raise CheckpointFileError(
+            f"{folder}: a DeepSpeed checkpoint folder (Lightning's strategy='deepspeed'): not read (its progress "
+            "entry lies among DeepSpeed's pickled objects in <tag>/mp_rank_00_model_states.pt); convert it with "
+            "pytorch_lightning.utilities.deepspeed.convert_zero_checkpoint_to_fp32_state_dict and inspect that file"
+        )
+    return _read_accelerate(folder, names)
+
+
+def _read_sharded(folder: Path, names: list[str]) -> ProgressCheckpoint:
+    """Lightning's sharded checkpoint: the progress entry is in ``meta.pt`` (all but weights and optimizer
+    states, ``torch.save``d by rank 0 after the shards); the shards themselves are not read."""
+    if _DCP_METADATA not in names:
+        raise CheckpointFileError(
+            f"{folder}: a Lightning sharded checkpoint folder ({_SHARDED_META} plus torch.distributed.checkpoint "
+            f"shards), but its {_DCP_METADATA}, which torch.distributed.checkpoint writes after every shard, is "
+            "missing: the save of the shards was cut short"
+        )
+    for name in names:
+        if name.endswith(".distcp") and _mode(folder / name) is not None and os.path.getsize(folder / name) == 0:
+            raise CheckpointFileError(f"{folder / name}: empty shard")
+    meta = folder / _SHARDED_META
+    fmt, location, entry = _find_entry(meta, _load(meta))
+    location = _SHARDED_META + location.removeprefix("checkpoint")
+    return ProgressCheckpoint(folder, fmt, location, _rank_entries(meta, location, entry))
+
+
+# Accelerate folders --------------------------------------------------------------------------
+def _read_accelerate(folder: Path, names: list[str]) -> ProgressCheckpoint:
     ranks = sorted(int(match[1]) for name in names if (match := _ACCELERATE_PROGRESS_FILE.fullmatch(name)))
     if not ranks:
         raise CheckpointFileError(
             f"{folder}: no progress entry: looked for progress_tracker_<rank>.pt, which AcceleratorProgress "
-            "writes at accelerator.save_state"
+            f"writes at accelerator.save_state, and for {_SHARDED_META} (a Lightning sharded checkpoint)"
         )
     for name in names:
         problem = _incomplete(folder / name)
@@ -356,19 +418,19 @@ def _safetensors_incomplete(file: Path) -> str | None:
 def _candidates(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[Path]:
     if isinstance(paths, (str, os.PathLike)):
         path = Path(paths)
-        if not path.is_dir() or _is_accelerate_folder(path):
+        if not path.is_dir() or _is_checkpoint_folder(path):
             return [path]
         return [
             p
             for p in path.iterdir()
-            if (p.is_dir() and _is_accelerate_folder(p)) or (p.is_file() and p.suffix in _CHECKPOINT_SUFFIXES)
+            if (p.is_dir() and _is_checkpoint_folder(p)) or (p.is_file() and p.suffix in _CHECKPOINT_SUFFIXES)
         ]
     return [Path(p) for p in paths]
 
 
-def _is_accelerate_folder(path: Path) -> bool:
+def _is_checkpoint_folder(path: Path) -> bool:
     try:
-        return any(_ACCELERATE_PROGRESS_FILE.fullmatch(name) for name in os.listdir(path))
+        return _folder_kind(os.listdir(path)) is not None
     except OSError:
         return False
 

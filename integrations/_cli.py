@@ -83,7 +83,7 @@ def _inspect(path: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps(_json_document(checkpoint), indent=2))
         return 0
-    print(f"{checkpoint.path}: {_FORMATS[checkpoint.format]}")
+    print(f"{checkpoint.path}: {_label(checkpoint)}")
     print(f"progress entry: {checkpoint.location}")
     for part in checkpoint.unchecked:
         print(f"not checked: {part}")
@@ -94,11 +94,17 @@ def _inspect(path: str, as_json: bool) -> int:
     return 0
 
 
+def _label(checkpoint: ProgressCheckpoint) -> str:
+    if checkpoint.location.startswith("meta.pt"):
+        return "Lightning sharded checkpoint folder (meta.pt beside torch.distributed.checkpoint shards)"
+    return _FORMATS[checkpoint.format]
+
+
 def _diff(path_a: str, path_b: str) -> int:
     a, b = read_checkpoint(path_a), read_checkpoint(path_b)
     rows = [(key, _shown(value_a), _shown(value_b)) for key, value_a, value_b in _differences(a, b)]
     if not rows:
-        print(f"identical progress ({_FORMATS[a.format]} and {_FORMATS[b.format]})")
+        print(f"identical progress ({_label(a)} and {_label(b)})")
         return 0
     rows.insert(0, ("key", str(a.path), str(b.path)))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]

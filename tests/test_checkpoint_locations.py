@@ -9,8 +9,10 @@ and Accelerate runs of tests/helpers/saved_checkpoints.py.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +86,29 @@ def _plain_loop_checkpoint(path: Path, stop_after: int = 3) -> None:
     torch.save(checkpoint, path)
 
 
+def _lightning_sharded(checkpoint_file: Path, folder: Path) -> Path:
+    """``folder`` laid out as Lightning's ``FSDPStrategy.save_checkpoint`` writes a sharded state dict: the
+    weights and optimizer states through torch.distributed.checkpoint (shards, then ``.metadata``), the rest
+    of the checkpoint ``torch.save``d as ``meta.pt``."""
+    import torch.distributed.checkpoint as dcp
+
+    checkpoint = torch.load(checkpoint_file, weights_only=True)
+    converted = {"model": checkpoint.pop("state_dict")}
+    converted.update({f"optimizer_{i}": state for i, state in enumerate(checkpoint.pop("optimizer_states", []))})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "torch.distributed ... uninitialized, assuming ... a single process"
+        dcp.save(converted, checkpoint_id=folder)
+    torch.save(checkpoint, folder / "meta.pt")
+    return folder
+
+
+def _error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    return captured.err
+
+
 def _inspect_json(path: str | Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     assert main(["inspect", str(path), "--json"]) == 0, capsys.readouterr().err
     document: dict[str, Any] = json.loads(capsys.readouterr().out)
@@ -122,3 +147,55 @@ def test_a_torch_only_install_inspects_checkpoints_written_with_numpy_present(sa
     assert result.stdout.count("exit 0") == len(paths), result.stdout + result.stderr[-3000:]
     assert "mid-accumulation: yes, 1 batch not" in result.stdout
     assert "not checked: random_states_0.pkl (NumPy is not importable here" in result.stdout
+
+
+# Lightning's sharded checkpoint folders ----------------------------------------------------------
+def test_inspect_reads_a_lightning_sharded_folder_from_its_meta_pt(
+    saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = saved.lightning / "step=1.ckpt"
+    folder = _lightning_sharded(file, tmp_path / "step=1.ckpt")
+
+    data = _inspect_json(folder, capsys)
+
+    assert (data["format"], data["location"]) == ("lightning", "meta.pt['callbacks']['ProgressTracker']")
+    assert data["progress"] == _inspect_json(file, capsys)["progress"]
+    assert main(["diff", str(file), str(folder)]) == 0
+    assert "Lightning sharded checkpoint folder" in capsys.readouterr().out
+
+
+def test_a_sharded_folder_whose_shards_were_cut_short_is_refused(
+    saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _lightning_sharded(saved.lightning / "step=1.ckpt", tmp_path / "step=1.ckpt")
+    (folder / ".metadata").unlink()
+
+    err = _error(["inspect", str(folder)], capsys)
+
+    assert str(folder) in err and "Lightning sharded checkpoint folder" in err and ".metadata" in err
+
+
+def test_torch_distributed_checkpoint_shards_without_meta_pt_are_refused_saying_what_they_are(
+    saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _lightning_sharded(saved.lightning / "step=1.ckpt", tmp_path / "shards")
+    (folder / "meta.pt").unlink()
+
+    err = _error(["inspect", str(folder)], capsys)
+
+    assert "a torch.distributed.checkpoint folder (.metadata and *.distcp shards)" in err
+    assert "Accelerate" not in err and "progress_tracker_<rank>.pt" not in err
+
+
+def test_a_deepspeed_folder_is_refused_saying_what_it_is(
+    saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "epoch=0-step=1.ckpt"  # as DeepSpeed's save_checkpoint(folder, tag="checkpoint") lays it out
+    (folder / "checkpoint").mkdir(parents=True)
+    (folder / "latest").write_text("checkpoint")
+    (folder / "zero_to_fp32.py").write_text("")
+    shutil.copy(saved.lightning / "step=1.ckpt", folder / "checkpoint" / "mp_rank_00_model_states.pt")
+
+    err = _error(["inspect", str(folder)], capsys)
+
+    assert "a DeepSpeed checkpoint folder" in err and "convert_zero_checkpoint_to_fp32_state_dict" in err
