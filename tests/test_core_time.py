@@ -20,7 +20,7 @@ from tracker_core.adapter import progress_table
 from tracker_core.counting import _clock
 from tracker_core.data._fast_forward import SlowResumeWarning
 
-from helpers.clock import TickingClock
+from helpers.clock import REAL_NOW_US, TickingClock
 from helpers.core_drive import in_fit_epoch, json_roundtrip, whole_batch
 
 DATA = Path(__file__).parent / "data"
@@ -173,7 +173,10 @@ class _Stream(IterableDataset[int]):
             yield i
 
 
-def test_a_resume_that_reads_batches_again_records_the_seconds_in_the_progress() -> None:
+def test_a_resume_that_reads_batches_again_records_the_seconds_in_the_progress(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_clock, "now_us", REAL_NOW_US)
     tracker = Tracker()
     loader = DataLoader(_Stream(), batch_size=2)
     tracker.track_train_loader(loader)

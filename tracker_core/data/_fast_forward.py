@@ -11,6 +11,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from tracker_core._errors import ProgressStateError
+from tracker_core.counting import _clock
 from tracker_core.data._epoch import Cursor, FastForward
 
 
@@ -39,11 +40,11 @@ def reading_again(cursor: Cursor, loader: DataLoader[Any], batches: int, why: st
         SlowResumeWarning,
         stacklevel=1,
     )
-    began = time.perf_counter()
+    began, began_us = time.perf_counter(), _clock.now_us()
     yield
     cursor.fast_forward = FastForward(batches, time.perf_counter() - began)
-    if cursor.on_fast_forward is not None:
-        cursor.on_fast_forward(cursor.fast_forward.seconds)
+    if cursor.on_fast_forward is not None:  # the progress's time, on the clock of all its times
+        cursor.on_fast_forward((_clock.now_us() - began_us) / 1e6)
 
 
 def drop_batches(iterator: Any, count: int) -> None:
