@@ -105,14 +105,15 @@ def read_checkpoint(path: str | os.PathLike[str]) -> ProgressCheckpoint:
 def newest_intact_checkpoint(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Path:
     """The newest checkpoint whose progress entry reads and validates: the one to resume from.
 
-    ``paths``: checkpoint files and Accelerate ``save_state`` folders, or one directory to
-    scan (its ``*.ckpt``, ``*.pt``, ``*.pth`` files and its sub-folders holding a
-    ``progress_tracker_<rank>.pt``). Newest means the latest modification time (of the
-    newest file inside, for a folder; ties by name, numbers compared as numbers). Each
+    ``paths``: checkpoint files and checkpoint folders (Accelerate ``save_state``, Lightning
+    sharded), or one directory to search recursively (``*.ckpt``, ``*.pt``, ``*.pth`` files and
+    checkpoint folders at any depth, e.g. ``lightning_logs/version_0/checkpoints/``). Newest means
+    the latest modification time, across sub-folders alike (of the newest file inside, for a
+    checkpoint folder; ties by path, numbers compared as numbers). Each
     newer candidate that is truncated or damaged is skipped with a ``UserWarning`` naming
     it and why; :class:`CheckpointFileError` if none is intact.
     """
-    candidates = sorted(_candidates(paths), key=lambda p: (_modified(p), _natural(p.name)), reverse=True)
+    candidates = sorted(_candidates(paths), key=lambda p: (_modified(p), _natural(str(p))), reverse=True)
     skipped: list[str] = []
     for candidate in candidates:
         try:
@@ -420,12 +421,21 @@ def _candidates(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
         path = Path(paths)
         if not path.is_dir() or _is_checkpoint_folder(path):
             return [path]
-        return [
-            p
-            for p in path.iterdir()
-            if (p.is_dir() and _is_checkpoint_folder(p)) or (p.is_file() and p.suffix in _CHECKPOINT_SUFFIXES)
-        ]
+        return _scan(path)
     return [Path(p) for p in paths]
+
+
+def _scan(root: Path) -> list[Path]:
+    """Checkpoint files (by suffix) and checkpoint folders anywhere under ``root``; a checkpoint folder's
+    own files are not candidates (symbolic links to folders are not followed)."""
+    found: list[Path] = []
+    for folder, subfolders, files in os.walk(root):
+        inside = Path(folder)
+        checkpoint_folders = [name for name in subfolders if _is_checkpoint_folder(inside / name)]
+        found.extend(inside / name for name in checkpoint_folders)
+        subfolders[:] = sorted(name for name in subfolders if name not in checkpoint_folders)
+        found.extend(inside / name for name in files if name.endswith(_CHECKPOINT_SUFFIXES))
+    return found
 
 
 def _is_checkpoint_folder(path: Path) -> bool:

@@ -9,6 +9,7 @@ and Accelerate runs of tests/helpers/saved_checkpoints.py.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from torch.utils.data import DataLoader
 
 from tracker_core import Tracker
 from tracker_core.integrations._cli import main
+from tracker_core.integrations.checkpoints import newest_intact_checkpoint
 
 if TYPE_CHECKING:
     from helpers.saved_checkpoints import Saved
@@ -40,6 +42,7 @@ class _NoNumpy:
 
 sys.meta_path.insert(0, _NoNumpy())
 from tracker_core.integrations._cli import main
+from tracker_core.integrations.checkpoints import newest_intact_checkpoint
 
 for path in sys.argv[1:]:
     print("exit", main(["inspect", path]), flush=True)
@@ -199,3 +202,61 @@ def test_a_deepspeed_folder_is_refused_saying_what_it_is(
     err = _error(["inspect", str(folder)], capsys)
 
     assert "a DeepSpeed checkpoint folder" in err and "convert_zero_checkpoint_to_fp32_state_dict" in err
+
+
+# a folder searched recursively -------------------------------------------------------------------
+def test_newest_intact_checkpoint_of_lightning_logs_finds_what_a_default_trainer_wrote(tmp_path: Path) -> None:
+    pl = pytest.importorskip("pytorch_lightning")
+    from tracker_core.integrations.lightning import ProgressTracker
+
+    class Module(pl.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.layer(batch).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        default_root_dir=tmp_path,
+        callbacks=[ProgressTracker()],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(Module(), DataLoader(torch.ones(6, 4), batch_size=2))
+
+    chosen = newest_intact_checkpoint(tmp_path / "lightning_logs")
+
+    assert chosen == tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "epoch=0-step=3.ckpt"
+
+
+def test_the_search_orders_by_modification_time_across_sub_folders_and_skips_inside_checkpoint_folders(
+    saved: Saved, tmp_path: Path
+) -> None:
+    older = tmp_path / "runs" / "version_9" / "checkpoints" / "step=4.ckpt"
+    newer = tmp_path / "runs" / "version_10" / "checkpoints" / "step=1.ckpt"
+    accelerate = tmp_path / "runs" / "accelerate" / "end"
+    for source, target in [(saved.lightning / "step=4.ckpt", older), (saved.lightning / "step=1.ckpt", newer)]:
+        target.parent.mkdir(parents=True)
+        shutil.copy(source, target)
+    shutil.copytree(saved.accelerate / "end", accelerate)
+    for number, path in enumerate([*accelerate.iterdir(), older, newer]):
+        os.utime(path, ns=(number, number))
+    assert newest_intact_checkpoint(tmp_path / "runs") == newer  # the later step, in an older version, is not
+
+    os.utime(older, ns=(10**9, 10**9))
+    assert newest_intact_checkpoint(tmp_path / "runs") == older
+
+    os.utime(accelerate / "model.safetensors", ns=(10**10, 10**10))
+    assert newest_intact_checkpoint(tmp_path / "runs") == accelerate  # its files are no candidates of their own
+
+    os.utime(older, ns=(10**10, 10**10))
+    os.utime(newer, ns=(10**10, 10**10))
+    assert newest_intact_checkpoint(tmp_path / "runs") == newer  # a tie: version_10 after version_9
