@@ -13,7 +13,7 @@ from tracker_core._errors import ProgressStateError
 from tracker_core.counting import _clock
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
-from tracker_core.data._compact import compact_loader, compact_rng, expand_loader, expand_rng
+from tracker_core.data._compact import check_bases, compact_loader, compact_rng, expand_loader, expand_rng
 from tracker_core.data._position import LoaderPosition, _ParsedState
 from tracker_core.data._rng import GlobalRng
 from tracker_core.data._saved_loader import check_saved_loader
@@ -229,8 +229,12 @@ class Tracker:
         self._parse_entry(entry)
 
     def _parse_entry(self, entry: object) -> _LoadedEntry:
-        check_plain(entry)  # bounded (depth, lengths, 64-bit ints) before anything recurses over it
         has_ranks = isinstance(entry, dict) and "ranks" in entry
+        # Bounded (depth, lengths, 64-bit ints) before anything recurses over it; of "ranks", ``select``
+        # checks the parts it reads, so a rank's cost does not grow with the number of ranks.
+        check_plain(
+            {n: v for n, v in entry.items() if n != "ranks"} if isinstance(entry, dict) and has_ranks else entry
+        )
         entry = read_mapping(entry, "", required=(*ENTRY_KEYS, "ranks") if has_ranks else ENTRY_KEYS)
         selected = select(entry["ranks"], self._loaders) if has_ranks else None
         if selected is not None:
@@ -254,6 +258,7 @@ class Tracker:
             ready = {}
             pending = {}
             for index, saved in enumerate(states):
+                check_bases(saved, saved_rng, f"train_loaders.{index}")
                 with keys_under(f"train_loaders.{index}"):
                     state = expand_loader(saved, "", saved_rng)
                     check_saved_loader(state)  # all of it that needs no loader, also for loaders registered later

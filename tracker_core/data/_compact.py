@@ -127,6 +127,20 @@ def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = 
     return out
 
 
+def check_bases(state: object, rng: Mapping[str, Any] | None, key: str) -> None:
+    """Raise ``ProgressStateError`` naming the part of ``rng`` (key ``rng.<part>``) that a difference in the
+    loader state ``state`` (at ``key``) refers to, when that part is missing (NumPy's may be None)."""
+    epoch = state.get("epoch") if isinstance(state, Mapping) else None
+    iterator = epoch.get("iterator_rng") if isinstance(epoch, Mapping) else None
+    if not isinstance(iterator, Mapping) or iterator.get("version") != RNG_COMPACT_VERSION:
+        return
+    for path in _RNG_BLOBS:
+        text = _get(iterator, path)
+        if isinstance(text, str) and text.startswith("x:") and _raw(rng, path) is None:
+            where = join_key(key, "epoch.iterator_rng." + ".".join(path))
+            raise ProgressStateError(f"rng.{path[0]}", f"missing, but {where} is stored as the difference from it")
+
+
 def _copy(value: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``value`` and of its nested mappings along the blob paths (the rest is shared)."""
     out = dict(value)

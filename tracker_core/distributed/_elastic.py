@@ -24,6 +24,7 @@ from tracker_core._errors import ProgressStateError
 from tracker_core.counting._counts import PhaseCounts
 from tracker_core.data._position import LoaderPosition, read_distributed
 from tracker_core.distributed._sharded import is_batch_sharded, samples_read
+from tracker_core.state._codec import check_plain
 from tracker_core.state._readers import keys_under, read_int, read_list, read_mapping
 from tracker_core.state._schema import parse
 from tracker_core.vocabulary import Phase, Scope
@@ -87,10 +88,13 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
     size, rank = world()
     saved_size = len(ranks)
     if saved_size == size:
+        check_plain(ranks[rank], f"ranks.{rank}")
         read_mapping(ranks[rank], f"ranks.{rank}", required=ENTRY_KEYS)
         return Selected(ranks[rank], None, [], f"ranks.{rank}")
+    check_plain(ranks[rank % saved_size], f"ranks.{rank % saved_size}")
     for index, entry in enumerate(ranks):
         read_mapping(entry, f"ranks.{index}", required=ENTRY_KEYS)
+        check_plain(entry["train_loaders"], f"ranks.{index}.train_loaders")
         read_list(entry["train_loaders"], f"ranks.{index}.train_loaders")
     source_rank = rank % saved_size
     source = ranks[source_rank]
