@@ -132,11 +132,21 @@ def test_state_dict_has_every_stage_with_epochs_batches_samples_and_dataloaders_
     assert set(state["run"]) == {"kind", "ready", "started", "processed", "completed"}
     assert set(state["stages"]) == {"train", "validate", "test", "predict"}
     for name in ("validate", "test", "predict"):
-        assert set(state["stages"][name]) == {"epochs", "batches", "samples", "dataloaders", "microseconds"}
+        assert set(state["stages"][name]) == {
+            "epochs",
+            "batches",
+            "samples",
+            "tokens",
+            "non_padding_tokens",
+            "dataloaders",
+            "microseconds",
+        }
     assert set(state["stages"]["train"]) == {
         "epochs",
         "batches",
         "samples",
+        "tokens",
+        "non_padding_tokens",
         "dataloaders",
         "optimizer_steps",
         "optimizer_steps_skipped",

@@ -24,6 +24,7 @@ from tracker_core.counting._resync import (
 )
 from tracker_core.counting._scheduler_hooks import count_scheduler_steps
 from tracker_core.counting._stage import StageProgress, TrainStageProgress
+from tracker_core.counting._tokens import TokenCounter
 from tracker_core.counting._view import ProgressView
 from tracker_core.data._rng import GlobalRng
 from tracker_core.display._display import Display
@@ -42,6 +43,7 @@ __all__ = [
     "ProgressStateError",
     "ProgressView",
     "StageProgress",
+    "TokenCounter",
     "Tracker",
     "TrainStageProgress",
     "abandon_in_flight",

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from tracker_core._errors import EventOrderError
 from tracker_core.counting._counts import _Phased, _Tally
+from tracker_core.counting._tokens import _TokenTally
 from tracker_core.vocabulary import CANCELLED, Event, Phase, Stage
 
 if TYPE_CHECKING:
@@ -41,10 +42,12 @@ class StageProgress:
         "_batches",
         "_dataloaders",
         "_epochs",
+        "_non_padding_tokens",
         "_progress",
         "_resuming_epoch",
         "_samples",
         "_seconds",
+        "_tokens",
         "name",
     )
 
@@ -54,6 +57,8 @@ class StageProgress:
         self._epochs = _Phased(f"{name} epoch")
         self._batches = _Phased(f"{name} batch")
         self._samples = _Tally()
+        self._tokens = _TokenTally()  # counted by a TokenCounter or count_tokens
+        self._non_padding_tokens = _TokenTally()
         self._seconds = _Tally()  # wall-clock microseconds inside this stage's epochs (Progress._enter_clock)
         self._dataloaders: list[_DataloaderTallies] = []
         self._resuming_epoch = False
@@ -188,6 +193,13 @@ class StageProgress:
         batches.set_all(batches.completed)
         self._progress._where = self._at[Event.BATCH, CANCELLED]
 
+    def count_tokens(self, tokens: int, non_padding: int) -> None:
+        """The batch being processed held ``tokens`` tokens, ``non_padding`` of them not padding."""
+        if not 0 <= non_padding <= tokens:
+            raise ValueError(f"{self.name} batch: expected 0 <= non_padding <= tokens, got {non_padding}, {tokens}")
+        self._tokens.total += tokens
+        self._non_padding_tokens.total += non_padding
+
     # internals ----------------------------------------------------------------
     def _add_dataloaders(self, index: int) -> _DataloaderTallies:
         while len(self._dataloaders) <= index:
@@ -196,7 +208,7 @@ class StageProgress:
 
     def _tallies(self) -> list[_Tally]:
         """Every tally of the stage, for scope resets."""
-        tallies = [self._samples]
+        tallies: list[_Tally] = [self._samples, self._tokens, self._non_padding_tokens]
         for dataloader in self._dataloaders:
             tallies.append(dataloader.batches)
             tallies.append(dataloader.samples)

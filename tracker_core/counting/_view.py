@@ -147,6 +147,17 @@ class StageView:
         return self._stage._samples.scopes()
 
     @property
+    def tokens(self) -> ScopeCounts:
+        """Tokens of the processed batches (``input_ids``' elements or the ``count_tokens`` function's count),
+        in epoch, run and lifetime scope."""
+        return self._stage._tokens.scopes()
+
+    @property
+    def non_padding_tokens(self) -> ScopeCounts:
+        """Tokens of the processed batches that are not padding (``attention_mask``'s sum), in each scope."""
+        return self._stage._non_padding_tokens.scopes()
+
+    @property
     def seconds(self) -> ScopeSeconds:
         """Wall-clock seconds inside the stage's epochs (less the epochs of other stages nested in them),
         in epoch, run and lifetime scope. Counted at epoch boundaries and checkpoints; across a
@@ -159,6 +170,12 @@ class StageView:
         """Samples per wall-clock second of the stage (``samples / seconds``) in each scope."""
         samples, seconds = self.samples, self.seconds
         return ScopeRates(*(n / s if s > 0 else None for n, s in zip(samples, seconds, strict=True)))
+
+    @property
+    def tokens_per_second(self) -> ScopeRates:
+        """Tokens per wall-clock second of the stage (``tokens / seconds``) in each scope."""
+        tokens, seconds = self.tokens, self.seconds
+        return ScopeRates(*(n / s if s > 0 else None for n, s in zip(tokens, seconds, strict=True)))
 
     @property
     def dataloaders(self) -> tuple[DataloaderCounts, ...]:

@@ -50,14 +50,19 @@ _NO_STAGE_TIME = {"epoch": 0, "run": 0, "lifetime": 0}
 _NO_TIME = {"run": 0, "lifetime": 0}
 
 
+def _no_tokens() -> dict[str, dict[str, int]]:
+    return {key: dict.fromkeys(SCOPES, 0) for key in ("tokens", "non_padding_tokens")}
+
+
 def _v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
-    """Version 3 added wall-clock microseconds (per stage; checkpoint saves, restores, fast-forwards): a
-    version-2 state timed nothing, so each is 0. Whatever is malformed is left for ``parse`` to name."""
+    """Version 3 added wall-clock microseconds (per stage; checkpoint saves, restores, fast-forwards) and
+    tokens per stage: a version-2 state timed and counted neither, so each is 0. Whatever is malformed is
+    left for ``parse`` to name."""
     stages = state.get("stages")
     migrated = {**state, "schema_version": 3}
     if isinstance(stages, dict):
         migrated["stages"] = {
-            name: {**stage, "microseconds": dict(_NO_STAGE_TIME)} if isinstance(stage, dict) else stage
+            name: {**stage, **_no_tokens(), "microseconds": dict(_NO_STAGE_TIME)} if isinstance(stage, dict) else stage
             for name, stage in stages.items()
         }
     migrated["microseconds"] = {name: dict(_NO_TIME) for name in _OVERHEADS}
@@ -188,6 +193,9 @@ def _check_stage(stage: dict[str, Any], key: str) -> None:
     batches_by_loader = [d["batches"] for d in dataloaders]
     combined = sum(b.lifetime for b in batches_by_loader) > processed.lifetime
     _sums_match(batches_by_loader, processed, f"{key}.dataloaders", "batches", "processed batches", combined)
+    for scope, tokens, non_padding in zip(SCOPES, stage["tokens"], stage["non_padding_tokens"], strict=True):
+        if non_padding > tokens:
+            raise ProgressStateError(f"{key}.non_padding_tokens.{scope}", f"{non_padding} above the {tokens} tokens")
     samples_by_loader = [d["samples"] for d in dataloaders]
     _sums_match(samples_by_loader, stage["samples"], f"{key}.dataloaders", "samples", "samples", combined)
 
@@ -232,6 +240,8 @@ _STAGE_FIELDS = (
     Field("epochs", "_epochs", PhaseCount((Scope.RUN, Scope.LIFETIME))),
     Field("batches", "_batches", PhaseCount(tuple(Scope))),
     Field("samples", "_samples", TallyCount()),
+    Field("tokens", "_tokens", TallyCount()),
+    Field("non_padding_tokens", "_non_padding_tokens", TallyCount()),
     Field(
         "dataloaders",
         "_dataloaders",

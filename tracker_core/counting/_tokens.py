@@ -1,0 +1,118 @@
+"""Tokens of a batch: all of them and the non-padding ones, by a user's function or read from the batch.
+
+Read from the batch: ``input_ids`` (all tokens: its number of elements) and ``attention_mask``
+(non-padding tokens: its sum), as mapping keys (a dict, Hugging Face's ``BatchEncoding``) or
+attributes. Without a mask every token counts as non-padding; without ``input_ids`` the mask's
+size is the number of tokens. The mask's sum is kept on its device until a count is read (a
+view, a checkpoint, an epoch's start), so a batch never waits for the accelerator.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from torch import Tensor
+
+from tracker_core.counting._counts import _Tally
+
+if TYPE_CHECKING:
+    from tracker_core.counting._stage import StageProgress
+
+CountTokens = Callable[[Any], "int | tuple[int, int]"]
+"""A user's token count of a batch: all tokens, or ``(tokens, non_padding_tokens)``."""
+
+
+class _TokenTally(_Tally):
+    """A tally that can also hold a device tensor not yet read (sums of attention masks); reading
+    ``total`` adds it in, writing ``total`` drops it."""
+
+    __slots__ = ("_total", "pending")
+
+    def __init__(self) -> None:
+        self.pending: Tensor | None = None
+        super().__init__()
+
+    @property
+    def total(self) -> int:
+        pending = self.pending
+        if pending is not None:
+            self.pending = None
+            self._total += int(pending)
+        return self._total
+
+    @total.setter
+    def total(self, value: int) -> None:
+        self._total = value
+        self.pending = None
+
+    def add_tensor(self, count: Tensor) -> None:
+        """Add ``count`` (a 0-d tensor, on any device) without reading it."""
+        pending = self.pending
+        self.pending = count if pending is None else pending + count
+
+
+def _token_tensors(batch: object) -> tuple[object, object]:
+    """The batch's ``input_ids`` and ``attention_mask`` (each None where it has none)."""
+    if type(batch) is dict or isinstance(batch, Mapping):
+        return batch.get("input_ids"), batch.get("attention_mask")
+    return getattr(batch, "input_ids", None), getattr(batch, "attention_mask", None)
+
+
+class TokenCounter:
+    """Counts the tokens of each processed batch of one stage into its ``tokens`` and
+    ``non_padding_tokens``: by ``count_tokens(batch)`` when given (an int, or ``(tokens,
+    non_padding_tokens)``), else read from the batch's ``input_ids`` and ``attention_mask``.
+
+    A batch type found to carry neither (a tuple of tensors, a tensor) is remembered, so such
+    batches cost one type check each.
+    """
+
+    __slots__ = ("_count_tokens", "_plain", "_stage", "_warned")
+
+    def __init__(self, stage: StageProgress, count_tokens: CountTokens | None = None) -> None:
+        self._stage = stage
+        self._count_tokens = count_tokens
+        self._plain: type | None = None  # a batch type without token tensors (never a mapping)
+        self._warned = False
+
+    def __call__(self, batch: object) -> None:
+        """Count the tokens of ``batch``, a batch the stage processed."""
+        if type(batch) is self._plain:
+            return
+        if self._count_tokens is not None:
+            self._count_by_function(batch)
+            return
+        ids, mask = _token_tensors(batch)
+        if type(ids) is not Tensor and type(mask) is not Tensor:
+            if ids is None and mask is None and not isinstance(batch, Mapping):
+                self._plain = type(batch)
+            return
+        stage = self._stage
+        if type(mask) is Tensor:
+            stage._tokens.total += ids.numel() if type(ids) is Tensor else mask.numel()
+            stage._non_padding_tokens.add_tensor(mask.sum())
+        elif type(ids) is Tensor:
+            tokens = ids.numel()
+            stage._tokens.total += tokens
+            stage._non_padding_tokens.total += tokens
+
+    def _count_by_function(self, batch: object) -> None:
+        counted = self._count_tokens(batch)  # type: ignore[misc]
+        tokens, non_padding = counted if isinstance(counted, tuple) else (counted, counted)
+        try:
+            tokens, non_padding = int(tokens), int(non_padding)
+        except (TypeError, ValueError):
+            tokens = non_padding = -1
+        if not 0 <= non_padding <= tokens:
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"count_tokens returned {counted!r} for a {self._stage.name} batch; expected tokens >= 0 or "
+                    "(tokens, non_padding_tokens) with 0 <= non_padding_tokens <= tokens: such batches count no "
+                    "tokens",
+                    stacklevel=2,
+                )
+            return
+        self._stage.count_tokens(tokens, non_padding)
