@@ -13,18 +13,28 @@ with what Ignite counted and notes the anomaly (``_settle``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ignite.engine import Engine, Events
 
 from tracker_core import EventOrderError, Progress, Tracker
-from tracker_core.adapter import StageProgress, samples_in
+from tracker_core.adapter import StageProgress, TokenCounter, samples_in
 from tracker_core.integrations.ignite._compat import prepend_handler
 from tracker_core.integrations.ignite._loaders import Loaders
 from tracker_core.integrations.ignite._settle import Anomalies, close_cut, close_cut_batch
 
+CountTokens = Callable[[Any], "int | tuple[int, int]"]
 
-def _attach_batches(engine: Engine, stage: StageProgress, anomalies: Anomalies, loaders: Loaders | None = None) -> None:
+
+def _attach_batches(
+    engine: Engine,
+    stage: StageProgress,
+    anomalies: Anomalies,
+    count_tokens: CountTokens | None,
+    loaders: Loaders | None = None,
+) -> None:
     state = engine.state
+    tokens = TokenCounter(stage, count_tokens)
 
     def iteration_started() -> None:
         try:
@@ -49,6 +59,7 @@ def _attach_batches(engine: Engine, stage: StageProgress, anomalies: Anomalies, 
                 stage.batch_end(samples_in(state.batch), loaders.round_robin.last_index)
         except EventOrderError:
             end_out_of_order()
+        tokens(state.batch)
 
     def end_out_of_order() -> None:
         if not stage.view.epochs.lifetime.in_flight:
@@ -132,7 +143,12 @@ def _attach_run_end(engine: Engine, progress: Progress, owns_run: Callable[[], b
 
 
 def attach_trainer(
-    engine: Engine, tracker: Tracker, loaders: Loaders, anomalies: Anomalies, started: Callable[[Engine], None]
+    engine: Engine,
+    tracker: Tracker,
+    loaders: Loaders,
+    anomalies: Anomalies,
+    started: Callable[[Engine], None],
+    count_tokens: CountTokens | None = None,
 ) -> None:
     """The trainer: STARTED begins the fit run (through ``started``), epochs and batches of ``train``."""
     progress = tracker.progress
@@ -142,11 +158,13 @@ def attach_trainer(
 
     _attach_run_end(engine, progress, lambda: True)
     _attach_epochs(engine, progress.train, anomalies, begin_epoch)
-    _attach_batches(engine, progress.train, anomalies, loaders)
+    _attach_batches(engine, progress.train, anomalies, count_tokens, loaders)
     prepend_handler(engine, Events.STARTED, started)
 
 
-def attach_stage(engine: Engine, progress: Progress, name: str, anomalies: Anomalies) -> None:
+def attach_stage(
+    engine: Engine, progress: Progress, name: str, anomalies: Anomalies, count_tokens: CountTokens | None = None
+) -> None:
     """An evaluation or inference engine: its epochs are ``name``'s; a run of its own when none is in flight.
 
     Ignite resets the engine's state every ``run()``; the counts live in ``progress``
@@ -175,5 +193,5 @@ def attach_stage(engine: Engine, progress: Progress, name: str, anomalies: Anoma
 
     _attach_run_end(engine, progress, owns_run)
     _attach_epochs(engine, stage, anomalies)
-    _attach_batches(engine, stage, anomalies)
+    _attach_batches(engine, stage, anomalies, count_tokens)
     prepend_handler(engine, Events.STARTED, started)

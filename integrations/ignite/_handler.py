@@ -47,7 +47,7 @@ from tracker_core.adapter import register_progress as register
 from tracker_core.integrations._checkpoint_files import IGNITE_STATE_KEYS as _STATE_KEYS
 from tracker_core.integrations.ignite._compat import prepend_handler, set_batches_into_epoch
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
-from tracker_core.integrations.ignite._events import attach_stage, attach_trainer
+from tracker_core.integrations.ignite._events import CountTokens, attach_stage, attach_trainer
 from tracker_core.integrations.ignite._loaders import Loaders
 from tracker_core.integrations.ignite._loggers import rewind_loggers
 from tracker_core.integrations.ignite._rng_check import RngCheck
@@ -64,10 +64,14 @@ class ProgressHandler:
     counts) and to each evaluator or inference engine (``"validate"``, ``"test"``,
     ``"predict"``). Put it in a ``Checkpoint``'s ``to_save``; loading it with
     ``Checkpoint.load_objects`` makes the trainer's next ``run()`` continue exactly.
+
+    Each stage counts the tokens of its batches: ``count_tokens(batch)`` (all tokens, or
+    ``(tokens, non_padding_tokens)``) when given, else a batch's ``input_ids`` and ``attention_mask``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, count_tokens: CountTokens | None = None) -> None:
         self._tracker = Tracker()
+        self._count_tokens = count_tokens
         self._parameters: list[torch.nn.Parameter] = []
         self._several_optimizers = False
         self._trainer: Engine | None = None
@@ -142,11 +146,13 @@ class ProgressHandler:
                         if id(parameter) not in seen:
                             seen.add(id(parameter))
                             self._parameters.append(parameter)
-            attach_trainer(engine, self._tracker, self._loaders, self._anomalies, self._trainer_started)
+            attach_trainer(
+                engine, self._tracker, self._loaders, self._anomalies, self._trainer_started, self._count_tokens
+            )
         elif optimizers or schedulers or scaler is not None or dataloader is not None:
             raise ValueError("optimizers, schedulers, a scaler and a dataloader belong to the train engine only")
         else:
-            attach_stage(engine, self._tracker.progress, stage, self._anomalies)
+            attach_stage(engine, self._tracker.progress, stage, self._anomalies, self._count_tokens)
         if model is not None:
             self._bind_at_start(engine, model)
         register(engine, self._tracker.progress)

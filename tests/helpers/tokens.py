@@ -25,3 +25,13 @@ def text_batch(rows: int = 2, length: int = 5, padding: int = 1) -> dict[str, to
     mask = torch.ones(rows, length, dtype=torch.long)
     mask[:, length - padding :] = 0
     return {"input_ids": torch.arange(rows * length).view(rows, length) % 50, "attention_mask": mask}
+
+
+def text_dataset(rows: int = 4, length: int = 5) -> list[dict[str, torch.Tensor]]:
+    """``rows`` tokenized rows of ``length``: row ``i`` ends in ``i`` padding tokens (20 tokens, 14 not padding)."""
+    dataset = []
+    for i in range(rows):
+        mask = torch.ones(length, dtype=torch.long)
+        mask[length - i :] = 0
+        dataset.append({"input_ids": torch.arange(length) * (i + 1) % 50, "attention_mask": mask})
+    return dataset
