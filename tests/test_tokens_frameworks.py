@@ -43,3 +43,39 @@ def test_ignite_counts_the_tokens_of_each_stage() -> None:
     evaluator.run(_text_loader())
     assert view.validate.tokens.lifetime == 20
     assert view.validate.non_padding_tokens.lifetime == 14
+
+
+def test_lightning_counts_the_tokens_of_each_stage(tmp_path: Any) -> None:
+    pl = pytest.importorskip("pytorch_lightning")
+
+    from tracker_core.integrations.lightning import ProgressTracker
+
+    class TextModel(pl.LightningModule):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Embedding(50, 4), torch.nn.Flatten(), torch.nn.Linear(20, 1))
+
+        def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            return self.net(batch["input_ids"]).mean()
+
+        def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+            self.net(batch["input_ids"])
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    progress = ProgressTracker()
+    trainer = pl.Trainer(
+        max_epochs=2,
+        callbacks=[progress],
+        default_root_dir=tmp_path,
+        enable_checkpointing=False,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(TextModel(), _text_loader(), _text_loader())
+    view = progress.tracker.view
+    assert view.train.tokens.lifetime == 40 and view.train.non_padding_tokens.lifetime == 28
+    assert view.validate.tokens.lifetime == 40 and view.validate.non_padding_tokens.lifetime == 28

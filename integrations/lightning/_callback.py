@@ -86,10 +86,18 @@ class ProgressTracker(CallbackBase):
     ``lifetime_from``: the progress entry of an earlier checkpoint
     (``checkpoint["callbacks"][STATE_KEY]``) whose weights this run starts from without
     ``ckpt_path``; its lifetime counts continue, the run counts start at zero.
+
+    Each stage counts the tokens of its batches: ``count_tokens(batch)`` (all tokens, or
+    ``(tokens, non_padding_tokens)``) when given, else a batch's ``input_ids`` and ``attention_mask``.
     """
 
-    def __init__(self, lifetime_from: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        lifetime_from: Mapping[str, Any] | None = None,
+        count_tokens: Callable[[Any], int | tuple[int, int]] | None = None,
+    ) -> None:
         self.tracker = Tracker()
+        self._count_tokens = count_tokens
         if lifetime_from is not None:
             if not isinstance(lifetime_from, Mapping) or "progress" not in lifetime_from:
                 raise ProgressStateError("progress", "missing: pass checkpoint['callbacks'][STATE_KEY]")
@@ -129,10 +137,10 @@ class ProgressTracker(CallbackBase):
 
     def _drivers(self) -> None:
         progress = self.tracker.progress
-        self._train = StageDriver(progress.train)
-        self._validate = StageDriver(progress.validate)
-        self._test = StageDriver(progress.test)
-        self._predict = StageDriver(progress.predict)
+        self._train = StageDriver(progress.train, self._count_tokens)
+        self._validate = StageDriver(progress.validate, self._count_tokens)
+        self._test = StageDriver(progress.test, self._count_tokens)
+        self._predict = StageDriver(progress.predict, self._count_tokens)
 
     @property
     def state_key(self) -> str:

@@ -8,16 +8,18 @@ lazily, at the next hook (``settle``): every hook then sees the same counts as L
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tracker_core import StageProgress
-from tracker_core.adapter import samples_in
+from tracker_core.adapter import TokenCounter, samples_in
 
 
 class StageDriver:
     """Lazy phase marks of one stage: what Lightning has marked after the last hook ran."""
 
     __slots__ = (
+        "batch",
         "batch_to_complete",
         "batch_to_start",
         "epoch_to_complete",
@@ -25,10 +27,15 @@ class StageDriver:
         "epoch_to_start",
         "samples",
         "stage",
+        "tokens",
     )
 
-    def __init__(self, stage: StageProgress) -> None:
+    def __init__(
+        self, stage: StageProgress, count_tokens: Callable[[Any], int | tuple[int, int]] | None = None
+    ) -> None:
         self.stage = stage
+        self.tokens = TokenCounter(stage, count_tokens)
+        self.batch: Any = None  # the batch in flight (its tokens are counted when it is processed)
         self.batch_to_start = False
         self.batch_to_complete = False
         self.epoch_to_start = False
@@ -69,6 +76,7 @@ class StageDriver:
         self.stage.batch_ready()
         self.batch_to_start = True
         self.samples = samples_in(batch)
+        self.batch = batch
 
     def batch_step(self) -> None:
         """The step of the batch in flight has begun (Lightning marked it started)."""
@@ -89,6 +97,8 @@ class StageDriver:
             self.stage.batch_started()
         self.stage.batch_processed(self.samples if samples is None else samples, dataloader)
         self.batch_to_complete = True
+        self.tokens(self.batch)
+        self.batch = None
 
     def epoch_end(self) -> None:
         """All batches are done (or the epoch was cut short); idempotent like ``batch_end``."""
