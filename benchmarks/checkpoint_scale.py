@@ -1,16 +1,17 @@
 """Checkpoint cost per rank at 1, 2, 4, 8 and 16 gloo processes, and its projection to 1,024 and 16,384 ranks.
 
 Each rank trains 3 batches of a tiny map-style loader (a DistributedSampler giving each rank
-64 numbers, one tracked train loader), then, ROUNDS times: saves (``Tracker.gathered_state_dict``: one
-``gather_object`` to rank 0, the writer, which ``torch.save``s the entry) and loads (every rank
+64 numbers, one tracked train loader), then, ROUNDS times: saves (``Tracker.gathered_state_dict``:
+one gather to rank 0, the writer, which ``torch.save``s the entry) and loads (every rank
 ``torch.load``s the writer's file, as Lightning and Ignite do, and ``load_state_dict``s it).
 
-Per rank: bytes sent and received by the gather (each entry's pickle, the form ``gather_object``
-sends), bytes written, bytes of entries the tracker reads on load, and CPU seconds of this
-process (the median over rounds; wall time on 2 cores shared by 16 processes measures the
-queue, not the work). The writer (rank 0) is shown apart: it receives and writes every rank's
-entry. The file the framework reads whole is shown apart too (``file``): one file holding every
-rank's entry, its size grows with the number of ranks.
+Per rank: payload bytes sent and received by the gather (``tracker_core/distributed/_to_writer.py``:
+an 8-byte all_reduce of the longest entry, then each entry's pickle behind its 8-byte length,
+padded to the longest, within bytes of its own here), bytes written, bytes of entries the
+tracker reads on load, and CPU seconds of this process (the median over rounds; wall time on 2
+cores shared by 16 processes measures the queue, not the work). The writer (rank 0) is shown
+apart: it receives and writes every rank's entry. The file the framework reads whole is shown
+apart too (``file``): one file holding every rank's entry, its size grows with the number of ranks.
 
 Target: the per-rank figures (the median over ranks other than the writer; at 1 process, rank 0)
 at 16 processes within 1.3x of those at 2; the last line prints the largest ratio as ``<ratio>x``.
@@ -42,10 +43,12 @@ from tracker_core import Tracker
 from helpers.small_entry import BATCH_SIZE, DATASET_SIZE, trained
 
 WORLDS = (1, 2, 4, 8, 16)
-ROUNDS = 5
+ROUNDS = 15
 BATCHES = 3
 PROJECTED = (1_024, 16_384)
 _METRICS = ("sent", "received", "written", "read", "save_s", "load_s")
+_LENGTH = 8  # the all_reduce (MAX) of the longest entry: 8 bytes each way
+_FRAME = 8  # each entry's length before its pickle (tracker_core/distributed/_to_writer.py)
 
 
 def _free_port() -> int:
@@ -79,10 +82,10 @@ def _worker(rank: int, world: int, port: int, folder: str, results: Any) -> None
             save_s = time.process_time() - began
             own = pickle.dumps(tracker.state_dict())
             if rank == 0:
-                others = sum(len(pickle.dumps(part)) for part in entry["ranks"][1:])
-                sent, received, written = 0, others, path.stat().st_size
+                others = sum(_FRAME + len(pickle.dumps(part)) for part in entry["ranks"][1:])
+                sent, received, written = _LENGTH, _LENGTH + others, path.stat().st_size
             else:
-                sent, received, written = len(own), 0, 0
+                sent, received, written = _LENGTH + _FRAME + len(own), _LENGTH, 0
             dist.barrier()
             file = torch.load(path, weights_only=True)["tracker"]  # the framework reads its file whole
             began = time.process_time()
@@ -150,7 +153,7 @@ def main() -> None:
     per_entry_file = measured[largest][0]["file"] / largest
     for world in PROJECTED:
         print(
-            f"projected at {world:>6} ranks: each rank sends {entry_bytes / 1024:.1f} KB, receives 0, reads "
+            f"projected at {world:>6} ranks: each rank sends {entry_bytes / 1024:.1f} KB, receives 8 bytes, reads "
             f"{entry_bytes / 1024:.1f} KB of entries (before: receives {world * entry_bytes / 2**20:.0f} MB); "
             f"the writer receives {(world - 1) * entry_bytes / 2**20:.0f} MB and writes "
             f"{world * per_entry_file / 2**20:.0f} MB (total over ranks sent: {world * entry_bytes / 2**20:.0f} MB, "

@@ -22,12 +22,16 @@ def _loader(rank: int) -> Any:
     return shuffled_loader(DistributedSampler(data, num_replicas=2, rank=rank, seed=0))
 
 
+_COLLECTIVES = ("gather", "all_reduce", "all_gather", "gather_object", "all_gather_object")
+
+
 def _spy(name: str, sent: list[tuple[str, int]]) -> Any:
-    """torch.distributed's ``name``, noting the pickled bytes of the object this rank hands it."""
+    """torch.distributed's ``name``, noting the bytes of the tensor (or pickled object) this rank hands it."""
     collective = getattr(dist, name)
 
     def noted(obj: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append((name, len(pickle.dumps(obj))))
+        size = obj.numel() * obj.element_size() if isinstance(obj, torch.Tensor) else len(pickle.dumps(obj))
+        sent.append((name, size))
         return collective(obj, *args, **kwargs)
 
     return noted
@@ -37,7 +41,7 @@ def _save_and_resume(rank: int) -> dict[str, Any]:
     loader = _loader(rank)
     tracker, _, rest = trained(3, loader)
     sent: list[tuple[str, int]] = []
-    originals = {name: getattr(dist, name) for name in ("gather_object", "all_gather_object")}
+    originals = {name: getattr(dist, name) for name in _COLLECTIVES}
     for name in originals:
         setattr(dist, name, _spy(name, sent))
     try:
@@ -68,8 +72,9 @@ def _two_ranks() -> list[dict[str, Any]]:
 
 def test_a_ranks_save_sends_only_its_own_entry_to_the_writer_in_one_gather() -> None:
     for result in _two_ranks():
-        [(name, sent)] = result["sent"]
-        assert name == "gather_object"
+        assert [name for name, _ in result["sent"]] == ["all_reduce", "gather"]  # the longest length, the entries
+        [(_, longest), (_, sent)] = result["sent"]
+        assert longest == 8
         assert sent <= 1.1 * result["own"]
 
 

@@ -126,9 +126,9 @@ class Tracker:
         """Collective (every rank calls it at the checkpoint): one entry that resumes every rank.
 
         On rank 0, the writer: its :meth:`state_dict` plus ``"ranks"``, every rank's entry
-        (index = rank), gathered by one ``gather_object``; on any other rank its own
+        (index = rank), gathered by one ``gather``; on any other rank its own
         :meth:`state_dict` (a framework that writes on rank 0 only discards it), so a rank
-        sends its own entry and receives nothing. :meth:`load_state_dict` gives each rank its
+        sends its own entry and receives 8 bytes. :meth:`load_state_dict` gives each rank its
         own part of the writer's entry, or maps it at another world size. See docs/distributed.md.
         In a world of one it still carries ``"ranks"``, so a later run on more processes can
         map it (elastic resume).

@@ -1,6 +1,6 @@
 """Every rank's entry in one checkpoint, and the entry a rank loads from it at any world size.
 
-``gather(entry)`` (one ``gather_object`` to rank 0, the writer) gives rank 0 every rank's entry:
+``gather(entry)`` (to rank 0, the writer) gives rank 0 every rank's entry:
 each rank sends its own entry only, and only the writer receives. ``select(ranks, ...)``
 picks this rank's at the saved world size, reading no other rank's; at another world size it maps each train
 loader's mid-epoch position by global samples of its epoch and re-bases the progress to the
@@ -24,6 +24,7 @@ from tracker_core._errors import ProgressStateError
 from tracker_core.counting._counts import PhaseCounts
 from tracker_core.data._position import LoaderPosition, read_distributed
 from tracker_core.distributed._sharded import is_batch_sharded, samples_read
+from tracker_core.distributed._to_writer import gather_to
 from tracker_core.state._codec import check_plain
 from tracker_core.state._readers import keys_under, read_int, read_list, read_mapping
 from tracker_core.state._schema import parse
@@ -61,15 +62,13 @@ WRITER = 0  # the rank that writes the checkpoint file (Lightning's and Ignite's
 def gather(entry: dict[str, Any]) -> list[dict[str, Any]] | None:
     """On the writer (rank 0): every rank's ``entry``, index = rank; elsewhere None.
 
-    Collective: one ``gather_object`` to the writer, so a rank sends its own entry and
-    receives nothing; only the writer's memory grows with the number of ranks.
+    Collective (``_to_writer.py``: one ``all_reduce`` of the longest length, one ``gather``): a rank
+    sends its own entry and receives 8 bytes; only the writer's memory grows with the number of ranks.
     """
-    size, rank = world()
+    size, _ = world()
     if size == 1:
         return [entry]
-    gathered: list[Any] | None = [None] * size if rank == WRITER else None
-    dist.gather_object(entry, gathered, dst=WRITER)
-    return gathered
+    return gather_to(entry, WRITER)
 
 
 def reenters_train_epoch(epochs: PhaseCounts) -> bool:
