@@ -31,14 +31,15 @@ import struct
 import warnings
 import zipfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import torch
 
 from tracker_core import ProgressStateError, Tracker
 from tracker_core.integrations import _accelerate_checkpoint as accelerate_file
+from tracker_core.integrations import _checkpoint_urls as urls
 
 LIGHTNING_STATE_KEY = "ProgressTracker"
 LIGHTNING_GRADIENTS_KEY = "progress_tracker_gradients"
@@ -79,7 +80,7 @@ class ProgressCheckpoint:
     ``unchecked`` names the parts that could not be checked here, and why.
     """
 
-    path: Path
+    path: Path | str  # the URL (a str) of a checkpoint read from an fsspec URL other than file://
     format: str
     location: str
     entries: tuple[dict[str, Any], ...]
@@ -94,6 +95,12 @@ def read_checkpoint(path: str | os.PathLike[str]) -> ProgressCheckpoint:
     (saying what was looked for), a damaged entry (with the core's ``ProgressStateError``
     message naming the key), or an Accelerate folder missing a rank's files or mixing saves.
     """
+    if urls.is_url(path):
+        assert isinstance(path, str)
+        local = _local_path(path)
+        if local is None:
+            return _read_url(path)
+        path = local
     path = Path(path)
     mode = _mode(path)
     if mode is not None and stat.S_ISDIR(mode):
@@ -102,7 +109,15 @@ def read_checkpoint(path: str | os.PathLike[str]) -> ProgressCheckpoint:
     return ProgressCheckpoint(path, fmt, location, _rank_entries(path, location, entry))
 
 
-def newest_intact_checkpoint(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Path:
+@overload
+def newest_intact_checkpoint(paths: os.PathLike[str] | Iterable[os.PathLike[str]]) -> Path: ...
+
+
+@overload
+def newest_intact_checkpoint(paths: str | Iterable[str | os.PathLike[str]]) -> Path | str: ...
+
+
+def newest_intact_checkpoint(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Path | str:
     """The newest checkpoint whose progress entry reads and validates: the one to resume from.
 
     ``paths``: checkpoint files and checkpoint folders (Accelerate ``save_state``, Lightning
@@ -112,6 +127,10 @@ def newest_intact_checkpoint(paths: str | os.PathLike[str] | Iterable[str | os.P
     checkpoint folder; ties by path, numbers compared as numbers). Each
     newer candidate that is truncated or damaged is skipped with a ``UserWarning`` naming
     it and why; :class:`CheckpointFileError` if none is intact.
+
+    An fsspec URL (``memory://``, ``s3://``, ...) is searched and read the same way; the chosen
+    checkpoint is then returned as its URL (a ``str``), which Lightning's ``ckpt_path`` takes. A
+    ``file://`` URL is a local path.
     """
     candidates = sorted(_candidates(paths), key=lambda p: (_modified(p), _natural(str(p))), reverse=True)
     skipped: list[str] = []
@@ -416,13 +435,44 @@ def _safetensors_incomplete(file: Path) -> str | None:
 
 
 # candidates --------------------------------------------------------------------------------
-def _candidates(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[Path]:
+def _candidates(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[Path | str]:
     if isinstance(paths, (str, os.PathLike)):
-        path = Path(paths)
+        path = _local_or_url(paths)
+        if isinstance(path, str):
+            try:
+                return list(urls.candidates(path, _folder_kind, _CHECKPOINT_SUFFIXES))
+            except urls.UrlProblem as error:
+                raise CheckpointFileError(str(error)) from None
         if not path.is_dir() or _is_checkpoint_folder(path):
             return [path]
-        return _scan(path)
-    return [Path(p) for p in paths]
+        return list(_scan(path))
+    return [_local_or_url(p) for p in paths]
+
+
+def _local_or_url(path: str | os.PathLike[str]) -> Path | str:
+    """A local ``Path`` (``file://`` URLs included), or the URL of another fsspec protocol."""
+    if isinstance(path, str) and urls.is_url(path):
+        local = _local_path(path)
+        return path if local is None else local
+    return Path(path)
+
+
+def _local_path(url: str) -> Path | None:
+    try:
+        return urls.local_path(url)
+    except urls.UrlProblem as error:
+        raise CheckpointFileError(str(error)) from None
+
+
+def _read_url(url: str) -> ProgressCheckpoint:
+    try:
+        with urls.fetched(url) as local:
+            try:
+                return replace(read_checkpoint(local), path=url)
+            except CheckpointFileError as error:
+                raise CheckpointFileError(str(error).replace(str(local), url)) from None
+    except urls.UrlProblem as error:
+        raise CheckpointFileError(str(error)) from None
 
 
 def _scan(root: Path) -> list[Path]:
@@ -445,7 +495,9 @@ def _is_checkpoint_folder(path: Path) -> bool:
         return False
 
 
-def _modified(path: Path) -> int:
+def _modified(path: Path | str) -> int:
+    if isinstance(path, str):
+        return urls.modified(path)
     try:
         if path.is_dir():
             return max((p.stat().st_mtime_ns for p in path.iterdir() if p.is_file()), default=path.stat().st_mtime_ns)

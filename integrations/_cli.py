@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser(
         "inspect", help="show the progress in a Lightning .ckpt, an Ignite checkpoint or an Accelerate folder"
     )
-    inspect.add_argument("path", help="checkpoint file or Accelerate save_state folder")
+    inspect.add_argument("path", help="checkpoint file or folder, or its fsspec URL (memory://, s3://, ...)")
     inspect.add_argument("--json", action="store_true", help="print plain JSON (all ranks) instead of a table")
     diff = commands.add_parser("diff", help="print the progress counts that differ between two checkpoints")
     diff.add_argument("a", help="first checkpoint (file or Accelerate folder)")

@@ -260,3 +260,59 @@ def test_the_search_orders_by_modification_time_across_sub_folders_and_skips_ins
     os.utime(older, ns=(10**10, 10**10))
     os.utime(newer, ns=(10**10, 10**10))
     assert newest_intact_checkpoint(tmp_path / "runs") == newer  # a tie: version_10 after version_9
+
+
+# fsspec URLs ---------------------------------------------------------------------------------------
+@pytest.fixture
+def memory_url(tmp_path: Path) -> Any:
+    """A fresh ``memory://`` folder (fsspec's in-process filesystem), removed after the test."""
+    fsspec = pytest.importorskip("fsspec")
+    filesystem = fsspec.filesystem("memory")
+    root = f"/{tmp_path.name}"
+    yield filesystem, f"memory://{tmp_path.name}"
+    if filesystem.exists(root):
+        filesystem.rm(root, recursive=True)
+
+
+def test_inspect_and_diff_read_checkpoints_at_memory_urls(
+    saved: Saved, memory_url: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    filesystem, url = memory_url
+    local = saved.lightning / "step=1.ckpt"
+    filesystem.pipe(f"{url}/step=1.ckpt", local.read_bytes())
+    filesystem.put(str(saved.accelerate / "end"), f"{url}/end", recursive=True)
+
+    data = _inspect_json(f"{url}/step=1.ckpt", capsys)
+    assert (data["path"], data["format"]) == (f"{url}/step=1.ckpt", "lightning")
+    assert main(["diff", str(local), f"{url}/step=1.ckpt"]) == 0
+    assert "identical progress" in capsys.readouterr().out
+    assert _inspect_json(f"{url}/end", capsys)["format"] == "accelerate"
+
+
+def test_newest_intact_checkpoint_searches_a_memory_url_and_returns_the_url(saved: Saved, memory_url: Any) -> None:
+    filesystem, url = memory_url
+    folder = f"{url}/lightning_logs/version_0/checkpoints"
+    for name in ("step=1.ckpt", "step=4.ckpt"):
+        filesystem.pipe(f"{folder}/{name}", (saved.lightning / name).read_bytes())
+    whole = (saved.lightning / "final.ckpt").read_bytes()
+    filesystem.pipe(f"{folder}/step=5.ckpt", whole[: len(whole) // 2])  # the newest, cut short
+
+    with pytest.warns(UserWarning, match=r"memory://.*step=5\.ckpt: truncated"):
+        chosen = newest_intact_checkpoint(f"{url}/lightning_logs")
+
+    assert chosen == f"{folder}/step=4.ckpt"
+
+
+def test_a_file_url_is_read_as_the_local_path(saved: Saved, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _inspect_json(f"file://{saved.lightning / 'step=1.ckpt'}", capsys)["path"] == str(
+        saved.lightning / "step=1.ckpt"
+    )
+    assert newest_intact_checkpoint(f"file://{saved.lightning}") == saved.lightning / "final.ckpt"
+
+
+def test_a_missing_url_and_an_unknown_protocol_exit_with_2_naming_them(
+    memory_url: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _filesystem, url = memory_url
+    assert f"{url}/none.ckpt: no such file or folder" in _error(["inspect", f"{url}/none.ckpt"], capsys)
+    assert "nosuch://bucket/a.ckpt" in _error(["inspect", "nosuch://bucket/a.ckpt"], capsys)

@@ -1,0 +1,120 @@
+"""Checkpoints at fsspec URLs (``memory://``, ``s3://``, ...), as Lightning resumes from them.
+
+A URL's checkpoint file or folder is copied into a temporary folder, read there with the same checks
+as a local one, and the copy deleted. ``file://`` URLs are local paths. fsspec is installed with torch;
+a protocol needing another package (``s3://``: s3fs) says which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import posixpath
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+_TIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "created")
+
+
+class UrlProblem(ValueError):
+    """A URL cannot be used; the message names it."""
+
+
+def is_url(path: object) -> bool:
+    """Whether ``path`` is a string with a ``protocol://`` prefix."""
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+def local_path(url: str) -> Path | None:
+    """The local path of a ``file://`` URL, else None."""
+    filesystem, path = _filesystem(url)
+    return Path(path) if "file" in _protocols(filesystem) else None
+
+
+@contextlib.contextmanager
+def fetched(url: str) -> Iterator[Path]:
+    """A temporary local copy of the checkpoint file or folder at ``url`` (gone after the block)."""
+    filesystem, path = _filesystem(url)
+    with tempfile.TemporaryDirectory(prefix="progress-tracker-") as folder:
+        local = Path(folder) / (posixpath.basename(path.rstrip("/")) or "checkpoint")
+        try:
+            if not filesystem.exists(path):
+                raise UrlProblem(f"{url}: no such file or folder")
+            if filesystem.isdir(path):
+                filesystem.get(path.rstrip("/") + "/", str(local), recursive=True)
+            else:
+                filesystem.get_file(path, str(local))
+        except UrlProblem:
+            raise
+        except Exception as error:  # whatever the storage raises: the URL cannot be read
+            raise UrlProblem(f"{url}: cannot be read ({type(error).__name__}: {error})") from None
+        yield local
+
+
+def candidates(url: str, folder_kind: Callable[[Iterable[str]], str | None], suffixes: tuple[str, ...]) -> list[str]:
+    """The URL itself if it is a file or a checkpoint folder, else the checkpoint files (by suffix) and checkpoint
+    folders anywhere under it, as URLs that start with ``url``."""
+    filesystem, root = _filesystem(url)
+    try:
+        if not filesystem.isdir(root) or folder_kind(_names(filesystem, root)) is not None:
+            return [url]
+        found: list[str] = []
+        for folder, subfolders, files in filesystem.walk(root):
+            inside = [name for name in subfolders if folder_kind(_names(filesystem, posixpath.join(folder, name)))]
+            found.extend(posixpath.join(folder, name) for name in inside)
+            subfolders[:] = sorted(name for name in subfolders if name not in inside)
+            found.extend(posixpath.join(folder, name) for name in files if name.endswith(suffixes))
+    except Exception as error:  # whatever the storage raises: the URL cannot be listed
+        raise UrlProblem(f"{url}: cannot be listed ({type(error).__name__}: {error})") from None
+    base = url.rstrip("/")
+    return [base + "/" + posixpath.relpath(path, root) for path in found]
+
+
+def modified(url: str) -> int:
+    """Modification time in ns of the file at ``url`` (of the newest file inside, for a folder); 0 if unknown."""
+    try:
+        filesystem, path = _filesystem(url)
+        files = filesystem.find(path) if filesystem.isdir(path) else [path]
+        return max((_modified(filesystem, file) for file in files), default=0)
+    except Exception:  # unknown: the name decides
+        return 0
+
+
+def _modified(filesystem: Any, path: str) -> int:
+    try:
+        value: Any = filesystem.modified(path)
+    except Exception:  # not every filesystem implements modified(): look in info()
+        info = filesystem.info(path)
+        value = next((info[key] for key in _TIME_KEYS if info.get(key) is not None), 0)
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1e9)
+    if isinstance(value, str):
+        return int(datetime.fromisoformat(value).timestamp() * 1e9)
+    return int(float(value) * 1e9)
+
+
+def _names(filesystem: Any, folder: str) -> list[str]:
+    return [posixpath.basename(str(path).rstrip("/")) for path in filesystem.ls(folder, detail=False)]
+
+
+def _protocols(filesystem: Any) -> tuple[str, ...]:
+    protocol = filesystem.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
+def _filesystem(url: str) -> tuple[Any, str]:
+    try:
+        fsspec: Any = importlib.import_module("fsspec")  # untyped
+    except ImportError:
+        raise UrlProblem(f"{url}: reading a URL needs fsspec (pip install fsspec)") from None
+    try:
+        filesystem, path = fsspec.core.url_to_fs(url)
+    except Exception as error:  # an unknown protocol, or one whose package is missing
+        raise UrlProblem(f"{url}: {type(error).__name__}: {error}") from None
+    return filesystem, os.fspath(path)
