@@ -79,3 +79,26 @@ def test_lightning_counts_the_tokens_of_each_stage(tmp_path: Any) -> None:
     view = progress.tracker.view
     assert view.train.tokens.lifetime == 40 and view.train.non_padding_tokens.lifetime == 28
     assert view.validate.tokens.lifetime == 40 and view.validate.non_padding_tokens.lifetime == 28
+
+
+def test_accelerate_counts_the_tokens_of_each_stage() -> None:
+    accelerate = pytest.importorskip("accelerate")
+
+    from tracker_core.integrations.accelerate import AcceleratorProgress
+
+    torch.manual_seed(0)
+    accelerator = accelerate.Accelerator(cpu=True)
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 4), torch.nn.Flatten(), torch.nn.Linear(20, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer, train_loader, val_loader = accelerator.prepare(model, optimizer, _text_loader(), _text_loader())
+    progress = AcceleratorProgress(accelerator)
+    for _ in progress.epochs(2):
+        for batch in progress.train(train_loader):
+            accelerator.backward(model(batch["input_ids"]).mean())
+            optimizer.step()
+            optimizer.zero_grad()
+        for batch in progress.evaluate(val_loader):
+            model(batch["input_ids"])
+    view = progress.view
+    assert view.train.tokens.lifetime == 40 and view.train.non_padding_tokens.lifetime == 28
+    assert view.validate.tokens.lifetime == 40 and view.validate.non_padding_tokens.lifetime == 28

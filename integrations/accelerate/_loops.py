@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tracker_core.adapter import GlobalRng, StageProgress
 
@@ -16,6 +17,7 @@ class TrainBatch:
     step: int = 0  # accelerator.step when it was fetched
     steps: int = 0  # real optimizer steps taken when it was fetched
     processed: bool = False  # a save_state in the loop body counted its step
+    batch: Any = None  # the batch itself (its tokens are counted when it is processed)
 
 
 @dataclass(slots=True)
@@ -27,3 +29,4 @@ class Evaluation:
     own_run: bool  # a validate/test/predict run of its own, outside epochs()
     rng: GlobalRng  # the global RNGs when it began
     samples: int = -1  # of the batch in the loop body; -1: none
+    batch: Any = None  # the batch in the loop body (its tokens are counted when it ends)

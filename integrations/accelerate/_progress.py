@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, Literal, TextIO, TypeVar, overload
 
 import torch
@@ -32,6 +32,7 @@ from tracker_core.adapter import (
     GlobalRng,
     InexactResumeWarning,
     StageProgress,
+    TokenCounter,
     batches_in,
     bind_lifetime,
     capture_gradients,
@@ -73,13 +74,20 @@ class AcceleratorProgress:
     The loops never raise because of the order they are used in: leaving one (``break``, an
     exception) ends its pass, and what the record cannot follow is noted in
     ``view.anomalies`` with one warning. It pickles (with the Accelerator holding it).
+
+    Each stage counts the tokens of its batches: ``count_tokens(batch)`` (all tokens, or
+    ``(tokens, non_padding_tokens)``) when given, else a batch's ``input_ids`` and ``attention_mask``.
     """
 
-    def __init__(self, accelerator: Any) -> None:
+    def __init__(self, accelerator: Any, count_tokens: Callable[[Any], int | tuple[int, int]] | None = None) -> None:
         self._accelerator = accelerator
         self._tracker = Tracker()
         self._progress = self._tracker.progress
         self._train = self._progress.train
+        self._tokens = {
+            name: TokenCounter(self._progress.stage(name), count_tokens)
+            for name in ("train", "validate", "test", "predict")
+        }
         self._hooked_optimizers = 0
         self._real_steps = 0  # steps of all prepared optimizers (tells whether a batch left by its loop was trained)
         self._fit: object | None = None  # the open epochs() loop (a token), None outside one
@@ -267,6 +275,7 @@ class AcceleratorProgress:
                     mine.step = accelerator.step
                     mine.steps = self._real_steps
                     mine.processed = False
+                    mine.batch = batch
                     self._in_flight = mine
                 yield (batch_index, batch) if with_index else batch
                 batch_index += 1
@@ -276,6 +285,8 @@ class AcceleratorProgress:
                         train.batch_completed()
                     else:
                         train.batch_end(mine.samples, index)
+                        self._tokens["train"](batch)
+                    mine.batch = None
         except GeneratorExit:  # the loop body left (break, exception)
             self._end_left_batch(mine)
             self._left_passes.add(index)
@@ -312,6 +323,8 @@ class AcceleratorProgress:
             self._train.batch_completed()
         else:
             self._train.batch_end(batch.samples, batch.loader)
+            self._tokens["train"](batch.batch)
+        batch.batch = None
 
     # evaluation passes ---------------------------------------------------------------------
     def evaluate(self, loader: Iterable[Batch], index: int = 0) -> Iterator[Batch]:
@@ -367,10 +380,13 @@ class AcceleratorProgress:
                 if self._evaluation is evaluation:
                     stage.batch_begin()
                     evaluation.samples = samples_in(batch)
+                    evaluation.batch = batch
                 yield batch
                 if self._evaluation is evaluation:
                     stage.batch_end(evaluation.samples, index)
+                    self._tokens[stage.name](batch)
                     evaluation.samples = -1
+                    evaluation.batch = None
         except GeneratorExit:  # the loop body left: the epoch was cut short
             if self._evaluation is evaluation:
                 self._end_evaluation(evaluation)
@@ -389,6 +405,8 @@ class AcceleratorProgress:
         stage = evaluation.stage
         if evaluation.samples >= 0:
             stage.batch_end(evaluation.samples, evaluation.loader)
+            self._tokens[stage.name](evaluation.batch)
+            evaluation.batch = None
         stage.epoch_processed()
         stage.epoch_completed()
         if evaluation.own_run:
@@ -454,6 +472,7 @@ class AcceleratorProgress:
         batch = self._in_flight
         if batch is not None and not batch.processed:  # saved from the loop body: the batch's step is done
             self._train.batch_processed(batch.samples, batch.loader)
+            self._tokens["train"](batch.batch)
             batch.processed = True
         accelerator = self._accelerator
         iterations: list[checkpoint.LoaderIteration | None] = []
