@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("numpy")
 pytest.importorskip("tensorboard")
 
 from torch.utils.tensorboard import SummaryWriter
