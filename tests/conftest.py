@@ -5,4 +5,4 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import helpers  # noqa: E402, F401  (importing it stops the tracker's clock: helpers/clock.py)
+import helpers  # noqa: F401  (importing it stops the tracker's clock: helpers/clock.py)

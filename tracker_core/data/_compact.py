@@ -108,7 +108,7 @@ def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = 
     expanded["iterator_rng"] = iterator
     if isinstance(epoch.get("loader_generator"), str):
         expanded["loader_generator"] = plain_text(
-            epoch["loader_generator"], join_key(epoch_key, "loader_generator"), _raw(out["generators"], _LOADER)
+            epoch["loader_generator"], join_key(epoch_key, "loader_generator"), _raw(out.get("generators"), _LOADER)
         )
     sampler = epoch.get("sampler_rng")
     if isinstance(sampler, Mapping):
@@ -121,7 +121,7 @@ def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = 
         if isinstance(saved, Mapping):
             generators_key = join_key(sampler_key, "generators")
             plain["generators"] = {
-                path: plain_text(text, join_key(generators_key, str(path)), _raw(out["generators"], (path,)))
+                path: plain_text(text, join_key(generators_key, str(path)), _raw(out.get("generators"), (path,)))
                 for path, text in saved.items()
             }
     return out
