@@ -375,10 +375,10 @@ def _save_under_a_file_size_limit(setup: Setup, folder: Path, limit: int) -> str
 def test_a_file_size_limit_during_save_state_names_the_path_and_the_previous_checkpoint_resumes_exactly(
     tmp_path: Path,
 ) -> None:
-    """The full disk simulated where no tmpfs can be mounted: writes past 16 KB fail (EFBIG)."""
+    """The full disk simulated where no tmpfs can be mounted: writes past 8 KB fail (EFBIG)."""
     setup = Setup()
     stopped = run(setup, stop=StopAt(5), save_dir=str(tmp_path / "previous"))
-    message = _save_under_a_file_size_limit(setup, tmp_path / "next", 16_000)
+    message = _save_under_a_file_size_limit(setup, tmp_path / "next", 8_000)
     assert message.startswith("OSError") and str(tmp_path / "next" / "progress_tracker_0.pt") in message, message
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
