@@ -35,6 +35,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from tracker_core import without_times
+
 FRAMEWORKS = ("lightning", "ignite", "accelerate")
 SAMPLES, BATCH_SIZE, EPOCHS, ACCUMULATION = 10, 3, 3, 2
 BATCHES_PER_EPOCH = -(-SAMPLES // BATCH_SIZE)  # 4, the last of 1 sample
@@ -264,16 +266,6 @@ def _ids(folder: Path, program: str, phase: str) -> list[list[int]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def _counts(progress: dict[str, Any]) -> dict[str, Any]:
-    """A progress state without its wall-clock times (``microseconds``): those differ from run to run."""
-    counts = {key: value for key, value in progress.items() if key != "microseconds"}
-    counts["stages"] = {
-        name: {key: value for key, value in stage.items() if key != "microseconds"}
-        for name, stage in progress["stages"].items()
-    }
-    return counts
-
-
 def compare(program: str, device: str, root: Path) -> bool:
     """Run full, kill and resume of ``program``; print one line of findings; whether all were equal."""
     label = f"{program.replace('+', ' with ')} on {device}"
@@ -293,7 +285,7 @@ def compare(program: str, device: str, root: Path) -> bool:
     )
     killed = _ids(root, program, "kill")
     ids = len(killed) == KILL_AFTER and killed + _ids(root, program, "resume") == _ids(root, program, "full")
-    full_counts, resumed_counts = _counts(full["progress"]), _counts(resumed["progress"])
+    full_counts, resumed_counts = without_times(full["progress"]), without_times(resumed["progress"])
     progress = full_counts == resumed_counts
     differing = sorted(k for k in full_counts if full_counts[k] != resumed_counts.get(k))
     print(

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from tracker_core import without_times
 from tracker_core.adapter import (
     EventOrderError,
     ProgressView,
@@ -193,16 +194,6 @@ def train(
     return outcome
 
 
-def _counts(progress: dict[str, Any]) -> dict[str, Any]:
-    """A progress state without its wall-clock times (``microseconds``): those differ from run to run."""
-    counts = {key: value for key, value in progress.items() if key != "microseconds"}
-    counts["stages"] = {
-        name: {key: value for key, value in stage.items() if key != "microseconds"}
-        for name, stage in progress["stages"].items()
-    }
-    return counts
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stop-after", default="7", help="train batches before the save, e.g. 7 or 1,4,7")
@@ -220,7 +211,7 @@ def main() -> int:
         outcomes[f"resumed after {stop_after}"] = vars(resumed)
         weights = all(torch.equal(a, b) for a, b in zip(resumed.weights, straight.weights, strict=True))
         ids = stopped.ids + resumed.ids == straight.ids
-        progress = _counts(resumed.progress) == _counts(straight.progress)
+        progress = without_times(resumed.progress) == without_times(straight.progress)
         exact = exact and weights and ids and progress
         print(
             f"stopped after {stop_after} of {len(straight.ids)} train batches, resumed in fresh objects: "

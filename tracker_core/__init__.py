@@ -25,6 +25,7 @@ from tracker_core.counting._view import (
 from tracker_core.distributed._sync import Divergence, check_divergence, reduce_state
 from tracker_core.state._model_lifetime import track_lifetime, without_lifetime
 from tracker_core.state._schema import SCHEMA_VERSION
+from tracker_core.state._times import without_times
 from tracker_core.vocabulary import Event, Phase, RunKind, Scope, Stage
 
 __all__ = [
@@ -62,4 +63,5 @@ __all__ = [
     "reduce_state",
     "track_lifetime",
     "without_lifetime",
+    "without_times",
 ]

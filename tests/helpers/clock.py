@@ -4,7 +4,6 @@ progress states compare equal; a test of time drives its own clock (``TickingClo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from tracker_core.counting import _clock
 
@@ -31,13 +30,3 @@ class TickingClock:
 
     def advance(self, seconds: float) -> None:
         self.us += round(seconds * 1_000_000)
-
-
-def without_seconds(state: dict[str, Any]) -> dict[str, Any]:
-    """A progress state without its times (``microseconds``, top level and per stage): what version 2 held."""
-    stripped = {key: value for key, value in state.items() if key != "microseconds"}
-    stripped["stages"] = {
-        name: {key: value for key, value in stage.items() if key != "microseconds"}
-        for name, stage in state["stages"].items()
-    }
-    return stripped
