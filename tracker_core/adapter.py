@@ -30,6 +30,7 @@ from tracker_core.data._rng import GlobalRng
 from tracker_core.display._display import Display
 from tracker_core.display._report import progress_facts, progress_table
 from tracker_core.distributed._elastic import saved_elsewhere
+from tracker_core.distributed._to_writer import gather_to_writer
 from tracker_core.state._gradients import capture_gradients, restore_gradients
 from tracker_core.state._model_lifetime import bind_lifetime
 from tracker_core.state._readers import read_int, read_mapping
@@ -56,6 +57,7 @@ __all__ = [
     "count_optimizer_steps",
     "count_scheduler_steps",
     "count_skipped_steps",
+    "gather_to_writer",
     "progress_facts",
     "progress_table",
     "read_int",

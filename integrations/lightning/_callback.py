@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
@@ -27,6 +26,7 @@ from tracker_core.adapter import (
     continue_run_scope,
     count_dataloader_batch,
     count_scheduler_steps,
+    gather_to_writer,
     reenter_evaluation_epoch,
     reenter_last_run,
     restore_gradients,
@@ -594,9 +594,11 @@ class ProgressTracker(CallbackBase):
     ) -> None:
         if trainer.state.fn != _FIT:
             return
-        if self.tracker.view.is_mid_accumulation:
-            gradients = capture_gradients(pl_module.parameters())
-            checkpoint[GRADIENTS_KEY] = _every_rank(gradients) if trainer.world_size > 1 else gradients
+        gradients = capture_gradients(pl_module.parameters()) if self.tracker.view.is_mid_accumulation else None
+        if trainer.world_size > 1:
+            gradients = _every_rank(gradients)
+        if gradients is not None:
+            checkpoint[GRADIENTS_KEY] = gradients
         if resume.on_train_batch_end(trainer) and resume.reached_max_steps(trainer):
             warnings.warn(
                 "checkpoint saved at the batch that reaches max_steps: resuming from it, Lightning trains nothing "
@@ -732,11 +734,16 @@ def _load_progress_only(tracker: Tracker, entry: object, rank: int) -> None:
         raise ProgressStateError(key, error.problem) from None
 
 
-def _every_rank(gradients: list[torch.Tensor | None]) -> dict[str, list[list[torch.Tensor | None]]]:
-    """``{"ranks": [rank 0's gradients, ...]}`` (collective): DDP's ``no_sync`` leaves each rank its own partial sums."""
-    ranks: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(ranks, [None if g is None else g.cpu() for g in gradients])
-    return {"ranks": ranks}
+def _every_rank(gradients: list[torch.Tensor | None] | None) -> Any:
+    """On rank 0, the writer: ``{"ranks": [rank 0's gradients, ...]}``; elsewhere this rank's own (collective).
+
+    DDP's ``no_sync`` leaves each rank its own partial sums. Every rank calls it at a fit
+    checkpoint, with None outside an accumulation window: one 8-byte ``all_reduce`` then, and
+    a ``gather`` to the writer only when some rank is inside one (``gather_to_writer``).
+    """
+    mine = None if gradients is None else [None if g is None else g.cpu() for g in gradients]
+    ranks = gather_to_writer(mine)
+    return mine if ranks is None else {"ranks": ranks}
 
 
 def _own_gradients(saved: object, rank: int) -> Any:

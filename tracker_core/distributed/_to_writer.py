@@ -21,10 +21,28 @@ _LENGTH = struct.Struct("<q")
 
 def gather_to(obj: Any, dst: int) -> list[Any] | None:
     """On rank ``dst``: every rank's ``obj``, index = rank; elsewhere None (collective, a process group is needed)."""
-    data = pickle.dumps(obj)
+    return _gather(pickle.dumps(obj), dst)
+
+
+def gather_to_writer(obj: Any | None) -> list[Any] | None:
+    """On the writer (rank 0): every rank's ``obj`` (None where a rank had none), index = rank; elsewhere None.
+
+    Collective: every rank calls it, with None when it has nothing to send. The 8-byte
+    ``all_reduce`` says whether any rank has something: when none has, it returns None
+    everywhere and nothing more is sent; else one ``gather`` to the writer: a rank sends its own
+    ``obj`` (pickled, padded to the longest) and receives 8 bytes, whatever the number of ranks.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return None if obj is None else [obj]
+    return _gather(b"" if obj is None else pickle.dumps(obj), 0, empty_is_none=True)
+
+
+def _gather(data: bytes, dst: int, empty_is_none: bool = False) -> list[Any] | None:
     device = _device()
     longest = torch.tensor([len(data)], dtype=torch.int64, device=device)
     dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+    if empty_is_none and int(longest.item()) == 0:
+        return None
     framed = bytearray(_LENGTH.size + int(longest.item()))
     _LENGTH.pack_into(framed, 0, len(data))
     framed[_LENGTH.size : _LENGTH.size + len(data)] = data
@@ -33,10 +51,14 @@ def gather_to(obj: Any, dst: int) -> list[Any] | None:
     dist.gather(mine, received, dst=dst)
     if received is None:
         return None
-    objects = []
+    objects: list[Any] = []
     for tensor in received:
-        raw = tensor.cpu().numpy().tobytes()
+        raw = bytearray(tensor.numel())
+        torch.frombuffer(raw, dtype=torch.uint8).copy_(tensor)  # no NumPy needed (a core-only install)
         (length,) = _LENGTH.unpack_from(raw)
+        if empty_is_none and length == 0:
+            objects.append(None)
+            continue
         objects.append(pickle.loads(raw[_LENGTH.size : _LENGTH.size + length]))  # from this job's own ranks
     return objects
 
