@@ -9,12 +9,14 @@ the first ``k`` batches of *indices*: skipped samples are never loaded, also wit
 
 from __future__ import annotations
 
+import collections
 import itertools
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
+from torch.utils.data import BatchSampler
 
 from tracker_core.data._epoch import EpochRecord, Replay, SamplerRng
 from tracker_core.data._rng import preserved_global_rng, read_generator_state, read_torch_cpu_state
@@ -73,9 +75,7 @@ class SamplerReplay(Strategy):
         if replay is not None and replay.record.sampler_rng is not None:
             with preserved_global_rng():
                 self._apply_sampler_rng(replay.record.sampler_rng)
-                indices = iter(inner)
-                for _ in itertools.islice(indices, replay.skip):
-                    pass
+                indices = _skipped(inner, replay.skip)
                 # Samplers draw lazily (RandomSampler seeds itself on its first next), so
                 # take the first kept batch here, inside the replayed RNG state.
                 first = next(indices, _END)
@@ -130,6 +130,31 @@ class SamplerReplay(Strategy):
         saved_epochs = read_mapping(fields["epochs"], epochs_key, required=tuple(owners))
         epochs = {path: read_int(saved_epochs[path], join_key(epochs_key, path), minimum=0) for path in owners}
         return SamplerRng(torch_state, generators, epochs)
+
+
+def _skipped(inner: Iterable[Any], skip: int) -> Iterator[Any]:
+    """``inner``'s batches after its first ``skip``. A torch ``BatchSampler`` (its exact type) skips
+    ``skip * batch_size`` of its sampler's indices at C speed and batches the rest as it would have:
+    its batches are consecutive runs of its sampler's indices, so none is built to be dropped."""
+    if type(inner) is not BatchSampler:
+        indices = iter(inner)
+        collections.deque(itertools.islice(indices, skip), maxlen=0)
+        return indices
+    started = iter(inner.sampler)
+    collections.deque(itertools.islice(started, skip * inner.batch_size), maxlen=0)
+    return iter(BatchSampler(_Started(started), inner.batch_size, inner.drop_last))
+
+
+class _Started:
+    """A sampler already under way: ``iter()`` continues ``indices``."""
+
+    __slots__ = ("_indices",)
+
+    def __init__(self, indices: Iterator[Any]) -> None:
+        self._indices = indices
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._indices
 
 
 class _SamplerTap:
