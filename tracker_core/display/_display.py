@@ -41,11 +41,12 @@ class Status(NamedTuple):
     samples_per_second: float | None
     eta: float | None  # seconds; None when a total or the rate is unknown
     metrics: tuple[tuple[str, str], ...] = ()  # (name, formatted value), in the order given
+    tokens_per_second: float | None = None  # None also when the stage has counted no tokens
 
 
 def format_status(status: Status) -> str:
     """The one line format every framework shows, e.g.
-    ``train    | epoch 2/3 | batch 4/6 | steps 10 | 12.5 samples/s | ETA 0:00:05 | loss=0.25``."""
+    ``train    | epoch 2/3 | batch 4/6 | steps 10 | 12.5 samples/s | 1,600 tokens/s | ETA 0:00:05 | loss=0.25``."""
     parts = [f"{status.stage:<8}"]
     if status.epoch is not None:
         parts.append(f"epoch {_of(status.epoch, status.max_epochs)}")
@@ -54,6 +55,8 @@ def format_status(status: Status) -> str:
         parts.append(f"steps {status.steps}")
     if status.samples_per_second is not None:
         parts.append(f"{status.samples_per_second:.1f} samples/s")
+    if status.tokens_per_second is not None:
+        parts.append(f"{status.tokens_per_second:,.0f} tokens/s")
     if status.eta is not None:
         parts.append(f"ETA {_clock_time(status.eta)}")
     if status.metrics:
@@ -193,7 +196,9 @@ class Display:
     # reading the view ------------------------------------------------------------------
     def _measure(self, now: float) -> None:
         stage = self._view.stage(self._stages[self._name])
-        self._meters[self._name].measure(stage.samples.lifetime, stage.batches.lifetime.processed)
+        self._meters[self._name].measure(
+            stage.samples.lifetime, stage.batches.lifetime.processed, stage.tokens.lifetime
+        )
         self._sample_due = now + _SAMPLE_EVERY
 
     def _status(self) -> Status:
@@ -201,7 +206,8 @@ class Display:
         view = self._view
         name = self._name
         meter = self._meters[name]
-        done = view.stage(self._stages[name]).batches.epoch.processed
+        stage = view.stage(self._stages[name])
+        done = stage.batches.epoch.processed
         fit = view.run.kind == "fit"
         epoch = view.train.epochs.run.ready if fit else None
         total = self._batches.get(name)
@@ -215,6 +221,7 @@ class Display:
             samples_per_second=meter.samples_per_second,
             eta=self._eta(self._stages[name], done, total, epoch, meter.batches_per_second),
             metrics=self._shown_metrics(name),
+            tokens_per_second=meter.tokens_per_second if stage.tokens.lifetime else None,
         )
 
     def _eta(self, stage: str, done: int, total: int | None, epoch: int | None, rate: float | None) -> float | None:
@@ -249,7 +256,9 @@ class Display:
         meter = self._meters.get(name)
         if meter is None:
             view = self._view.stage(stage)
-            self._meters[name] = Meter(self._clock, view.samples.lifetime, view.batches.lifetime.processed)
+            self._meters[name] = Meter(
+                self._clock, view.samples.lifetime, view.batches.lifetime.processed, view.tokens.lifetime
+            )
         else:
             meter.resume()
         self._sample_due = 0.0

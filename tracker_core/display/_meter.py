@@ -1,4 +1,4 @@
-"""Batch and sample rates of one display line, measured by rich's progress tasks over the time that line's stage ran."""
+"""Batch, sample and token rates of one display line, measured by rich's progress tasks over the time that line's stage ran."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ class Meter:
     that saw the counts grow. Without rich no rate is ever known.
     """
 
-    __slots__ = ("_batches", "_clock", "_model", "_paused_at", "_paused_for", "_samples", "_tasks")
+    __slots__ = ("_batches", "_clock", "_model", "_paused_at", "_paused_for", "_samples", "_tasks", "_tokens")
 
-    def __init__(self, clock: Callable[[], float], samples: int, batches: int) -> None:
+    def __init__(self, clock: Callable[[], float], samples: int, batches: int, tokens: int) -> None:
         self._clock = clock
         self._paused_at: float | None = None
         self._paused_for = 0.0
@@ -30,6 +30,7 @@ class Meter:
         self._model = Progress(get_time=self._stage_time, auto_refresh=False, disable=True)
         self._samples = self._model.add_task("samples", total=None, completed=samples)
         self._batches = self._model.add_task("batches", total=None, completed=batches)
+        self._tokens = self._model.add_task("tokens", total=None, completed=tokens)
         self._tasks = {task.id: task for task in self._model.tasks}
 
     def _stage_time(self) -> float:
@@ -47,17 +48,18 @@ class Meter:
             self._paused_for += self._clock() - self._paused_at
             self._paused_at = None
 
-    def measure(self, samples: int, batches: int) -> None:
+    def measure(self, samples: int, batches: int, tokens: int) -> None:
         """The stage's lifetime counts now; counts that went back (a checkpoint was loaded) restart the window."""
         model = self._model
         if model is None:
             return
-        if samples < self._tasks[self._samples].completed or batches < self._tasks[self._batches].completed:
-            model.reset(self._samples, completed=samples)
-            model.reset(self._batches, completed=batches)
-            return
-        model.update(self._samples, completed=samples)
-        model.update(self._batches, completed=batches)
+        counts = ((self._samples, samples), (self._batches, batches), (self._tokens, tokens))
+        went_back = any(count < self._tasks[task].completed for task, count in counts)
+        for task, count in counts:
+            if went_back:
+                model.reset(task, completed=count)
+            else:
+                model.update(task, completed=count)
 
     @property
     def samples_per_second(self) -> float | None:
@@ -66,3 +68,7 @@ class Meter:
     @property
     def batches_per_second(self) -> float | None:
         return None if self._model is None else self._tasks[self._batches].speed
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return None if self._model is None else self._tasks[self._tokens].speed
