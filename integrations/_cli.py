@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tracker_core import __version__
-from tracker_core.adapter import progress_facts, progress_table
+from tracker_core.adapter import device_rng_facts, progress_facts, progress_table
 from tracker_core.integrations._checkpoint_files import CheckpointFileError, ProgressCheckpoint, read_checkpoint
 
 _FORMATS = {
@@ -64,7 +64,12 @@ def _parser() -> argparse.ArgumentParser:
 def _json_document(checkpoint: ProgressCheckpoint) -> dict[str, Any]:
     """The ``inspect --json`` document: rank 0's progress and facts at the top, every rank in ``ranks``."""
     ranks = [
-        {"rank": rank, "progress": entry["progress"], "facts": progress_facts(entry["progress"])}
+        {
+            "rank": rank,
+            "progress": entry["progress"],
+            "facts": progress_facts(entry["progress"]),
+            "device_rng": device_rng_facts(entry.get("rng")),
+        }
         for rank, entry in enumerate(checkpoint.entries)
     ]
     return {
@@ -74,6 +79,7 @@ def _json_document(checkpoint: ProgressCheckpoint) -> dict[str, Any]:
         "num_ranks": len(ranks),
         "progress": ranks[0]["progress"],
         "facts": ranks[0]["facts"],
+        "device_rng": ranks[0]["device_rng"],
         "ranks": ranks,
     }
 
@@ -91,7 +97,26 @@ def _inspect(path: str, as_json: bool) -> int:
         print(f"{len(checkpoint.entries)} ranks; showing rank 0 (--json shows all ranks)")
     print()
     print(progress_table(checkpoint.entries[0]["progress"]))
+    print(_device_rng_line(device_rng_facts(checkpoint.entries[0].get("rng"))))
     return 0
+
+
+def _device_rng_line(kinds: list[dict[str, Any]]) -> str:
+    """What the entry holds of the accelerator generators, and whether a resume on this machine applies it."""
+    if not kinds:
+        return "device RNG: none saved (no accelerator was initialised)"
+    parts = []
+    for kind in kinds:
+        sizes = sorted(set(kind["state_bytes"]))
+        size = f"{sizes[0]} bytes each" if len(sizes) == 1 else f"{'/'.join(map(str, kind['state_bytes']))} bytes"
+        where = (
+            "applied on resume here"
+            if kind["applied_here"]
+            else f"reported, not applied: this machine has no {kind['kind']} device (a resume here warns)"
+        )
+        devices = "1 device" if kind["devices"] == 1 else f"{kind['devices']} devices"
+        parts.append(f"{kind['kind']}, {devices}, generator state {size}; {where}")
+    return "device RNG: " + "; ".join(parts)
 
 
 def _label(checkpoint: ProgressCheckpoint) -> str:

@@ -102,7 +102,7 @@ def test_inspect_an_accelerate_folder_prints_rank_0(saved: Saved, capsys: pytest
 def test_inspect_json_holds_format_path_progress_and_facts(saved: Saved, capsys: pytest.CaptureFixture[str]) -> None:
     path = saved.ignite / "checkpoint_3.pt"
     data = _inspect_json(path, capsys)
-    assert set(data) == {"path", "format", "location", "num_ranks", "progress", "facts", "ranks"}
+    assert set(data) == {"path", "format", "location", "num_ranks", "progress", "facts", "device_rng", "ranks"}
     assert (data["path"], data["format"], data["num_ranks"]) == (str(path), "ignite", 1)
     entry = torch.load(path, weights_only=True)["progress"]["progress_tracker"]
     assert data["progress"] == entry["progress"]
@@ -117,7 +117,10 @@ def test_inspect_json_holds_format_path_progress_and_facts(saved: Saved, capsys:
         "accumulating_batches": 1,
         "anomalies": [],
     }
-    assert data["ranks"] == [{"rank": 0, "progress": data["progress"], "facts": data["facts"]}]
+    assert data["device_rng"] == []  # saved on a CPU-only machine
+    assert data["ranks"] == [
+        {"rank": 0, "progress": data["progress"], "facts": data["facts"], "device_rng": data["device_rng"]}
+    ]
 
 
 @pytest.mark.parametrize(

@@ -16,36 +16,12 @@ import torch
 from tracker_core import ProgressStateError, Tracker
 from tracker_core.data import _device_rng
 
-
-class _CpuStandIn:
-    """``count`` devices whose generators are CPU torch.Generators."""
-
-    def __init__(self, count: int, available: bool = True) -> None:
-        self.generators = [torch.Generator().manual_seed(100 + i) for i in range(count)]
-        self.available = available
-
-    def is_available(self) -> bool:
-        return self.available
-
-    def is_initialized(self) -> bool:
-        return self.available
-
-    def device_count(self) -> int:
-        return len(self.generators)
-
-    def get_rng_state(self, device: int) -> torch.Tensor:
-        return self.generators[device].get_state()
-
-    def set_rng_state(self, state: torch.Tensor, device: int) -> None:
-        self.generators[device].set_state(state)
-
-    def draws(self) -> list[float]:
-        return [torch.rand(1, generator=g).item() for g in self.generators]
+from helpers.device_stand_in import CpuStandIn
 
 
 @pytest.fixture
-def cuda(monkeypatch: pytest.MonkeyPatch) -> _CpuStandIn:
-    devices = _CpuStandIn(2)
+def cuda(monkeypatch: pytest.MonkeyPatch) -> CpuStandIn:
+    devices = CpuStandIn(2)
     monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", devices)
     return devices
 
@@ -54,7 +30,7 @@ def test_a_cpu_only_machine_saves_no_device_part() -> None:
     assert "devices" not in Tracker().state_dict()["rng"]
 
 
-def test_every_device_generator_continues_after_a_resume(cuda: _CpuStandIn) -> None:
+def test_every_device_generator_continues_after_a_resume(cuda: CpuStandIn) -> None:
     entry = json.loads(json.dumps(Tracker().state_dict()))
     expected = cuda.draws()
 
@@ -65,10 +41,10 @@ def test_every_device_generator_continues_after_a_resume(cuda: _CpuStandIn) -> N
 
 
 def test_a_checkpoint_from_more_devices_is_refused_naming_the_key_and_changes_nothing(
-    cuda: _CpuStandIn, monkeypatch: pytest.MonkeyPatch
+    cuda: CpuStandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     entry = Tracker().state_dict()
-    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", _CpuStandIn(1))
+    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", CpuStandIn(1))
     before = (torch.get_rng_state(), random.getstate())
 
     with pytest.raises(ProgressStateError, match=r"'rng\.devices\.cuda'.*2 cuda device"):
@@ -78,7 +54,7 @@ def test_a_checkpoint_from_more_devices_is_refused_naming_the_key_and_changes_no
     assert random.getstate() == before[1]
 
 
-def test_a_device_state_of_the_wrong_size_is_refused_naming_the_device(cuda: _CpuStandIn) -> None:
+def test_a_device_state_of_the_wrong_size_is_refused_naming_the_device(cuda: CpuStandIn) -> None:
     entry = Tracker().state_dict()
     entry["rng"]["devices"]["cuda"][1] = entry["rng"]["devices"]["cuda"][1][:-8]
 
@@ -86,7 +62,7 @@ def test_a_device_state_of_the_wrong_size_is_refused_naming_the_device(cuda: _Cp
         Tracker().load_state_dict(entry)
 
 
-def test_an_unknown_device_kind_is_refused(cuda: _CpuStandIn) -> None:
+def test_an_unknown_device_kind_is_refused(cuda: CpuStandIn) -> None:
     entry = Tracker().state_dict()
     entry["rng"]["devices"]["tpu"] = entry["rng"]["devices"].pop("cuda")
 
@@ -95,10 +71,10 @@ def test_an_unknown_device_kind_is_refused(cuda: _CpuStandIn) -> None:
 
 
 def test_a_gpu_checkpoint_loads_on_a_cpu_only_machine_with_a_warning(
-    cuda: _CpuStandIn, monkeypatch: pytest.MonkeyPatch
+    cuda: CpuStandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     entry = Tracker().state_dict()
-    absent = _CpuStandIn(2, available=False)
+    absent = CpuStandIn(2, available=False)
     monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", absent)
     Tracker().validate_state_dict(entry)  # what inspect does: no warning, no error
 
@@ -107,13 +83,13 @@ def test_a_gpu_checkpoint_loads_on_a_cpu_only_machine_with_a_warning(
 
 
 def test_nothing_is_captured_from_a_device_kind_not_initialised(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", _CpuStandIn(2, available=False))
+    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", CpuStandIn(2, available=False))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert "devices" not in Tracker().state_dict()["rng"]
 
 
-def test_a_refused_device_state_applies_no_device_generator(cuda: _CpuStandIn) -> None:
+def test_a_refused_device_state_applies_no_device_generator(cuda: CpuStandIn) -> None:
     entry = Tracker().state_dict()
     entry["rng"]["devices"]["cuda"][1] = entry["rng"]["devices"]["cuda"][1][:-8]
     cuda.draws()  # the generators move on from the saved states
@@ -126,9 +102,9 @@ def test_a_refused_device_state_applies_no_device_generator(cuda: _CpuStandIn) -
 
 
 def test_every_initialised_device_kind_is_captured_and_continues(
-    cuda: _CpuStandIn, monkeypatch: pytest.MonkeyPatch
+    cuda: CpuStandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    xpu, mps = _CpuStandIn(3), _CpuStandIn(1)
+    xpu, mps = CpuStandIn(3), CpuStandIn(1)
     monkeypatch.setitem(_device_rng.DEVICE_KINDS, "xpu", xpu)
     monkeypatch.setitem(_device_rng.DEVICE_KINDS, "mps", mps)
     entry = json.loads(json.dumps(Tracker().state_dict()))
@@ -141,11 +117,11 @@ def test_every_initialised_device_kind_is_captured_and_continues(
 
 
 def test_a_gpu_checkpoint_on_a_cpu_only_machine_still_applies_the_cpu_generators(
-    cuda: _CpuStandIn, monkeypatch: pytest.MonkeyPatch
+    cuda: CpuStandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     entry = Tracker().state_dict()
     expected = torch.rand(3)
-    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", _CpuStandIn(2, available=False))
+    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", CpuStandIn(2, available=False))
 
     with pytest.warns(UserWarning, match="2 device"):
         Tracker().load_state_dict(entry)

@@ -26,6 +26,7 @@ from tracker_core.counting._scheduler_hooks import count_scheduler_steps
 from tracker_core.counting._stage import StageProgress, TrainStageProgress
 from tracker_core.counting._tokens import TokenCounter
 from tracker_core.counting._view import ProgressView
+from tracker_core.data._device_rng import device_rng_facts
 from tracker_core.data._rng import GlobalRng
 from tracker_core.display._display import Display
 from tracker_core.display._report import progress_facts, progress_table
@@ -57,6 +58,7 @@ __all__ = [
     "count_optimizer_steps",
     "count_scheduler_steps",
     "count_skipped_steps",
+    "device_rng_facts",
     "gather_to_writer",
     "progress_facts",
     "progress_table",

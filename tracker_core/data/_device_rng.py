@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.state._codec import tensor_to_text, text_to_byte_tensor
+from tracker_core.state._codec import tensor_to_text, text_to_byte_tensor, text_to_bytes
 from tracker_core.state._readers import join_key
 
 
@@ -154,3 +154,34 @@ def devices_from_plain(value: object, key: str) -> tuple[DeviceStates, ...]:
                     )
         found.append(DeviceStates(str(kind), tensors))
     return tuple(found)
+
+
+def device_rng_facts(rng: object) -> list[dict[str, Any]]:
+    """The accelerator part of a saved entry's ``rng`` (``entry["rng"]``), one item per device kind, as plain data.
+
+    Keys: ``kind`` (``"cuda"``, ...), ``devices`` (how many devices' generators were saved),
+    ``state_bytes`` (each device's generator state, in bytes) and ``applied_here`` (True if this
+    machine has that kind of device, so a resume here sets those generators; False: they are
+    reported, not applied, and a resume here warns). Empty when no accelerator was initialised
+    where the entry was saved. ``ProgressStateError`` names the key of a damaged state.
+    """
+    devices = rng.get("devices") if isinstance(rng, Mapping) else None
+    if devices is None:
+        return []
+    if not isinstance(devices, Mapping):
+        raise ProgressStateError("rng.devices", f"expected a mapping of device kinds, got {type(devices).__name__}")
+    found = []
+    for kind, states in devices.items():
+        key = join_key("rng.devices", str(kind))
+        if not isinstance(states, list) or not states:
+            raise ProgressStateError(key, "expected a non-empty list of base64 states, one per device")
+        generators = DEVICE_KINDS.get(str(kind))
+        found.append(
+            {
+                "kind": str(kind),
+                "devices": len(states),
+                "state_bytes": [len(text_to_bytes(state, join_key(key, str(i)))) for i, state in enumerate(states)],
+                "applied_here": generators is not None and generators.is_available(),
+            }
+        )
+    return found
