@@ -60,7 +60,8 @@ def progress_facts(progress: dict[str, Any]) -> dict[str, Any]:
 
 def progress_table(progress: dict[str, Any]) -> str:
     """Processed epochs and batches (their step done), samples, wall-clock seconds and samples per second,
-    optimizer and scheduler steps per stage and scope, then where the state was taken, whether it is
+    tokens, non-padding tokens and tokens per second (of a stage that counted tokens), optimizer and
+    scheduler steps per stage and scope, then where the state was taken, whether it is
     mid-epoch / mid-accumulation, the seconds of checkpoint saves, restores and fast-forwards, and the
     anomalies recorded; ``progress`` is a ``Progress.state_dict()``."""
     loaded = Progress()
@@ -75,6 +76,10 @@ def progress_table(progress: dict[str, Any]) -> str:
         rows.append(("", "samples", *_scoped(stage["samples"])))
         rows.append(("", "seconds", *_rounded(tuple(timed.seconds), 2)))
         rows.append(("", "samples/s", *_rounded(tuple(timed.samples_per_second), 1)))
+        if stage["tokens"]["lifetime"]:
+            rows.append(("", "tokens", *_scoped(stage["tokens"])))
+            rows.append(("", "non-padding tokens", *_scoped(stage["non_padding_tokens"])))
+            rows.append(("", "tokens/s", *_rounded(tuple(timed.tokens_per_second), 1)))
         if "optimizer_steps" in stage:
             rows.append(("", "optimizer steps", *_scoped(_summed(stage["optimizer_steps"]))))
             skipped = _summed(stage["optimizer_steps_skipped"])
