@@ -21,7 +21,6 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from tracker_core import without_times
 from tracker_core.adapter import (
     EventOrderError,
     ProgressView,
@@ -33,6 +32,7 @@ from tracker_core.adapter import (
     register_progress,
     restore_gradients,
     samples_in,
+    without_times,
 )
 
 

@@ -35,6 +35,7 @@ from tracker_core.distributed._to_writer import gather_to_writer
 from tracker_core.state._gradients import capture_gradients, restore_gradients
 from tracker_core.state._model_lifetime import bind_lifetime
 from tracker_core.state._readers import read_int, read_mapping
+from tracker_core.state._times import without_times
 
 __all__ = [
     "Display",
@@ -72,4 +73,5 @@ __all__ = [
     "run_scope_bases",
     "samples_in",
     "saved_elsewhere",
+    "without_times",
 ]

@@ -76,9 +76,9 @@ def progress_table(progress: dict[str, Any]) -> str:
         rows.append(("", "samples", *_scoped(stage["samples"])))
         rows.append(("", "seconds", *_rounded(tuple(timed.seconds), 2)))
         rows.append(("", "samples/s", *_rounded(tuple(timed.samples_per_second), 1)))
-        if stage["tokens"]["lifetime"]:
-            rows.append(("", "tokens", *_scoped(stage["tokens"])))
-            rows.append(("", "non-padding tokens", *_scoped(stage["non_padding_tokens"])))
+        if timed.tokens.lifetime:  # from the loaded view: an older state has no tokens
+            rows.append(("", "tokens", *map(str, timed.tokens)))
+            rows.append(("", "non-padding tokens", *map(str, timed.non_padding_tokens)))
             rows.append(("", "tokens/s", *_rounded(tuple(timed.tokens_per_second), 1)))
         if "optimizer_steps" in stage:
             rows.append(("", "optimizer steps", *_scoped(_summed(stage["optimizer_steps"]))))
