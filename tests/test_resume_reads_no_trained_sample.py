@@ -1,7 +1,7 @@
 """Through each framework, a resume loads only the samples still to train: none of those trained before the checkpoint.
 
-Each run trains a shuffled map-style dataset that counts its ``__getitem__`` calls (with Lightning
-also an iterable with its own ``state_dict``, counting what it reads), through a torch
+Each run trains a shuffled map-style dataset that counts its ``__getitem__`` calls, and an iterable
+with its own ``state_dict`` over it (``helpers/counted_stream.py``), through a torch
 ``DataLoader`` (skipped at its sampler, or the iterable put back by its state) and a torchdata
 ``StatefulDataLoader`` (resumed through its own state), is stopped right after a mid-epoch checkpoint and resumed in fresh
 objects to the end. Every sample the resumed run loads is one it trains: the batches trained
@@ -112,11 +112,13 @@ def test_lightning_resume_loads_only_samples_it_trains(kind: str, data: str, tmp
 # --- Ignite -----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("data", ["map-style", "iterable-with-state"])
 @pytest.mark.parametrize("kind", list(LOADERS))
-def test_ignite_resume_loads_only_samples_it_trains(kind: str, tmp_path: Path) -> None:
+def test_ignite_resume_loads_only_samples_it_trains(kind: str, data: str, tmp_path: Path) -> None:
     pytest.importorskip("ignite")
     from ignite.handlers import Checkpoint
 
+    from helpers.counted_stream import CountedStream
     from helpers.ignite_program import BATCH, EPOCHS, TRAIN_SIZE, Config, Indexed, build, save_every_iteration
 
     class Counted(Indexed):
@@ -128,30 +130,37 @@ def test_ignite_resume_loads_only_samples_it_trains(kind: str, tmp_path: Path) -
             self.loads += 1
             return super().__getitem__(index)
 
-    config = Config(stateful=kind == "stateful-dataloader")
+    def loader(samples: Counted) -> Any:
+        if data == "map-style":
+            return LOADERS[kind](samples, batch_size=BATCH, shuffle=True)
+        return LOADERS[kind](CountedStream(samples), batch_size=BATCH)
+
+    config = Config(stateful=kind == "stateful-dataloader", iterable=data != "map-style")
     first = build(config, seed=0)
-    first.loader = LOADERS[kind](Counted(), batch_size=BATCH, shuffle=True)
+    first.loader = loader(Counted())
     save_every_iteration(first, tmp_path)
     first.run()
     resumed = build(config, seed=1234)
-    data = Counted()
-    resumed.loader = LOADERS[kind](data, batch_size=BATCH, shuffle=True)
+    samples = Counted()
+    resumed.loader = loader(samples)
     Checkpoint.load_objects(resumed.to_save(), str(tmp_path / "6.pt"))  # batch 2 of epoch 2 (4 an epoch)
     resumed.run()
     assert _trained(resumed.seen) == EPOCHS * TRAIN_SIZE - _trained(first.seen[:6])
-    assert data.loads == _trained(resumed.seen)
+    assert samples.loads == _trained(resumed.seen)
 
 
 # --- Accelerate -------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("data", ["map-style", "iterable-with-state"])
 @pytest.mark.parametrize("kind", list(LOADERS))
 def test_accelerate_resume_loads_only_samples_it_trains(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kind: str, data: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("accelerate")
     from helpers import accelerate_drive
     from helpers.accelerate_drive import Setup, StopAt, run
+    from helpers.counted_stream import CountedStream
 
     loads: list[int] = []
 
@@ -161,8 +170,15 @@ def test_accelerate_resume_loads_only_samples_it_trains(
                 loads.append(index)
             return super().__getitem__(index)
 
+    class CountedStreamed(CountedStream):
+        """Replaces the program's iterable: the train samples in order, with its own position."""
+
+        def __init__(self, size: int) -> None:
+            super().__init__(Counted(size))
+
     monkeypatch.setattr(accelerate_drive, "Indexed", Counted)
-    setup = Setup(stateful=kind == "stateful-dataloader")
+    monkeypatch.setattr(accelerate_drive, "Streamed", CountedStreamed)
+    setup = Setup(stateful=kind == "stateful-dataloader", iterable=data != "map-style")
     first = run(setup, stop=StopAt(5), save_dir=str(tmp_path))  # batch 1 of epoch 1 (4 an epoch)
     loads.clear()
     resumed = run(setup, load_dir=str(tmp_path), seed_value=7)
