@@ -82,6 +82,10 @@ def test_checkpoint_inside_an_accumulation_window_holds_each_ranks_partial_gradi
     assert not all(torch.equal(a, b) for a, b in zip(*gradients))  # no_sync: each rank its own partial sums
 
 
+def test_a_checkpoint_outside_an_accumulation_window_holds_no_gradients(folder: Path) -> None:
+    assert GRADIENTS_KEY not in torch.load(folder / "plain-2.ckpt", weights_only=True)
+
+
 @pytest.mark.parametrize(("config", "at"), [(config, at) for config, batches in AT.items() for at in batches])
 def test_resume_from_a_checkpoint_after_batch_is_exact_on_every_rank(config: str, at: int, folder: Path) -> None:
     assert_every_rank_resumed_exactly(folder, f"{config}-{at}", config, at + 1)
