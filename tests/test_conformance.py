@@ -1,8 +1,8 @@
 """One scenario, three frameworks, one progress record: Lightning, Ignite and Accelerate agree.
 
 Each scenario is trained under the three adapters. Uninterrupted, the three progress states
-are equal (same schema, same numbers). Stopped right after a mid-epoch checkpoint and resumed
-into fresh objects (seeded differently, in the same process), each framework ends exactly as
+are equal (same schema, same numbers, tokens too: one scenario's batches carry them). Stopped
+right after a mid-epoch checkpoint and resumed into fresh objects (seeded differently, in the same process), each framework ends exactly as
 its uninterrupted run: same sample ids in the same order, bit-identical weights, same progress,
 hence the same progress as the other two frameworks.
 """
@@ -24,7 +24,7 @@ import torch
 
 from tracker_core import Progress
 
-from helpers.conformance import FRAMEWORKS, Outcome, Saving, Scenario, run, stop_checkpoint
+from helpers.conformance import FRAMEWORKS, TOKENS_PER_SAMPLE, Outcome, Saving, Scenario, run, stop_checkpoint
 
 pytestmark = [
     pytest.mark.filterwarnings("error::tracker_core.InexactResumeWarning"),
@@ -37,7 +37,15 @@ SCENARIOS = [
     Scenario("validate-every-epoch", samples=10, batch_size=3, epochs=2, validate_every=4, stop=(1, 2)),
     Scenario("accumulate-2-validate-every-2", samples=10, batch_size=3, accumulation=2, validate_every=2, stop=(1, 1)),
     Scenario("accumulate-3-no-validation", samples=13, batch_size=4, epochs=3, accumulation=3, stop=(1, 2)),
-    Scenario("validate-mid-epoch-then-test", samples=11, batch_size=2, validate_every=3, test_after=True, stop=(0, 4)),
+    Scenario(
+        "validate-mid-epoch-then-test-tokens",
+        samples=11,
+        batch_size=2,
+        validate_every=3,
+        test_after=True,
+        stop=(0, 4),
+        tokens=True,
+    ),
     Scenario("stop-after-first-batch", samples=10, batch_size=3, accumulation=2, validate_every=4, stop=(0, 1)),
 ]
 _references: dict[tuple[str, Scenario], Outcome] = {}
@@ -79,6 +87,16 @@ def test_uninterrupted_runs_record_the_same_progress_in_all_three_frameworks(sce
     assert _differences(lightning, accelerate) == []
     assert lightning["where"] == {"stage": "", "event": "run", "phase": "completed"}
     assert lightning["run"]["kind"] == ("test" if scenario.test_after else "fit")
+
+
+def test_the_three_frameworks_count_the_tokens_of_every_stage_from_the_batches() -> None:
+    (scenario,) = (s for s in SCENARIOS if s.tokens)  # the uninterrupted runs above compare them across frameworks
+    stages = _reference("lightning", scenario).progress["stages"]
+    non_padding = sum(TOKENS_PER_SAMPLE - i % 4 for i in range(scenario.samples))
+    assert stages["train"]["tokens"]["lifetime"] == scenario.epochs * scenario.samples * TOKENS_PER_SAMPLE
+    assert stages["train"]["non_padding_tokens"]["lifetime"] == scenario.epochs * non_padding
+    assert stages["validate"]["tokens"]["lifetime"] == 4 * 5 * TOKENS_PER_SAMPLE  # 2 validations an epoch of 5
+    assert stages["test"]["non_padding_tokens"]["lifetime"] == sum(TOKENS_PER_SAMPLE - i % 4 for i in range(5))
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

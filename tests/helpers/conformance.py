@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 import tracker_core
 
 FRAMEWORKS = ("lightning", "ignite", "accelerate")
+TOKENS_PER_SAMPLE = 6
 Record = Callable[[list[int]], None]
 Trained = tuple[
     torch.nn.Module, Any
@@ -52,6 +53,7 @@ class Scenario:
     validate_every: int | None = None  # validate after every k-th train batch of an epoch; k divides the epoch
     test_after: bool = False  # a test run over the validation data after the fit run
     stop: tuple[int, int] = (1, 2)  # (epoch, batch): after batch ``batch`` (1-based) of epoch ``epoch`` (0-based)
+    tokens: bool = False  # batches are dicts that also hold ``input_ids`` and an ``attention_mask`` (see Indexed)
 
     def __post_init__(self) -> None:
         epoch, batch = self.stop
@@ -94,19 +96,34 @@ class Outcome:
     progress: dict[str, Any] = field(default_factory=dict)
 
 
-class Indexed(Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
-    """Sample ``i`` is ``(x_i, y_i, i)`` with fixed values drawn from ``seed``."""
+class Indexed(Dataset[Any]):
+    """Sample ``i`` is ``(x_i, y_i, i)`` with fixed values drawn from ``seed``; with ``tokens``, the dict
+    ``{"x", "y", "id", "input_ids", "attention_mask"}`` whose ``TOKENS_PER_SAMPLE`` tokens end in ``i % 4`` padding
+    ones, so each adapter counts tokens and non-padding tokens from the batch itself."""
 
-    def __init__(self, size: int, seed: int) -> None:
+    def __init__(self, size: int, seed: int, tokens: bool = False) -> None:
         generator = torch.Generator().manual_seed(seed)
         self.x = torch.randn(size, 4, generator=generator)
         self.y = torch.randn(size, 1, generator=generator)
+        self.tokens = tokens
 
     def __len__(self) -> int:
         return len(self.x)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-        return self.x[index], self.y[index], index
+    def __getitem__(self, index: int) -> Any:
+        if not self.tokens:
+            return self.x[index], self.y[index], index
+        mask = torch.ones(TOKENS_PER_SAMPLE, dtype=torch.long)
+        mask[TOKENS_PER_SAMPLE - index % 4 :] = 0
+        ids = torch.full((TOKENS_PER_SAMPLE,), index)
+        return {"x": self.x[index], "y": self.y[index], "id": index, "input_ids": ids, "attention_mask": mask}
+
+
+def _parts(batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x, y, ids)`` of a batch, a tuple or a tokens scenario's dict."""
+    if isinstance(batch, dict):
+        return batch["x"], batch["y"], batch["id"]
+    return batch[0], batch[1], batch[2]
 
 
 def stop_checkpoint(framework: str, directory: Path) -> Path:
@@ -134,8 +151,11 @@ def _loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, train: bool)
 
 
 def _loaders(scenario: Scenario) -> tuple[DataLoader[Any], DataLoader[Any]]:
-    train = DataLoader(Indexed(scenario.samples, seed=1), batch_size=scenario.batch_size, shuffle=True)
-    return train, DataLoader(Indexed(5, seed=2), batch_size=2)  # 3 validation batches, the last of 1
+    train = Indexed(scenario.samples, seed=1, tokens=scenario.tokens)
+    val = Indexed(5, seed=2, tokens=scenario.tokens)
+    return DataLoader(train, batch_size=scenario.batch_size, shuffle=True), DataLoader(
+        val, batch_size=2
+    )  # 3 validation batches
 
 
 def run(
@@ -181,15 +201,15 @@ def _run_lightning(
             self.layer = _model()
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y, ids = batch
+            x, y, ids = _parts(batch)
             record(ids.tolist())
             return _loss(self.layer, x, y, train=True)
 
         def validation_step(self, batch: Any, batch_idx: int) -> None:
-            _loss(self.layer, batch[0], batch[1], train=False)
+            _loss(self.layer, *_parts(batch)[:2], train=False)
 
         def test_step(self, batch: Any, batch_idx: int) -> None:
-            _loss(self.layer, batch[0], batch[1], train=False)
+            _loss(self.layer, *_parts(batch)[:2], train=False)
 
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return _optimizer(self.layer)
@@ -263,7 +283,7 @@ def _run_ignite(
         return (engine.state.iteration - 1) % engine.state.epoch_length + 1
 
     def step(engine: Engine, batch: Any) -> None:
-        x, y, ids = batch
+        x, y, ids = _parts(batch)
         record(ids.tolist())
         (_loss(model, x, y, train=True) / scenario.accumulation).backward()
         position = batch_in_epoch(engine)
@@ -273,7 +293,7 @@ def _run_ignite(
 
     def evaluate(engine: Engine, batch: Any) -> None:
         with torch.no_grad():
-            _loss(model, batch[0], batch[1], train=False)
+            _loss(model, *_parts(batch)[:2], train=False)
 
     trainer, evaluator, tester = Engine(step), Engine(evaluate), Engine(evaluate)
     handler = ProgressHandler()
@@ -344,7 +364,8 @@ def _run_accelerate(
         accelerator.load_state(str(resume_from))
     view = progress.view
     for epoch in progress.epochs(scenario.epochs):
-        for x, y, ids in progress.train(train):
+        for data in progress.train(train):
+            x, y, ids = _parts(data)
             record(ids.tolist())
             with accelerator.accumulate(model):
                 accelerator.backward(_loss(model, x, y, train=True))
@@ -358,10 +379,10 @@ def _run_accelerate(
                 return model, accelerator
             if scenario.validates_after(batch):
                 with torch.no_grad():
-                    for vx, vy, _ in progress.evaluate(val):
-                        _loss(model, vx, vy, train=False)
+                    for data in progress.evaluate(val):
+                        _loss(model, *_parts(data)[:2], train=False)
     if scenario.test_after:
         with torch.no_grad():
-            for vx, vy, _ in progress.test(val):
-                _loss(model, vx, vy, train=False)
+            for data in progress.test(val):
+                _loss(model, *_parts(data)[:2], train=False)
     return model, accelerator
