@@ -1,8 +1,10 @@
-"""Time fields in all three frameworks, with the real clock: the same fields, in scope order, never
-running back across a resume. Values differ between runs and are not compared."""
+"""Time fields in all three frameworks, with the real clock: the same fields, timed in the same stages
+and scopes, in scope order, never running back from one checkpoint to the next or across a resume.
+Values differ between runs and are not compared."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ pytest.importorskip("numpy")
 import torch
 
 from tracker_core.counting import _clock
+from tracker_core.integrations.checkpoints import CheckpointFileError, read_checkpoint
 
 from helpers.clock import REAL_NOW_US
 from helpers.conformance import FRAMEWORKS, Outcome, Saving, Scenario, run, stop_checkpoint
@@ -51,6 +54,38 @@ def test_uninterrupted_runs_record_the_same_time_fields_in_all_three_frameworks(
         assert state["stages"]["train"]["microseconds"]["lifetime"] > 0
         assert state["stages"]["validate"]["microseconds"]["lifetime"] > 0
         assert state["stages"]["test"]["microseconds"]["lifetime"] == 0
+
+
+def test_the_three_frameworks_time_the_same_stages_and_scopes() -> None:
+    scenario = Scenario("fit-then-test", samples=8, batch_size=2, validate_every=2, test_after=True, stop=(0, 1))
+    timed = [{key for key, us in time_fields(run(f, scenario).progress).items() if us > 0} for f in FRAMEWORKS]
+    assert timed[0] == timed[1] == timed[2]
+    assert {"stages.train.microseconds.lifetime", "stages.validate.microseconds.lifetime"} <= timed[0]
+    assert "stages.test.microseconds.lifetime" in timed[0]
+    assert not any(key.startswith("stages.predict") for key in timed[0])
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_checkpoints_of_one_run_never_show_a_time_going_back(framework: str, tmp_path: Path) -> None:
+    run(framework, SCENARIO, saving=Saving(tmp_path, every_batch=True))
+    found = [
+        path for path in tmp_path.rglob("*") if path.suffix in (".ckpt", ".pt") or path.name.startswith("checkpoint_")
+    ]
+    states = []
+    for path in found:
+        try:
+            states.append(read_checkpoint(path).entries[0]["progress"])
+        except CheckpointFileError:
+            continue  # a file inside an Accelerate folder, read with its folder
+    states.sort(key=lambda state: state["stages"]["train"]["batches"]["lifetime"]["processed"])
+    assert len(states) >= 3
+    for before, after in itertools.pairwise(states):
+        assert out_of_order(after) == []
+        assert went_back(before, after) == []
+    assert (
+        time_fields(states[-1])["stages.train.microseconds.lifetime"]
+        > time_fields(states[0])["stages.train.microseconds.lifetime"]
+    )
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
