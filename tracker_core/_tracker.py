@@ -35,7 +35,7 @@ class Tracker:
     framework's checkpoint. The entry is plain data: ``{"progress", "train_loaders", "rng"}``.
     """
 
-    __slots__ = ("_loaders", "_pending", "_undo", "_untracked", "progress")
+    __slots__ = ("_loaded", "_loaders", "_pending", "_rearmed", "_undo", "_untracked", "progress")
 
     def __init__(self) -> None:
         self.progress = Progress()
@@ -43,6 +43,8 @@ class Tracker:
         self._untracked: dict[int, str] = {}  # train dataloaders that are not torch DataLoaders
         self._pending: dict[int, tuple[dict[str, Any], bool]] = {}  # loaded, waiting for their loader
         self._undo: _Undo | None = None  # what the last load changed, while a loader part of it waits (_pending)
+        self._loaded: _LoadedParts | None = None  # the last load's loader parts (see resume_loaded_again)
+        self._rearmed = False  # _pending holds loader parts of resume_loaded_again, not of a load
 
     @property
     def view(self) -> ProgressView:
@@ -80,6 +82,14 @@ class Tracker:
         try:
             parsed = _parse_loader(position, state, index, resume_epoch)
         except ProgressStateError as error:
+            if self._rearmed:  # a loader of a later fit that does not fit the loaded position: read it whole
+                warnings.warn(
+                    f"train dataloader {index} does not fit the loaded position it was to resume at "
+                    f"({error.key}: {error.problem}): this epoch reads it from its start",
+                    InexactResumeWarning,
+                    stacklevel=2,
+                )
+                return
             self._undo_load()
             raise ProgressStateError(
                 error.key, f"{error.problem} (the load was undone: progress and global RNGs are as before it)"
@@ -154,6 +164,7 @@ class Tracker:
         """The framework begins a new run instead of resuming the loaded one: no loader replays the loaded epoch."""
         self._pending.clear()
         self._undo = None
+        self._loaded = None
         for position in self._loaders.values():
             position.forget_replay()
 
@@ -182,10 +193,30 @@ class Tracker:
                 self._undo.keep_generators(index, position)
             position._apply(parsed)
         self._pending = loaded.pending
+        self._rearmed = False
+        self._loaded = _LoadedParts(loaded.parts, self.progress.train.view.batches.lifetime.ready)
         self.progress._resume_mapping = loaded.mapping
         self.progress._count_checkpoint_restore(_clock.now_us() - began)
         for problem in loaded.problems:
             warnings.warn(problem, InexactResumeWarning, stacklevel=2)
+
+    def resume_loaded_again(self) -> bool:
+        """Arm the train loaders again at the positions of the last :meth:`load_state_dict`.
+
+        For a framework whose resumed run trained nothing (Lightning's ``fit(ckpt_path=...)`` with
+        ``max_steps`` already reached) and a later run that continues it: the loaders it registers
+        next (:meth:`track_train_loader`, new objects or the same) resume where the loaded entry
+        says, as right after the load. Progress and global RNGs stay as they are. A loader that
+        does not fit its loaded position is read from its start, with an :class:`InexactResumeWarning`.
+        Returns False, changing nothing, if nothing was loaded or a train batch began since the load.
+        """
+        loaded = self._loaded
+        if loaded is None or self.progress.train.view.batches.lifetime.ready != loaded.batches_ready:
+            return False
+        self._pending = dict(loaded.parts)
+        self._undo = None
+        self._rearmed = True
+        return True
 
     def load_for_evaluation(self, entry: object) -> None:
         """:meth:`load_state_dict` for a run that trains nothing (validate, test, predict only).
@@ -205,6 +236,7 @@ class Tracker:
         """A loaded loader part does not fit its loader: put back what the load changed."""
         undo, self._undo = self._undo, None
         self._pending.clear()
+        self._loaded = None
         if undo is None:
             return
         self.progress._load_parsed(undo.progress)
@@ -257,6 +289,7 @@ class Tracker:
             resume_epoch = reenters_train_epoch(parsed_progress.train_epochs)
             ready = {}
             pending = {}
+            parts = {}
             for index, saved in enumerate(states):
                 check_bases(saved, saved_rng, f"train_loaders.{index}")
                 with keys_under(f"train_loaders.{index}"):
@@ -269,13 +302,14 @@ class Tracker:
                             "the resumed epoch reads it from its start"
                         )
                     continue
+                parts[index] = (state, resume_epoch)
                 position = self._loaders.get(index)
                 if position is None:
                     pending[index] = (state, resume_epoch)
                 else:
                     ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
         return _LoadedEntry(
-            parsed_progress, rng, ready, pending, None if selected is None else selected.mapping, problems
+            parsed_progress, rng, ready, pending, parts, None if selected is None else selected.mapping, problems
         )
 
 
@@ -294,6 +328,14 @@ class _Undo:
 
 
 @dataclasses.dataclass(frozen=True)
+class _LoadedParts:
+    """The loader parts of the last load, which :meth:`Tracker.resume_loaded_again` arms again."""
+
+    parts: dict[int, tuple[dict[str, Any], bool]]  # (state, resume_epoch) per tracked loader
+    batches_ready: int  # train batches begun (lifetime) right after the load: a later one makes the parts past
+
+
+@dataclasses.dataclass(frozen=True)
 class _LoadedEntry:
     """A validated entry, ready to apply."""
 
@@ -301,6 +343,7 @@ class _LoadedEntry:
     rng: GlobalRng
     ready: dict[int, tuple[LoaderPosition, _ParsedState]]  # loaders registered now
     pending: dict[int, tuple[dict[str, Any], bool]]  # loaders registered later: (state, resume_epoch)
+    parts: dict[int, tuple[dict[str, Any], bool]]  # every tracked loader's (state, resume_epoch)
     mapping: dict[str, Any] | None
     problems: list[str]  # why the resume will not be exact (InexactResumeWarning)
 

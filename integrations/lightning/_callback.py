@@ -263,12 +263,11 @@ class ProgressTracker(CallbackBase):
         self._train_loaders = list(loaders)
         if trainer is not None:
             self._train_layout = resume.train_layout(trainer.fit_loop)
-        for index, loader in enumerate(loaders):
-            self.tracker.track_train_loader(loader, index)
         untrained, self._resumed_untrained = self._resumed_untrained, False
         if trainer is not None and not loaded:
             self._close_restored_epoch(trainer)  # a fit continued after a resumed one that trained nothing
-            if untrained and self.tracker.view.is_mid_epoch:
+            # mid-epoch, its data resumes at the checkpoint's position, as fit(ckpt_path=...) would
+            if untrained and self.tracker.view.is_mid_epoch and not self.tracker.resume_loaded_again():
                 warnings.warn(
                     "this fit continues, mid-epoch, a fit resumed from a checkpoint that trained nothing (max_steps "
                     "reached): Lightning goes on with that epoch's batch counts, but the train data of this fit "
@@ -277,6 +276,8 @@ class ProgressTracker(CallbackBase):
                     InexactResumeWarning,
                     stacklevel=2,
                 )
+        for index, loader in enumerate(loaders):
+            self.tracker.track_train_loader(loader, index)
         if not loaded or trainer is None:
             return
         if self._elastic_entry is not None:
@@ -433,6 +434,9 @@ class ProgressTracker(CallbackBase):
         runs = progress.view.run.counts
         if runs.processed != runs.started:  # a fit that trained nothing: no on_train_start/end
             progress.run_processed()
+            if self._rng_at_setup is not None:  # resumed: nothing read the iterator Lightning built in setup_data
+                rng, self._rng_at_setup = self._rng_at_setup, None
+                rng.apply()  # undo its draws: a fit continued on this Trainer builds it again, as a resume would
         progress.run_completed()
 
     # validate / test / predict -------------------------------------------------------------
@@ -604,6 +608,18 @@ class ProgressTracker(CallbackBase):
                 "checkpoint saved at the batch that reaches max_steps: resuming from it, Lightning trains nothing "
                 "more and leaves that epoch open (current_epoch stays where it was), unlike the run that saved it; "
                 "the record follows Lightning",
+                InexactResumeWarning,
+                stacklevel=2,
+            )
+        train = self.tracker.view.train
+        epochs, done = train.epochs.lifetime, train.batches.epoch.processed
+        ended = epochs.ready == epochs.completed > 0 and done > 0  # after the fit: its last epoch is closed
+        if ended and (resume.reached_max_steps(trainer) or done < trainer.num_training_batches):
+            warnings.warn(
+                f"checkpoint saved after a fit that ended (max_steps, or a stop) at batch {done} of epoch "
+                f"{epochs.completed - 1} (0-based): resuming from it, Lightning counts that epoch as finished and "
+                f"goes on at batch {done} of epoch {epochs.completed}, so the resumed run's epochs and train data "
+                "differ from the run that saved it from there",
                 InexactResumeWarning,
                 stacklevel=2,
             )
