@@ -29,6 +29,7 @@ from helpers.core_drive import (
     states_along,
     whole_epoch,
 )
+from helpers.ledger import without_ledger
 
 
 def _settings(examples: int) -> settings:
@@ -86,7 +87,7 @@ def test_resuming_from_a_random_cut_of_a_random_script_reaches_exactly_the_unint
     script = data.draw(scripts())
     cuts = [c for c in range(len(script) + 1) if c != final_run_processed(script)]  # that one: xfail in restore
     cut = data.draw(st.sampled_from(cuts))
-    assert resumed(script, cut).state_dict() == driven(script).state_dict()
+    assert without_ledger(resumed(script, cut).state_dict()) == without_ledger(driven(script).state_dict())
 
 
 @_settings(100)
@@ -282,7 +283,7 @@ class ProgressMachine(RuleBasedStateMachine):
                 fresh.train.epoch_started()
                 self.reentering = True
                 event("restored mid train epoch")
-        assert fresh.state_dict() == state
+        assert without_ledger(fresh.state_dict()) == without_ledger(state)  # a re-entry opens a ledger entry
         self.progress = fresh
 
     @invariant()

@@ -123,12 +123,12 @@ def test_state_dict_holds_only_dicts_lists_strings_ints_and_bools(cut):
 
 
 def test_state_dict_records_the_schema_version():
-    assert Progress().state_dict()["schema_version"] == SCHEMA_VERSION == 3
+    assert Progress().state_dict()["schema_version"] == SCHEMA_VERSION == 4
 
 
 def test_state_dict_has_every_stage_with_epochs_batches_samples_and_dataloaders_and_train_steps():
     state = driven(SCRIPT).state_dict()
-    assert set(state) == {"schema_version", "where", "run", "stages", "microseconds", "anomalies"}
+    assert set(state) == {"schema_version", "where", "run", "stages", "microseconds", "anomalies", "ledger"}
     assert set(state["run"]) == {"kind", "ready", "started", "processed", "completed"}
     assert set(state["stages"]) == {"train", "validate", "test", "predict"}
     for name in ("validate", "test", "predict"):

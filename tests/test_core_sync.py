@@ -170,7 +170,7 @@ def _count_paths(node: Any, prefix: str = "") -> list[str]:
     return [
         path
         for key, value in items
-        if key != "schema_version"
+        if key not in ("schema_version", "ledger")  # the ledger is each rank's history, not a count
         for path in _count_paths(value, f"{prefix}.{key}" if prefix else str(key))
     ]
 
@@ -211,7 +211,7 @@ def _count_leaves(node: Any, prefix: str = "") -> list[tuple[str, int]]:
     return [
         leaf
         for key, value in items
-        if key != "schema_version"
+        if key not in ("schema_version", "ledger")  # the ledger is each rank's history, not a count
         for leaf in _count_leaves(value, f"{prefix}.{key}" if prefix else str(key))
     ]
 

@@ -204,7 +204,7 @@ def test_a_real_version_2_state_migrates_with_no_time_and_the_same_counts() -> N
     progress = Progress()
     progress.load_state_dict(old)
     migrated = progress.state_dict()
-    assert _only_keys_of(old, migrated) == {**old, "schema_version": 3}
+    assert _only_keys_of(old, migrated) == {**old, "schema_version": 4}
     assert migrated["microseconds"] == {name: {"run": 0, "lifetime": 0} for name in migrated["microseconds"]}
     assert all(stage["microseconds"] == {"epoch": 0, "run": 0, "lifetime": 0} for stage in migrated["stages"].values())
 

@@ -6,8 +6,10 @@ from typing import Any
 
 from tracker_core.counting import _clock
 from tracker_core.counting._counts import _Phased, _Tally
+from tracker_core.counting._ledger import RunLedger
 from tracker_core.counting._stage import StageProgress, TrainStageProgress
 from tracker_core.counting._view import ProgressView
+from tracker_core.state._ledger import COMPLETED, CRASHED, INTERRUPTED, STOPPED_EARLY
 from tracker_core.state._schema import MAX_ANOMALIES, MAX_ANOMALY_CHARS, Parsed, apply, dump, parse
 from tracker_core.vocabulary import CANCELLED, Event, Phase, RunKind, Stage
 
@@ -29,6 +31,7 @@ class Progress:
         "_checkpoint_restore_seconds",
         "_checkpoint_save_seconds",
         "_fast_forward_seconds",
+        "_ledger",
         "_resume_mapping",
         "_resuming_run",
         "_run_kind",
@@ -55,6 +58,7 @@ class Progress:
         self._checkpoint_save_seconds = _Tally()  # microseconds, as every time tally
         self._checkpoint_restore_seconds = _Tally()
         self._fast_forward_seconds = _Tally()
+        self._ledger = RunLedger()  # one entry per run (docs/schema.md, ``ledger``)
         self.train = TrainStageProgress(self)
         self.validate = StageProgress(Stage.VALIDATE, self)
         self.test = StageProgress(Stage.TEST, self)
@@ -79,6 +83,8 @@ class Progress:
         kind = str(kind)
         if self._resuming_run:
             if kind == self._run_kind:
+                self._flush_time()
+                self._ledger.resume(kind, self.train)
                 return
             self._close_restored_run()
         self._stop_clocks()
@@ -88,6 +94,7 @@ class Progress:
             stage._begin_run_scope()
         self._begin_run_seconds()
         self._where = _RUN_AT[Phase.READY]
+        self._ledger.begin(kind, self.train)
 
     def run_started(self) -> None:
         """The run's start hooks are done."""
@@ -109,6 +116,19 @@ class Progress:
         self._runs.mark_completed()
         self._stop_clocks()
         self._where = _RUN_AT[Phase.COMPLETED]
+        self._ledger.close(COMPLETED, self.train)
+
+    def note_run_end(self, ended: str) -> None:
+        """The framework ends the current run otherwise than by completing it, for the run ledger:
+        ``"stopped_early"`` (told to stop before its limits; it still completes), ``"interrupted"``
+        (KeyboardInterrupt) or ``"crashed"`` (another exception). The run's counts are not touched."""
+        if ended not in (STOPPED_EARLY, INTERRUPTED, CRASHED):
+            raise ValueError(f"unknown run ending {ended!r}; expected stopped_early, interrupted or crashed")
+        if ended == STOPPED_EARLY:
+            self._ledger.stop_early()
+            return
+        self._flush_time()
+        self._ledger.close(ended, self.train)
 
     def _close_restored_run(self) -> None:
         """End a restored run that will not be resumed; its unfinished epochs do not count."""

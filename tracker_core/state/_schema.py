@@ -29,13 +29,14 @@ from tracker_core.state._form import (
     Value,
     phase_counts,
 )
+from tracker_core.state._ledger import LedgerPart, empty_ledger
 from tracker_core.state._readers import read_int, read_list, read_mapping, read_str, type_name
 from tracker_core.vocabulary import CANCELLED, Event, RunKind, Scope, Stage
 
 if TYPE_CHECKING:
     from tracker_core.counting._progress import Progress
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MAX_ANOMALIES = 100  # the most recent ones are kept
 MAX_ANOMALY_CHARS = 500  # a longer message is cut to this length
 
@@ -69,8 +70,14 @@ def _v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
     return migrated
 
 
+def _v3_to_v4(state: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 added the run ledger: a version-3 state recorded no run in it, so it is empty (its runs are
+    not guessed; goodput covers the runs recorded since)."""
+    return {**state, "schema_version": 4, "ledger": empty_ledger()}
+
+
 # Each entry turns a state of schema version ``v`` into one of version ``v + 1``.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 _STAGES = tuple(stage.value for stage in Stage)
 _RUN_KINDS = ("", *(kind.value for kind in RunKind))  # "" before the first run
@@ -273,6 +280,7 @@ FORM = Record(
         Record(*(Field(name, f"_{name}_seconds", Microseconds((Scope.RUN, Scope.LIFETIME))) for name in _OVERHEADS)),
     ),
     Field("anomalies", "_anomalies", Value(list, _parse_anomalies)),
+    Field("ledger", "", LedgerPart()),
     check=_check_where,
 )
 """The saved form: ``Progress.state_dict()`` is ``FORM.dump(progress)``; see docs/schema.md."""

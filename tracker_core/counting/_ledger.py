@@ -1,0 +1,182 @@
+"""The live run ledger: one entry per run (or per resumed stretch of a run), kept by ``Progress``.
+
+An entry opens when a run begins or a restored run is re-entered, follows the train stage's
+lifetime counts until it closes, and says how it ended. The clock is read when an entry opens,
+closes or is saved, never per batch. The saved form is ``state/_ledger.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+from tracker_core.counting import _clock
+from tracker_core.distributed._elastic import world
+from tracker_core.state._ledger import (
+    COMPLETED,
+    COUNT_KEYS,
+    CRASHED,
+    MAX_LEDGER_RUNS,
+    NOTHING_LOST,
+    RUNNING,
+    STOPPED_EARLY,
+    UNKNOWN,
+    empty_ledger,
+)
+
+if TYPE_CHECKING:
+    from tracker_core.counting._stage import TrainStageProgress
+
+
+def train_counts(train: TrainStageProgress) -> dict[str, int]:
+    """The train stage's lifetime counts as a ledger entry holds them (time already flushed)."""
+    return {
+        "batches": train._batches.processed,
+        "samples": train._samples.total,
+        "steps": sum(tally.total for tally in train._optimizer_steps),
+        "tokens": train._tokens.total,
+        "microseconds": train._seconds.total,
+    }
+
+
+def lost_between(saved: dict[str, int], reached: dict[str, int], microseconds: int) -> dict[str, int]:
+    """What a process did after the checkpoint it saved ``saved`` counts in: ``reached`` minus ``saved``
+    (never below 0), with ``microseconds`` of wall time."""
+    lost = {name: max(0, reached[name] - saved[name]) for name in COUNT_KEYS if name != "microseconds"}
+    return {**lost, "microseconds": max(0, microseconds)}
+
+
+class RunLedger:
+    """The runs of a model's life, most recent last; at most one is open (``ended == "running"``)."""
+
+    __slots__ = ("_earlier", "_heartbeat", "_open_since", "_open_us", "_restored", "_runs", "_stopping_early")
+
+    def __init__(self) -> None:
+        empty = empty_ledger()
+        self._runs: list[dict[str, Any]] = empty["runs"]
+        self._earlier: dict[str, int] = empty["earlier"]
+        self._open_since: int | None = None  # the clock when this process opened the last entry
+        self._open_us = 0  # wall microseconds the open entry had before ``_open_since``
+        self._restored = False  # the open entry was loaded: another process ran it
+        self._stopping_early = False
+        self._heartbeat: dict[str, Any] | None = None  # the last beat of the process that saved the open entry
+
+    @property
+    def open_entry(self) -> dict[str, Any] | None:
+        """The last entry if it is still running."""
+        return self._runs[-1] if self._runs and self._runs[-1]["ended"] == RUNNING else None
+
+    @property
+    def restored_open(self) -> bool:
+        """The open entry came from a loaded state (a resume settles how it ended)."""
+        return self._restored and self.open_entry is not None
+
+    @property
+    def ordinal(self) -> int:
+        """The number of the last entry over the model's life (0 for the first run ever)."""
+        return self._earlier["runs"] + len(self._runs) - 1
+
+    def begin(self, kind: str, train: TrainStageProgress) -> None:
+        """A run begins (or a restored run is re-entered) at ``train``'s counts; an entry left open closes."""
+        if self.restored_open:
+            self._settle_restored()
+        elif self.open_entry is not None:  # this process left it open: the framework never ended it
+            self.close(CRASHED, train)
+        counts = train_counts(train)
+        self._runs.append(
+            {
+                "kind": kind,
+                "world_size": world()[0],
+                "global_batch_size": 0,
+                "accumulation": 0,
+                "start": counts,
+                "end": dict(counts),
+                "microseconds": 0,
+                "ended": RUNNING,
+                "lost": dict(NOTHING_LOST),
+            }
+        )
+        self._open_since, self._open_us, self._restored, self._stopping_early = _clock.now_us(), 0, False, False
+        self._drop_oldest()
+
+    def resume(self, kind: str, train: TrainStageProgress) -> None:
+        """A restored run is re-entered: the process that saved it did not end it; a new entry opens."""
+        if self.restored_open:
+            self._settle_restored()
+        if self.open_entry is None:
+            self.begin(kind, train)
+
+    def note_heartbeat(self, beat: dict[str, Any]) -> None:
+        """The last heartbeat (``snapshot()``) of the process that saved the loaded state, read before the resume."""
+        self._heartbeat = beat
+
+    def snapshot(self, train: TrainStageProgress) -> dict[str, Any] | None:
+        """What a heartbeat holds: the open entry brought up to now and its ordinal; None when none is open."""
+        self.update(train)
+        entry = self.open_entry
+        return None if entry is None else {"run": self.ordinal, "entry": copy.deepcopy(entry)}
+
+    def _settle_restored(self) -> None:
+        """Close the restored open entry: crashed, or as its heartbeat says, with the work the heartbeat
+        shows after the checkpoint (``unknown`` without a heartbeat of this run)."""
+        entry, beat, self._heartbeat = self.open_entry, self._heartbeat, None
+        assert entry is not None
+        ended = CRASHED
+        lost: dict[str, int] | str = UNKNOWN
+        beaten = beat["entry"] if beat is not None and beat["run"] == self.ordinal else None
+        if beaten is not None and beaten["start"] == entry["start"]:
+            lost = lost_between(entry["end"], beaten["end"], beaten["microseconds"] - entry["microseconds"])
+            if beaten["ended"] != RUNNING:
+                ended = beaten["ended"]  # it ended after the checkpoint: what it did since is lost all the same
+        entry["ended"], entry["lost"] = ended, lost
+        self._restored = False
+
+    def stop_early(self) -> None:
+        """The open run was told to stop before its limits: it ends ``stopped_early`` when it completes."""
+        self._stopping_early = True
+
+    def close(self, ended: str, train: TrainStageProgress, lost: dict[str, int] | str | None = None) -> None:
+        """The open entry ends: ``ended`` (``completed`` becomes ``stopped_early`` after :meth:`stop_early`);
+        ``lost`` replaces its lost work (None: nothing lost)."""
+        entry = self.open_entry
+        if entry is None:
+            return
+        self.update(train)
+        if ended == COMPLETED and self._stopping_early:
+            ended = STOPPED_EARLY
+        entry["ended"], entry["lost"] = ended, dict(NOTHING_LOST) if lost is None else lost
+        self._open_since, self._restored, self._stopping_early = None, False, False
+
+    def update(self, train: TrainStageProgress) -> None:
+        """Bring the open entry this process runs up to ``train``'s counts and the clock."""
+        entry = self.open_entry
+        if entry is None or self._open_since is None:
+            return  # a restored entry stays as saved until the resume settles it
+        entry["end"] = end = train_counts(train)
+        entry["microseconds"] = self._open_us + _clock.now_us() - self._open_since
+        start = entry["start"]
+        batches, samples, steps = (end[name] - start[name] for name in ("batches", "samples", "steps"))
+        if batches:
+            entry["global_batch_size"] = round(samples * entry["world_size"] / batches)
+            entry["accumulation"] = round(batches / steps) if steps else 0
+
+    def _drop_oldest(self) -> None:
+        earlier = self._earlier
+        for entry in self._runs[:-MAX_LEDGER_RUNS]:
+            lost = entry["lost"]
+            earlier["runs"] += 1
+            earlier["microseconds"] += entry["microseconds"]
+            earlier["lost_microseconds"] += lost["microseconds"] if lost != UNKNOWN else 0
+            earlier["train_microseconds"] += entry["end"]["microseconds"] - entry["start"]["microseconds"]
+        del self._runs[:-MAX_LEDGER_RUNS]
+
+    def dump(self) -> dict[str, Any]:
+        """Plain data (a copy): ``{"runs": [...], "earlier": {...}}``."""
+        return {"runs": copy.deepcopy(self._runs), "earlier": dict(self._earlier)}
+
+    def load(self, ledger: dict[str, Any]) -> None:
+        """Replace the ledger with a parsed one; its open entry waits for the resume to settle it."""
+        self._runs = copy.deepcopy(ledger["runs"])
+        self._earlier = dict(ledger["earlier"])
+        self._open_since, self._open_us, self._stopping_early = None, 0, False
+        self._restored = self.open_entry is not None

@@ -1,0 +1,110 @@
+"""The saved form of the run ledger (``ledger`` in a progress state): its words, limits and validation.
+
+The live ledger is ``counting/_ledger.py``; docs/schema.md describes every field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracker_core._errors import ProgressStateError
+from tracker_core.state._form import Part
+from tracker_core.state._readers import join_key, read_int, read_list, read_mapping, read_str
+from tracker_core.vocabulary import RunKind
+
+MAX_LEDGER_RUNS = 100  # the most recent runs are kept; older ones are summed into ``earlier``
+COUNT_KEYS = ("batches", "samples", "steps", "tokens", "microseconds")  # the train stage, lifetime scope
+RUNNING = "running"
+COMPLETED = "completed"
+CRASHED = "crashed"
+INTERRUPTED = "interrupted"
+STOPPED_EARLY = "stopped_early"
+ENDINGS = (RUNNING, COMPLETED, CRASHED, INTERRUPTED, STOPPED_EARLY)
+UNKNOWN = "unknown"  # lost work that no heartbeat measured
+NOTHING_LOST = dict.fromkeys(COUNT_KEYS, 0)  # read-only: copy it
+ENTRY_KEYS = (
+    "kind",
+    "world_size",
+    "global_batch_size",
+    "accumulation",
+    "start",
+    "end",
+    "microseconds",
+    "ended",
+    "lost",
+)
+EARLIER_KEYS = ("runs", "microseconds", "lost_microseconds", "train_microseconds")
+_KINDS = tuple(kind.value for kind in RunKind)
+
+
+def empty_ledger() -> dict[str, Any]:
+    """A ledger that recorded no run (what a state of schema version 3 or older migrates to)."""
+    return {"runs": [], "earlier": dict.fromkeys(EARLIER_KEYS, 0)}
+
+
+def read_counts(raw: object, key: str) -> dict[str, int]:
+    """``{"batches", "samples", "steps", "tokens", "microseconds"}``, each a non-negative int."""
+    fields = read_mapping(raw, key, required=COUNT_KEYS)
+    return {name: read_int(fields[name], join_key(key, name), minimum=0) for name in COUNT_KEYS}
+
+
+def _read_entry(raw: object, key: str, last: bool) -> dict[str, Any]:
+    fields = read_mapping(raw, key, required=ENTRY_KEYS)
+    kind = fields["kind"]
+    if kind not in _KINDS:
+        raise ProgressStateError(join_key(key, "kind"), f"unknown run kind {kind!r}")
+    entry: dict[str, Any] = {"kind": str(kind)}
+    entry["world_size"] = read_int(fields["world_size"], join_key(key, "world_size"), minimum=1)
+    for name in ("global_batch_size", "accumulation"):
+        entry[name] = read_int(fields[name], join_key(key, name), minimum=0)
+    start = read_counts(fields["start"], join_key(key, "start"))
+    end = read_counts(fields["end"], join_key(key, "end"))
+    for name in COUNT_KEYS:
+        if end[name] < start[name]:
+            raise ProgressStateError(join_key(key, f"end.{name}"), f"{end[name]} below the start's {start[name]}")
+    entry["start"], entry["end"] = start, end
+    entry["microseconds"] = read_int(fields["microseconds"], join_key(key, "microseconds"), minimum=0)
+    ended = read_str(fields["ended"], join_key(key, "ended"))
+    if ended not in ENDINGS:
+        raise ProgressStateError(join_key(key, "ended"), f"unknown ending {ended!r}; expected one of {ENDINGS}")
+    if ended == RUNNING and not last:
+        raise ProgressStateError(join_key(key, "ended"), "only the last run can still be running")
+    entry["ended"] = ended
+    lost = fields["lost"]
+    if lost != UNKNOWN:
+        lost = read_counts(lost, join_key(key, "lost"))
+    if ended == RUNNING and lost != NOTHING_LOST:
+        raise ProgressStateError(join_key(key, "lost"), "a run still running has lost nothing yet; expected 0 counts")
+    entry["lost"] = lost
+    return entry
+
+
+def parse_ledger(raw: object, key: str) -> dict[str, Any]:
+    """Validate a saved ledger; raise ProgressStateError naming the first bad key."""
+    fields = read_mapping(raw, key, required=("runs", "earlier"))
+    runs = read_list(fields["runs"], join_key(key, "runs"))
+    if len(runs) > MAX_LEDGER_RUNS:
+        raise ProgressStateError(join_key(key, "runs"), f"{len(runs)} runs; at most {MAX_LEDGER_RUNS} are kept")
+    parsed = [_read_entry(run, join_key(key, f"runs.{i}"), i == len(runs) - 1) for i, run in enumerate(runs)]
+    earlier_key = join_key(key, "earlier")
+    earlier = read_mapping(fields["earlier"], earlier_key, required=EARLIER_KEYS)
+    return {
+        "runs": parsed,
+        "earlier": {name: read_int(earlier[name], join_key(earlier_key, name), minimum=0) for name in EARLIER_KEYS},
+    }
+
+
+class LedgerPart(Part):
+    """``ledger``, read from and written to the progress's live ledger (``progress._ledger``). It holds
+    no count that ``reduce_state`` sums: each rank keeps its own history, and the writer's is saved."""
+
+    def dump(self, live: Any) -> dict[str, Any]:
+        live._ledger.update(live.train)
+        dumped: dict[str, Any] = live._ledger.dump()
+        return dumped
+
+    def parse(self, raw: object, key: str) -> dict[str, Any]:
+        return parse_ledger(raw, key)
+
+    def store(self, owner: Any, attr: str, value: dict[str, Any]) -> None:
+        owner._ledger.load(value)
