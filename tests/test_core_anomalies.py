@@ -88,7 +88,9 @@ def test_a_real_version_1_state_migrates_with_no_anomalies_and_the_same_counts()
     assert migrated["anomalies"] == []
     assert progress.view.anomalies == ()
     assert {
-        k: v for k, v in without_tokens(without_times(migrated)).items() if k not in ("schema_version", "anomalies", "ledger")
+        k: v
+        for k, v in without_tokens(without_times(migrated)).items()
+        if k not in ("schema_version", "anomalies", "ledger")
     } == {k: v for k, v in old.items() if k != "schema_version"}
 
 
