@@ -360,9 +360,10 @@ class LoaderPosition:
         record = replay.record
         self._site.cursor.epoch = record
         loader = self.loader
-        with preserved_global_rng():
+        torch_only = not self._strategy.replays_all_global_rngs(replay)
+        with preserved_global_rng(torch_only=torch_only):
             if record.iterator_rng is not None:
-                record.iterator_rng.apply()
+                record.iterator_rng.apply(torch_only=torch_only)
                 if record.loader_generator is not None and loader.generator is not None:
                     loader.generator.set_state(record.loader_generator)
             return self._strategy.replay(replay)

@@ -60,9 +60,13 @@ class GlobalRng:
         numpy_state = _np.random.get_state() if _np is not None else None
         return cls(torch.get_rng_state(), random.getstate(), numpy_state, capture_devices())
 
-    def apply(self) -> None:
-        """Set the live global generators to this snapshot."""
+    def apply(self, *, torch_only: bool = False) -> None:
+        """Set the live global generators to this snapshot (``torch_only``: torch's CPU and device ones alone)."""
         torch.set_rng_state(self.torch_state)
+        if torch_only:
+            if self.devices:
+                apply_devices(self.devices)
+            return
         random.setstate(self.python_state)
         if self.numpy_state is not None:
             if _np is not None:
@@ -179,13 +183,24 @@ def _numpy_state(value: object, key: str) -> tuple[Any, ...]:
 
 
 @contextmanager
-def preserved_global_rng() -> Iterator[None]:
-    """Run a block, then put the three global generators back as they were before it."""
-    saved = GlobalRng.capture()
+def preserved_global_rng(*, torch_only: bool = False) -> Iterator[None]:
+    """Run a block, then put the three global generators back as they were before it; with ``torch_only``,
+    torch's CPU and device generators alone (for a block that draws from no other: reading or setting
+    NumPy's state costs about 0.1 ms each, several times what a resume of a small loader costs)."""
+    if not torch_only:
+        saved = GlobalRng.capture()
+        try:
+            yield
+        finally:
+            saved.apply()
+        return
+    torch_state, devices = torch.get_rng_state(), capture_devices()
     try:
         yield
     finally:
-        saved.apply()
+        torch.set_rng_state(torch_state)
+        if devices:
+            apply_devices(devices)
 
 
 def capture_rng_state() -> dict[str, Any]:

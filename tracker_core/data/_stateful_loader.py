@@ -73,6 +73,15 @@ class StatefulLoader(Strategy):
         self._note_states(iterator, record, replay.skip)
         return iterator
 
+    def replays_all_global_rngs(self, replay: Replay) -> bool:
+        """An iterable put back by its own state (and its workers' by theirs), reading nothing again, is not
+        rebuilt from the epoch's global RNGs (the documented contract of an iterable with a state): torch's
+        alone, for the base seed, skipping three reads and writes of NumPy's state."""
+        if not isinstance(self.site.loader.dataset, IterableDataset):
+            return True
+        to_position, since_snapshot = stateful_reads_again(replay.record.state, True)
+        return bool(to_position or since_snapshot or replay.skip != replay.record.state_batch)
+
     def _note_states(self, iterator: Any, record: EpochRecord, batch: int) -> None:
         """Note the loader's state after each batch past ``batch`` (``record.state`` is the one at ``batch``);
         a reused persistent-worker iterator begins a new epoch record when it resets."""

@@ -42,6 +42,11 @@ class Strategy:
         """Build the iterator of the armed epoch, positioned at ``replay.skip``."""
         raise NotImplementedError
 
+    def replays_all_global_rngs(self, replay: Replay) -> bool:
+        """Whether :meth:`replay` runs under all the epoch's global RNGs, Python's and NumPy's too, or under
+        torch's alone (what building a loader's iterator draws from, for its base seed)."""
+        return True
+
     def epoch_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
         """The kind's fields of the saved epoch record."""
         return {}
