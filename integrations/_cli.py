@@ -15,13 +15,20 @@ from typing import Any
 from tracker_core import __version__
 from tracker_core.adapter import device_rng_facts, progress_facts, progress_table
 from tracker_core.integrations._checkpoint_files import CheckpointFileError, ProgressCheckpoint, read_checkpoint
+from tracker_core.integrations._weights_lifetime import FORMAT as WEIGHTS
+from tracker_core.integrations._weights_lifetime import read_weights_lifetime
 
 _FORMATS = {
     "lightning": "Lightning checkpoint",
     "ignite": "Ignite checkpoint",
     "plain": "plain-loop checkpoint",
     "accelerate": "Accelerate checkpoint folder",
+    WEIGHTS: "model weights with their lifetime (tracker_core.track_lifetime), no trainer checkpoint",
 }
+_WEIGHTS_ONLY = (
+    "weights only: the progress the model carries (its last run's counts); no data positions, generators "
+    "or partial gradients, so a run cannot resume exactly from it, only continue the lifetime"
+)
 _MISSING = object()
 
 
@@ -51,7 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s (tracker-core) {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     inspect = commands.add_parser(
-        "inspect", help="show the progress in a Lightning .ckpt, an Ignite checkpoint or an Accelerate folder"
+        "inspect",
+        help="show the progress in a Lightning .ckpt, an Ignite checkpoint or an Accelerate folder, or the "
+        "lifetime a tracked model's weights carry",
     )
     inspect.add_argument("path", help="checkpoint file or folder, or its fsspec URL (memory://, s3://, ...)")
     inspect.add_argument("--json", action="store_true", help="print plain JSON (all ranks) instead of a table")
@@ -84,8 +93,19 @@ def _json_document(checkpoint: ProgressCheckpoint) -> dict[str, Any]:
     }
 
 
+def _read(path: str) -> ProgressCheckpoint:
+    """The progress in the checkpoint at ``path``, else the lifetime its model weights carry."""
+    try:
+        return read_checkpoint(path)
+    except CheckpointFileError:
+        lifetime = read_weights_lifetime(path)
+        if lifetime is None:
+            raise
+        return lifetime
+
+
 def _inspect(path: str, as_json: bool) -> int:
-    checkpoint = read_checkpoint(path)
+    checkpoint = _read(path)
     if as_json:
         print(json.dumps(_json_document(checkpoint), indent=2))
         return 0
@@ -97,7 +117,10 @@ def _inspect(path: str, as_json: bool) -> int:
         print(f"{len(checkpoint.entries)} ranks; showing rank 0 (--json shows all ranks)")
     print()
     print(progress_table(checkpoint.entries[0]["progress"]))
-    print(_device_rng_line(device_rng_facts(checkpoint.entries[0].get("rng"))))
+    if checkpoint.format == WEIGHTS:
+        print(_WEIGHTS_ONLY)
+    else:
+        print(_device_rng_line(device_rng_facts(checkpoint.entries[0].get("rng"))))
     return 0
 
 
@@ -126,7 +149,7 @@ def _label(checkpoint: ProgressCheckpoint) -> str:
 
 
 def _diff(path_a: str, path_b: str) -> int:
-    a, b = read_checkpoint(path_a), read_checkpoint(path_b)
+    a, b = _read(path_a), _read(path_b)
     rows = [(key, _shown(value_a), _shown(value_b)) for key, value_a, value_b in _differences(a, b)]
     if not rows:
         print(f"identical progress ({_label(a)} and {_label(b)})")

@@ -23,7 +23,7 @@ from tracker_core.counting._view import (
     Where,
 )
 from tracker_core.distributed._sync import Divergence, check_divergence, reduce_state
-from tracker_core.state._model_lifetime import track_lifetime, without_lifetime
+from tracker_core.state._model_lifetime import lifetimes_in, track_lifetime, without_lifetime
 from tracker_core.state._schema import SCHEMA_VERSION
 from tracker_core.state._times import without_times
 from tracker_core.vocabulary import Event, Phase, RunKind, Scope, Stage
@@ -60,6 +60,7 @@ __all__ = [
     "check_divergence",
     "count_optimizer_steps",
     "get_progress",
+    "lifetimes_in",
     "reduce_state",
     "track_lifetime",
     "without_lifetime",

@@ -33,7 +33,7 @@ from tracker_core.display._report import progress_facts, progress_table
 from tracker_core.distributed._elastic import saved_elsewhere
 from tracker_core.distributed._to_writer import gather_to_writer
 from tracker_core.state._gradients import capture_gradients, restore_gradients
-from tracker_core.state._model_lifetime import bind_lifetime
+from tracker_core.state._model_lifetime import bind_lifetime, lifetimes_in
 from tracker_core.state._readers import read_int, read_mapping
 from tracker_core.state._times import without_times
 
@@ -61,6 +61,7 @@ __all__ = [
     "count_skipped_steps",
     "device_rng_facts",
     "gather_to_writer",
+    "lifetimes_in",
     "progress_facts",
     "progress_table",
     "read_int",

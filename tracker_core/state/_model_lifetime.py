@@ -80,6 +80,23 @@ def read_lifetime(buffer: object, key: str) -> dict[str, Any] | None:
     return state  # type: ignore[no-any-return]
 
 
+def lifetimes_in(weights: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The lifetime progress states ``weights`` carry (a model's ``state_dict()``, or the tensors of a
+    safetensors file), by the buffer's name, e.g. ``{"net.tracker_core_lifetime": state}``.
+
+    Only weights saved from a model that :func:`track_lifetime` opted in have one; an empty buffer
+    (a tracked model no run has seen) is left out. ``ProgressStateError`` naming the buffer if one
+    is damaged. ``progress-tracker inspect`` shows the furthest.
+    """
+    found = {}
+    for name in weights:  # only the buffers are read: ``weights`` may load each tensor when asked for it
+        if name.rpartition(".")[2] == BUFFER:
+            state = read_lifetime(weights[name], name)
+            if state is not None:
+                found[name] = state
+    return found
+
+
 def without_lifetime(weights: Mapping[str, Any]) -> dict[str, Any]:
     """``weights`` without the lifetime buffers, for a model that did not opt in (strict loading works)."""
     return {name: value for name, value in weights.items() if name.rpartition(".")[2] != BUFFER}
