@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
 from tracker_core import Progress
@@ -85,4 +87,56 @@ def test_an_ignite_run_on_text_batches_shows_tokens_per_second_after_samples_per
     trainer.run(DataLoader(text_dataset(rows=8), batch_size=2), max_epochs=2)
     last = out.getvalue().splitlines()[-1].split(" | ")  # rates are known from the second measurement
     assert last[:4] == ["train   ", "epoch 2/2", "batch 4/4", "steps 0"]
+    assert last[4].endswith(" samples/s") and last[5].endswith(" tokens/s")
+
+
+def _last_train_line(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("train")][-1].split(" | ")
+
+
+def test_a_lightning_fit_on_text_batches_shows_tokens_per_second_after_samples_per_second(tmp_path: Path) -> None:
+    pl = pytest.importorskip("pytorch_lightning")
+    from tracker_core.integrations.lightning import ProgressDisplay, ProgressTracker
+
+    class TextModel(pl.LightningModule):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Embedding(50, 4), torch.nn.Flatten(), torch.nn.Linear(20, 1))
+
+        def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            return self.net(batch["input_ids"]).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    out = io.StringIO()
+    trainer = pl.Trainer(
+        max_epochs=2,
+        callbacks=[ProgressTracker(), ProgressDisplay(stream=out, terminal=False)],
+        default_root_dir=tmp_path,
+        enable_checkpointing=False,
+        logger=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(TextModel(), DataLoader(text_dataset(rows=8), batch_size=2))
+    last = _last_train_line(out.getvalue())
+    assert last[:3] == ["train   ", "epoch 2/2", "batch 4/4"]
+    assert last[4].endswith(" samples/s") and last[5].endswith(" tokens/s")
+
+
+def test_an_accelerate_loop_on_text_batches_shows_tokens_per_second_after_samples_per_second() -> None:
+    pytest.importorskip("accelerate")
+    from tracker_core.integrations.accelerate import AcceleratorProgress
+
+    from helpers.accelerate_drive import Setup, fresh_accelerator
+
+    accelerator, out = fresh_accelerator(Setup(accumulation=1)), io.StringIO()
+    loader = accelerator.prepare(DataLoader(text_dataset(rows=8), batch_size=2))
+    progress = AcceleratorProgress(accelerator)
+    progress.display(stream=out, terminal=False)
+    for _ in progress.epochs(2):
+        for _batch in progress.train(loader):
+            pass
+    last = _last_train_line(out.getvalue())
+    assert last[:3] == ["train   ", "epoch 2/2", "batch 4/4"]
     assert last[4].endswith(" samples/s") and last[5].endswith(" tokens/s")
