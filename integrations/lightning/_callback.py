@@ -351,22 +351,31 @@ class ProgressTracker(CallbackBase):
         self._rng_at_setup = None  # Lightning iterates the setup_data iterator: its draws stand
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
-        try:
-            self._train.batch_step()
-        except EventOrderError as error:
-            self._anomaly(f"on_before_backward: {error}")
+        train = self._train  # the batch's step began: Lightning marked it started (every batch: inline)
+        if train.batch_to_start:
+            train.batch_to_start = False
+            try:
+                train.stage.batch_started()
+            except EventOrderError as error:
+                self._anomaly(f"on_before_backward: {error}")
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
-        try:
-            self._train.batch_step()  # also in manual optimization after a plain loss.backward()
-        except EventOrderError as error:
-            self._anomaly(f"on_before_optimizer_step: {error}")
+        train = self._train  # the batch's step began: Lightning marked it started (every batch: inline)
+        if train.batch_to_start:  # also in manual optimization after a plain loss.backward()
+            train.batch_to_start = False
+            try:
+                train.stage.batch_started()
+            except EventOrderError as error:
+                self._anomaly(f"on_before_optimizer_step: {error}")
 
     def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
-        try:
-            self._train.batch_step()
-        except EventOrderError as error:
-            self._anomaly(f"on_before_zero_grad: {error}")
+        train = self._train  # the batch's step began: Lightning marked it started (every batch: inline)
+        if train.batch_to_start:
+            train.batch_to_start = False
+            try:
+                train.stage.batch_started()
+            except EventOrderError as error:
+                self._anomaly(f"on_before_zero_grad: {error}")
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -376,7 +385,7 @@ class ProgressTracker(CallbackBase):
                 self._combined_batch_end(batch)
                 return
             # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
-            self._train.batch_end(samples=None if id(batch) == self._train_batch_id else samples_in(batch))
+            self._train.batch_end(0, None if id(batch) == self._train_batch_id else samples_in(batch))
         except EventOrderError as error:
             self._anomaly(f"on_train_batch_end: {error}")
 

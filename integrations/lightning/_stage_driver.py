@@ -36,7 +36,7 @@ class StageDriver:
         self.stage = stage
         self.tokens = TokenCounter(stage, count_tokens)
         self.batch: Any = None  # the batch in flight (its tokens are counted when it is processed)
-        self.batch_to_start = False
+        self.batch_to_start = False  # Lightning marks it started when its step begins (the callback's on_before_*)
         self.batch_to_complete = False
         self.epoch_to_start = False
         self.epoch_to_complete = False
@@ -67,22 +67,19 @@ class StageDriver:
         self.epoch_to_start = True
 
     def batch_begin(self, batch: Any) -> None:
-        if self.batch_to_complete or self.epoch_to_start or self.epoch_to_open:
+        if self.epoch_to_start or self.epoch_to_open or (self.batch_to_complete and self.epoch_to_complete):
             self.settle()
             if self.epoch_to_open:
                 self.epoch_to_open = False
                 self.stage.epoch_ready()
                 self.stage.epoch_started()
+        elif self.batch_to_complete:  # only the previous batch ended: settle() inlined (every batch)
+            self.batch_to_complete = False
+            self.stage.batch_completed()
         self.stage.batch_ready()
         self.batch_to_start = True
         self.samples = samples_in(batch)
         self.batch = batch
-
-    def batch_step(self) -> None:
-        """The step of the batch in flight has begun (Lightning marked it started)."""
-        if self.batch_to_start:
-            self.batch_to_start = False
-            self.stage.batch_started()
 
     def batch_end(self, dataloader: int = 0, samples: int | None = None) -> None:
         """The batch's step is done; idempotent (a checkpoint may have caught it up already).
@@ -97,8 +94,9 @@ class StageDriver:
             self.stage.batch_started()
         self.stage.batch_processed(self.samples if samples is None else samples, dataloader)
         self.batch_to_complete = True
-        self.tokens(self.batch)
-        self.batch = None
+        batch, self.batch = self.batch, None
+        if type(batch) is not self.tokens.tokenless_type:  # most batches: no call
+            self.tokens(batch)
 
     def epoch_end(self) -> None:
         """All batches are done (or the epoch was cut short); idempotent like ``batch_end``."""

@@ -69,17 +69,17 @@ class TokenCounter:
     batches cost one type check each.
     """
 
-    __slots__ = ("_count_tokens", "_plain", "_stage", "_warned")
+    __slots__ = ("_count_tokens", "_stage", "_warned", "tokenless_type")
 
     def __init__(self, stage: StageProgress, count_tokens: CountTokens | None = None) -> None:
         self._stage = stage
         self._count_tokens = count_tokens
-        self._plain: type | None = None  # a batch type without token tensors (never a mapping)
+        self.tokenless_type: type | None = None  # a batch type without token tensors (never a mapping)
         self._warned = False
 
     def __call__(self, batch: object) -> None:
         """Count the tokens of ``batch``, a batch the stage processed."""
-        if type(batch) is self._plain:
+        if type(batch) is self.tokenless_type:
             return
         if self._count_tokens is not None:
             self._count_by_function(batch)
@@ -87,7 +87,7 @@ class TokenCounter:
         ids, mask = _token_tensors(batch)
         if type(ids) is not Tensor and type(mask) is not Tensor:
             if ids is None and mask is None and not isinstance(batch, Mapping):
-                self._plain = type(batch)
+                self.tokenless_type = type(batch)
             return
         stage = self._stage
         if type(mask) is Tensor:
