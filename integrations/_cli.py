@@ -15,6 +15,7 @@ from typing import Any
 from tracker_core import __version__
 from tracker_core.adapter import device_rng_facts, progress_facts, progress_table
 from tracker_core.integrations._checkpoint_files import CheckpointFileError, ProgressCheckpoint, read_checkpoint
+from tracker_core.integrations._history import add_history_command, print_history
 from tracker_core.integrations._weights_lifetime import FORMAT as WEIGHTS
 from tracker_core.integrations._weights_lifetime import read_weights_lifetime
 
@@ -42,6 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "inspect":
             return _inspect(args.path, args.json)
+        if args.command == "history":
+            return print_history(_read(args.path), args.json)
         return _diff(args.a, args.b)
     except CheckpointFileError as error:
         print(f"progress-tracker: error: {error}", file=sys.stderr)
@@ -64,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("path", help="checkpoint file or folder, or its fsspec URL (memory://, s3://, ...)")
     inspect.add_argument("--json", action="store_true", help="print plain JSON (all ranks) instead of a table")
+    add_history_command(commands)
     diff = commands.add_parser("diff", help="print the progress counts that differ between two checkpoints")
     diff.add_argument("a", help="first checkpoint (file or Accelerate folder)")
     diff.add_argument("b", help="second checkpoint; its format may differ from the first's")

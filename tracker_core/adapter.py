@@ -8,6 +8,7 @@ event contract and a worked example on a plain PyTorch loop. The three adapters 
 """
 
 from tracker_core._errors import EventOrderError, ProgressStateError
+from tracker_core._heartbeat import HEARTBEAT_FILE, HeartbeatWarning, keep_heartbeat, read_heartbeat
 from tracker_core._logs import rewind_summary_writer
 from tracker_core._tracker import InexactResumeWarning, Tracker
 from tracker_core.counting._batch_size import batches_in, samples_in
@@ -29,6 +30,7 @@ from tracker_core.counting._view import ProgressView
 from tracker_core.data._device_rng import device_rng_facts
 from tracker_core.data._rng import GlobalRng
 from tracker_core.display._display import Display
+from tracker_core.display._history import history_facts, history_table
 from tracker_core.display._report import progress_facts, progress_table
 from tracker_core.distributed._elastic import saved_elsewhere
 from tracker_core.distributed._to_writer import gather_to_writer
@@ -38,9 +40,11 @@ from tracker_core.state._readers import read_int, read_mapping
 from tracker_core.state._times import without_times
 
 __all__ = [
+    "HEARTBEAT_FILE",
     "Display",
     "EventOrderError",
     "GlobalRng",
+    "HeartbeatWarning",
     "InexactResumeWarning",
     "Progress",
     "ProgressStateError",
@@ -61,9 +65,13 @@ __all__ = [
     "count_skipped_steps",
     "device_rng_facts",
     "gather_to_writer",
+    "history_facts",
+    "history_table",
+    "keep_heartbeat",
     "lifetimes_in",
     "progress_facts",
     "progress_table",
+    "read_heartbeat",
     "read_int",
     "read_mapping",
     "reenter_evaluation_epoch",

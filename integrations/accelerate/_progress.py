@@ -38,6 +38,8 @@ from tracker_core.adapter import (
     capture_gradients,
     count_scheduler_steps,
     count_skipped_steps,
+    keep_heartbeat,
+    read_heartbeat,
     restore_gradients,
     samples_in,
 )
@@ -256,7 +258,7 @@ class AcceleratorProgress:
             self._spend_finished_pass(loader, index, pass_start)
             return
         mine = TrainBatch(index)  # this pass's batch in a loop body, reused batch after batch
-        train, view, accelerator = self._train, self._progress.view, self._accelerator
+        train, view, accelerator, tokens = self._train, self._progress.view, self._accelerator, self._tokens["train"]
         counts = view.train.dataloaders
         batch_index = counts[index].batches.epoch if index < len(counts) else 0
         outside = False
@@ -285,7 +287,8 @@ class AcceleratorProgress:
                         train.batch_completed()
                     else:
                         train.batch_end(mine.samples, index)
-                        self._tokens["train"](batch)
+                        if type(batch) is not tokens.tokenless_type:  # most batches: no call
+                            tokens(batch)
                     mine.batch = None
         except GeneratorExit:  # the loop body left (break, exception)
             self._end_left_batch(mine)
@@ -513,6 +516,7 @@ class AcceleratorProgress:
             evaluation_rng=None if evaluation is None else (evaluation.stage.name, evaluation.rng),
         )
         checkpoint.write(output_dir, accelerator.process_index, saved)
+        keep_heartbeat(self._progress, checkpoint.heartbeat_folder(output_dir, _automatic_naming(accelerator)))
 
     def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
         """Validate and load before Accelerate loads anything, so a bad file leaves all unchanged.
@@ -541,6 +545,9 @@ class AcceleratorProgress:
         except BaseException:
             restore_gradients(parameters, previous)
             raise
+        read_heartbeat(
+            self._progress, checkpoint.heartbeat_folder(input_dir, _automatic_naming(accelerator))
+        )  # the lost work of the saved run
         self._in_flight, self._fit, self._evaluation = None, None, None
         accelerator.project_configuration.iteration = _next_save_iteration(accelerator, saved.save_iteration)
         resuming_epoch = self.view.train.epochs.lifetime.in_flight
@@ -631,3 +638,8 @@ def _start_from_the_beginning(loader: object) -> bool:
     inner.next_iter_state = None  # type: ignore[attr-defined]
     drop_iterator(inner)
     return True
+
+
+def _automatic_naming(accelerator: Any) -> bool:
+    """Whether Accelerate names the checkpoint folders itself (``checkpoints/checkpoint_<n>``)."""
+    return bool(getattr(accelerator.project_configuration, "automatic_checkpoint_naming", False))

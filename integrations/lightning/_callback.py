@@ -7,6 +7,7 @@ Add ``ProgressTracker()`` to ``Trainer(callbacks=[...])``; read progress anywher
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
@@ -27,6 +28,8 @@ from tracker_core.adapter import (
     count_dataloader_batch,
     count_scheduler_steps,
     gather_to_writer,
+    keep_heartbeat,
+    read_heartbeat,
     reenter_evaluation_epoch,
     reenter_last_run,
     restore_gradients,
@@ -209,6 +212,7 @@ class ProgressTracker(CallbackBase):
         """
         self._remove_step_hooks()
         self._warnings_as_before()
+        self.tracker.progress.note_run_end("interrupted" if isinstance(exception, KeyboardInterrupt) else "crashed")
         self._cut_by = f"{type(exception).__name__} in {getattr(trainer.state.fn, 'value', trainer.state.fn)}"
         self._run_begun = False
 
@@ -446,6 +450,8 @@ class ProgressTracker(CallbackBase):
             if self._rng_at_setup is not None:  # resumed: nothing read the iterator Lightning built in setup_data
                 rng, self._rng_at_setup = self._rng_at_setup, None
                 rng.apply()  # undo its draws: a fit continued on this Trainer builds it again, as a resume would
+        if trainer.should_stop:  # told to stop (EarlyStopping, the module) before max_epochs / max_steps
+            progress.note_run_end("stopped_early")
         progress.run_completed()
 
     # validate / test / predict -------------------------------------------------------------
@@ -607,6 +613,8 @@ class ProgressTracker(CallbackBase):
     ) -> None:
         if trainer.state.fn != _FIT:
             return
+        saver = trainer.checkpoint_callback
+        keep_heartbeat(self.tracker.progress, getattr(saver, "dirpath", None))  # beside ModelCheckpoint's files
         gradients = capture_gradients(pl_module.parameters()) if self.tracker.view.is_mid_accumulation else None
         if trainer.world_size > 1:
             gradients = _every_rank(gradients)
@@ -690,6 +698,7 @@ class ProgressTracker(CallbackBase):
             )
             self._train.epoch_to_open = True  # Lightning may resume mid-epoch, without on_train_epoch_start
         if trainer.state.fn == _FIT:
+            read_heartbeat(self.tracker.progress, _folder_of(trainer.ckpt_path))  # the lost work of the run saved
             self._gradients = _own_gradients(checkpoint.get(GRADIENTS_KEY), trainer.global_rank)
             self._validation_restart = "finish" if resume.restarts_mid_validation(checkpoint) else "skip"
             self._loggers.rewind(trainer, checkpoint)  # the loggers continue at the checkpoint's step
@@ -779,3 +788,10 @@ def _own_gradients(saved: object, rank: int) -> Any:
     if not isinstance(ranks, list) or not ranks:
         raise ProgressStateError("gradients.ranks", "expected a non-empty list of each rank's gradients")
     return ranks[rank % len(ranks)]
+
+
+def _folder_of(path: object) -> str | None:
+    """The local folder of the checkpoint file ``path`` (None for a URL or no path)."""
+    if not isinstance(path, str) or "://" in path:
+        return None
+    return os.path.dirname(os.path.abspath(path))

@@ -22,6 +22,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from tracker_core.integrations.accelerate import AcceleratorProgress
 
+from helpers.ledger import without_ledger
+
 
 class Indexed(Dataset[tuple[int, torch.Tensor, torch.Tensor]]):
     """Sample ``i`` is ``(i, x_i, y_i)`` with fixed, index-derived values."""
@@ -162,7 +164,7 @@ def _finish(
     result: Result, models: list[torch.nn.Module], accelerator: Accelerator, progress: AcceleratorProgress
 ) -> Result:
     result.weights = [p.detach().clone() for m in models for p in m.parameters()]
-    result.state = progress._tracker.state_dict()["progress"]
+    result.state = without_ledger(progress._tracker.state_dict()["progress"])  # compared with uninterrupted runs
     result.accelerator = accelerator
     result.progress = progress
     return result

@@ -283,9 +283,11 @@ def run(config: Config, path: Path, seed: int = 0) -> Outcome:
 
 
 def _comparable(progress: dict[str, Any]) -> dict[str, Any]:
-    """The progress minus the anomalies (an exception before the checkpoint is noted in the resumed one only)."""
+    """The progress minus the anomalies (an exception before the checkpoint is noted in the resumed one only)
+    and the run ledger (the resumed one also lists the stopped run)."""
     progress = copy.deepcopy(progress)
     progress.pop("anomalies", None)
+    progress.pop("ledger", None)
     return progress
 
 

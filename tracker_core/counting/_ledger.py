@@ -111,10 +111,12 @@ class RunLedger:
         self._heartbeat = beat
 
     def snapshot(self, train: TrainStageProgress) -> dict[str, Any] | None:
-        """What a heartbeat holds: the open entry brought up to now and its ordinal; None when none is open."""
+        """What a heartbeat holds: the last entry (the open one brought up to now) and its ordinal; None before
+        the first run or while a restored entry waits for its resume (this process has not run it)."""
         self.update(train)
-        entry = self.open_entry
-        return None if entry is None else {"run": self.ordinal, "entry": copy.deepcopy(entry)}
+        if not self._runs or self.restored_open:
+            return None
+        return {"run": self.ordinal, "entry": copy.deepcopy(self._runs[-1])}
 
     def _settle_restored(self) -> None:
         """Close the restored open entry: crashed, or as its heartbeat says, with the work the heartbeat

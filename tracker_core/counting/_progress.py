@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker_core.counting import _clock
 from tracker_core.counting._counts import _Phased, _Tally
@@ -12,6 +12,9 @@ from tracker_core.counting._view import ProgressView
 from tracker_core.state._ledger import COMPLETED, CRASHED, INTERRUPTED, STOPPED_EARLY
 from tracker_core.state._schema import MAX_ANOMALIES, MAX_ANOMALY_CHARS, Parsed, apply, dump, parse
 from tracker_core.vocabulary import CANCELLED, Event, Phase, RunKind, Stage
+
+if TYPE_CHECKING:
+    from tracker_core._heartbeat import Heartbeat
 
 _STAGE_NAMES = frozenset(Stage)
 _RUN_KINDS = frozenset(RunKind)
@@ -31,6 +34,7 @@ class Progress:
         "_checkpoint_restore_seconds",
         "_checkpoint_save_seconds",
         "_fast_forward_seconds",
+        "_heartbeat",
         "_ledger",
         "_resume_mapping",
         "_resuming_run",
@@ -59,6 +63,7 @@ class Progress:
         self._checkpoint_restore_seconds = _Tally()
         self._fast_forward_seconds = _Tally()
         self._ledger = RunLedger()  # one entry per run (docs/schema.md, ``ledger``)
+        self._heartbeat: Heartbeat | None = None  # rank 0's, beside the checkpoints (keep_heartbeat)
         self.train = TrainStageProgress(self)
         self.validate = StageProgress(Stage.VALIDATE, self)
         self.test = StageProgress(Stage.TEST, self)
@@ -117,6 +122,7 @@ class Progress:
         self._stop_clocks()
         self._where = _RUN_AT[Phase.COMPLETED]
         self._ledger.close(COMPLETED, self.train)
+        self._beat()
 
     def note_run_end(self, ended: str) -> None:
         """The framework ends the current run otherwise than by completing it, for the run ledger:
@@ -129,6 +135,12 @@ class Progress:
             return
         self._flush_time()
         self._ledger.close(ended, self.train)
+        self._beat()
+
+    def _beat(self) -> None:
+        """A run ended: the heartbeat says so now (a resume from an older checkpoint then knows how it ended)."""
+        if self._heartbeat is not None:
+            self._heartbeat.beat()
 
     def _close_restored_run(self) -> None:
         """End a restored run that will not be resumed; its unfinished epochs do not count."""

@@ -258,6 +258,9 @@ class TrainStageProgress(StageProgress):
             tally = self._add_optimizers(optimizer)
         tally.total += 1
         self._stepped_at = self._batches.started
+        heartbeat = self._progress._heartbeat  # rank 0 beside its checkpoints (tracker_core/_heartbeat.py)
+        if heartbeat is not None:
+            heartbeat.tick()
 
     def optimizer_step_skipped(self, optimizer: int = 0) -> None:
         """Optimizer number ``optimizer`` skipped a step (e.g. AMP found inf/nan gradients)."""

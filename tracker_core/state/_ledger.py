@@ -48,7 +48,8 @@ def read_counts(raw: object, key: str) -> dict[str, int]:
     return {name: read_int(fields[name], join_key(key, name), minimum=0) for name in COUNT_KEYS}
 
 
-def _read_entry(raw: object, key: str, last: bool) -> dict[str, Any]:
+def read_entry(raw: object, key: str, last: bool) -> dict[str, Any]:
+    """One ledger entry; ``last``: it may still be running."""
     fields = read_mapping(raw, key, required=ENTRY_KEYS)
     kind = fields["kind"]
     if kind not in _KINDS:
@@ -85,7 +86,7 @@ def parse_ledger(raw: object, key: str) -> dict[str, Any]:
     runs = read_list(fields["runs"], join_key(key, "runs"))
     if len(runs) > MAX_LEDGER_RUNS:
         raise ProgressStateError(join_key(key, "runs"), f"{len(runs)} runs; at most {MAX_LEDGER_RUNS} are kept")
-    parsed = [_read_entry(run, join_key(key, f"runs.{i}"), i == len(runs) - 1) for i, run in enumerate(runs)]
+    parsed = [read_entry(run, join_key(key, f"runs.{i}"), i == len(runs) - 1) for i, run in enumerate(runs)]
     earlier_key = join_key(key, "earlier")
     earlier = read_mapping(fields["earlier"], earlier_key, required=EARLIER_KEYS)
     return {

@@ -1,0 +1,125 @@
+"""Each adapter's runs land in the ledger: how they ended, and the lost work its heartbeat measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pytorch_lightning")
+pytest.importorskip("ignite")
+pytest.importorskip("accelerate")
+
+import torch
+from ignite.engine import Events
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+import tracker_core
+from tracker_core.adapter import HEARTBEAT_FILE
+from tracker_core.integrations.lightning import ProgressTracker
+
+from helpers import lightning_program as lp
+from helpers.ignite_program import Config, build
+
+
+@pytest.fixture(autouse=True)
+def _beat_at_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACKER_HEARTBEAT_SECONDS", "0")
+
+
+def _runs(view: Any) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = view.state_dict()["ledger"]["runs"]
+    return runs
+
+
+class _Crashing(lp.Recording):
+    """Raises in the training step of global batch ``crash_at`` (0-based), before its optimizer step."""
+
+    def __init__(self, crash_at: int | None) -> None:
+        super().__init__()
+        self.crash_at = crash_at
+        self.batches = 0
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
+        if self.batches == self.crash_at:
+            raise RuntimeError("crash")
+        self.batches += 1
+        return super().training_step(batch, batch_idx)
+
+
+def test_lightning_a_crashed_fit_resumed_from_its_checkpoint_records_the_batches_it_lost(tmp_path: Path) -> None:
+    saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
+    crashing = lp.trainer([ProgressTracker(), saver], max_epochs=1, enable_checkpointing=True)
+    with pytest.raises(RuntimeError, match="crash"):
+        crashing.fit(_Crashing(crash_at=3), lp.loader(n=12, batch=2))
+    assert (tmp_path / HEARTBEAT_FILE).exists()
+    resumed = lp.trainer([ProgressTracker()], max_epochs=1)
+    resumed.fit(_Crashing(crash_at=None), lp.loader(n=12, batch=2), ckpt_path=str(tmp_path / "step=1.ckpt"))
+    crashed, completed = _runs(tracker_core.get_progress(resumed))
+    assert crashed["ended"] == "crashed"
+    assert (crashed["end"]["batches"], crashed["lost"]["batches"], crashed["lost"]["steps"]) == (1, 2, 2)
+    assert (completed["ended"], completed["start"]["batches"], completed["end"]["batches"]) == ("completed", 1, 6)
+
+
+def test_lightning_a_fit_told_to_stop_ends_stopped_early() -> None:
+    model = lp.Recording()
+    model.stop_at = 1
+    trainer = lp.trainer([ProgressTracker()], max_epochs=1)
+    trainer.fit(model, lp.loader())
+    model.stop_at = None
+    (fit,) = _runs(tracker_core.get_progress(trainer))
+    assert fit["ended"] in ("stopped_early", "completed")
+    assert fit["ended"] == ("stopped_early" if trainer.should_stop else "completed")
+
+
+def test_ignite_a_terminated_run_ends_stopped_early_and_a_completed_one_completed() -> None:
+    program = build(Config(), seed=0)
+    program.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=2), lambda: program.trainer.terminate())
+    program.run()
+    ledger = _runs(program.progress.view)
+    assert [(run["kind"], run["ended"]) for run in ledger if run["kind"] == "fit"] == [("fit", "stopped_early")]
+    assert ledger[0]["end"]["batches"] == 2 and ledger[0]["global_batch_size"] > 0
+
+
+def test_accelerate_a_resume_from_an_older_checkpoint_records_the_work_done_after_it_as_lost(tmp_path: Path) -> None:
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from tracker_core.integrations.accelerate import AcceleratorProgress
+
+    def program() -> tuple[Accelerator, AcceleratorProgress, Any, Any, Any]:
+        from accelerate.state import AcceleratorState, GradientState
+
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+        accelerator = Accelerator(cpu=True)
+        progress = AcceleratorProgress(accelerator)
+        model = torch.nn.Linear(2, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        data = DataLoader(TensorDataset(torch.randn(12, 2), torch.randn(12, 1)), batch_size=2)
+        model, optimizer, data = accelerator.prepare(model, optimizer, data)
+        return accelerator, progress, model, optimizer, data
+
+    def train(accelerator: Any, progress: Any, model: Any, optimizer: Any, data: Any, save_at: int | None) -> None:
+        for _ in progress.epochs(1):
+            for batch, (x, y) in enumerate(progress.train(data), start=1):
+                optimizer.zero_grad()
+                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                optimizer.step()
+                if batch == save_at:
+                    accelerator.save_state(str(tmp_path / "checkpoints" / "at_2"))
+                if batch == 5 and save_at is not None:
+                    return  # the fit ends here, 3 batches after its checkpoint
+
+    first = program()
+    (tmp_path / "checkpoints").mkdir()
+    train(*first, save_at=2)
+    assert (tmp_path / "checkpoints" / HEARTBEAT_FILE).exists()
+    second = program()
+    second[0].load_state(str(tmp_path / "checkpoints" / "at_2"))
+    train(*second, save_at=None)
+    ended, completed = _runs(second[1].view)
+    assert ended["ended"] == "completed" and ended["end"]["batches"] == 2  # as its heartbeat says
+    assert (ended["lost"]["batches"], ended["lost"]["samples"]) == (3, 6)
+    assert (completed["ended"], completed["start"]["batches"], completed["end"]["batches"]) == ("completed", 2, 6)

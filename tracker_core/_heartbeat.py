@@ -1,0 +1,119 @@
+"""The heartbeat beside the checkpoints: how far a run got after its last checkpoint, so a resume measures what was lost.
+
+Rank 0 keeps ``progress_heartbeat.json`` in the checkpoint folder: its open ledger entry (counts and wall time),
+rewritten atomically (a temporary file, then ``os.replace``) at most every ``every_seconds``. The time is
+checked at optimizer steps (the core counts them anyway), never read per batch otherwise; the file is also
+written when the run ends. A process that resumes from a checkpoint in that folder reads it before it
+writes its own: its ledger records the crashed run's lost work (docs/schema.md, ``ledger``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tracker_core._errors import ProgressStateError
+from tracker_core.distributed._elastic import world
+from tracker_core.state._ledger import read_entry
+from tracker_core.state._readers import read_int, read_mapping
+
+if TYPE_CHECKING:
+    from tracker_core.counting._progress import Progress
+
+HEARTBEAT_FILE = "progress_heartbeat.json"
+_FORMAT = "tracker_core.heartbeat"
+_EVERY_SECONDS = "TRACKER_HEARTBEAT_SECONDS"  # environment: the least time between beats (default 30)
+
+
+def _every_seconds() -> float:
+    try:
+        return max(0.0, float(os.environ.get(_EVERY_SECONDS, "30")))
+    except ValueError:
+        return 30.0
+
+
+class HeartbeatWarning(UserWarning):
+    """The heartbeat file could not be written or read; training goes on, lost work may be ``unknown``."""
+
+
+class Heartbeat:
+    """Writes ``progress``'s open ledger entry to ``folder/progress_heartbeat.json`` at most every ``every_seconds``."""
+
+    __slots__ = ("_due", "_every", "_file", "_progress")
+
+    def __init__(self, progress: Progress, folder: str | os.PathLike[str], every_seconds: float) -> None:
+        self._progress = progress
+        self._file = Path(folder) / HEARTBEAT_FILE
+        self._every = every_seconds
+        self._due = 0.0  # time.monotonic() when the next beat is due
+
+    @property
+    def file(self) -> Path:
+        """Where the beats go."""
+        return self._file
+
+    def tick(self) -> None:
+        """An optimizer step was taken: beat if one is due (one clock read)."""
+        if time.monotonic() >= self._due:
+            self.beat()
+
+    def beat(self) -> None:
+        """Write the open entry now (nothing when no run is open); a failure warns and stops the beats."""
+        self._due = time.monotonic() + self._every
+        progress = self._progress
+        progress._flush_time()
+        snapshot = progress._ledger.snapshot(progress.train)
+        if snapshot is None:
+            return
+        temporary = self._file.with_name(f".{HEARTBEAT_FILE}.{os.getpid()}.tmp")
+        try:
+            temporary.write_text(json.dumps({"format": _FORMAT, **snapshot}))
+            os.replace(temporary, self._file)
+        except OSError as error:
+            progress._heartbeat = None
+            warnings.warn(f"cannot write the heartbeat {self._file}: {error}; no more beats", HeartbeatWarning, 2)
+
+
+def keep_heartbeat(progress: Progress, folder: str | os.PathLike[str] | None) -> None:
+    """On rank 0, keep ``progress``'s heartbeat in the checkpoint ``folder`` and beat now (call it where the
+    adapter saves a checkpoint); on other ranks, or with ``folder=None``, nothing. The least time between
+    beats is ``TRACKER_HEARTBEAT_SECONDS`` in the environment (default 30)."""
+    if folder is None or world()[1] != 0 or not Path(folder).is_dir():
+        return
+    current = progress._heartbeat
+    if current is None or current.file.parent != Path(folder):
+        progress._heartbeat = current = Heartbeat(progress, folder, _every_seconds())
+    current.beat()
+
+
+def read_heartbeat(progress: Progress, folder: str | os.PathLike[str] | None) -> None:
+    """Give ``progress`` the heartbeat in the checkpoint ``folder`` it was just loaded from (before the resume
+    re-enters the run): the ledger measures the crashed run's lost work from it. A missing heartbeat leaves
+    the loss ``unknown``; a damaged one warns and is ignored."""
+    if folder is None:
+        return
+    file = Path(folder) / HEARTBEAT_FILE
+    try:
+        raw = json.loads(file.read_text())
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as error:
+        warnings.warn(f"cannot read the heartbeat {file}: {error}; lost work stays unknown", HeartbeatWarning, 2)
+        return
+    try:
+        beat = _parse(raw)
+    except ProgressStateError as error:
+        warnings.warn(f"damaged heartbeat {file}: {error}; lost work stays unknown", HeartbeatWarning, 2)
+        return
+    progress._ledger.note_heartbeat(beat)
+
+
+def _parse(raw: object) -> dict[str, Any]:
+    fields = read_mapping(raw, "", required=("format", "run", "entry"))
+    if fields["format"] != _FORMAT:
+        raise ProgressStateError("format", f"expected {_FORMAT!r}, got {fields['format']!r}")
+    return {"run": read_int(fields["run"], "run", minimum=0), "entry": read_entry(fields["entry"], "entry", last=True)}

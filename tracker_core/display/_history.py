@@ -1,0 +1,90 @@
+"""The run ledger of a saved progress state for people: one row per run, and goodput over the model's life."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracker_core.state._ledger import UNKNOWN
+from tracker_core.state._schema import parse
+
+_COLUMNS = ("run", "kind", "world", "batch", "accum", "batches", "samples", "steps", "tokens", "wall", "ended", "lost")
+
+
+def history_facts(progress: dict[str, Any]) -> dict[str, Any]:
+    """The ledger of ``progress`` (a ``Progress.state_dict()``, of any schema version) with its totals.
+
+    ``ProgressStateError`` if the state is damaged. Keys: ``runs`` (the ledger entries, each with its
+    ``number`` over the model's life), ``earlier`` (the entries no longer kept, summed),
+    ``productive_seconds`` (train-stage time that the record kept), ``wall_seconds`` (the runs' wall time),
+    ``lost_seconds`` (measured work lost to crashes), ``runs_with_unknown_loss`` and ``goodput``
+    (productive / (wall + lost); None before any time was recorded).
+    """
+    ledger = parse(progress).state["ledger"]
+    earlier = ledger["earlier"]
+    runs = [{"number": earlier["runs"] + i, **entry} for i, entry in enumerate(ledger["runs"])]
+    productive = earlier["train_microseconds"] + sum(
+        r["end"]["microseconds"] - r["start"]["microseconds"] for r in runs
+    )
+    wall = earlier["microseconds"] + sum(r["microseconds"] for r in runs)
+    lost = earlier["lost_microseconds"] + sum(r["lost"]["microseconds"] for r in runs if r["lost"] != UNKNOWN)
+    total = wall + lost
+    return {
+        "runs": runs,
+        "earlier": earlier,
+        "productive_seconds": productive / 1e6,
+        "wall_seconds": wall / 1e6,
+        "lost_seconds": lost / 1e6,
+        "runs_with_unknown_loss": sum(r["lost"] == UNKNOWN for r in runs),
+        "goodput": productive / total if total else None,
+    }
+
+
+def _span(run: dict[str, Any], name: str) -> str:
+    return f"{run['start'][name]}->{run['end'][name]}"
+
+
+def _lost(lost: dict[str, int] | str) -> str:
+    if lost == UNKNOWN:
+        return "unknown (no heartbeat)"
+    assert isinstance(lost, dict)
+    if not any(lost.values()):
+        return "-"
+    return f"{lost['batches']} batches, {lost['samples']} samples, {lost['tokens']} tokens, {lost['microseconds'] / 1e6:.1f}s"
+
+
+def _row(run: dict[str, Any]) -> list[str]:
+    return [
+        str(run["number"]),
+        run["kind"],
+        str(run["world_size"]),
+        str(run["global_batch_size"] or "-"),
+        str(run["accumulation"] or "-"),
+        *(_span(run, name) for name in ("batches", "samples", "steps", "tokens")),
+        f"{run['microseconds'] / 1e6:.1f}s",
+        run["ended"],
+        _lost(run["lost"]),
+    ]
+
+
+def history_table(progress: dict[str, Any]) -> str:
+    """:func:`history_facts` as text: a row per run (train counts from start to end in lifetime scope) and goodput."""
+    facts = history_facts(progress)
+    rows = [list(_COLUMNS), *map(_row, facts["runs"])]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    if not facts["runs"]:
+        lines = ["no runs recorded (the ledger began with schema version 4)"]
+    earlier = facts["earlier"]
+    if earlier["runs"]:
+        lines.append(f"+ {earlier['runs']} earlier runs, summed: {earlier['microseconds'] / 1e6:.1f}s wall")
+    goodput = facts["goodput"]
+    unknown = facts["runs_with_unknown_loss"]
+    lines.append(
+        "goodput: "
+        + ("- (no time recorded)" if goodput is None else f"{goodput:.1%}")
+        + f" (productive training {facts['productive_seconds']:.1f}s of {facts['wall_seconds']:.1f}s wall"
+        + f" + {facts['lost_seconds']:.1f}s lost"
+        + (f"; {unknown} crashed runs lost an unknown amount" if unknown else "")
+        + ")"
+    )
+    return "\n".join(lines)
