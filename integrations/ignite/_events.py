@@ -52,14 +52,16 @@ def _attach_batches(
         stage.batch_begin()
 
     def iteration_completed() -> None:
+        batch = state.batch
         try:
             if loaders is None or loaders.round_robin is None:
-                stage.batch_end(samples_in(state.batch))
+                stage.batch_end(samples_in(batch))
             else:  # several train loaders: count the batch to the one it came from
-                stage.batch_end(samples_in(state.batch), loaders.round_robin.last_index)
+                stage.batch_end(samples_in(batch), loaders.round_robin.last_index)
         except EventOrderError:
             end_out_of_order()
-        tokens(state.batch)
+        if type(batch) is not tokens.tokenless_type:  # most batches: no call
+            tokens(batch)
 
     def end_out_of_order() -> None:
         if not stage.view.epochs.lifetime.in_flight:
