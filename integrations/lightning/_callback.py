@@ -388,8 +388,17 @@ class ProgressTracker(CallbackBase):
             if self._train_layout is not None:
                 self._combined_batch_end(batch)
                 return
+            train = self._train
             # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
-            self._train.batch_end(0, None if id(batch) == self._train_batch_id else samples_in(batch))
+            samples = train.samples if id(batch) == self._train_batch_id else samples_in(batch)
+            if train.batch_to_complete or train.batch_to_start:  # caught up by a checkpoint, or no step began
+                train.batch_end(0, samples)
+                return
+            train.stage.batch_processed(samples)  # the rest of StageDriver.batch_end, inline (every batch)
+            train.batch_to_complete = True
+            held, train.batch = train.batch, None
+            if type(held) is not train.tokens.tokenless_type:
+                train.tokens(held)
         except EventOrderError as error:
             self._anomaly(f"on_train_batch_end: {error}")
 
