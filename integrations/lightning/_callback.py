@@ -345,8 +345,19 @@ class ProgressTracker(CallbackBase):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        train = self._train
         try:
-            self._train.batch_begin(batch)
+            if train.batch_to_complete and not (train.epoch_to_start or train.epoch_to_open or train.epoch_to_complete):
+                # only the previous batch ended: StageDriver.batch_begin inline (every batch)
+                train.batch_to_complete = False
+                stage = train.stage
+                stage.batch_completed()
+                stage.batch_ready()
+                train.batch_to_start = True
+                train.samples = samples_in(batch)
+                train.batch = batch
+            else:
+                train.batch_begin(batch)
         except EventOrderError as error:
             self._anomaly(f"on_train_batch_start: {error}")
         self._train_batch_id = id(batch)
