@@ -12,6 +12,7 @@ nothing is counted twice, nothing is lost.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -42,6 +43,8 @@ SCRIPT = ROOT / "examples" / "crash_safe_training.py"
 FRAMEWORKS = ("lightning", "ignite", "accelerate")
 STEPS = 12  # 3 epochs of 4 batches
 FIRST_SAVED = 2  # Lightning saves after optimizer steps: the first after step 2 (accumulation 2)
+ACCUMULATION = 2
+HEARTBEAT = {"TRACKER_HEARTBEAT_SECONDS": "0"}  # a beat at every optimizer step (the script's batches are quick)
 
 
 @dataclass
@@ -88,7 +91,12 @@ def _process(framework: str, workdir: Path, name: str, resume: bool, kill_at: in
     command = [sys.executable, str(SCRIPT), framework, str(workdir), str(workdir / f"{name}.ids")]
     with open(workdir / f"{name}.log", "w") as log:
         child = subprocess.Popen(
-            [*command, *(["--resume"] if resume else [])], stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT
+            [*command, *(["--resume"] if resume else [])],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, **HEARTBEAT},
         )
         assert child.stdout is not None
         for line in child.stdout:
@@ -127,6 +135,36 @@ def test_process_killed_three_times_at_random_steps_ends_as_the_uninterrupted_ru
         segments.append(_process(framework, tmp_path, str(kill), resume=True, kill_at=pick.randint(1, left - 1)))
     segments.append(_process(framework, tmp_path, "last", resume=True, kill_at=None))
     _assert_the_uninterrupted_run(_reference(framework, tmp_path_factory), segments, tmp_path)
+    _assert_the_lost_work(framework, segments, torch.load(tmp_path / "result.pt", weights_only=True)["progress"])
+
+
+def _assert_the_lost_work(framework: str, segments: list[Segment], progress: dict[str, Any]) -> None:
+    """The ledger follows the checkpoints: one entry per process whose checkpoint the next one resumed from (a
+    process killed before it saved one leaves none). Each killed one crashed at that checkpoint, having lost
+    what its heartbeat saw: the batches it began after the checkpoint, less those after its last optimizer
+    step (the beats come at optimizer steps) and the one the kill cut; ``unknown`` only when a later process
+    that left no entry wrote the heartbeat over."""
+    runs = progress["ledger"]["runs"]
+    assert [run["ended"] for run in runs] == ["crashed"] * (len(runs) - 1) + ["completed"]
+    assert runs[0]["start"]["batches"] == 0 and runs[-1]["end"]["batches"] == STEPS
+    index = 0
+    for run, following in itertools.pairwise(runs):
+        assert following["start"]["batches"] == run["end"]["batches"]
+        while segments[index].start != run["start"]["batches"]:
+            index += 1  # a process that left no checkpoint: not in the ledger
+        killed = segments[index]
+        began_after = killed.start + len(killed.ids) - run["end"]["batches"]  # the last one began, then the kill
+        if run["lost"] == "unknown":
+            assert (
+                framework == "ignite"
+                or segments[index + 1].start != following["start"]["batches"]
+                or (index + 2 < len(segments) and segments[index + 2].start == following["start"]["batches"])
+            ), (run, segments)
+        else:
+            assert framework != "ignite"  # Ignite's handler does not know the checkpoint folder: no heartbeat
+            assert began_after - 1 - ACCUMULATION <= run["lost"]["batches"] <= began_after, (run, began_after)
+            assert run["lost"]["samples"] <= 3 * run["lost"]["batches"]
+        index += 1
 
 
 def _newest_file(path: Path) -> Path:

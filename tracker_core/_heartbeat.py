@@ -71,6 +71,7 @@ class Heartbeat:
             return
         temporary = self._file.with_name(f".{HEARTBEAT_FILE}.{os.getpid()}.tmp")
         try:
+            self._file.parent.mkdir(parents=True, exist_ok=True)  # the framework may create it only as it writes
             temporary.write_text(json.dumps({"format": _FORMAT, **snapshot}))
             os.replace(temporary, self._file)
         except OSError as error:
@@ -82,7 +83,7 @@ def keep_heartbeat(progress: Progress, folder: str | os.PathLike[str] | None) ->
     """On rank 0, keep ``progress``'s heartbeat in the checkpoint ``folder`` and beat now (call it where the
     adapter saves a checkpoint); on other ranks, or with ``folder=None``, nothing. The least time between
     beats is ``TRACKER_HEARTBEAT_SECONDS`` in the environment (default 30)."""
-    if folder is None or world()[1] != 0 or not Path(folder).is_dir():
+    if folder is None or world()[1] != 0:
         return
     current = progress._heartbeat
     if current is None or current.file.parent != Path(folder):

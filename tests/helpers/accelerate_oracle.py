@@ -34,6 +34,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from tracker_core.integrations.accelerate import AcceleratorProgress
 
+from helpers.ledger import without_ledger
+
 
 class Offset(Dataset[tuple[int, torch.Tensor, torch.Tensor]]):
     """Sample ``i`` is ``(offset + i, x, y)`` with values fixed by the id."""
@@ -316,6 +318,6 @@ class _Program:
         trace.weights = [p.detach().clone() for p in self.model.parameters()]
         trace.rng_draws = [torch.rand(1).item(), random.random(), float(np.random.rand())]
         if self.progress is not None:
-            trace.state = self.progress.view.state_dict()
+            trace.state = without_ledger(self.progress.view.state_dict())  # compared with uninterrupted runs
             trace.anomalies = self.progress.view.anomalies
         return trace
