@@ -129,6 +129,8 @@ def _attach_run_end(engine: Engine, progress: Progress, owns_run: Callable[[], b
             progress.run_processed()
 
     def terminated() -> None:
+        if owns_run() and progress.view.run.counts.in_flight:
+            progress.note_run_end("stopped_early")  # engine.terminate(): the run ends before max_epochs
         run_processed()
         runs = progress.view.run.counts
         if owns_run() and engine.should_terminate == "skip_completed" and runs.completed != runs.processed:
