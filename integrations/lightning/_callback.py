@@ -345,19 +345,8 @@ class ProgressTracker(CallbackBase):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        train = self._train
         try:
-            if train.batch_to_complete and not (train.epoch_to_start or train.epoch_to_open or train.epoch_to_complete):
-                # only the previous batch ended: StageDriver.batch_begin inline (every batch)
-                train.batch_to_complete = False
-                stage = train.stage
-                stage.batch_completed()
-                stage.batch_ready()
-                train.batch_to_start = True
-                train.samples = samples_in(batch)
-                train.batch = batch
-            else:
-                train.batch_begin(batch)
+            self._train.batch_begin(batch)
         except EventOrderError as error:
             self._anomaly(f"on_train_batch_start: {error}")
         self._train_batch_id = id(batch)
@@ -399,17 +388,8 @@ class ProgressTracker(CallbackBase):
             if self._train_layout is not None:
                 self._combined_batch_end(batch)
                 return
-            train = self._train
             # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
-            samples = train.samples if id(batch) == self._train_batch_id else samples_in(batch)
-            if train.batch_to_complete or train.batch_to_start:  # caught up by a checkpoint, or no step began
-                train.batch_end(0, samples)
-                return
-            train.stage.batch_processed(samples)  # the rest of StageDriver.batch_end, inline (every batch)
-            train.batch_to_complete = True
-            held, train.batch = train.batch, None
-            if type(held) is not train.tokens.tokenless_type:
-                train.tokens(held)
+            self._train.batch_end(0, None if id(batch) == self._train_batch_id else samples_in(batch))
         except EventOrderError as error:
             self._anomaly(f"on_train_batch_end: {error}")
 
