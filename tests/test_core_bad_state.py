@@ -320,6 +320,15 @@ def test_a_dataloader_with_more_batches_than_the_stage_is_refused(state):
     )
 
 
+def test_a_dataloader_with_more_batches_before_the_run_than_the_stage_is_refused(state):
+    # Loading rolls an unfinished run back to its start: no dataloader may then be beyond the stage
+    assert_rejected(
+        put(state, "stages.train.dataloaders.1.batches.lifetime", 7),
+        "stages.train.dataloaders",
+        "a dataloader has more batches before this run than the stage's 3 processed batches",
+    )
+
+
 def test_dataloader_samples_not_adding_up_to_the_stages_samples_are_refused(state):
     assert_rejected(
         put(state, "stages.validate.dataloaders.0.samples.epoch", 5),

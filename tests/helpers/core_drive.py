@@ -398,9 +398,19 @@ def check_invariants(progress: Progress, parses: bool = True) -> None:
         for tally in tallies:
             assert 0 <= tally.epoch <= tally.run <= tally.lifetime, tally
         if stage.dataloaders:
+            # Steps that read a batch of several dataloaders at once (count_dataloader_batch) count it for
+            # each: then the loaders' batches add up to at least the stage's, none beyond it, and in the
+            # epoch scope (a loader's pass restarts) none is beyond it.
+            combined = sum(d.batches.lifetime for d in stage.dataloaders) > batches.lifetime.processed
             for scope in range(3):
-                assert sum(d.batches[scope] for d in stage.dataloaders) == batches[scope].processed
-                assert sum(d.samples[scope] for d in stage.dataloaders) == stage.samples[scope]
+                for field, whole in (("batches", batches[scope].processed), ("samples", stage.samples[scope])):
+                    parts = [getattr(d, field)[scope] for d in stage.dataloaders]
+                    if combined and scope == 0:  # the epoch scope
+                        assert max(parts) <= whole, (field, scope, parts, whole)
+                    elif combined and field == "batches":
+                        assert max(parts) <= whole <= sum(parts), (field, scope, parts, whole)
+                    else:
+                        assert sum(parts) == whole, (field, scope, parts, whole)
         else:
             assert batches.lifetime.processed == 0 and stage.samples.lifetime == 0
     run = view.run.counts

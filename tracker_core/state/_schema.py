@@ -170,8 +170,9 @@ def _sums_match(
     parts: Sequence[ScopeCounts], whole: ScopeCounts, key: str, field: str, what: str, combined: bool = False
 ) -> None:
     """``parts`` add up to ``whole`` in each scope. With ``combined`` (steps read a batch of several dataloaders,
-    ``count_dataloader_batch``) batches add up to at least ``whole`` and none is beyond it; in the epoch
-    scope, where a dataloader's counts restart with each pass (``begin_dataloader_pass``), none is beyond it."""
+    ``count_dataloader_batch``) batches add up to at least ``whole`` and none is beyond it, in each scope and
+    before the run; in the epoch scope, where a dataloader's counts restart with each pass
+    (``begin_dataloader_pass``), none is beyond it."""
     if not parts:
         if any(whole):
             raise ProgressStateError(key, f"no dataloaders, but {whole.lifetime} {what} in lifetime scope")
@@ -188,6 +189,13 @@ def _sums_match(
         if combined and max(part[i] for part in parts) > whole[i]:
             raise ProgressStateError(
                 key, f"a dataloader has more {field} in {scope} scope than the stage's {whole[i]} {what}"
+            )
+    if combined:  # before this run too: a run rolled back on load must leave no dataloader beyond the stage
+        run, lifetime = SCOPES.index(Scope.RUN), SCOPES.index(Scope.LIFETIME)
+        earlier = whole[lifetime] - whole[run]
+        if max(part[lifetime] - part[run] for part in parts) > earlier:
+            raise ProgressStateError(
+                key, f"a dataloader has more {field} before this run than the stage's {earlier} {what}"
             )
 
 
