@@ -35,6 +35,9 @@ def _step_counter(train: TrainStageProgress, index: int) -> Callable[[Any, Any, 
         except IndexError:  # the first step of this optimizer, or a loaded state without it
             train._add_optimizers(index).total += 1
         train._stepped_at = train._batches.started
+        heartbeat = train._progress._heartbeat  # rank 0 beside its checkpoints (tracker_core/_heartbeat.py)
+        if heartbeat is not None:
+            heartbeat.tick()
 
     return counted
 
