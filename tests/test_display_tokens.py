@@ -6,13 +6,12 @@ import io
 from pathlib import Path
 
 import pytest
-import torch
 from torch.utils.data import DataLoader
 
 from tracker_core import Progress
 from tracker_core.display._display import Display, Status, format_status
 
-from helpers.tokens import text_dataset
+from helpers.tokens import lightning_text_model, text_dataset
 
 
 class Clock:
@@ -98,17 +97,6 @@ def test_a_lightning_fit_on_text_batches_shows_tokens_per_second_after_samples_p
     pl = pytest.importorskip("pytorch_lightning")
     from tracker_core.integrations.lightning import ProgressDisplay, ProgressTracker
 
-    class TextModel(pl.LightningModule):  # type: ignore[misc, name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Embedding(50, 4), torch.nn.Flatten(), torch.nn.Linear(20, 1))
-
-        def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-            return self.net(batch["input_ids"]).mean()
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
     out = io.StringIO()
     trainer = pl.Trainer(
         max_epochs=2,
@@ -118,7 +106,7 @@ def test_a_lightning_fit_on_text_batches_shows_tokens_per_second_after_samples_p
         logger=False,
         enable_model_summary=False,
     )
-    trainer.fit(TextModel(), DataLoader(text_dataset(rows=8), batch_size=2))
+    trainer.fit(lightning_text_model(pl), DataLoader(text_dataset(rows=8), batch_size=2))
     last = _last_train_line(out.getvalue())
     assert last[:3] == ["train   ", "epoch 2/2", "batch 4/4"]
     assert last[4].endswith(" samples/s") and last[5].endswith(" tokens/s")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from helpers.tokens import text_dataset
+from helpers.tokens import lightning_text_model, text_dataset
 
 
 def _text_loader() -> DataLoader[Any]:
@@ -50,20 +50,6 @@ def test_lightning_counts_the_tokens_of_each_stage(tmp_path: Any) -> None:
 
     from tracker_core.integrations.lightning import ProgressTracker
 
-    class TextModel(pl.LightningModule):  # type: ignore[misc, name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Embedding(50, 4), torch.nn.Flatten(), torch.nn.Linear(20, 1))
-
-        def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-            return self.net(batch["input_ids"]).mean()
-
-        def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-            self.net(batch["input_ids"])
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
     progress = ProgressTracker()
     trainer = pl.Trainer(
         max_epochs=2,
@@ -75,7 +61,7 @@ def test_lightning_counts_the_tokens_of_each_stage(tmp_path: Any) -> None:
         enable_model_summary=False,
         num_sanity_val_steps=0,
     )
-    trainer.fit(TextModel(), _text_loader(), _text_loader())
+    trainer.fit(lightning_text_model(pl), _text_loader(), _text_loader())
     view = progress.tracker.view
     assert view.train.tokens.lifetime == 40 and view.train.non_padding_tokens.lifetime == 28
     assert view.validate.tokens.lifetime == 40 and view.validate.non_padding_tokens.lifetime == 28

@@ -35,3 +35,23 @@ def text_dataset(rows: int = 4, length: int = 5) -> list[dict[str, torch.Tensor]
         mask[length - i :] = 0
         dataset.append({"input_ids": torch.arange(length) * (i + 1) % 50, "attention_mask": mask})
     return dataset
+
+
+def lightning_text_model(pl: Any) -> Any:
+    """A tiny LightningModule of package ``pl`` that trains and validates on ``text_dataset`` batches."""
+
+    class TextModel(pl.LightningModule):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Embedding(50, 4), torch.nn.Flatten(), torch.nn.Linear(20, 1))
+
+        def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            return self.net(batch["input_ids"]).mean()
+
+        def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+            self.net(batch["input_ids"])
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return TextModel()
