@@ -36,29 +36,18 @@ def _assert_recorded(view: Any, saved_progress: dict[str, Any], batches: int, ba
 def test_lightning_resume_that_reads_again_warns_and_records_its_seconds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pl = pytest.importorskip("pytorch_lightning")
+    pytest.importorskip("pytorch_lightning")
     from torch.utils.data import DataLoader
 
     from tracker_core.integrations.lightning import ProgressTracker
 
-    from helpers.lightning_program import IndexedStream, Recording, trainer
+    from helpers.lightning_program import IndexedStream, Recording, SaveAndStop, Stop, trainer
 
     class SlowStream(IndexedStream):
         def __iter__(self) -> Iterator[Any]:
             for sample in super().__iter__():
                 time.sleep(READ_S)
                 yield sample
-
-    class Stop(Exception):
-        pass
-
-    callback: Any = pl.Callback
-
-    class SaveAndStop(callback):  # type: ignore[misc]
-        def on_train_batch_end(self, fit: Any, *args: Any) -> None:
-            if fit.global_step == 6:  # batch 2 of epoch 1 (4 batches an epoch)
-                fit.save_checkpoint(tmp_path / "mid.ckpt")
-                raise Stop
 
     def fit(callbacks: list[Any], ckpt_path: Path | None) -> ProgressTracker:
         tracker = ProgressTracker()
@@ -68,7 +57,7 @@ def test_lightning_resume_that_reads_again_warns_and_records_its_seconds(
             )
         return tracker
 
-    fit([SaveAndStop()], None)
+    fit([SaveAndStop(tmp_path / "mid.ckpt", global_step=6)], None)  # at batch 2 of epoch 1 (4 an epoch)
     monkeypatch.setattr(_clock, "now_us", REAL_NOW_US)
     with pytest.warns(SlowResumeWarning, match="reading again the 2 batches"):
         resumed = fit([], tmp_path / "mid.ckpt")

@@ -40,10 +40,10 @@ def _trained(batches: list[list[int]]) -> int:
 @pytest.mark.parametrize("data", ["map-style", "iterable-with-state"])
 @pytest.mark.parametrize("kind", list(LOADERS))
 def test_lightning_resume_loads_only_samples_it_trains(kind: str, data: str, tmp_path: Path) -> None:
-    pl = pytest.importorskip("pytorch_lightning")
+    pytest.importorskip("pytorch_lightning")
     from tracker_core.integrations.lightning import ProgressTracker
 
-    from helpers.lightning_program import Indexed, Recording, trainer
+    from helpers.lightning_program import Indexed, Recording, SaveAndStop, Stop, trainer
 
     class Counted(Indexed):
         def __init__(self) -> None:
@@ -81,17 +81,6 @@ def test_lightning_resume_loads_only_samples_it_trains(kind: str, data: str, tmp
         def load_state_dict(self, state: dict[str, int]) -> None:
             self.position = state["position"]
 
-    class Stop(Exception):
-        pass
-
-    callback: Any = pl.Callback
-
-    class SaveAndStop(callback):  # type: ignore[misc]
-        def on_train_batch_end(self, fit: Any, *args: Any) -> None:
-            if fit.global_step == 6:  # batch 2 of epoch 1 (4 batches an epoch)
-                fit.save_checkpoint(tmp_path / "mid.ckpt")
-                raise Stop
-
     def fit(seed: int, callbacks: list[Any], ckpt_path: Path | None) -> tuple[Recording, Any]:
         torch.manual_seed(seed)
         model = Recording()
@@ -103,7 +92,7 @@ def test_lightning_resume_loads_only_samples_it_trains(kind: str, data: str, tmp
             )
         return model, samples
 
-    first, _ = fit(0, [SaveAndStop()], None)
+    first, _ = fit(0, [SaveAndStop(tmp_path / "mid.ckpt", global_step=6)], None)  # at batch 2 of epoch 1 (4 an epoch)
     resumed, samples = fit(1, [], tmp_path / "mid.ckpt")
     assert _trained(first.seen) + _trained(resumed.seen) == 2 * 12
     assert samples.loads == _trained(resumed.seen)

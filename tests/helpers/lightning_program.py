@@ -105,3 +105,19 @@ def trainer(callbacks: list[pl.Callback], **kwargs: Any) -> pl.Trainer:
 
 def weights(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
+
+
+class Stop(Exception):
+    """Ends a fit after :class:`SaveAndStop` saved its checkpoint (catch it with ``contextlib.suppress``)."""
+
+
+class SaveAndStop(pl.Callback):
+    """Saves a checkpoint to ``path`` after the batch that reaches ``global_step``, then raises :class:`Stop`."""
+
+    def __init__(self, path: Any, global_step: int) -> None:
+        self.path, self.global_step = path, global_step
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.global_step:
+            trainer.save_checkpoint(self.path)
+            raise Stop
