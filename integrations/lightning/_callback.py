@@ -614,7 +614,7 @@ class ProgressTracker(CallbackBase):
         if trainer.state.fn != _FIT:
             return
         saver = trainer.checkpoint_callback
-        keep_heartbeat(self.tracker.progress, getattr(saver, "dirpath", None))  # beside ModelCheckpoint's files
+        keep_heartbeat(self.tracker.progress, _local(getattr(saver, "dirpath", None)))  # beside its files; not at a URL
         gradients = capture_gradients(pl_module.parameters()) if self.tracker.view.is_mid_accumulation else None
         if trainer.world_size > 1:
             gradients = _every_rank(gradients)
@@ -790,8 +790,16 @@ def _own_gradients(saved: object, rank: int) -> Any:
     return ranks[rank % len(ranks)]
 
 
-def _folder_of(path: object) -> str | None:
-    """The local folder of the checkpoint file ``path`` (None for a URL or no path)."""
+def _local(path: object) -> str | None:
+    """``path`` made absolute if it is a local path (None for a URL or no path)."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
     if not isinstance(path, str) or "://" in path:
         return None
-    return os.path.dirname(os.path.abspath(path))
+    return os.path.abspath(path)
+
+
+def _folder_of(path: object) -> str | None:
+    """The local folder of the checkpoint file ``path`` (None for a URL or no path)."""
+    local = _local(path)
+    return None if local is None else os.path.dirname(local)
