@@ -7,6 +7,7 @@ from typing import Any
 
 import ignite
 from ignite.engine import Engine
+from ignite.handlers import Checkpoint, DiskSaver
 
 from tracker_core.integrations._extra import check_attributes
 
@@ -28,6 +29,23 @@ def registered_handlers(engine: Engine) -> list[tuple[Any, Callable[..., Any], t
     return found
 
 
+def checkpoint_dirnames(engine: Engine, holding: object | None = None) -> list[str]:
+    """The folders of the ``Checkpoint(..., DiskSaver(dirname))`` handlers registered on ``engine`` (a
+    ``ModelCheckpoint``, or a folder given as ``save_handler``, among them), each once, in Ignite's order (by
+    event, then registration); with ``holding``, only those whose ``to_save`` holds that object. A
+    ``Checkpoint`` called by hand, or saving elsewhere than to a ``DiskSaver``, has no folder here."""
+    found: list[str] = []
+    for _, handler, _ in registered_handlers(engine):
+        if not isinstance(handler, Checkpoint) or not isinstance(handler.save_handler, DiskSaver):
+            continue
+        if holding is not None and not any(saved is holding for saved in handler.to_save.values()):
+            continue
+        folder = str(handler.save_handler.dirname)
+        if folder not in found:
+            found.append(folder)
+    return found
+
+
 def set_batches_into_epoch(engine: Engine, batches: int) -> None:
     """Make Ignite's next epoch iteration start at its batch ``batches`` (Ignite's ``_init_iter``)."""
     engine._init_iter = batches
@@ -36,5 +54,9 @@ def set_batches_into_epoch(engine: Engine, batches: int) -> None:
 check_attributes(
     "pytorch-ignite",
     ignite.__version__,
-    {"Engine": (Engine, ("_event_handlers", "_init_iter"))},
+    {
+        "Engine": (Engine, ("_event_handlers", "_init_iter")),
+        "Checkpoint": (Checkpoint, ("to_save", "save_handler")),
+        "DiskSaver": (DiskSaver, ("dirname",)),
+    },
 )
