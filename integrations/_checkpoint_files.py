@@ -8,6 +8,9 @@ One source of truth for the layouts (the adapters import these constants):
   is a dict with exactly ``IGNITE_STATE_KEYS``; its ``"progress_tracker"`` is the entry;
 - a plain loop's ``torch.save`` file (the README's layout): ``checkpoint[PLAIN_STATE_KEY]`` is the entry
   (``Tracker.state_dict()`` or ``Tracker.gathered_state_dict()``);
+- a Lightning checkpoint saved by several processes keeps rank 0's entry and an index under ``"ranks"``;
+  each rank's entry is in ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` beside it
+  (``tracker_core.adapter.write_rank_files``): they are read and checked too;
 - Accelerate ``save_state`` folder: ``progress_tracker_{rank}.pt`` per process
   (``tracker_core.integrations._accelerate_checkpoint``), whose ``"tracker"`` is the entry.
 
@@ -38,6 +41,7 @@ from typing import Any, overload
 import torch
 
 from tracker_core import ProgressStateError, Tracker
+from tracker_core.adapter import RankFiles
 from tracker_core.integrations import _accelerate_checkpoint as accelerate_file
 from tracker_core.integrations import _checkpoint_urls as urls
 
@@ -85,6 +89,7 @@ class ProgressCheckpoint:
     location: str
     entries: tuple[dict[str, Any], ...]
     unchecked: tuple[str, ...] = ()
+    rank_files: str | None = None  # the folder of the ranks' entry files (rank-<r>.json), when they are in files
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> ProgressCheckpoint:
@@ -101,12 +106,31 @@ def read_checkpoint(path: str | os.PathLike[str]) -> ProgressCheckpoint:
         if local is None:
             return _read_url(path)
         path = local
-    path = Path(path)
+    return _read_local(Path(path), None)
+
+
+def _read_local(path: Path, origin: str | None) -> ProgressCheckpoint:
+    """``read_checkpoint`` of a local path; ``origin``: the URL it was fetched from (its rank files are there)."""
     mode = _mode(path)
     if mode is not None and stat.S_ISDIR(mode):
         return _read_folder(path)
     fmt, location, entry = _find_entry(path, _load(path))
-    return ProgressCheckpoint(path, fmt, location, _rank_entries(path, location, entry))
+    files = _rank_files(path, location, entry, origin)
+    if files is None:
+        return ProgressCheckpoint(path, fmt, location, _rank_entries(path, location, entry))
+    entries = _rank_entries(path, location, {**entry, "ranks": files})
+    where = files.where(0).replace("rank-0.json", "rank-<r>.json")
+    return ProgressCheckpoint(path, fmt, f"{location} (each rank's entry in {where})", entries, rank_files=files.folder)
+
+
+def _rank_files(path: Path, location: str, entry: Any, origin: str | None) -> RankFiles | None:
+    """The rank files an entry's index names (None for an entry holding its ranks' entries itself)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("ranks"), dict):
+        return None
+    try:
+        return RankFiles.of(entry["ranks"], path if origin is None else origin)
+    except ProgressStateError as error:
+        raise CheckpointFileError(f"{path}: damaged progress entry at {location}: {error}") from None
 
 
 @overload
@@ -243,17 +267,21 @@ def _rank_entries(path: Path, location: str, entry: Any) -> tuple[dict[str, Any]
     """Each rank's validated entry: a ``Tracker.gathered_state_dict()`` (several processes) holds
     every rank's under ``"ranks"``, another entry is the only rank's."""
     ranks = entry.get("ranks") if isinstance(entry, dict) else None
-    if not isinstance(ranks, list) or not ranks:
+    if not isinstance(ranks, (list, RankFiles)) or not ranks:
         _validate(path, location, entry)
         return (entry,)
-    for rank, rank_entry in enumerate(ranks):
+    for rank in range(len(ranks)):
+        try:
+            rank_entry = ranks[rank]
+        except ProgressStateError as error:  # a rank file missing or damaged
+            raise CheckpointFileError(f"{path}: damaged progress entry at {location}: {error}") from None
         _validate(path, f"{location}['ranks'][{rank}]", rank_entry)
     if {key: value for key, value in entry.items() if key != "ranks"} != ranks[0]:
         raise CheckpointFileError(
             f"{path}: damaged progress entry at {location}: its top level is not a copy of ['ranks'][0], "
             "as Tracker.gathered_state_dict() writes it"
         )
-    return tuple(ranks)
+    return tuple(ranks[rank] for rank in range(len(ranks)))
 
 
 def _is_handler_state(value: object) -> bool:
@@ -468,7 +496,7 @@ def _read_url(url: str) -> ProgressCheckpoint:
     try:
         with urls.fetched(url) as local:
             try:
-                return replace(read_checkpoint(local), path=url)
+                return replace(_read_local(local, url), path=url)
             except CheckpointFileError as error:
                 raise CheckpointFileError(str(error).replace(str(local), url)) from None
     except urls.UrlProblem as error:

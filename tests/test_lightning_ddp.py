@@ -10,6 +10,8 @@ draws noise from it.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ pytest.importorskip("torchdata")
 
 import torch
 
+from tracker_core.integrations.checkpoints import CheckpointFileError, read_checkpoint
 from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY
 
 from helpers.distributed_runs import (
@@ -69,11 +72,20 @@ def test_synced_totals_sum_samples_over_ranks_and_agree_on_batches_per_rank(stra
     assert_synced_totals(straight, SAMPLES * EPOCHS, BATCHES)
 
 
-def test_checkpoint_written_by_rank_0_holds_every_ranks_entry(folder: Path) -> None:
-    checkpoint = torch.load(folder / "plain-2.ckpt", weights_only=True)
-    entry = checkpoint["callbacks"][STATE_KEY]
-    assert len(entry["ranks"]) == 2
-    assert entry["ranks"][0]["rng"] != entry["ranks"][1]["rng"]  # the ranks' global RNGs differ
+def test_checkpoint_written_by_rank_0_holds_an_index_and_each_ranks_entry_in_its_own_file(folder: Path) -> None:
+    entry = torch.load(folder / "plain-2.ckpt", weights_only=True)["callbacks"][STATE_KEY]
+    index = entry["ranks"]
+    files = [folder / index["rank_files"] / f"rank-{rank}.json" for rank in range(2)]
+    ranks = [json.loads(file.read_text())["entry"] for file in files]
+
+    assert index == {
+        "rank_files": f"plain-2.ckpt.ranks/{index['save_id']}",
+        "world_size": 2,
+        "save_id": index["save_id"],
+    }
+    assert {key: value for key, value in entry.items() if key != "ranks"} == ranks[0]
+    assert ranks[0]["rng"] != ranks[1]["rng"]  # the ranks' global RNGs differ
+    assert [p.name for p in (folder / "plain-2.ckpt.ranks").iterdir()] == [index["save_id"]]  # one save there
 
 
 def test_checkpoint_inside_an_accumulation_window_holds_each_ranks_partial_gradients(folder: Path) -> None:
@@ -89,3 +101,22 @@ def test_a_checkpoint_outside_an_accumulation_window_holds_no_gradients(folder: 
 @pytest.mark.parametrize(("config", "at"), [(config, at) for config, batches in AT.items() for at in batches])
 def test_resume_from_a_checkpoint_after_batch_is_exact_on_every_rank(config: str, at: int, folder: Path) -> None:
     assert_every_rank_resumed_exactly(folder, f"{config}-{at}", config, at + 1)
+
+
+def test_inspect_reads_each_ranks_entry_from_its_file_and_says_where_they_are(folder: Path) -> None:
+    checkpoint = read_checkpoint(folder / "plain-2.ckpt")
+
+    assert len(checkpoint.entries) == 2
+    assert checkpoint.rank_files is not None and checkpoint.rank_files in checkpoint.location
+    assert checkpoint.entries[0]["rng"] != checkpoint.entries[1]["rng"]
+
+
+def test_a_checkpoint_moved_with_its_rank_files_reads_and_one_without_them_is_refused_naming_the_rank(
+    folder: Path, tmp_path: Path
+) -> None:
+    shutil.copy(folder / "plain-2.ckpt", tmp_path / "moved.ckpt")
+    with pytest.raises(CheckpointFileError, match=r"'ranks\.0'.*missing"):
+        read_checkpoint(tmp_path / "moved.ckpt")
+    shutil.copytree(folder / "plain-2.ckpt.ranks", tmp_path / "moved.ckpt.ranks")
+
+    assert len(read_checkpoint(tmp_path / "moved.ckpt").entries) == 2

@@ -33,6 +33,7 @@ from tracker_core.display._display import Display
 from tracker_core.display._history import history_facts, history_table
 from tracker_core.display._report import progress_facts, progress_table
 from tracker_core.distributed._elastic import saved_elsewhere
+from tracker_core.distributed._rank_files import RankFiles, remove_other_saves, with_rank_files, write_rank_files
 from tracker_core.distributed._to_writer import gather_to_writer
 from tracker_core.state._gradients import capture_gradients, restore_gradients
 from tracker_core.state._model_lifetime import bind_lifetime, lifetimes_in
@@ -49,6 +50,7 @@ __all__ = [
     "Progress",
     "ProgressStateError",
     "ProgressView",
+    "RankFiles",
     "StageProgress",
     "TokenCounter",
     "Tracker",
@@ -77,10 +79,13 @@ __all__ = [
     "reenter_evaluation_epoch",
     "reenter_last_run",
     "register_progress",
+    "remove_other_saves",
     "restore_gradients",
     "rewind_summary_writer",
     "run_scope_bases",
     "samples_in",
     "saved_elsewhere",
+    "with_rank_files",
     "without_times",
+    "write_rank_files",
 ]

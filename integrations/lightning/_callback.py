@@ -20,6 +20,7 @@ from torch.utils.hooks import RemovableHandle
 from tracker_core import EventOrderError, InexactResumeWarning, ProgressStateError, Tracker, count_optimizer_steps
 from tracker_core.adapter import (
     GlobalRng,
+    RankFiles,
     abandon_in_flight,
     begin_dataloader_pass,
     bind_lifetime,
@@ -42,6 +43,7 @@ from tracker_core.integrations._checkpoint_files import LIGHTNING_GRADIENTS_KEY,
 from tracker_core.integrations.lightning import _compat as resume
 from tracker_core.integrations.lightning import _elastic as elastic
 from tracker_core.integrations.lightning._bases import CallbackBase
+from tracker_core.integrations.lightning._checkpoint_io import wrap_checkpoint_io
 from tracker_core.integrations.lightning._loggers import LoggerRewind
 from tracker_core.integrations.lightning._stage_driver import StageDriver
 
@@ -188,6 +190,7 @@ class ProgressTracker(CallbackBase):
         if self._cut_by:
             self._settle_cut()
         attach(trainer, self.tracker.progress)
+        wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint (_checkpoint_io)
         if stage == _FIT:
             resume.hook_before_first_iter(trainer.fit_loop, self._track_train_loaders)
 
@@ -756,7 +759,7 @@ class ProgressTracker(CallbackBase):
 def _load_progress_only(tracker: Tracker, entry: object, rank: int) -> None:
     """Load rank ``rank``'s progress of ``entry`` (saved rank ``rank % W`` at another world size ``W``)."""
     prefix = ""
-    if isinstance(entry, Mapping) and isinstance(entry.get("ranks"), list) and entry["ranks"]:
+    if isinstance(entry, Mapping) and isinstance(entry.get("ranks"), (list, RankFiles)) and entry["ranks"]:
         source = rank % len(entry["ranks"])
         prefix, entry = f"ranks.{source}.", entry["ranks"][source]
     if not isinstance(entry, Mapping) or "progress" not in entry:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ import torch.distributed as dist
 from tracker_core._errors import ProgressStateError
 from tracker_core.counting._counts import PhaseCounts
 from tracker_core.data._position import LoaderPosition, read_distributed
+from tracker_core.distributed._rank_files import RankFiles, is_index
 from tracker_core.distributed._sharded import is_batch_sharded, samples_read
 from tracker_core.distributed._to_writer import gather_to
 from tracker_core.state._codec import check_plain
@@ -51,9 +52,13 @@ def world() -> tuple[int, int]:
 
 
 def saved_elsewhere(entry: object) -> bool:
-    """True if ``entry`` holds every rank's part (``"ranks"``) and was saved by another number of processes."""
+    """True if ``entry`` holds every rank's part (``"ranks"``: the entries, their files, or the index of
+    those files) and was saved by another number of processes."""
     ranks = entry.get("ranks") if isinstance(entry, dict) else None
-    return isinstance(ranks, list) and bool(ranks) and len(ranks) != world()[0]
+    if is_index(ranks):
+        size = ranks.get("world_size")  # type: ignore[union-attr]
+        return type(size) is int and size != world()[0]
+    return isinstance(ranks, (list, RankFiles)) and bool(ranks) and len(ranks) != world()[0]
 
 
 WRITER = 0  # the rank that writes the checkpoint file (Lightning's and Ignite's rank 0)
@@ -81,8 +86,17 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
 
     At the saved world size only this rank's entry is read; at another, the one it maps from
     and every rank's train loader positions (their batch counts give the global sample position).
+    ``ranks`` is a list, or the :class:`RankFiles` of a checkpoint whose entries are in files: then
+    only the files of the entries read here are read.
     """
-    if not isinstance(ranks, list) or not ranks:
+    if is_index(ranks):
+        raise ProgressStateError(
+            "ranks",
+            f"the ranks' entries are in files beside the checkpoint ({ranks['rank_files']!r}, relative to its "  # type: ignore[index]
+            "folder): load it through the adapter, or pass the entry through "
+            "tracker_core.adapter.with_rank_files(entry, checkpoint_path) first",
+        )
+    if not isinstance(ranks, (list, RankFiles)) or not ranks:
         raise ProgressStateError("ranks", "expected a non-empty list of entries, one per rank")
     size, rank = world()
     saved_size = len(ranks)
@@ -157,7 +171,7 @@ def _samples_per_rank(info: Mapping[str, Any]) -> int:
 
 
 def _map_loader(
-    ranks: list[dict[str, Any]], index: int, position: LoaderPosition | None, size: int, source_rank: int
+    ranks: Sequence[dict[str, Any]], index: int, position: LoaderPosition | None, size: int, source_rank: int
 ) -> _Mapped:
     saved_size = len(ranks)
     key = f"train_loaders.{index}"

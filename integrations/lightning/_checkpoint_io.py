@@ -1,0 +1,68 @@
+"""The Trainer's checkpoint IO, wrapped so each rank's progress entry lives in its own small file.
+
+With several processes the ``ProgressTracker`` entry rank 0 writes holds every rank's entry. The
+callback wraps ``trainer.strategy.checkpoint_io`` at ``setup`` (before Lightning loads a
+``ckpt_path``); rank 0's ``save_checkpoint`` then writes each rank's entry to
+``<checkpoint>.ranks/<save_id>/rank-<r>.json`` and the checkpoint keeps rank 0's entry plus an index
+(``tracker_core.adapter.write_rank_files``); every rank's ``load_checkpoint`` puts a reader of those
+files in place of the index, so a resuming rank reads its own file only. URLs (``s3://``, ...) go
+through fsspec, as Lightning's own IO does. Strategies that write their checkpoint without the
+checkpoint IO (sharded FSDP, DeepSpeed) keep every entry in it, as before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tracker_core.adapter import remove_other_saves, with_rank_files, write_rank_files
+from tracker_core.integrations._checkpoint_files import LIGHTNING_STATE_KEY
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+
+
+class RankFilesIO:
+    """Delegates to the strategy's own checkpoint IO; splits and joins the progress entry around it."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        entry = checkpoint.get("callbacks", {}).get(LIGHTNING_STATE_KEY) if isinstance(checkpoint, dict) else None
+        ranks = entry.get("ranks") if isinstance(entry, dict) else None
+        if not isinstance(ranks, list) or len(ranks) < 2:
+            self._inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
+            remove_other_saves(path, None)  # a checkpoint written over no longer uses them
+            return
+        split = write_rank_files(entry, path)
+        callbacks = {**checkpoint["callbacks"], LIGHTNING_STATE_KEY: split}
+        self._inner.save_checkpoint({**checkpoint, "callbacks": callbacks}, path, storage_options=storage_options)
+        remove_other_saves(path, split["ranks"]["save_id"])
+
+    def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> Any:
+        checkpoint = self._inner.load_checkpoint(path, *args, **kwargs)
+        callbacks = checkpoint.get("callbacks") if isinstance(checkpoint, dict) else None
+        if isinstance(callbacks, dict) and LIGHTNING_STATE_KEY in callbacks:
+            callbacks[LIGHTNING_STATE_KEY] = with_rank_files(callbacks[LIGHTNING_STATE_KEY], path)
+        return checkpoint
+
+    def remove_checkpoint(self, path: Any) -> None:
+        self._inner.remove_checkpoint(path)
+        remove_other_saves(path, None)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_inner":  # unpickling: not set yet
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def wrap_checkpoint_io(trainer: pl.Trainer) -> None:
+    """Wrap the strategy's checkpoint IO once; a strategy that refuses another IO keeps its own."""
+    strategy = trainer.strategy
+    current = strategy.checkpoint_io  # resolves a wrapping IO's default (AsyncCheckpointIO) first
+    if isinstance(current, RankFilesIO):
+        return
+    try:
+        strategy.checkpoint_io = RankFilesIO(current)  # type: ignore[assignment]
+    except TypeError:  # XLA accepts only its own IO
+        return

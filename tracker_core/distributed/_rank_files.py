@@ -1,0 +1,290 @@
+"""Every rank's entry in its own small file beside the checkpoint; the checkpoint keeps an index.
+
+A gathered entry (``Tracker.gathered_state_dict``: rank 0's entry plus ``"ranks"``, every rank's)
+is split on the writer by :func:`write_rank_files`: rank ``r``'s entry goes to
+``<checkpoint>.ranks/<save_id>/rank-<r>.json`` and ``"ranks"`` becomes an index of constant size::
+
+    {"rank_files": "<checkpoint name>.ranks/<save_id>", "world_size": W, "save_id": "<hex>"}
+
+(the folder relative to the checkpoint's folder). A reader looks in ``<its checkpoint's name>.ranks/<save_id>``
+first, so a checkpoint moved or renamed with its ``.ranks`` folder still reads, then in the recorded folder
+(a copy of the checkpoint beside the original, Lightning's ``last.ckpt``). Each file holds ``{"save_id", "rank", "world_size", "sha256", "entry"}``, the digest
+over the entry's canonical JSON: a missing, damaged, or copied-in file (another save, another rank)
+is a :class:`ProgressStateError` naming ``ranks.<r>``, raised before anything is applied.
+:func:`with_rank_files` puts a :class:`RankFiles` in place of the index: a sequence that reads a
+rank's file only when that rank's entry is asked for, so a resuming rank reads its own file and no
+other (an elastic resume reads the ranks it maps from, see ``_elastic.select``). A new save writes a
+new ``<save_id>`` folder before the checkpoint and removes the older ones after it
+(:func:`remove_other_saves`): a save cut short leaves the last checkpoint readable. Local paths use
+``os``; a URL (``s3://``, ``memory://``) goes through fsspec, as Lightning's own checkpoint IO does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import posixpath
+import re
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, overload
+
+from tracker_core._errors import ProgressStateError
+
+INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id"})
+SUFFIX = ".ranks"
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+_SAVE_ID = re.compile(r"[0-9a-f]{32}")
+_FILE_KEYS = frozenset({"save_id", "rank", "world_size", "sha256", "entry"})
+MAX_FILE_BYTES = 64 << 20  # an entry is tens of KB; never read a huge file into memory
+
+
+def file_name(rank: int) -> str:
+    return f"rank-{rank}.json"
+
+
+def is_index(ranks: object) -> bool:
+    """Whether ``ranks`` (an entry's ``"ranks"``) is the index of rank files rather than the entries."""
+    return isinstance(ranks, Mapping) and "rank_files" in ranks
+
+
+def canonical(entry: object) -> bytes:
+    """The entry's JSON the digest is taken over: sorted keys, no spaces, no NaN."""
+    return json.dumps(entry, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def write_rank_files(entry: Mapping[str, Any], checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
+    """Write each rank's part of the gathered ``entry`` beside ``checkpoint``; return the entry with the index.
+
+    Call it on the writer before the checkpoint itself is written; after that, :func:`remove_other_saves`.
+    """
+    ranks = entry["ranks"]
+    save_id = uuid.uuid4().hex
+    path = _path(checkpoint)
+    relative = posixpath.join(_basename(path) + SUFFIX, save_id)
+    folder = _join(_dirname(path), relative)
+    _makedirs(folder)
+    for rank, part in enumerate(ranks):
+        body = canonical(part)
+        document = {
+            "save_id": save_id,
+            "rank": rank,
+            "world_size": len(ranks),
+            "sha256": hashlib.sha256(body).hexdigest(),
+            "entry": part,
+        }
+        _write(_join(folder, file_name(rank)), json.dumps(document, sort_keys=True, allow_nan=False).encode())
+    index = {"rank_files": relative, "world_size": len(ranks), "save_id": save_id}
+    return {**{name: value for name, value in entry.items() if name != "ranks"}, "ranks": index}
+
+
+def remove_other_saves(checkpoint: str | os.PathLike[str], keep: str | None) -> None:
+    """Remove the ``<save_id>`` folders under ``<checkpoint>.ranks`` other than ``keep`` (all with None)."""
+    path = _path(checkpoint)
+    root = path + SUFFIX
+    if _is_url(path):
+        filesystem, where = _filesystem(root)
+        if not filesystem.exists(where):
+            return
+        for name in [posixpath.basename(p.rstrip("/")) for p in filesystem.ls(where, detail=False)]:
+            if name != keep and _SAVE_ID.fullmatch(name):
+                filesystem.rm(posixpath.join(where, name), recursive=True)
+        if keep is None and not filesystem.ls(where, detail=False):
+            filesystem.rm(where, recursive=True)
+        return
+    if not os.path.isdir(root):
+        return
+    for name in os.listdir(root):
+        if name != keep and _SAVE_ID.fullmatch(name):
+            folder = os.path.join(root, name)
+            for file in os.listdir(folder):
+                os.remove(os.path.join(folder, file))
+            os.rmdir(folder)
+    if keep is None and not os.listdir(root):
+        os.rmdir(root)
+
+
+def with_rank_files(entry: object, checkpoint: str | os.PathLike[str], folder: str | None = None) -> object:
+    """``entry`` with its index of rank files replaced by a :class:`RankFiles` reading them lazily.
+
+    ``checkpoint``: the path (or URL) the checkpoint was read from, whose folder the index is relative
+    to; ``folder`` overrides where the rank files are (a checkpoint moved without its ``.ranks`` folder).
+    Any other entry is returned as it is. A malformed index raises ``ProgressStateError`` naming ``ranks``.
+    """
+    if not isinstance(entry, Mapping) or not is_index(entry.get("ranks")):
+        return entry
+    return {**entry, "ranks": RankFiles.of(entry["ranks"], checkpoint, folder)}
+
+
+class RankFiles(Sequence[dict[str, Any]]):
+    """The saved ranks' entries, index = rank, each file read and checked when its entry is first asked for."""
+
+    def __init__(self, folder: str, world_size: int, save_id: str) -> None:
+        self.folder = folder
+        self.world_size = world_size
+        self.save_id = save_id
+        self._read: dict[int, dict[str, Any]] = {}
+        self.bytes_read = 0  # what this process read of the rank files (benchmarks/checkpoint_scale.py)
+
+    @classmethod
+    def of(cls, index: object, checkpoint: str | os.PathLike[str], folder: str | None = None) -> RankFiles:
+        """The rank files an index (``entry["ranks"]``) names, relative to ``checkpoint``'s folder."""
+        if not isinstance(index, Mapping) or set(index) != INDEX_KEYS:
+            raise ProgressStateError("ranks", f"expected an index of rank files with keys {sorted(INDEX_KEYS)}")
+        relative, size, save_id = index["rank_files"], index["world_size"], index["save_id"]
+        if not isinstance(save_id, str) or not _SAVE_ID.fullmatch(save_id):
+            raise ProgressStateError("ranks.save_id", "expected 32 hexadecimal digits")
+        if type(size) is not int or size < 1:
+            raise ProgressStateError("ranks.world_size", f"expected a positive int, got {size!r}")
+        if not isinstance(relative, str) or posixpath.isabs(relative) or ".." in relative.split("/"):
+            raise ProgressStateError("ranks.rank_files", "expected a folder relative to the checkpoint's folder")
+        if not relative.endswith("/" + save_id):
+            raise ProgressStateError("ranks.rank_files", f"does not end in the save id {save_id}")
+        if folder is None:
+            path = _resolved(_path(checkpoint))
+            renamed = _join(_dirname(path), posixpath.join(_basename(path) + SUFFIX, save_id))  # moved together
+            recorded = _join(_dirname(path), relative)  # e.g. a copy of the checkpoint beside the original
+            folder = renamed if _exists(renamed) or not _exists(recorded) else recorded
+        return cls(_path(folder), size, save_id)
+
+    def __len__(self) -> int:
+        return self.world_size
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.world_size))]
+        if index < 0:
+            index += self.world_size
+        if not 0 <= index < self.world_size:
+            raise IndexError(index)
+        if index not in self._read:
+            self._read[index] = self._load(index)
+        return self._read[index]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self[i] for i in range(self.world_size))
+
+    def where(self, rank: int) -> str:
+        return _join(self.folder, file_name(rank))
+
+    def _load(self, rank: int) -> dict[str, Any]:
+        key = f"ranks.{rank}"
+        path = self.where(rank)
+        raw = _read(path, key, self.save_id)
+        self.bytes_read += len(raw)
+        try:
+            document = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise ProgressStateError(key, f"{path}: damaged rank file (not JSON)") from None
+        if not isinstance(document, dict) or set(document) != _FILE_KEYS:
+            raise ProgressStateError(key, f"{path}: damaged rank file (expected keys {sorted(_FILE_KEYS)})")
+        found = (document["save_id"], document["rank"], document["world_size"])
+        if found != (self.save_id, rank, self.world_size):
+            raise ProgressStateError(
+                key,
+                f"{path}: written for rank {found[1]} of {found[2]} by save {found[0]}, not rank {rank} of "
+                f"{self.world_size} by save {self.save_id} (a file from another save?)",
+            )
+        entry = document["entry"]
+        try:
+            digest = hashlib.sha256(canonical(entry)).hexdigest()
+        except (TypeError, ValueError):
+            digest = ""
+        if digest != document["sha256"]:
+            raise ProgressStateError(key, f"{path}: damaged rank file (its entry does not match its sha256)")
+        if not isinstance(entry, dict):
+            raise ProgressStateError(key, f"{path}: expected an entry dict")
+        return entry
+
+
+# storage: os for local paths, fsspec for URLs -----------------------------------------------------------
+def _path(path: str | os.PathLike[str]) -> str:
+    return path if isinstance(path, str) else os.fspath(path)
+
+
+def _is_url(path: str) -> bool:
+    return _URL.match(path) is not None and not path.startswith("file://")
+
+
+def _filesystem(url: str) -> tuple[Any, str]:
+    fsspec: Any = importlib.import_module("fsspec")  # installed with torch, untyped; only URLs need it
+    filesystem, path = fsspec.core.url_to_fs(url)
+    return filesystem, str(path)
+
+
+def _resolved(path: str) -> str:
+    """A local path with its links resolved (Lightning's ``save_last="link"`` links ``last.ckpt``)."""
+    if path.startswith("file://"):
+        path = path[len("file://") :]
+    return path if _is_url(path) else os.path.realpath(path)
+
+
+def _dirname(path: str) -> str:
+    return posixpath.dirname(path.rstrip("/")) if _is_url(path) else os.path.dirname(os.path.abspath(path))
+
+
+def _basename(path: str) -> str:
+    return posixpath.basename(path.rstrip("/")) if _is_url(path) else os.path.basename(path.rstrip(os.sep))
+
+
+def _join(folder: str, relative: str) -> str:
+    return posixpath.join(folder, relative) if _is_url(folder) else os.path.join(folder, *relative.split("/"))
+
+
+def _exists(path: str) -> bool:
+    if _is_url(path):
+        filesystem, where = _filesystem(path)
+        return bool(filesystem.exists(where))
+    return os.path.exists(path)
+
+
+def _makedirs(folder: str) -> None:
+    if _is_url(folder):
+        filesystem, where = _filesystem(folder)
+        filesystem.makedirs(where, exist_ok=True)
+    else:
+        os.makedirs(folder, exist_ok=True)
+
+
+def _write(path: str, data: bytes) -> None:
+    if _is_url(path):
+        filesystem, where = _filesystem(path)
+        with filesystem.open(where, "wb") as stream:
+            stream.write(data)
+        return
+    partial = path + ".tmp"
+    with open(partial, "wb") as stream:
+        stream.write(data)
+    os.replace(partial, path)
+
+
+def _read(path: str, key: str, save_id: str) -> bytes:
+    missing = (
+        f"{path}: missing (the rank files of save {save_id} belong beside the checkpoint, in its "
+        "'.ranks' folder: move or copy that folder with the checkpoint)"
+    )
+    try:
+        if _is_url(path):
+            filesystem, where = _filesystem(path)
+            if not filesystem.exists(where):
+                raise ProgressStateError(key, missing)
+            if filesystem.size(where) > MAX_FILE_BYTES:
+                raise ProgressStateError(key, f"{path}: larger than {MAX_FILE_BYTES} bytes; not read")
+            data: bytes = filesystem.cat_file(where)
+            return data
+        if not os.path.isfile(path):
+            raise ProgressStateError(key, missing)
+        if os.path.getsize(path) > MAX_FILE_BYTES:
+            raise ProgressStateError(key, f"{path}: larger than {MAX_FILE_BYTES} bytes; not read")
+        with open(path, "rb") as stream:
+            return stream.read()
+    except ProgressStateError:
+        raise
+    except Exception as error:  # whatever the storage raises: the file cannot be read
+        raise ProgressStateError(key, f"{path}: cannot be read ({type(error).__name__}: {error})") from None
