@@ -136,10 +136,13 @@ def _device_rng_line(kinds: list[dict[str, Any]]) -> str:
     for kind in kinds:
         sizes = sorted(set(kind["state_bytes"]))
         size = f"{sizes[0]} bytes each" if len(sizes) == 1 else f"{'/'.join(map(str, kind['state_bytes']))} bytes"
+        here = kind.get("devices_here", 0)
         where = (
             "applied on resume here"
             if kind["applied_here"]
-            else f"reported, not applied: this machine has no {kind['kind']} device (a resume here warns)"
+            else f"reported, not applied: this machine has {here or 'no'} {kind['kind']} device"
+            + ("s" if here > 1 else "")
+            + " (a resume here warns)"
         )
         devices = "1 device" if kind["devices"] == 1 else f"{kind['devices']} devices"
         parts.append(f"{kind['kind']}, {devices}, generator state {size}; {where}")

@@ -50,7 +50,15 @@ def test_inspect_json_gives_each_device_kind_its_count_state_sizes_and_whether_a
 ) -> None:
     data = json.loads(_inspect(gpu_checkpoint, capsys, "--json"))
 
-    expected = [{"kind": "cuda", "devices": 2, "state_bytes": [CPU_GENERATOR_BYTES] * 2, "applied_here": False}]
+    expected = [
+        {
+            "kind": "cuda",
+            "devices": 2,
+            "state_bytes": [CPU_GENERATOR_BYTES] * 2,
+            "devices_here": 0,
+            "applied_here": False,
+        }
+    ]
     assert data["device_rng"] == data["ranks"][0]["device_rng"] == expected
 
 
@@ -60,6 +68,19 @@ def test_inspect_on_a_machine_with_the_devices_says_a_resume_applies_them(
     monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", CpuStandIn(2))
 
     assert _inspect(gpu_checkpoint, capsys).splitlines()[-1].endswith("each; applied on resume here")
+
+
+def test_inspect_on_a_machine_with_fewer_devices_reports_the_saved_ones_instead_of_refusing(
+    gpu_checkpoint: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(_device_rng.DEVICE_KINDS, "cuda", CpuStandIn(1))
+
+    assert _inspect(gpu_checkpoint, capsys).splitlines()[-1] == (
+        f"device RNG: cuda, 2 devices, generator state {CPU_GENERATOR_BYTES} bytes each; reported, not applied: "
+        "this machine has 1 cuda device (a resume here warns)"
+    )
+    facts = json.loads(_inspect(gpu_checkpoint, capsys, "--json"))["device_rng"]
+    assert [(f["devices"], f["devices_here"], f["applied_here"]) for f in facts] == [(2, 1, False)]
 
 
 def test_inspect_of_a_cpu_only_checkpoint_says_no_device_generators_were_saved(

@@ -3,8 +3,8 @@ device beside the CPU ones, validated, applied.
 
 On a GPU, dropout and random augmentation draw from the device generators, so a resume is exact only if
 they continue too. Only initialised device kinds are captured (capturing would otherwise initialise
-them). A state saved on a device this machine lacks is kept and reported, not applied: it stays
-loadable and inspectable on a CPU-only machine.
+them). A state saved on a device this machine lacks (or by another number of devices) is kept and reported,
+not applied: it stays loadable and inspectable on a CPU-only machine.
 """
 
 from __future__ import annotations
@@ -102,13 +102,16 @@ def capture_devices() -> tuple[DeviceStates, ...]:
 
 
 def apply_devices(saved: tuple[DeviceStates, ...]) -> None:
-    """Set each saved device kind's generators; a kind this machine lacks is reported with a warning."""
+    """Set each saved device kind's generators; a kind this machine lacks, or has another number of, is reported
+    with a warning and not applied."""
     for entry in saved:
         generators = DEVICE_KINDS.get(entry.kind)
-        if generators is None or not generators.is_available():
+        count = generators.device_count() if generators is not None and generators.is_available() else 0
+        if generators is None or count != len(entry.states):
+            here = f"{count} {entry.kind} device(s)" if count else f"no {entry.kind} device"
             warnings.warn(
                 f"the checkpoint holds {entry.kind} generator states of {len(entry.states)} device(s), but this "
-                f"machine has no {entry.kind} device: they are not applied, so random draws on such a device "
+                f"machine has {here}: they are not applied, so random draws on such a device "
                 "would not continue as in the saved run",
                 UserWarning,
                 stacklevel=3,
@@ -126,8 +129,8 @@ def devices_to_plain(saved: tuple[DeviceStates, ...]) -> dict[str, list[str]]:
 def devices_from_plain(value: object, key: str) -> tuple[DeviceStates, ...]:
     """Validate ``{kind: [base64, ...]}`` against this machine's devices; change nothing.
 
-    A kind present here must have as many devices as saved, each state of the size its
-    generator has; a kind absent here is only checked for shape (it is reported, not applied).
+    A kind present here must have each state of the size its generator has; a kind absent here, or
+    saved by another number of devices, is only checked for shape (it is reported, not applied).
     """
     if not isinstance(value, Mapping):
         raise ProgressStateError(key, f"expected a mapping of device kinds, got {type(value).__name__}")
@@ -140,14 +143,10 @@ def devices_from_plain(value: object, key: str) -> tuple[DeviceStates, ...]:
             raise ProgressStateError(kind_key, "expected a non-empty list of base64 states, one per device")
         tensors = tuple(text_to_byte_tensor(state, join_key(kind_key, str(i))) for i, state in enumerate(states))
         generators = DEVICE_KINDS[kind]
-        if generators.is_available():
-            count = generators.device_count()
-            if count != len(tensors):
-                raise ProgressStateError(
-                    kind_key, f"saved the states of {len(tensors)} {kind} device(s); this machine has {count}"
-                )
+        count = generators.device_count() if generators.is_available() else 0
+        if count:
             for i, tensor in enumerate(tensors):
-                size = generators.get_rng_state(i).numel()
+                size = generators.get_rng_state(i if i < count else 0).numel()
                 if tensor.numel() != size:
                     raise ProgressStateError(
                         join_key(kind_key, str(i)), f"a {kind} generator state has {size} bytes, got {tensor.numel()}"
@@ -160,9 +159,10 @@ def device_rng_facts(rng: object) -> list[dict[str, Any]]:
     """The accelerator part of a saved entry's ``rng`` (``entry["rng"]``), one item per device kind, as plain data.
 
     Keys: ``kind`` (``"cuda"``, ...), ``devices`` (how many devices' generators were saved),
-    ``state_bytes`` (each device's generator state, in bytes) and ``applied_here`` (True if this
-    machine has that kind of device, so a resume here sets those generators; False: they are
-    reported, not applied, and a resume here warns). Empty when no accelerator was initialised
+    ``state_bytes`` (each device's generator state, in bytes), ``devices_here`` (this machine's devices
+    of that kind) and ``applied_here`` (True if this machine has as many devices of that kind, so a
+    resume here sets those generators; False: they are reported, not applied, and a resume here
+    warns). Empty when no accelerator was initialised
     where the entry was saved. ``ProgressStateError`` names the key of a damaged state.
     """
     devices = rng.get("devices") if isinstance(rng, Mapping) else None
@@ -176,12 +176,14 @@ def device_rng_facts(rng: object) -> list[dict[str, Any]]:
         if not isinstance(states, list) or not states:
             raise ProgressStateError(key, "expected a non-empty list of base64 states, one per device")
         generators = DEVICE_KINDS.get(str(kind))
+        here = generators.device_count() if generators is not None and generators.is_available() else 0
         found.append(
             {
                 "kind": str(kind),
                 "devices": len(states),
                 "state_bytes": [len(text_to_bytes(state, join_key(key, str(i)))) for i, state in enumerate(states)],
-                "applied_here": generators is not None and generators.is_available(),
+                "devices_here": here,
+                "applied_here": here == len(states),
             }
         )
     return found
