@@ -2,16 +2,18 @@
 
 Each rank trains 3 batches of a tiny map-style loader (a DistributedSampler giving each rank
 64 numbers, one tracked train loader), then, ROUNDS times: saves (``Tracker.gathered_state_dict``:
-one gather to rank 0, the writer, which ``torch.save``s the entry) and loads (every rank
-``torch.load``s the writer's file, as Lightning and Ignite do, and ``load_state_dict``s it).
+one gather to rank 0, the writer, which writes each rank's entry to its own file beside the
+checkpoint, ``write_rank_files``, then ``torch.save``s the checkpoint: rank 0's entry and the index,
+as the Lightning adapter's checkpoint IO does) and loads (every rank ``torch.load``s the checkpoint
+whole, as the framework does, and ``load_state_dict``s it through ``with_rank_files``, which reads
+this rank's file only).
 
 Per rank: payload bytes sent and received by the gather (``tracker_core/distributed/_to_writer.py``:
 an 8-byte all_reduce of the longest entry, then each entry's pickle behind its 8-byte length,
-padded to the longest, within bytes of its own here), bytes written, bytes of entries the
-tracker reads on load, and CPU seconds of this process (the median over rounds; wall time on 2
-cores shared by 16 processes measures the queue, not the work). The writer (rank 0) is shown
-apart: it receives and writes every rank's entry. The file the framework reads whole is shown
-apart too (``file``): one file holding every rank's entry, its size grows with the number of ranks.
+padded to the longest, within bytes of its own here), bytes written, bytes read at load (the
+checkpoint file the framework reads whole plus the rank file the tracker reads), and CPU seconds
+of this process (the median over rounds; wall time on 2 cores shared by 16 processes measures the
+queue, not the work). The writer (rank 0) is shown apart: it receives and writes every rank's entry.
 
 Target: the per-rank figures (the median over ranks other than the writer; at 1 process, rank 0)
 at 16 processes within 1.3x of those at 2; the last line prints the largest ratio as ``<ratio>x``.
@@ -39,6 +41,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from tracker_core import Tracker
+from tracker_core.adapter import remove_other_saves, with_rank_files, write_rank_files
 
 from helpers.small_entry import BATCH_SIZE, DATASET_SIZE, trained
 
@@ -46,7 +49,7 @@ WORLDS = (1, 2, 4, 8, 16)
 ROUNDS = 15
 BATCHES = 3
 PROJECTED = (1_024, 16_384)
-_METRICS = ("sent", "received", "written", "read", "save_s", "load_s")
+_METRICS = ("sent", "received", "written", "read", "save_s", "load_s")  # read: checkpoint file + own rank file
 _LENGTH = 8  # the all_reduce (MAX) of the longest entry: 8 bytes each way
 _FRAME = 8  # each entry's length before its pickle (tracker_core/distributed/_to_writer.py)
 
@@ -78,32 +81,38 @@ def _worker(rank: int, world: int, port: int, folder: str, results: Any) -> None
             began = time.process_time()
             entry = tracker.gathered_state_dict()
             if rank == 0:
-                torch.save({"tracker": entry}, path)
+                split = write_rank_files(entry, path) if len(entry["ranks"]) > 1 else entry
+                torch.save({"tracker": split}, path)
+                if split is not entry:
+                    remove_other_saves(path, split["ranks"]["save_id"])
             save_s = time.process_time() - began
             own = pickle.dumps(tracker.state_dict())
             if rank == 0:
                 others = sum(_FRAME + len(pickle.dumps(part)) for part in entry["ranks"][1:])
-                sent, received, written = _LENGTH, _LENGTH + others, path.stat().st_size
+                files = sum(f.stat().st_size for f in Path(folder).glob("checkpoint.pt.ranks/*/*.json"))
+                sent, received, written = _LENGTH, _LENGTH + others, path.stat().st_size + files
             else:
                 sent, received, written = _LENGTH + _FRAME + len(own), _LENGTH, 0
             dist.barrier()
-            file = torch.load(path, weights_only=True)["tracker"]  # the framework reads its file whole
             began = time.process_time()
+            file = with_rank_files(torch.load(path, weights_only=True)["tracker"], path)  # read whole
             resumed, resumed_loader = Tracker(), _loader(world, rank)
             resumed.track_train_loader(resumed_loader)
             resumed.load_state_dict(file)
             load_s = time.process_time() - began
-            read = len(pickle.dumps(file["ranks"][rank]))  # the only rank entry the tracker reads
+            rank_file = getattr(file["ranks"], "bytes_read", 0)
             rows.append(
                 {
                     "sent": sent,
                     "received": received,
                     "written": written,
-                    "read": read,
+                    "read": path.stat().st_size + rank_file,
+                    "rank_file": rank_file,
                     "save_s": save_s,
                     "load_s": load_s,
                     "file": path.stat().st_size,
                     "json": len(json.dumps(tracker.state_dict())),
+                    "pickled": len(own),
                 }
             )
             dist.barrier()
@@ -131,10 +140,10 @@ def _kb(value: float) -> str:
 
 def main() -> None:
     measured = {world: _measure(world) for world in WORLDS}
-    print("per rank (median over ranks other than the writer): KB sent, received, written, read; CPU ms save, load")
+    print("per rank (median over ranks other than the writer): KB sent, received, written, read at load; CPU ms")
     print(
         f"{'procs':>5} {'sent':>8} {'recv':>8} {'written':>8} {'read':>8} {'save ms':>8} {'load ms':>8}"
-        f" | writer: {'recv':>8} {'written':>8} {'save ms':>8} | file read by each rank"
+        f" | writer: {'recv':>8} {'written':>8} {'save ms':>8} | checkpoint file, own rank file"
     )
     for world, ranks in measured.items():
         rank, writer = _per_rank(ranks), ranks[0]
@@ -142,22 +151,21 @@ def main() -> None:
             f"{world:>5} {_kb(rank['sent'])} {_kb(rank['received'])} {_kb(rank['written'])} {_kb(rank['read'])}"
             f" {rank['save_s'] * 1e3:8.2f} {rank['load_s'] * 1e3:8.2f}"
             f" | writer: {_kb(writer['received'])} {_kb(writer['written'])} {writer['save_s'] * 1e3:8.2f}"
-            f" | {_kb(writer['file'])} KB"
+            f" | {_kb(rank['file'])} KB, {_kb(rank['rank_file'])} KB"
         )
     largest = max(measured)
     entry = _per_rank(measured[largest])
-    entry_bytes = entry["read"]
-    print(f"one rank's entry: {entry['json'] / 1024:.1f} KB as JSON, {entry_bytes / 1024:.1f} KB pickled")
-    # Projection from the per-entry cost: a rank sends and reads one entry; the writer receives and writes
-    # all of them; the file a single-file framework reads whole holds all of them.
-    per_entry_file = measured[largest][0]["file"] / largest
+    pickled, read = entry["pickled"], entry["read"]
+    print(f"one rank's entry: {entry['json'] / 1024:.1f} KB as JSON, {pickled / 1024:.1f} KB pickled")
+    # Projection from the per-entry cost: a rank sends one entry and reads the checkpoint (rank 0's entry and
+    # the index) plus its own rank file; the writer receives every entry and writes one file per rank.
+    per_entry_written = measured[largest][0]["written"] / largest
     for world in PROJECTED:
         print(
-            f"projected at {world:>6} ranks: each rank sends {entry_bytes / 1024:.1f} KB, receives 8 bytes, reads "
-            f"{entry_bytes / 1024:.1f} KB of entries (before: receives {world * entry_bytes / 2**20:.0f} MB); "
-            f"the writer receives {(world - 1) * entry_bytes / 2**20:.0f} MB and writes "
-            f"{world * per_entry_file / 2**20:.0f} MB (total over ranks sent: {world * entry_bytes / 2**20:.0f} MB, "
-            f"before: {world * world * entry_bytes / 2**30:.1f} GB)"
+            f"projected at {world:>6} ranks: each rank sends {pickled / 1024:.1f} KB, receives 8 bytes, reads "
+            f"{read / 1024:.1f} KB at load (with every entry in the checkpoint: {world * pickled / 2**20:.0f} MB); "
+            f"the writer receives {(world - 1) * pickled / 2**20:.0f} MB and writes "
+            f"{world * per_entry_written / 2**20:.0f} MB in {world} rank files"
         )
     two, sixteen = _per_rank(measured[2]), _per_rank(measured[16])
     ratios = {name: sixteen[name] / two[name] for name in _METRICS if two[name] > 0}

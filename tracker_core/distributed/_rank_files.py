@@ -171,6 +171,7 @@ class RankFiles(Sequence[dict[str, Any]]):
         return (self[i] for i in range(self.world_size))
 
     def where(self, rank: int) -> str:
+        """The path (or URL) of rank ``rank``'s file."""
         return _join(self.folder, file_name(rank))
 
     def _load(self, rank: int) -> dict[str, Any]:

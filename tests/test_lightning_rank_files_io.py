@@ -1,0 +1,53 @@
+"""The Lightning adapter's checkpoint IO (``integrations/lightning/_checkpoint_io.py``) around Lightning's own
+``TorchCheckpointIO``: a gathered entry is split into rank files on save, joined on load, and the rank files go
+with the checkpoint when Lightning removes it (``ModelCheckpoint(save_top_k=...)``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pytorch_lightning")
+
+from lightning_fabric.plugins import TorchCheckpointIO
+
+from tracker_core import Tracker
+from tracker_core.adapter import RankFiles
+from tracker_core.integrations.lightning import STATE_KEY
+from tracker_core.integrations.lightning._checkpoint_io import RankFilesIO
+
+
+def _checkpoint(world: int) -> dict[str, Any]:
+    entry = Tracker().state_dict()
+    return {"callbacks": {STATE_KEY: {**entry, "ranks": [entry] * world}}, "state_dict": {}}
+
+
+def test_a_saved_gathered_entry_loads_back_with_a_reader_of_its_rank_files(tmp_path: Path) -> None:
+    io = RankFilesIO(TorchCheckpointIO())
+    saved = _checkpoint(2)
+    io.save_checkpoint(saved, tmp_path / "a.ckpt")
+
+    entry = io.load_checkpoint(tmp_path / "a.ckpt", weights_only=True)["callbacks"][STATE_KEY]
+
+    assert isinstance(entry["ranks"], RankFiles)
+    assert list(entry["ranks"]) == saved["callbacks"][STATE_KEY]["ranks"]
+
+
+def test_removing_a_checkpoint_removes_its_rank_files_and_leaves_the_others(tmp_path: Path) -> None:
+    io = RankFilesIO(TorchCheckpointIO())
+    io.save_checkpoint(_checkpoint(2), tmp_path / "a.ckpt")
+    io.save_checkpoint(_checkpoint(2), tmp_path / "b.ckpt")
+
+    io.remove_checkpoint(tmp_path / "a.ckpt")
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.ckpt", "b.ckpt.ranks"]
+
+
+def test_a_single_process_entry_stays_in_the_checkpoint(tmp_path: Path) -> None:
+    io = RankFilesIO(TorchCheckpointIO())
+    io.save_checkpoint(_checkpoint(1), tmp_path / "a.ckpt")
+
+    assert [p.name for p in tmp_path.iterdir()] == ["a.ckpt"]
+    assert isinstance(io.load_checkpoint(tmp_path / "a.ckpt")["callbacks"][STATE_KEY]["ranks"], list)
