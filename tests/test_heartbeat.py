@@ -25,13 +25,29 @@ def _step(progress: Progress, samples: int = 8) -> None:
     progress.train.optimizer_step()
 
 
-def _resumed(saved: dict[str, Any], folder: Path | None) -> list[dict[str, Any]]:
+def _resuming(saved: dict[str, Any], folder: Path | None) -> Progress:
+    """A new process loads ``saved``, reads the heartbeat in ``folder`` and re-enters the fit run and its epoch."""
     fresh = Progress()
     fresh.load_state_dict(json_roundtrip(saved))
     read_heartbeat(fresh, folder)
     fresh.run_ready("fit")
-    runs: list[dict[str, Any]] = fresh.state_dict()["ledger"]["runs"]
+    fresh.run_started()
+    fresh.train.epoch_ready()
+    fresh.train.epoch_started()
+    return fresh
+
+
+def _resumed(saved: dict[str, Any], folder: Path | None) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = _resuming(saved, folder).state_dict()["ledger"]["runs"]
     return runs
+
+
+def _killed_before_its_first_checkpoint(saved: dict[str, Any], folder: Path, steps: int) -> None:
+    """A process resumes from ``saved``, beats beside it from its start, takes ``steps`` steps and dies."""
+    process = _resuming(saved, folder)
+    keep_heartbeat(process, folder)
+    for _ in range(steps):
+        _step(process)
 
 
 def test_the_lost_work_is_what_the_heartbeat_saw_after_the_checkpoint(tmp_path: Path) -> None:
@@ -53,7 +69,7 @@ def test_the_heartbeat_file_is_replaced_whole_and_leaves_no_temporary_file(tmp_p
     _step(progress)
     assert [p.name for p in tmp_path.iterdir()] == [HEARTBEAT_FILE]
     beat = json.loads((tmp_path / HEARTBEAT_FILE).read_text())
-    assert beat["entry"]["end"]["batches"] == 1 and beat["entry"]["ended"] == "running"
+    assert beat["entries"][-1]["end"]["batches"] == 1 and beat["entries"][-1]["ended"] == "running"
 
 
 def test_without_a_heartbeat_the_lost_work_is_unknown(tmp_path: Path) -> None:
@@ -109,3 +125,59 @@ def test_no_folder_keeps_no_heartbeat() -> None:
     keep_heartbeat(progress, None)
     _step(progress)
     assert progress._heartbeat is None
+
+
+def _saved_then_killed(folder: Path) -> dict[str, Any]:
+    """A process saves at 1 batch beside its heartbeat, goes on to 4 batches and dies: the saved state."""
+    progress = in_fit_epoch(batches=0)
+    _step(progress)
+    keep_heartbeat(progress, folder)
+    saved = progress.state_dict()
+    for _ in range(3):
+        _step(progress)
+    return saved
+
+
+def test_a_process_killed_before_its_first_checkpoint_is_in_the_ledger_of_the_next_resume(tmp_path: Path) -> None:
+    saved = _saved_then_killed(tmp_path)
+    _killed_before_its_first_checkpoint(saved, tmp_path, steps=2)
+    first, killed, resumed = _resumed(saved, tmp_path)
+    assert (first["ended"], first["end"]["batches"], first["lost"]["batches"]) == ("crashed", 1, 3)  # kept
+    assert (killed["ended"], killed["start"]["batches"], killed["end"]["batches"]) == ("crashed", 1, 1)
+    assert (killed["lost"]["batches"], killed["lost"]["samples"]) == (2, 16)
+    assert (resumed["ended"], resumed["start"]["batches"]) == ("running", 1)
+
+
+def test_each_of_several_processes_killed_before_their_first_checkpoint_keeps_its_own_lost_work(
+    tmp_path: Path,
+) -> None:
+    saved = _saved_then_killed(tmp_path)
+    _killed_before_its_first_checkpoint(saved, tmp_path, steps=2)
+    _killed_before_its_first_checkpoint(saved, tmp_path, steps=1)
+    runs = _resumed(saved, tmp_path)
+    assert [(run["ended"], run["end"]["batches"]) for run in runs] == [("crashed", 1)] * 3 + [("running", 1)]
+    assert [run["lost"]["batches"] for run in runs] == [3, 2, 1, 0]
+
+
+def test_a_resume_from_an_older_checkpoint_counts_the_lost_work_from_it_through_a_later_process_heartbeat(
+    tmp_path: Path,
+) -> None:
+    older = in_fit_epoch(batches=0).state_dict()  # the run's checkpoint at 0 batches
+    saved = _saved_then_killed(tmp_path)  # the run reached 4 batches
+    _killed_before_its_first_checkpoint(saved, tmp_path, steps=2)  # resumed from the checkpoint at 1 batch
+    first, killed, resumed = _resumed(older, tmp_path)
+    assert (first["ended"], first["end"]["batches"], first["lost"]["batches"]) == ("crashed", 0, 4)
+    assert (killed["start"]["batches"], killed["end"]["batches"], killed["lost"]["batches"]) == (1, 1, 2)
+    assert resumed["start"]["batches"] == 0
+
+
+def test_the_checkpoint_of_a_resumed_process_is_settled_by_its_own_entry_in_its_heartbeat(tmp_path: Path) -> None:
+    saved = _saved_then_killed(tmp_path)
+    process = _resuming(saved, tmp_path)  # settles the first run (lost 3), then runs its own
+    keep_heartbeat(process, tmp_path)
+    _step(process)
+    own_checkpoint = process.state_dict()  # at 2 batches
+    _step(process)  # then dies at 3
+    first, second, resumed = _resumed(own_checkpoint, tmp_path)
+    assert (first["lost"]["batches"], second["end"]["batches"], second["lost"]["batches"]) == (3, 2, 1)
+    assert (second["ended"], resumed["start"]["batches"]) == ("crashed", 2)

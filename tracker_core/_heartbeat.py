@@ -1,10 +1,12 @@
 """The heartbeat beside the checkpoints: how far a run got after its last checkpoint, so a resume measures what was lost.
 
-Rank 0 keeps ``progress_heartbeat.json`` in the checkpoint folder: its open ledger entry (counts and wall time),
-rewritten atomically (a temporary file, then ``os.replace``) at most every ``every_seconds``. The time is
-checked at optimizer steps (the core counts them anyway), never read per batch otherwise; the file is also
-written when the run ends. A process that resumes from a checkpoint in that folder reads it before it
-writes its own: its ledger records the crashed run's lost work (docs/schema.md, ``ledger``).
+Rank 0 keeps ``progress_heartbeat.json`` in the checkpoint folder: the ledger entries it settled or opened
+since the state it loaded (its open one with counts and wall time up to now), rewritten atomically (a
+temporary file, then ``os.replace``) at most every ``every_seconds``. The time is checked at optimizer steps
+(the core counts them anyway), never read per batch otherwise; the file is also written when the run ends.
+A process that resumes from a checkpoint in that folder reads it before it writes its own: its ledger
+records the crashed run's lost work, and the entries of processes that resumed from the same checkpoint
+and were killed before they saved one that the resume continues from (docs/schema.md, ``ledger``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tracker_core._errors import ProgressStateError
 from tracker_core.distributed._elastic import world
 from tracker_core.state._ledger import read_entry
-from tracker_core.state._readers import read_int, read_mapping
+from tracker_core.state._readers import read_int, read_list, read_mapping
 
 if TYPE_CHECKING:
     from tracker_core.counting._progress import Progress
@@ -41,7 +43,7 @@ class HeartbeatWarning(UserWarning):
 
 
 class Heartbeat:
-    """Writes ``progress``'s open ledger entry to ``folder/progress_heartbeat.json`` at most every ``every_seconds``."""
+    """Writes ``progress``'s ledger ``snapshot()`` to ``folder/progress_heartbeat.json`` at most every ``every_seconds``."""
 
     __slots__ = ("_due", "_every", "_file", "_progress")
 
@@ -114,7 +116,12 @@ def read_heartbeat(progress: Progress, folder: str | os.PathLike[str] | None) ->
 
 
 def _parse(raw: object) -> dict[str, Any]:
-    fields = read_mapping(raw, "", required=("format", "run", "entry"))
+    fields = read_mapping(raw, "", required=("format", "run", "entries"))
     if fields["format"] != _FORMAT:
         raise ProgressStateError("format", f"expected {_FORMAT!r}, got {fields['format']!r}")
-    return {"run": read_int(fields["run"], "run", minimum=0), "entry": read_entry(fields["entry"], "entry", last=True)}
+    entries = read_list(fields["entries"], "entries")
+    if not entries:
+        raise ProgressStateError("entries", "empty; a heartbeat holds at least the entry of the process that wrote it")
+    last = len(entries) - 1
+    parsed = [read_entry(entry, f"entries.{i}", last=i == last) for i, entry in enumerate(entries)]
+    return {"run": read_int(fields["run"], "run", minimum=0), "entries": parsed}

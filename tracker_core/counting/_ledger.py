@@ -39,6 +39,19 @@ def train_counts(train: TrainStageProgress) -> dict[str, int]:
     }
 
 
+def unsaved(entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` of a process whose work no checkpoint the record continues from holds: it ends where it
+    started, everything it did is lost (added to what it had lost already; idempotent), and a still running
+    one crashed."""
+    lost = entry["lost"]
+    start = entry["start"]
+    if lost != UNKNOWN:
+        done = lost_between(start, entry["end"], entry["microseconds"])
+        lost = {name: done[name] + lost[name] for name in COUNT_KEYS}
+    ended = CRASHED if entry["ended"] == RUNNING else entry["ended"]
+    return {**entry, "end": dict(start), "microseconds": 0, "ended": ended, "lost": lost}
+
+
 def lost_between(saved: dict[str, int], reached: dict[str, int], microseconds: int) -> dict[str, int]:
     """What a process did after the checkpoint it saved ``saved`` counts in: ``reached`` minus ``saved``
     (never below 0), with ``microseconds`` of wall time."""
@@ -49,7 +62,16 @@ def lost_between(saved: dict[str, int], reached: dict[str, int], microseconds: i
 class RunLedger:
     """The runs of a model's life, most recent last; at most one is open (``ended == "running"``)."""
 
-    __slots__ = ("_earlier", "_heartbeat", "_open_since", "_open_us", "_restored", "_runs", "_stopping_early")
+    __slots__ = (
+        "_base",
+        "_earlier",
+        "_heartbeat",
+        "_open_since",
+        "_open_us",
+        "_restored",
+        "_runs",
+        "_stopping_early",
+    )
 
     def __init__(self) -> None:
         empty = empty_ledger()
@@ -59,7 +81,8 @@ class RunLedger:
         self._open_us = 0  # wall microseconds the open entry had before ``_open_since``
         self._restored = False  # the open entry was loaded: another process ran it
         self._stopping_early = False
-        self._heartbeat: dict[str, Any] | None = None  # the last beat of the process that saved the open entry
+        self._heartbeat: dict[str, Any] | None = None  # the last beat read beside the loaded state's checkpoint
+        self._base = 0  # the ordinal of the first entry the loaded state did not hold settled: what a beat carries
 
     @property
     def open_entry(self) -> dict[str, Any] | None:
@@ -107,31 +130,48 @@ class RunLedger:
             self.begin(kind, train)
 
     def note_heartbeat(self, beat: dict[str, Any]) -> None:
-        """The last heartbeat (``snapshot()``) of the process that saved the loaded state, read before the resume."""
+        """The last heartbeat (``snapshot()``) found beside the loaded state's checkpoint, read before the resume."""
         self._heartbeat = beat
 
     def snapshot(self, train: TrainStageProgress) -> dict[str, Any] | None:
-        """What a heartbeat holds: the last entry (the open one brought up to now) and its ordinal; None before
-        the first run or while a restored entry waits for its resume (this process has not run it)."""
+        """What a heartbeat holds: the entries this process settled or opened since the state it loaded (all of
+        its own without one; the open one brought up to now) and the ordinal of the first; None before this
+        process's first run or while a restored entry waits for its resume (this process has not run it)."""
         self.update(train)
-        if not self._runs or self.restored_open:
+        first = max(0, self._base - self._earlier["runs"])
+        if first >= len(self._runs) or self.restored_open:
             return None
-        return {"run": self.ordinal, "entry": copy.deepcopy(self._runs[-1])}
+        return {"run": self._earlier["runs"] + first, "entries": copy.deepcopy(self._runs[first:])}
 
     def _settle_restored(self) -> None:
         """Close the restored open entry: crashed, or as its heartbeat says, with the work the heartbeat
-        shows after the checkpoint (``unknown`` without a heartbeat of this run)."""
+        shows after the checkpoint (``unknown`` without a heartbeat of this run).
+
+        The heartbeat holds this entry as its writer last saw it: the process that saved the state
+        (running, or ended after the checkpoint), or a later process that resumed from a checkpoint of
+        this run and saved none that the record now continues from (settled: its end and lost work say
+        how far the run got). That process's own entries follow it: they are taken over, each having
+        lost all its work (``unsaved``)."""
         entry, beat, self._heartbeat = self.open_entry, self._heartbeat, None
         assert entry is not None
         ended = CRASHED
         lost: dict[str, int] | str = UNKNOWN
-        beaten = beat["entry"] if beat is not None and beat["run"] == self.ordinal else None
-        if beaten is not None and beaten["start"] == entry["start"]:
-            lost = lost_between(entry["end"], beaten["end"], beaten["microseconds"] - entry["microseconds"])
-            if beaten["ended"] != RUNNING:
-                ended = beaten["ended"]  # it ended after the checkpoint: what it did since is lost all the same
+        later: list[dict[str, Any]] = []
+        at = self.ordinal - beat["run"] if beat is not None else -1  # this entry's place among the beat's
+        beaten: list[dict[str, Any]] = beat["entries"][at:] if beat is not None and at >= 0 else []
+        if beaten and (beaten[0]["kind"], beaten[0]["start"]) == (entry["kind"], entry["start"]):
+            mine, *after = beaten
+            if mine["lost"] != UNKNOWN:  # how far the run got: its end, plus what it lost after that
+                reached = {name: mine["end"][name] + mine["lost"][name] for name in COUNT_KEYS}
+                wall = mine["microseconds"] + mine["lost"]["microseconds"] - entry["microseconds"]
+                lost = lost_between(entry["end"], reached, wall)
+            if mine["ended"] != RUNNING:
+                ended = mine["ended"]  # it ended after the checkpoint: what it did since is lost all the same
+            later = [unsaved(run) for run in after]
         entry["ended"], entry["lost"] = ended, lost
+        self._runs.extend(later)
         self._restored = False
+        self._drop_oldest()
 
     def stop_early(self) -> None:
         """The open run was told to stop before its limits: it ends ``stopped_early`` when it completes."""
@@ -182,3 +222,4 @@ class RunLedger:
         self._earlier = dict(ledger["earlier"])
         self._open_since, self._open_us, self._stopping_early = None, 0, False
         self._restored = self.open_entry is not None
+        self._base = self.ordinal if self._restored else self.ordinal + 1
