@@ -28,6 +28,7 @@ from tracker_core.counting._stage import StageProgress, TrainStageProgress
 from tracker_core.counting._tokens import TokenCounter
 from tracker_core.counting._view import ProgressView
 from tracker_core.data._device_rng import device_rng_facts
+from tracker_core.data._resume_rng_check import ResumeRngCheck
 from tracker_core.data._rng import GlobalRng
 from tracker_core.display._display import Display
 from tracker_core.display._history import history_facts, history_table
@@ -51,6 +52,7 @@ __all__ = [
     "ProgressStateError",
     "ProgressView",
     "RankFiles",
+    "ResumeRngCheck",
     "StageProgress",
     "TokenCounter",
     "Tracker",

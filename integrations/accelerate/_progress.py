@@ -31,6 +31,7 @@ from tracker_core.adapter import (
     EventOrderError,
     GlobalRng,
     InexactResumeWarning,
+    ResumeRngCheck,
     StageProgress,
     TokenCounter,
     batches_in,
@@ -106,6 +107,10 @@ class AcceleratorProgress:
         # The global RNGs when the open evaluation epoch began: one saved mid-way restarts from
         # its first batch after a resume, drawing from these as the uninterrupted run did.
         self._restored_evaluation_rng: tuple[str, GlobalRng] | None = None
+        # The global RNGs load_state restored, compared when epochs() begins and, if the saved epoch
+        # is resumed, when its first train pass begins (_check_rng_at_pass)
+        self._rng_check = ResumeRngCheck(load="accelerator.load_state")
+        self._check_rng_at_pass = False
         # index -> the pending state our load left in a train StatefulDataLoader (Accelerate then overwrites it)
         self._armed_states: dict[int, dict[str, Any] | None] = {}
         self._display: Display | None = None  # set by display(); None: the loops show nothing
@@ -198,6 +203,10 @@ class AcceleratorProgress:
         self._progress.run_ready("fit")
         self._progress.run_started()
         self._fit = own
+        if self._rng_check.armed:
+            self._rng_check.check("between accelerator.load_state and the epochs() loop")
+            if not self._check_rng_at_pass:  # the next epoch begins: what it draws, the uninterrupted run drew
+                self._rng_check.forget()
 
     def _bind_lifetimes(self) -> None:
         """A run begins: prepared models that carry their lifetime (``track_lifetime``) continue it and carry this record."""
@@ -246,6 +255,8 @@ class AcceleratorProgress:
         return self._display.iterate(batches, "train", batches_in(loader))
 
     def _train_pass(self, loader: Iterable[Batch], index: int, with_index: bool) -> Generator[Any, None, None]:
+        if self._rng_check.armed:
+            self._first_pass_after_load()
         self._hook_optimizers()
         self._track(loader, index)
         if self._restored_step is not None:  # after Accelerate's load_state restored the old geometry's
@@ -294,6 +305,14 @@ class AcceleratorProgress:
             self._end_left_batch(mine)
             self._left_passes.add(index)
             raise
+
+    def _first_pass_after_load(self) -> None:
+        """The first train pass after ``load_state``: if it resumes the saved epoch, nothing may have drawn
+        since the load (the uninterrupted run went on with the next batch); a new epoch draws first."""
+        if self._check_rng_at_pass:
+            where = "between accelerator.load_state and the first train pass of the resumed epoch"
+            self._rng_check.check(f"{where} (e.g. in the epoch loop's body before it)", last=True)
+        self._rng_check.forget()
 
     def _spend_finished_pass(self, loader: Iterable[Any], index: int, pass_start: int | None) -> None:
         """Nothing is left of a pass restored after its last batch. Accelerate's loaders fail on an empty
@@ -355,6 +374,7 @@ class AcceleratorProgress:
         adapter. Its RNGs at the start are kept, so that one saved mid-way (an unfinished
         evaluation restarts from its first batch after a resume) draws again what it drew."""
         self._end_evaluation_left_open()
+        self._rng_check.forget()  # an evaluation before any train pass after a load: its draws are not compared
         progress = self._progress
         restored, self._restored_evaluation_rng = self._restored_evaluation_rng, None
         if restored is not None and restored[0] == stage.name:
@@ -551,6 +571,11 @@ class AcceleratorProgress:
         self._in_flight, self._fit, self._evaluation = None, None, None
         accelerator.project_configuration.iteration = _next_save_iteration(accelerator, saved.save_iteration)
         resuming_epoch = self.view.train.epochs.lifetime.in_flight
+        if found.ranks is None:  # Accelerate restores the same RNGs after this hook (saved at one instant)
+            self._rng_check.loaded()
+            self._check_rng_at_pass = resuming_epoch
+        else:  # another world size: this rank's RNGs come from another saved rank than Accelerate's file
+            self._rng_check.forget()
         self._restored_evaluation_rng = saved.evaluation_rng
         self._armed_states = {
             index: inner.next_iter_state

@@ -21,6 +21,7 @@ from tracker_core import EventOrderError, InexactResumeWarning, ProgressStateErr
 from tracker_core.adapter import (
     GlobalRng,
     RankFiles,
+    ResumeRngCheck,
     abandon_in_flight,
     begin_dataloader_pass,
     bind_lifetime,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
 _P = ParamSpec("_P")
 _FIT = "fit"  # trainer.state.fn while fitting (Lightning's TrainerFn is a str enum in both packages)
+_SEED_BEFORE = "Trainer.fit(ckpt_path=...)"  # where a resumed fit's RNGs are restored (the RNG check's advice)
 
 __all__ = ["GRADIENTS_KEY", "STATE_KEY", "ProgressTracker"]
 
@@ -114,6 +116,9 @@ class ProgressTracker(CallbackBase):
         self._loaded = False  # an entry was loaded; Lightning's restart not yet reconciled
         self._resumed_untrained = False  # the last fit was resumed at max_steps: it trained nothing
         self._rng_at_setup: GlobalRng | None = None  # after a load, before Lightning's setup_data iter()
+        self._rng_check: ResumeRngCheck | None = None  # a fit loaded: the RNGs it restored, until compared
+        self._rng_check_at_batch: ResumeRngCheck | None = None  # mid-epoch: compared at the first resumed batch
+        self._rng_check_epoch = 0  # ... if that batch is in this epoch (Lightning may go on with the next one)
         self._elastic_entry: dict[str, Any] | None = None  # saved at another world size: loaded at setup_data
         self._train_loaders: list[object] = []  # held: the tracker's positions need them until the next fit
         self._train_layout: tuple[str, list[Any], list[int | None]] | None = None  # several train loaders
@@ -187,6 +192,7 @@ class ProgressTracker(CallbackBase):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer = weakref.ref(trainer)
         self._run_begun = False
+        self._rng_check_at_batch = None  # left by a resumed fit that trained nothing
         if self._cut_by:
             self._settle_cut()
         attach(trainer, self.tracker.progress)
@@ -292,6 +298,13 @@ class ProgressTracker(CallbackBase):
             elastic.load(self.tracker, entry, loaders, trainer.fit_loop)
             self.tracker.progress.run_ready(_FIT)  # re-enter the restored run, as on_fit_start does after a load
             self.tracker.progress.run_started()
+            self._rng_check = ResumeRngCheck(load=_SEED_BEFORE)
+            self._rng_check.loaded()
+        check, self._rng_check = self._rng_check, None
+        if check is not None:  # Lightning is about to build the resumed run's train iterator
+            check.check(
+                "between the checkpoint load and Lightning's first train iterator (on_fit_start, train_dataloader())"
+            )
         self._rng_at_setup = GlobalRng.capture()
         finished = resume.reached_max_steps(trainer)  # Lightning trains nothing: the restored epoch stays open
         self._resumed_untrained = finished
@@ -307,6 +320,10 @@ class ProgressTracker(CallbackBase):
                     next(iter(loader), None)
         self._close_restored_epoch(trainer)
         view = self.tracker.view
+        if check is not None and check.armed and view.is_mid_epoch:
+            # nothing draws before the first batch that continues the epoch (at an epoch boundary the next
+            # epoch's sampler does, as in the uninterrupted run): it is compared there once more
+            self._rng_check_at_batch, self._rng_check_epoch = check, view.epoch_index
         if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
             batch = view.train.batches.epoch.completed
             self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
@@ -344,10 +361,20 @@ class ProgressTracker(CallbackBase):
             if resume.discards_setup_iterator(trainer):
                 rng.apply()  # undo the draws of the iterator Lightning built in setup_data and drops now
 
+    def _first_resumed_batch(self, trainer: pl.Trainer) -> None:
+        """The first train batch after a mid-epoch load: the RNGs must still be as loaded if it continues
+        the saved epoch (Lightning counts an epoch whose batches were all done as finished and starts the
+        next one, whose sampler draws first, as in the uninterrupted run)."""
+        check, self._rng_check_at_batch = self._rng_check_at_batch, None
+        if check is not None and trainer.current_epoch == self._rng_check_epoch:
+            check.check("in an on_train_start hook of the resumed fit, before its first batch", last=True)
+
     # The per-batch hooks guard inline (a try costs nothing in Python 3.11; a wrapper costs a call)
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        if self._rng_check_at_batch is not None:
+            self._first_resumed_batch(trainer)
         try:
             self._train.batch_begin(batch)
         except EventOrderError as error:
@@ -461,6 +488,7 @@ class ProgressTracker(CallbackBase):
     def _evaluation_start(self, trainer: pl.Trainer, kind: str) -> None:
         if trainer.state.fn == _FIT:
             self._train.settle()  # a train batch ended before this validation
+            self._rng_check_at_batch = None  # Lightning finishes a validation the checkpoint cut: it draws first
         else:
             bind_lifetime(trainer.lightning_module, self.tracker.progress)
             self.tracker.progress.run_ready(kind)
@@ -723,6 +751,8 @@ class ProgressTracker(CallbackBase):
                 _load_progress_only(self.tracker, state_dict, trainer.global_rank)
         elif trainer is None or not saved_elsewhere(state_dict):
             self.tracker.load_state_dict(state_dict)
+            self._rng_check = ResumeRngCheck(load=_SEED_BEFORE)
+            self._rng_check.loaded()
             self._validation_at_load(state_dict["progress"])
         else:
             self._elastic_entry = state_dict

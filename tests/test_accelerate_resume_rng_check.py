@@ -1,0 +1,69 @@
+"""A reseed or draw of the global RNG after ``accelerator.load_state``, before the first resumed batch, is named.
+
+``load_state`` restores the global RNGs to the save instant; a ``set_seed`` after it, or a draw
+the uninterrupted run did not make there, makes the resumed run's random draws differ while
+the progress compares equal: one ``InexactResumeWarning`` says so. A real Accelerator on CPU.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("accelerate")
+
+import torch
+
+from helpers.accelerate_reseed import BATCHES, train
+from helpers.rng_warnings import rng_warnings
+
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+
+MID_EPOCH = 1  # saved after train batch 1 of epoch 0
+EPOCH_END = BATCHES - 1  # saved after the last batch of epoch 0: the next epoch's sampler draws before its first batch
+_LOOP = "between accelerator.load_state and the epochs() loop"
+_PASS = "between accelerator.load_state and the first train pass of the resumed epoch"
+
+
+def _resume(
+    tmp_path: Path, save_at: int, after_load: str = "", epoch_draw: bool = False
+) -> tuple[list[str], list[torch.Tensor]]:
+    path = tmp_path / "saved"
+    train(path, save_at=save_at, epoch_draw=epoch_draw)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        weights = train(path, after_load=after_load, epoch_draw=epoch_draw)
+    return rng_warnings(caught), weights
+
+
+@pytest.mark.parametrize(
+    ("save_at", "after_load", "epoch_draw", "where"),
+    [
+        pytest.param(MID_EPOCH, "set_seed", False, _LOOP, id="set_seed-after-load_state"),
+        pytest.param(EPOCH_END, "manual_seed", False, _LOOP, id="manual_seed-after-load_state-epoch-end"),
+        pytest.param(MID_EPOCH, "", True, _PASS, id="draw-in-the-resumed-epochs-body"),
+    ],
+)
+def test_a_reseed_after_load_state_before_the_first_resumed_batch_warns_once_naming_the_cause(
+    save_at: int, after_load: str, epoch_draw: bool, where: str, tmp_path: Path
+) -> None:
+    messages, _ = _resume(tmp_path, save_at, after_load, epoch_draw)
+    assert len(messages) == 1
+    assert where in messages[0]
+    assert "Seed before accelerator.load_state" in messages[0]
+
+
+def test_an_ordinary_mid_epoch_resume_is_exact_and_silent(tmp_path: Path) -> None:
+    straight = train(tmp_path / "none")
+    messages, weights = _resume(tmp_path, MID_EPOCH)
+    assert messages == []
+    assert all(torch.equal(a, b) for a, b in zip(weights, straight, strict=True))
+
+
+def test_a_resume_at_an_epoch_boundary_where_the_sampler_draws_is_exact_and_silent(tmp_path: Path) -> None:
+    straight = train(tmp_path / "none")
+    messages, weights = _resume(tmp_path, EPOCH_END)
+    assert messages == []
+    assert all(torch.equal(a, b) for a, b in zip(weights, straight, strict=True))

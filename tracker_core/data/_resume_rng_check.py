@@ -1,0 +1,68 @@
+"""Naming user code that moves the global RNGs between a checkpoint load and the first resumed batch.
+
+``Tracker.load_state_dict`` restores the global RNGs to the checkpoint instant. In the
+uninterrupted run nothing draws between that instant and the next batch of the same epoch,
+so the resumed run must reach that batch with the RNGs as loaded. A ``torch.manual_seed``
+after loading (Ignite's own save/resume example has one), or a draw in a start hook that the
+uninterrupted run did not run there, makes every later dropout and augmentation draw differ
+while the progress states still compare equal. :class:`ResumeRngCheck` notices it and warns
+once (``InexactResumeWarning``), naming where.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from tracker_core._tracker import InexactResumeWarning
+from tracker_core.data._rng import GlobalRng
+
+
+class ResumeRngCheck:
+    """Remembers the global RNGs a load restored; compares them at the points an adapter names; warns once.
+
+    ``load`` names the call the user should seed before (``"Checkpoint.load_objects"``). The
+    adapter calls :meth:`loaded` right after ``Tracker.load_state_dict``, :meth:`check` where the
+    resumed run must still hold the loaded RNGs (``last=True`` at the last such point, e.g.
+    before the first batch when it continues the saved epoch), and :meth:`forget` where the run
+    legitimately draws first (a resume at an epoch boundary: the next epoch's sampler).
+    """
+
+    def __init__(self, load: str) -> None:
+        self._load = load
+        self._loaded: dict[str, Any] | None = None
+
+    @property
+    def armed(self) -> bool:
+        """True between :meth:`loaded` and the last check (or a warning, or :meth:`forget`)."""
+        return self._loaded is not None
+
+    def loaded(self) -> None:
+        """A checkpoint was just loaded: remember the RNG states the core restored."""
+        self._loaded = GlobalRng.capture().to_plain()
+
+    def forget(self) -> None:
+        """Nothing more to compare (a new run, or the next draw is one the uninterrupted run made too)."""
+        self._loaded = None
+
+    def check(self, where: str, *, last: bool = False) -> bool:
+        """True, with one ``InexactResumeWarning`` saying the RNGs changed ``where``, if they moved since the load.
+
+        After a warning, or with ``last``, the check is spent.
+        """
+        loaded = self._loaded
+        if loaded is None:
+            return False
+        if last:
+            self._loaded = None
+        if GlobalRng.capture().to_plain() == loaded:
+            return False
+        self._loaded = None
+        warnings.warn(
+            f"the global RNG state changed {where} (e.g. torch.manual_seed): the checkpoint restored it, "
+            "and the resumed run's dropout, augmentation and other random draws now differ from the "
+            f"uninterrupted run. Seed before {self._load}, not after",
+            InexactResumeWarning,
+            stacklevel=3,
+        )
+        return True
