@@ -1,8 +1,10 @@
-"""Ignite's heartbeat folder: the folder of a ``Checkpoint(..., DiskSaver(dirname))`` that saves the handler."""
+"""Ignite's heartbeat: kept in the folder of a ``Checkpoint(..., DiskSaver(dirname))`` that saves the handler,
+so a resume records what the crashed run did after its checkpoint (docs/ignite.md, "Lost work")."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,9 +13,84 @@ pytest.importorskip("ignite")
 from ignite.engine import Events
 from ignite.handlers import Checkpoint, DiskSaver, ModelCheckpoint
 
+from tracker_core.adapter import HEARTBEAT_FILE
 from tracker_core.integrations.ignite._compat import checkpoint_dirnames
 
-from helpers.ignite_program import Config, build
+from helpers.ignite_program import BATCH, Config, Program, build, save_every_iteration
+
+
+@pytest.fixture(autouse=True)
+def _beat_at_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACKER_HEARTBEAT_SECONDS", "0")
+
+
+def _crash_after(program: Program, iteration: int) -> None:
+    """Run ``program``; it raises after batch ``iteration`` (1-based) completed (and was checkpointed)."""
+
+    def crash() -> None:
+        raise RuntimeError("crash")
+
+    program.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=iteration), crash)
+    with pytest.raises(RuntimeError, match="crash"):
+        program.run()
+
+
+def _resumed_runs(path: Path | dict[str, Any], saving: Any = None) -> list[dict[str, Any]]:
+    """A new program, saving through ``saving(program)``, loads ``path`` and runs to the end: its ledger."""
+    program = build(Config(), seed=1234)
+    if saving is not None:
+        saving(program)
+    Checkpoint.load_objects(program.to_save(), path if isinstance(path, dict) else str(path))
+    program.run()
+    runs: list[dict[str, Any]] = program.progress.view.state_dict()["ledger"]["runs"]
+    return runs
+
+
+def test_a_crashed_run_resumed_from_an_older_checkpoint_records_the_batches_it_lost(tmp_path: Path) -> None:
+    crashing = build(Config(), seed=0)
+    save_every_iteration(crashing, tmp_path)
+    _crash_after(crashing, 5)
+    assert (tmp_path / HEARTBEAT_FILE).exists()
+    crashed, completed = _resumed_runs(tmp_path / "2.pt", lambda program: save_every_iteration(program, tmp_path))
+    assert (crashed["ended"], crashed["end"]["batches"]) == ("crashed", 2)
+    lost = crashed["lost"]
+    assert (lost["batches"], lost["samples"], lost["steps"]) == (3, BATCH + 1 + BATCH, 3)  # epoch 1 ends on 1 sample
+    assert (completed["ended"], completed["start"]["batches"], completed["end"]["batches"]) == ("completed", 2, 12)
+
+
+def test_the_heartbeat_goes_beside_an_evaluator_checkpoint_that_saves_the_handler(tmp_path: Path) -> None:
+    def save_best(program: Program) -> None:
+        best = Checkpoint(
+            program.to_save(),
+            DiskSaver(str(tmp_path), require_empty=False),
+            score_function=lambda _: float(program.trainer.state.epoch),  # each epoch better than the last
+            filename_pattern="best_{score}.pt",
+        )
+        program.evaluator.add_event_handler(Events.COMPLETED, best)
+
+    crashing = build(Config(), seed=0)
+    save_best(crashing)
+    _crash_after(crashing, 7)  # epoch 2, batch 3
+    crashed, _ = _resumed_runs(tmp_path / "best_1.0000.pt", save_best)  # saved after epoch 1: 4 batches
+    # The last beat came at batch 7's optimizer step, 6 batches processed (the beats come at optimizer steps).
+    assert (crashed["ended"], crashed["end"]["batches"], crashed["lost"]["batches"]) == ("crashed", 4, 2)
+
+
+def test_without_a_disk_saver_folder_there_is_no_heartbeat_and_the_lost_work_is_unknown(tmp_path: Path) -> None:
+    kept: dict[str, Any] = {}
+
+    def in_memory(checkpoint: dict[str, Any], filename: str, metadata: Any = None) -> None:
+        kept[filename] = checkpoint
+
+    crashing = build(Config(), seed=0)
+    crashing.trainer.add_event_handler(
+        Events.ITERATION_COMPLETED(once=2), Checkpoint(crashing.to_save(), in_memory, filename_prefix="at2")
+    )
+    _crash_after(crashing, 5)
+    (saved,) = kept.values()
+    crashed, _ = _resumed_runs(saved)
+    assert (crashed["ended"], crashed["end"]["batches"], crashed["lost"]) == ("crashed", 2, "unknown")
+    assert not any(tmp_path.iterdir())
 
 
 def test_checkpoint_dirnames_finds_each_disk_saver_folder_once(tmp_path: Path) -> None:

@@ -38,6 +38,8 @@ from tracker_core.adapter import (
     capture_gradients,
     count_scheduler_steps,
     count_skipped_steps,
+    keep_heartbeat,
+    read_heartbeat,
     reenter_last_run,
     restore_gradients,
     samples_in,
@@ -48,6 +50,7 @@ from tracker_core.integrations._checkpoint_files import IGNITE_STATE_KEYS as _ST
 from tracker_core.integrations.ignite._compat import prepend_handler, set_batches_into_epoch
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
 from tracker_core.integrations.ignite._events import CountTokens, attach_stage, attach_trainer
+from tracker_core.integrations.ignite._heartbeat import heartbeat_folder
 from tracker_core.integrations.ignite._loaders import Loaders
 from tracker_core.integrations.ignite._loggers import rewind_loggers
 from tracker_core.integrations.ignite._rng_check import RngCheck
@@ -82,6 +85,7 @@ class ProgressHandler:
         self._loaders = Loaders(self._tracker)
         self._rng_check = RngCheck()
         self._engines: list[Engine] = []  # attached: their loggers continue at a resumed iteration
+        self._heartbeat_folder: str | None = None  # found at the trainer's STARTED (_heartbeat.py)
 
     @property
     def view(self) -> ProgressView:
@@ -186,6 +190,7 @@ class ProgressHandler:
         # With several processes every rank's entry, so rank 0's file resumes each rank exactly:
         # a collective, which Checkpoint calls on every rank.
         entry = self._tracker.checkpoint_state_dict()
+        keep_heartbeat(self._tracker.progress, self._heartbeat_folder)  # beside the files Checkpoint now writes
         return {"progress_tracker": entry, "gradients": gradients}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -220,7 +225,16 @@ class ProgressHandler:
     # --- resume ---------------------------------------------------------------------------
 
     def _trainer_started(self, engine: Engine) -> None:
-        """STARTED of the trainer: begin, continue or re-enter the fit run, aligning Ignite with a loaded state.
+        """STARTED of the trainer: read the heartbeat of the run a loaded state was saved by, start the run,
+        beat (in the folder of a Checkpoint saving this handler; none found: no heartbeat, docs/ignite.md)."""
+        self._heartbeat_folder = heartbeat_folder([engine, *self._engines], self)
+        if self._restored is not None:
+            read_heartbeat(self._tracker.progress, self._heartbeat_folder)  # the lost work of the run saved
+        self._start_run(engine)
+        keep_heartbeat(self._tracker.progress, self._heartbeat_folder)
+
+    def _start_run(self, engine: Engine) -> None:
+        """Begin, continue or re-enter the fit run, aligning Ignite with a loaded state.
 
         The fit run is Ignite's state: it begins when Ignite begins at iteration 0, and a
         ``run()`` that continues Ignite's state (after ``terminate()``, an exception, or a
