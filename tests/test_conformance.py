@@ -4,7 +4,9 @@ Each scenario is trained under the three adapters. Uninterrupted, the three prog
 are equal (same schema, same numbers, tokens too: one scenario's batches carry them). Stopped
 right after a mid-epoch checkpoint and resumed into fresh objects (seeded differently, in the same process), each framework ends exactly as
 its uninterrupted run: same sample ids in the same order, bit-identical weights, same progress,
-hence the same progress as the other two frameworks.
+hence the same progress as the other two frameworks. The resumed runs' ledgers agree too: the same
+entries (kind, world size, global batch size, accumulation, start and end counts, how they ended), the
+stopped entry's ending aside, which each framework learns in its own way (see STOPPED_ENTRY).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch
 from tracker_core import Progress
 
 from helpers.conformance import FRAMEWORKS, TOKENS_PER_SAMPLE, Outcome, Saving, Scenario, run, stop_checkpoint
-from helpers.ledger import without_ledger
+from helpers.ledger import without_ledger, without_ledger_times
 
 pytestmark = [
     pytest.mark.filterwarnings("error::tracker_core.InexactResumeWarning"),
@@ -50,6 +52,17 @@ SCENARIOS = [
     Scenario("stop-after-first-batch", samples=10, batch_size=3, accumulation=2, validate_every=4, stop=(0, 1)),
 ]
 _references: dict[tuple[str, Scenario], Outcome] = {}
+_resumed: dict[tuple[str, Scenario], Outcome] = {}
+# How the stop ended the stopped run's ledger entry, and its lost work (times aside). Lightning and Ignite stop by an
+# exception after the checkpoint, saved by hand (trainer.save_checkpoint; a Checkpoint called directly) so with no
+# heartbeat beside it: the resume settles the entry crashed, its lost work unknown. Accelerate returns from the loop,
+# which ends its fit there, completed; its heartbeat beside the checkpoint says so, with nothing lost.
+NOTHING_LOST = {"batches": 0, "samples": 0, "steps": 0, "tokens": 0}
+STOPPED_ENTRY = {
+    "lightning": ("crashed", "unknown"),
+    "ignite": ("crashed", "unknown"),
+    "accelerate": ("completed", NOTHING_LOST),
+}
 
 
 def _reference(framework: str, scenario: Scenario) -> Outcome:
@@ -108,6 +121,7 @@ def test_run_resumed_from_a_mid_epoch_checkpoint_equals_the_uninterrupted_run(
     reference = _reference(framework, scenario)
     stopped = run(framework, scenario, saving=Saving(tmp_path))
     resumed = run(framework, scenario, resume_from=stop_checkpoint(framework, tmp_path), seed=1234)
+    _resumed[framework, scenario] = resumed
     assert len(stopped.ids) == scenario.stop_batch
     assert stopped.ids + resumed.ids == reference.ids
     assert all(torch.equal(a, b) for a, b in zip(resumed.weights, reference.weights, strict=True))
@@ -139,3 +153,26 @@ def test_mid_epoch_checkpoints_hold_the_same_progress_once_loaded(scenario: Scen
     loaded = {framework: _loaded(state) for framework, state in saved.items()}
     assert _differences(loaded["lightning"], loaded["ignite"]) == []
     assert _differences(loaded["lightning"], loaded["accelerate"]) == []
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_resumed_runs_record_the_same_ledger_in_all_three_frameworks(scenario: Scenario, tmp_path: Path) -> None:
+    ledgers = {}
+    for framework in FRAMEWORKS:
+        if (framework, scenario) not in _resumed:  # the resume test above ran elsewhere (another worker)
+            run(framework, scenario, saving=Saving(tmp_path / framework))
+            checkpoint = stop_checkpoint(framework, tmp_path / framework)
+            _resumed[framework, scenario] = run(framework, scenario, resume_from=checkpoint, seed=1234)
+        ledgers[framework] = without_ledger_times(_resumed[framework, scenario].progress["ledger"]["runs"])
+    for framework, runs in ledgers.items():
+        stopped = runs[0]
+        assert (stopped["ended"], stopped["lost"]) == STOPPED_ENTRY[framework], framework
+        runs[0] = {**stopped, "ended": "(how the stop ended)", "lost": "(what it lost)"}
+    assert ledgers["lightning"] == ledgers["ignite"]
+    assert ledgers["lightning"] == ledgers["accelerate"]
+    fit, resumed, *test = ledgers["lightning"]
+    assert (fit["kind"], fit["start"]["batches"], fit["end"]["batches"]) == ("fit", 0, scenario.stop_batch)
+    assert (resumed["kind"], resumed["start"]["batches"], resumed["ended"]) == ("fit", scenario.stop_batch, "completed")
+    assert resumed["end"]["batches"] == scenario.epochs * scenario.batches_per_epoch
+    assert [(run["kind"], run["ended"]) for run in test] == ([("test", "completed")] if scenario.test_after else [])
+    assert resumed["global_batch_size"] > 0 and resumed["accumulation"] > 0 and resumed["world_size"] == 1

@@ -1,6 +1,7 @@
 """Time fields in all three frameworks, with the real clock: the same fields, timed in the same stages
-and scopes, in scope order, never running back from one checkpoint to the next or across a resume.
-Values differ between runs and are not compared."""
+and scopes, in scope order, never running back from one checkpoint to the next or across a resume; the
+run ledger's times too (each entry's wall and train time, present in the same entries, in order). Values
+differ between runs and are not compared."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tracker_core.integrations.checkpoints import CheckpointFileError, read_chec
 
 from helpers.clock import REAL_NOW_US
 from helpers.conformance import FRAMEWORKS, Outcome, Saving, Scenario, run, stop_checkpoint
-from helpers.time_fields import out_of_order, time_fields, went_back
+from helpers.time_fields import ledger_time_fields, ledger_went_back, out_of_order, time_fields, went_back
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:'set_vital' is deprecated"),
@@ -56,10 +57,13 @@ def test_uninterrupted_runs_record_the_same_time_fields_in_all_three_frameworks(
         assert state["stages"]["test"]["microseconds"]["lifetime"] == 0
 
 
-def test_the_three_frameworks_time_the_same_stages_and_scopes() -> None:
+def test_the_three_frameworks_time_the_same_stages_and_scopes_and_ledger_entries() -> None:
     scenario = Scenario("fit-then-test", samples=8, batch_size=2, validate_every=2, test_after=True, stop=(0, 1))
-    timed = [{key for key, us in time_fields(run(f, scenario).progress).items() if us > 0} for f in FRAMEWORKS]
+    states = [run(f, scenario).progress for f in FRAMEWORKS]
+    timed = [{key for key, us in {**time_fields(s), **ledger_time_fields(s)}.items() if us > 0} for s in states]
     assert timed[0] == timed[1] == timed[2]
+    assert {"ledger.runs.0.microseconds", "ledger.runs.0.end.microseconds", "ledger.runs.1.microseconds"} <= timed[0]
+    assert all(ledger_went_back(state) == [] for state in states)
     assert {"stages.train.microseconds.lifetime", "stages.validate.microseconds.lifetime"} <= timed[0]
     assert "stages.test.microseconds.lifetime" in timed[0]
     assert not any(key.startswith("stages.predict") for key in timed[0])
@@ -98,6 +102,11 @@ def test_a_resumed_run_times_on_from_its_checkpoint(framework: str, tmp_path: Pa
     assert went_back(saved, resumed.progress) == []
     assert out_of_order(resumed.progress) == []
     assert resumed.progress["microseconds"]["checkpoint_restore"]["lifetime"] > 0
+    assert ledger_went_back(resumed.progress) == []
+    stopped, continued = resumed.progress["ledger"]["runs"]
+    assert stopped["microseconds"] > 0 and stopped["end"]["microseconds"] > 0  # as the checkpoint held them
+    assert continued["microseconds"] > 0 and continued["end"]["microseconds"] > continued["start"]["microseconds"]
+    assert continued["start"]["microseconds"] == stopped["end"]["microseconds"]
     assert (
         resumed.progress["stages"]["train"]["microseconds"]["lifetime"]
         > (saved["stages"]["train"]["microseconds"]["lifetime"])

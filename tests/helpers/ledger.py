@@ -15,3 +15,22 @@ def without_ledger(state: dict[str, Any]) -> dict[str, Any]:
             stripped["ranks"] = [without_ledger(rank) for rank in state["ranks"]]
         return stripped
     return {key: value for key, value in state.items() if key != "ledger"}
+
+
+def without_ledger_times(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ledger entries without their times (``microseconds`` of the entry, of its counts and of its lost work):
+    what two runs of one program agree on exactly, under any framework."""
+    return [
+        {
+            **run,
+            "start": _untimed(run["start"]),
+            "end": _untimed(run["end"]),
+            "microseconds": None,
+            "lost": run["lost"] if run["lost"] == "unknown" else _untimed(run["lost"]),
+        }
+        for run in runs
+    ]
+
+
+def _untimed(counts: dict[str, int]) -> dict[str, int]:
+    return {name: value for name, value in counts.items() if name != "microseconds"}

@@ -33,3 +33,30 @@ def went_back(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """Lifetime time fields of ``after`` below those of ``before`` (time never runs back across a resume)."""
     earlier, later = time_fields(before), time_fields(after)
     return [key for key in earlier if key.endswith(".lifetime") and later[key] < earlier[key]]
+
+
+def ledger_time_fields(state: dict[str, Any]) -> dict[str, int]:
+    """Every time of the run ledger by key path: ``ledger.runs.<i>.microseconds`` (wall), ``.start.microseconds``
+    and ``.end.microseconds`` (train time) and ``.lost.microseconds`` (wall time lost, when measured)."""
+    fields = {}
+    for i, run in enumerate(state["ledger"]["runs"]):
+        fields[f"ledger.runs.{i}.microseconds"] = run["microseconds"]
+        fields[f"ledger.runs.{i}.start.microseconds"] = run["start"]["microseconds"]
+        fields[f"ledger.runs.{i}.end.microseconds"] = run["end"]["microseconds"]
+        if run["lost"] != "unknown":
+            fields[f"ledger.runs.{i}.lost.microseconds"] = run["lost"]["microseconds"]
+    return fields
+
+
+def ledger_went_back(state: dict[str, Any]) -> list[str]:
+    """Ledger train times running back: an entry ending below its start, or starting below the previous start."""
+    found = []
+    previous = 0
+    for i, run in enumerate(state["ledger"]["runs"]):
+        start, end = run["start"]["microseconds"], run["end"]["microseconds"]
+        if end < start:
+            found.append(f"ledger.runs.{i}.end.microseconds")
+        if start < previous:
+            found.append(f"ledger.runs.{i}.start.microseconds")
+        previous = start
+    return found
