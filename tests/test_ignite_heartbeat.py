@@ -58,6 +58,28 @@ def test_a_crashed_run_resumed_from_an_older_checkpoint_records_the_batches_it_l
     assert (completed["ended"], completed["start"]["batches"], completed["end"]["batches"]) == ("completed", 2, 12)
 
 
+def test_a_run_killed_before_its_first_checkpoint_is_in_the_ledger_of_the_next_resume(tmp_path: Path) -> None:
+    def save_every_fifth(program: Program) -> None:
+        saving = Checkpoint(program.to_save(), DiskSaver(str(tmp_path), require_empty=False))
+        program.trainer.add_event_handler(Events.ITERATION_COMPLETED(every=5), saving)
+
+    first = build(Config(), seed=0)
+    save_every_iteration(first, tmp_path)
+    _crash_after(first, 5)
+    second = build(Config(), seed=1)  # beats beside 2.pt from its start, saves nothing before it crashes
+    save_every_fifth(second)
+    Checkpoint.load_objects(second.to_save(), str(tmp_path / "2.pt"))
+    _crash_after(second, 4)  # trained batches 3 and 4
+    crashed, killed, completed = _resumed_runs(
+        tmp_path / "2.pt", lambda program: save_every_iteration(program, tmp_path)
+    )
+    assert (crashed["ended"], crashed["end"]["batches"], crashed["lost"]["batches"]) == ("crashed", 2, 3)
+    assert (killed["ended"], killed["start"]["batches"], killed["end"]["batches"]) == ("crashed", 2, 2)
+    # Its last beat came at batch 4's optimizer step, 3 batches processed (the beats come at optimizer steps).
+    assert (killed["lost"]["batches"], killed["lost"]["steps"]) == (1, 2)
+    assert (completed["start"]["batches"], completed["end"]["batches"]) == (2, 12)
+
+
 def test_the_heartbeat_goes_beside_an_evaluator_checkpoint_that_saves_the_handler(tmp_path: Path) -> None:
     def save_best(program: Program) -> None:
         best = Checkpoint(
