@@ -10,6 +10,7 @@ their global RNGs differently.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ pytest.importorskip("ignite")
 pytest.importorskip("torchdata")
 
 import torch
+
+from tracker_core.integrations.checkpoints import read_checkpoint
 
 from helpers.distributed_runs import (
     assert_each_rank_trains_its_half_of_every_epoch,
@@ -74,10 +77,22 @@ def test_ranks_with_uneven_data_are_named_with_their_counts_at_the_epoch_end(fol
         assert torch.load(folder / f"uneven-rank{rank}.pt", weights_only=True) == [expected]
 
 
-def test_checkpoint_written_by_rank_0_holds_every_ranks_entry(folder: Path) -> None:
+def test_checkpoint_written_by_rank_0_holds_an_index_and_each_ranks_entry_in_its_own_file(folder: Path) -> None:
     entry = torch.load(folder / "plain-3.pt", weights_only=True)["progress"]["progress_tracker"]
-    assert len(entry["ranks"]) == 2
-    assert entry["ranks"][0]["rng"] != entry["ranks"][1]["rng"]  # the ranks' global RNGs differ
+    index = entry["ranks"]
+    files = [folder / index["rank_files"] / f"rank-{rank}.json" for rank in range(2)]
+    ranks = [json.loads(file.read_text())["entry"] for file in files]
+
+    assert index["rank_files"] == f"plain-3.pt.ranks/{index['save_id']}"
+    assert {key: value for key, value in entry.items() if key != "ranks"} == ranks[0]
+    assert ranks[0]["rng"] != ranks[1]["rng"]  # the ranks' global RNGs differ
+
+
+def test_inspect_reads_each_ranks_entry_of_an_ignite_checkpoint_from_its_file(folder: Path) -> None:
+    checkpoint = read_checkpoint(folder / "plain-3.pt")
+
+    assert checkpoint.format == "ignite" and len(checkpoint.entries) == 2
+    assert checkpoint.rank_files is not None and checkpoint.rank_files in checkpoint.location
 
 
 @pytest.mark.parametrize(("config", "at"), [(config, at) for config, iterations in AT.items() for at in iterations])

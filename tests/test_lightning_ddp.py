@@ -22,7 +22,7 @@ pytest.importorskip("torchdata")
 
 import torch
 
-from tracker_core.integrations.checkpoints import CheckpointFileError, read_checkpoint
+from tracker_core.integrations.checkpoints import read_checkpoint
 from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY
 
 from helpers.distributed_runs import (
@@ -82,6 +82,7 @@ def test_checkpoint_written_by_rank_0_holds_an_index_and_each_ranks_entry_in_its
         "rank_files": f"plain-2.ckpt.ranks/{index['save_id']}",
         "world_size": 2,
         "save_id": index["save_id"],
+        "written_in": str(folder / "plain-2.ckpt.ranks" / index["save_id"]),
     }
     assert {key: value for key, value in entry.items() if key != "ranks"} == ranks[0]
     assert ranks[0]["rng"] != ranks[1]["rng"]  # the ranks' global RNGs differ
@@ -111,12 +112,13 @@ def test_inspect_reads_each_ranks_entry_from_its_file_and_says_where_they_are(fo
     assert checkpoint.entries[0]["rng"] != checkpoint.entries[1]["rng"]
 
 
-def test_a_checkpoint_moved_with_its_rank_files_reads_and_one_without_them_is_refused_naming_the_rank(
+def test_a_checkpoint_moved_and_renamed_with_its_rank_files_reads_them_from_beside_it(
     folder: Path, tmp_path: Path
 ) -> None:
     shutil.copy(folder / "plain-2.ckpt", tmp_path / "moved.ckpt")
-    with pytest.raises(CheckpointFileError, match=r"'ranks\.0'.*missing"):
-        read_checkpoint(tmp_path / "moved.ckpt")
     shutil.copytree(folder / "plain-2.ckpt.ranks", tmp_path / "moved.ckpt.ranks")
 
-    assert len(read_checkpoint(tmp_path / "moved.ckpt").entries) == 2
+    checkpoint = read_checkpoint(tmp_path / "moved.ckpt")
+
+    assert checkpoint.rank_files is not None and checkpoint.rank_files.startswith(str(tmp_path / "moved.ckpt.ranks"))
+    assert len(checkpoint.entries) == 2

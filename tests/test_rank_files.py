@@ -62,7 +62,7 @@ def test_the_checkpoint_keeps_rank_0s_entry_and_an_index_of_constant_size(
     path, gathered = saved
     entry = torch.load(path, weights_only=True)["tracker"]
 
-    assert set(entry["ranks"]) == {"rank_files", "world_size", "save_id"}
+    assert set(entry["ranks"]) == {"rank_files", "world_size", "save_id", "written_in"}
     assert entry["ranks"]["world_size"] == 2
     assert {k: v for k, v in entry.items() if k != "ranks"} == gathered["ranks"][0]
     assert json.loads(json.dumps(entry)) == entry  # the checkpoint's entry stays plain JSON
@@ -80,6 +80,29 @@ def test_a_missing_rank_file_is_refused_naming_the_rank_and_the_file(saved: tupl
 
     with pytest.raises(ProgressStateError, match=r"'ranks\.1'.*rank-1\.json: missing"):
         _loaded(path)["ranks"][1]
+
+
+def test_a_checkpoint_moved_without_its_rank_files_is_refused_saying_where_they_were_looked_for(
+    saved: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    path, _ = saved
+    moved = tmp_path / "elsewhere" / "moved.ckpt"
+    moved.parent.mkdir()
+    shutil.move(path, moved)
+    shutil.rmtree(path.parent / "checkpoint.ckpt.ranks")
+
+    with pytest.raises(ProgressStateError, match=r"'ranks'.*not found; looked in .*moved\.ckpt\.ranks"):
+        _loaded(moved)
+
+
+def test_rank_files_are_found_in_a_folder_the_adapter_names(saved: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    path, gathered = saved
+    entry = torch.load(path, weights_only=True)["tracker"]
+    shutil.move(path.parent / "checkpoint.ckpt.ranks", tmp_path / "run" / "checkpoint.ckpt.ranks")
+
+    found = with_rank_files(entry, None, folders=[tmp_path / "run"])
+
+    assert list(found["ranks"]) == gathered["ranks"]  # type: ignore[index]
 
 
 def test_a_changed_value_in_a_rank_file_is_refused_by_its_digest(saved: tuple[Path, dict[str, Any]]) -> None:

@@ -15,6 +15,7 @@ at another world size (``attach(trainer, ..., dataloader=train_loader)``, "elast
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -44,6 +45,7 @@ from tracker_core.adapter import (
     restore_gradients,
     samples_in,
     saved_elsewhere,
+    with_rank_files,
 )
 from tracker_core.adapter import register_progress as register
 from tracker_core.integrations._checkpoint_files import IGNITE_STATE_KEYS as _STATE_KEYS
@@ -53,6 +55,7 @@ from tracker_core.integrations.ignite._events import CountTokens, attach_stage, 
 from tracker_core.integrations.ignite._heartbeat import heartbeat_folder
 from tracker_core.integrations.ignite._loaders import Loaders
 from tracker_core.integrations.ignite._loggers import rewind_loggers
+from tracker_core.integrations.ignite._rank_files import checkpoint_folders, wrap_savers
 from tracker_core.integrations.ignite._rng_check import RngCheck
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 from tracker_core.integrations.ignite._settle import Anomalies, close_cut
@@ -85,6 +88,7 @@ class ProgressHandler:
         self._loaders = Loaders(self._tracker)
         self._rng_check = RngCheck()
         self._engines: list[Engine] = []  # attached: their loggers continue at a resumed iteration
+        self._checkpoint_path: str | None = None  # loading_from: the file Checkpoint.load_objects loads next
         self._heartbeat_folder: str | None = None  # found at the trainer's STARTED (_heartbeat.py)
 
     @property
@@ -161,6 +165,7 @@ class ProgressHandler:
             self._bind_at_start(engine, model)
         register(engine, self._tracker.progress)
         self._engines.append(engine)
+        engine.add_event_handler(Events.STARTED, wrap_savers, self._engines, self)  # rank files: _rank_files.py
 
     def _bind_at_start(self, engine: Engine, model: torch.nn.Module) -> None:
         """Bind ``model``'s lifetime at each STARTED, ahead of the handler's own STARTED handlers that begin the run."""
@@ -193,6 +198,15 @@ class ProgressHandler:
         keep_heartbeat(self._tracker.progress, self._heartbeat_folder)  # beside the files Checkpoint now writes
         return {"progress_tracker": entry, "gradients": gradients}
 
+    def loading_from(self, checkpoint_path: str | os.PathLike[str]) -> None:
+        """Name the checkpoint file the next ``Checkpoint.load_objects`` loads (Ignite does not tell the handler).
+
+        Needed only for a checkpoint of several processes moved away from where it was written and
+        from the folders of the ``Checkpoint``s saving this handler: its rank files
+        (``<file>.ranks/``, docs/distributed.md) are then looked for beside it.
+        """
+        self._checkpoint_path = os.fspath(checkpoint_path)
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Validate everything (``ProgressStateError`` naming the key, nothing changed), then load."""
         if not isinstance(state, Mapping):
@@ -200,6 +214,9 @@ class ProgressHandler:
         for key in _STATE_KEYS:
             if key not in state:
                 raise ProgressStateError(key, "missing")
+        path, self._checkpoint_path = self._checkpoint_path, None
+        folders = checkpoint_folders(self._engines, self)
+        state = {**state, "progress_tracker": with_rank_files(state["progress_tracker"], path, folders=folders)}
         if self._trainer is None and saved_elsewhere(state["progress_tracker"]):
             # Evaluation engines only (a trainer is attached before loading): nothing trains, nothing to map.
             self._tracker.load_for_evaluation(state["progress_tracker"])

@@ -4,11 +4,14 @@ A gathered entry (``Tracker.gathered_state_dict``: rank 0's entry plus ``"ranks"
 is split on the writer by :func:`write_rank_files`: rank ``r``'s entry goes to
 ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` and ``"ranks"`` becomes an index of constant size::
 
-    {"rank_files": "<checkpoint name>.ranks/<save_id>", "world_size": W, "save_id": "<hex>"}
+    {"rank_files": "<checkpoint name>.ranks/<save_id>", "world_size": W, "save_id": "<hex>",
+     "written_in": "<the folder the files were written to>"}
 
-(the folder relative to the checkpoint's folder). A reader looks in ``<its checkpoint's name>.ranks/<save_id>``
-first, so a checkpoint moved or renamed with its ``.ranks`` folder still reads, then in the recorded folder
-(a copy of the checkpoint beside the original, Lightning's ``last.ckpt``). Each file holds ``{"save_id", "rank", "world_size", "sha256", "entry"}``, the digest
+(``rank_files`` relative to the checkpoint's folder). A reader looks, in this order, in
+``<its checkpoint's name>.ranks/<save_id>`` beside the checkpoint (moved or renamed with its ``.ranks``
+folder), in ``rank_files`` beside it (a copy of the checkpoint beside the original, Lightning's
+``last.ckpt``), in ``rank_files`` under each folder an adapter knows the checkpoint may be in (Ignite,
+whose ``Checkpoint.load_objects`` never says which file it loads), then in ``written_in``. Each file holds ``{"save_id", "rank", "world_size", "sha256", "entry"}``, the digest
 over the entry's canonical JSON: a missing, damaged, or copied-in file (another save, another rank)
 is a :class:`ProgressStateError` naming ``ranks.<r>``, raised before anything is applied.
 :func:`with_rank_files` puts a :class:`RankFiles` in place of the index: a sequence that reads a
@@ -28,12 +31,12 @@ import os
 import posixpath
 import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from tracker_core._errors import ProgressStateError
 
-INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id"})
+INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in"})
 SUFFIX = ".ranks"
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 _SAVE_ID = re.compile(r"[0-9a-f]{32}")
@@ -76,12 +79,14 @@ def write_rank_files(entry: Mapping[str, Any], checkpoint: str | os.PathLike[str
             "entry": part,
         }
         _write(_join(folder, file_name(rank)), json.dumps(document, sort_keys=True, allow_nan=False).encode())
-    index = {"rank_files": relative, "world_size": len(ranks), "save_id": save_id}
+    index = {"rank_files": relative, "world_size": len(ranks), "save_id": save_id, "written_in": folder}
     return {**{name: value for name, value in entry.items() if name != "ranks"}, "ranks": index}
 
 
-def remove_other_saves(checkpoint: str | os.PathLike[str], keep: str | None) -> None:
-    """Remove the ``<save_id>`` folders under ``<checkpoint>.ranks`` other than ``keep`` (all with None)."""
+def remove_other_saves(checkpoint: str | os.PathLike[str], keep: str | Collection[str] | None) -> None:
+    """Remove the ``<save_id>`` folders under ``<checkpoint>.ranks`` other than ``keep`` (one save id, several,
+    or None: all)."""
+    kept = {keep} if isinstance(keep, str) else set(keep or ())
     path = _path(checkpoint)
     root = path + SUFFIX
     if _is_url(path):
@@ -89,33 +94,36 @@ def remove_other_saves(checkpoint: str | os.PathLike[str], keep: str | None) -> 
         if not filesystem.exists(where):
             return
         for name in [posixpath.basename(p.rstrip("/")) for p in filesystem.ls(where, detail=False)]:
-            if name != keep and _SAVE_ID.fullmatch(name):
+            if name not in kept and _SAVE_ID.fullmatch(name):
                 filesystem.rm(posixpath.join(where, name), recursive=True)
-        if keep is None and not filesystem.ls(where, detail=False):
+        if not kept and not filesystem.ls(where, detail=False):
             filesystem.rm(where, recursive=True)
         return
     if not os.path.isdir(root):
         return
     for name in os.listdir(root):
-        if name != keep and _SAVE_ID.fullmatch(name):
+        if name not in kept and _SAVE_ID.fullmatch(name):
             folder = os.path.join(root, name)
             for file in os.listdir(folder):
                 os.remove(os.path.join(folder, file))
             os.rmdir(folder)
-    if keep is None and not os.listdir(root):
+    if not kept and not os.listdir(root):
         os.rmdir(root)
 
 
-def with_rank_files(entry: object, checkpoint: str | os.PathLike[str], folder: str | None = None) -> object:
+def with_rank_files(
+    entry: object, checkpoint: str | os.PathLike[str] | None = None, *, folders: Sequence[str | os.PathLike[str]] = ()
+) -> object:
     """``entry`` with its index of rank files replaced by a :class:`RankFiles` reading them lazily.
 
-    ``checkpoint``: the path (or URL) the checkpoint was read from, whose folder the index is relative
-    to; ``folder`` overrides where the rank files are (a checkpoint moved without its ``.ranks`` folder).
-    Any other entry is returned as it is. A malformed index raises ``ProgressStateError`` naming ``ranks``.
+    ``checkpoint``: the path (or URL) the checkpoint was read from, None if unknown; ``folders``: other
+    folders the checkpoint may be in (looked in after ``checkpoint``'s, before the folder the files were
+    written to). Any other entry is returned as it is. A malformed index, or rank files found nowhere,
+    raise ``ProgressStateError`` naming ``ranks``.
     """
     if not isinstance(entry, Mapping) or not is_index(entry.get("ranks")):
         return entry
-    return {**entry, "ranks": RankFiles.of(entry["ranks"], checkpoint, folder)}
+    return {**entry, "ranks": RankFiles.of(entry["ranks"], checkpoint, folders=folders)}
 
 
 class RankFiles(Sequence[dict[str, Any]]):
@@ -129,11 +137,19 @@ class RankFiles(Sequence[dict[str, Any]]):
         self.bytes_read = 0  # what this process read of the rank files (benchmarks/checkpoint_scale.py)
 
     @classmethod
-    def of(cls, index: object, checkpoint: str | os.PathLike[str], folder: str | None = None) -> RankFiles:
-        """The rank files an index (``entry["ranks"]``) names, relative to ``checkpoint``'s folder."""
+    def of(
+        cls,
+        index: object,
+        checkpoint: str | os.PathLike[str] | None = None,
+        *,
+        folders: Sequence[str | os.PathLike[str]] = (),
+    ) -> RankFiles:
+        """The rank files an index (``entry["ranks"]``) names, found as :func:`with_rank_files` says."""
         if not isinstance(index, Mapping) or set(index) != INDEX_KEYS:
             raise ProgressStateError("ranks", f"expected an index of rank files with keys {sorted(INDEX_KEYS)}")
-        relative, size, save_id = index["rank_files"], index["world_size"], index["save_id"]
+        relative, size, save_id, written_in = (
+            index[name] for name in ("rank_files", "world_size", "save_id", "written_in")
+        )
         if not isinstance(save_id, str) or not _SAVE_ID.fullmatch(save_id):
             raise ProgressStateError("ranks.save_id", "expected 32 hexadecimal digits")
         if type(size) is not int or size < 1:
@@ -142,12 +158,24 @@ class RankFiles(Sequence[dict[str, Any]]):
             raise ProgressStateError("ranks.rank_files", "expected a folder relative to the checkpoint's folder")
         if not relative.endswith("/" + save_id):
             raise ProgressStateError("ranks.rank_files", f"does not end in the save id {save_id}")
-        if folder is None:
+        if not isinstance(written_in, str) or not written_in.rstrip("/\\").endswith(save_id):
+            raise ProgressStateError("ranks.written_in", f"expected the folder of save {save_id}")
+        candidates = []
+        if checkpoint is not None:
             path = _resolved(_path(checkpoint))
-            renamed = _join(_dirname(path), posixpath.join(_basename(path) + SUFFIX, save_id))  # moved together
-            recorded = _join(_dirname(path), relative)  # e.g. a copy of the checkpoint beside the original
-            folder = renamed if _exists(renamed) or not _exists(recorded) else recorded
-        return cls(_path(folder), size, save_id)
+            candidates.append(_join(_dirname(path), posixpath.join(_basename(path) + SUFFIX, save_id)))
+            candidates.append(_join(_dirname(path), relative))
+        candidates += [_join(_resolved(_path(folder)), relative) for folder in folders]
+        candidates.append(written_in)
+        for folder in candidates:
+            if _exists(_join(folder, file_name(0))):
+                return cls(folder, size, save_id)
+        raise ProgressStateError(
+            "ranks",
+            f"the rank files of save {save_id} ({relative}, beside the checkpoint) are not found; looked in "
+            + ", ".join(dict.fromkeys(candidates))
+            + ": keep the checkpoint's '.ranks' folder with it",
+        )
 
     def __len__(self) -> int:
         return self.world_size

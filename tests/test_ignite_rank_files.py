@@ -1,0 +1,106 @@
+"""The Ignite adapter's rank files (``integrations/ignite/_rank_files.py``) with Ignite's own ``DiskSaver`` and
+``Checkpoint``: a gathered entry is split on save, the rank files go with a removed checkpoint, and
+``Checkpoint.load_objects`` (which never says which file it loads) finds them where they were written, beside the
+file named by ``ProgressHandler.loading_from``, or in the folder of a ``Checkpoint`` saving the handler.
+2-rank entries are built in one process (the real 2-process runs: tests/test_ignite_distributed.py)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ignite")
+
+import torch
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint, DiskSaver
+
+from tracker_core import ProgressStateError, Tracker
+from tracker_core.integrations.ignite import ProgressHandler
+from tracker_core.integrations.ignite._rank_files import RankFilesSaver
+
+
+def _state(world: int) -> dict[str, Any]:
+    """A ProgressHandler's state as the writer of ``world`` ranks holds it (each rank's entry under ``ranks``)."""
+    entry = Tracker().state_dict()
+    return {"progress_tracker": {**entry, "ranks": [entry] * world}, "gradients": []}
+
+
+def _saver(folder: Path) -> RankFilesSaver:
+    return RankFilesSaver(DiskSaver(str(folder), require_empty=False))
+
+
+def _evaluator(handler: ProgressHandler) -> Engine:
+    evaluator = Engine(lambda engine, batch: None)
+    handler.attach(evaluator, stage="validate")
+    return evaluator
+
+
+def test_a_saved_gathered_state_keeps_an_index_and_one_file_per_rank(tmp_path: Path) -> None:
+    _saver(tmp_path)({"progress": _state(2)}, "a.pt")
+
+    entry = torch.load(tmp_path / "a.pt", weights_only=True)["progress"]["progress_tracker"]
+    save_id = entry["ranks"]["save_id"]
+    assert sorted(p.name for p in (tmp_path / "a.pt.ranks" / save_id).iterdir()) == ["rank-0.json", "rank-1.json"]
+
+
+def test_removing_a_checkpoint_removes_its_rank_files(tmp_path: Path) -> None:
+    saver = _saver(tmp_path)
+    saver({"progress": _state(2)}, "a.pt")
+    saver({"progress": _state(2)}, "b.pt")
+
+    saver.remove("a.pt")
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.pt", "b.pt.ranks"]
+
+
+def test_a_checkpoint_handler_saving_the_progress_handler_gets_the_rank_files_saver(tmp_path: Path) -> None:
+    handler = ProgressHandler()
+    evaluator = _evaluator(handler)
+    checkpoint = Checkpoint({"progress": handler}, DiskSaver(str(tmp_path), require_empty=False))
+    evaluator.add_event_handler(Events.COMPLETED, checkpoint)
+
+    evaluator.run([0], max_epochs=1)
+
+    assert isinstance(checkpoint.save_handler, RankFilesSaver)
+    assert list(tmp_path.glob("*.pt"))  # saved through it
+
+
+@pytest.fixture
+def moved(tmp_path: Path) -> Path:
+    """A 2-rank checkpoint moved, with its rank files, away from where they were written (gone)."""
+    _saver(tmp_path / "run")({"progress": _state(2)}, "a.pt")
+    shutil.move(tmp_path / "run", tmp_path / "moved")
+    return tmp_path / "moved" / "a.pt"
+
+
+def test_load_objects_of_a_moved_checkpoint_is_refused_saying_where_the_rank_files_were_looked_for(
+    moved: Path,
+) -> None:
+    handler = ProgressHandler()
+    _evaluator(handler)
+
+    with pytest.raises(ProgressStateError, match=r"'ranks'.*not found; looked in"):
+        Checkpoint.load_objects({"progress": handler}, str(moved))
+    assert handler.view.validate.batches.lifetime.completed == 0
+
+
+def test_loading_from_names_the_moved_checkpoint_and_its_rank_files_are_read_beside_it(moved: Path) -> None:
+    handler = ProgressHandler()
+    _evaluator(handler)
+
+    handler.loading_from(moved)
+    Checkpoint.load_objects({"progress": handler}, str(moved))  # one process: rank 0's part of the 2 ranks'
+
+
+def test_the_folder_of_a_checkpoint_handler_saving_the_progress_handler_is_looked_in(moved: Path) -> None:
+    handler = ProgressHandler()
+    evaluator = _evaluator(handler)
+    evaluator.add_event_handler(
+        Events.COMPLETED, Checkpoint({"progress": handler}, DiskSaver(str(moved.parent), require_empty=False))
+    )
+
+    Checkpoint.load_objects({"progress": handler}, str(moved))
