@@ -181,3 +181,14 @@ def test_the_checkpoint_of_a_resumed_process_is_settled_by_its_own_entry_in_its_
     first, second, resumed = _resumed(own_checkpoint, tmp_path)
     assert (first["lost"]["batches"], second["end"]["batches"], second["lost"]["batches"]) == (3, 2, 1)
     assert (second["ended"], resumed["start"]["batches"]) == ("crashed", 2)
+
+
+def test_a_heartbeat_behind_the_checkpoint_is_of_another_run_and_the_lost_work_is_unknown(tmp_path: Path) -> None:
+    earlier = in_fit_epoch(batches=3)
+    keep_heartbeat(earlier, tmp_path)
+    saved = earlier.state_dict()
+    later = in_fit_epoch(batches=0)  # another run from scratch in the same folder: its beat replaces the earlier's
+    keep_heartbeat(later, tmp_path)
+    _step(later)
+    crashed, _ = _resumed(saved, tmp_path)
+    assert (crashed["ended"], crashed["lost"]) == ("crashed", "unknown")

@@ -39,6 +39,24 @@ def train_counts(train: TrainStageProgress) -> dict[str, int]:
     }
 
 
+_WORK = tuple(name for name in COUNT_KEYS if name != "microseconds")  # the counts of work (not times)
+
+
+def _reached(beaten: dict[str, Any]) -> dict[str, int] | None:
+    """How far the run of a beat's entry got: its end plus what it lost after that (None: unknown)."""
+    lost = beaten["lost"]
+    return None if lost == UNKNOWN else {name: beaten["end"][name] + lost[name] for name in _WORK}
+
+
+def _of_this_run(beaten: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """A beat's entry is the restored ``entry`` as a process that ran it last saw it: the same kind and start,
+    and not behind the checkpoint (every save beats, so a beat that saw less is another run's)."""
+    if (beaten["kind"], beaten["start"]) != (entry["kind"], entry["start"]):
+        return False
+    reached = _reached(beaten)
+    return reached is None or all(reached[name] >= entry["end"][name] for name in _WORK)
+
+
 def unsaved(entry: dict[str, Any]) -> dict[str, Any]:
     """``entry`` of a process whose work no checkpoint the record continues from holds: it ends where it
     started, everything it did is lost (added to what it had lost already; idempotent), and a still running
@@ -159,10 +177,10 @@ class RunLedger:
         later: list[dict[str, Any]] = []
         at = self.ordinal - beat["run"] if beat is not None else -1  # this entry's place among the beat's
         beaten: list[dict[str, Any]] = beat["entries"][at:] if beat is not None and at >= 0 else []
-        if beaten and (beaten[0]["kind"], beaten[0]["start"]) == (entry["kind"], entry["start"]):
+        if beaten and _of_this_run(beaten[0], entry):
             mine, *after = beaten
-            if mine["lost"] != UNKNOWN:  # how far the run got: its end, plus what it lost after that
-                reached = {name: mine["end"][name] + mine["lost"][name] for name in COUNT_KEYS}
+            reached = _reached(mine)
+            if reached is not None:
                 wall = mine["microseconds"] + mine["lost"]["microseconds"] - entry["microseconds"]
                 lost = lost_between(entry["end"], reached, wall)
             if mine["ended"] != RUNNING:
