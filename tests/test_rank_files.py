@@ -17,6 +17,7 @@ from torch.utils.data import DistributedSampler, TensorDataset
 
 from tracker_core import ProgressStateError, Tracker
 from tracker_core.adapter import RankFiles, remove_other_saves, with_rank_files, write_rank_files
+from tracker_core.integrations.checkpoints import read_checkpoint
 
 from helpers.gloo import run_on_two_ranks
 from helpers.small_entry import DATASET_SIZE, shuffled_loader, trained
@@ -213,3 +214,18 @@ def test_each_rank_resumes_exactly_reading_only_its_own_rank_file(tmp_path: Path
     assert [result["files_read"] for result in results] == [[0], [1]]
     assert [result["exact"] for result in results] == [True, True]
     assert all(0 < result["bytes_read"] < 16 * 1024 for result in results)
+
+
+def test_inspect_reads_the_rank_files_of_a_checkpoint_at_an_fsspec_url() -> None:
+    import fsspec
+
+    url = "memory://rank-files-inspect/checkpoint.pt"
+    gathered = _gathered(2)
+    with fsspec.open(url, "wb") as stream:
+        torch.save({"progress_tracker": write_rank_files(gathered, url)}, stream)
+
+    checkpoint = read_checkpoint(url)
+
+    assert checkpoint.entries == tuple(gathered["ranks"])
+    assert checkpoint.rank_files == "memory://rank-files-inspect/checkpoint.pt.ranks/" + checkpoint.rank_files[-32:]
+    remove_other_saves(url, None)
