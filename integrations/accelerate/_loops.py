@@ -13,11 +13,10 @@ class TrainBatch:
     """The batch of one train pass in a loop body (one object per pass, refilled for each batch)."""
 
     loader: int  # train dataloader index
-    samples: int = 0
     step: int = 0  # accelerator.step when it was fetched
-    steps: int = 0  # real optimizer steps taken when it was fetched
     processed: bool = False  # a save_state in the loop body counted its step
-    batch: Any = None  # the batch itself (its tokens are counted when it is processed)
+    over: bool = False  # the loop body asked for the next batch: its step is over (ended with the next fetch)
+    batch: Any = None  # the batch itself (its samples and tokens are counted when it is processed)
 
 
 @dataclass(slots=True)

@@ -92,7 +92,6 @@ class AcceleratorProgress:
             for name in ("train", "validate", "test", "predict")
         }
         self._hooked_optimizers = 0
-        self._real_steps = 0  # steps of all prepared optimizers (tells whether a batch left by its loop was trained)
         self._fit: object | None = None  # the open epochs() loop (a token), None outside one
         self._in_flight: TrainBatch | None = None  # the train batch handed to a loop body
         self._evaluation: Evaluation | None = None  # the open evaluation pass
@@ -275,36 +274,38 @@ class AcceleratorProgress:
         outside = False
         try:
             for batch in loader:
-                if self._in_flight is not None:  # the batch before, of another pass
-                    self._end_train_batch()
+                before = self._in_flight
                 try:
-                    train.batch_begin()
+                    if before is mine and mine.over and not mine.processed:  # every batch but the first
+                        self._in_flight = None
+                        done, mine.batch = mine.batch, None
+                        if type(done) is not tokens.tokenless_type:  # most batches: no call
+                            tokens(done)
+                        train.batch_turn(done, index)  # ends the batch before and begins this one: one call
+                    else:
+                        if before is not None:  # the batch before, of another pass or processed by a save_state
+                            self._end_train_batch()
+                        train.batch_begin()
                 except EventOrderError as error:
                     if not outside:  # noted once per pass; its batches outside an epoch are not counted
                         outside = True
                         self._note(f"train dataloader {index} yielded batches outside an epoch of epochs() ({error})")
                 else:
-                    mine.samples = samples_in(batch)
                     mine.step = accelerator.step
-                    mine.steps = self._real_steps
-                    mine.processed = False
+                    mine.processed = mine.over = False
                     mine.batch = batch
                     self._in_flight = mine
                 yield (batch_index, batch) if with_index else batch
                 batch_index += 1
                 if self._in_flight is mine:
-                    self._in_flight = None
-                    if mine.processed:  # a save_state in the loop body processed it
-                        train.batch_completed()
-                    else:
-                        train.batch_end(mine.samples, index)
-                        if type(batch) is not tokens.tokenless_type:  # most batches: no call
-                            tokens(batch)
-                    mine.batch = None
+                    mine.over = True
         except GeneratorExit:  # the loop body left (break, exception)
             self._end_left_batch(mine)
             self._left_passes.add(index)
             raise
+        finally:  # the pass ended, or its loader raised: the last batch's step is over
+            if self._in_flight is mine and mine.over:
+                self._end_train_batch()
 
     def _first_pass_after_load(self) -> None:
         """The first train pass after ``load_state``: if it resumes the saved epoch, nothing may have drawn
@@ -329,7 +330,7 @@ class AcceleratorProgress:
         optimizer stepped (as after a ``break`` at the end of the body), else undone (its data not consumed)."""
         if self._in_flight is not mine:
             return
-        if mine.processed or mine.step != self._accelerator.step or mine.steps != self._real_steps:
+        if mine.processed or mine.step != self._accelerator.step or self._train.stepped_in_batch:
             self._end_train_batch()
         else:
             self._in_flight = None
@@ -344,7 +345,7 @@ class AcceleratorProgress:
         if batch.processed:  # a save_state in the loop body processed it
             self._train.batch_completed()
         else:
-            self._train.batch_end(batch.samples, batch.loader)
+            self._train.batch_end_of(batch.batch, batch.loader)
             self._tokens["train"](batch.batch)
         batch.batch = None
 
@@ -467,14 +468,10 @@ class AcceleratorProgress:
             prepared = optimizers[index]
             inner: torch.optim.Optimizer = getattr(prepared, "optimizer", prepared)
             count_optimizer_steps(train, [inner], first_index=index)
-            inner.register_step_post_hook(self._count_real_step)
             if getattr(prepared, "scaler", None) is not None:
                 count_skipped_steps(train, prepared.scaler, [inner], first_index=index)
         self._hooked_optimizers = len(optimizers)
         count_scheduler_steps(train, [getattr(s, "scheduler", s) for s in prepared_schedulers(self._accelerator)])
-
-    def _count_real_step(self, _optimizer: object, _args: object, _kwargs: object) -> None:
-        self._real_steps += 1
 
     def _note(self, message: str) -> None:
         """Record in the progress what the loops could not follow; warn the first time."""
@@ -494,7 +491,7 @@ class AcceleratorProgress:
     def _on_save(self, models: list[torch.nn.Module], weights: list[Any], output_dir: str) -> None:
         batch = self._in_flight
         if batch is not None and not batch.processed:  # saved from the loop body: the batch's step is done
-            self._train.batch_processed(batch.samples, batch.loader)
+            self._train.batch_processed_of(batch.batch, batch.loader)
             self._tokens["train"](batch.batch)
             batch.processed = True
         accelerator = self._accelerator

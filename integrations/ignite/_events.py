@@ -55,9 +55,9 @@ def _attach_batches(
         batch = state.batch
         try:
             if loaders is None or loaders.round_robin is None:
-                stage.batch_end(samples_in(batch))
+                stage.batch_end_of(batch)  # its samples read in the same call
             else:  # several train loaders: count the batch to the one it came from
-                stage.batch_end(samples_in(batch), loaders.round_robin.last_index)
+                stage.batch_end_of(batch, loaders.round_robin.last_index)
         except EventOrderError:
             end_out_of_order()
         if type(batch) is not tokens.tokenless_type:  # most batches: no call

@@ -124,7 +124,6 @@ class ProgressTracker(CallbackBase):
         self._train_layout: tuple[str, list[Any], list[int | None]] | None = None  # several train loaders
         self._train_batch: Any = None  # the combined batch in flight (several train loaders only)
         self._run_begun = False  # this call's run is counted (a call that runs no loop is counted at teardown)
-        self._train_batch_id = 0  # id() of the batch given to on_train_batch_start
         self._cut_by = ""  # an exception ended the last call: what, and in which call (settled at the next call)
         self._validation_restart = ""  # read from a fit checkpoint's loops: see _validation_at_load
         self._fit_scope: tuple[int, ...] | None = None  # where the train run scope of this Trainer's fit began
@@ -379,7 +378,6 @@ class ProgressTracker(CallbackBase):
             self._train.batch_begin(batch)
         except EventOrderError as error:
             self._anomaly(f"on_train_batch_start: {error}")
-        self._train_batch_id = id(batch)
         if self._train_layout is not None:
             self._train_batch = batch
         self._rng_at_setup = None  # Lightning iterates the setup_data iterator: its draws stand
@@ -419,7 +417,7 @@ class ProgressTracker(CallbackBase):
                 self._combined_batch_end(batch)
                 return
             # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
-            self._train.batch_end(0, None if id(batch) == self._train_batch_id else samples_in(batch))
+            self._train.batch_end(0, batch)
         except EventOrderError as error:
             self._anomaly(f"on_train_batch_end: {error}")
 
@@ -441,15 +439,15 @@ class ProgressTracker(CallbackBase):
             except (KeyError, IndexError, TypeError):
                 part = None
             if part is not None:  # mode max_size: an exhausted loader gives None
-                parts.append((index, samples_in(part)))
+                parts.append((index, part))
         if not parts:
-            self._train.batch_end(samples=samples_in(batch))
+            self._train.batch_end(used=batch)
             return
-        first, samples = parts[0]
-        self._train.batch_end(first, samples)
+        first, part = parts[0]
+        self._train.batch_end(first, part)
         train = self.tracker.progress.train
-        for index, samples in parts[1:]:
-            count_dataloader_batch(train, index, samples)
+        for index, part in parts[1:]:
+            count_dataloader_batch(train, index, samples_in(part))
         trainer = self._trainer() if self._trainer is not None else None
         if mode != "max_size_cycle" or trainer is None:
             return

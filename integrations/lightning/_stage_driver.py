@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracker_core import StageProgress
-from tracker_core.adapter import TokenCounter, samples_in
+from tracker_core.adapter import TokenCounter
 
 
 class StageDriver:
@@ -25,7 +25,6 @@ class StageDriver:
         "epoch_to_complete",
         "epoch_to_open",
         "epoch_to_start",
-        "samples",
         "stage",
         "tokens",
     )
@@ -41,7 +40,6 @@ class StageDriver:
         self.epoch_to_start = False
         self.epoch_to_complete = False
         self.epoch_to_open = False  # an epoch begins without its start hook (see ProgressTracker)
-        self.samples = 0  # size of the batch in flight
 
     def reset(self) -> None:
         """Forget pending marks (after a checkpoint was loaded into the stage)."""
@@ -73,28 +71,31 @@ class StageDriver:
                 self.epoch_to_open = False
                 self.stage.epoch_ready()
                 self.stage.epoch_started()
-        elif self.batch_to_complete:  # only the previous batch ended: settle() inlined (every batch)
+        elif self.batch_to_complete:  # only the previous batch ended (every batch): one core call
             self.batch_to_complete = False
-            self.stage.batch_completed()
+            self.stage.batch_next()
+            self.batch_to_start = True
+            self.batch = batch
+            return
         self.stage.batch_ready()
         self.batch_to_start = True
-        self.samples = samples_in(batch)
         self.batch = batch
 
-    def batch_end(self, dataloader: int = 0, samples: int | None = None) -> None:
+    def batch_end(self, dataloader: int = 0, used: Any = None) -> None:
         """The batch's step is done; idempotent (a checkpoint may have caught it up already).
 
-        ``samples``: the size of the batch the step used, when it differs from the one given to
-        ``batch_begin`` (``training_step(dataloader_iter)`` fetches its batch in the step).
+        Its samples are read from the batch now (as its tokens are). ``used``: the batch the step
+        used, when not the one given to ``batch_begin`` (``training_step(dataloader_iter)``
+        fetches its batch in the step) or that one's size differs (a part of a combined batch).
         """
         if self.batch_to_complete:
             return
         if self.batch_to_start:
             self.batch_to_start = False
             self.stage.batch_started()
-        self.stage.batch_processed(self.samples if samples is None else samples, dataloader)
-        self.batch_to_complete = True
         batch, self.batch = self.batch, None
+        self.stage.batch_processed_of(batch if used is None else used, dataloader)
+        self.batch_to_complete = True
         if type(batch) is not self.tokens.tokenless_type:  # most batches: no call
             self.tokens(batch)
 

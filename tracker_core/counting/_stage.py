@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from torch import Tensor
+
 from tracker_core._errors import EventOrderError
+from tracker_core.counting._batch_size import samples_in
 from tracker_core.counting._counts import _Phased, _Tally
 from tracker_core.counting._tokens import _TokenTally
 from tracker_core.vocabulary import CANCELLED, Event, Phase, Stage
@@ -183,6 +186,112 @@ class StageProgress:
         tallies.samples.total += samples
         self._progress._where = self._at_batch_completed
 
+    # One call per framework event instead of several (a Python call costs as much as a phase mark).
+    # The samples are read from the batch here: samples_in's common cases inlined, else samples_in.
+    def batch_next(self) -> None:
+        """``batch_completed`` for a processed batch in flight, if any, then ``batch_ready``: for a framework
+        whose previous batch's end hooks are over when the next batch is fetched."""
+        batches = self._batches
+        ready = batches.ready
+        if ready != batches.completed:
+            if ready != batches.processed:
+                raise EventOrderError(f"{self.name} batch: ready while the previous one is not completed")
+            batches.completed = ready
+        epochs = self._epochs
+        if epochs.ready == epochs.completed:
+            raise EventOrderError(f"{self.name} batch: ready outside an epoch")
+        batches.ready = ready + 1
+        self._resuming_epoch = False
+        self._progress._where = self._at_batch_ready
+
+    def batch_processed_of(self, batch: object, dataloader: int = 0) -> None:
+        """``batch_processed`` with the samples of ``batch`` (:func:`samples_in`)."""
+        kind = type(batch)
+        if (kind is tuple or kind is list) and batch and type(first := batch[0]) is Tensor:  # type: ignore[index]
+            shape = first.shape
+            samples = shape[0] if shape else 1
+        elif kind is Tensor:
+            shape = batch.shape  # type: ignore[attr-defined]  # exact type checked above
+            samples = shape[0] if shape else 1
+        else:
+            samples = samples_in(batch)
+        batches = self._batches
+        if batches.processed == batches.started:
+            raise EventOrderError(f"{self.name} batch: processed before it was started")
+        if dataloader < 0:
+            raise ValueError(f"{self.name} batch: dataloader must be >= 0, got {dataloader}")
+        try:
+            tallies = self._dataloaders[dataloader]
+        except IndexError:
+            tallies = self._add_dataloaders(dataloader)
+        batches.processed += 1
+        self._samples.total += samples
+        tallies.batches.total += 1
+        tallies.samples.total += samples
+        self._progress._where = self._at_batch_processed
+
+    def batch_end_of(self, batch: object, dataloader: int = 0) -> None:
+        """``batch_end`` with the samples of ``batch`` (:func:`samples_in`)."""
+        kind = type(batch)
+        if (kind is tuple or kind is list) and batch and type(first := batch[0]) is Tensor:  # type: ignore[index]
+            shape = first.shape
+            samples = shape[0] if shape else 1
+        elif kind is Tensor:
+            shape = batch.shape  # type: ignore[attr-defined]  # exact type checked above
+            samples = shape[0] if shape else 1
+        else:
+            samples = samples_in(batch)
+        batches = self._batches
+        if batches.completed != batches.processed:
+            raise EventOrderError(f"{self.name} batch: processed again before it was completed")
+        if batches.processed == batches.started:
+            raise EventOrderError(f"{self.name} batch: processed before it was started")
+        if dataloader < 0:
+            raise ValueError(f"{self.name} batch: dataloader must be >= 0, got {dataloader}")
+        try:
+            tallies = self._dataloaders[dataloader]
+        except IndexError:
+            tallies = self._add_dataloaders(dataloader)
+        batches.processed = batches.completed = batches.processed + 1
+        self._samples.total += samples
+        tallies.batches.total += 1
+        tallies.samples.total += samples
+        self._progress._where = self._at_batch_completed
+
+    def batch_turn(self, batch: object, dataloader: int = 0) -> None:
+        """``batch_end_of(batch, dataloader)`` for the batch in flight, then ``batch_begin`` for the next: for a
+        loop that learns a batch's step is over when it fetches the next batch."""
+        kind = type(batch)
+        if (kind is tuple or kind is list) and batch and type(first := batch[0]) is Tensor:  # type: ignore[index]
+            shape = first.shape
+            samples = shape[0] if shape else 1
+        elif kind is Tensor:
+            shape = batch.shape  # type: ignore[attr-defined]  # exact type checked above
+            samples = shape[0] if shape else 1
+        else:
+            samples = samples_in(batch)
+        batches = self._batches
+        processed = batches.processed
+        if processed != batches.completed or processed == batches.started:
+            raise EventOrderError(f"{self.name} batch: ended while none was started and not processed")
+        if dataloader < 0:
+            raise ValueError(f"{self.name} batch: dataloader must be >= 0, got {dataloader}")
+        try:
+            tallies = self._dataloaders[dataloader]
+        except IndexError:
+            tallies = self._add_dataloaders(dataloader)
+        batches.processed = batches.completed = processed = processed + 1
+        self._samples.total += samples
+        tallies.batches.total += 1
+        tallies.samples.total += samples
+        epochs = self._epochs
+        if epochs.ready == epochs.completed:
+            self._progress._where = self._at_batch_completed
+            raise EventOrderError(f"{self.name} batch: ready outside an epoch")
+        batches.ready = batches.started = processed + 1
+        self._resuming_epoch = False
+        self._progress._where = self._at_batch_started
+
     def cancel_batch(self) -> None:
         """Undo a fetched batch that will not be processed (e.g. a start hook asked to stop)."""
         batches = self._batches
@@ -274,6 +383,13 @@ class TrainStageProgress(StageProgress):
     def scheduler_step(self) -> None:
         """A learning-rate scheduler took a step."""
         self._scheduler_steps.total += 1
+
+    @property
+    def stepped_in_batch(self) -> bool:
+        """An optimizer step (taken or skipped) was counted while the batch in flight was started; False
+        with no batch in flight (an adapter asks when a loop left a batch: was it trained?)."""
+        batches = self._batches
+        return batches.ready != batches.completed and self._stepped_at == batches.started
 
     @property
     def _accumulating_batches(self) -> int:
