@@ -28,12 +28,14 @@ EPOCH_END = BATCHES - 1  # saved after the last batch of epoch 0: the resumed ru
 _SETUP = "between the checkpoint load and Lightning's first train iterator"
 
 
-def _resume(package: str, tmp_path: Path, save_at: int, reseed: str = "") -> tuple[list[str], list[torch.Tensor]]:
+def _resume(
+    package: str, tmp_path: Path, save_at: int, reseed: str = "", draw_before: bool = False
+) -> tuple[list[str], list[torch.Tensor]]:
     path = tmp_path / "saved.ckpt"
-    fit(package, path, save_at=save_at)
+    fit(package, path, save_at=save_at, draw_before=draw_before)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        weights = fit(package, path, reseed=reseed)
+        weights = fit(package, path, reseed=reseed, draw_before=draw_before)
     return rng_warnings(caught), weights
 
 
@@ -70,5 +72,15 @@ def test_a_resume_at_an_epoch_boundary_where_the_sampler_draws_is_exact_and_sile
 ) -> None:
     straight = fit(package, tmp_path / "none.ckpt")
     messages, weights = _resume(package, tmp_path, EPOCH_END)
+    assert messages == []
+    assert all(torch.equal(a, b) for a, b in zip(weights, straight, strict=True))
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_callback_before_the_tracker_drawing_at_every_batch_start_raises_no_false_alarm(
+    package: str, tmp_path: Path
+) -> None:
+    straight = fit(package, tmp_path / "none.ckpt", draw_before=True)
+    messages, weights = _resume(package, tmp_path, MID_EPOCH, draw_before=True)
     assert messages == []
     assert all(torch.equal(a, b) for a, b in zip(weights, straight, strict=True))

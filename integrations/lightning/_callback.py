@@ -119,6 +119,7 @@ class ProgressTracker(CallbackBase):
         self._rng_check: ResumeRngCheck | None = None  # a fit loaded: the RNGs it restored, until compared
         self._rng_check_at_batch: ResumeRngCheck | None = None  # mid-epoch: compared at the first resumed batch
         self._rng_check_epoch = 0  # ... if that batch is in this epoch (Lightning may go on with the next one)
+        self._rng_check_at_start: ResumeRngCheck | None = None  # instead, at on_train_start (_batch_start_before)
         self._elastic_entry: dict[str, Any] | None = None  # saved at another world size: loaded at setup_data
         self._train_loaders: list[object] = []  # held: the tracker's positions need them until the next fit
         self._train_layout: tuple[str, list[Any], list[int | None]] | None = None  # several train loaders
@@ -191,7 +192,7 @@ class ProgressTracker(CallbackBase):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer = weakref.ref(trainer)
         self._run_begun = False
-        self._rng_check_at_batch = None  # left by a resumed fit that trained nothing
+        self._rng_check_at_batch = self._rng_check_at_start = None  # left by a resumed fit that trained nothing
         if self._cut_by:
             self._settle_cut()
         attach(trainer, self.tracker.progress)
@@ -319,10 +320,19 @@ class ProgressTracker(CallbackBase):
                     next(iter(loader), None)
         self._close_restored_epoch(trainer)
         view = self.tracker.view
-        if check is not None and check.armed and view.is_mid_epoch:
+        if (
+            check is not None
+            and check.armed
+            and view.is_mid_epoch
+            and not resume.restored_epoch_consumed(trainer.fit_loop)
+        ):
             # nothing draws before the first batch that continues the epoch (at an epoch boundary the next
             # epoch's sampler does, as in the uninterrupted run): it is compared there once more
-            self._rng_check_at_batch, self._rng_check_epoch = check, view.epoch_index
+            self._rng_check_epoch = view.epoch_index
+            if _batch_start_before(trainer, self):
+                self._rng_check_at_start = check
+            else:
+                self._rng_check_at_batch = check
         if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
             batch = view.train.batches.epoch.completed
             self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
@@ -348,6 +358,10 @@ class ProgressTracker(CallbackBase):
 
     @_passenger
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._rng_check_at_start is not None:
+            check, self._rng_check_at_start = self._rng_check_at_start, None
+            if trainer.current_epoch == self._rng_check_epoch:
+                check.check("in an on_train_start hook of the resumed fit, before its first batch", last=True)
         if self._gradients is not None:
             restore_gradients(pl_module.parameters(), self._gradients)
             self._gradients = None
@@ -782,6 +796,20 @@ class ProgressTracker(CallbackBase):
         )
         self.tracker.progress.note_anomaly(message)
         warnings.warn(message, InexactResumeWarning, stacklevel=2)
+
+
+def _batch_start_before(trainer: pl.Trainer, tracker: ProgressTracker) -> bool:
+    """True if a callback of the user's runs its own ``on_train_batch_start`` before ``tracker`` does: it may
+    draw there at every batch, in both runs (Lightning's own callbacks draw nothing)."""
+    callbacks: list[Any] = getattr(trainer, "callbacks", [])  # set on the Trainer by Lightning, not declared
+    for callback in callbacks:
+        if callback is tracker:
+            return False
+        kind = type(callback)
+        own = kind.on_train_batch_start.__qualname__ != "Callback.on_train_batch_start"
+        if own and not kind.__module__.startswith(("pytorch_lightning.", "lightning.")):
+            return True
+    return False
 
 
 def _load_progress_only(tracker: Tracker, entry: object, rank: int) -> None:

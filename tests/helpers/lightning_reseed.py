@@ -29,10 +29,14 @@ def _reseed() -> None:
     torch.manual_seed(0)  # what seed_everything(0) does to torch's generator
 
 
-def fit(package: str, path: Path, save_at: int | None = None, reseed: str = "") -> list[torch.Tensor]:
+def fit(
+    package: str, path: Path, save_at: int | None = None, reseed: str = "", draw_before: bool = False
+) -> list[torch.Tensor]:
     """Fit, saving to ``path`` at the end of train batch ``save_at`` (0-based over the run) and stopping
     there; without ``save_at``, resume from ``path`` if it exists. ``reseed``: ``"module.<hook>"`` or
-    ``"callback.<hook>"`` reseeds the global RNG in that hook. Returns the final weights."""
+    ``"callback.<hook>"`` reseeds the global RNG in that hook. ``draw_before``: a callback listed before
+    the tracker draws from the global RNG at every ``on_train_batch_start`` (in every run). Returns the
+    final weights."""
     pl = importlib.import_module(package)
     reseed_owner, _, reseed_hook = reseed.partition(".")
 
@@ -61,6 +65,10 @@ def fit(package: str, path: Path, save_at: int | None = None, reseed: str = "") 
     class Reseeder(pl.Callback):  # type: ignore[misc,name-defined]
         pass
 
+    class Drawer(pl.Callback):  # type: ignore[misc,name-defined]
+        def on_train_batch_start(self, *args: Any) -> None:
+            torch.rand(1)
+
     if reseed_owner:
         setattr(Model if reseed_owner == "module" else Reseeder, reseed_hook, lambda *args: _reseed())
     torch.manual_seed(0 if save_at is not None or not path.exists() else 1234)
@@ -73,7 +81,7 @@ def fit(package: str, path: Path, save_at: int | None = None, reseed: str = "") 
         enable_progress_bar=False,
         enable_model_summary=False,
         logger=False,
-        callbacks=[ProgressTracker(), Saver(), Reseeder()],
+        callbacks=[*([Drawer()] if draw_before else []), ProgressTracker(), Saver(), Reseeder()],
     )
     resume = save_at is None and path.exists()
     with contextlib.suppress(Stop):
