@@ -8,6 +8,7 @@ import functools
 import io
 import json
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ def test_the_checkpoint_keeps_rank_0s_entry_and_an_index_of_constant_size(
     path, gathered = saved
     entry = torch.load(path, weights_only=True)["tracker"]
 
-    assert set(entry["ranks"]) == {"rank_files", "world_size", "save_id", "written_in"}
+    assert set(entry["ranks"]) == {"rank_files", "world_size", "save_id", "written_in", "loaders"}
     assert entry["ranks"]["world_size"] == 2
     assert {k: v for k, v in entry.items() if k != "ranks"} == gathered["ranks"][0]
     assert json.loads(json.dumps(entry)) == entry  # the checkpoint's entry stays plain JSON
@@ -135,25 +136,61 @@ def test_an_index_loaded_without_its_rank_files_is_refused_saying_how_to_read_th
         Tracker().load_state_dict(entry)
 
 
-def test_an_elastic_resume_from_rank_files_maps_and_a_damaged_file_applies_nothing(
+def test_an_elastic_resume_from_rank_files_maps_as_from_the_entries_reading_only_the_rank_it_maps_from(
     saved: tuple[Path, dict[str, Any]],
 ) -> None:
     path, gathered = saved
-    loaders = [_loader(0, world=1) for _ in range(3)]  # kept: a tracker holds its loaders weakly
-    good, resumed, fresh = Tracker(), Tracker(), Tracker()
-    for tracker, loader in zip((good, resumed, fresh), loaders, strict=True):
+    loaders = [_loader(0, world=1) for _ in range(2)]  # kept: a tracker holds its loaders weakly
+    good, resumed = Tracker(), Tracker()
+    for tracker, loader in zip((good, resumed), loaders, strict=True):
         tracker.track_train_loader(loader)
     good.load_state_dict(gathered)
-    resumed.load_state_dict(_loaded(path))
+    loaded = _loaded(path)
+
+    resumed.load_state_dict(loaded)
+
     assert resumed.view.resume_mapping == good.view.resume_mapping is not None
-    file = _rank_file(path, 1)
+    assert sorted(loaded["ranks"]._read) == [0]  # rank 0 of 1 maps from saved rank 0; the others' are summarised
+
+
+def test_a_damaged_file_of_the_rank_an_elastic_resume_maps_from_applies_nothing(
+    saved: tuple[Path, dict[str, Any]],
+) -> None:
+    path, _ = saved
+    fresh, loader = Tracker(), _loader(0, world=1)
+    fresh.track_train_loader(loader)
+    file = _rank_file(path, 0)
     file.write_text(file.read_text()[:-10])
     before = torch.get_rng_state()
 
-    with pytest.raises(ProgressStateError, match=r"'ranks\.1'.*not JSON"):
+    with pytest.raises(ProgressStateError, match=r"'ranks\.0'.*not JSON"):
         fresh.load_state_dict(_loaded(path))
     assert fresh.view.train.batches.lifetime.completed == 0
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_a_damaged_loader_summary_in_the_index_is_refused_naming_its_key_at_an_elastic_resume(
+    saved: tuple[Path, dict[str, Any]],
+) -> None:
+    path, _ = saved
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["tracker"]["ranks"]["loaders"][0]["consumed_max"] = -1
+    torch.save(checkpoint, path)
+    fresh, loader = Tracker(), _loader(0, world=1)
+    fresh.track_train_loader(loader)
+
+    with pytest.raises(ProgressStateError, match=r"'ranks\.loaders\.0\.consumed_max'"):
+        fresh.load_state_dict(_loaded(path))
+    assert fresh.view.train.batches.lifetime.completed == 0
+
+
+def test_the_index_summarises_each_train_loader_in_a_size_that_does_not_grow_with_the_ranks() -> None:
+    sizes = [
+        len(json.dumps(write_rank_files(_gathered(world), Path(tempfile.mkdtemp()) / "c.pt")["ranks"]))
+        for world in (2, 4)
+    ]
+    # 2 more batch counts listed (up to 16 ranks), nothing else grows
+    assert sizes[1] - sizes[0] <= 2 * len(", 3")
 
 
 def test_a_new_save_of_the_same_checkpoint_removes_the_older_rank_files(tmp_path: Path) -> None:

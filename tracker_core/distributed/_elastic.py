@@ -104,12 +104,17 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
         check_plain(ranks[rank], f"ranks.{rank}")
         read_mapping(ranks[rank], f"ranks.{rank}", required=ENTRY_KEYS)
         return Selected(ranks[rank], None, [], f"ranks.{rank}")
-    check_plain(ranks[rank % saved_size], f"ranks.{rank % saved_size}")
-    for index, entry in enumerate(ranks):
-        read_mapping(entry, f"ranks.{index}", required=ENTRY_KEYS)
-        check_plain(entry["train_loaders"], f"ranks.{index}.train_loaders")
-        read_list(entry["train_loaders"], f"ranks.{index}.train_loaders")
     source_rank = rank % saved_size
+    check_plain(ranks[source_rank], f"ranks.{source_rank}")
+    summaries = ranks.loader_summaries if isinstance(ranks, RankFiles) else None
+    if summaries is None:  # every rank's entry is read (in rank files saved before the summaries, or in memory)
+        for index, entry in enumerate(ranks):
+            read_mapping(entry, f"ranks.{index}", required=ENTRY_KEYS)
+            check_plain(entry["train_loaders"], f"ranks.{index}.train_loaders")
+            read_list(entry["train_loaders"], f"ranks.{index}.train_loaders")
+    else:  # the writer summarised every rank's loader positions: the source rank's file alone is read
+        read_mapping(ranks[source_rank], f"ranks.{source_rank}", required=ENTRY_KEYS)
+        read_list(ranks[source_rank]["train_loaders"], f"ranks.{source_rank}.train_loaders")
     source = ranks[source_rank]
     with keys_under(f"ranks.{source_rank}.progress"):
         epochs = parse(source["progress"]).train_epochs
@@ -137,7 +142,7 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
     for index, state in enumerate(source["train_loaders"]):
         if isinstance(state, dict) and state.get("kind") == "untracked":
             continue
-        found = _map_loader(ranks, index, loaders.get(index), size, source_rank)
+        found = _map_loader(ranks, summaries, index, loaders.get(index), size, source_rank)
         entry["train_loaders"][index] = found.state
         _rebase(entry["progress"], index, found)
         mapping["train_loaders"].append(found.record)
@@ -170,8 +175,131 @@ def _samples_per_rank(info: Mapping[str, Any]) -> int:
     return math.ceil(size / replicas)
 
 
+SUMMARY_KEYS = ("distributed", "batch_size", "consumed_min", "consumed_max", "ahead", "finished", "consumed")
+_LISTED = 16  # a summary lists each rank's batch count up to this many ranks (for the warning)
+
+
+def summarize_loaders(ranks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per train loader of the saved ``ranks``: what an elastic resume needs of all of them (:func:`summarize_loader`),
+    or ``{"error": {"key", "problem"}}`` where they cannot be mapped; never raises (the writer calls it at a save)."""
+    found: list[dict[str, Any]] = []
+    count = max((len(e.get("train_loaders") or ()) for e in ranks if isinstance(e, Mapping)), default=0)
+    for index in range(count):
+        try:
+            found.append(summarize_loader(ranks, index))
+        except ProgressStateError as error:
+            found.append({"error": {"key": error.key, "problem": error.problem}})
+        except Exception as error:  # a malformed entry: the load names it
+            found.append({"error": {"key": f"train_loaders.{index}", "problem": f"{type(error).__name__}: {error}"}})
+    return found
+
+
+def summarize_loader(ranks: Sequence[Mapping[str, Any]], index: int) -> dict[str, Any]:
+    """Every saved rank's train loader ``index`` checked against the others, reduced to what the mapping reads:
+    rank 0's ``distributed`` field, the batch size, the smallest and largest batch count, the batches the ranks
+    ahead trained beyond the smallest, whether every rank finished its epoch, and each rank's count (up to
+    ``_LISTED`` ranks). Its size does not grow with the number of ranks. ``ProgressStateError`` names the key."""
+    saved_size = len(ranks)
+    key = f"train_loaders.{index}"
+    consumed: list[int] = []
+    batch_size = 0
+    first: dict[str, Any] | None = None
+    finished = True
+    for rank, entry in enumerate(ranks):
+        states = entry["train_loaders"]
+        state_key = f"ranks.{rank}.{key}"
+        if not isinstance(states, list) or index >= len(states) or not isinstance(states[index], dict):
+            raise ProgressStateError(state_key, "missing: every rank must save the same train loaders")
+        state = states[index]
+        saved = read_distributed(state.get("distributed"), f"{state_key}.distributed")
+        if saved is None or saved["batch_size"] is None:
+            raise ProgressStateError(
+                f"{state_key}.distributed",
+                "saved without a DistributedSampler and a batch_size, or batch sharding over a seedable sampler: "
+                "its position cannot be mapped",
+            )
+        if first is None:
+            first = saved
+        elif is_batch_sharded(saved) != is_batch_sharded(first):
+            raise ProgressStateError(
+                f"{state_key}.distributed", f"saved {_sharding(saved)}; rank 0 saved {_sharding(first)}"
+            )
+        if is_batch_sharded(saved) and state.get("kind") != "sampler_replay":
+            raise ProgressStateError(
+                f"{state_key}.kind",
+                "a batch-sharded position is mapped by replaying its sampler: 'sampler_replay' only",
+            )
+        if (saved["num_replicas"], saved["rank"]) != (saved_size, rank):
+            raise ProgressStateError(
+                f"{state_key}.distributed.rank",
+                f"saved by rank {saved['rank']} of {saved['num_replicas']}, listed as rank {rank} of {saved_size}",
+            )
+        for name in ("seed", "shuffle", "dataset_size"):
+            if saved[name] != first[name]:
+                raise ProgressStateError(
+                    f"{state_key}.distributed.{name}",
+                    f"saved with {name}={saved[name]!r}; rank 0 saved {first[name]!r}",
+                )
+        if rank and saved["batch_size"] != batch_size:
+            raise ProgressStateError(f"{state_key}.distributed.batch_size", "ranks saved different batch sizes")
+        batch_size = saved["batch_size"]
+        consumed.append(read_int(state.get("batches_consumed"), f"{state_key}.batches_consumed", minimum=0))
+        finished = finished and consumed[-1] == state.get("batches_per_epoch")
+    assert first is not None  # ranks is not empty
+    return {
+        "distributed": first,
+        "batch_size": batch_size,
+        "consumed_min": min(consumed),
+        "consumed_max": max(consumed),
+        "ahead": sum(consumed) - min(consumed) * len(consumed),
+        "finished": finished,
+        "consumed": consumed if saved_size <= _LISTED else None,
+    }
+
+
+def _read_summary(summaries: Sequence[object], index: int, saved_size: int) -> dict[str, Any]:
+    """The writer's summary of train loader ``index`` (``ranks.loaders.<index>`` of the index), checked."""
+    key = f"ranks.loaders.{index}"
+    if index >= len(summaries):
+        raise ProgressStateError(key, "missing: the writer summarised fewer train loaders")
+    summary = summaries[index]
+    if isinstance(summary, Mapping) and set(summary) == {"error"}:
+        error = read_mapping(summary["error"], f"{key}.error", required=("key", "problem"))
+        raise ProgressStateError(str(error["key"]), str(error["problem"]))
+    fields = read_mapping(summary, key, required=SUMMARY_KEYS)
+    first = read_distributed(fields["distributed"], f"{key}.distributed")
+    if first is None or first["batch_size"] is None or first["num_replicas"] != saved_size:
+        raise ProgressStateError(f"{key}.distributed", f"expected rank 0's sharding of {saved_size} ranks")
+    low = read_int(fields["consumed_min"], f"{key}.consumed_min", minimum=0)
+    high = read_int(fields["consumed_max"], f"{key}.consumed_max", minimum=low)
+    listed = fields["consumed"]
+    if listed is not None:
+        listed = [
+            read_int(k, f"{key}.consumed.{r}", minimum=low, maximum=high)
+            for r, k in enumerate(read_list(listed, f"{key}.consumed"))
+        ]
+        if len(listed) != saved_size:
+            raise ProgressStateError(f"{key}.consumed", f"expected {saved_size} batch counts")
+    if not isinstance(fields["finished"], bool):
+        raise ProgressStateError(f"{key}.finished", "expected a bool")
+    return {
+        "distributed": first,
+        "batch_size": read_int(fields["batch_size"], f"{key}.batch_size", minimum=1),
+        "consumed_min": low,
+        "consumed_max": high,
+        "ahead": read_int(fields["ahead"], f"{key}.ahead", minimum=0, maximum=(high - low) * saved_size),
+        "finished": fields["finished"],
+        "consumed": listed,
+    }
+
+
 def _map_loader(
-    ranks: Sequence[dict[str, Any]], index: int, position: LoaderPosition | None, size: int, source_rank: int
+    ranks: Sequence[Mapping[str, Any]],
+    summaries: Sequence[object] | None,
+    index: int,
+    position: LoaderPosition | None,
+    size: int,
+    source_rank: int,
 ) -> _Mapped:
     saved_size = len(ranks)
     key = f"train_loaders.{index}"
@@ -192,61 +320,38 @@ def _map_loader(
         raise ProgressStateError(
             key, f"this loader is sharded for num_replicas={mine['num_replicas']}; the world size is {size}"
         )
-    consumed: list[int] = []
-    batch_size = 0
-    for rank, entry in enumerate(ranks):
-        states = entry["train_loaders"]
-        state_key = f"ranks.{rank}.{key}"
-        if not isinstance(states, list) or index >= len(states) or not isinstance(states[index], dict):
-            raise ProgressStateError(state_key, "missing: every rank must save the same train loaders")
-        state = states[index]
-        saved = read_distributed(state.get("distributed"), f"{state_key}.distributed")
-        if saved is None or saved["batch_size"] is None:
+    summary = summarize_loader(ranks, index) if summaries is None else _read_summary(summaries, index, saved_size)
+    saved, first_key = summary["distributed"], f"ranks.0.{key}.distributed"
+    if is_batch_sharded(saved) != is_batch_sharded(mine):
+        raise ProgressStateError(first_key, f"saved {_sharding(saved)}; this loader is {_sharding(mine)}")
+    for name in ("seed", "shuffle", "dataset_size"):
+        if saved[name] != mine[name]:
             raise ProgressStateError(
-                f"{state_key}.distributed",
-                "saved without a DistributedSampler and a batch_size, or batch sharding over a seedable sampler: "
-                "its position cannot be mapped",
+                f"{first_key}.{name}", f"saved with {name}={saved[name]!r}; this loader's sampler has {mine[name]!r}"
             )
-        if is_batch_sharded(saved) != is_batch_sharded(mine):
-            raise ProgressStateError(
-                f"{state_key}.distributed", f"saved {_sharding(saved)}; this loader is {_sharding(mine)}"
-            )
-        if is_batch_sharded(saved) and state.get("kind") != "sampler_replay":
-            raise ProgressStateError(
-                f"{state_key}.kind",
-                "a batch-sharded position is mapped by replaying its sampler: 'sampler_replay' only",
-            )
-        if (saved["num_replicas"], saved["rank"]) != (saved_size, rank):
-            raise ProgressStateError(
-                f"{state_key}.distributed.rank",
-                f"saved by rank {saved['rank']} of {saved['num_replicas']}, listed as rank {rank} of {saved_size}",
-            )
-        for name in ("seed", "shuffle", "dataset_size"):
-            if saved[name] != mine[name]:
-                raise ProgressStateError(
-                    f"{state_key}.distributed.{name}",
-                    f"saved with {name}={saved[name]!r}; this loader's sampler has {mine[name]!r}",
-                )
-        if rank and saved["batch_size"] != batch_size:
-            raise ProgressStateError(f"{state_key}.distributed.batch_size", "ranks saved different batch sizes")
-        batch_size = saved["batch_size"]
-        consumed.append(read_int(state.get("batches_consumed"), f"{state_key}.batches_consumed", minimum=0))
-    batches = min(consumed)
+    source_state = ranks[source_rank]["train_loaders"][index]
+    source_key = f"ranks.{source_rank}.{key}"
+    if not isinstance(source_state, dict):
+        raise ProgressStateError(source_key, "missing: every rank must save the same train loaders")
+    source_consumed = read_int(source_state.get("batches_consumed"), f"{source_key}.batches_consumed", minimum=0)
+    batch_size, batches, finished = summary["batch_size"], summary["consumed_min"], summary["finished"]
     new_batch = mine["batch_size"]
     global_batch = new_batch * size
-    per_epoch = [entry["train_loaders"][index].get("batches_per_epoch") for entry in ranks]
-    finished = all(k == n for k, n in zip(consumed, per_epoch, strict=True))
     # A finished epoch may end in a short batch: it consumed every position, whatever k * b says.
     samples = mine["dataset_size"] if finished else batches * batch_size * saved_size
     batches_per_epoch = position._batches_per_epoch()  # known: a sharded loader is map-style
     resumed = batches_per_epoch if finished and batches_per_epoch is not None else samples // global_batch
     problems = []
-    if len(set(consumed)) > 1:
-        by_rank = ", ".join(f"rank {r} = {k}" for r, k in enumerate(consumed))
-        ahead = sum(k - batches for k in consumed) * batch_size
+    if summary["consumed_max"] != batches:
+        listed = summary["consumed"]
+        by_rank = (
+            ", ".join(f"rank {r} = {k}" for r, k in enumerate(listed))
+            if listed is not None
+            else f"from {batches} to {summary['consumed_max']} over {saved_size} ranks"
+        )
         problems.append(
-            f"ranks saved at different batch counts ({by_rank}); resumed from the smallest, so the {ahead} "
-            "samples the ranks ahead had trained are trained again"
+            f"ranks saved at different batch counts ({by_rank}); resumed from the smallest, so the "
+            f"{summary['ahead'] * batch_size} samples the ranks ahead had trained are trained again"
         )
     if not finished and samples != resumed * global_batch:
         problems.append(
@@ -254,12 +359,7 @@ def _map_loader(
             f"{global_batch}: resumed at batch {resumed} (position {resumed * global_batch}), so the "
             f"{samples - resumed * global_batch} samples before position {samples} are trained again"
         )
-    state = dict(
-        ranks[source_rank]["train_loaders"][index],
-        batches_consumed=resumed,
-        batches_per_epoch=batches_per_epoch,
-        distributed=mine,
-    )
+    state = dict(source_state, batches_consumed=resumed, batches_per_epoch=batches_per_epoch, distributed=mine)
     record = {
         "index": index,
         "samples_consumed": samples,
@@ -268,7 +368,7 @@ def _map_loader(
         "exact": not problems,
         "problem": "; ".join(problems),
     }
-    return _Mapped(state, record, consumed[source_rank], _samples_read(mine, resumed))
+    return _Mapped(state, record, source_consumed, _samples_read(mine, resumed))
 
 
 def _sharding(info: Mapping[str, Any]) -> str:

@@ -5,7 +5,7 @@ is split on the writer by :func:`write_rank_files`: rank ``r``'s entry goes to
 ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` and ``"ranks"`` becomes an index of constant size::
 
     {"rank_files": "<checkpoint name>.ranks/<save_id>", "world_size": W, "save_id": "<hex>",
-     "written_in": "<the folder the files were written to>"}
+     "written_in": "<the folder the files were written to>", "loaders": [<summary per train loader>]}
 
 (``rank_files`` relative to the checkpoint's folder). A reader looks, in this order, in
 ``<its checkpoint's name>.ranks/<save_id>`` beside the checkpoint (moved or renamed with its ``.ranks``
@@ -16,7 +16,8 @@ over the entry's canonical JSON: a missing, damaged, or copied-in file (another 
 is a :class:`ProgressStateError` naming ``ranks.<r>``, raised before anything is applied.
 :func:`with_rank_files` puts a :class:`RankFiles` in place of the index: a sequence that reads a
 rank's file only when that rank's entry is asked for, so a resuming rank reads its own file and no
-other (an elastic resume reads the ranks it maps from, see ``_elastic.select``). A new save writes a
+other (an elastic resume reads the file of the rank it maps from and the index's ``loaders`` summaries,
+see ``_elastic.select``). A new save writes a
 new ``<save_id>`` folder before the checkpoint and removes the older ones after it
 (:func:`remove_other_saves`): a save cut short leaves the last checkpoint readable. Local paths use
 ``os``; a URL (``s3://``, ``memory://``) goes through fsspec, as Lightning's own checkpoint IO does.
@@ -36,7 +37,7 @@ from typing import Any, overload
 
 from tracker_core._errors import ProgressStateError
 
-INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in"})
+INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in", "loaders"})
 SUFFIX = ".ranks"
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 _SAVE_ID = re.compile(r"[0-9a-f]{32}")
@@ -79,7 +80,15 @@ def write_rank_files(entry: Mapping[str, Any], checkpoint: str | os.PathLike[str
             "entry": part,
         }
         _write(_join(folder, file_name(rank)), json.dumps(document, sort_keys=True, allow_nan=False).encode())
-    index = {"rank_files": relative, "world_size": len(ranks), "save_id": save_id, "written_in": folder}
+    from tracker_core.distributed._elastic import summarize_loaders  # _elastic reads RankFiles
+
+    index = {
+        "rank_files": relative,
+        "world_size": len(ranks),
+        "save_id": save_id,
+        "written_in": folder,
+        "loaders": summarize_loaders(ranks),  # an elastic resume reads these, not every rank's file
+    }
     return {**{name: value for name, value in entry.items() if name != "ranks"}, "ranks": index}
 
 
@@ -129,10 +138,13 @@ def with_rank_files(
 class RankFiles(Sequence[dict[str, Any]]):
     """The saved ranks' entries, index = rank, each file read and checked when its entry is first asked for."""
 
-    def __init__(self, folder: str, world_size: int, save_id: str) -> None:
+    def __init__(
+        self, folder: str, world_size: int, save_id: str, loader_summaries: list[object] | None = None
+    ) -> None:
         self.folder = folder
         self.world_size = world_size
         self.save_id = save_id
+        self.loader_summaries = loader_summaries  # the writer's, per train loader (_elastic.summarize_loaders)
         self._read: dict[int, dict[str, Any]] = {}
         self.bytes_read = 0  # what this process read of the rank files (benchmarks/checkpoint_scale.py)
 
@@ -167,9 +179,12 @@ class RankFiles(Sequence[dict[str, Any]]):
             candidates.append(_join(_dirname(path), relative))
         candidates += [_join(_resolved(_path(folder)), relative) for folder in folders]
         candidates.append(written_in)
+        summaries = index["loaders"]
+        if not isinstance(summaries, list):
+            raise ProgressStateError("ranks.loaders", "expected a list, one summary per train loader")
         for folder in candidates:
             if _exists(_join(folder, file_name(0))):
-                return cls(folder, size, save_id)
+                return cls(folder, size, save_id, summaries)
         raise ProgressStateError(
             "ranks",
             f"the rank files of save {save_id} ({relative}, beside the checkpoint) are not found; looked in "
