@@ -242,17 +242,20 @@ class StageProgress:
         else:
             samples = samples_in(batch)
         batches = self._batches
-        if batches.completed != batches.processed:
-            raise EventOrderError(f"{self.name} batch: processed again before it was completed")
-        if batches.processed == batches.started:
-            raise EventOrderError(f"{self.name} batch: processed before it was started")
+        processed = batches.processed
+        if processed != batches.completed or processed == batches.started:
+            again = processed != batches.completed
+            raise EventOrderError(
+                f"{self.name} batch: processed "
+                + ("again before it was completed" if again else "before it was started")
+            )
         if dataloader < 0:
             raise ValueError(f"{self.name} batch: dataloader must be >= 0, got {dataloader}")
         try:
             tallies = self._dataloaders[dataloader]
         except IndexError:
             tallies = self._add_dataloaders(dataloader)
-        batches.processed = batches.completed = batches.processed + 1
+        batches.processed = batches.completed = processed + 1
         self._samples.total += samples
         tallies.batches.total += 1
         tallies.samples.total += samples
