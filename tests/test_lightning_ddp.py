@@ -90,9 +90,14 @@ def test_checkpoint_written_by_rank_0_holds_an_index_and_each_ranks_entry_in_its
     assert [p.name for p in (folder / "plain-2.ckpt.ranks").iterdir()] == [index["save_id"]]  # one save there
 
 
-def test_checkpoint_inside_an_accumulation_window_holds_each_ranks_partial_gradients(folder: Path) -> None:
-    gradients = torch.load(folder / "accumulate-1.ckpt", weights_only=True)[GRADIENTS_KEY]["ranks"]
-    assert len(gradients) == 2
+def test_checkpoint_inside_an_accumulation_window_keeps_each_ranks_partial_gradients_in_its_own_file(
+    folder: Path,
+) -> None:
+    index = torch.load(folder / "accumulate-1.ckpt", weights_only=True)[GRADIENTS_KEY]["ranks"]
+    files = [folder / index["rank_files"] / f"gradients-{rank}.pt" for rank in range(2)]
+    gradients = [torch.load(file, weights_only=True) for file in files]
+
+    assert index["world_size"] == 2
     assert not all(torch.equal(a, b) for a, b in zip(*gradients))  # no_sync: each rank its own partial sums
 
 

@@ -11,11 +11,12 @@ import pytest
 
 pytest.importorskip("pytorch_lightning")
 
+import torch
 from lightning_fabric.plugins import TorchCheckpointIO
 
 from tracker_core import Tracker
-from tracker_core.adapter import RankFiles
-from tracker_core.integrations.lightning import STATE_KEY
+from tracker_core.adapter import RankFiles, RankTensors
+from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY
 from tracker_core.integrations.lightning._checkpoint_io import RankFilesIO
 
 
@@ -51,3 +52,14 @@ def test_a_single_process_entry_stays_in_the_checkpoint(tmp_path: Path) -> None:
 
     assert [p.name for p in tmp_path.iterdir()] == ["a.ckpt"]
     assert isinstance(io.load_checkpoint(tmp_path / "a.ckpt")["callbacks"][STATE_KEY]["ranks"], list)
+
+
+def test_each_ranks_partial_gradients_go_to_their_own_file_and_load_back(tmp_path: Path) -> None:
+    io = RankFilesIO(TorchCheckpointIO())
+    gradients = [[torch.full((2,), float(rank)), None] for rank in range(2)]
+    io.save_checkpoint({**_checkpoint(2), GRADIENTS_KEY: {"ranks": gradients}}, tmp_path / "a.ckpt")
+
+    loaded = io.load_checkpoint(tmp_path / "a.ckpt", weights_only=True)[GRADIENTS_KEY]["ranks"]
+
+    assert isinstance(loaded, RankTensors) and len(loaded) == 2
+    assert torch.equal(loaded[1][0], gradients[1][0]) and loaded[1][1] is None

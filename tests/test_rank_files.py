@@ -17,7 +17,14 @@ import torch
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from tracker_core import ProgressStateError, Tracker
-from tracker_core.adapter import RankFiles, remove_other_saves, with_rank_files, write_rank_files
+from tracker_core.adapter import (
+    RankFiles,
+    RankTensors,
+    remove_other_saves,
+    with_rank_files,
+    write_rank_files,
+    write_rank_tensors,
+)
 from tracker_core.integrations.checkpoints import read_checkpoint
 
 from helpers.gloo import run_on_two_ranks
@@ -266,3 +273,18 @@ def test_inspect_reads_the_rank_files_of_a_checkpoint_at_an_fsspec_url() -> None
     assert checkpoint.entries == tuple(gathered["ranks"])
     assert checkpoint.rank_files == "memory://rank-files-inspect/checkpoint.pt.ranks/" + checkpoint.rank_files[-32:]
     remove_other_saves(url, None)
+
+
+def test_each_ranks_tensors_are_read_from_their_own_file_and_a_missing_one_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "checkpoint.ckpt"
+    save_id = write_rank_files(_gathered(2), path)["ranks"]["save_id"]
+    index = write_rank_tensors([[torch.ones(2)], [torch.zeros(2)]], path, save_id, "gradients")
+    (tmp_path / index["rank_files"] / "gradients-1.pt").unlink()
+
+    tensors = RankTensors.of(index, path, key="gradients.ranks")
+
+    assert torch.equal(tensors[0][0], torch.ones(2))
+    with pytest.raises(ProgressStateError, match=r"'gradients\.ranks\.1'.*gradients-1\.pt: missing"):
+        tensors[1]

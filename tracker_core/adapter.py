@@ -34,7 +34,14 @@ from tracker_core.display._display import Display
 from tracker_core.display._history import history_facts, history_table
 from tracker_core.display._report import progress_facts, progress_table
 from tracker_core.distributed._elastic import saved_elsewhere
-from tracker_core.distributed._rank_files import RankFiles, remove_other_saves, with_rank_files, write_rank_files
+from tracker_core.distributed._rank_files import (
+    RankFiles,
+    RankTensors,
+    remove_other_saves,
+    with_rank_files,
+    write_rank_files,
+    write_rank_tensors,
+)
 from tracker_core.distributed._to_writer import gather_to_writer
 from tracker_core.state._gradients import capture_gradients, restore_gradients
 from tracker_core.state._model_lifetime import bind_lifetime, lifetimes_in
@@ -52,6 +59,7 @@ __all__ = [
     "ProgressStateError",
     "ProgressView",
     "RankFiles",
+    "RankTensors",
     "ResumeRngCheck",
     "StageProgress",
     "TokenCounter",
@@ -90,4 +98,5 @@ __all__ = [
     "with_rank_files",
     "without_times",
     "write_rank_files",
+    "write_rank_tensors",
 ]

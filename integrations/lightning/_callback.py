@@ -21,6 +21,7 @@ from tracker_core import EventOrderError, InexactResumeWarning, ProgressStateErr
 from tracker_core.adapter import (
     GlobalRng,
     RankFiles,
+    RankTensors,
     ResumeRngCheck,
     abandon_in_flight,
     begin_dataloader_pass,
@@ -844,7 +845,7 @@ def _own_gradients(saved: object, rank: int) -> Any:
     if not isinstance(saved, dict):
         return saved  # saved by one process (or absent)
     ranks = saved.get("ranks")
-    if not isinstance(ranks, list) or not ranks:
+    if not isinstance(ranks, (list, RankTensors)) or not ranks:  # RankTensors: each rank's in its own file
         raise ProgressStateError("gradients.ranks", "expected a non-empty list of each rank's gradients")
     return ranks[rank % len(ranks)]
 

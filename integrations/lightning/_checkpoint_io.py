@@ -4,8 +4,9 @@ With several processes the ``ProgressTracker`` entry rank 0 writes holds every r
 callback wraps ``trainer.strategy.checkpoint_io`` at ``setup`` (before Lightning loads a
 ``ckpt_path``); rank 0's ``save_checkpoint`` then writes each rank's entry to
 ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` and the checkpoint keeps rank 0's entry plus an index
-(``tracker_core.adapter.write_rank_files``); every rank's ``load_checkpoint`` puts a reader of those
-files in place of the index, so a resuming rank reads its own file only. URLs (``s3://``, ...) go
+(``tracker_core.adapter.write_rank_files``), and the partial gradients of an accumulation window go to
+``gradients-<r>.pt`` there (``write_rank_tensors``); every rank's ``load_checkpoint`` puts readers of those
+files in place of the indexes, so a resuming rank reads its own files only. URLs (``s3://``, ...) go
 through fsspec, as Lightning's own IO does. Strategies that write their checkpoint without the
 checkpoint IO (sharded FSDP, DeepSpeed) keep every entry in it, as before.
 """
@@ -14,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tracker_core.adapter import remove_other_saves, with_rank_files, write_rank_files
-from tracker_core.integrations._checkpoint_files import LIGHTNING_STATE_KEY
+from tracker_core.adapter import RankTensors, remove_other_saves, with_rank_files, write_rank_files, write_rank_tensors
+from tracker_core.integrations._checkpoint_files import LIGHTNING_GRADIENTS_KEY, LIGHTNING_STATE_KEY
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
@@ -35,15 +36,27 @@ class RankFilesIO:
             remove_other_saves(path, None)  # a checkpoint written over no longer uses them
             return
         split = write_rank_files(entry, path)
-        callbacks = {**checkpoint["callbacks"], LIGHTNING_STATE_KEY: split}
-        self._inner.save_checkpoint({**checkpoint, "callbacks": callbacks}, path, storage_options=storage_options)
-        remove_other_saves(path, split["ranks"]["save_id"])
+        save_id = split["ranks"]["save_id"]
+        written = {**checkpoint, "callbacks": {**checkpoint["callbacks"], LIGHTNING_STATE_KEY: split}}
+        gradients = checkpoint.get(LIGHTNING_GRADIENTS_KEY)
+        if isinstance(gradients, dict) and isinstance(gradients.get("ranks"), list) and len(gradients["ranks"]) > 1:
+            # each rank's partial gradients in its own file too: a resuming rank loads its own only
+            written[LIGHTNING_GRADIENTS_KEY] = {
+                "ranks": write_rank_tensors(gradients["ranks"], path, save_id, "gradients")
+            }
+        self._inner.save_checkpoint(written, path, storage_options=storage_options)
+        remove_other_saves(path, save_id)
 
     def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> Any:
         checkpoint = self._inner.load_checkpoint(path, *args, **kwargs)
         callbacks = checkpoint.get("callbacks") if isinstance(checkpoint, dict) else None
         if isinstance(callbacks, dict) and LIGHTNING_STATE_KEY in callbacks:
             callbacks[LIGHTNING_STATE_KEY] = with_rank_files(callbacks[LIGHTNING_STATE_KEY], path)
+        gradients = checkpoint.get(LIGHTNING_GRADIENTS_KEY) if isinstance(checkpoint, dict) else None
+        if isinstance(gradients, dict) and isinstance(gradients.get("ranks"), dict):
+            checkpoint[LIGHTNING_GRADIENTS_KEY] = {
+                "ranks": RankTensors.of(gradients["ranks"], path, key="gradients.ranks")
+            }
         return checkpoint
 
     def remove_checkpoint(self, path: Any) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import io
 import json
 import os
 import posixpath
@@ -34,6 +35,8 @@ import re
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, overload
+
+import torch
 
 from tracker_core._errors import ProgressStateError
 
@@ -159,38 +162,12 @@ class RankFiles(Sequence[dict[str, Any]]):
         """The rank files an index (``entry["ranks"]``) names, found as :func:`with_rank_files` says."""
         if not isinstance(index, Mapping) or set(index) != INDEX_KEYS:
             raise ProgressStateError("ranks", f"expected an index of rank files with keys {sorted(INDEX_KEYS)}")
-        relative, size, save_id, written_in = (
-            index[name] for name in ("rank_files", "world_size", "save_id", "written_in")
-        )
-        if not isinstance(save_id, str) or not _SAVE_ID.fullmatch(save_id):
-            raise ProgressStateError("ranks.save_id", "expected 32 hexadecimal digits")
-        if type(size) is not int or size < 1:
-            raise ProgressStateError("ranks.world_size", f"expected a positive int, got {size!r}")
-        if not isinstance(relative, str) or posixpath.isabs(relative) or ".." in relative.split("/"):
-            raise ProgressStateError("ranks.rank_files", "expected a folder relative to the checkpoint's folder")
-        if not relative.endswith("/" + save_id):
-            raise ProgressStateError("ranks.rank_files", f"does not end in the save id {save_id}")
-        if not isinstance(written_in, str) or not written_in.rstrip("/\\").endswith(save_id):
-            raise ProgressStateError("ranks.written_in", f"expected the folder of save {save_id}")
-        candidates = []
-        if checkpoint is not None:
-            path = _resolved(_path(checkpoint))
-            candidates.append(_join(_dirname(path), posixpath.join(_basename(path) + SUFFIX, save_id)))
-            candidates.append(_join(_dirname(path), relative))
-        candidates += [_join(_resolved(_path(folder)), relative) for folder in folders]
-        candidates.append(written_in)
+        relative, size, save_id, written_in = _index_fields("ranks", index)
         summaries = index["loaders"]
         if not isinstance(summaries, list):
             raise ProgressStateError("ranks.loaders", "expected a list, one summary per train loader")
-        for folder in candidates:
-            if _exists(_join(folder, file_name(0))):
-                return cls(folder, size, save_id, summaries)
-        raise ProgressStateError(
-            "ranks",
-            f"the rank files of save {save_id} ({relative}, beside the checkpoint) are not found; looked in "
-            + ", ".join(dict.fromkeys(candidates))
-            + ": keep the checkpoint's '.ranks' folder with it",
-        )
+        folder = _locate("ranks", relative, save_id, written_in, checkpoint, folders, file_name(0))
+        return cls(folder, size, save_id, summaries)
 
     def __len__(self) -> int:
         return self.world_size
@@ -245,6 +222,135 @@ class RankFiles(Sequence[dict[str, Any]]):
         if not isinstance(entry, dict):
             raise ProgressStateError(key, f"{path}: expected an entry dict")
         return entry
+
+
+def _index_fields(key: str, index: Mapping[str, Any]) -> tuple[str, int, str, str]:
+    """``(rank_files, world_size, save_id, written_in)`` of an index, checked; errors name ``key.<field>``."""
+    relative, size, save_id, written_in = (
+        index[name] for name in ("rank_files", "world_size", "save_id", "written_in")
+    )
+    if not isinstance(save_id, str) or not _SAVE_ID.fullmatch(save_id):
+        raise ProgressStateError(f"{key}.save_id", "expected 32 hexadecimal digits")
+    if type(size) is not int or size < 1:
+        raise ProgressStateError(f"{key}.world_size", f"expected a positive int, got {size!r}")
+    if not isinstance(relative, str) or posixpath.isabs(relative) or ".." in relative.split("/"):
+        raise ProgressStateError(f"{key}.rank_files", "expected a folder relative to the checkpoint's folder")
+    if not relative.endswith("/" + save_id):
+        raise ProgressStateError(f"{key}.rank_files", f"does not end in the save id {save_id}")
+    if not isinstance(written_in, str) or not written_in.rstrip("/\\").endswith(save_id):
+        raise ProgressStateError(f"{key}.written_in", f"expected the folder of save {save_id}")
+    return relative, size, save_id, written_in
+
+
+def _locate(
+    key: str,
+    relative: str,
+    save_id: str,
+    written_in: str,
+    checkpoint: str | os.PathLike[str] | None,
+    folders: Sequence[str | os.PathLike[str]],
+    first: str,
+) -> str:
+    """The folder of a save's rank files (the first place holding ``first``), in :func:`with_rank_files`'s order."""
+    candidates = []
+    if checkpoint is not None:
+        path = _resolved(_path(checkpoint))
+        candidates.append(_join(_dirname(path), posixpath.join(_basename(path) + SUFFIX, save_id)))
+        candidates.append(_join(_dirname(path), relative))
+    candidates += [_join(_resolved(_path(folder)), relative) for folder in folders]
+    candidates.append(written_in)
+    for folder in candidates:
+        if _exists(_join(folder, first)):
+            return folder
+    raise ProgressStateError(
+        key,
+        f"the rank files of save {save_id} ({relative}, beside the checkpoint) are not found; looked in "
+        + ", ".join(dict.fromkeys(candidates))
+        + ": keep the checkpoint's '.ranks' folder with it",
+    )
+
+
+TENSOR_INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in", "name"})
+
+
+def write_rank_tensors(
+    ranks: Sequence[object], checkpoint: str | os.PathLike[str], save_id: str, name: str
+) -> dict[str, Any]:
+    """``torch.save`` each rank's part (tensors, e.g. partial gradients) to ``<checkpoint>.ranks/<save_id>/<name>-<r>.pt``
+    (the folder of :func:`write_rank_files`' save ``save_id``); return the index to keep in the checkpoint instead."""
+    path = _path(checkpoint)
+    relative = posixpath.join(_basename(path) + SUFFIX, save_id)
+    folder = _join(_dirname(path), relative)
+    _makedirs(folder)
+    for rank, part in enumerate(ranks):
+        buffer = io.BytesIO()
+        torch.save(part, buffer)
+        _write(_join(folder, f"{name}-{rank}.pt"), buffer.getvalue())
+    return {"rank_files": relative, "world_size": len(ranks), "save_id": save_id, "written_in": folder, "name": name}
+
+
+def is_tensor_index(value: object) -> bool:
+    """Whether ``value`` is the index :func:`write_rank_tensors` returns."""
+    return isinstance(value, Mapping) and "rank_files" in value and "name" in value
+
+
+class RankTensors(Sequence[Any]):
+    """Each saved rank's tensors (:func:`write_rank_tensors`), index = rank, read (``torch.load(weights_only=True)``)
+    when first asked for; a missing or damaged file is a ``ProgressStateError`` naming ``<key>.<r>``."""
+
+    def __init__(self, folder: str, world_size: int, save_id: str, name: str, key: str) -> None:
+        self.folder = folder
+        self.world_size = world_size
+        self.save_id = save_id
+        self.name = name
+        self.key = key
+        self._read: dict[int, Any] = {}
+
+    @classmethod
+    def of(
+        cls,
+        index: object,
+        checkpoint: str | os.PathLike[str] | None = None,
+        *,
+        folders: Sequence[str | os.PathLike[str]] = (),
+        key: str = "ranks",
+    ) -> RankTensors:
+        """The files an index of :func:`write_rank_tensors` names, found as :func:`with_rank_files` says."""
+        if not isinstance(index, Mapping) or set(index) != TENSOR_INDEX_KEYS:
+            raise ProgressStateError(key, f"expected an index of rank files with keys {sorted(TENSOR_INDEX_KEYS)}")
+        relative, size, save_id, written_in = _index_fields(key, index)
+        name = index["name"]
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z_]+", name):
+            raise ProgressStateError(f"{key}.name", "expected a lowercase name")
+        folder = _locate(key, relative, save_id, written_in, checkpoint, folders, f"{name}-0.pt")
+        return cls(folder, size, save_id, name, key)
+
+    def __len__(self) -> int:
+        return self.world_size
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.world_size))]
+        if index < 0:
+            index += self.world_size
+        if not 0 <= index < self.world_size:
+            raise IndexError(index)
+        if index not in self._read:
+            path = _join(self.folder, f"{self.name}-{index}.pt")
+            raw = _read(path, f"{self.key}.{index}", self.save_id)
+            try:
+                self._read[index] = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+            except Exception as error:  # untrusted bytes: whatever torch.load raises is the file's fault
+                first_line = (str(error).splitlines() or [type(error).__name__])[0][:200]
+                raise ProgressStateError(f"{self.key}.{index}", f"{path}: damaged ({first_line})") from None
+        return self._read[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self[i] for i in range(self.world_size))
 
 
 # storage: os for local paths, fsspec for URLs -----------------------------------------------------------
