@@ -22,6 +22,7 @@ pytest.importorskip("torchdata")
 
 import torch
 
+from tracker_core.adapter import without_times
 from tracker_core.integrations.checkpoints import read_checkpoint
 from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY
 
@@ -34,6 +35,7 @@ from helpers.distributed_runs import (
     rank_findings,
     run_script,
 )
+from helpers.ledger import without_ledger
 from helpers.lightning_ddp_run import AT, EPOCHS, SAMPLES
 
 BATCHES = SAMPLES // 2 // 3 * EPOCHS  # per rank, over the run
@@ -42,6 +44,17 @@ BATCHES = SAMPLES // 2 // 3 * EPOCHS  # per rank, over the run
 def _run(folder: Path) -> None:
     for phase in ("straight", "resume"):
         run_script("lightning_ddp_run.py", phase, str(folder), env={"MASTER_PORT": str(free_port())})
+    save_id = torch.load(folder / "plain-2.ckpt", weights_only=True)["callbacks"][STATE_KEY]["ranks"]["save_id"]
+    for rank in range(2):  # a copy of plain-2 with only rank r's file beside it (the original's folder moved away)
+        own = folder / f"only-rank{rank}" / "plain-2.ckpt.ranks" / save_id
+        own.mkdir(parents=True)
+        shutil.copy(folder / "plain-2.ckpt", folder / f"only-rank{rank}")
+        shutil.copy(folder / "plain-2.ckpt.ranks" / save_id / f"rank-{rank}.json", own)
+    shutil.move(folder / "plain-2.ckpt.ranks", folder / "plain-2.ckpt.ranks-away")
+    try:
+        run_script("lightning_ddp_run.py", "own", str(folder), env={"MASTER_PORT": str(free_port())})
+    finally:
+        shutil.move(folder / "plain-2.ckpt.ranks-away", folder / "plain-2.ckpt.ranks")
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +141,12 @@ def test_a_checkpoint_moved_and_renamed_with_its_rank_files_reads_them_from_besi
 
     assert checkpoint.rank_files is not None and checkpoint.rank_files.startswith(str(tmp_path / "moved.ckpt.ranks"))
     assert len(checkpoint.entries) == 2
+
+
+def test_each_rank_resumes_exactly_with_only_its_own_rank_file_beside_the_checkpoint(folder: Path) -> None:
+    for own, resumed in zip(rank_findings(folder, "own"), rank_findings(folder, "resume"), strict=True):
+        assert own["plain-2"]["seen"] == resumed["plain-2"]["seen"]
+        assert without_times(without_ledger(own["plain-2"]["progress"])) == without_times(
+            without_ledger(resumed["plain-2"]["progress"])
+        )
+        assert all(torch.equal(a, b) for a, b in zip(own["plain-2"]["weights"], resumed["plain-2"]["weights"]))

@@ -3,7 +3,8 @@
 ``python lightning_ddp_run.py straight DIR``: per configuration, 2 uninterrupted epochs; a
 checkpoint after each train batch in ``AT[config]`` (counted over the run), written by rank 0
 to ``DIR/<config>-<batch>.ckpt``. ``python lightning_ddp_run.py resume DIR``: for each of those
-checkpoints, a fresh Trainer, model and loader resume it with ``fit(ckpt_path=...)``.
+checkpoints, a fresh Trainer, model and loader resume it with ``fit(ckpt_path=...)``. ``... own DIR``:
+rank ``r`` resumes ``DIR/only-rank<r>/plain-2.ckpt``, a copy beside which only its own rank file lies.
 Lightning's launcher re-executes this script for rank 1. Each rank seeds its global RNG
 differently (the loss draws noise from it), so a rank resumed with another rank's RNG
 state would diverge. Each rank saves what it saw to ``DIR/<phase>-rank<r>.pt``.
@@ -113,6 +114,11 @@ def _fit(folder: Path, config: str, seed: int, ckpt_path: Path | None = None) ->
 
 
 def main(phase: str, folder: Path) -> None:
+    if phase == "own":  # each rank resumes plain-2 from a copy beside which only its own rank file lies
+        rank = int(os.environ.get("LOCAL_RANK", "0"))
+        own = _fit(folder, "plain", seed=1234, ckpt_path=folder / f"only-rank{rank}" / "plain-2.ckpt")
+        torch.save({"plain-2": own}, folder / f"own-rank{own['rank']}.pt")
+        return
     runs = {}
     for config, at in AT.items():
         if phase == "straight":

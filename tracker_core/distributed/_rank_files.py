@@ -166,7 +166,7 @@ class RankFiles(Sequence[dict[str, Any]]):
         summaries = index["loaders"]
         if not isinstance(summaries, list):
             raise ProgressStateError("ranks.loaders", "expected a list, one summary per train loader")
-        folder = _locate("ranks", relative, save_id, written_in, checkpoint, folders, file_name(0))
+        folder = _locate("ranks", relative, save_id, written_in, checkpoint, folders)
         return cls(folder, size, save_id, summaries)
 
     def __len__(self) -> int:
@@ -249,9 +249,9 @@ def _locate(
     written_in: str,
     checkpoint: str | os.PathLike[str] | None,
     folders: Sequence[str | os.PathLike[str]],
-    first: str,
 ) -> str:
-    """The folder of a save's rank files (the first place holding ``first``), in :func:`with_rank_files`'s order."""
+    """The folder of a save's rank files (the first that exists, in :func:`with_rank_files`'s order; a file
+    missing in it is named when that rank's file is read)."""
     candidates = []
     if checkpoint is not None:
         path = _resolved(_path(checkpoint))
@@ -260,7 +260,7 @@ def _locate(
     candidates += [_join(_resolved(_path(folder)), relative) for folder in folders]
     candidates.append(written_in)
     for folder in candidates:
-        if _exists(_join(folder, first)):
+        if _exists(folder):
             return folder
     raise ProgressStateError(
         key,
@@ -322,7 +322,7 @@ class RankTensors(Sequence[Any]):
         name = index["name"]
         if not isinstance(name, str) or not re.fullmatch(r"[a-z_]+", name):
             raise ProgressStateError(f"{key}.name", "expected a lowercase name")
-        folder = _locate(key, relative, save_id, written_in, checkpoint, folders, f"{name}-0.pt")
+        folder = _locate(key, relative, save_id, written_in, checkpoint, folders)
         return cls(folder, size, save_id, name, key)
 
     def __len__(self) -> int:
