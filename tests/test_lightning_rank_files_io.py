@@ -13,6 +13,7 @@ pytest.importorskip("pytorch_lightning")
 
 import torch
 from lightning_fabric.plugins import TorchCheckpointIO
+from pytorch_lightning.plugins.io import AsyncCheckpointIO
 
 from tracker_core import Tracker
 from tracker_core.adapter import RankFiles, RankTensors
@@ -63,3 +64,26 @@ def test_each_ranks_partial_gradients_go_to_their_own_file_and_load_back(tmp_pat
 
     assert isinstance(loaded, RankTensors) and len(loaded) == 2
     assert torch.equal(loaded[1][0], gradients[1][0]) and loaded[1][1] is None
+
+
+def test_behind_an_async_checkpoint_io_older_rank_files_go_one_save_later_and_at_teardown(tmp_path: Path) -> None:
+    io = RankFilesIO(AsyncCheckpointIO(TorchCheckpointIO()))
+    io.save_checkpoint(_checkpoint(2), tmp_path / "last.ckpt")
+    io.save_checkpoint(_checkpoint(2), tmp_path / "last.ckpt")
+    kept = len(list((tmp_path / "last.ckpt.ranks").iterdir()))
+
+    io.teardown()
+
+    assert kept == 2  # the file on disk may still be the first save's until the thread writes the second
+    assert len(list((tmp_path / "last.ckpt.ranks").iterdir())) == 1
+    assert len(list(io.load_checkpoint(tmp_path / "last.ckpt")["callbacks"][STATE_KEY]["ranks"])) == 2
+
+
+def test_a_link_to_a_checkpoint_reads_the_rank_files_of_the_checkpoint_it_points_to(tmp_path: Path) -> None:
+    io = RankFilesIO(TorchCheckpointIO())
+    io.save_checkpoint(_checkpoint(2), tmp_path / "epoch=0.ckpt")
+    (tmp_path / "last.ckpt").symlink_to("epoch=0.ckpt")  # ModelCheckpoint(save_last="link")
+
+    entry = io.load_checkpoint(tmp_path / "last.ckpt")["callbacks"][STATE_KEY]
+
+    assert entry["ranks"].folder.startswith(str(tmp_path / "epoch=0.ckpt.ranks"))

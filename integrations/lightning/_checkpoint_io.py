@@ -27,13 +27,17 @@ class RankFilesIO:
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
+        # AsyncCheckpointIO writes the checkpoint later, in a thread: the rank files its previous save of a
+        # path uses are kept until the next save of that path or teardown (when the writes are done)
+        self._deferred = type(inner).__name__ == "AsyncCheckpointIO"
+        self._latest: dict[str, str | None] = {}  # path -> the save id of its last save (None: no rank files)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         entry = checkpoint.get("callbacks", {}).get(LIGHTNING_STATE_KEY) if isinstance(checkpoint, dict) else None
         ranks = entry.get("ranks") if isinstance(entry, dict) else None
         if not isinstance(ranks, list) or len(ranks) < 2:
             self._inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
-            remove_other_saves(path, None)  # a checkpoint written over no longer uses them
+            self._written(path, None)  # a checkpoint written over no longer uses them
             return
         split = write_rank_files(entry, path)
         save_id = split["ranks"]["save_id"]
@@ -45,7 +49,20 @@ class RankFilesIO:
                 "ranks": write_rank_tensors(gradients["ranks"], path, save_id, "gradients")
             }
         self._inner.save_checkpoint(written, path, storage_options=storage_options)
-        remove_other_saves(path, save_id)
+        self._written(path, save_id)
+
+    def _written(self, path: Any, save_id: str | None) -> None:
+        """Remove the rank files of ``path``'s older saves (deferred by one save for an asynchronous IO)."""
+        key = str(path)
+        keep = {save_id, self._latest.get(key)} if self._deferred else {save_id}
+        self._latest[key] = save_id
+        remove_other_saves(path, {k for k in keep if k is not None})
+
+    def teardown(self) -> None:
+        self._inner.teardown()  # an asynchronous IO's writes are done
+        latest, self._latest = self._latest, {}
+        for path, save_id in latest.items():
+            remove_other_saves(path, save_id)
 
     def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> Any:
         checkpoint = self._inner.load_checkpoint(path, *args, **kwargs)
