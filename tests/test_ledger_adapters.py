@@ -120,6 +120,6 @@ def test_accelerate_a_resume_from_an_older_checkpoint_records_the_work_done_afte
     second[0].load_state(str(tmp_path / "checkpoints" / "at_2"))
     train(*second, save_at=None)
     ended, completed = _runs(second[1].view)
-    assert ended["ended"] == "completed" and ended["end"]["batches"] == 2  # as its heartbeat says
+    assert ended["ended"] == "stopped_early" and ended["end"]["batches"] == 2  # as its heartbeat says (returned)
     assert (ended["lost"]["batches"], ended["lost"]["samples"]) == (3, 6)
     assert (completed["ended"], completed["start"]["batches"], completed["end"]["batches"]) == ("completed", 2, 6)

@@ -56,7 +56,7 @@ from tracker_core.integrations.accelerate._compat import (
     prepared_schedulers,
 )
 from tracker_core.integrations.accelerate._loggers import rewind_trackers
-from tracker_core.integrations.accelerate._loops import Evaluation, TrainBatch
+from tracker_core.integrations.accelerate._loops import Evaluation, TrainBatch, closed_by_exception, iterating_code
 
 __all__ = ["AcceleratorProgress"]
 
@@ -93,6 +93,7 @@ class AcceleratorProgress:
         }
         self._hooked_optimizers = 0
         self._fit: object | None = None  # the open epochs() loop (a token), None outside one
+        self._fit_at = (0, 0)  # the epoch the open epochs() loop last yielded, and its max_epochs
         self._in_flight: TrainBatch | None = None  # the train batch handed to a loop body
         self._evaluation: Evaluation | None = None  # the open evaluation pass
         self._warned = False  # an anomaly warned already
@@ -174,6 +175,7 @@ class AcceleratorProgress:
         self._begin_fit(own)
         train, view = self._train, self._progress.view
         epoch = view.epoch_index
+        loop = None  # the code of the loop over this generator (tells an exception in its body from a break)
         try:
             while epoch < max_epochs:
                 if self._fit is own:
@@ -181,27 +183,36 @@ class AcceleratorProgress:
                     train.epoch_started()
                     self._begun_passes.clear()
                     self._left_passes.clear()
+                    self._fit_at = (epoch, max_epochs)
+                loop = iterating_code()
                 yield epoch
                 if self._fit is own:
                     self._end_train_epoch()
                     epoch = view.epoch_index
                 else:  # a later epochs() loop or a load_state took over: count as the loop does
                     epoch += 1
-        except GeneratorExit:
+        except GeneratorExit:  # the loop body left (break, return, exception)
             if self._fit is own:
-                self._end_fit()
+                self._end_fit("crashed" if closed_by_exception(loop) else self._left_early())
             raise
         if self._fit is own:
             self._end_fit()
 
+    def _left_early(self) -> str | None:
+        """How the open fit run ends when its loop is left without an exception: ``stopped_early`` before its
+        last epoch or in the middle of a train pass, else completed (None)."""
+        epoch, max_epochs = self._fit_at
+        return "stopped_early" if epoch + 1 < max_epochs or self._left_passes else None
+
     def _begin_fit(self, own: object) -> None:
         if self._fit is not None:  # the previous loop was left while kept suspended: it ends as a break would
-            self._end_fit()
+            self._end_fit(self._left_early())
         self._end_evaluation_left_open()
         self._bind_lifetimes()
         self._progress.run_ready("fit")
         self._progress.run_started()
         self._fit = own
+        keep_heartbeat(self._progress, _automatic_heartbeat_folder(self._accelerator))  # else from the first save
         if self._rng_check.armed:
             self._rng_check.check("between accelerator.load_state and the epochs() loop")
             if not self._check_rng_at_pass:  # the next epoch begins: what it draws, the uninterrupted run drew
@@ -220,10 +231,13 @@ class AcceleratorProgress:
             train.epoch_processed()
             train.epoch_completed()
 
-    def _end_fit(self) -> None:
+    def _end_fit(self, ended: str | None = None) -> None:
+        """End the fit run: completed, or ``ended`` (``crashed``, ``stopped_early``) in the run ledger."""
         self._end_evaluation_left_open()
         self._end_train_epoch()
         self._fit = None
+        if ended is not None:
+            self._progress.note_run_end(ended)
         self._progress.run_processed()
         self._progress.run_completed()
 
@@ -662,6 +676,14 @@ def _start_from_the_beginning(loader: object) -> bool:
     inner.next_iter_state = None  # type: ignore[attr-defined]
     drop_iterator(inner)
     return True
+
+
+def _automatic_heartbeat_folder(accelerator: Any) -> str | None:
+    """Where saves will keep the heartbeat, known before the first one only with automatic naming."""
+    project_dir = getattr(accelerator.project_configuration, "project_dir", None)
+    if not _automatic_naming(accelerator) or project_dir is None:
+        return None
+    return checkpoint.heartbeat_folder(os.path.join(project_dir, "checkpoints", "checkpoint_0"), automatic_naming=True)
 
 
 def _automatic_naming(accelerator: Any) -> bool:

@@ -366,6 +366,7 @@ class ProgressTracker(CallbackBase):
         if self._gradients is not None:
             restore_gradients(pl_module.parameters(), self._gradients)
             self._gradients = None
+        self._keep_heartbeat(trainer)  # beats from the run's start: a process killed before its first save is recorded
 
     @_passenger
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -657,8 +658,7 @@ class ProgressTracker(CallbackBase):
     ) -> None:
         if trainer.state.fn != _FIT:
             return
-        saver = trainer.checkpoint_callback
-        keep_heartbeat(self.tracker.progress, _local(getattr(saver, "dirpath", None)))  # beside its files; not at a URL
+        self._keep_heartbeat(trainer)
         gradients = capture_gradients(pl_module.parameters()) if self.tracker.view.is_mid_accumulation else None
         if trainer.world_size > 1:
             gradients = _every_rank(gradients)
@@ -729,6 +729,10 @@ class ProgressTracker(CallbackBase):
                     InexactResumeWarning,
                     stacklevel=3,
                 )
+
+    def _keep_heartbeat(self, trainer: pl.Trainer) -> None:
+        """Beat beside the files of the Trainer's ModelCheckpoint (its dirpath, set up by then); not at a URL."""
+        keep_heartbeat(self.tracker.progress, _local(getattr(trainer.checkpoint_callback, "dirpath", None)))
 
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
