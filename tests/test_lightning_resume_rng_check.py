@@ -15,6 +15,8 @@ import pytest
 
 pytest.importorskip("pytorch_lightning")
 
+from typing import Any
+
 import torch
 
 from helpers.lightning_matrix import PACKAGES
@@ -25,18 +27,26 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 MID_EPOCH = 1  # saved after train batch 1 of epoch 0
 EPOCH_END = BATCHES - 1  # saved after the last batch of epoch 0: the resumed run begins epoch 1 (its sampler draws)
+# saved there in on_train_batch_end, Lightning's resumed run skips epoch 1's on_train_epoch_start; in
+# on_train_epoch_end (ModelCheckpoint without validation) it runs it
+IN_EPOCH_END = {"in_epoch_end": True}
 _SETUP = "between the checkpoint load and Lightning's first train iterator"
+_BOUNDARY = "in an on_train_start or on_train_epoch_start hook of a fit resumed at an epoch boundary"
 
 
 def _resume(
-    package: str, tmp_path: Path, save_at: int, reseed: str = "", draw_before: bool = False
+    package: str, tmp_path: Path, save_at: int, reseed: str = "", draw_before: bool = False, **options: Any
 ) -> tuple[list[str], list[torch.Tensor]]:
     path = tmp_path / "saved.ckpt"
-    fit(package, path, save_at=save_at, draw_before=draw_before)
+    fit(package, path, save_at=save_at, draw_before=draw_before, **options)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        weights = fit(package, path, reseed=reseed, draw_before=draw_before)
+        weights = fit(package, path, reseed=reseed, draw_before=draw_before, **options)
     return rng_warnings(caught), weights
+
+
+def _equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -59,21 +69,93 @@ def test_a_reseed_after_the_load_before_the_first_resumed_batch_warns_once_namin
 
 
 @pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize(
+    "reseed",
+    [
+        "module.on_train_start",
+        "callback.on_train_start",
+        "module.on_train_epoch_start",
+        "callback.on_train_epoch_start",
+    ],
+)
+def test_a_reseed_in_a_start_hook_of_a_fit_resumed_at_an_epoch_boundary_warns_once_naming_the_cause(
+    package: str, workers: int, reseed: str, tmp_path: Path
+) -> None:
+    messages, _ = _resume(package, tmp_path, EPOCH_END, reseed, workers=workers, **IN_EPOCH_END)
+    assert len(messages) == 1
+    assert _BOUNDARY in messages[0]
+    assert "Seed before Trainer.fit(ckpt_path=...)" in messages[0]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_per_epoch_draw_in_on_train_epoch_start_differs_after_an_epoch_boundary_resume_and_warns(
+    package: str, workers: int, tmp_path: Path
+) -> None:
+    # Lightning builds the resumed epoch's iterator (its draws: worker seed, sampler) before the hook, the
+    # uninterrupted run after it: the hook's draw, made in both runs, gets another value
+    straight = fit(package, tmp_path / "none.ckpt", workers=workers, draw_each_epoch=True)
+    messages, weights = _resume(package, tmp_path, EPOCH_END, workers=workers, draw_each_epoch=True, **IN_EPOCH_END)
+    assert not _equal(weights, straight)
+    assert len(messages) == 1
+    assert _BOUNDARY in messages[0]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_per_epoch_draw_with_a_loader_of_its_own_generator_is_exact_and_silent_at_an_epoch_boundary(
+    package: str, tmp_path: Path
+) -> None:
+    # the iterator draws nothing from the global RNG: the hook's draw gets the same value in both runs
+    options: dict[str, Any] = {"own_generator": True, "draw_each_epoch": True}
+    straight = fit(package, tmp_path / "none.ckpt", **options)
+    messages, weights = _resume(package, tmp_path, EPOCH_END, **options, **IN_EPOCH_END)
+    assert messages == []
+    assert _equal(weights, straight)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
 def test_an_ordinary_mid_epoch_resume_is_exact_and_silent(package: str, tmp_path: Path) -> None:
     straight = fit(package, tmp_path / "none.ckpt")
     messages, weights = _resume(package, tmp_path, MID_EPOCH)
     assert messages == []
-    assert all(torch.equal(a, b) for a, b in zip(weights, straight, strict=True))
+    assert _equal(weights, straight)
 
 
 @pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("in_epoch_end", [False, True], ids=["on_train_batch_end", "on_train_epoch_end"])
 def test_a_resume_at_an_epoch_boundary_where_the_sampler_draws_is_exact_and_silent(
-    package: str, tmp_path: Path
+    package: str, workers: int, in_epoch_end: bool, tmp_path: Path
 ) -> None:
-    straight = fit(package, tmp_path / "none.ckpt")
-    messages, weights = _resume(package, tmp_path, EPOCH_END)
+    straight = fit(package, tmp_path / "none.ckpt", workers=workers)
+    messages, weights = _resume(package, tmp_path, EPOCH_END, workers=workers, in_epoch_end=in_epoch_end)
     assert messages == []
-    assert all(torch.equal(a, b) for a, b in zip(weights, straight, strict=True))
+    assert _equal(weights, straight)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize(
+    ("save_at", "where"), [(MID_EPOCH, {}), (EPOCH_END, IN_EPOCH_END)], ids=["mid-epoch", "epoch-end"]
+)
+@pytest.mark.parametrize(
+    ("workers", "draws"),
+    [
+        pytest.param(0, {"noisy_data": True}, id="dataset-0-workers"),
+        pytest.param(0, {"draw_at_transfer": True}, id="on_after_batch_transfer-0-workers"),
+        pytest.param(2, {"draw_at_transfer": True}, id="on_after_batch_transfer-2-workers"),
+        pytest.param(0, {"noisy_data": True, "draw_before": True}, id="dataset-and-callback-before"),
+    ],
+)
+def test_draws_of_every_batch_before_its_start_hooks_raise_no_false_alarm(
+    package: str, save_at: int, where: dict[str, bool], workers: int, draws: dict[str, bool], tmp_path: Path
+) -> None:
+    # the loader reads the first resumed batch (its dataset's draws without workers) and Lightning moves it
+    # to the device (on_after_batch_transfer) before on_train_batch_start, in both runs
+    straight = fit(package, tmp_path / "none.ckpt", workers=workers, **draws)
+    messages, weights = _resume(package, tmp_path, save_at, workers=workers, **where, **draws)
+    assert messages == []
+    assert _equal(weights, straight)
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -83,4 +165,4 @@ def test_a_callback_before_the_tracker_drawing_at_every_batch_start_raises_no_fa
     straight = fit(package, tmp_path / "none.ckpt", draw_before=True)
     messages, weights = _resume(package, tmp_path, MID_EPOCH, draw_before=True)
     assert messages == []
-    assert all(torch.equal(a, b) for a, b in zip(weights, straight, strict=True))
+    assert _equal(weights, straight)

@@ -160,6 +160,15 @@ class Tracker:
             return self.gathered_state_dict()
         return self.state_dict()
 
+    def train_sampler_started_rng(self, index: int = 0) -> torch.Tensor | None:
+        """torch's global CPU RNG state when train loader ``index``'s index sampler last started an
+        epoch, taken before it drew; None until it starts after the loader's last iterator was built,
+        and for a loader whose sampler the tracker does not see (an ``IterableDataset``, a
+        ``StatefulDataLoader``). With ``num_workers=0`` a sampler starts at the iterator's first
+        batch, after the framework's epoch-start hooks: :class:`ResumeRngCheck` compares it there."""
+        position = self._loaders.get(index)
+        return None if position is None else position._site.cursor.sampler_started_rng
+
     def forget_loaded_positions(self) -> None:
         """The framework begins a new run instead of resuming the loaded one: no loader replays the loaded epoch."""
         self._pending.clear()

@@ -55,6 +55,14 @@ if TYPE_CHECKING:
 _P = ParamSpec("_P")
 _FIT = "fit"  # trainer.state.fn while fitting (Lightning's TrainerFn is a str enum in both packages)
 _SEED_BEFORE = "Trainer.fit(ckpt_path=...)"  # where a resumed fit's RNGs are restored (the RNG check's advice)
+_AT_TRAIN_START = "in an on_train_start hook of the resumed fit, before its first batch"
+_AT_EPOCH_BOUNDARY = (
+    "in an on_train_start or on_train_epoch_start hook of a fit resumed at an epoch boundary (Lightning built "
+    "that epoch's train iterator, which draws from it, before these hooks; the uninterrupted run builds it "
+    "after them, so even a draw both runs make there differs: draw per-epoch values from a torch.Generator "
+    "of your own)"
+)
+_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 __all__ = ["GRADIENTS_KEY", "STATE_KEY", "ProgressTracker"]
 
@@ -120,7 +128,11 @@ class ProgressTracker(CallbackBase):
         self._rng_check: ResumeRngCheck | None = None  # a fit loaded: the RNGs it restored, until compared
         self._rng_check_at_batch: ResumeRngCheck | None = None  # mid-epoch: compared at the first resumed batch
         self._rng_check_epoch = 0  # ... if that batch is in this epoch (Lightning may go on with the next one)
-        self._rng_check_at_start: ResumeRngCheck | None = None  # instead, at on_train_start (_batch_start_before)
+        self._rng_check_at_start: ResumeRngCheck | None = None  # mid-epoch: set up at on_train_start
+        self._rng_boundary = False  # resumed at an epoch boundary: its check is set up at on_train_start
+        self._rng_check_where = ""  # what the first-batch check names
+        self._rng_check_sampler = False  # ... compared where the sampler started (num_workers=0), not live
+        self._rng_check_at_epoch_start: ResumeRngCheck | None = None  # at an epoch boundary, else at its start
         self._elastic_entry: dict[str, Any] | None = None  # saved at another world size: loaded at setup_data
         self._train_loaders: list[object] = []  # held: the tracker's positions need them until the next fit
         self._train_layout: tuple[str, list[Any], list[int | None]] | None = None  # several train loaders
@@ -193,7 +205,9 @@ class ProgressTracker(CallbackBase):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer = weakref.ref(trainer)
         self._run_begun = False
-        self._rng_check_at_batch = self._rng_check_at_start = None  # left by a resumed fit that trained nothing
+        # left by a resumed fit that trained nothing
+        self._rng_check_at_batch = self._rng_check_at_start = self._rng_check_at_epoch_start = None
+        self._rng_boundary = False
         if self._cut_by:
             self._settle_cut()
         attach(trainer, self.tracker.progress)
@@ -321,19 +335,14 @@ class ProgressTracker(CallbackBase):
                     next(iter(loader), None)
         self._close_restored_epoch(trainer)
         view = self.tracker.view
-        if (
-            check is not None
-            and check.armed
-            and view.is_mid_epoch
-            and not resume.restored_epoch_consumed(trainer.fit_loop)
-        ):
-            # nothing draws before the first batch that continues the epoch (at an epoch boundary the next
-            # epoch's sampler does, as in the uninterrupted run): it is compared there once more
-            self._rng_check_epoch = view.epoch_index
-            if _batch_start_before(trainer, self):
+        if check is not None and check.armed:
+            if view.is_mid_epoch and not resume.restored_epoch_consumed(trainer.fit_loop):
+                # nothing draws before the first batch that continues the epoch: compared again once the
+                # start hooks are over (_arm_first_batch_check)
+                self._rng_check_epoch = view.epoch_index
                 self._rng_check_at_start = check
-            else:
-                self._rng_check_at_batch = check
+            elif not finished:
+                self._rng_boundary = True  # Lightning's iterator of the next epoch drew: see _arm_first_batch_check
         if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
             batch = view.train.batches.epoch.completed
             self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
@@ -359,10 +368,8 @@ class ProgressTracker(CallbackBase):
 
     @_passenger
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._rng_check_at_start is not None:
-            check, self._rng_check_at_start = self._rng_check_at_start, None
-            if trainer.current_epoch == self._rng_check_epoch:
-                check.check("in an on_train_start hook of the resumed fit, before its first batch", last=True)
+        if self._rng_check_at_start is not None or self._rng_boundary:
+            self._arm_first_batch_check(trainer)
         if self._gradients is not None:
             restore_gradients(pl_module.parameters(), self._gradients)
             self._gradients = None
@@ -371,18 +378,71 @@ class ProgressTracker(CallbackBase):
     @_passenger
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._train.epoch_begin()
+        if self._rng_check_at_epoch_start is not None:
+            check, self._rng_check_at_epoch_start = self._rng_check_at_epoch_start, None
+            if trainer.current_epoch == self._rng_check_epoch:
+                check.check(_AT_EPOCH_BOUNDARY, last=True)
         if self._rng_at_setup is not None:
             rng, self._rng_at_setup = self._rng_at_setup, None
             if resume.discards_setup_iterator(trainer):
-                rng.apply()  # undo the draws of the iterator Lightning built in setup_data and drops now
+                self._rng_check_at_batch = None  # Lightning builds this epoch's iterator after the hooks, as
+                rng.apply()  # in the uninterrupted run; undo the draws of the one it built in setup_data
+
+    def _arm_first_batch_check(self, trainer: pl.Trainer) -> None:
+        """The resumed fit's ``on_train_start``: set up the comparison of the global RNGs once its start hooks
+        are over, before the first batch's data is read (the loader's own draws come in the same place in
+        both runs).
+
+        Mid-epoch they must still be as loaded (compared now too: callbacks before this one). At an epoch
+        boundary Lightning built the next epoch's iterator before these hooks, the uninterrupted run after
+        them: if it drew from the global RNGs, they must stay as they are now. Compared where the resumed
+        epoch's sampler starts (``num_workers=0``: at the first batch, after the hooks), else at the first
+        ``on_train_batch_start`` if nothing of the user's may draw before it in both runs (workers, no batch
+        transfer hooks, no callback before this one drawing there), else (epoch boundary) at this callback's
+        ``on_train_epoch_start``.
+        """
+        check, self._rng_check_at_start = self._rng_check_at_start, None
+        boundary, self._rng_boundary = self._rng_boundary, False
+        if check is not None:
+            if trainer.current_epoch != self._rng_check_epoch or check.check(_AT_TRAIN_START):
+                return
+            where = _AT_TRAIN_START
+        elif boundary:
+            before = self._rng_at_setup
+            if before is None or GlobalRng.capture().to_plain() == before.to_plain():
+                return  # the iterator drew nothing: the hooks draw where the uninterrupted run does
+            check = ResumeRngCheck(load=_SEED_BEFORE)
+            check.loaded()
+            where = _AT_EPOCH_BOUNDARY
+        else:
+            return
+        self._rng_check_epoch = trainer.current_epoch
+        self._rng_check_where = where
+        loaders = self._train_loaders
+        self._rng_check_sampler = (
+            len(loaders) == 1
+            and isinstance(loaders[0], DataLoader)
+            and loaders[0].num_workers == 0
+            and self.tracker.train_sampler_started_rng(0) is None
+        )
+        if self._rng_check_sampler or not _draws_before_batch_start(trainer, self):
+            self._rng_check_at_batch = check
+        elif boundary:
+            self._rng_check_at_epoch_start = check
 
     def _first_resumed_batch(self, trainer: pl.Trainer) -> None:
-        """The first train batch after a mid-epoch load: the RNGs must still be as loaded if it continues
-        the saved epoch (Lightning counts an epoch whose batches were all done as finished and starts the
-        next one, whose sampler draws first, as in the uninterrupted run)."""
+        """The first train batch of the resumed fit: the check set up at ``on_train_start``, if this batch is in
+        the epoch it was set up for (Lightning counts an epoch whose batches were all done as finished and
+        starts the next one, whose iterator draws first, as in the uninterrupted run)."""
         check, self._rng_check_at_batch = self._rng_check_at_batch, None
-        if check is not None and trainer.current_epoch == self._rng_check_epoch:
-            check.check("in an on_train_start hook of the resumed fit, before its first batch", last=True)
+        if check is None or trainer.current_epoch != self._rng_check_epoch:
+            return
+        if not self._rng_check_sampler:
+            check.check(self._rng_check_where, last=True)
+            return
+        started = self.tracker.train_sampler_started_rng(0)
+        if started is not None:  # None: the loader has no sampler the tracker sees (nothing to compare)
+            check.check(self._rng_check_where, last=True, torch_state=started)
 
     # The per-batch hooks guard inline (a try costs nothing in Python 3.11; a wrapper costs a call)
     def on_train_batch_start(
@@ -801,6 +861,21 @@ class ProgressTracker(CallbackBase):
         )
         self.tracker.progress.note_anomaly(message)
         warnings.warn(message, InexactResumeWarning, stacklevel=2)
+
+
+def _draws_before_batch_start(trainer: pl.Trainer, tracker: ProgressTracker) -> bool:
+    """True if the global RNGs may move between the first train batch's fetch and ``tracker``'s
+    ``on_train_batch_start``, in both runs: a loader without workers (its dataset's draws), a batch
+    transfer hook of the module or datamodule, or a callback before ``tracker`` drawing there."""
+    loaders = tracker._train_loaders
+    if not loaders or not all(isinstance(loader, DataLoader) and loader.num_workers > 0 for loader in loaders):
+        return True
+    for owner in (trainer.lightning_module, getattr(trainer, "datamodule", None)):  # datamodule: not declared
+        if owner is not None and any(
+            not getattr(type(owner), name).__qualname__.startswith("DataHooks.") for name in _TRANSFER_HOOKS
+        ):
+            return True
+    return _batch_start_before(trainer, tracker)
 
 
 def _batch_start_before(trainer: pl.Trainer, tracker: ProgressTracker) -> bool:

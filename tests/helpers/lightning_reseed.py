@@ -1,7 +1,9 @@
 """A small Lightning fit (either package) that saves and stops at a train batch, and resumes with an optional reseed.
 
 10 shuffled samples in batches of 3 (4 batches an epoch), 2 epochs; the loss draws noise from
-the global RNG, so any change of the RNGs changes the weights.
+the global RNG, so any change of the RNGs changes the weights. Options add draws that the
+uninterrupted run makes too: in the dataset (``Noisy``), in ``on_after_batch_transfer``, and a
+per-epoch value drawn in the module's ``on_train_epoch_start``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,15 @@ from helpers.lightning_program import Indexed
 BATCHES = 4  # an epoch: 3, 3, 3, 1 samples
 
 
+class Noisy(Indexed):
+    """:class:`Indexed` whose features get noise from the global RNG (an augmentation), in the main process
+    without workers."""
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        x, y, index = super().__getitem__(i)
+        return x + 0.01 * torch.rand(4), y, index
+
+
 class Stop(Exception):
     """Ends the first fit right after its checkpoint (stands in for the process dying)."""
 
@@ -30,13 +41,28 @@ def _reseed() -> None:
 
 
 def fit(
-    package: str, path: Path, save_at: int | None = None, reseed: str = "", draw_before: bool = False
+    package: str,
+    path: Path,
+    save_at: int | None = None,
+    reseed: str = "",
+    draw_before: bool = False,
+    *,
+    in_epoch_end: bool = False,
+    workers: int = 0,
+    own_generator: bool = False,
+    noisy_data: bool = False,
+    draw_at_transfer: bool = False,
+    draw_each_epoch: bool = False,
 ) -> list[torch.Tensor]:
     """Fit, saving to ``path`` at the end of train batch ``save_at`` (0-based over the run) and stopping
-    there; without ``save_at``, resume from ``path`` if it exists. ``reseed``: ``"module.<hook>"`` or
+    there (``in_epoch_end``: in that epoch's ``on_train_epoch_end``, as ``ModelCheckpoint`` does without
+    validation; Lightning then runs the next epoch's start hooks on resume, not after a save in the last
+    ``on_train_batch_end``); without ``save_at``, resume from ``path`` if it exists. ``reseed``: ``"module.<hook>"`` or
     ``"callback.<hook>"`` reseeds the global RNG in that hook. ``draw_before``: a callback listed before
-    the tracker draws from the global RNG at every ``on_train_batch_start`` (in every run). Returns the
-    final weights."""
+    the tracker draws from the global RNG at every ``on_train_batch_start`` (in every run). In every run
+    too: ``workers`` loader workers, ``own_generator`` (the loader's, not the global RNG), ``noisy_data`` (:class:`Noisy`), ``draw_at_transfer`` (the module's
+    ``on_after_batch_transfer`` draws), ``draw_each_epoch`` (its ``on_train_epoch_start`` draws a shift
+    the loss uses). Returns the final weights."""
     pl = importlib.import_module(package)
     reseed_owner, _, reseed_hook = reseed.partition(".")
 
@@ -45,9 +71,11 @@ def fit(
             super().__init__()
             self.layer = torch.nn.Linear(4, 1)
 
+            self.shift = torch.zeros(1)
+
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             x, y, _ = batch
-            return torch.nn.functional.mse_loss(self.layer(x + 0.01 * torch.randn_like(x)), y)
+            return torch.nn.functional.mse_loss(self.layer(x + 0.01 * torch.randn_like(x) + self.shift), y)
 
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -57,10 +85,15 @@ def fit(
             self.batches = 0
 
         def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
-            if self.batches == save_at:
+            if self.batches == save_at and not in_epoch_end:
                 trainer.save_checkpoint(path)
                 raise Stop
             self.batches += 1
+
+        def on_train_epoch_end(self, trainer: Any, *args: Any) -> None:
+            if in_epoch_end and save_at is not None and self.batches == save_at + 1:
+                trainer.save_checkpoint(path)
+                raise Stop
 
     class Reseeder(pl.Callback):  # type: ignore[misc,name-defined]
         pass
@@ -69,6 +102,17 @@ def fit(
         def on_train_batch_start(self, *args: Any) -> None:
             torch.rand(1)
 
+    def draw_shift(self: Any) -> None:
+        self.shift = 0.01 * torch.rand(1)
+
+    def draw_at(self: Any, batch: Any, dataloader_idx: int) -> Any:
+        torch.rand(1)
+        return batch
+
+    if draw_each_epoch:
+        Model.on_train_epoch_start = draw_shift
+    if draw_at_transfer:
+        Model.on_after_batch_transfer = draw_at
     if reseed_owner:
         setattr(Model if reseed_owner == "module" else Reseeder, reseed_hook, lambda *args: _reseed())
     torch.manual_seed(0 if save_at is not None or not path.exists() else 1234)
@@ -85,5 +129,8 @@ def fit(
     )
     resume = save_at is None and path.exists()
     with contextlib.suppress(Stop):
-        trainer.fit(model, DataLoader(Indexed(), batch_size=3, shuffle=True), ckpt_path=path if resume else None)
+        data = (Noisy if noisy_data else Indexed)()
+        generator = torch.Generator().manual_seed(7) if own_generator else None
+        loader = DataLoader(data, batch_size=3, shuffle=True, num_workers=workers, generator=generator)
+        trainer.fit(model, loader, ckpt_path=path if resume else None)
     return [p.detach().clone() for p in model.parameters()]

@@ -81,12 +81,13 @@ class Cursor:
     epoch: EpochRecord | None = None  # the most recently begun epoch
     replay: Replay | None = None  # armed by load_state_dict
     awaiting_sampler: bool = False  # an iterator was built; its sampler has not started
+    sampler_started_rng: torch.Tensor | None = None  # torch's global RNG when that iterator's sampler started
     fast_forward: FastForward | None = None  # the last resume's, when it read batches again
     on_fast_forward: Callable[[float], None] | None = None  # told the seconds of each; not pickled
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (pickle, deepcopy) tells no one: the callback belongs to the tracker of the original."""
-        return {**self.__dict__, "on_fast_forward": None}
+        return {**self.__dict__, "on_fast_forward": None, "sampler_started_rng": None}
 
 
 def _gone() -> None:

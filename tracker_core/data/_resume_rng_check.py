@@ -14,8 +14,11 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import torch
+
 from tracker_core._tracker import InexactResumeWarning
 from tracker_core.data._rng import GlobalRng
+from tracker_core.state._codec import tensor_to_text
 
 
 class ResumeRngCheck:
@@ -45,9 +48,12 @@ class ResumeRngCheck:
         """Nothing more to compare (a new run, or the next draw is one the uninterrupted run made too)."""
         self._loaded = None
 
-    def check(self, where: str, *, last: bool = False) -> bool:
+    def check(self, where: str, *, last: bool = False, torch_state: torch.Tensor | None = None) -> bool:
         """True, with one ``InexactResumeWarning`` saying the RNGs changed ``where``, if they moved since the load.
 
+        ``torch_state``: compare torch's CPU generator alone, as it was at an earlier instant (e.g.
+        ``Tracker.train_sampler_started_rng``: where the resumed epoch's sampler started, before the
+        loader's own draws for its first batch), instead of the live generators.
         After a warning, or with ``last``, the check is spent.
         """
         loaded = self._loaded
@@ -55,7 +61,10 @@ class ResumeRngCheck:
             return False
         if last:
             self._loaded = None
-        if GlobalRng.capture().to_plain() == loaded:
+        if torch_state is None:
+            if GlobalRng.capture().to_plain() == loaded:
+                return False
+        elif tensor_to_text(torch_state) == loaded["torch"]:
             return False
         self._loaded = None
         warnings.warn(

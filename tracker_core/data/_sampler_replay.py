@@ -37,11 +37,13 @@ class SamplerReplay(Strategy):
 
     def begin(self, record: EpochRecord) -> Any:
         self.site.cursor.awaiting_sampler = True
+        self.site.cursor.sampler_started_rng = None
         return self._build_tapped()
 
     def replay(self, replay: Replay) -> Any:
         # Stays armed: the index sampler replays and skips when it starts.
         self.site.cursor.awaiting_sampler = True
+        self.site.cursor.sampler_started_rng = None
         return self._build_tapped()
 
     def has_drawn(self, record: EpochRecord | None) -> bool:
@@ -66,6 +68,7 @@ class SamplerReplay(Strategy):
     def start_sampler(self, inner: Iterable[Any]) -> Iterator[Any]:
         """An epoch's index sampler starts: replay its noted RNG and skip, or note it."""
         cursor = self.site.cursor
+        started = cursor.sampler_started_rng = torch.get_rng_state()  # before it draws (see ResumeRngCheck)
         replay, cursor.replay = cursor.replay, None
         if replay is not None:
             cursor.epoch = replay.record
@@ -82,7 +85,7 @@ class SamplerReplay(Strategy):
             return iter(()) if first is _END else itertools.chain((first,), indices)
         chain = self.site.chain
         cursor.epoch.sampler_rng = SamplerRng(
-            torch.get_rng_state(),
+            started,
             {path: g.get_state() for path, g in chain.generators(self.site.loader.generator).items()},
             {path: owner.epoch for path, owner in chain.epoch_owners().items()},
         )
