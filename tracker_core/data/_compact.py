@@ -13,7 +13,10 @@ one is given. A loader state (``LoaderPosition``, version 1) becomes version 2 w
 
 So one full snapshot per generator determines the rest. :func:`expand_rng` and
 :func:`expand_loader` give back version 1 (plain base64), which the readers check; anything
-else passes through unchanged for them to refuse.
+else passes through unchanged for them to refuse. With ``decoded=True`` they give each blob
+stored in a short form as :class:`Decoded` bytes instead of base64 text, which the readers
+(``tracker_core/data/_rng.py``) take as they are: a resume does not encode a blob only to
+decode it again (about 30 us for a torch state).
 """
 
 from __future__ import annotations
@@ -23,12 +26,28 @@ from typing import Any
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.state._blobs import blob_bytes, plain_text, short_text
+from tracker_core.state._codec import text_to_bytes
 from tracker_core.state._readers import join_key
 
 RNG_COMPACT_VERSION = 2
 LOADER_COMPACT_VERSION = 2
 _RNG_BLOBS = (("torch",), ("python", "words"), ("numpy", "keys"))
 _LOADER = ("generator",)  # the loader's own generator among ``generators``
+
+
+class Decoded(bytes):
+    """A blob's bytes, decoded from its short text form by ``expand_*(..., decoded=True)``; never in saved
+    data (which holds only text), so a reader takes them without decoding."""
+
+
+def blob_bytes_of(value: object, key: str, size: int | None = None) -> bytes:
+    """The bytes of a blob as an expanded state holds it: :class:`Decoded` bytes, else base64 text
+    (``size``: the exact length required, if any)."""
+    if not isinstance(value, Decoded):
+        return text_to_bytes(value, key, size=size)
+    if size is not None and len(value) != size:
+        raise ProgressStateError(key, f"expected {size} bytes, got {len(value)}")
+    return value
 
 
 def compact_rng(plain: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -42,8 +61,9 @@ def compact_rng(plain: Mapping[str, Any], base: Mapping[str, Any] | None = None)
     return out
 
 
-def expand_rng(value: object, key: str = "", base: Mapping[str, Any] | None = None) -> Any:
-    """A version 2 snapshot as version 1 (``base``: the version 1 snapshot its differences refer to)."""
+def expand_rng(value: object, key: str = "", base: Mapping[str, Any] | None = None, *, decoded: bool = False) -> Any:
+    """A version 2 snapshot as version 1 (``base``: the version 1 snapshot its differences refer to;
+    ``decoded``: short forms as :class:`Decoded` bytes)."""
     if not isinstance(value, Mapping) or value.get("version") != RNG_COMPACT_VERSION:
         return value
     out = _copy(value)
@@ -51,7 +71,7 @@ def expand_rng(value: object, key: str = "", base: Mapping[str, Any] | None = No
         text = _get(value, path)
         if isinstance(text, str):
             where = join_key(key, ".".join(path))
-            _put(out, path, plain_text(text, where, None if base is None else _raw(base, path)))
+            _put(out, path, _expanded(text, where, None if base is None else _raw(base, path), decoded))
     out["version"] = 1
     return out
 
@@ -87,8 +107,9 @@ def compact_loader(state: Mapping[str, Any], rng: Mapping[str, Any] | None = Non
     return out
 
 
-def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = None) -> Any:
-    """A version 2 loader state as version 1; ``rng``: the version 1 global snapshot saved beside it, if any."""
+def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = None, *, decoded: bool = False) -> Any:
+    """A version 2 loader state as version 1; ``rng``: the version 1 global snapshot saved beside it, if any;
+    ``decoded``: short forms as :class:`Decoded` bytes."""
     if not isinstance(value, Mapping) or value.get("version") != LOADER_COMPACT_VERSION:
         return value
     out = _copy(value)
@@ -96,7 +117,7 @@ def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = 
     generators = value.get("generators")
     if isinstance(generators, Mapping):
         out["generators"] = {
-            path: plain_text(text, join_key(join_key(key, "generators"), str(path)))
+            path: _expanded(text, join_key(join_key(key, "generators"), str(path)), None, decoded)
             for path, text in generators.items()
         }
     epoch = value.get("epoch")
@@ -104,24 +125,26 @@ def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = 
         return out
     epoch_key = join_key(key, "epoch")
     expanded = out["epoch"] = dict(epoch)
-    iterator = expand_rng(epoch.get("iterator_rng"), join_key(epoch_key, "iterator_rng"), rng)
+    iterator = expand_rng(epoch.get("iterator_rng"), join_key(epoch_key, "iterator_rng"), rng, decoded=decoded)
     expanded["iterator_rng"] = iterator
     if isinstance(epoch.get("loader_generator"), str):
-        expanded["loader_generator"] = plain_text(
-            epoch["loader_generator"], join_key(epoch_key, "loader_generator"), _raw(out.get("generators"), _LOADER)
-        )
+        where = join_key(epoch_key, "loader_generator")
+        base = _raw(out.get("generators"), _LOADER)
+        expanded["loader_generator"] = _expanded(epoch["loader_generator"], where, base, decoded)
     sampler = epoch.get("sampler_rng")
     if isinstance(sampler, Mapping):
         sampler_key = join_key(epoch_key, "sampler_rng")
         plain = expanded["sampler_rng"] = dict(sampler)
         if isinstance(sampler.get("torch"), str):
             base = _raw(iterator, ("torch",)) if isinstance(iterator, Mapping) else None
-            plain["torch"] = plain_text(sampler["torch"], join_key(sampler_key, "torch"), base)
+            plain["torch"] = _expanded(sampler["torch"], join_key(sampler_key, "torch"), base, decoded)
         saved = sampler.get("generators")
         if isinstance(saved, Mapping):
             generators_key = join_key(sampler_key, "generators")
             plain["generators"] = {
-                path: plain_text(text, join_key(generators_key, str(path)), _raw(out.get("generators"), (path,)))
+                path: _expanded(
+                    text, join_key(generators_key, str(path)), _raw(out.get("generators"), (path,)), decoded
+                )
                 for path, text in saved.items()
             }
     return out
@@ -139,6 +162,23 @@ def check_bases(state: object, rng: Mapping[str, Any] | None, key: str) -> None:
         if isinstance(text, str) and text.startswith("x:") and _raw(rng, path) is None:
             where = join_key(key, "epoch.iterator_rng." + ".".join(path))
             raise ProgressStateError(f"rng.{path[0]}", f"missing, but {where} is stored as the difference from it")
+
+
+def _expanded(value: object, key: str, base: bytes | None, decoded: bool) -> object:
+    """A blob's text in version 1: plain base64, or with ``decoded`` a short form as :class:`Decoded` bytes
+    (a difference that cannot be applied stays text either way, for its reader to refuse)."""
+    if not decoded or not _is_short(value):
+        return plain_text(value, key, base)
+    try:
+        return Decoded(blob_bytes(value, key, base))
+    except ProgressStateError:
+        return plain_text(value, key, base)  # raises as without ``decoded``, or gives the difference back
+
+
+def _is_short(value: object) -> bool:
+    """Whether ``value`` is a blob's short form: each is a letter and a colon (``tracker_core/state/_blobs.py``),
+    and base64 has no colon."""
+    return isinstance(value, str) and value[1:2] == ":"
 
 
 def _copy(value: Mapping[str, Any]) -> dict[str, Any]:
@@ -170,6 +210,8 @@ def _raw(value: object, path: tuple[str, ...]) -> bytes | None:
     if not isinstance(value, Mapping):
         return None
     text = _get(value, path)
+    if isinstance(text, Decoded):
+        return text
     if not isinstance(text, str):
         return None
     try:

@@ -37,12 +37,17 @@ class _TorchDeviceModule:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
+        self._found: list[Any] = []  # the module once looked up (None: torch has none of this kind)
 
     def _module(self) -> Any:
-        try:
-            return torch.get_device_module(self.kind)
-        except (RuntimeError, AttributeError):
-            return None
+        """The device module, looked up once: ``get_device_module`` takes microseconds, and every resume
+        asks each kind whether it is initialised."""
+        if not self._found:
+            try:
+                self._found.append(torch.get_device_module(self.kind))
+            except (RuntimeError, AttributeError):
+                self._found.append(None)
+        return self._found[0]
 
     def is_available(self) -> bool:
         module = self._module()
@@ -50,10 +55,12 @@ class _TorchDeviceModule:
 
     def is_initialized(self) -> bool:
         module = self._module()
-        if module is None or not self.is_available():
+        if module is None:
             return False
-        initialized = getattr(module, "is_initialized", None)
-        return True if initialized is None else bool(initialized())
+        initialized = getattr(module, "is_initialized", None)  # asked first: it costs a fiftieth of is_available
+        if initialized is not None and not initialized():
+            return False
+        return self.is_available()
 
     def device_count(self) -> int:
         module = self._module()

@@ -115,7 +115,7 @@ _SAME_ORDER_KEYS = ("seed", "shuffle", "dataset_size")
 @dataclass(frozen=True)
 class _ParsedState:
     skip: int
-    generators: dict[str, torch.Tensor]
+    generators: dict[str, tuple[torch.Generator, torch.Tensor]]  # the loader's generators and their saved states
     record: EpochRecord | None
     loader_state: Any  # what the strategy hands the loader when armed (StatefulDataLoader's state), or None
 
@@ -247,9 +247,8 @@ class LoaderPosition:
 
     def _apply(self, parsed: _ParsedState) -> None:
         """Arm a state that ``_parse`` accepted; cannot fail."""
-        generators = self._generators()
-        for path, saved in parsed.generators.items():
-            generators[path].set_state(saved)
+        for generator, saved in parsed.generators.values():
+            generator.set_state(saved)
         cursor = self._site.cursor
         cursor.epoch = parsed.record
         cursor.replay = None if parsed.record is None else Replay(parsed.record, parsed.skip)
@@ -258,7 +257,7 @@ class LoaderPosition:
 
     def _parse(self, state: object, rng: Mapping[str, Any] | None = None) -> _ParsedState:
         """``rng``: the version 1 global snapshot saved beside ``state`` (its ``iterator_rng`` may refer to it)."""
-        state = expand_loader(state, "", rng)
+        state = expand_loader(state, "", rng, decoded=True)
         if not isinstance(state, Mapping):
             raise ProgressStateError("", f"expected a mapping, got {type(state).__name__}")
         if "kind" not in state:
@@ -289,10 +288,11 @@ class LoaderPosition:
             raise ProgressStateError(
                 "num_workers", f"saved with {workers} workers; this loader has {mine}, and its order depends on it"
             )
-        self._check_distributed(fields["distributed"], "distributed")
+        samplers = self._site.chain.samplers()  # walked once for the checks below
+        self._check_distributed(fields["distributed"], "distributed", samplers)
         if "fast_forward" in fields:
             _read_fast_forward(fields["fast_forward"], "fast_forward")
-        generators = self._read_generators(fields["generators"], "generators")
+        generators = self._read_generators(fields["generators"], "generators", samplers)
         record, loader_state = None, None
         if fields["epoch"] is not None:
             record, loader_state = self._read_record(fields["epoch"], "epoch", skip)
@@ -302,10 +302,10 @@ class LoaderPosition:
             )
         return _ParsedState(skip, generators, record, loader_state)
 
-    def _check_distributed(self, value: object, key: str) -> None:
+    def _check_distributed(self, value: object, key: str, samplers: dict[str, Any]) -> None:
         """A saved sharding (DistributedSampler or batch shards) must match this loader's (when both have one)."""
         saved = read_distributed(value, key)
-        mine = self.distributed_info()
+        mine = self._site.chain.distributed_info(self.loader.batch_size, samplers)
         if saved is None or mine is None:
             return
         for name in _SAME_ORDER_KEYS:
@@ -339,10 +339,12 @@ class LoaderPosition:
             )
         return record, strategy.read_epoch(fields, key, record, skip)
 
-    def _read_generators(self, value: object, key: str) -> dict[str, torch.Tensor]:
-        mine = self._generators()
+    def _read_generators(
+        self, value: object, key: str, samplers: dict[str, Any]
+    ) -> dict[str, tuple[torch.Generator, torch.Tensor]]:
+        mine = self._site.chain.generators(self.loader.generator, samplers)
         fields = read_mapping(value, key, required=tuple(mine))
-        return {path: read_generator_state(fields[path], join_key(key, path), g) for path, g in mine.items()}
+        return {path: (g, read_generator_state(fields[path], join_key(key, path), g)) for path, g in mine.items()}
 
     # --- the hook -----------------------------------------------------------------------
 

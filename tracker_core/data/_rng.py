@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.data._compact import RNG_COMPACT_VERSION, expand_rng
+from tracker_core.data._compact import RNG_COMPACT_VERSION, blob_bytes_of, expand_rng
 from tracker_core.data._device_rng import (
     DeviceStates,
     apply_devices,
@@ -26,7 +26,7 @@ from tracker_core.data._device_rng import (
     devices_from_plain,
     devices_to_plain,
 )
-from tracker_core.state._codec import bytes_to_text, tensor_to_text, text_to_byte_tensor, text_to_bytes
+from tracker_core.state._codec import bytes_to_text, tensor_to_text
 from tracker_core.state._readers import join_key, read_float_or_none, read_int, read_mapping, read_str
 
 _np: Any
@@ -39,7 +39,7 @@ RNG_STATE_VERSION = 1
 _MT_WORDS = 625  # Python's Mersenne Twister state: 624 words + position
 _NP_WORDS = 624
 _NP_ALGORITHM = "MT19937"  # the only one NumPy's global RandomState has
-_SCRATCH_PYTHON = random.Random(0)  # states are checked by loading them here
+_PYTHON_FORMATS = (2, 3)  # the versions Random.setstate reads (2: Python 2's, its words taken mod 2**32)
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class GlobalRng:
     """The global generators' states, in memory (``capture`` / ``apply``).
 
     ``devices``: the generators of every initialised accelerator (``tracker_core/data/_device_rng.py``).
+    ``python_state`` is ``random.getstate()``, except that a state read from plain data keeps its 625 words
+    packed (bytes) until it is applied: a resume that applies only torch's spares unpacking them.
     """
 
     torch_state: torch.Tensor
@@ -67,7 +69,7 @@ class GlobalRng:
             if self.devices:
                 apply_devices(self.devices)
             return
-        random.setstate(self.python_state)
+        random.setstate(_unpacked(self.python_state))
         if self.numpy_state is not None:
             if _np is not None:
                 _np.random.set_state(self.numpy_state)
@@ -86,7 +88,7 @@ class GlobalRng:
         fmt, words, gauss_next = self.python_state
         python = {
             "format": fmt,
-            "words": bytes_to_text(struct.pack(f"<{_MT_WORDS}I", *words)),
+            "words": bytes_to_text(words if isinstance(words, bytes) else struct.pack(f"<{_MT_WORDS}I", *words)),
             "gauss_next": gauss_next,
         }
         numpy = None
@@ -133,7 +135,7 @@ class GlobalRng:
 
 def read_torch_cpu_state(value: object, key: str) -> torch.Tensor:
     """A torch CPU RNG state from base64 text, checked by loading it into a scratch generator."""
-    state = text_to_byte_tensor(value, key)
+    state = _byte_tensor(value, key)
     try:
         torch.Generator().set_state(state)
     except RuntimeError as exc:
@@ -143,7 +145,7 @@ def read_torch_cpu_state(value: object, key: str) -> torch.Tensor:
 
 def read_generator_state(value: object, key: str, like: torch.Generator) -> torch.Tensor:
     """A state for generator ``like`` from base64 text, checked on a scratch generator."""
-    state = text_to_byte_tensor(value, key)
+    state = _byte_tensor(value, key)
     try:
         torch.Generator(device=like.device).set_state(state)
     except RuntimeError as exc:
@@ -151,24 +153,38 @@ def read_generator_state(value: object, key: str, like: torch.Generator) -> torc
     return state
 
 
+def _byte_tensor(value: object, key: str) -> torch.Tensor:
+    """A ``uint8`` CPU tensor of a blob (base64 text, or ``Decoded`` bytes: ``tracker_core/data/_compact.py``)."""
+    data = blob_bytes_of(value, key)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+
+
 def _python_state(value: object, key: str) -> tuple[Any, ...]:
+    """A Python ``random`` state with its words packed (see :class:`GlobalRng`), checked as ``random.setstate``
+    checks it: format 2 or 3 and a position (the last word) of at most 624; the other words are any 32 bits."""
     fields = read_mapping(value, key, required=("format", "words", "gauss_next"))
     fmt = read_int(fields["format"], join_key(key, "format"))
-    words = struct.unpack(f"<{_MT_WORDS}I", text_to_bytes(fields["words"], join_key(key, "words"), size=4 * _MT_WORDS))
+    words = blob_bytes_of(fields["words"], join_key(key, "words"), size=4 * _MT_WORDS)
     gauss_next = read_float_or_none(fields["gauss_next"], join_key(key, "gauss_next"))
-    state = (fmt, words, gauss_next)
-    try:
-        _SCRATCH_PYTHON.setstate(state)  # a fresh Random() seeds itself from the OS: 5x the time
-    except (ValueError, TypeError) as exc:
-        raise ProgressStateError(key, f"not a Python random state ({exc})") from None
-    return state
+    if fmt not in _PYTHON_FORMATS:
+        raise ProgressStateError(key, f"not a Python random state (format {fmt}; Random.setstate reads 2 and 3)")
+    position = int.from_bytes(words[-4:], "little")
+    if position > _MT_WORDS - 1:
+        raise ProgressStateError(key, f"not a Python random state (its position {position} is past its 624 words)")
+    return (fmt, bytes(words), gauss_next)
+
+
+def _unpacked(state: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``state`` with its words as ``random.setstate`` takes them (625 ints)."""
+    fmt, words, gauss_next = state
+    return (fmt, struct.unpack(f"<{_MT_WORDS}I", words), gauss_next) if isinstance(words, bytes) else state
 
 
 def _numpy_state(value: object, key: str) -> tuple[Any, ...]:
     """A NumPy RandomState state; without numpy it is checked field by field and kept as read (not applied)."""
     fields = read_mapping(value, key, required=("algorithm", "keys", "pos", "has_gauss", "cached_gaussian"))
     algorithm = read_str(fields["algorithm"], join_key(key, "algorithm"))
-    raw = text_to_bytes(fields["keys"], join_key(key, "keys"), size=4 * _NP_WORDS)
+    raw = blob_bytes_of(fields["keys"], join_key(key, "keys"), size=4 * _NP_WORDS)
     keys: Any = raw if _np is None else _np.frombuffer(raw, dtype="<u4").astype(_np.uint32)
     pos = read_int(fields["pos"], join_key(key, "pos"), minimum=0)
     if pos > _NP_WORDS:  # NumPy accepts any pos and then reads past its 624 words at the next draw

@@ -52,11 +52,15 @@ class SamplerChain:
             queue.extend((f"{path}.{name}", getattr(obj, name, None)) for name in _CHAIN)
         return found
 
-    def generators(self, loader_generator: torch.Generator | None) -> dict[str, torch.Generator]:
-        """The order-fixing generators by path, each once, e.g. ``{"sampler.generator": g}``."""
+    def generators(
+        self, loader_generator: torch.Generator | None, samplers: dict[str, Any] | None = None
+    ) -> dict[str, torch.Generator]:
+        """The order-fixing generators by path, each once, e.g. ``{"sampler.generator": g}`` (``samplers``:
+        what :meth:`samplers` just gave, if at hand)."""
         found: dict[str, torch.Generator] = {}
         candidates = [("generator", loader_generator)]
-        candidates += [(f"{path}.generator", getattr(s, "generator", None)) for path, s in self.samplers().items()]
+        walked = self.samplers() if samplers is None else samplers
+        candidates += [(f"{path}.generator", getattr(s, "generator", None)) for path, s in walked.items()]
         for path, generator in candidates:
             if isinstance(generator, torch.Generator) and all(generator is not g for g in found.values()):
                 found[path] = generator
@@ -71,10 +75,11 @@ class SamplerChain:
                 owners[f"{path}.epoch"] = sampler
         return owners
 
-    def distributed_info(self, batch_size: int | None) -> dict[str, Any] | None:
+    def distributed_info(self, batch_size: int | None, samplers: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The DistributedSampler in the chain (``DISTRIBUTED_KEYS``); without exactly one, the batch
-        sharding over a seedable sampler (``tracker_core/distributed/_sharded.py``), or None."""
-        samplers = self.samplers()
+        sharding over a seedable sampler (``tracker_core/distributed/_sharded.py``), or None (``samplers``:
+        what :meth:`samplers` just gave, if at hand)."""
+        samplers = self.samplers() if samplers is None else samplers
         found = [s for s in samplers.values() if isinstance(s, DistributedSampler)]
         if len(found) != 1:
             return describe_batch_sharding(samplers)

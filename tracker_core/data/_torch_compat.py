@@ -215,6 +215,15 @@ def torchdata_attributes() -> dict[Any, tuple[str, ...]]:
     }
 
 
+@functools.cache
+def _torchdata() -> tuple[Any, Any, Any]:
+    """torchdata's ``incremental_state``, ``sampler`` and ``stateful_dataloader`` modules, imported once (an
+    import statement in a function costs about a microsecond at each call; a resume made nine)."""
+    from torchdata.stateful_dataloader import incremental_state, sampler, stateful_dataloader
+
+    return incremental_state, sampler, stateful_dataloader
+
+
 def stateful_reads_again(state: Mapping[str, Any], iterable: bool) -> tuple[int, int]:
     """Batches a ``StatefulDataLoader`` reads and drops when it resumes from its ``state_dict()`` ``state``:
     ``(to reach the position, since the last worker snapshot)``.
@@ -223,9 +232,7 @@ def stateful_reads_again(state: Mapping[str, Any], iterable: bool) -> tuple[int,
     position, and a multi-process loader reads the steps taken since its workers' last
     snapshot (``snapshot_every_n_steps`` > 1).
     """
-    from torchdata.stateful_dataloader import incremental_state as keys
-    from torchdata.stateful_dataloader import stateful_dataloader as module
-
+    keys, _, module = _torchdata()
     multi = module._StatefulMultiProcessingDataLoaderIter
     if multi._SNAPSHOT in state:
         snapshot = state[multi._SNAPSHOT]
@@ -249,10 +256,7 @@ def state_reader(iterator: Any) -> Callable[[Any], Any]:
     the same dict as torchdata (``tests/test_data_torch_compat.py`` compares the two). A
     multi-process iterator's ``state_dict()`` is already cheap and is used as it is.
     """
-    from torchdata.stateful_dataloader import incremental_state as keys
-    from torchdata.stateful_dataloader import sampler as samplers
-    from torchdata.stateful_dataloader import stateful_dataloader as module
-
+    keys, samplers, module = _torchdata()
     single = module._StatefulSingleProcessDataLoaderIter
     if not isinstance(iterator, single):
         return _own_state_dict
@@ -326,8 +330,7 @@ def _batch_sampler_iterator_state(batches: Any) -> Callable[[], dict[str, Any]]:
 def within_its_epoch(state: Mapping[str, Any]) -> Mapping[str, Any]:
     """``state`` without torchdata's end-of-epoch mark: a loader resumed at its epoch's end yields
     nothing more of that epoch, instead of beginning the next one in the same ``iter()``."""
-    from torchdata.stateful_dataloader import stateful_dataloader as module
-
+    module = _torchdata()[2]
     if not state.get(module._ITERATOR_FINISHED):
         return state
     return {**state, module._ITERATOR_FINISHED: False}
@@ -335,8 +338,7 @@ def within_its_epoch(state: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def stateful_yielded(state: Mapping[str, Any]) -> int:
     """Batches of its epoch a ``StatefulDataLoader`` had yielded when it gave ``state``."""
-    from torchdata.stateful_dataloader import stateful_dataloader as module
-
+    module = _torchdata()[2]
     multi = module._StatefulMultiProcessingDataLoaderIter
     if multi._SNAPSHOT in state:
         return int(state[multi._SNAPSHOT][multi._SNAPSHOT_STEP]) + int(state[multi._STEPS_SINCE_SNAPSHOT])
