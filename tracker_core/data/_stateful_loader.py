@@ -26,11 +26,13 @@ from tracker_core.data._torch_compat import (
     drop_pending_state,
     forget_live_iterator,
     note_each_batch,
+    skip_sampler,
     start_sampler_now,
     state_reader,
     stateful_reads_again,
     stateful_yielded,
     within_its_epoch,
+    without_sampler_skip,
 )
 from tracker_core.state._codec import from_plain, to_plain
 from tracker_core.state._readers import join_key
@@ -41,6 +43,7 @@ class StatefulLoader(Strategy):
 
     kind = "stateful_dataloader"
     epoch_keys = ("iterator_rng", "loader_generator", "loader_state")
+    _sampler_skip = 0  # indices the armed state's sampler had drawn, left to skip_sampler (not torchdata)
 
     def begin(self, record: EpochRecord) -> Any:
         iterator = self.site.build()
@@ -65,6 +68,9 @@ class StatefulLoader(Strategy):
         by_loader = to_position + since_snapshot
         with reading_again(cursor, loader, by_loader + by_us, " and ".join(reasons)):
             iterator = self.site.build()  # loads the state armed by load_state_dict
+            if self._sampler_skip:
+                skip_sampler(iterator, self._sampler_skip)
+                self._sampler_skip = 0
             if not loader.num_workers:
                 start_sampler_now(iterator)  # inside the epoch's replayed RNGs, as in the saved run
             drop_batches(iterator, by_us)
@@ -102,13 +108,16 @@ class StatefulLoader(Strategy):
         note_each_batch(iterator, note, reset if loader.persistent_workers and loader.num_workers else None)
 
     def arm(self, loader_state: Any) -> None:
+        self._sampler_skip = 0
         if loader_state is None:
             forget_live_iterator(self.site.loader)
-        else:
-            self.site.loader.load_state_dict(within_its_epoch(loader_state))  # type: ignore[attr-defined]
+            return
+        state, self._sampler_skip = without_sampler_skip(self.site.loader, within_its_epoch(loader_state))
+        self.site.loader.load_state_dict(state)  # type: ignore[attr-defined]
 
     def disarm(self) -> None:
         super().disarm()
+        self._sampler_skip = 0
         drop_pending_state(self.site.loader)
 
     # --- saved form ----------------------------------------------------------------------
