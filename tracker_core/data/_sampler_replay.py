@@ -16,16 +16,32 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler
+from torch.utils.data import (
+    BatchSampler,
+    DistributedSampler,
+    RandomSampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
 
 from tracker_core.data._epoch import EpochRecord, Replay, SamplerRng
 from tracker_core.data._rng import preserved_global_rng, read_generator_state, read_torch_cpu_state
 from tracker_core.data._strategy import Strategy
-from tracker_core.data._torch_compat import sampler_indices, set_sampler_indices
+from tracker_core.data._torch_compat import random_sampler_after, sampler_indices, set_sampler_indices
 from tracker_core.state._codec import tensor_to_text
 from tracker_core.state._readers import join_key, read_int, read_mapping
 
 _END = object()
+# torch's own samplers (exact types): they draw from torch's RNG and their own generators alone.
+_TORCH_SAMPLERS = (
+    BatchSampler,
+    DistributedSampler,
+    RandomSampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
 
 
 class SamplerReplay(Strategy):
@@ -45,6 +61,14 @@ class SamplerReplay(Strategy):
         self.site.cursor.awaiting_sampler = True
         self.site.cursor.sampler_started_rng = None
         return self._build_tapped()
+
+    def replays_all_global_rngs(self, replay: Replay) -> bool:
+        """Python's and NumPy's global RNGs are replayed too unless every sampler is one of torch's own, which
+        draw from none of them (each replay of NumPy's state costs about 0.1 ms)."""
+        return not self._torch_samplers_only()
+
+    def _torch_samplers_only(self) -> bool:
+        return all(type(sampler) in _TORCH_SAMPLERS for sampler in self.site.chain.samplers().values())
 
     def has_drawn(self, record: EpochRecord | None) -> bool:
         return record is not None and record.sampler_rng is not None
@@ -76,7 +100,7 @@ class SamplerReplay(Strategy):
             cursor.epoch = EpochRecord()  # a reused persistent-worker iterator began an epoch
         cursor.awaiting_sampler = False
         if replay is not None and replay.record.sampler_rng is not None:
-            with preserved_global_rng():
+            with preserved_global_rng(torch_only=self._torch_samplers_only()):
                 self._apply_sampler_rng(replay.record.sampler_rng)
                 indices = _skipped(inner, replay.skip)
                 # Samplers draw lazily (RandomSampler seeds itself on its first next), so
@@ -138,13 +162,17 @@ class SamplerReplay(Strategy):
 def _skipped(inner: Iterable[Any], skip: int) -> Iterator[Any]:
     """``inner``'s batches after its first ``skip``. A torch ``BatchSampler`` (its exact type) skips
     ``skip * batch_size`` of its sampler's indices at C speed and batches the rest as it would have:
-    its batches are consecutive runs of its sampler's indices, so none is built to be dropped."""
+    its batches are consecutive runs of its sampler's indices, so none is built to be dropped; over
+    torch's ``RandomSampler`` the permutation is sliced before it becomes Python ints, so the skip
+    costs the same at any position."""
     if type(inner) is not BatchSampler:
         indices = iter(inner)
         collections.deque(itertools.islice(indices, skip), maxlen=0)
         return indices
-    started = iter(inner.sampler)
-    collections.deque(itertools.islice(started, skip * inner.batch_size), maxlen=0)
+    started = random_sampler_after(inner.sampler, skip * inner.batch_size)  # a permutation sliced in one step
+    if started is None:
+        started = iter(inner.sampler)
+        collections.deque(itertools.islice(started, skip * inner.batch_size), maxlen=0)
     return iter(BatchSampler(_Started(started), inner.batch_size, inner.drop_last))
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, RandomSampler
 from torch.utils.data._utils.fetch import _IterableDatasetFetcher
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _SingleProcessDataLoaderIter
 
@@ -27,6 +27,7 @@ __all__ = [
     "install_iterator_hook",
     "iterator_hook",
     "note_each_batch",
+    "random_sampler_after",
     "sampler_indices",
     "set_sampler_indices",
     "skip_sampler",
@@ -136,6 +137,31 @@ def start_sampler_now(iterator: Any) -> None:
         return
     first = next(indices, _END)
     iterator._sampler_iter = iter(()) if first is _END else itertools.chain((first,), indices)
+
+
+def random_sampler_after(sampler: Any, count: int) -> Iterator[int] | None:
+    """The indices torch's ``RandomSampler`` ``sampler`` yields after its first ``count``, drawn as its ``__iter__``
+    draws them (lazily: the seed and the permutation at the first ``next``, the next permutation, of which it
+    yields nothing, when this one runs out), sliced as a tensor: no skipped index goes through Python. None
+    unless ``sampler`` is exactly a ``RandomSampler`` of one permutation (no replacement, ``num_samples`` the
+    dataset's size) and ``count`` is within it; ``tests/test_stateful_sampler_skip.py`` compares with torch's."""
+    if type(sampler) is not RandomSampler or sampler.replacement:
+        return None
+    size = len(sampler.data_source)
+    if sampler.num_samples != size or not 0 <= count < size:
+        return None
+    return _permutation_after(sampler.generator, size, count)
+
+
+def _permutation_after(own: torch.Generator | None, size: int, count: int) -> Iterator[int]:
+    if own is None:
+        seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        generator = torch.Generator()
+        generator.manual_seed(seed)
+    else:
+        generator = own
+    yield from torch.randperm(size, generator=generator)[count:].tolist()
+    torch.randperm(size, generator=generator)  # torch's draws it for num_samples % size (here none of it)
 
 
 def fetched_iterable(iterator: Any) -> Any:
