@@ -39,6 +39,7 @@ from typing import Any, overload
 import torch
 
 from tracker_core._errors import ProgressStateError
+from tracker_core.distributed._loader_summary import summarize_loaders
 
 INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in", "loaders"})
 SUFFIX = ".ranks"
@@ -83,8 +84,6 @@ def write_rank_files(entry: Mapping[str, Any], checkpoint: str | os.PathLike[str
             "entry": part,
         }
         _write(_join(folder, file_name(rank)), json.dumps(document, sort_keys=True, allow_nan=False).encode())
-    from tracker_core.distributed._elastic import summarize_loaders  # _elastic reads RankFiles
-
     index = {
         "rank_files": relative,
         "world_size": len(ranks),
@@ -147,7 +146,7 @@ class RankFiles(Sequence[dict[str, Any]]):
         self.folder = folder
         self.world_size = world_size
         self.save_id = save_id
-        self.loader_summaries = loader_summaries  # the writer's, per train loader (_elastic.summarize_loaders)
+        self.loader_summaries = loader_summaries  # the writer's, per train loader (_loader_summary.summarize_loaders)
         self._read: dict[int, dict[str, Any]] = {}
         self.bytes_read = 0  # what this process read of the rank files (benchmarks/checkpoint_scale.py)
 
