@@ -16,15 +16,28 @@ every adapter does) and through the loader's native mechanism:
   mechanism; one over an iterable without state must read again (shown for contrast).
 
 The dataset is built before the clock starts (a fresh one for each resume); the figure is the
-time to build the loader, load the saved position and take the first batch, the fastest of
-``--repeats`` runs. Targets (printed, not asserted): ours within 1.2x of the native mechanism,
-and our 90% figure within 1.5x of our 10% figure.
-Run: .venv/bin/python benchmarks/resume.py  (about 2 minutes on 2 cores; --help for options)
+time to build the loader, load the saved position and take the first batch, the median of
+``--repeats`` resumes (ten times as many at 0 workers: those take about a millisecond). Ours and
+the native mechanism are timed in turn (which goes first alternates), so load from other jobs on
+the machine hits both alike; ``ours/native`` is the median of the ratios of those pairs. A
+sample's load cost is CPU time on the loading thread's clock. Targets (printed, not asserted): ours within 1.2x of the
+native mechanism, and our 90% figure within 1.5x of our 10% figure.
+
+``--instructions`` adds, for the 0-worker rows with a native mechanism, the instructions one
+resume at 90% executes (no per-sample load cost: the fixed cost of each mechanism), counted by
+valgrind's callgrind, which the load on the machine does not move: each count is the
+difference between two child runs of this script (``--count-resumes``) that differ only in
+the number of resumes.
+Run: .venv/bin/python benchmarks/resume.py  (about 3 minutes on 2 cores; --help for options)
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import statistics
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -42,17 +55,23 @@ SAMPLES = 64_000
 BATCH = 32
 BATCHES = SAMPLES // BATCH
 POSITIONS = (0.1, 0.5, 0.9)
-REPEATS = 5
+REPEATS = 7
+SINGLE_PROCESS_REPEATS = 10  # times as many resumes for a 0-worker figure: a millisecond each, noisier
+COUNTED = (20, 120)  # resumes in the two child runs whose instruction counts are subtracted
 LOAD_COST_S = 20e-6  # CPU time to load one sample (decoding, tokenizing), spent while timing resumes
 
 
 class _Cost:
+    """The CPU time loading one sample takes, spent on this thread's CPU clock: on a busy machine it
+    takes longer on the wall clock, as real decoding would (a wall-clock wait would not, and every
+    ratio to it would then grow with the machine's load)."""
+
     seconds = 0.0  # set before the loaders (and their forked workers) are built
 
     @classmethod
     def spend(cls) -> None:
-        end = time.perf_counter() + cls.seconds
-        while time.perf_counter() < end:
+        end = time.thread_time() + cls.seconds
+        while time.thread_time() < end:
             pass
 
 
@@ -203,17 +222,45 @@ def _save(kind: Kind, workers: int) -> list[Saved]:
     return saved
 
 
-def _time_to_first_batch(kind: Kind, resume: Callable[[Any], Any], repeats: int) -> float:
-    """The fastest of ``repeats``: ``resume(dataset)`` (build the loader, load the position) and its first batch."""
-    best = float("inf")
-    for _ in range(repeats):
-        dataset = kind.dataset()
-        began = time.perf_counter()
-        batches = resume(dataset)
-        next(iter(batches))
-        best = min(best, time.perf_counter() - began)
-        del batches
-    return best
+def _time_to_first_batch(kind: Kind, resume: Callable[[Any], Any]) -> float:
+    """Seconds of ``resume(dataset)`` (build the loader, load the position) and its first batch."""
+    dataset = kind.dataset()
+    began = time.perf_counter()
+    batches = resume(dataset)
+    next(iter(batches))
+    took = time.perf_counter() - began
+    del batches
+    return took
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One position's timings: ours, the native mechanism's (None without one), and their ratio."""
+
+    ours: float
+    native: float | None
+    ratio: float | None
+
+
+def _figure(kind: Kind, ours: Callable[[Any], Any], native: Callable[[Any], Any] | None, repeats: int) -> Figure:
+    """Medians of ``repeats`` resumes of each, ours and native in turn (alternating which goes first), and the
+    median of the ratios of those pairs."""
+    mine: list[float] = []
+    theirs: list[float] = []
+    for repeat in range(repeats):
+        if native is None:
+            mine.append(_time_to_first_batch(kind, ours))
+            continue
+        if repeat % 2:
+            theirs.append(_time_to_first_batch(kind, native))
+            mine.append(_time_to_first_batch(kind, ours))
+        else:
+            mine.append(_time_to_first_batch(kind, ours))
+            theirs.append(_time_to_first_batch(kind, native))
+    if native is None:
+        return Figure(statistics.median(mine), None, None)
+    ratios = [o / n for o, n in zip(mine, theirs, strict=True)]
+    return Figure(statistics.median(mine), statistics.median(theirs), statistics.median(ratios))
 
 
 def _ours(kind: Kind, workers: int, state: dict[str, Any]) -> Callable[[Any], Any]:
@@ -260,10 +307,48 @@ def _per_batch_cost(kind: Kind, batches: int = 300, rounds: int = 5) -> tuple[fl
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=REPEATS, help="resumes timed per figure, the fastest kept")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="resumes timed per figure, the median kept")
     parser.add_argument("--load-us", type=float, default=LOAD_COST_S * 1e6, help="CPU microseconds to load a sample")
     parser.add_argument("--only", default="", help="time only the loader kinds whose name contains this text")
+    parser.add_argument(
+        "--instructions", action="store_true", help="also count instructions per 0-worker resume (needs valgrind)"
+    )
+    parser.add_argument("--count-resumes", nargs=3, metavar=("KIND", "MECHANISM", "N"), help=argparse.SUPPRESS)
     return parser.parse_args()
+
+
+def _count_resumes(name: str, mechanism: str, resumes: int) -> None:
+    """The child run measured by callgrind: save at 90% (0 workers, no load cost), resume ``resumes`` times."""
+    kind = next(kind for kind in KINDS if kind.name == name)
+    saved = _save(kind, 0)[-1]
+    resume = _ours(kind, 0, saved.ours) if mechanism == "ours" else _native(kind, 0, saved)
+    assert resume is not None
+    for _ in range(3 + resumes):  # three to warm up (imports, caches), in both runs alike
+        next(iter(resume(kind.dataset())))
+
+
+def _instructions(name: str, mechanism: str) -> int:
+    """Instructions one resume executes: callgrind's total for ``COUNTED[1]`` resumes less that for ``COUNTED[0]``."""
+    totals = []
+    for resumes in COUNTED:
+        command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__]
+        command += ["--count-resumes", name, mechanism, str(resumes)]
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        line = next(line for line in done.stderr.splitlines() if "Collected" in line)
+        totals.append(int(line.rsplit(maxsplit=1)[-1]))
+    return (totals[1] - totals[0]) // (COUNTED[1] - COUNTED[0])
+
+
+def _print_instructions(kinds: list[Kind]) -> None:
+    if shutil.which("valgrind") is None:
+        print("\n(--instructions needs valgrind on the PATH)")
+        return
+    print("\ninstructions per resume at 90% (0 workers, no load cost; callgrind): ours / native")
+    for kind in kinds:
+        if 0 not in kind.workers or not kind.native:
+            continue
+        ours, native = _instructions(kind.name, "ours"), _instructions(kind.name, "native")
+        print(f"  {kind.name:40} {ours / 1e6:6.2f} M / {native / 1e6:6.2f} M  ({ours / native:.2f}x)")
 
 
 def main() -> None:
@@ -271,11 +356,17 @@ def main() -> None:
     repeats, load_cost_s = arguments.repeats, arguments.load_us / 1e6
     warnings.filterwarnings("ignore", category=SlowResumeWarning)
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+    if arguments.count_resumes:
+        name, mechanism, resumes = arguments.count_resumes
+        _count_resumes(name, mechanism, int(resumes))
+        return
     kinds = [kind for kind in KINDS if arguments.only in kind.name]
     if not _HuggingFace.installed():
         kinds = [kind for kind in kinds if "HF" not in kind.name]
         print("(Hugging Face datasets is not installed: its rows are left out)")
-    print(f"{SAMPLES:,} samples, batch {BATCH}, {load_cost_s * 1e6:.0f} us CPU per sample loaded; best of {repeats}")
+    print(
+        f"{SAMPLES:,} samples, batch {BATCH}, {load_cost_s * 1e6:.0f} us CPU per sample loaded; median of {repeats} resumes ({repeats * SINGLE_PROCESS_REPEATS} at 0 workers)"
+    )
     print("time from building the resumed loader to its first batch (ms), at 10% / 50% / 90% of an epoch\n")
     header = f"{'loader':40} {'workers':>7}  {'ours':>22}  {'native':>22}  {'ours/native':>17}  {'90%/10%':>7}  native"
     print(header)
@@ -285,15 +376,14 @@ def main() -> None:
             _Cost.seconds = 0.0  # saving needs no load cost
             saved = _save(kind, workers)
             _Cost.seconds = load_cost_s
-            ours = [_time_to_first_batch(kind, _ours(kind, workers, s.ours), repeats) for s in saved]
-            natives = [_native(kind, workers, s) for s in saved]
-            native = [None if n is None else _time_to_first_batch(kind, n, repeats) for n in natives]
-            ours_text = " / ".join(f"{t * 1e3:6.1f}" for t in ours)
-            native_text = " / ".join("     —" if t is None else f"{t * 1e3:6.1f}" for t in native)
-            ratio = " / ".join("  — " if n is None else f"{o / n:4.2f}" for o, n in zip(ours, native, strict=True))
+            times = repeats * (1 if workers else SINGLE_PROCESS_REPEATS)
+            figures = [_figure(kind, _ours(kind, workers, s.ours), _native(kind, workers, s), times) for s in saved]
+            ours_text = " / ".join(f"{f.ours * 1e3:6.1f}" for f in figures)
+            native_text = " / ".join("     —" if f.native is None else f"{f.native * 1e3:6.1f}" for f in figures)
+            ratio = " / ".join("  — " if f.ratio is None else f"{f.ratio:4.2f}" for f in figures)
             print(
                 f"{kind.name:40} {workers:>7}  {ours_text:>22}  {native_text:>22}  {ratio:>17}  "
-                f"{ours[-1] / ours[0]:7.2f}  {kind.native or '—'}"
+                f"{figures[-1].ours / figures[0].ours:7.2f}  {kind.native or '—'}"
             )
     print("\ntargets: ours/native <= 1.20 (each position); 90%/10% <= 1.50.")
     if any(kind.name.endswith("without state") for kind in kinds):
@@ -306,6 +396,8 @@ def main() -> None:
             continue
         plain, positioned = _per_batch_cost(kind)
         print(f"  {kind.name:40} {plain:7.1f} / {positioned:7.1f}  ({positioned - plain:+.1f})")
+    if arguments.instructions:
+        _print_instructions(kinds)
 
 
 if __name__ == "__main__":
