@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.counting._counts import PhaseCounts
-from tracker_core.data._position import LoaderPosition
+from tracker_core.data._position import LoaderPosition, read_distributed
 from tracker_core.distributed._loader_summary import read_summary, sharding, summarize_loader
 from tracker_core.distributed._rank_files import RankFiles, is_index
 from tracker_core.distributed._sharded import is_batch_sharded, samples_read
@@ -203,15 +203,13 @@ def _map_loader(
         raise ProgressStateError(
             key, f"this loader is sharded for num_replicas={mine['num_replicas']}; the world size is {size}"
         )
+    first_key = f"ranks.0.{key}.distributed"
+    if summaries is None:  # every rank's entry at hand: rank 0's against this loader first, then the ranks' agreement
+        first = ranks[0].get("train_loaders") if isinstance(ranks[0], Mapping) else None
+        if isinstance(first, list) and index < len(first) and isinstance(first[index], Mapping):
+            _check_against(read_distributed(first[index].get("distributed"), first_key), mine, first_key)
     summary = summarize_loader(ranks, index) if summaries is None else read_summary(summaries, index, saved_size)
-    saved, first_key = summary["distributed"], f"ranks.0.{key}.distributed"
-    if is_batch_sharded(saved) != is_batch_sharded(mine):
-        raise ProgressStateError(first_key, f"saved {sharding(saved)}; this loader is {sharding(mine)}")
-    for name in ("seed", "shuffle", "dataset_size"):
-        if saved[name] != mine[name]:
-            raise ProgressStateError(
-                f"{first_key}.{name}", f"saved with {name}={saved[name]!r}; this loader's sampler has {mine[name]!r}"
-            )
+    _check_against(summary["distributed"], mine, first_key)
     source_state = ranks[source_rank]["train_loaders"][index]
     source_key = f"ranks.{source_rank}.{key}"
     if not isinstance(source_state, dict):
@@ -252,6 +250,19 @@ def _map_loader(
         "problem": "; ".join(problems),
     }
     return _Mapped(state, record, source_consumed, _samples_read(mine, resumed))
+
+
+def _check_against(saved: Mapping[str, Any] | None, mine: Mapping[str, Any], key: str) -> None:
+    """Rank 0's saved sharding (``key``) agrees with this loader's where a mapping needs it."""
+    if saved is None:
+        return  # not mappable: summarize_loader names it
+    if is_batch_sharded(saved) != is_batch_sharded(mine):
+        raise ProgressStateError(key, f"saved {sharding(saved)}; this loader is {sharding(mine)}")
+    for name in ("seed", "shuffle", "dataset_size"):
+        if saved[name] != mine[name]:
+            raise ProgressStateError(
+                f"{key}.{name}", f"saved with {name}={saved[name]!r}; this loader's sampler has {mine[name]!r}"
+            )
 
 
 def _samples_read(info: Mapping[str, Any], batches: int) -> int:
