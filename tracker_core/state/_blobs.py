@@ -35,8 +35,13 @@ def short_text(data: bytes, base: bytes | None = None) -> str:
         return f"{_SEEDED}{seed}"
     texts = [bytes_to_text(data), _COMPRESSED + bytes_to_text(zlib.compress(_shuffle(data), 9))]
     if base is not None and len(base) == len(data):
-        texts.append(_DELTA + bytes_to_text(zlib.compress(bytes(a ^ b for a, b in zip(data, base, strict=True)), 9)))
+        texts.append(_DELTA + bytes_to_text(zlib.compress(_xor(data, base), 9)))
     return min(texts, key=len)
+
+
+def _xor(data: bytes, base: bytes) -> bytes:
+    """``data`` XOR ``base`` (same length), bytewise, as one big-integer operation."""
+    return (int.from_bytes(data, "little") ^ int.from_bytes(base, "little")).to_bytes(len(data), "little")
 
 
 def blob_bytes(value: object, key: str, base: bytes | None = None) -> bytes:
@@ -51,7 +56,7 @@ def blob_bytes(value: object, key: str, base: bytes | None = None) -> bytes:
         delta = _inflate(value[len(_DELTA) :], key)
         if len(delta) != len(base):
             raise ProgressStateError(key, f"a difference of {len(delta)} bytes from a state of {len(base)}")
-        return bytes(a ^ b for a, b in zip(delta, base, strict=True))
+        return _xor(delta, base)
     return text_to_bytes(value, key)
 
 
