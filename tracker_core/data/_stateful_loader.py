@@ -26,6 +26,7 @@ from tracker_core.data._torch_compat import (
     drop_pending_state,
     forget_live_iterator,
     note_each_batch,
+    redraw_base_seed,
     skip_sampler,
     start_sampler_now,
     state_reader,
@@ -68,6 +69,7 @@ class StatefulLoader(Strategy):
         by_loader = to_position + since_snapshot
         with reading_again(cursor, loader, by_loader + by_us, " and ".join(reasons)):
             iterator = self.site.build()  # loads the state armed by load_state_dict
+            redraw_base_seed(iterator, loader.generator)  # torchdata's load undid it (shuffle=True, generator=g)
             if self._sampler_skip:
                 skip_sampler(iterator, self._sampler_skip)
                 self._sampler_skip = 0

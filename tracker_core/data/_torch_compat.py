@@ -28,6 +28,7 @@ __all__ = [
     "iterator_hook",
     "note_each_batch",
     "random_sampler_after",
+    "redraw_base_seed",
     "sampler_indices",
     "set_sampler_indices",
     "skip_sampler",
@@ -231,7 +232,7 @@ def torchdata_attributes() -> dict[Any, tuple[str, ...]]:
         ),
         keys: ("_FETCHER_STATE", "_DATASET_STATE", "_DATASET_ITER_STATE", "_FETCHER_ENDED"),
         samplers._BatchSamplerIterator: ("_SAMPLES_YIELDED", "_SAMPLER_STATE", "_SAMPLER_ITER_STATE", "sampler_iter"),
-        samplers._StatefulRandomSamplerIterator: ("_YIELDED", "perm", "perm_index", "yielded"),
+        samplers._StatefulRandomSamplerIterator: ("_YIELDED", "perm", "perm_index", "yielded", "sampler"),
         module._StatefulBaseDataLoaderIter: ("_reset", "_sampler_iter_yielded", "_finished"),
         StatefulDataLoader: ("next_iter_state", "_get_iterator", "_iterator"),
         module._StatefulSingleProcessDataLoaderIter: ("_NUM_YIELDED", "_dataset_fetcher"),
@@ -407,6 +408,26 @@ def skip_sampler(iterator: Any, drawn: int) -> None:
         return
     indices.perm_index = drawn
     indices.yielded = drawn
+
+
+def redraw_base_seed(iterator: Any, generator: torch.Generator | None) -> None:
+    """Make again, on the loader's ``generator``, the base-seed draw a loaded single-process iterator undid.
+
+    Building an iterator draws the sampler's permutation, then the base seed, from the loader's
+    generator; when torchdata's ``RandomSampler`` shares it (``shuffle=True, generator=g``), a
+    0-worker iterator loads its state after both draws: the sampler sets the generator back to
+    before its permutation and draws it again, so the base-seed draw is lost and every later epoch
+    differs (torchdata 0.11 alone too; a multi-process iterator is exact). Call right after the
+    build, before the sampler moves past its first permutation.
+    """
+    _, samplers, module = _torchdata()
+    if generator is None or not isinstance(iterator, module._StatefulSingleProcessDataLoaderIter):
+        return
+    batches = getattr(iterator, "_sampler_iter", None)
+    indices: Any = getattr(batches, "sampler_iter", batches)
+    if type(indices) is not samplers._StatefulRandomSamplerIterator or indices.sampler.generator is not generator:
+        return
+    torch.empty((), dtype=torch.int64).random_(generator=generator)
 
 
 def stateful_yielded(state: Mapping[str, Any]) -> int:
