@@ -12,6 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+pytest.importorskip("torchdata")
+
 import torch
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
