@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
 
 from helpers.gloo import run_on_two_ranks
+from helpers.ids import Ids
 from helpers.ledger import without_ledger
 
 SAMPLES = 22
@@ -34,16 +35,8 @@ SAVED_EPOCH = 1
 SEED = 7
 
 
-class _Indexed(Dataset[int]):
-    def __len__(self) -> int:
-        return SAMPLES
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-
 def _loader(batch: int, world: int, rank: int, seed: int = SEED) -> DataLoader[int]:
-    dataset = _Indexed()
+    dataset = Ids(SAMPLES)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, seed=seed, shuffle=True)
     return DataLoader(dataset, batch_size=batch, sampler=sampler)
 
@@ -310,7 +303,7 @@ ERRORS = [  # (id, saved entry, loader at world size 1, key named)
     (
         "no-distributed-sampler",
         _saved_by_distributed_sampler,
-        lambda: DataLoader(_Indexed(), batch_size=3, shuffle=True),
+        lambda: DataLoader(Ids(SAMPLES), batch_size=3, shuffle=True),
         "train_loaders.0",
     ),
     (
@@ -329,7 +322,7 @@ ERRORS = [  # (id, saved entry, loader at world size 1, key named)
     (
         "sharded-onto-not-seedable",
         _saved_batch_sharded,
-        lambda: DataLoader(_Indexed(), batch_size=3, shuffle=True),
+        lambda: DataLoader(Ids(SAMPLES), batch_size=3, shuffle=True),
         "train_loaders.0",
     ),
     (
@@ -401,7 +394,7 @@ def _sharded_loader(batch: int, world: int, rank: int, seed: int = SEED) -> Data
     pytest.importorskip("accelerate")
     from accelerate.data_loader import BatchSamplerShard, SeedableRandomSampler
 
-    dataset = _Indexed()
+    dataset = Ids(SAMPLES)
     sampler = SeedableRandomSampler(dataset, data_seed=seed, generator=torch.Generator())
     batches: Any = BatchSampler(sampler, batch, drop_last=False)
     if world > 1:

@@ -16,11 +16,12 @@ import pytest
 pytest.importorskip("torchdata")
 
 import torch
-from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from tracker_core.data._position import LoaderPosition
+
+from helpers.ids import Ids
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 
@@ -28,25 +29,17 @@ SIZE = 20
 BATCH = 3
 
 
-class _Ids(Dataset[int]):
-    def __len__(self) -> int:
-        return SIZE
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-
 def _shuffled(workers: int = 0) -> StatefulDataLoader[Any]:
     return StatefulDataLoader(
-        _Ids(), batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(1), num_workers=workers
+        Ids(SIZE), batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(1), num_workers=workers
     )
 
 
 def _over_permutations() -> StatefulDataLoader[Any]:
     """Its sampler draws three permutations an epoch from the loader's own generator."""
     generator = torch.Generator().manual_seed(1)
-    sampler = RandomSampler(_Ids(), num_samples=2 * SIZE + 5, generator=generator)
-    return StatefulDataLoader(_Ids(), batch_size=BATCH, sampler=sampler, generator=generator)
+    sampler = RandomSampler(Ids(SIZE), num_samples=2 * SIZE + 5, generator=generator)
+    return StatefulDataLoader(Ids(SIZE), batch_size=BATCH, sampler=sampler, generator=generator)
 
 
 LOADERS = {"shuffle": _shuffled, "over-permutations": _over_permutations}

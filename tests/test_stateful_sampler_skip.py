@@ -14,28 +14,21 @@ import pytest
 pytest.importorskip("torchdata")
 
 import torch
-from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from tracker_core.data._position import LoaderPosition
 
+from helpers.ids import Ids
+
 SIZE = 20
 BATCH = 3
 
 
-class _Ids(Dataset[int]):
-    def __len__(self) -> int:
-        return SIZE
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-
 def _loader(num_samples: int | None) -> StatefulDataLoader[Any]:
     """torchdata's own samplers (what ``shuffle=True`` builds), the sampler holding the generator."""
-    sampler = RandomSampler(_Ids(), num_samples=num_samples, generator=torch.Generator().manual_seed(1))
-    return StatefulDataLoader(_Ids(), batch_size=BATCH, sampler=sampler)
+    sampler = RandomSampler(Ids(SIZE), num_samples=num_samples, generator=torch.Generator().manual_seed(1))
+    return StatefulDataLoader(Ids(SIZE), batch_size=BATCH, sampler=sampler)
 
 
 def _ids(batches: Any) -> list[list[int]]:
