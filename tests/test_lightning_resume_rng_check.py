@@ -166,3 +166,45 @@ def test_a_callback_before_the_tracker_drawing_at_every_batch_start_raises_no_fa
     messages, weights = _resume(package, tmp_path, MID_EPOCH, draw_before=True)
     assert messages == []
     assert _equal(weights, straight)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("reseeded", ["random", "numpy"])
+@pytest.mark.parametrize(
+    ("reseed", "where"),
+    [
+        pytest.param("module.on_train_start", "in an on_train_start hook", id="module-on_train_start"),
+        pytest.param("callback.on_train_start", "in an on_train_start hook", id="callback-on_train_start"),
+        pytest.param("early_callback.on_train_start", "in an on_train_start hook", id="early-callback"),
+        pytest.param("module.on_fit_start", _SETUP, id="module-on_fit_start"),
+    ],
+)
+def test_a_reseed_of_pythons_or_numpys_rng_alone_without_workers_warns_once_naming_the_cause(
+    package: str, reseeded: str, reseed: str, where: str, tmp_path: Path
+) -> None:
+    # without workers the first resumed batch is compared where its sampler starts: every generator, not torch's alone
+    messages, _ = _resume(package, tmp_path, MID_EPOCH, reseed, reseeded=reseeded)
+    assert len(messages) == 1
+    assert where in messages[0]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("reseeded", ["torch", "random"])
+def test_a_reseed_with_several_train_loaders_without_workers_warns_once(
+    package: str, reseeded: str, tmp_path: Path
+) -> None:
+    messages, _ = _resume(package, tmp_path, MID_EPOCH, "module.on_train_start", reseeded=reseeded, loaders=2)
+    assert len(messages) == 1
+    assert "in an on_train_start hook" in messages[0]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("noisy_data", [False, True], ids=["plain", "dataset-draws"])
+def test_a_mid_epoch_resume_of_several_train_loaders_without_workers_is_exact_and_silent(
+    package: str, noisy_data: bool, tmp_path: Path
+) -> None:
+    # the first sampler start of the first batch comes before any loader's dataset draws, in both runs
+    straight = fit(package, tmp_path / "none.ckpt", loaders=2, noisy_data=noisy_data)
+    messages, weights = _resume(package, tmp_path, MID_EPOCH, loaders=2, noisy_data=noisy_data)
+    assert messages == []
+    assert _equal(weights, straight)

@@ -14,8 +14,10 @@ from tracker_core.counting import _clock
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
 from tracker_core.data._compact import check_bases, compact_loader, compact_rng, expand_loader, expand_rng
+from tracker_core.data._epoch import SamplerStartWatch
 from tracker_core.data._position import LoaderPosition, _ParsedState
 from tracker_core.data._rng import GlobalRng
+from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._saved_loader import check_saved_loader
 from tracker_core.distributed._elastic import ENTRY_KEYS, gather, reenters_train_epoch, saved_elsewhere, select, world
 from tracker_core.state._codec import check_plain
@@ -35,7 +37,7 @@ class Tracker:
     framework's checkpoint. The entry is plain data: ``{"progress", "train_loaders", "rng"}``.
     """
 
-    __slots__ = ("_loaded", "_loaders", "_pending", "_rearmed", "_undo", "_untracked", "progress")
+    __slots__ = ("_loaded", "_loaders", "_pending", "_rearmed", "_sampler_watch", "_undo", "_untracked", "progress")
 
     def __init__(self) -> None:
         self.progress = Progress()
@@ -44,6 +46,7 @@ class Tracker:
         self._pending: dict[int, tuple[dict[str, Any], bool]] = {}  # loaded, waiting for their loader
         self._undo: _Undo | None = None  # what the last load changed, while a loader part of it waits (_pending)
         self._loaded: _LoadedParts | None = None  # the last load's loader parts (see resume_loaded_again)
+        self._sampler_watch: SamplerStartWatch | None = None  # see watch_train_sampler_start
         self._rearmed = False  # _pending holds loader parts of resume_loaded_again, not of a load
 
     @property
@@ -160,14 +163,36 @@ class Tracker:
             return self.gathered_state_dict()
         return self.state_dict()
 
-    def train_sampler_started_rng(self, index: int = 0) -> torch.Tensor | None:
-        """torch's global CPU RNG state when train loader ``index``'s index sampler last started an
-        epoch, taken before it drew; None until it starts after the loader's last iterator was built,
-        and for a loader whose sampler the tracker does not see (an ``IterableDataset``, a
-        ``StatefulDataLoader``). With ``num_workers=0`` a sampler starts at the iterator's first
-        batch, after the framework's epoch-start hooks: :class:`ResumeRngCheck` compares it there."""
-        position = self._loaders.get(index)
-        return None if position is None else position._site.cursor.sampler_started_rng
+    def watch_train_sampler_start(self) -> bool:
+        """Note every global RNG (:class:`GlobalRng`) when the first of the train loaders' index samplers next
+        starts an epoch, before it draws: :meth:`rng_at_train_sampler_start`. With ``num_workers=0`` a sampler starts
+        at its iterator's first batch, after the framework's epoch-start hooks and before the dataset's draws:
+        where a resume check (:class:`ResumeRngCheck`) compares the RNGs the load restored.
+
+        Call it after the iterators are built, before their first batch. False, noting nothing, unless the
+        tracker sees the index sampler of every train loader (not an ``IterableDataset``, a
+        ``StatefulDataLoader`` or a loader it does not track) and none has started since its iterator was
+        built. Noted once, only while watched (reading Python's and NumPy's states costs), and not at all if
+        one of these loaders builds a new iterator before any sampler starts (the build draws first).
+        """
+        positions = list(self._loaders.values())
+        if (
+            not positions
+            or self._untracked
+            or not all(p.kind == SamplerReplay.kind and p._site.cursor.awaiting_sampler for p in positions)
+        ):
+            self._sampler_watch = None
+            return False
+        watch = self._sampler_watch = SamplerStartWatch()
+        for position in positions:
+            position._site.cursor.sampler_watch = watch
+        return True
+
+    def rng_at_train_sampler_start(self) -> GlobalRng | None:
+        """Every global RNG as the sampler start :meth:`watch_train_sampler_start` asked for found them; None
+        before that start, without a watch, and if a watched loader built a new iterator first."""
+        watch = self._sampler_watch
+        return None if watch is None else watch.noted
 
     def forget_loaded_positions(self) -> None:
         """The framework begins a new run instead of resuming the loaded one: no loader replays the loaded epoch."""

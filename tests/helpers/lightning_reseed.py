@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -36,8 +38,11 @@ class Stop(Exception):
     """Ends the first fit right after its checkpoint (stands in for the process dying)."""
 
 
-def _reseed() -> None:
-    torch.manual_seed(0)  # what seed_everything(0) does to torch's generator
+_RESEEDS = {
+    "torch": lambda: torch.manual_seed(0),  # what seed_everything(0) does to torch's generator
+    "random": lambda: random.seed(42),  # a seed neither run starts with: the state changes
+    "numpy": lambda: np.random.seed(42),
+}
 
 
 def fit(
@@ -53,16 +58,21 @@ def fit(
     noisy_data: bool = False,
     draw_at_transfer: bool = False,
     draw_each_epoch: bool = False,
+    reseeded: str = "torch",
+    loaders: int = 1,
 ) -> list[torch.Tensor]:
     """Fit, saving to ``path`` at the end of train batch ``save_at`` (0-based over the run) and stopping
     there (``in_epoch_end``: in that epoch's ``on_train_epoch_end``, as ``ModelCheckpoint`` does without
     validation; Lightning then runs the next epoch's start hooks on resume, not after a save in the last
     ``on_train_batch_end``); without ``save_at``, resume from ``path`` if it exists. ``reseed``: ``"module.<hook>"`` or
-    ``"callback.<hook>"`` reseeds the global RNG in that hook. ``draw_before``: a callback listed before
+    ``"callback.<hook>"`` (a callback after the tracker; ``"early_callback.<hook>"``: before it) reseeds the
+    global RNG in that hook. ``draw_before``: a callback listed before
     the tracker draws from the global RNG at every ``on_train_batch_start`` (in every run). In every run
     too: ``workers`` loader workers, ``own_generator`` (the loader's, not the global RNG), ``noisy_data`` (:class:`Noisy`), ``draw_at_transfer`` (the module's
     ``on_after_batch_transfer`` draws), ``draw_each_epoch`` (its ``on_train_epoch_start`` draws a shift
-    the loss uses). Returns the final weights."""
+    the loss uses). ``reseeded``: the generator ``reseed`` seeds (``"torch"``, ``"random"``, ``"numpy"``).
+    ``loaders``: that many train loaders of the same data (Lightning combines them, ``max_size_cycle``).
+    Returns the final weights."""
     pl = importlib.import_module(package)
     reseed_owner, _, reseed_hook = reseed.partition(".")
 
@@ -74,7 +84,7 @@ def fit(
             self.shift = torch.zeros(1)
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y, _ = batch
+            x, y, _ = batch if loaders == 1 else [torch.cat(parts) for parts in zip(*batch, strict=True)]
             return torch.nn.functional.mse_loss(self.layer(x + 0.01 * torch.randn_like(x) + self.shift), y)
 
         def configure_optimizers(self) -> Any:
@@ -98,6 +108,9 @@ def fit(
     class Reseeder(pl.Callback):  # type: ignore[misc,name-defined]
         pass
 
+    class EarlyReseeder(pl.Callback):  # type: ignore[misc,name-defined]
+        pass
+
     class Drawer(pl.Callback):  # type: ignore[misc,name-defined]
         def on_train_batch_start(self, *args: Any) -> None:
             torch.rand(1)
@@ -114,8 +127,12 @@ def fit(
     if draw_at_transfer:
         Model.on_after_batch_transfer = draw_at
     if reseed_owner:
-        setattr(Model if reseed_owner == "module" else Reseeder, reseed_hook, lambda *args: _reseed())
-    torch.manual_seed(0 if save_at is not None or not path.exists() else 1234)
+        owner = {"module": Model, "callback": Reseeder, "early_callback": EarlyReseeder}[reseed_owner]
+        setattr(owner, reseed_hook, lambda *args: _RESEEDS[reseeded]())
+    seed = 0 if save_at is not None or not path.exists() else 1234
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
     model = Model()
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -125,12 +142,15 @@ def fit(
         enable_progress_bar=False,
         enable_model_summary=False,
         logger=False,
-        callbacks=[*([Drawer()] if draw_before else []), ProgressTracker(), Saver(), Reseeder()],
+        callbacks=[*([Drawer()] if draw_before else []), EarlyReseeder(), ProgressTracker(), Saver(), Reseeder()],
     )
     resume = save_at is None and path.exists()
     with contextlib.suppress(Stop):
         data = (Noisy if noisy_data else Indexed)()
         generator = torch.Generator().manual_seed(7) if own_generator else None
-        loader = DataLoader(data, batch_size=3, shuffle=True, num_workers=workers, generator=generator)
-        trainer.fit(model, loader, ckpt_path=path if resume else None)
+        train = [
+            DataLoader(data, batch_size=3, shuffle=True, num_workers=workers, generator=generator)
+            for _ in range(loaders)
+        ]
+        trainer.fit(model, train[0] if loaders == 1 else train, ckpt_path=path if resume else None)
     return [p.detach().clone() for p in model.parameters()]

@@ -48,12 +48,20 @@ class ResumeRngCheck:
         """Nothing more to compare (a new run, or the next draw is one the uninterrupted run made too)."""
         self._loaded = None
 
-    def check(self, where: str, *, last: bool = False, torch_state: torch.Tensor | None = None) -> bool:
+    def check(
+        self,
+        where: str,
+        *,
+        last: bool = False,
+        state: GlobalRng | None = None,
+        torch_state: torch.Tensor | None = None,
+    ) -> bool:
         """True, with one ``InexactResumeWarning`` saying the RNGs changed ``where``, if they moved since the load.
 
-        ``torch_state``: compare torch's CPU generator alone, as it was at an earlier instant (e.g.
-        ``Tracker.train_sampler_started_rng``: where the resumed epoch's sampler started, before the
-        loader's own draws for its first batch), instead of the live generators.
+        ``state``: compare the generators as they were at an earlier instant instead of the live ones
+        (``Tracker.rng_at_train_sampler_start``: where the resumed epoch's sampler started, before the
+        loader's own draws for its first batch). ``torch_state``: the same for torch's CPU generator
+        alone (the others may have moved legitimately since).
         After a warning, or with ``last``, the check is spent.
         """
         loaded = self._loaded
@@ -61,10 +69,10 @@ class ResumeRngCheck:
             return False
         if last:
             self._loaded = None
-        if torch_state is None:
-            if GlobalRng.capture().to_plain() == loaded:
+        if torch_state is not None:
+            if tensor_to_text(torch_state) == loaded["torch"]:
                 return False
-        elif tensor_to_text(torch_state) == loaded["torch"]:
+        elif (GlobalRng.capture() if state is None else state).to_plain() == loaded:
             return False
         self._loaded = None
         warnings.warn(

@@ -52,14 +52,16 @@ class SamplerReplay(Strategy):
     order_depends_on_workers = False  # indices are drawn in the main process
 
     def begin(self, record: EpochRecord) -> Any:
-        self.site.cursor.awaiting_sampler = True
-        self.site.cursor.sampler_started_rng = None
+        cursor = self.site.cursor
+        cursor.awaiting_sampler = True
+        watch, cursor.sampler_watch = cursor.sampler_watch, None
+        if watch is not None:
+            watch.iterator_built()  # its build draws before any sampler starts: nothing exact to note
         return self._build_tapped()
 
     def replay(self, replay: Replay) -> Any:
-        # Stays armed: the index sampler replays and skips when it starts.
+        # Stays armed: the index sampler replays and skips when it starts (a replay draws nothing in the end).
         self.site.cursor.awaiting_sampler = True
-        self.site.cursor.sampler_started_rng = None
         return self._build_tapped()
 
     def replays_all_global_rngs(self, replay: Replay) -> bool:
@@ -92,7 +94,10 @@ class SamplerReplay(Strategy):
     def start_sampler(self, inner: Iterable[Any]) -> Iterator[Any]:
         """An epoch's index sampler starts: replay its noted RNG and skip, or note it."""
         cursor = self.site.cursor
-        started = cursor.sampler_started_rng = torch.get_rng_state()  # before it draws (see ResumeRngCheck)
+        watch, cursor.sampler_watch = cursor.sampler_watch, None
+        if watch is not None:
+            watch.sampler_started()  # before it draws (see Tracker.watch_train_sampler_start)
+        started = torch.get_rng_state()
         replay, cursor.replay = cursor.replay, None
         if replay is not None:
             cursor.epoch = replay.record
