@@ -208,3 +208,57 @@ def test_a_mid_epoch_resume_of_several_train_loaders_without_workers_is_exact_an
     messages, weights = _resume(package, tmp_path, MID_EPOCH, loaders=2, noisy_data=noisy_data)
     assert messages == []
     assert _equal(weights, straight)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("reseeded", ["random", "numpy"])
+@pytest.mark.parametrize("reseed", ["module.on_train_start", "callback.on_train_start"])
+def test_a_reseed_of_pythons_or_numpys_rng_in_on_train_start_of_a_fit_resumed_at_an_epoch_boundary_warns_once(
+    package: str, workers: int, reseeded: str, reseed: str, tmp_path: Path
+) -> None:
+    # the early iterator drew from torch's RNG alone: the others must be as loaded at the tracker's on_train_epoch_start
+    messages, _ = _resume(package, tmp_path, EPOCH_END, reseed, reseeded=reseeded, workers=workers, **IN_EPOCH_END)
+    assert len(messages) == 1
+    assert "in an on_train_start hook" in messages[0]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_reseed_in_on_train_start_with_a_loader_of_its_own_generator_at_an_epoch_boundary_warns_once(
+    package: str, tmp_path: Path
+) -> None:
+    # the iterator drew nothing from the global RNG; on_train_start runs in the resumed run alone
+    messages, _ = _resume(package, tmp_path, EPOCH_END, "module.on_train_start", own_generator=True, **IN_EPOCH_END)
+    assert len(messages) == 1
+    assert "in an on_train_start hook" in messages[0]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("drawn", ["random", "numpy"])
+def test_a_per_epoch_draw_of_pythons_or_numpys_rng_after_an_epoch_boundary_resume_is_exact_and_silent(
+    package: str, workers: int, drawn: str, tmp_path: Path
+) -> None:
+    # the early iterator drew from torch's RNG alone: the hook's draw of another generator gets the same value
+    options: dict[str, Any] = {"workers": workers, "draw_each_epoch": drawn}
+    straight = fit(package, tmp_path / "none.ckpt", **options)
+    messages, weights = _resume(package, tmp_path, EPOCH_END, **options, **IN_EPOCH_END)
+    assert messages == []
+    assert _equal(weights, straight)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_callback_before_the_tracker_drawing_in_on_train_epoch_start_raises_no_false_alarm_at_an_epoch_boundary(
+    package: str, workers: int, tmp_path: Path
+) -> None:
+    # it draws there in both runs, before the tracker's on_train_epoch_start: nothing is compared there
+    options: dict[str, Any] = {"workers": workers, "reseed": "early_callback.on_train_epoch_start"}
+    straight = fit(package, tmp_path / "none.ckpt", reseeded="draw-random", **options)
+    path = tmp_path / "saved.ckpt"
+    fit(package, path, save_at=EPOCH_END, reseeded="draw-random", **options, **IN_EPOCH_END)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        weights = fit(package, path, reseeded="draw-random", **options, **IN_EPOCH_END)
+    assert rng_warnings(caught) == []
+    assert _equal(weights, straight)

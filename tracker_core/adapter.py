@@ -28,7 +28,7 @@ from tracker_core.counting._stage import StageProgress, TrainStageProgress
 from tracker_core.counting._tokens import TokenCounter
 from tracker_core.counting._view import ProgressView
 from tracker_core.data._device_rng import device_rng_facts
-from tracker_core.data._resume_rng_check import ResumeRngCheck
+from tracker_core.data._resume_rng_check import GLOBAL_GENERATORS, ResumeRngCheck
 from tracker_core.data._rng import GlobalRng
 from tracker_core.display._display import Display
 from tracker_core.display._history import history_facts, history_table
@@ -49,6 +49,7 @@ from tracker_core.state._readers import read_int, read_mapping
 from tracker_core.state._times import without_times
 
 __all__ = [
+    "GLOBAL_GENERATORS",
     "HEARTBEAT_FILE",
     "Display",
     "EventOrderError",

@@ -19,6 +19,7 @@ from torch.utils.hooks import RemovableHandle
 
 from tracker_core import EventOrderError, InexactResumeWarning, ProgressStateError, Tracker, count_optimizer_steps
 from tracker_core.adapter import (
+    GLOBAL_GENERATORS,
     GlobalRng,
     RankFiles,
     RankTensors,
@@ -133,6 +134,8 @@ class ProgressTracker(CallbackBase):
         self._rng_check_where = ""  # what the first-batch check names
         self._rng_check_sampler = False  # ... compared where the sampler started (num_workers=0), not live
         self._rng_check_at_epoch_start: ResumeRngCheck | None = None  # at an epoch boundary, else at its start
+        self._rng_check_generators: tuple[str, ...] = GLOBAL_GENERATORS  # those the checks above compare
+        self._rng_check_unmoved: ResumeRngCheck | None = None  # epoch boundary: the others, at on_train_epoch_start
         self._elastic_entry: dict[str, Any] | None = None  # saved at another world size: loaded at setup_data
         self._train_loaders: list[object] = []  # held: the tracker's positions need them until the next fit
         self._train_layout: tuple[str, list[Any], list[int | None]] | None = None  # several train loaders
@@ -207,6 +210,7 @@ class ProgressTracker(CallbackBase):
         self._run_begun = False
         # left by a resumed fit that trained nothing
         self._rng_check_at_batch = self._rng_check_at_start = self._rng_check_at_epoch_start = None
+        self._rng_check_unmoved = None
         self._rng_boundary = False
         if self._cut_by:
             self._settle_cut()
@@ -378,15 +382,29 @@ class ProgressTracker(CallbackBase):
     @_passenger
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._train.epoch_begin()
-        if self._rng_check_at_epoch_start is not None:
-            check, self._rng_check_at_epoch_start = self._rng_check_at_epoch_start, None
-            if trainer.current_epoch == self._rng_check_epoch:
-                check.check(_AT_EPOCH_BOUNDARY, last=True)
+        if self._rng_check_at_epoch_start is not None or self._rng_check_unmoved is not None:
+            self._epoch_start_checks(trainer)
         if self._rng_at_setup is not None:
             rng, self._rng_at_setup = self._rng_at_setup, None
             if resume.discards_setup_iterator(trainer):
                 self._rng_check_at_batch = None  # Lightning builds this epoch's iterator after the hooks, as
                 rng.apply()  # in the uninterrupted run; undo the draws of the one it built in setup_data
+
+    def _epoch_start_checks(self, trainer: pl.Trainer) -> None:
+        """This callback's ``on_train_epoch_start`` in a fit resumed at an epoch boundary (see
+        ``_arm_first_batch_check``): the generators the early iterator did not draw from must still be as at
+        ``on_train_start`` (the uninterrupted run runs nothing of the user's in between), unless Lightning
+        now undoes that iterator's draws (and with them any in between); then those it drew from, if they
+        are compared here."""
+        unmoved, self._rng_check_unmoved = self._rng_check_unmoved, None
+        moved, self._rng_check_at_epoch_start = self._rng_check_at_epoch_start, None
+        if trainer.current_epoch != self._rng_check_epoch:
+            return
+        if unmoved is not None and not resume.discards_setup_iterator(trainer):
+            others = tuple(name for name in GLOBAL_GENERATORS if name not in self._rng_check_generators)
+            unmoved.check(_AT_TRAIN_START, generators=others)
+        if moved is not None:
+            moved.check(_AT_EPOCH_BOUNDARY, last=True, generators=self._rng_check_generators)
 
     def _arm_first_batch_check(self, trainer: pl.Trainer) -> None:
         """The resumed fit's ``on_train_start``: set up the comparison of the global RNGs once its start hooks
@@ -395,7 +413,9 @@ class ProgressTracker(CallbackBase):
 
         Mid-epoch they must still be as loaded (compared now too: callbacks before this one). At an epoch
         boundary Lightning built the next epoch's iterator before these hooks, the uninterrupted run after
-        them: if it drew from the global RNGs, they must stay as they are now. Compared where the resumed
+        them: the generators it drew from must stay as they are now until the first batch; the others (a
+        draw in ``on_train_epoch_start`` comes out as in the uninterrupted run) until this callback's
+        ``on_train_epoch_start``, if no callback before this one has its own. Compared where the resumed
         epoch's sampler starts (``num_workers=0``: at the first batch, after the hooks), else at the first
         ``on_train_batch_start`` if nothing of the user's may draw before it in both runs (workers, no batch
         transfer hooks, no callback before this one drawing there), else (epoch boundary) at this callback's
@@ -403,21 +423,25 @@ class ProgressTracker(CallbackBase):
         """
         check, self._rng_check_at_start = self._rng_check_at_start, None
         boundary, self._rng_boundary = self._rng_boundary, False
+        compared = GLOBAL_GENERATORS
         if check is not None:
             if trainer.current_epoch != self._rng_check_epoch or check.check(_AT_TRAIN_START):
                 return
             where = _AT_TRAIN_START
-        elif boundary:
-            before = self._rng_at_setup
-            if before is None or GlobalRng.capture().to_plain() == before.to_plain():
-                return  # the iterator drew nothing: the hooks draw where the uninterrupted run does
+        elif boundary and self._rng_at_setup is not None:
             check = ResumeRngCheck(load=_SEED_BEFORE)
             check.loaded()
+            compared = check.moved_since(self._rng_at_setup)  # those the iterator drew from (or a callback before)
             where = _AT_EPOCH_BOUNDARY
+            if compared != GLOBAL_GENERATORS and not _own_hook_before(trainer, self, "on_train_epoch_start"):
+                self._rng_check_unmoved = check
         else:
             return
         self._rng_check_epoch = trainer.current_epoch
         self._rng_check_where = where
+        self._rng_check_generators = compared
+        if not compared:
+            return  # the iterator drew nothing: the hooks draw where the uninterrupted run does
         loaders = self._train_loaders
         self._rng_check_sampler = (
             bool(loaders)
@@ -436,18 +460,13 @@ class ProgressTracker(CallbackBase):
         check, self._rng_check_at_batch = self._rng_check_at_batch, None
         if check is None or trainer.current_epoch != self._rng_check_epoch:
             return
+        generators = self._rng_check_generators
         if not self._rng_check_sampler:
-            check.check(self._rng_check_where, last=True)
+            check.check(self._rng_check_where, last=True, generators=generators)
             return
         started = self.tracker.rng_at_train_sampler_start()
-        if started is None:  # no sampler started first (a loader built a new iterator): nothing exact to compare
-            return
-        if self._rng_check_where == _AT_EPOCH_BOUNDARY:
-            # torch's alone: the iterator Lightning built before the start hooks drew from it, not from Python's
-            # or NumPy's, so their draws in on_train_epoch_start come out as in the uninterrupted run
-            check.check(self._rng_check_where, last=True, torch_state=started.torch_state)
-        else:
-            check.check(self._rng_check_where, last=True, state=started)
+        if started is not None:  # None: no sampler started first (a loader built a new iterator): nothing exact
+            check.check(self._rng_check_where, last=True, state=started, generators=generators)
 
     # The per-batch hooks guard inline (a try costs nothing in Python 3.11; a wrapper costs a call)
     def on_train_batch_start(
@@ -880,18 +899,18 @@ def _draws_before_batch_start(trainer: pl.Trainer, tracker: ProgressTracker) -> 
             not getattr(type(owner), name).__qualname__.startswith("DataHooks.") for name in _TRANSFER_HOOKS
         ):
             return True
-    return _batch_start_before(trainer, tracker)
+    return _own_hook_before(trainer, tracker, "on_train_batch_start")
 
 
-def _batch_start_before(trainer: pl.Trainer, tracker: ProgressTracker) -> bool:
-    """True if a callback of the user's runs its own ``on_train_batch_start`` before ``tracker`` does: it may
-    draw there at every batch, in both runs (Lightning's own callbacks draw nothing)."""
+def _own_hook_before(trainer: pl.Trainer, tracker: ProgressTracker, hook: str) -> bool:
+    """True if a callback of the user's runs its own ``hook`` before ``tracker`` does: it may draw there, in
+    both runs (Lightning's own callbacks draw nothing)."""
     callbacks: list[Any] = getattr(trainer, "callbacks", [])  # set on the Trainer by Lightning, not declared
     for callback in callbacks:
         if callback is tracker:
             return False
         kind = type(callback)
-        own = kind.on_train_batch_start.__qualname__ != "Callback.on_train_batch_start"
+        own = getattr(kind, hook).__qualname__ != f"Callback.{hook}"
         if own and not kind.__module__.startswith(("pytorch_lightning.", "lightning.")):
             return True
     return False

@@ -38,10 +38,17 @@ class Stop(Exception):
     """Ends the first fit right after its checkpoint (stands in for the process dying)."""
 
 
+_DRAWS = {
+    "torch": lambda: torch.rand(1),
+    "random": lambda: torch.tensor([random.random()]),
+    "numpy": lambda: torch.tensor([np.random.rand()]),
+}
+
 _RESEEDS = {
     "torch": lambda: torch.manual_seed(0),  # what seed_everything(0) does to torch's generator
     "random": lambda: random.seed(42),  # a seed neither run starts with: the state changes
     "numpy": lambda: np.random.seed(42),
+    "draw-random": lambda: random.random(),  # no seed: a draw, as a per-epoch augmentation parameter would
 }
 
 
@@ -57,7 +64,7 @@ def fit(
     own_generator: bool = False,
     noisy_data: bool = False,
     draw_at_transfer: bool = False,
-    draw_each_epoch: bool = False,
+    draw_each_epoch: bool | str = False,
     reseeded: str = "torch",
     loaders: int = 1,
 ) -> list[torch.Tensor]:
@@ -70,7 +77,8 @@ def fit(
     the tracker draws from the global RNG at every ``on_train_batch_start`` (in every run). In every run
     too: ``workers`` loader workers, ``own_generator`` (the loader's, not the global RNG), ``noisy_data`` (:class:`Noisy`), ``draw_at_transfer`` (the module's
     ``on_after_batch_transfer`` draws), ``draw_each_epoch`` (its ``on_train_epoch_start`` draws a shift
-    the loss uses). ``reseeded``: the generator ``reseed`` seeds (``"torch"``, ``"random"``, ``"numpy"``).
+    the loss uses; ``"random"`` or ``"numpy"``: from that generator, not torch's). ``reseeded``: the generator ``reseed`` seeds (``"torch"``, ``"random"``, ``"numpy"``;
+    ``"draw-random"``: draws from Python's instead).
     ``loaders``: that many train loaders of the same data (Lightning combines them, ``max_size_cycle``).
     Returns the final weights."""
     pl = importlib.import_module(package)
@@ -116,7 +124,7 @@ def fit(
             torch.rand(1)
 
     def draw_shift(self: Any) -> None:
-        self.shift = 0.01 * torch.rand(1)
+        self.shift = 0.01 * _DRAWS[draw_each_epoch if isinstance(draw_each_epoch, str) else "torch"]()
 
     def draw_at(self: Any, batch: Any, dataloader_idx: int) -> Any:
         torch.rand(1)

@@ -12,13 +12,14 @@ once (``InexactResumeWarning``), naming where.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Collection
 from typing import Any
-
-import torch
 
 from tracker_core._tracker import InexactResumeWarning
 from tracker_core.data._rng import GlobalRng
-from tracker_core.state._codec import tensor_to_text
+
+GLOBAL_GENERATORS: tuple[str, ...] = ("torch", "python", "numpy", "devices")
+"""The global generators a check compares, by their keys in ``GlobalRng.to_plain()`` (``devices``: accelerators')."""
 
 
 class ResumeRngCheck:
@@ -48,20 +49,29 @@ class ResumeRngCheck:
         """Nothing more to compare (a new run, or the next draw is one the uninterrupted run made too)."""
         self._loaded = None
 
+    def moved_since(self, earlier: GlobalRng) -> tuple[str, ...]:
+        """The :data:`GLOBAL_GENERATORS` whose state differs between ``earlier`` and the one remembered at :meth:`loaded`
+        (e.g. those a loader's iterator drew from when it was built in between); empty when spent."""
+        loaded = self._loaded
+        if loaded is None:
+            return ()
+        plain = earlier.to_plain()
+        return tuple(name for name in GLOBAL_GENERATORS if plain.get(name) != loaded.get(name))
+
     def check(
         self,
         where: str,
         *,
         last: bool = False,
         state: GlobalRng | None = None,
-        torch_state: torch.Tensor | None = None,
+        generators: Collection[str] = GLOBAL_GENERATORS,
     ) -> bool:
         """True, with one ``InexactResumeWarning`` saying the RNGs changed ``where``, if they moved since the load.
 
         ``state``: compare the generators as they were at an earlier instant instead of the live ones
         (``Tracker.rng_at_train_sampler_start``: where the resumed epoch's sampler started, before the
-        loader's own draws for its first batch). ``torch_state``: the same for torch's CPU generator
-        alone (the others may have moved legitimately since).
+        loader's own draws for its first batch). ``generators``: compare these of :data:`GLOBAL_GENERATORS`
+        alone (the others may move legitimately by then; none: nothing is compared).
         After a warning, or with ``last``, the check is spent.
         """
         loaded = self._loaded
@@ -69,10 +79,10 @@ class ResumeRngCheck:
             return False
         if last:
             self._loaded = None
-        if torch_state is not None:
-            if tensor_to_text(torch_state) == loaded["torch"]:
-                return False
-        elif (GlobalRng.capture() if state is None else state).to_plain() == loaded:
+        if not generators:
+            return False
+        plain = (GlobalRng.capture() if state is None else state).to_plain()
+        if all(plain.get(name) == loaded.get(name) for name in generators):
             return False
         self._loaded = None
         warnings.warn(
