@@ -27,7 +27,7 @@ from typing import Any
 from tracker_core._errors import ProgressStateError
 from tracker_core.state._blobs import blob_bytes, plain_text, short_text
 from tracker_core.state._codec import text_to_bytes
-from tracker_core.state._readers import join_key
+from tracker_core.state._readers import is_mapping, join_key
 
 RNG_COMPACT_VERSION = 2
 LOADER_COMPACT_VERSION = 2
@@ -64,7 +64,7 @@ def compact_rng(plain: Mapping[str, Any], base: Mapping[str, Any] | None = None)
 def expand_rng(value: object, key: str = "", base: Mapping[str, Any] | None = None, *, decoded: bool = False) -> Any:
     """A version 2 snapshot as version 1 (``base``: the version 1 snapshot its differences refer to;
     ``decoded``: short forms as :class:`Decoded` bytes)."""
-    if not isinstance(value, Mapping) or value.get("version") != RNG_COMPACT_VERSION:
+    if not is_mapping(value) or value.get("version") != RNG_COMPACT_VERSION:
         return value
     out = _copy(value)
     for path in _RNG_BLOBS:
@@ -110,18 +110,18 @@ def compact_loader(state: Mapping[str, Any], rng: Mapping[str, Any] | None = Non
 def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = None, *, decoded: bool = False) -> Any:
     """A version 2 loader state as version 1; ``rng``: the version 1 global snapshot saved beside it, if any;
     ``decoded``: short forms as :class:`Decoded` bytes."""
-    if not isinstance(value, Mapping) or value.get("version") != LOADER_COMPACT_VERSION:
+    if not is_mapping(value) or value.get("version") != LOADER_COMPACT_VERSION:
         return value
     out = _copy(value)
     out["version"] = 1
     generators = value.get("generators")
-    if isinstance(generators, Mapping):
+    if is_mapping(generators):
         out["generators"] = {
             path: _expanded(text, join_key(join_key(key, "generators"), str(path)), None, decoded)
             for path, text in generators.items()
         }
     epoch = value.get("epoch")
-    if not isinstance(epoch, Mapping):
+    if not is_mapping(epoch):
         return out
     epoch_key = join_key(key, "epoch")
     expanded = out["epoch"] = dict(epoch)
@@ -132,14 +132,14 @@ def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = 
         base = _raw(out.get("generators"), _LOADER)
         expanded["loader_generator"] = _expanded(epoch["loader_generator"], where, base, decoded)
     sampler = epoch.get("sampler_rng")
-    if isinstance(sampler, Mapping):
+    if is_mapping(sampler):
         sampler_key = join_key(epoch_key, "sampler_rng")
         plain = expanded["sampler_rng"] = dict(sampler)
         if isinstance(sampler.get("torch"), str):
-            base = _raw(iterator, ("torch",)) if isinstance(iterator, Mapping) else None
+            base = _raw(iterator, ("torch",)) if is_mapping(iterator) else None
             plain["torch"] = _expanded(sampler["torch"], join_key(sampler_key, "torch"), base, decoded)
         saved = sampler.get("generators")
-        if isinstance(saved, Mapping):
+        if is_mapping(saved):
             generators_key = join_key(sampler_key, "generators")
             plain["generators"] = {
                 path: _expanded(
@@ -153,9 +153,9 @@ def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = 
 def check_bases(state: object, rng: Mapping[str, Any] | None, key: str) -> None:
     """Raise ``ProgressStateError`` naming the part of ``rng`` (key ``rng.<part>``) that a difference in the
     loader state ``state`` (at ``key``) refers to, when that part is missing (NumPy's may be None)."""
-    epoch = state.get("epoch") if isinstance(state, Mapping) else None
-    iterator = epoch.get("iterator_rng") if isinstance(epoch, Mapping) else None
-    if not isinstance(iterator, Mapping) or iterator.get("version") != RNG_COMPACT_VERSION:
+    epoch = state.get("epoch") if is_mapping(state) else None
+    iterator = epoch.get("iterator_rng") if is_mapping(epoch) else None
+    if not is_mapping(iterator) or iterator.get("version") != RNG_COMPACT_VERSION:
         return
     for path in _RNG_BLOBS:
         text = _get(iterator, path)
@@ -185,7 +185,7 @@ def _copy(value: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``value`` and of its nested mappings along the blob paths (the rest is shared)."""
     out = dict(value)
     for name in ("python", "numpy"):
-        if isinstance(out.get(name), Mapping):
+        if is_mapping(out.get(name)):
             out[name] = dict(out[name])
     return out
 
@@ -193,7 +193,7 @@ def _copy(value: Mapping[str, Any]) -> dict[str, Any]:
 def _get(value: Mapping[str, Any], path: tuple[str, ...]) -> object:
     item: object = value
     for name in path:
-        if not isinstance(item, Mapping):
+        if not is_mapping(item):
             return None
         item = item.get(name)
     return item
@@ -207,7 +207,7 @@ def _put(value: dict[str, Any], path: tuple[str, ...], text: object) -> None:
 
 def _raw(value: object, path: tuple[str, ...]) -> bytes | None:
     """The bytes of the blob at ``path`` of a snapshot or mapping, or None where there is none readable."""
-    if not isinstance(value, Mapping):
+    if not is_mapping(value):
         return None
     text = _get(value, path)
     if isinstance(text, Decoded):

@@ -77,7 +77,7 @@ from tracker_core.data._torch_compat import (
     stateful_loader_type,
 )
 from tracker_core.state._codec import tensor_to_text
-from tracker_core.state._readers import join_key, read_int, read_mapping, read_str
+from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str
 
 __all__ = [
     "DISTRIBUTED_KEYS",
@@ -258,7 +258,7 @@ class LoaderPosition:
     def _parse(self, state: object, rng: Mapping[str, Any] | None = None) -> _ParsedState:
         """``rng``: the version 1 global snapshot saved beside ``state`` (its ``iterator_rng`` may refer to it)."""
         state = expand_loader(state, "", rng, decoded=True)
-        if not isinstance(state, Mapping):
+        if not is_mapping(state):
             raise ProgressStateError("", f"expected a mapping, got {type(state).__name__}")
         if "kind" not in state:
             raise ProgressStateError("kind", "missing")
@@ -305,8 +305,10 @@ class LoaderPosition:
     def _check_distributed(self, value: object, key: str, samplers: dict[str, Any]) -> None:
         """A saved sharding (DistributedSampler or batch shards) must match this loader's (when both have one)."""
         saved = read_distributed(value, key)
+        if saved is None:
+            return
         mine = self._site.chain.distributed_info(self.loader.batch_size, samplers)
-        if saved is None or mine is None:
+        if mine is None:
             return
         for name in _SAME_ORDER_KEYS:
             if saved[name] != mine[name]:

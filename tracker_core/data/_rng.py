@@ -7,6 +7,7 @@ validates it fully, then sets all three generators.
 
 from __future__ import annotations
 
+import binascii
 import random
 import struct
 import warnings
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.data._compact import RNG_COMPACT_VERSION, blob_bytes_of, expand_rng
+from tracker_core.data._compact import RNG_COMPACT_VERSION, Decoded, blob_bytes_of, expand_rng
 from tracker_core.data._device_rng import (
     DeviceStates,
     apply_devices,
@@ -26,7 +27,7 @@ from tracker_core.data._device_rng import (
     devices_from_plain,
     devices_to_plain,
 )
-from tracker_core.state._codec import bytes_to_text, tensor_to_text
+from tracker_core.state._codec import bytes_to_text, checked_text, tensor_to_text
 from tracker_core.state._readers import join_key, read_float_or_none, read_int, read_mapping, read_str
 
 _np: Any
@@ -47,8 +48,9 @@ class GlobalRng:
     """The global generators' states, in memory (``capture`` / ``apply``).
 
     ``devices``: the generators of every initialised accelerator (``tracker_core/data/_device_rng.py``).
-    ``python_state`` is ``random.getstate()``, except that a state read from plain data keeps its 625 words
-    packed (bytes) until it is applied: a resume that applies only torch's spares unpacking them.
+    ``python_state`` is ``random.getstate()``, and ``numpy_state`` NumPy's ``get_state()``, except that a state
+    read from plain data keeps their words packed until it is applied: bytes, or the saved base64 text,
+    checked to decode to exactly those bytes. A resume that applies torch's generator alone decodes neither.
     """
 
     torch_state: torch.Tensor
@@ -72,7 +74,7 @@ class GlobalRng:
         random.setstate(_unpacked(self.python_state))
         if self.numpy_state is not None:
             if _np is not None:
-                _np.random.set_state(self.numpy_state)
+                _np.random.set_state(_numpy_unpacked(self.numpy_state))
             else:
                 warnings.warn(
                     "the state holds a NumPy RNG state but numpy is not importable here: it is not applied",
@@ -88,7 +90,9 @@ class GlobalRng:
         fmt, words, gauss_next = self.python_state
         python = {
             "format": fmt,
-            "words": bytes_to_text(words if isinstance(words, bytes) else struct.pack(f"<{_MT_WORDS}I", *words)),
+            "words": bytes_to_text(
+                _bytes(words) if isinstance(words, (bytes, str)) else struct.pack(f"<{_MT_WORDS}I", *words)
+            ),
             "gauss_next": gauss_next,
         }
         numpy = None
@@ -96,7 +100,9 @@ class GlobalRng:
             algorithm, keys, pos, has_gauss, cached_gaussian = self.numpy_state[:5]
             numpy = {
                 "algorithm": str(algorithm),
-                "keys": bytes_to_text(keys if isinstance(keys, bytes) else _np.asarray(keys, dtype="<u4").tobytes()),
+                "keys": bytes_to_text(
+                    _bytes(keys) if isinstance(keys, (bytes, str)) else _np.asarray(keys, dtype="<u4").tobytes()
+                ),
                 "pos": int(pos),
                 "has_gauss": int(has_gauss),
                 "cached_gaussian": float(cached_gaussian),
@@ -164,28 +170,54 @@ def _python_state(value: object, key: str) -> tuple[Any, ...]:
     checks it: format 2 or 3 and a position (the last word) of at most 624; the other words are any 32 bits."""
     fields = read_mapping(value, key, required=("format", "words", "gauss_next"))
     fmt = read_int(fields["format"], join_key(key, "format"))
-    words = blob_bytes_of(fields["words"], join_key(key, "words"), size=4 * _MT_WORDS)
+    words = _packed(fields["words"], join_key(key, "words"), 4 * _MT_WORDS)
     gauss_next = read_float_or_none(fields["gauss_next"], join_key(key, "gauss_next"))
     if fmt not in _PYTHON_FORMATS:
         raise ProgressStateError(key, f"not a Python random state (format {fmt}; Random.setstate reads 2 and 3)")
-    position = int.from_bytes(words[-4:], "little")
+    position = int.from_bytes(_last_word(words), "little")
     if position > _MT_WORDS - 1:
         raise ProgressStateError(key, f"not a Python random state (its position {position} is past its 624 words)")
-    return (fmt, bytes(words), gauss_next)
+    return (fmt, words, gauss_next)
 
 
 def _unpacked(state: tuple[Any, ...]) -> tuple[Any, ...]:
     """``state`` with its words as ``random.setstate`` takes them (625 ints)."""
     fmt, words, gauss_next = state
-    return (fmt, struct.unpack(f"<{_MT_WORDS}I", words), gauss_next) if isinstance(words, bytes) else state
+    if not isinstance(words, (bytes, str)):
+        return state
+    return (fmt, struct.unpack(f"<{_MT_WORDS}I", _bytes(words)), gauss_next)
+
+
+def _numpy_unpacked(state: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``state`` with its keys as ``RandomState.set_state`` takes them (624 uint32)."""
+    keys = state[1]
+    if not isinstance(keys, (bytes, str)):
+        return state
+    return (state[0], _np.frombuffer(_bytes(keys), dtype="<u4").astype(_np.uint32), *state[2:])
+
+
+def _packed(value: object, key: str, size: int) -> bytes | str:
+    """A blob of ``size`` bytes as read: ``Decoded`` bytes as they are, base64 text checked but not decoded."""
+    if isinstance(value, Decoded):
+        return blob_bytes_of(value, key, size=size)
+    return checked_text(value, key, size)
+
+
+def _bytes(packed: bytes | str) -> bytes:
+    """The bytes of what :func:`_packed` gave."""
+    return binascii.a2b_base64(packed, strict_mode=True) if isinstance(packed, str) else bytes(packed)
+
+
+def _last_word(packed: bytes | str) -> bytes:
+    """The last 4 bytes of what :func:`_packed` gave (of the text: its last two groups of four characters)."""
+    return (binascii.a2b_base64(packed[-8:], strict_mode=True) if isinstance(packed, str) else packed)[-4:]
 
 
 def _numpy_state(value: object, key: str) -> tuple[Any, ...]:
     """A NumPy RandomState state; without numpy it is checked field by field and kept as read (not applied)."""
     fields = read_mapping(value, key, required=("algorithm", "keys", "pos", "has_gauss", "cached_gaussian"))
     algorithm = read_str(fields["algorithm"], join_key(key, "algorithm"))
-    raw = blob_bytes_of(fields["keys"], join_key(key, "keys"), size=4 * _NP_WORDS)
-    keys: Any = raw if _np is None else _np.frombuffer(raw, dtype="<u4").astype(_np.uint32)
+    keys = _packed(fields["keys"], join_key(key, "keys"), 4 * _NP_WORDS)
     pos = read_int(fields["pos"], join_key(key, "pos"), minimum=0)
     if pos > _NP_WORDS:  # NumPy accepts any pos and then reads past its 624 words at the next draw
         raise ProgressStateError(join_key(key, "pos"), f"must be <= {_NP_WORDS}, got {pos}")

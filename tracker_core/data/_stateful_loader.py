@@ -36,7 +36,7 @@ from tracker_core.data._torch_compat import (
     without_sampler_skip,
 )
 from tracker_core.state._codec import from_plain, to_plain
-from tracker_core.state._readers import join_key
+from tracker_core.state._readers import is_mapping, join_key
 
 
 class StatefulLoader(Strategy):
@@ -130,7 +130,7 @@ class StatefulLoader(Strategy):
     def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord, skip: int) -> Any:
         state_key = join_key(key, "loader_state")
         loader_state = fields["loader_state"]
-        if not isinstance(loader_state, Mapping):
+        if not is_mapping(loader_state):
             raise ProgressStateError(state_key, f"expected a mapping, got {type(loader_state).__name__}")
         record.state = from_plain(dict(loader_state), state_key)
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeGuard
 
 from tracker_core._errors import ProgressStateError
 
@@ -21,6 +21,11 @@ UINT64_MAX = 2**64 - 1
 
 def type_name(value: object) -> str:
     return type(value).__name__
+
+
+def is_mapping(value: object) -> TypeGuard[Mapping[Any, Any]]:
+    """``isinstance(value, Mapping)``, a plain ``dict`` answered without the ABC check (a tenth of its time)."""
+    return type(value) is dict or isinstance(value, Mapping)
 
 
 def join_key(parent: str, child: str) -> str:
@@ -42,14 +47,16 @@ def keys_under(prefix: str) -> Iterator[None]:
 def read_mapping(
     value: object, key: str, *, required: Iterable[str], optional: Iterable[str] = ()
 ) -> Mapping[str, Any]:
-    """``value`` as a mapping with exactly the ``required`` keys plus any of ``optional``."""
-    if not isinstance(value, Mapping):
+    """``value`` as a mapping with exactly the ``required`` keys (distinct names) plus any of ``optional``."""
+    if not is_mapping(value):
         raise ProgressStateError(key, f"expected a dict, got {type_name(value)}")
     required = tuple(required)
-    allowed = {*required, *optional}
     for name in required:
         if name not in value:
             raise ProgressStateError(join_key(key, name), "missing")
+    if len(value) == len(required):  # every required key is there, so there is no other
+        return value
+    allowed = {*required, *optional}
     for name in value:
         if name not in allowed:
             shown = name if isinstance(name, str) else repr(name)
