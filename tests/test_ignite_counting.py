@@ -55,6 +55,32 @@ def test_train_counts_agree_with_the_engine_state_after_every_iteration() -> Non
     assert view.run.kind == "fit" and view.run.counts == PhaseCounts(1, 1, 1, 1)
 
 
+def test_the_step_sees_its_batch_in_flight_and_iteration_completed_handlers_see_it_completed() -> None:
+    progress = ProgressHandler()
+    seen: list[tuple[str, PhaseCounts]] = []
+
+    def step(engine: Engine, batch: Any) -> None:
+        seen.append(("step", progress.view.train.batches.run))
+
+    trainer = Engine(step)
+    progress.attach(trainer)
+    trainer.add_event_handler(
+        Events.ITERATION_STARTED, lambda: seen.append(("started", progress.view.train.batches.run))
+    )
+    trainer.add_event_handler(
+        Events.ITERATION_COMPLETED, lambda: seen.append(("done", progress.view.train.batches.run))
+    )
+    trainer.run(_loader(), max_epochs=1)
+    assert seen[:6] == [
+        ("started", PhaseCounts(1, 1, 0, 0)),
+        ("step", PhaseCounts(1, 1, 0, 0)),
+        ("done", PhaseCounts(1, 1, 1, 1)),
+        ("started", PhaseCounts(2, 2, 1, 1)),
+        ("step", PhaseCounts(2, 2, 1, 1)),
+        ("done", PhaseCounts(2, 2, 2, 2)),
+    ]
+
+
 def test_get_progress_of_the_trainer_and_of_an_evaluator_is_the_same_record() -> None:
     program = build(Config(), seed=0)
     program.run()

@@ -11,12 +11,24 @@ from ignite.handlers import Checkpoint, DiskSaver
 
 from tracker_core.integrations._extra import check_attributes
 
+ProcessFunction = Callable[[Engine, Any], Any]
+
 
 def prepend_handler(engine: Engine, event: Any, handler: Callable[..., None]) -> None:
     """Register ``handler`` for ``event`` ahead of every handler already there (Ignite has no public way)."""
     engine.add_event_handler(event, handler)
     handlers = engine._event_handlers[event]
     handlers.insert(0, handlers.pop())
+
+
+def wrap_process_function(engine: Engine, wrap: Callable[[ProcessFunction], ProcessFunction]) -> None:
+    """Make ``engine`` run ``wrap(its process function)`` as its step from now on (Ignite has no public way).
+
+    Ignite calls the step as ``state.output = step(engine, state.batch)`` and fires
+    ``ITERATION_COMPLETED`` right after: work the wrapper does once the step returns is done
+    ahead of every ``ITERATION_COMPLETED`` handler, without a handler call of Ignite's.
+    """
+    engine._process_function = wrap(engine._process_function)
 
 
 def registered_handlers(engine: Engine) -> list[tuple[Any, Callable[..., Any], tuple[Any, ...]]]:
@@ -55,7 +67,7 @@ check_attributes(
     "pytorch-ignite",
     ignite.__version__,
     {
-        "Engine": (Engine, ("_event_handlers", "_init_iter")),
+        "Engine": (Engine, ("_event_handlers", "_init_iter", "_process_function")),
         "Checkpoint": (Checkpoint, ("to_save", "save_handler")),
         "DiskSaver": (DiskSaver, ("dirname",)),
     },

@@ -1,8 +1,11 @@
 """Which Ignite event marks which progress phase, for a trainer and for evaluation engines.
 
 Each handler is put first in its event's list, so the progress is up to date when the
-user's handlers (a ``Checkpoint`` among them) run. The per-batch handlers take no
-arguments (Ignite then skips resolving its engine weakref) and only bump counters.
+user's handlers (a ``Checkpoint`` among them) run. A batch begins in an ITERATION_STARTED
+handler that takes no arguments (Ignite then skips resolving its engine weakref); it ends
+when the engine's step returns, right before Ignite fires ITERATION_COMPLETED (the step is
+wrapped: one handler call of Ignite's less per batch, its largest per-batch cost). Both only
+bump counters.
 
 No handler raises because of the order Ignite fires events in: an event that finds the
 record elsewhere than expected (a batch or epoch cut by an exception that a user's
@@ -19,7 +22,7 @@ from ignite.engine import Engine, Events
 
 from tracker_core import EventOrderError, Progress, Tracker
 from tracker_core.adapter import StageProgress, TokenCounter, samples_in
-from tracker_core.integrations.ignite._compat import prepend_handler
+from tracker_core.integrations.ignite._compat import ProcessFunction, prepend_handler, wrap_process_function
 from tracker_core.integrations.ignite._loaders import Loaders
 from tracker_core.integrations.ignite._settle import Anomalies, close_cut, close_cut_batch
 
@@ -51,17 +54,22 @@ def _attach_batches(
         anomalies.note(cut or f"{stage.name} batch began out of order")
         stage.batch_begin()
 
-    def iteration_completed() -> None:
-        batch = state.batch
-        try:
-            if loaders is None or loaders.round_robin is None:
-                stage.batch_end_of(batch)  # its samples read in the same call
-            else:  # several train loaders: count the batch to the one it came from
-                stage.batch_end_of(batch, loaders.round_robin.last_index)
-        except EventOrderError:
-            end_out_of_order()
-        if type(batch) is not tokens.tokenless_type:  # most batches: no call
-            tokens(batch)
+    def ending_batches(process: ProcessFunction) -> ProcessFunction:
+        def process_then_end_batch(running: Engine, batch: Any) -> Any:
+            output = process(running, batch)  # the user's step sees its batch in flight
+            ended = state.batch  # as ITERATION_COMPLETED would find it
+            try:
+                if loaders is None or loaders.round_robin is None:
+                    stage.batch_end_of(ended)  # its samples read in the same call
+                else:  # several train loaders: count the batch to the one it came from
+                    stage.batch_end_of(ended, loaders.round_robin.last_index)
+            except EventOrderError:
+                end_out_of_order()
+            if type(ended) is not tokens.tokenless_type:  # most batches: no call
+                tokens(ended)
+            return output
+
+        return process_then_end_batch
 
     def end_out_of_order() -> None:
         if not stage.view.epochs.lifetime.in_flight:
@@ -77,7 +85,7 @@ def _attach_batches(
             stage.cancel_batch()  # terminated from ITERATION_STARTED: the step never ran
 
     prepend_handler(engine, Events.ITERATION_STARTED, iteration_started)
-    prepend_handler(engine, Events.ITERATION_COMPLETED, iteration_completed)
+    wrap_process_function(engine, ending_batches)  # as ITERATION_COMPLETED's first handler, without its call
     prepend_handler(engine, Events.TERMINATE, terminated)
     prepend_handler(engine, Events.TERMINATE_SINGLE_EPOCH, lambda iter_counter: terminated())
 
