@@ -262,3 +262,37 @@ def test_a_callback_before_the_tracker_drawing_in_on_train_epoch_start_raises_no
         weights = fit(package, path, reseeded="draw-random", **options, **IN_EPOCH_END)
     assert rng_warnings(caught) == []
     assert _equal(weights, straight)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("reseeded", ["torch", "random"])
+def test_a_reseed_in_on_train_start_of_a_callback_before_the_tracker_at_an_epoch_boundary_warns_once(
+    package: str, workers: int, reseeded: str, tmp_path: Path
+) -> None:
+    # compared at the tracker's on_train_start with the RNGs as Lightning's early build of the iterator left them
+    reseed = "early_callback.on_train_start"
+    messages, _ = _resume(package, tmp_path, EPOCH_END, reseed, reseeded=reseeded, workers=workers, **IN_EPOCH_END)
+    assert len(messages) == 1
+    assert "in an on_train_start hook" in messages[0]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("in_epoch_end", [False, True], ids=["on_train_batch_end", "on_train_epoch_end"])
+def test_an_epoch_boundary_resume_of_several_train_loaders_without_workers_is_exact_and_silent(
+    package: str, in_epoch_end: bool, tmp_path: Path
+) -> None:
+    options: dict[str, Any] = {"loaders": 2, "noisy_data": True}
+    straight = fit(package, tmp_path / "none.ckpt", **options)
+    messages, weights = _resume(package, tmp_path, EPOCH_END, in_epoch_end=in_epoch_end, **options)
+    assert messages == []
+    assert _equal(weights, straight)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("reseed", ["early_callback.on_train_start", "module.on_train_start"])
+def test_a_reseed_at_an_epoch_boundary_with_several_train_loaders_without_workers_warns_once(
+    package: str, reseed: str, tmp_path: Path
+) -> None:
+    messages, _ = _resume(package, tmp_path, EPOCH_END, reseed, loaders=2, **IN_EPOCH_END)
+    assert len(messages) == 1

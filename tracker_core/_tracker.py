@@ -14,7 +14,7 @@ from tracker_core.counting import _clock
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
 from tracker_core.data._compact import check_bases, compact_loader, compact_rng, expand_loader, expand_rng
-from tracker_core.data._epoch import SamplerStartWatch
+from tracker_core.data._epoch import BuildWatch, SamplerStartWatch
 from tracker_core.data._position import LoaderPosition, _ParsedState
 from tracker_core.data._rng import GlobalRng
 from tracker_core.data._sampler_replay import SamplerReplay
@@ -37,7 +37,17 @@ class Tracker:
     framework's checkpoint. The entry is plain data: ``{"progress", "train_loaders", "rng"}``.
     """
 
-    __slots__ = ("_loaded", "_loaders", "_pending", "_rearmed", "_sampler_watch", "_undo", "_untracked", "progress")
+    __slots__ = (
+        "_build_watch",
+        "_loaded",
+        "_loaders",
+        "_pending",
+        "_rearmed",
+        "_sampler_watch",
+        "_undo",
+        "_untracked",
+        "progress",
+    )
 
     def __init__(self) -> None:
         self.progress = Progress()
@@ -47,6 +57,7 @@ class Tracker:
         self._undo: _Undo | None = None  # what the last load changed, while a loader part of it waits (_pending)
         self._loaded: _LoadedParts | None = None  # the last load's loader parts (see resume_loaded_again)
         self._sampler_watch: SamplerStartWatch | None = None  # see watch_train_sampler_start
+        self._build_watch: BuildWatch | None = None  # see watch_train_iterator_builds
         self._rearmed = False  # _pending holds loader parts of resume_loaded_again, not of a load
 
     @property
@@ -187,6 +198,31 @@ class Tracker:
         for position in positions:
             position._site.cursor.sampler_watch = watch
         return True
+
+    def watch_train_iterator_builds(self) -> bool:
+        """Note every global RNG (:class:`GlobalRng`) right after each train loader built its next iterator, once
+        the last has: :meth:`rng_after_train_iterator_builds`. Frameworks build them together (Lightning: in
+        ``setup_data``, before the fit's start hooks); the RNGs a resume check expects at those hooks are then
+        these, the builds' own draws included.
+
+        Call it before the builds. False, noting nothing, unless every train loader is one whose index sampler
+        the tracker sees (see :meth:`watch_train_sampler_start`). Each loader's next build only; a build that
+        replays a loaded epoch notes nothing (the RNGs are put back after it).
+        """
+        positions = list(self._loaders.values())
+        if not positions or self._untracked or not all(p.kind == SamplerReplay.kind for p in positions):
+            self._build_watch = None
+            return False
+        watch = self._build_watch = BuildWatch(len(positions))
+        for position in positions:
+            position._site.cursor.build_watch = watch
+        return True
+
+    def rng_after_train_iterator_builds(self) -> GlobalRng | None:
+        """Every global RNG as the builds :meth:`watch_train_iterator_builds` asked for left them; None until the
+        last of them, without a watch, and if one replayed a loaded epoch."""
+        watch = self._build_watch
+        return None if watch is None else watch.noted
 
     def rng_at_train_sampler_start(self) -> GlobalRng | None:
         """Every global RNG as the sampler start :meth:`watch_train_sampler_start` asked for found them; None

@@ -347,6 +347,7 @@ class ProgressTracker(CallbackBase):
                 self._rng_check_at_start = check
             elif not finished:
                 self._rng_boundary = True  # Lightning's iterator of the next epoch drew: see _arm_first_batch_check
+                self.tracker.watch_train_iterator_builds()  # Lightning builds them right after this returns
         if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
             batch = view.train.batches.epoch.completed
             self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
@@ -413,7 +414,8 @@ class ProgressTracker(CallbackBase):
 
         Mid-epoch they must still be as loaded (compared now too: callbacks before this one). At an epoch
         boundary Lightning built the next epoch's iterator before these hooks, the uninterrupted run after
-        them: the generators it drew from must stay as they are now until the first batch; the others (a
+        them: they must be as the build left them (compared now, for map-style loaders: callbacks before this
+        one); then the generators it drew from must stay as they are now until the first batch; the others (a
         draw in ``on_train_epoch_start`` comes out as in the uninterrupted run) until this callback's
         ``on_train_epoch_start``, if no callback before this one has its own. Compared where the resumed
         epoch's sampler starts (``num_workers=0``: at the first batch, after the hooks), else at the first
@@ -430,6 +432,11 @@ class ProgressTracker(CallbackBase):
             where = _AT_TRAIN_START
         elif boundary and self._rng_at_setup is not None:
             check = ResumeRngCheck(load=_SEED_BEFORE)
+            built = self.tracker.rng_after_train_iterator_builds()
+            if built is not None:  # nothing of the user's ran since the builds but on_train_start hooks before this
+                check.loaded(built)
+                if check.check(_AT_TRAIN_START):
+                    return
             check.loaded()
             compared = check.moved_since(self._rng_at_setup)  # those the iterator drew from (or a callback before)
             where = _AT_EPOCH_BOUNDARY

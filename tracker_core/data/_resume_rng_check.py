@@ -41,9 +41,10 @@ class ResumeRngCheck:
         """True between :meth:`loaded` and the last check (or a warning, or :meth:`forget`)."""
         return self._loaded is not None
 
-    def loaded(self) -> None:
-        """A checkpoint was just loaded: remember the RNG states the core restored."""
-        self._loaded = GlobalRng.capture().to_plain()
+    def loaded(self, state: GlobalRng | None = None) -> None:
+        """A checkpoint was just loaded: remember the RNG states the core restored (``state``: these instead
+        of the live ones, e.g. as the builds after the load left them: ``Tracker.rng_after_train_iterator_builds``)."""
+        self._loaded = (GlobalRng.capture() if state is None else state).to_plain()
 
     def forget(self) -> None:
         """Nothing more to compare (a new run, or the next draw is one the uninterrupted run made too)."""

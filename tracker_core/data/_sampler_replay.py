@@ -57,11 +57,19 @@ class SamplerReplay(Strategy):
         watch, cursor.sampler_watch = cursor.sampler_watch, None
         if watch is not None:
             watch.iterator_built()  # its build draws before any sampler starts: nothing exact to note
-        return self._build_tapped()
+        iterator = self._build_tapped()
+        built, cursor.build_watch = cursor.build_watch, None
+        if built is not None:
+            built.built()
+        return iterator
 
     def replay(self, replay: Replay) -> Any:
         # Stays armed: the index sampler replays and skips when it starts (a replay draws nothing in the end).
-        self.site.cursor.awaiting_sampler = True
+        cursor = self.site.cursor
+        cursor.awaiting_sampler = True
+        built, cursor.build_watch = cursor.build_watch, None
+        if built is not None:
+            built.spoil()  # the RNGs are put back after this returns: no instant here to note
         return self._build_tapped()
 
     def replays_all_global_rngs(self, replay: Replay) -> bool:
