@@ -26,7 +26,8 @@ def wrap_process_function(engine: Engine, wrap: Callable[[ProcessFunction], Proc
 
     Ignite calls the step as ``state.output = step(engine, state.batch)`` and fires
     ``ITERATION_COMPLETED`` right after: work the wrapper does once the step returns is done
-    ahead of every ``ITERATION_COMPLETED`` handler, without a handler call of Ignite's.
+    ahead of every ``ITERATION_COMPLETED`` handler, without a handler call of Ignite's. A step
+    set on the engine afterwards must call the one it replaces (else its batches end as cut, noted).
     """
     engine._process_function = wrap(engine._process_function)
 
