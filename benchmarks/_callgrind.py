@@ -7,15 +7,30 @@ loop. So the script marks each segment it wants counted by running it through
 :func:`segment` (``operator.call``, a C function nothing else here calls), and callgrind
 collects only inside those calls and dumps a separate count after each one. Several
 modes are measured interleaved in one process, like the timings.
+
+Even so, one fit of a torch training loop counts a few hundred thousand instructions more
+or less than its twin: the allocators (glibc's ``_int_malloc``/``_int_free`` and
+Python's ``_PyObject_Free``) search free lists whose state depends on everything the
+process allocated before, and that cost grows with the batches of a fit, so it does not
+cancel between the small and the large one (Lightning benchmark: all of the 2.3M
+instructions between two 220-batch fits of one mode were in those functions; a
+``malloc_trim`` between fits did not help). So:
+
+* the garbage collector runs between segments, outside the counts: with it off the heap
+  grew fit after fit and each round counted ~4k instructions a batch more than the last,
+  which the mode measured later in a round paid;
+* the order of the modes turns with each repeat;
+* each mode's figure is the least over the repeats, the fit the allocators burdened least
+  (standard for instruction counts, as for timings); the spread between repeats is printed.
 """
 
 from __future__ import annotations
 
+import gc
 import operator
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,23 +79,29 @@ def run_segments(
     modes: Iterable[str], prepare: Callable[[str, int], Callable[[], object]], small: int, large: int, repeats: int
 ) -> None:
     """What callgrind counts: every mode at ``small`` and ``large`` batches, interleaved, after a
-    warm-up round. ``prepare(mode, batches)`` sets up (uncounted) and returns the call to count."""
+    warm-up round; the modes' order turns with each repeat. ``prepare(mode, batches)`` sets up
+    (uncounted) and returns the call to count; the garbage collector runs before each count."""
     modes = list(modes)
     for repeat in range(repeats + 1):
-        for mode in modes:
+        turn = repeat % len(modes)
+        for mode in modes[turn:] + modes[:turn]:
             for batches in (small, large):
-                segment(f"{mode if repeat else 'warm-up'} {batches}", prepare(mode, batches))
+                call = prepare(mode, batches)
+                gc.collect()
+                segment(f"{mode if repeat else 'warm-up'} {batches}", call)
+                del call
 
 
 def counts_per_batch(script: str, small: int, large: int) -> tuple[dict[str, float], float] | None:
-    """Run ``script --callgrind-segments`` under callgrind: each mode's median instructions per
-    batch, and the largest spread between repeats of a mode. None (said) without valgrind."""
+    """Run ``script --callgrind-segments`` under callgrind: each mode's least instructions per
+    batch over the repeats (see the module's docstring), and the largest spread between repeats
+    of a mode. None (said) without valgrind."""
     if shutil.which("valgrind") is None:
         print("callgrind: valgrind not installed, instruction counts skipped")
         return None
     figures = _per_batch(segment_instructions(script, "--callgrind-segments"), small, large)
     figures.pop("warm-up")
-    counts = {mode: statistics.median(values) for mode, values in figures.items()}
+    counts = {mode: min(values) for mode, values in figures.items()}
     return counts, max(max(values) - min(values) for values in figures.values())
 
 
