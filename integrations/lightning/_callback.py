@@ -481,8 +481,16 @@ class ProgressTracker(CallbackBase):
     ) -> None:
         if self._rng_check_at_batch is not None:
             self._first_resumed_batch(trainer)
+        train = self._train
         try:
-            self._train.batch_begin(batch)
+            if train.batch_to_complete and not (train.epoch_to_start or train.epoch_to_open or train.epoch_to_complete):
+                # every batch but an epoch's first: StageDriver.batch_begin's common case, inlined
+                train.batch_to_complete = False
+                train.stage.batch_next()
+                train.batch_to_start = True
+                train.batch = batch
+            else:
+                train.batch_begin(batch)
         except EventOrderError as error:
             self._anomaly(f"on_train_batch_start: {error}")
         if self._train_layout is not None:
@@ -523,8 +531,17 @@ class ProgressTracker(CallbackBase):
             if self._train_layout is not None:
                 self._combined_batch_end(batch)
                 return
+            train = self._train
+            if train.batch_to_start or train.batch_to_complete:
+                train.batch_end(0, batch)  # no step hook ran, or a checkpoint caught this batch up already
+                return
+            # StageDriver.batch_end's common case, inlined (a call costs more than the rest of it).
             # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
-            self._train.batch_end(0, batch)
+            held, train.batch = train.batch, None
+            train.stage.batch_processed_of(batch, 0)
+            train.batch_to_complete = True
+            if type(held) is not train.tokens.tokenless_type:  # most batches: no call
+                train.tokens(held)
         except EventOrderError as error:
             self._anomaly(f"on_train_batch_end: {error}")
 
