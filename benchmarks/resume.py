@@ -25,15 +25,19 @@ native mechanism, and our 90% figure within 1.5x of our 10% figure.
 
 ``--instructions`` adds, for the 0-worker rows with a native mechanism, the instructions one
 resume at 90% executes (no per-sample load cost: the fixed cost of each mechanism), counted by
-valgrind's callgrind, which the load on the machine does not move: each count is the
-difference between two child runs of this script (``--count-resumes``) that differ only in
-the number of resumes.
+valgrind's callgrind, which the load on the machine does not move: a child run of this script
+(``--count-resumes``) resumes ``COUNTED`` times inside one call of ``operator.call``, the only
+code callgrind counts (``--toggle-collect``), after its warm-up and with the objects it holds
+frozen out of the garbage collector's scans (gc.freeze): imports and a full collection landing
+in one run and not another moved a difference of two whole runs by 0.2 M.
 Run: .venv/bin/python benchmarks/resume.py  (about 3 minutes on 2 cores; --help for options)
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import operator
 import shutil
 import statistics
 import subprocess
@@ -57,7 +61,7 @@ BATCHES = SAMPLES // BATCH
 POSITIONS = (0.1, 0.5, 0.9)
 REPEATS = 7
 SINGLE_PROCESS_REPEATS = 10  # times as many resumes for a 0-worker figure: a millisecond each, noisier
-COUNTED = (20, 120)  # resumes in the two child runs whose instruction counts are subtracted
+COUNTED = 100  # resumes whose instructions a child run counts
 LOAD_COST_S = 20e-6  # CPU time to load one sample (decoding, tokenizing), spent while timing resumes
 
 
@@ -323,20 +327,27 @@ def _count_resumes(name: str, mechanism: str, resumes: int) -> None:
     saved = _save(kind, 0)[-1]
     resume = _ours(kind, 0, saved.ours) if mechanism == "ours" else _native(kind, 0, saved)
     assert resume is not None
-    for _ in range(3 + resumes):  # three to warm up (imports, caches), in both runs alike
-        next(iter(resume(kind.dataset())))
+    datasets = [kind.dataset() for _ in range(3 + resumes)]  # built before counting, as before timing
+    for dataset in datasets[:3]:  # three to warm up (imports, caches)
+        next(iter(resume(dataset)))
+    gc.collect()
+    gc.freeze()
+
+    def counted() -> None:
+        for dataset in datasets[3:]:
+            next(iter(resume(dataset)))
+
+    operator.call(counted)  # what callgrind counts (--toggle-collect=_operator_call)
 
 
 def _instructions(name: str, mechanism: str) -> int:
-    """Instructions one resume executes: callgrind's total for ``COUNTED[1]`` resumes less that for ``COUNTED[0]``."""
-    totals = []
-    for resumes in COUNTED:
-        command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__]
-        command += ["--count-resumes", name, mechanism, str(resumes)]
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
-        line = next(line for line in done.stderr.splitlines() if "Collected" in line)
-        totals.append(int(line.rsplit(maxsplit=1)[-1]))
-    return (totals[1] - totals[0]) // (COUNTED[1] - COUNTED[0])
+    """Instructions one resume executes: callgrind's count of ``COUNTED`` resumes in a child run, divided."""
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--collect-atstart=no"]
+    command += ["--toggle-collect=_operator_call", sys.executable, __file__]
+    command += ["--count-resumes", name, mechanism, str(COUNTED)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    line = next(line for line in done.stderr.splitlines() if "Collected" in line)
+    return int(line.rsplit(maxsplit=1)[-1]) // COUNTED
 
 
 def _print_instructions(kinds: list[Kind]) -> None:
