@@ -75,8 +75,8 @@ def test_a_run_killed_before_its_first_checkpoint_is_in_the_ledger_of_the_next_r
     )
     assert (crashed["ended"], crashed["end"]["batches"], crashed["lost"]["batches"]) == ("crashed", 2, 3)
     assert (killed["ended"], killed["start"]["batches"], killed["end"]["batches"]) == ("crashed", 2, 2)
-    # Its last beat came at batch 4's optimizer step, 3 batches processed (the beats come at optimizer steps).
-    assert (killed["lost"]["batches"], killed["lost"]["steps"]) == (1, 2)
+    # Its last beat came as the exception left its run: batches 3 and 4 processed and stepped.
+    assert (killed["lost"]["batches"], killed["lost"]["steps"]) == (2, 2)
     assert (completed["start"]["batches"], completed["end"]["batches"]) == (2, 12)
 
 
@@ -94,8 +94,8 @@ def test_the_heartbeat_goes_beside_an_evaluator_checkpoint_that_saves_the_handle
     save_best(crashing)
     _crash_after(crashing, 7)  # epoch 2, batch 3
     crashed, _ = _resumed_runs(tmp_path / "best_1.0000.pt", save_best)  # saved after epoch 1: 4 batches
-    # The last beat came at batch 7's optimizer step, 6 batches processed (the beats come at optimizer steps).
-    assert (crashed["ended"], crashed["end"]["batches"], crashed["lost"]["batches"]) == ("crashed", 4, 2)
+    # The last beat came as the exception left the run, after batch 7: 3 batches after the checkpoint.
+    assert (crashed["ended"], crashed["end"]["batches"], crashed["lost"]["batches"]) == ("crashed", 4, 3)
 
 
 def test_without_a_disk_saver_folder_there_is_no_heartbeat_and_the_lost_work_is_unknown(tmp_path: Path) -> None:

@@ -82,6 +82,36 @@ def test_ignite_a_terminated_run_ends_stopped_early_and_a_completed_one_complete
     assert ledger[0]["end"]["batches"] == 2 and ledger[0]["global_batch_size"] > 0
 
 
+def _raise_at_iteration(program: Any, iteration: int, exception: BaseException) -> None:
+    def raise_it() -> None:
+        raise exception
+
+    program.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=iteration), raise_it)
+
+
+@pytest.mark.parametrize(
+    ("exception", "ended"), [(KeyboardInterrupt(), "interrupted"), (RuntimeError("crash"), "crashed")]
+)
+def test_ignite_a_run_an_exception_ends_is_recorded_interrupted_or_crashed_and_the_exception_goes_on(
+    exception: BaseException, ended: str
+) -> None:
+    program = build(Config(), seed=0)
+    _raise_at_iteration(program, 3, exception)
+    with pytest.raises(type(exception)) as raised:
+        program.run()
+    assert raised.value is exception
+    (fit,) = _runs(program.progress.view)
+    assert (fit["ended"], fit["end"]["batches"]) == (ended, 3)
+
+
+def test_ignite_an_exception_an_exception_raised_handler_takes_does_not_end_the_run() -> None:
+    program = build(Config(), seed=0)
+    _raise_at_iteration(program, 3, RuntimeError("handled"))
+    program.trainer.add_event_handler(Events.EXCEPTION_RAISED, lambda engine, error: None)
+    program.run()
+    assert [run["ended"] for run in _runs(program.progress.view)] == ["completed"]  # Ignite went on with the run
+
+
 def test_accelerate_a_resume_from_an_older_checkpoint_records_the_work_done_after_it_as_lost(tmp_path: Path) -> None:
     from accelerate import Accelerator
     from torch.utils.data import DataLoader, TensorDataset

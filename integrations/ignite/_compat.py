@@ -32,6 +32,26 @@ def wrap_process_function(engine: Engine, wrap: Callable[[ProcessFunction], Proc
     engine._process_function = wrap(engine._process_function)
 
 
+def on_exception_leaving(engine: Engine, note: Callable[[BaseException], None]) -> None:
+    """Call ``note(exception)`` when an exception leaves ``engine``'s run or epoch (Ignite has no public way).
+
+    Ignite passes every exception of a run to ``_handle_exception``, which re-raises it unless an
+    ``EXCEPTION_RAISED`` handler takes it; ``note`` runs only when it is re-raised (the exception leaves
+    the run), then the exception goes on unchanged. Registering an ``EXCEPTION_RAISED`` handler instead
+    would make Ignite swallow every exception.
+    """
+    handle = engine._handle_exception
+
+    def handle_exception(exception: BaseException) -> None:
+        try:
+            handle(exception)
+        except BaseException as leaving:
+            note(leaving)
+            raise
+
+    engine._handle_exception = handle_exception  # type: ignore[method-assign]
+
+
 def registered_handlers(engine: Engine) -> list[tuple[Any, Callable[..., Any], tuple[Any, ...]]]:
     """``(event, handler, arguments)`` of each handler on ``engine`` (a filtered event's handler unwrapped)."""
     found = []
@@ -68,7 +88,7 @@ check_attributes(
     "pytorch-ignite",
     ignite.__version__,
     {
-        "Engine": (Engine, ("_event_handlers", "_init_iter", "_process_function")),
+        "Engine": (Engine, ("_event_handlers", "_handle_exception", "_init_iter", "_process_function")),
         "Checkpoint": (Checkpoint, ("to_save", "save_handler")),
         "DiskSaver": (DiskSaver, ("dirname",)),
     },

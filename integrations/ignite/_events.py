@@ -22,7 +22,12 @@ from ignite.engine import Engine, Events
 
 from tracker_core import EventOrderError, Progress, Tracker
 from tracker_core.adapter import StageProgress, TokenCounter, samples_in
-from tracker_core.integrations.ignite._compat import ProcessFunction, prepend_handler, wrap_process_function
+from tracker_core.integrations.ignite._compat import (
+    ProcessFunction,
+    on_exception_leaving,
+    prepend_handler,
+    wrap_process_function,
+)
 from tracker_core.integrations.ignite._loaders import Loaders
 from tracker_core.integrations.ignite._settle import Anomalies, close_cut, close_cut_batch
 
@@ -168,7 +173,11 @@ def attach_trainer(
     def begin_epoch() -> None:
         loaders.track(engine.state.dataloader)  # set_data() may have handed over a new loader
 
+    def ended_by(exception: BaseException) -> None:
+        progress.note_run_end("interrupted" if isinstance(exception, KeyboardInterrupt) else "crashed")
+
     _attach_run_end(engine, progress, lambda: True)
+    on_exception_leaving(engine, ended_by)
     _attach_epochs(engine, progress.train, anomalies, begin_epoch)
     _attach_batches(engine, progress.train, anomalies, count_tokens, loaders)
     prepend_handler(engine, Events.STARTED, started)

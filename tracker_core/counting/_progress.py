@@ -127,9 +127,12 @@ class Progress:
     def note_run_end(self, ended: str) -> None:
         """The framework ends the current run otherwise than by completing it, for the run ledger:
         ``"stopped_early"`` (told to stop before its limits; it still completes), ``"interrupted"``
-        (KeyboardInterrupt) or ``"crashed"`` (another exception). The run's counts are not touched."""
+        (KeyboardInterrupt) or ``"crashed"`` (another exception). The run's counts are not touched; a run
+        loaded from a checkpoint and not yet resumed is another process's, which the resume settles."""
         if ended not in (STOPPED_EARLY, INTERRUPTED, CRASHED):
             raise ValueError(f"unknown run ending {ended!r}; expected stopped_early, interrupted or crashed")
+        if self._ledger.restored_open:
+            return
         if ended == STOPPED_EARLY:
             self._ledger.stop_early()
             return
