@@ -61,6 +61,7 @@ def test_goodput_is_productive_training_time_over_wall_and_lost_time() -> None:
     def entry(train_us: tuple[int, int], wall_us: int, lost: object, ended: str) -> dict[str, Any]:
         return {
             "kind": "fit",
+            "opened_unix_microseconds": 0,
             "world_size": 1,
             "global_batch_size": 0,
             "accumulation": 0,

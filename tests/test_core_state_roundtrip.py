@@ -123,7 +123,7 @@ def test_state_dict_holds_only_dicts_lists_strings_ints_and_bools(cut):
 
 
 def test_state_dict_records_the_schema_version():
-    assert Progress().state_dict()["schema_version"] == SCHEMA_VERSION == 4
+    assert Progress().state_dict()["schema_version"] == SCHEMA_VERSION == 5
 
 
 def test_state_dict_has_every_stage_with_epochs_batches_samples_and_dataloaders_and_train_steps():

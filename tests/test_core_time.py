@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from torch.utils.data import DataLoader, IterableDataset
 
-from tracker_core import Progress, ProgressStateError, Tracker
+from tracker_core import SCHEMA_VERSION, Progress, ProgressStateError, Tracker
 from tracker_core.adapter import progress_table
 from tracker_core.counting import _clock
 from tracker_core.data._fast_forward import SlowResumeWarning
@@ -204,7 +204,7 @@ def test_a_real_version_2_state_migrates_with_no_time_and_the_same_counts() -> N
     progress = Progress()
     progress.load_state_dict(old)
     migrated = progress.state_dict()
-    assert _only_keys_of(old, migrated) == {**old, "schema_version": 4}
+    assert _only_keys_of(old, migrated) == {**old, "schema_version": SCHEMA_VERSION}
     assert migrated["microseconds"] == {name: {"run": 0, "lifetime": 0} for name in migrated["microseconds"]}
     assert all(stage["microseconds"] == {"epoch": 0, "run": 0, "lifetime": 0} for stage in migrated["stages"].values())
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,9 @@ import pytest
 
 from tracker_core import Progress
 from tracker_core.adapter import HEARTBEAT_FILE, HeartbeatWarning, keep_heartbeat, read_heartbeat
+from tracker_core.counting import _clock
 
+from helpers.clock import REAL_UNIX_US
 from helpers.core_drive import in_fit_epoch, json_roundtrip, whole_batch, whole_run
 
 
@@ -82,6 +86,30 @@ def test_a_heartbeat_of_another_run_number_is_not_used(tmp_path: Path) -> None:
     other.run_ready("fit")  # the model's second run
     keep_heartbeat(other, tmp_path)
     assert _resumed(in_fit_epoch(batches=2).state_dict(), tmp_path)[0]["lost"] == "unknown"
+
+
+def test_a_heartbeat_of_another_fresh_run_in_the_same_folder_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    instants = itertools.count(1_000_000, 1_000_000)
+    monkeypatch.setattr(_clock, "unix_us", lambda: next(instants))
+    first = in_fit_epoch(batches=0)
+    _step(first)
+    keep_heartbeat(first, tmp_path)
+    saved = first.state_dict()  # the first run's checkpoint; the run dies
+    second = in_fit_epoch(batches=0)  # started afresh in the same folder: same kind, same start counts
+    keep_heartbeat(second, tmp_path)
+    for _ in range(3):
+        _step(second)
+    crashed, _ = _resumed(saved, tmp_path)
+    assert (crashed["ended"], crashed["lost"]) == ("crashed", "unknown")
+
+
+def test_a_ledger_entry_records_the_wall_clock_instant_it_opened(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_clock, "unix_us", REAL_UNIX_US)
+    before = time.time_ns() // 1000
+    (entry,) = in_fit_epoch(batches=0).state_dict()["ledger"]["runs"]
+    assert before <= entry["opened_unix_microseconds"] <= time.time_ns() // 1000
 
 
 def test_a_run_that_completed_after_the_checkpoint_says_so_with_its_lost_work(tmp_path: Path) -> None:

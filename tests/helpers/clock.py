@@ -8,6 +8,7 @@ from collections.abc import Callable
 from tracker_core.counting import _clock
 
 REAL_NOW_US: Callable[[], int] = _clock.now_us
+REAL_UNIX_US: Callable[[], int] = _clock.unix_us
 
 
 def _stopped() -> int:
@@ -15,8 +16,10 @@ def _stopped() -> int:
 
 
 def stop_clock() -> None:
-    """Every reading of the tracker's clock is 0 (done on importing ``helpers``, also in spawned processes)."""
+    """Every reading of the tracker's clocks is 0 (done on importing ``helpers``, also in spawned processes):
+    ledger entries open at the unknown instant 0."""
     _clock.now_us = _stopped
+    _clock.unix_us = _stopped
 
 
 class TickingClock:

@@ -18,7 +18,8 @@ def without_ledger(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def without_ledger_times(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Ledger entries without their times (``microseconds`` of the entry, of its counts and of its lost work):
+    """Ledger entries without their times (``microseconds`` of the entry, of its counts and of its lost work, the
+    instant it opened):
     what two runs of one program agree on exactly, under any framework."""
     return [
         {
@@ -26,6 +27,7 @@ def without_ledger_times(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "start": _untimed(run["start"]),
             "end": _untimed(run["end"]),
             "microseconds": None,
+            "opened_unix_microseconds": None,
             "lost": run["lost"] if run["lost"] == "unknown" else _untimed(run["lost"]),
         }
         for run in runs

@@ -48,10 +48,14 @@ def _reached(beaten: dict[str, Any]) -> dict[str, int] | None:
     return None if lost == UNKNOWN else {name: beaten["end"][name] + lost[name] for name in _WORK}
 
 
+_IDENTITY = ("kind", "opened_unix_microseconds", "start")  # what a beat's entry and the restored one share
+
+
 def _of_this_run(beaten: dict[str, Any], entry: dict[str, Any]) -> bool:
-    """A beat's entry is the restored ``entry`` as a process that ran it last saw it: the same kind and start,
-    and not behind the checkpoint (every save beats, so a beat that saw less is another run's)."""
-    if (beaten["kind"], beaten["start"]) != (entry["kind"], entry["start"]):
+    """A beat's entry is the restored ``entry`` as a process that ran it last saw it: the same kind, opening
+    instant and start (two fresh runs in one folder start alike), and not behind the checkpoint (every save
+    beats, so a beat that saw less is another run's)."""
+    if any(beaten[name] != entry[name] for name in _IDENTITY):
         return False
     reached = _reached(beaten)
     return reached is None or all(reached[name] >= entry["end"][name] for name in _WORK)
@@ -127,6 +131,7 @@ class RunLedger:
         self._runs.append(
             {
                 "kind": kind,
+                "opened_unix_microseconds": _clock.unix_us(),
                 "world_size": world()[0],
                 "global_batch_size": 0,
                 "accumulation": 0,

@@ -24,6 +24,7 @@ UNKNOWN = "unknown"  # lost work that no heartbeat measured
 NOTHING_LOST = dict.fromkeys(COUNT_KEYS, 0)  # read-only: copy it
 ENTRY_KEYS = (
     "kind",
+    "opened_unix_microseconds",
     "world_size",
     "global_batch_size",
     "accumulation",
@@ -55,6 +56,9 @@ def read_entry(raw: object, key: str, last: bool) -> dict[str, Any]:
     if kind not in _KINDS:
         raise ProgressStateError(join_key(key, "kind"), f"unknown run kind {kind!r}")
     entry: dict[str, Any] = {"kind": str(kind)}
+    entry["opened_unix_microseconds"] = read_int(
+        fields["opened_unix_microseconds"], join_key(key, "opened_unix_microseconds"), minimum=0
+    )
     entry["world_size"] = read_int(fields["world_size"], join_key(key, "world_size"), minimum=1)
     for name in ("global_batch_size", "accumulation"):
         entry[name] = read_int(fields[name], join_key(key, name), minimum=0)

@@ -36,7 +36,7 @@ from tracker_core.vocabulary import CANCELLED, Event, RunKind, Scope, Stage
 if TYPE_CHECKING:
     from tracker_core.counting._progress import Progress
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MAX_ANOMALIES = 100  # the most recent ones are kept
 MAX_ANOMALY_CHARS = 500  # a longer message is cut to this length
 
@@ -76,8 +76,27 @@ def _v3_to_v4(state: dict[str, Any]) -> dict[str, Any]:
     return {**state, "schema_version": 4, "ledger": empty_ledger()}
 
 
+def _v4_to_v5(state: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 added the wall-clock instant each ledger entry opened: a version-4 entry's is unknown, 0.
+    Whatever is malformed is left for ``parse`` to name."""
+    migrated = {**state, "schema_version": 5}
+    ledger = state.get("ledger")
+    runs = ledger.get("runs") if isinstance(ledger, dict) else None
+    if isinstance(runs, list):
+        migrated["ledger"] = {
+            **ledger,
+            "runs": [{**run, "opened_unix_microseconds": 0} if isinstance(run, dict) else run for run in runs],
+        }
+    return migrated
+
+
 # Each entry turns a state of schema version ``v`` into one of version ``v + 1``.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+    4: _v4_to_v5,
+}
 
 _STAGES = tuple(stage.value for stage in Stage)
 _RUN_KINDS = ("", *(kind.value for kind in RunKind))  # "" before the first run
