@@ -49,7 +49,7 @@ def on_exception_leaving(engine: Engine, note: Callable[[BaseException], None]) 
             note(leaving)
             raise
 
-    engine._handle_exception = handle_exception  # type: ignore[method-assign]
+    engine._handle_exception = handle_exception  # type: ignore[method-assign, assignment]
 
 
 def registered_handlers(engine: Engine) -> list[tuple[Any, Callable[..., Any], tuple[Any, ...]]]:

@@ -81,8 +81,7 @@ def _v4_to_v5(state: dict[str, Any]) -> dict[str, Any]:
     Whatever is malformed is left for ``parse`` to name."""
     migrated = {**state, "schema_version": 5}
     ledger = state.get("ledger")
-    runs = ledger.get("runs") if isinstance(ledger, dict) else None
-    if isinstance(runs, list):
+    if isinstance(ledger, dict) and isinstance(runs := ledger.get("runs"), list):
         migrated["ledger"] = {
             **ledger,
             "runs": [{**run, "opened_unix_microseconds": 0} if isinstance(run, dict) else run for run in runs],
