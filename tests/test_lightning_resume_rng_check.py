@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from tracker_core import InexactResumeWarning
+
 from helpers.lightning_matrix import PACKAGES
 from helpers.lightning_reseed import BATCHES, fit
 from helpers.rng_warnings import rng_warnings
@@ -296,3 +298,157 @@ def test_a_reseed_at_an_epoch_boundary_with_several_train_loaders_without_worker
 ) -> None:
     messages, _ = _resume(package, tmp_path, EPOCH_END, reseed, loaders=2, **IN_EPOCH_END)
     assert len(messages) == 1
+
+
+KINDS = ["iterable", "stateful"]  # loaders whose iterator build the tracker does not see from inside the loader
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize(
+    ("reseed", "where"),
+    [
+        pytest.param("early_callback.on_train_start", "in an on_train_start hook", id="early-callback-on_train_start"),
+        pytest.param("module.on_train_start", _BOUNDARY, id="module-on_train_start"),
+        pytest.param("module.on_train_epoch_start", _BOUNDARY, id="module-on_train_epoch_start"),
+        pytest.param("callback.on_train_epoch_start", _BOUNDARY, id="callback-on_train_epoch_start"),
+    ],
+)
+def test_a_reseed_in_a_start_hook_at_an_epoch_boundary_with_an_iterable_or_stateful_loader_warns_once(
+    package: str, kind: str, workers: int, reseed: str, where: str, tmp_path: Path
+) -> None:
+    # Lightning's setup_data built the iterator (an iterable without a length: prefetched its first batch too);
+    # compared with the RNGs as setup_data left them, then right before Lightning's first fetch of a train batch
+    messages, _ = _resume(package, tmp_path, EPOCH_END, reseed, workers=workers, kind=kind, **IN_EPOCH_END)
+    assert len(messages) == 1
+    assert where in messages[0]
+
+
+SAVES = {
+    "mid-epoch": (MID_EPOCH, {}),
+    "on_train_batch_end": (EPOCH_END, {}),
+    "on_train_epoch_end": (EPOCH_END, IN_EPOCH_END),
+}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("saved", list(SAVES))
+def test_a_resume_with_an_iterable_or_stateful_loader_is_exact_and_silent(
+    package: str, kind: str, workers: int, saved: str, tmp_path: Path
+) -> None:
+    # without workers the dataset draws from the global RNG (not for an iterable's batch prefetched before a
+    # mid-epoch checkpoint: see below); saved in on_train_epoch_end, the resumed run draws a per-epoch value from
+    # Python's RNG in the module's on_train_epoch_start, as the uninterrupted run does
+    save_at, where = SAVES[saved]
+    prefetched = kind == "iterable" and saved == "mid-epoch"
+    options: dict[str, Any] = {"workers": workers, "kind": kind, "noisy_data": workers == 0 and not prefetched}
+    if where:
+        options["draw_each_epoch"] = "random"
+    straight = fit(package, tmp_path / "none.ckpt", **options)
+    messages, weights = _resume(package, tmp_path, save_at, **where, **options)
+    assert messages == []
+    assert _equal(weights, straight)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_mid_epoch_resume_of_an_iterable_drawing_in_the_main_process_warns_naming_the_prefetched_batch(
+    package: str, tmp_path: Path
+) -> None:
+    # Lightning prefetches a batch of a loader without a length: the saved run drew for it before its checkpoint,
+    # the resumed run draws for it again when setup_data builds the iterator
+    options: dict[str, Any] = {"kind": "iterable", "noisy_data": True}
+    straight = fit(package, tmp_path / "none.ckpt", **options)
+    path = tmp_path / "saved.ckpt"
+    fit(package, path, save_at=MID_EPOCH, **options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        weights = fit(package, path, **options)
+    inexact = [str(w.message) for w in caught if issubclass(w.category, InexactResumeWarning)]
+    prefetch = [message for message in inexact if "prefetched the first batch of the resumed epoch" in message]
+    assert len(prefetch) == 1
+    assert rng_warnings(caught) == []
+    assert not _equal(weights, straight)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_per_epoch_torch_draw_after_an_epoch_boundary_resume_of_an_iterable_or_stateful_loader_differs_and_warns(
+    package: str, kind: str, tmp_path: Path
+) -> None:
+    options: dict[str, Any] = {"kind": kind, "draw_each_epoch": True}
+    straight = fit(package, tmp_path / "none.ckpt", **options)
+    messages, weights = _resume(package, tmp_path, EPOCH_END, **options, **IN_EPOCH_END)
+    assert not _equal(weights, straight)
+    assert len(messages) == 1
+    assert _BOUNDARY in messages[0]
+
+
+EVERY_BATCH = {  # draws before on_train_batch_start of every batch, in both runs
+    "transfer-hook": {"draw_at_transfer": True},
+    "callback-before": {"draw_before": True},
+}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("draws", list(EVERY_BATCH))
+@pytest.mark.parametrize(
+    ("reseed", "save_at", "where", "at"),
+    [
+        pytest.param("module.on_train_epoch_start", EPOCH_END, _BOUNDARY, IN_EPOCH_END, id="module-epoch-start"),
+        pytest.param("module.on_train_start", MID_EPOCH, "in an on_train_start hook", {}, id="module-mid-epoch"),
+        pytest.param("callback.on_train_start", MID_EPOCH, "in an on_train_start hook", {}, id="callback-mid-epoch"),
+    ],
+)
+def test_a_reseed_in_a_start_hook_with_workers_and_draws_before_each_batch_start_warns_once(
+    package: str, draws: str, reseed: str, save_at: int, where: str, at: dict[str, bool], tmp_path: Path
+) -> None:
+    # compared right before Lightning's first fetch: before the batch transfer hooks and on_train_batch_start
+    messages, _ = _resume(package, tmp_path, save_at, reseed, workers=2, **at, **EVERY_BATCH[draws])
+    assert len(messages) == 1
+    assert where in messages[0]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize(
+    ("save_at", "where"), [(MID_EPOCH, {}), (EPOCH_END, IN_EPOCH_END)], ids=["mid-epoch", "epoch-end"]
+)
+def test_a_callback_before_the_tracker_drawing_at_every_batch_start_raises_no_false_alarm_with_workers(
+    package: str, workers: int, save_at: int, where: dict[str, bool], tmp_path: Path
+) -> None:
+    straight = fit(package, tmp_path / "none.ckpt", workers=workers, draw_before=True)
+    messages, weights = _resume(package, tmp_path, save_at, draw_before=True, workers=workers, **where)
+    assert messages == []
+    assert _equal(weights, straight)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize(
+    ("reseed", "save_at", "where", "at"),
+    [
+        pytest.param("module.on_train_epoch_start", EPOCH_END, _BOUNDARY, IN_EPOCH_END, id="epoch-boundary"),
+        pytest.param("module.on_train_start", MID_EPOCH, "in an on_train_start hook", {}, id="mid-epoch"),
+    ],
+)
+def test_a_reseed_in_a_start_hook_with_a_training_step_that_fetches_its_batch_warns_once(
+    package: str, reseed: str, save_at: int, where: str, at: dict[str, bool], tmp_path: Path
+) -> None:
+    # training_step(dataloader_iter) fetches after on_train_batch_start: compared at the tracker's first one
+    messages, _ = _resume(package, tmp_path, save_at, reseed, fetch_in_step=True, **at)
+    assert len(messages) == 1
+    assert where in messages[0]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_epoch_boundary_resume_with_a_training_step_that_fetches_its_batch_is_exact_and_silent(
+    package: str, workers: int, tmp_path: Path
+) -> None:
+    options: dict[str, Any] = {"workers": workers, "fetch_in_step": True, "noisy_data": True}
+    straight = fit(package, tmp_path / "none.ckpt", **options)
+    messages, weights = _resume(package, tmp_path, EPOCH_END, **options, **IN_EPOCH_END)
+    assert messages == []
+    assert _equal(weights, straight)

@@ -63,7 +63,6 @@ _AT_EPOCH_BOUNDARY = (
     "after them, so even a draw both runs make there differs: draw per-epoch values from a torch.Generator "
     "of your own)"
 )
-_TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 
 __all__ = ["GRADIENTS_KEY", "STATE_KEY", "ProgressTracker"]
 
@@ -127,12 +126,15 @@ class ProgressTracker(CallbackBase):
         self._resumed_untrained = False  # the last fit was resumed at max_steps: it trained nothing
         self._rng_at_setup: GlobalRng | None = None  # after a load, before Lightning's setup_data iter()
         self._rng_check: ResumeRngCheck | None = None  # a fit loaded: the RNGs it restored, until compared
-        self._rng_check_at_batch: ResumeRngCheck | None = None  # mid-epoch: compared at the first resumed batch
+        self._rng_check_at_fetch: ResumeRngCheck | None = None  # compared right before the first resumed fetch
+        self._rng_check_at_batch: ResumeRngCheck | None = None  # ... or at the first batch (dataloader_iter)
         self._rng_check_epoch = 0  # ... if that batch is in this epoch (Lightning may go on with the next one)
         self._rng_check_at_start: ResumeRngCheck | None = None  # mid-epoch: set up at on_train_start
         self._rng_boundary = False  # resumed at an epoch boundary: its check is set up at on_train_start
-        self._rng_check_where = ""  # what the first-batch check names
-        self._rng_check_sampler = False  # ... compared where the sampler started (num_workers=0), not live
+        self._rng_await_build = False  # a check waits for Lightning's setup_data to build the train iterator
+        self._rng_built: GlobalRng | None = None  # epoch boundary: the RNGs as that build (and prefetch) left them
+        self._rng_iterator: object = None  # the train iterator it built (the first fetch must read from it)
+        self._rng_check_where = ""  # what the first-fetch check names
         self._rng_check_at_epoch_start: ResumeRngCheck | None = None  # at an epoch boundary, else at its start
         self._rng_check_generators: tuple[str, ...] = GLOBAL_GENERATORS  # those the checks above compare
         self._rng_check_unmoved: ResumeRngCheck | None = None  # epoch boundary: the others, at on_train_epoch_start
@@ -210,18 +212,21 @@ class ProgressTracker(CallbackBase):
         self._run_begun = False
         # left by a resumed fit that trained nothing
         self._rng_check_at_batch = self._rng_check_at_start = self._rng_check_at_epoch_start = None
-        self._rng_check_unmoved = None
-        self._rng_boundary = False
+        self._rng_check_unmoved = self._rng_check_at_fetch = None
+        self._rng_boundary = self._rng_await_build = False
+        self._rng_built = self._rng_iterator = None
         if self._cut_by:
             self._settle_cut()
         attach(trainer, self.tracker.progress)
         wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint (_checkpoint_io)
         if stage == _FIT:
             resume.hook_before_first_iter(trainer.fit_loop, self._track_train_loaders)
+            resume.hook_after_setup_data(trainer.fit_loop, self._train_iterator_built)
 
     @_passenger
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._remove_step_hooks()
+        resume.forget_next_fetch(trainer.fit_loop)  # a fit that ended before the fetch its RNG check waited for
         self._warnings_as_before()
         kind = str(getattr(stage, "value", stage))  # Lightning passes its TrainerFn (a str enum)
         if kind != _FIT and not self._run_begun:  # Lightning skipped a loop over zero batches: still a run
@@ -345,12 +350,38 @@ class ProgressTracker(CallbackBase):
                 # start hooks are over (_arm_first_batch_check)
                 self._rng_check_epoch = view.epoch_index
                 self._rng_check_at_start = check
+                self._rng_await_build = True
             elif not finished:
                 self._rng_boundary = True  # Lightning's iterator of the next epoch drew: see _arm_first_batch_check
-                self.tracker.watch_train_iterator_builds()  # Lightning builds them right after this returns
+                self._rng_await_build = True  # Lightning builds it right after this returns
         if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
             batch = view.train.batches.epoch.completed
             self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
+
+    def _train_iterator_built(self) -> None:
+        """Lightning's ``setup_data`` returned (``hook_after_setup_data``): after a load, the resumed run's train
+        iterator is built (and, for a loader without a length, its first batch prefetched); no hook ran since."""
+        if not self._rng_await_build:
+            return
+        self._rng_await_build = False
+        trainer = self._trainer() if self._trainer is not None else None
+        if trainer is None:
+            return
+        self._rng_iterator = resume.train_iterator(trainer.fit_loop)
+        if self._rng_boundary:
+            self._rng_built = GlobalRng.capture()
+        check = self._rng_check_at_start
+        if check is not None and check.moved_since(GlobalRng.capture()):
+            self._rng_check_at_start = None  # the replay puts the RNGs back: only the prefetch drew since the load
+            warnings.warn(
+                "a train dataloader without a length drew from the global RNG in the main process when Lightning "
+                "prefetched the first batch of the resumed epoch: the saved run had prefetched that batch before "
+                "its checkpoint, with the draws in the checkpoint's RNG state, so the resumed run's data and random "
+                "draws differ from the uninterrupted run. Keep main-process loading free of global-RNG draws (draw "
+                "in worker processes, num_workers > 0)",
+                InexactResumeWarning,
+                stacklevel=2,
+            )
 
     def _warnings_as_before(self) -> None:
         if self._warnings_back is not None:
@@ -388,8 +419,10 @@ class ProgressTracker(CallbackBase):
         if self._rng_at_setup is not None:
             rng, self._rng_at_setup = self._rng_at_setup, None
             if resume.discards_setup_iterator(trainer):
-                self._rng_check_at_batch = None  # Lightning builds this epoch's iterator after the hooks, as
-                rng.apply()  # in the uninterrupted run; undo the draws of the one it built in setup_data
+                # Lightning builds this epoch's iterator after the hooks, as in the uninterrupted run: undo the
+                # draws of the one it built in setup_data
+                self._rng_check_at_batch = self._rng_check_at_fetch = None
+                rng.apply()
 
     def _epoch_start_checks(self, trainer: pl.Trainer) -> None:
         """This callback's ``on_train_epoch_start`` in a fit resumed at an epoch boundary (see
@@ -409,22 +442,24 @@ class ProgressTracker(CallbackBase):
 
     def _arm_first_batch_check(self, trainer: pl.Trainer) -> None:
         """The resumed fit's ``on_train_start``: set up the comparison of the global RNGs once its start hooks
-        are over, before the first batch's data is read (the loader's own draws come in the same place in
-        both runs).
+        are over, right before Lightning's first fetch of a train batch (``call_before_next_fetch``): after every
+        ``on_train_start`` and ``on_train_epoch_start`` hook, before the loaders read (and, without workers, draw
+        for) that batch, before its batch transfer hooks and ``on_train_batch_start``; the loader's own draws come
+        in the same place in both runs.
 
         Mid-epoch they must still be as loaded (compared now too: callbacks before this one). At an epoch
-        boundary Lightning built the next epoch's iterator before these hooks, the uninterrupted run after
-        them: they must be as the build left them (compared now, for map-style loaders: callbacks before this
-        one); then the generators it drew from must stay as they are now until the first batch; the others (a
-        draw in ``on_train_epoch_start`` comes out as in the uninterrupted run) until this callback's
-        ``on_train_epoch_start``, if no callback before this one has its own. Compared where the resumed
-        epoch's sampler starts (``num_workers=0``: at the first batch, after the hooks), else at the first
-        ``on_train_batch_start`` if nothing of the user's may draw before it in both runs (workers, no batch
-        transfer hooks, no callback before this one drawing there), else (epoch boundary) at this callback's
-        ``on_train_epoch_start``.
+        boundary Lightning built the next epoch's iterator (and, without a length, prefetched its first batch)
+        before these hooks, the uninterrupted run after them: they must be as ``setup_data`` left them (compared
+        now: callbacks before this one); then the generators it drew from must stay as they are now until that
+        fetch; the others (a draw in ``on_train_epoch_start`` comes out as in the uninterrupted run) until this
+        callback's ``on_train_epoch_start``, if no callback before this one has its own. With
+        ``training_step(dataloader_iter)`` the step fetches after ``on_train_batch_start``: compared at the first
+        ``on_train_batch_start`` unless a callback before this one has its own (it may draw there in both runs),
+        else (epoch boundary) at this callback's ``on_train_epoch_start``.
         """
         check, self._rng_check_at_start = self._rng_check_at_start, None
         boundary, self._rng_boundary = self._rng_boundary, False
+        built, self._rng_built = self._rng_built, None
         compared = GLOBAL_GENERATORS
         if check is not None:
             if trainer.current_epoch != self._rng_check_epoch or check.check(_AT_TRAIN_START):
@@ -432,13 +467,12 @@ class ProgressTracker(CallbackBase):
             where = _AT_TRAIN_START
         elif boundary and self._rng_at_setup is not None:
             check = ResumeRngCheck(load=_SEED_BEFORE)
-            built = self.tracker.rng_after_train_iterator_builds()
-            if built is not None:  # nothing of the user's ran since the builds but on_train_start hooks before this
+            if built is not None:  # nothing of the user's ran since the build but on_train_start hooks before this
                 check.loaded(built)
                 if check.check(_AT_TRAIN_START):
                     return
             check.loaded()
-            compared = check.moved_since(self._rng_at_setup)  # those the iterator drew from (or a callback before)
+            compared = check.moved_since(self._rng_at_setup)  # those the iterator drew from
             where = _AT_EPOCH_BOUNDARY
             if compared != GLOBAL_GENERATORS and not _own_hook_before(trainer, self, "on_train_epoch_start"):
                 self._rng_check_unmoved = check
@@ -449,31 +483,32 @@ class ProgressTracker(CallbackBase):
         self._rng_check_generators = compared
         if not compared:
             return  # the iterator drew nothing: the hooks draw where the uninterrupted run does
-        loaders = self._train_loaders
-        self._rng_check_sampler = (
-            bool(loaders)
-            and all(isinstance(loader, DataLoader) and loader.num_workers == 0 for loader in loaders)
-            and self.tracker.watch_train_sampler_start()
-        )
-        if self._rng_check_sampler or not _draws_before_batch_start(trainer, self):
+        if not resume.fetches_in_step(trainer):
+            self._rng_check_at_fetch = check
+            resume.call_before_next_fetch(trainer.fit_loop, self._first_resumed_fetch)
+        elif not _own_hook_before(trainer, self, "on_train_batch_start"):
             self._rng_check_at_batch = check
         elif boundary:
             self._rng_check_at_epoch_start = check
 
+    def _first_resumed_fetch(self) -> None:
+        """Right before Lightning's first fetch of a train batch in the resumed fit: the check set up at
+        ``on_train_start``, if that batch is in the epoch it was set up for (Lightning counts an epoch whose
+        batches were all done as finished and starts the next one) and comes from the iterator ``setup_data``
+        built (a new one drew first, as in the uninterrupted run)."""
+        check, self._rng_check_at_fetch = self._rng_check_at_fetch, None
+        trainer = self._trainer() if self._trainer is not None else None
+        if check is None or trainer is None or trainer.current_epoch != self._rng_check_epoch:
+            return
+        if resume.train_iterator(trainer.fit_loop) is self._rng_iterator:
+            check.check(self._rng_check_where, last=True, generators=self._rng_check_generators)
+
     def _first_resumed_batch(self, trainer: pl.Trainer) -> None:
-        """The first train batch of the resumed fit: the check set up at ``on_train_start``, if this batch is in
-        the epoch it was set up for (Lightning counts an epoch whose batches were all done as finished and
-        starts the next one, whose iterator draws first, as in the uninterrupted run)."""
+        """The first train batch of the resumed fit whose ``training_step`` fetches it (``dataloader_iter``): the
+        check set up at ``on_train_start``, if this batch is in the epoch it was set up for."""
         check, self._rng_check_at_batch = self._rng_check_at_batch, None
-        if check is None or trainer.current_epoch != self._rng_check_epoch:
-            return
-        generators = self._rng_check_generators
-        if not self._rng_check_sampler:
-            check.check(self._rng_check_where, last=True, generators=generators)
-            return
-        started = self.tracker.rng_at_train_sampler_start()
-        if started is not None:  # None: no sampler started first (a loader built a new iterator): nothing exact
-            check.check(self._rng_check_where, last=True, state=started, generators=generators)
+        if check is not None and trainer.current_epoch == self._rng_check_epoch:
+            check.check(self._rng_check_where, last=True, generators=self._rng_check_generators)
 
     # The per-batch hooks guard inline (a try costs nothing in Python 3.11; a wrapper costs a call)
     def on_train_batch_start(
@@ -610,7 +645,8 @@ class ProgressTracker(CallbackBase):
     def _evaluation_start(self, trainer: pl.Trainer, kind: str) -> None:
         if trainer.state.fn == _FIT:
             self._train.settle()  # a train batch ended before this validation
-            self._rng_check_at_batch = None  # Lightning finishes a validation the checkpoint cut: it draws first
+            # Lightning finishes a validation the checkpoint cut: it draws first
+            self._rng_check_at_batch = self._rng_check_at_fetch = None
         else:
             bind_lifetime(trainer.lightning_module, self.tracker.progress)
             self.tracker.progress.run_ready(kind)
@@ -909,21 +945,6 @@ class ProgressTracker(CallbackBase):
         )
         self.tracker.progress.note_anomaly(message)
         warnings.warn(message, InexactResumeWarning, stacklevel=2)
-
-
-def _draws_before_batch_start(trainer: pl.Trainer, tracker: ProgressTracker) -> bool:
-    """True if the global RNGs may move between the first train batch's fetch and ``tracker``'s
-    ``on_train_batch_start``, in both runs: a loader without workers (its dataset's draws), a batch
-    transfer hook of the module or datamodule, or a callback before ``tracker`` drawing there."""
-    loaders = tracker._train_loaders
-    if not loaders or not all(isinstance(loader, DataLoader) and loader.num_workers > 0 for loader in loaders):
-        return True
-    for owner in (trainer.lightning_module, getattr(trainer, "datamodule", None)):  # datamodule: not declared
-        if owner is not None and any(
-            not getattr(type(owner), name).__qualname__.startswith("DataHooks.") for name in _TRANSFER_HOOKS
-        ):
-            return True
-    return _own_hook_before(trainer, tracker, "on_train_batch_start")
 
 
 def _own_hook_before(trainer: pl.Trainer, tracker: ProgressTracker, hook: str) -> bool:

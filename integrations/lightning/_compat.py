@@ -1,6 +1,7 @@
 """Every private attribute of Lightning the adapter touches, in one place, checked when imported (for each
 installed Lightning package): what Lightning's restart logic will do with a checkpoint (read from its restored
-loop counters), whether its fit counters carry on, and the hook before its first ``iter()`` of the train loaders."""
+loop counters), whether its fit counters carry on, the hook before its first ``iter()`` of the train loaders, and the
+instants a resume's RNG check needs (after ``setup_data``, before the next fetch of a train batch)."""
 
 from __future__ import annotations
 
@@ -164,6 +165,68 @@ def hook_before_first_iter(fit_loop: _FitLoop, before: Callable[[list[object]], 
     fit_loop._load_combined_loader_states = _BeforeFirstIter(fit_loop, before)  # type: ignore[method-assign]
 
 
+class _AfterSetupData:
+    """``fit_loop.setup_data`` replaced on one loop instance; picklable (``torch.save(trainer)``)."""
+
+    def __init__(self, fit_loop: _FitLoop, after: Callable[[], None]) -> None:
+        self.fit_loop = fit_loop
+        self.after = after
+
+    def __call__(self) -> None:
+        type(self.fit_loop).setup_data(self.fit_loop)
+        self.after()
+
+
+def hook_after_setup_data(fit_loop: _FitLoop, after: Callable[[], None]) -> None:
+    """Call ``after()`` each time ``_FitLoop.setup_data`` returned: the train iterator it built (with its draws)
+    exists, and so does the batch it prefetched for a loader without a length; no hook has run since."""
+    current = getattr(fit_loop, "setup_data", None)
+    if isinstance(current, _AfterSetupData):
+        current.after = after
+        return
+    fit_loop.setup_data = _AfterSetupData(fit_loop, after)  # type: ignore[method-assign]
+
+
+class _BeforeNextFetch:
+    """``epoch_loop._on_before_fetch`` replaced on one loop instance until its next call; picklable."""
+
+    def __init__(self, epoch_loop: Any, before: Callable[[], None]) -> None:
+        self.epoch_loop = epoch_loop
+        self.before = before
+
+    def __call__(self) -> None:
+        epoch_loop = self.epoch_loop
+        if getattr(epoch_loop, "_on_before_fetch", None) is self:
+            delattr(epoch_loop, "_on_before_fetch")  # Lightning's own method again, for every later fetch
+        fetcher = epoch_loop.trainer.fit_loop._data_fetcher
+        if fetcher is not None and fetcher._start_profiler is self:
+            fetcher._start_profiler = epoch_loop._on_before_fetch
+        self.before()
+        type(epoch_loop)._on_before_fetch(epoch_loop)
+
+
+def call_before_next_fetch(fit_loop: _FitLoop, before: Callable[[], None]) -> None:
+    """Call ``before()`` once, right before Lightning next asks the train iterator for a batch (its data fetcher's
+    ``_start_profiler``, which ``_TrainingEpochLoop.on_run_start`` sets to the epoch loop's ``_on_before_fetch`` at
+    every epoch's start): after every start hook of the fit and of the epoch, before the loaders read (and,
+    without workers, draw for) that batch, and before its batch transfer hooks and ``on_train_batch_start``. Not
+    with ``training_step(dataloader_iter)`` (:func:`fetches_in_step`): the step fetches after those hooks."""
+    fit_loop.epoch_loop._on_before_fetch = _BeforeNextFetch(fit_loop.epoch_loop, before)  # type: ignore[method-assign]
+
+
+def forget_next_fetch(fit_loop: _FitLoop) -> None:
+    """Undo :func:`call_before_next_fetch` if its call has not come (a fit that ended before any fetch)."""
+    epoch_loop = fit_loop.epoch_loop
+    if isinstance(getattr(epoch_loop, "_on_before_fetch", None), _BeforeNextFetch):
+        delattr(epoch_loop, "_on_before_fetch")
+
+
+def train_iterator(fit_loop: _FitLoop) -> object:
+    """The iterator Lightning built last of its combined train loader (a new one: the loaders built theirs anew)."""
+    combined = fit_loop._combined_loader
+    return None if combined is None else combined._iterator
+
+
 _NOT_RESUMABLE = (
     "You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not resumable"
 )
@@ -194,6 +257,7 @@ def _check(package: str) -> None:
     fit_loop = importlib.import_module(f"{package}.loops.fit_loop")._FitLoop
     epoch_loop = importlib.import_module(f"{package}.loops.training_epoch_loop")._TrainingEpochLoop
     combined = importlib.import_module(f"{package}.utilities.combined_loader").CombinedLoader
+    fetcher = importlib.import_module(f"{package}.loops.fetchers")._DataFetcher
     version: Any = getattr(importlib.import_module(package), "__version__", "?")
     check_attributes(
         package,
@@ -206,10 +270,12 @@ def _check(package: str) -> None:
                     "_combined_loader",
                     "_combined_loader_states_to_load",
                     "_data_fetcher",
+                    "setup_data",
                 ),
             ),
-            "_TrainingEpochLoop": (epoch_loop, ("_should_check_val_fx",)),
-            "CombinedLoader": (combined, ("_mode", "_limits")),
+            "_TrainingEpochLoop": (epoch_loop, ("_should_check_val_fx", "_on_before_fetch")),
+            "CombinedLoader": (combined, ("_mode", "_limits", "_iterator")),
+            "_DataFetcher": (fetcher, ("_start_profiler",)),
         },
     )
 

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 
 from tracker_core.integrations.lightning import ProgressTracker
 
-from helpers.lightning_program import Indexed
+from helpers.lightning_program import Indexed, IndexedStream
 
 BATCHES = 4  # an epoch: 3, 3, 3, 1 samples
 
@@ -32,6 +32,25 @@ class Noisy(Indexed):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         x, y, index = super().__getitem__(i)
         return x + 0.01 * torch.rand(4), y, index
+
+
+class NoisyStream(IndexedStream):
+    """:class:`IndexedStream` whose features get noise from the global RNG, in the main process without workers."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for x, y, index in super().__iter__():
+            yield x + 0.01 * torch.rand(4), y, index
+
+
+def _loader(kind: str, noisy: bool, workers: int, generator: torch.Generator | None) -> DataLoader[Any]:
+    if kind == "iterable":
+        return DataLoader((NoisyStream if noisy else IndexedStream)(), batch_size=3, num_workers=workers)
+    data = (Noisy if noisy else Indexed)()
+    if kind == "stateful":
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        return StatefulDataLoader(data, batch_size=3, shuffle=True, num_workers=workers, generator=generator)
+    return DataLoader(data, batch_size=3, shuffle=True, num_workers=workers, generator=generator)
 
 
 class Stop(Exception):
@@ -67,6 +86,8 @@ def fit(
     draw_each_epoch: bool | str = False,
     reseeded: str = "torch",
     loaders: int = 1,
+    kind: str = "map",
+    fetch_in_step: bool = False,
 ) -> list[torch.Tensor]:
     """Fit, saving to ``path`` at the end of train batch ``save_at`` (0-based over the run) and stopping
     there (``in_epoch_end``: in that epoch's ``on_train_epoch_end``, as ``ModelCheckpoint`` does without
@@ -80,6 +101,10 @@ def fit(
     the loss uses; ``"random"`` or ``"numpy"``: from that generator, not torch's). ``reseeded``: the generator ``reseed`` seeds (``"torch"``, ``"random"``, ``"numpy"``;
     ``"draw-random"``: draws from Python's instead).
     ``loaders``: that many train loaders of the same data (Lightning combines them, ``max_size_cycle``).
+    ``kind``: ``"map"`` (a shuffled map-style ``DataLoader``), ``"iterable"`` (an ``IterableDataset`` without a
+    length, in a fixed order: Lightning prefetches its first batch when it builds the iterator) or
+    ``"stateful"`` (a shuffled torchdata ``StatefulDataLoader``). ``fetch_in_step``: ``training_step(dataloader_iter)``
+    fetches its own batch (after the ``on_train_batch_start`` hooks).
     Returns the final weights."""
     pl = importlib.import_module(package)
     reseed_owner, _, reseed_hook = reseed.partition(".")
@@ -97,6 +122,11 @@ def fit(
 
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    class FetchingModel(Model):
+        def training_step(self, dataloader_iter: Any) -> torch.Tensor:  # type: ignore[override]
+            batch, batch_idx, _ = next(dataloader_iter)
+            return super().training_step(batch, batch_idx)
 
     class Saver(pl.Callback):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
@@ -141,7 +171,7 @@ def fit(
     torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
-    model = Model()
+    model = (FetchingModel if fetch_in_step else Model)()
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
@@ -154,11 +184,7 @@ def fit(
     )
     resume = save_at is None and path.exists()
     with contextlib.suppress(Stop):
-        data = (Noisy if noisy_data else Indexed)()
         generator = torch.Generator().manual_seed(7) if own_generator else None
-        train = [
-            DataLoader(data, batch_size=3, shuffle=True, num_workers=workers, generator=generator)
-            for _ in range(loaders)
-        ]
+        train = [_loader(kind, noisy_data, workers, generator) for _ in range(loaders)]
         trainer.fit(model, train[0] if loaders == 1 else train, ckpt_path=path if resume else None)
     return [p.detach().clone() for p in model.parameters()]
