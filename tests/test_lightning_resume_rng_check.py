@@ -319,7 +319,7 @@ def test_a_reseed_in_a_start_hook_at_an_epoch_boundary_with_an_iterable_or_state
     package: str, kind: str, workers: int, reseed: str, where: str, tmp_path: Path
 ) -> None:
     # Lightning's setup_data built the iterator (an iterable without a length: prefetched its first batch too);
-    # compared with the RNGs as setup_data left them, then right before Lightning's first fetch of a train batch
+    # compared with the RNGs as setup_data left them, then when Lightning first runs a train epoch
     messages, _ = _resume(package, tmp_path, EPOCH_END, reseed, workers=workers, kind=kind, **IN_EPOCH_END)
     assert len(messages) == 1
     assert where in messages[0]
@@ -405,7 +405,8 @@ EVERY_BATCH = {  # draws before on_train_batch_start of every batch, in both run
 def test_a_reseed_in_a_start_hook_with_workers_and_draws_before_each_batch_start_warns_once(
     package: str, draws: str, reseed: str, save_at: int, where: str, at: dict[str, bool], tmp_path: Path
 ) -> None:
-    # compared right before Lightning's first fetch: before the batch transfer hooks and on_train_batch_start
+    # compared when Lightning first runs a train epoch: before its first fetch, the batch transfer hooks and
+    # on_train_batch_start
     messages, _ = _resume(package, tmp_path, save_at, reseed, workers=2, **at, **EVERY_BATCH[draws])
     assert len(messages) == 1
     assert where in messages[0]
@@ -426,6 +427,7 @@ def test_a_callback_before_the_tracker_drawing_at_every_batch_start_raises_no_fa
 
 
 @pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("draw_before", [False, True], ids=["alone", "callback-before-draws-at-batch-start"])
 @pytest.mark.parametrize(
     ("reseed", "save_at", "where", "at"),
     [
@@ -434,10 +436,10 @@ def test_a_callback_before_the_tracker_drawing_at_every_batch_start_raises_no_fa
     ],
 )
 def test_a_reseed_in_a_start_hook_with_a_training_step_that_fetches_its_batch_warns_once(
-    package: str, reseed: str, save_at: int, where: str, at: dict[str, bool], tmp_path: Path
+    package: str, draw_before: bool, reseed: str, save_at: int, where: str, at: dict[str, bool], tmp_path: Path
 ) -> None:
-    # training_step(dataloader_iter) fetches after on_train_batch_start: compared at the tracker's first one
-    messages, _ = _resume(package, tmp_path, save_at, reseed, fetch_in_step=True, **at)
+    # training_step(dataloader_iter) fetches after on_train_batch_start; the epoch's run starts before either
+    messages, _ = _resume(package, tmp_path, save_at, reseed, draw_before, fetch_in_step=True, **at)
     assert len(messages) == 1
     assert where in messages[0]
 
@@ -447,7 +449,7 @@ def test_a_reseed_in_a_start_hook_with_a_training_step_that_fetches_its_batch_wa
 def test_an_epoch_boundary_resume_with_a_training_step_that_fetches_its_batch_is_exact_and_silent(
     package: str, workers: int, tmp_path: Path
 ) -> None:
-    options: dict[str, Any] = {"workers": workers, "fetch_in_step": True, "noisy_data": True}
+    options: dict[str, Any] = {"workers": workers, "fetch_in_step": True, "noisy_data": True, "draw_before": True}
     straight = fit(package, tmp_path / "none.ckpt", **options)
     messages, weights = _resume(package, tmp_path, EPOCH_END, **options, **IN_EPOCH_END)
     assert messages == []

@@ -126,16 +126,14 @@ class ProgressTracker(CallbackBase):
         self._resumed_untrained = False  # the last fit was resumed at max_steps: it trained nothing
         self._rng_at_setup: GlobalRng | None = None  # after a load, before Lightning's setup_data iter()
         self._rng_check: ResumeRngCheck | None = None  # a fit loaded: the RNGs it restored, until compared
-        self._rng_check_at_fetch: ResumeRngCheck | None = None  # compared right before the first resumed fetch
-        self._rng_check_at_batch: ResumeRngCheck | None = None  # ... or at the first batch (dataloader_iter)
-        self._rng_check_epoch = 0  # ... if that batch is in this epoch (Lightning may go on with the next one)
+        self._rng_check_at_run: ResumeRngCheck | None = None  # compared when Lightning first runs a train epoch
+        self._rng_check_epoch = 0  # ... if it is this one (Lightning may go on with the next one)
         self._rng_check_at_start: ResumeRngCheck | None = None  # mid-epoch: set up at on_train_start
         self._rng_boundary = False  # resumed at an epoch boundary: its check is set up at on_train_start
         self._rng_await_build = False  # a check waits for Lightning's setup_data to build the train iterator
         self._rng_built: GlobalRng | None = None  # epoch boundary: the RNGs as that build (and prefetch) left them
-        self._rng_iterator: object = None  # the train iterator it built (the first fetch must read from it)
-        self._rng_check_where = ""  # what the first-fetch check names
-        self._rng_check_at_epoch_start: ResumeRngCheck | None = None  # at an epoch boundary, else at its start
+        self._rng_iterator: object = None  # the train iterator it built (that epoch must read from it)
+        self._rng_check_where = ""  # what the epoch-run check names
         self._rng_check_generators: tuple[str, ...] = GLOBAL_GENERATORS  # those the checks above compare
         self._rng_check_unmoved: ResumeRngCheck | None = None  # epoch boundary: the others, at on_train_epoch_start
         self._elastic_entry: dict[str, Any] | None = None  # saved at another world size: loaded at setup_data
@@ -211,8 +209,7 @@ class ProgressTracker(CallbackBase):
         self._trainer = weakref.ref(trainer)
         self._run_begun = False
         # left by a resumed fit that trained nothing
-        self._rng_check_at_batch = self._rng_check_at_start = self._rng_check_at_epoch_start = None
-        self._rng_check_unmoved = self._rng_check_at_fetch = None
+        self._rng_check_at_start = self._rng_check_unmoved = self._rng_check_at_run = None
         self._rng_boundary = self._rng_await_build = False
         self._rng_built = self._rng_iterator = None
         if self._cut_by:
@@ -226,7 +223,7 @@ class ProgressTracker(CallbackBase):
     @_passenger
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._remove_step_hooks()
-        resume.forget_next_fetch(trainer.fit_loop)  # a fit that ended before the fetch its RNG check waited for
+        resume.forget_epoch_run(trainer.fit_loop)  # a fit that ended before the epoch its RNG check waited for
         self._warnings_as_before()
         kind = str(getattr(stage, "value", stage))  # Lightning passes its TrainerFn (a str enum)
         if kind != _FIT and not self._run_begun:  # Lightning skipped a loop over zero batches: still a run
@@ -414,48 +411,40 @@ class ProgressTracker(CallbackBase):
     @_passenger
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._train.epoch_begin()
-        if self._rng_check_at_epoch_start is not None or self._rng_check_unmoved is not None:
-            self._epoch_start_checks(trainer)
+        if self._rng_check_unmoved is not None:
+            self._unmoved_check(trainer)
         if self._rng_at_setup is not None:
             rng, self._rng_at_setup = self._rng_at_setup, None
             if resume.discards_setup_iterator(trainer):
                 # Lightning builds this epoch's iterator after the hooks, as in the uninterrupted run: undo the
                 # draws of the one it built in setup_data
-                self._rng_check_at_batch = self._rng_check_at_fetch = None
+                self._rng_check_at_run = None
                 rng.apply()
 
-    def _epoch_start_checks(self, trainer: pl.Trainer) -> None:
+    def _unmoved_check(self, trainer: pl.Trainer) -> None:
         """This callback's ``on_train_epoch_start`` in a fit resumed at an epoch boundary (see
         ``_arm_first_batch_check``): the generators the early iterator did not draw from must still be as at
         ``on_train_start`` (the uninterrupted run runs nothing of the user's in between), unless Lightning
-        now undoes that iterator's draws (and with them any in between); then those it drew from, if they
-        are compared here."""
+        now undoes that iterator's draws (and with them any in between)."""
         unmoved, self._rng_check_unmoved = self._rng_check_unmoved, None
-        moved, self._rng_check_at_epoch_start = self._rng_check_at_epoch_start, None
-        if trainer.current_epoch != self._rng_check_epoch:
+        if unmoved is None or trainer.current_epoch != self._rng_check_epoch or resume.discards_setup_iterator(trainer):
             return
-        if unmoved is not None and not resume.discards_setup_iterator(trainer):
-            others = tuple(name for name in GLOBAL_GENERATORS if name not in self._rng_check_generators)
-            unmoved.check(_AT_TRAIN_START, generators=others)
-        if moved is not None:
-            moved.check(_AT_EPOCH_BOUNDARY, last=True, generators=self._rng_check_generators)
+        others = tuple(name for name in GLOBAL_GENERATORS if name not in self._rng_check_generators)
+        unmoved.check(_AT_TRAIN_START, generators=others)
 
     def _arm_first_batch_check(self, trainer: pl.Trainer) -> None:
         """The resumed fit's ``on_train_start``: set up the comparison of the global RNGs once its start hooks
-        are over, right before Lightning's first fetch of a train batch (``call_before_next_fetch``): after every
+        are over, when Lightning first runs a train epoch (``call_before_epoch_run``): after every
         ``on_train_start`` and ``on_train_epoch_start`` hook, before the loaders read (and, without workers, draw
-        for) that batch, before its batch transfer hooks and ``on_train_batch_start``; the loader's own draws come
-        in the same place in both runs.
+        for) a batch, before a cut validation is finished, before the batch transfer hooks and
+        ``on_train_batch_start`` (which may draw at every batch, in both runs).
 
         Mid-epoch they must still be as loaded (compared now too: callbacks before this one). At an epoch
         boundary Lightning built the next epoch's iterator (and, without a length, prefetched its first batch)
         before these hooks, the uninterrupted run after them: they must be as ``setup_data`` left them (compared
-        now: callbacks before this one); then the generators it drew from must stay as they are now until that
-        fetch; the others (a draw in ``on_train_epoch_start`` comes out as in the uninterrupted run) until this
-        callback's ``on_train_epoch_start``, if no callback before this one has its own. With
-        ``training_step(dataloader_iter)`` the step fetches after ``on_train_batch_start``: compared at the first
-        ``on_train_batch_start`` unless a callback before this one has its own (it may draw there in both runs),
-        else (epoch boundary) at this callback's ``on_train_epoch_start``.
+        now: callbacks before this one); then the generators it drew from must stay as they are now until the
+        epoch runs; the others (a draw in ``on_train_epoch_start`` comes out as in the uninterrupted run) until
+        this callback's ``on_train_epoch_start``, if no callback before this one has its own.
         """
         check, self._rng_check_at_start = self._rng_check_at_start, None
         boundary, self._rng_boundary = self._rng_boundary, False
@@ -481,41 +470,26 @@ class ProgressTracker(CallbackBase):
         self._rng_check_epoch = trainer.current_epoch
         self._rng_check_where = where
         self._rng_check_generators = compared
-        if not compared:
-            return  # the iterator drew nothing: the hooks draw where the uninterrupted run does
-        if not resume.fetches_in_step(trainer):
-            self._rng_check_at_fetch = check
-            resume.call_before_next_fetch(trainer.fit_loop, self._first_resumed_fetch)
-        elif not _own_hook_before(trainer, self, "on_train_batch_start"):
-            self._rng_check_at_batch = check
-        elif boundary:
-            self._rng_check_at_epoch_start = check
+        if compared:  # none: the iterator drew nothing, so the hooks draw where the uninterrupted run does
+            self._rng_check_at_run = check
+            resume.call_before_epoch_run(trainer.fit_loop, self._resumed_epoch_runs)
 
-    def _first_resumed_fetch(self) -> None:
-        """Right before Lightning's first fetch of a train batch in the resumed fit: the check set up at
-        ``on_train_start``, if that batch is in the epoch it was set up for (Lightning counts an epoch whose
-        batches were all done as finished and starts the next one) and comes from the iterator ``setup_data``
-        built (a new one drew first, as in the uninterrupted run)."""
-        check, self._rng_check_at_fetch = self._rng_check_at_fetch, None
+    def _resumed_epoch_runs(self) -> None:
+        """Lightning first runs a train epoch in the resumed fit: the check set up at ``on_train_start``, if it is
+        the epoch it was set up for (Lightning counts an epoch whose batches were all done as finished and starts
+        the next one) and reads the iterator ``setup_data`` built (a new one drew first, as in the uninterrupted
+        run)."""
+        check, self._rng_check_at_run = self._rng_check_at_run, None
         trainer = self._trainer() if self._trainer is not None else None
         if check is None or trainer is None or trainer.current_epoch != self._rng_check_epoch:
             return
         if resume.train_iterator(trainer.fit_loop) is self._rng_iterator:
             check.check(self._rng_check_where, last=True, generators=self._rng_check_generators)
 
-    def _first_resumed_batch(self, trainer: pl.Trainer) -> None:
-        """The first train batch of the resumed fit whose ``training_step`` fetches it (``dataloader_iter``): the
-        check set up at ``on_train_start``, if this batch is in the epoch it was set up for."""
-        check, self._rng_check_at_batch = self._rng_check_at_batch, None
-        if check is not None and trainer.current_epoch == self._rng_check_epoch:
-            check.check(self._rng_check_where, last=True, generators=self._rng_check_generators)
-
     # The per-batch hooks guard inline (a try costs nothing in Python 3.11; a wrapper costs a call)
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if self._rng_check_at_batch is not None:
-            self._first_resumed_batch(trainer)
         train = self._train
         try:
             if train.batch_to_complete and not (train.epoch_to_start or train.epoch_to_open or train.epoch_to_complete):
@@ -645,8 +619,6 @@ class ProgressTracker(CallbackBase):
     def _evaluation_start(self, trainer: pl.Trainer, kind: str) -> None:
         if trainer.state.fn == _FIT:
             self._train.settle()  # a train batch ended before this validation
-            # Lightning finishes a validation the checkpoint cut: it draws first
-            self._rng_check_at_batch = self._rng_check_at_fetch = None
         else:
             bind_lifetime(trainer.lightning_module, self.tracker.progress)
             self.tracker.progress.run_ready(kind)

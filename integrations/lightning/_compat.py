@@ -1,7 +1,7 @@
 """Every private attribute of Lightning the adapter touches, in one place, checked when imported (for each
 installed Lightning package): what Lightning's restart logic will do with a checkpoint (read from its restored
 loop counters), whether its fit counters carry on, the hook before its first ``iter()`` of the train loaders, and the
-instants a resume's RNG check needs (after ``setup_data``, before the next fetch of a train batch)."""
+instants a resume's RNG check needs (after ``setup_data``, before a train epoch's run)."""
 
 from __future__ import annotations
 
@@ -187,38 +187,34 @@ def hook_after_setup_data(fit_loop: _FitLoop, after: Callable[[], None]) -> None
     fit_loop.setup_data = _AfterSetupData(fit_loop, after)  # type: ignore[method-assign]
 
 
-class _BeforeNextFetch:
-    """``epoch_loop._on_before_fetch`` replaced on one loop instance until its next call; picklable."""
+class _BeforeEpochRun:
+    """``epoch_loop.on_run_start`` replaced on one loop instance until its next call; picklable."""
 
     def __init__(self, epoch_loop: Any, before: Callable[[], None]) -> None:
         self.epoch_loop = epoch_loop
         self.before = before
 
-    def __call__(self) -> None:
+    def __call__(self, data_fetcher: Any) -> None:
         epoch_loop = self.epoch_loop
-        if getattr(epoch_loop, "_on_before_fetch", None) is self:
-            delattr(epoch_loop, "_on_before_fetch")  # Lightning's own method again, for every later fetch
-        fetcher = epoch_loop.trainer.fit_loop._data_fetcher
-        if fetcher is not None and fetcher._start_profiler is self:
-            fetcher._start_profiler = epoch_loop._on_before_fetch
+        if getattr(epoch_loop, "on_run_start", None) is self:
+            delattr(epoch_loop, "on_run_start")  # Lightning's own method again, for every later epoch
         self.before()
-        type(epoch_loop)._on_before_fetch(epoch_loop)
+        type(epoch_loop).on_run_start(epoch_loop, data_fetcher)
 
 
-def call_before_next_fetch(fit_loop: _FitLoop, before: Callable[[], None]) -> None:
-    """Call ``before()`` once, right before Lightning next asks the train iterator for a batch (its data fetcher's
-    ``_start_profiler``, which ``_TrainingEpochLoop.on_run_start`` sets to the epoch loop's ``_on_before_fetch`` at
-    every epoch's start): after every start hook of the fit and of the epoch, before the loaders read (and,
-    without workers, draw for) that batch, and before its batch transfer hooks and ``on_train_batch_start``. Not
-    with ``training_step(dataloader_iter)`` (:func:`fetches_in_step`): the step fetches after those hooks."""
-    fit_loop.epoch_loop._on_before_fetch = _BeforeNextFetch(fit_loop.epoch_loop, before)  # type: ignore[method-assign]
+def call_before_epoch_run(fit_loop: _FitLoop, before: Callable[[], None]) -> None:
+    """Call ``before()`` once, when Lightning next starts running a train epoch (``_TrainingEpochLoop.on_run_start``,
+    right after the ``on_train_epoch_start`` hooks, if it runs them): after every start hook of the fit and of the
+    epoch, before Lightning reads a train batch (and, without workers, the loaders draw for it), finishes a
+    validation a checkpoint cut, or runs a batch transfer hook or ``on_train_batch_start``."""
+    fit_loop.epoch_loop.on_run_start = _BeforeEpochRun(fit_loop.epoch_loop, before)  # type: ignore[method-assign]
 
 
-def forget_next_fetch(fit_loop: _FitLoop) -> None:
-    """Undo :func:`call_before_next_fetch` if its call has not come (a fit that ended before any fetch)."""
+def forget_epoch_run(fit_loop: _FitLoop) -> None:
+    """Undo :func:`call_before_epoch_run` if its call has not come (a fit that ended before running an epoch)."""
     epoch_loop = fit_loop.epoch_loop
-    if isinstance(getattr(epoch_loop, "_on_before_fetch", None), _BeforeNextFetch):
-        delattr(epoch_loop, "_on_before_fetch")
+    if isinstance(getattr(epoch_loop, "on_run_start", None), _BeforeEpochRun):
+        delattr(epoch_loop, "on_run_start")
 
 
 def train_iterator(fit_loop: _FitLoop) -> object:
@@ -257,7 +253,6 @@ def _check(package: str) -> None:
     fit_loop = importlib.import_module(f"{package}.loops.fit_loop")._FitLoop
     epoch_loop = importlib.import_module(f"{package}.loops.training_epoch_loop")._TrainingEpochLoop
     combined = importlib.import_module(f"{package}.utilities.combined_loader").CombinedLoader
-    fetcher = importlib.import_module(f"{package}.loops.fetchers")._DataFetcher
     version: Any = getattr(importlib.import_module(package), "__version__", "?")
     check_attributes(
         package,
@@ -273,9 +268,8 @@ def _check(package: str) -> None:
                     "setup_data",
                 ),
             ),
-            "_TrainingEpochLoop": (epoch_loop, ("_should_check_val_fx", "_on_before_fetch")),
+            "_TrainingEpochLoop": (epoch_loop, ("_should_check_val_fx", "on_run_start")),
             "CombinedLoader": (combined, ("_mode", "_limits", "_iterator")),
-            "_DataFetcher": (fetcher, ("_start_profiler",)),
         },
     )
 

@@ -43,7 +43,7 @@ class ResumeRngCheck:
 
     def loaded(self, state: GlobalRng | None = None) -> None:
         """A checkpoint was just loaded: remember the RNG states the core restored (``state``: these instead
-        of the live ones, e.g. as the builds after the load left them: ``Tracker.rng_after_train_iterator_builds``)."""
+        of the live ones, e.g. as the train iterator's build after the load left them)."""
         self._loaded = (GlobalRng.capture() if state is None else state).to_plain()
 
     def forget(self) -> None:
