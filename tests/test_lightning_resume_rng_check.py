@@ -454,3 +454,23 @@ def test_an_epoch_boundary_resume_with_a_training_step_that_fetches_its_batch_is
     messages, weights = _resume(package, tmp_path, EPOCH_END, **options, **IN_EPOCH_END)
     assert messages == []
     assert _equal(weights, straight)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("reseed", ["module.on_train_start", "callback.on_train_start"])
+def test_a_reseed_in_on_train_start_of_a_fit_resumed_inside_a_validation_warns_once(
+    package: str, workers: int, reseed: str, tmp_path: Path
+) -> None:
+    # compared when the train epoch runs again, before Lightning finishes the validation the checkpoint cut
+    messages, _ = _resume(package, tmp_path, MID_EPOCH, reseed, workers=workers, in_validation=True)
+    assert len(messages) == 1
+    assert "in an on_train_start hook" in messages[0]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_fit_resumed_inside_a_validation_without_a_reseed_raises_no_reseed_warning(
+    package: str, tmp_path: Path
+) -> None:
+    messages, _ = _resume(package, tmp_path, MID_EPOCH, in_validation=True)
+    assert messages == []

@@ -88,6 +88,7 @@ def fit(
     loaders: int = 1,
     kind: str = "map",
     fetch_in_step: bool = False,
+    in_validation: bool = False,
 ) -> list[torch.Tensor]:
     """Fit, saving to ``path`` at the end of train batch ``save_at`` (0-based over the run) and stopping
     there (``in_epoch_end``: in that epoch's ``on_train_epoch_end``, as ``ModelCheckpoint`` does without
@@ -104,7 +105,9 @@ def fit(
     ``kind``: ``"map"`` (a shuffled map-style ``DataLoader``), ``"iterable"`` (an ``IterableDataset`` without a
     length, in a fixed order: Lightning prefetches its first batch when it builds the iterator) or
     ``"stateful"`` (a shuffled torchdata ``StatefulDataLoader``). ``fetch_in_step``: ``training_step(dataloader_iter)``
-    fetches its own batch (after the ``on_train_batch_start`` hooks).
+    fetches its own batch (after the ``on_train_batch_start`` hooks). ``in_validation``: a validation after every
+    2 train batches; the checkpoint is saved inside the first validation batch after train batch ``save_at``
+    (Lightning finishes that validation on resume).
     Returns the final weights."""
     pl = importlib.import_module(package)
     reseed_owner, _, reseed_hook = reseed.partition(".")
@@ -123,6 +126,11 @@ def fit(
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            if save_at is not None and saver.batches > save_at:
+                self.trainer.save_checkpoint(path)
+                raise Stop
+
     class FetchingModel(Model):
         def training_step(self, dataloader_iter: Any) -> torch.Tensor:  # type: ignore[override]
             batch, batch_idx, _ = next(dataloader_iter)
@@ -133,7 +141,7 @@ def fit(
             self.batches = 0
 
         def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
-            if self.batches == save_at and not in_epoch_end:
+            if self.batches == save_at and not (in_epoch_end or in_validation):
                 trainer.save_checkpoint(path)
                 raise Stop
             self.batches += 1
@@ -172,6 +180,7 @@ def fit(
     random.seed(seed)
     np.random.seed(seed)
     model = (FetchingModel if fetch_in_step else Model)()
+    saver = Saver()
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
@@ -180,11 +189,13 @@ def fit(
         enable_progress_bar=False,
         enable_model_summary=False,
         logger=False,
-        callbacks=[*([Drawer()] if draw_before else []), EarlyReseeder(), ProgressTracker(), Saver(), Reseeder()],
+        callbacks=[*([Drawer()] if draw_before else []), EarlyReseeder(), ProgressTracker(), saver, Reseeder()],
+        **({"val_check_interval": 2, "num_sanity_val_steps": 0} if in_validation else {}),
     )
     resume = save_at is None and path.exists()
     with contextlib.suppress(Stop):
         generator = torch.Generator().manual_seed(7) if own_generator else None
         train = [_loader(kind, noisy_data, workers, generator) for _ in range(loaders)]
-        trainer.fit(model, train[0] if loaders == 1 else train, ckpt_path=path if resume else None)
+        validation = DataLoader(Indexed(), batch_size=3) if in_validation else None
+        trainer.fit(model, train[0] if loaders == 1 else train, validation, ckpt_path=path if resume else None)
     return [p.detach().clone() for p in model.parameters()]
