@@ -474,3 +474,29 @@ def test_a_fit_resumed_inside_a_validation_without_a_reseed_raises_no_reseed_war
 ) -> None:
     messages, _ = _resume(package, tmp_path, MID_EPOCH, in_validation=True)
     assert messages == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("reseeded", ["random", "numpy"])
+def test_a_reseed_of_pythons_or_numpys_rng_in_on_train_start_is_named_even_with_a_callback_before_drawing_at_epoch_start(
+    package: str, workers: int, reseeded: str, tmp_path: Path
+) -> None:
+    # the generators the early iterator did not draw from are compared between the on_train_start hooks and the
+    # on_train_epoch_start hooks (Lightning's setup_data call at the epoch's start), before that callback draws
+    options: dict[str, Any] = {"workers": workers, "reseeded": reseeded, "draw_before_each_epoch": True}
+    messages, _ = _resume(package, tmp_path, EPOCH_END, "module.on_train_start", **options, **IN_EPOCH_END)
+    assert len(messages) == 1
+    assert "in an on_train_start hook" in messages[0]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_callback_before_the_tracker_drawing_at_every_epoch_start_raises_no_false_alarm_at_an_epoch_boundary(
+    package: str, workers: int, tmp_path: Path
+) -> None:
+    options: dict[str, Any] = {"workers": workers, "draw_before_each_epoch": True, "draw_each_epoch": "numpy"}
+    straight = fit(package, tmp_path / "none.ckpt", **options)
+    messages, weights = _resume(package, tmp_path, EPOCH_END, **options, **IN_EPOCH_END)
+    assert messages == []
+    assert _equal(weights, straight)

@@ -135,7 +135,7 @@ class ProgressTracker(CallbackBase):
         self._rng_iterator: object = None  # the train iterator it built (that epoch must read from it)
         self._rng_check_where = ""  # what the epoch-run check names
         self._rng_check_generators: tuple[str, ...] = GLOBAL_GENERATORS  # those the checks above compare
-        self._rng_check_unmoved: ResumeRngCheck | None = None  # epoch boundary: the others, at on_train_epoch_start
+        self._rng_check_unmoved: ResumeRngCheck | None = None  # epoch boundary: the others, before on_train_epoch_start
         self._elastic_entry: dict[str, Any] | None = None  # saved at another world size: loaded at setup_data
         self._train_loaders: list[object] = []  # held: the tracker's positions need them until the next fit
         self._train_layout: tuple[str, list[Any], list[int | None]] | None = None  # several train loaders
@@ -218,7 +218,7 @@ class ProgressTracker(CallbackBase):
         wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint (_checkpoint_io)
         if stage == _FIT:
             resume.hook_before_first_iter(trainer.fit_loop, self._track_train_loaders)
-            resume.hook_after_setup_data(trainer.fit_loop, self._train_iterator_built)
+            resume.hook_after_setup_data(trainer.fit_loop, self._setup_data_returned)
 
     @_passenger
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -355,15 +355,19 @@ class ProgressTracker(CallbackBase):
             batch = view.train.batches.epoch.completed
             self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
 
-    def _train_iterator_built(self) -> None:
-        """Lightning's ``setup_data`` returned (``hook_after_setup_data``): after a load, the resumed run's train
-        iterator is built (and, for a loader without a length, its first batch prefetched); no hook ran since."""
-        if not self._rng_await_build:
-            return
-        self._rng_await_build = False
+    def _setup_data_returned(self) -> None:
+        """Lightning's ``setup_data`` returned (``hook_after_setup_data``). After a load, the first time: the resumed
+        run's train iterator is built (and, for a loader without a length, its first batch prefetched), no hook
+        ran since. The next time (``_FitLoop.on_advance_start``): every ``on_train_start`` hook ran, no
+        ``on_train_epoch_start`` hook yet (see ``_unmoved_check``)."""
         trainer = self._trainer() if self._trainer is not None else None
         if trainer is None:
             return
+        if self._rng_check_unmoved is not None:
+            self._unmoved_check(trainer)
+        if not self._rng_await_build:
+            return
+        self._rng_await_build = False
         self._rng_iterator = resume.train_iterator(trainer.fit_loop)
         if self._rng_boundary:
             self._rng_built = GlobalRng.capture()
@@ -411,8 +415,6 @@ class ProgressTracker(CallbackBase):
     @_passenger
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._train.epoch_begin()
-        if self._rng_check_unmoved is not None:
-            self._unmoved_check(trainer)
         if self._rng_at_setup is not None:
             rng, self._rng_at_setup = self._rng_at_setup, None
             if resume.discards_setup_iterator(trainer):
@@ -422,10 +424,10 @@ class ProgressTracker(CallbackBase):
                 rng.apply()
 
     def _unmoved_check(self, trainer: pl.Trainer) -> None:
-        """This callback's ``on_train_epoch_start`` in a fit resumed at an epoch boundary (see
-        ``_arm_first_batch_check``): the generators the early iterator did not draw from must still be as at
-        ``on_train_start`` (the uninterrupted run runs nothing of the user's in between), unless Lightning
-        now undoes that iterator's draws (and with them any in between)."""
+        """Between the ``on_train_start`` and the ``on_train_epoch_start`` hooks of a fit resumed at an epoch
+        boundary (see ``_arm_first_batch_check``): the generators the early iterator did not draw from must still
+        be as at this callback's ``on_train_start`` (the uninterrupted run runs no ``on_train_start`` hook),
+        unless Lightning undoes that iterator's draws at this epoch's start (and with them any in between)."""
         unmoved, self._rng_check_unmoved = self._rng_check_unmoved, None
         if unmoved is None or trainer.current_epoch != self._rng_check_epoch or resume.discards_setup_iterator(trainer):
             return
@@ -444,7 +446,7 @@ class ProgressTracker(CallbackBase):
         before these hooks, the uninterrupted run after them: they must be as ``setup_data`` left them (compared
         now: callbacks before this one); then the generators it drew from must stay as they are now until the
         epoch runs; the others (a draw in ``on_train_epoch_start`` comes out as in the uninterrupted run) until
-        this callback's ``on_train_epoch_start``, if no callback before this one has its own.
+        the ``on_train_epoch_start`` hooks.
         """
         check, self._rng_check_at_start = self._rng_check_at_start, None
         boundary, self._rng_boundary = self._rng_boundary, False
@@ -463,7 +465,7 @@ class ProgressTracker(CallbackBase):
             check.loaded()
             compared = check.moved_since(self._rng_at_setup)  # those the iterator drew from
             where = _AT_EPOCH_BOUNDARY
-            if compared != GLOBAL_GENERATORS and not _own_hook_before(trainer, self, "on_train_epoch_start"):
+            if compared != GLOBAL_GENERATORS:
                 self._rng_check_unmoved = check
         else:
             return
@@ -917,20 +919,6 @@ class ProgressTracker(CallbackBase):
         )
         self.tracker.progress.note_anomaly(message)
         warnings.warn(message, InexactResumeWarning, stacklevel=2)
-
-
-def _own_hook_before(trainer: pl.Trainer, tracker: ProgressTracker, hook: str) -> bool:
-    """True if a callback of the user's runs its own ``hook`` before ``tracker`` does: it may draw there, in
-    both runs (Lightning's own callbacks draw nothing)."""
-    callbacks: list[Any] = getattr(trainer, "callbacks", [])  # set on the Trainer by Lightning, not declared
-    for callback in callbacks:
-        if callback is tracker:
-            return False
-        kind = type(callback)
-        own = getattr(kind, hook).__qualname__ != f"Callback.{hook}"
-        if own and not kind.__module__.startswith(("pytorch_lightning.", "lightning.")):
-            return True
-    return False
 
 
 def _load_progress_only(tracker: Tracker, entry: object, rank: int) -> None:

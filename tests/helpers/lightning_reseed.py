@@ -89,6 +89,7 @@ def fit(
     kind: str = "map",
     fetch_in_step: bool = False,
     in_validation: bool = False,
+    draw_before_each_epoch: bool = False,
 ) -> list[torch.Tensor]:
     """Fit, saving to ``path`` at the end of train batch ``save_at`` (0-based over the run) and stopping
     there (``in_epoch_end``: in that epoch's ``on_train_epoch_end``, as ``ModelCheckpoint`` does without
@@ -107,7 +108,8 @@ def fit(
     ``"stateful"`` (a shuffled torchdata ``StatefulDataLoader``). ``fetch_in_step``: ``training_step(dataloader_iter)``
     fetches its own batch (after the ``on_train_batch_start`` hooks). ``in_validation``: a validation after every
     2 train batches; the checkpoint is saved inside the first validation batch after train batch ``save_at``
-    (Lightning finishes that validation on resume).
+    (Lightning finishes that validation on resume). ``draw_before_each_epoch``: a callback listed before the
+    tracker draws from Python's RNG in every ``on_train_epoch_start`` (in every run).
     Returns the final weights."""
     pl = importlib.import_module(package)
     reseed_owner, _, reseed_hook = reseed.partition(".")
@@ -161,6 +163,10 @@ def fit(
         def on_train_batch_start(self, *args: Any) -> None:
             torch.rand(1)
 
+    class EpochDrawer(pl.Callback):  # type: ignore[misc,name-defined]
+        def on_train_epoch_start(self, *args: Any) -> None:
+            random.random()
+
     def draw_shift(self: Any) -> None:
         self.shift = 0.01 * _DRAWS[draw_each_epoch if isinstance(draw_each_epoch, str) else "torch"]()
 
@@ -189,7 +195,14 @@ def fit(
         enable_progress_bar=False,
         enable_model_summary=False,
         logger=False,
-        callbacks=[*([Drawer()] if draw_before else []), EarlyReseeder(), ProgressTracker(), saver, Reseeder()],
+        callbacks=[
+            *([Drawer()] if draw_before else []),
+            *([EpochDrawer()] if draw_before_each_epoch else []),
+            EarlyReseeder(),
+            ProgressTracker(),
+            saver,
+            Reseeder(),
+        ],
         **({"val_check_interval": 2, "num_sanity_val_steps": 0} if in_validation else {}),
     )
     resume = save_at is None and path.exists()
