@@ -4,8 +4,9 @@ Tiny model (Linear(32, 2)), batches of 4, gradient accumulation 2, one thread. R
 the loop with and without the tracker are interleaved and the median per-batch times
 compared (target: at most 0.5 % extra). Then, if valgrind is installed, callgrind counts
 the instructions of the same loops, interleaved in one process, at two batch counts; the
-difference over the extra batches is the per-batch cost (see _callgrind.py). Prints
-figures; asserts nothing.
+difference over the extra batches is the per-batch cost, each mode's least figure over the
+repeats, the garbage collector run between loops (see _callgrind.py). Prints figures;
+asserts nothing.
 
     python benchmarks/accelerate_overhead.py               # timing, then callgrind
     python benchmarks/accelerate_overhead.py --callgrind   # counts only
@@ -29,7 +30,8 @@ from tracker_core.integrations.accelerate import AcceleratorProgress
 
 ROUNDS = 15
 BATCHES = 200  # per round
-CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 220, 3
+# shorter loops, more of them: the noise is per batch (the allocators' state), so more repeats steady the least
+CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 120, 9
 
 
 def _setup(
@@ -127,7 +129,8 @@ def callgrind() -> None:
     extra = counts["with"] - counts["without"]
     print(
         f"callgrind instructions per batch without tracker: {counts['without']:,.0f} "
-        f"(largest spread between repeats of a mode: {spread:,.0f})"
+        f"(least of {CALLGRIND_REPEATS} repeats of {CALLGRIND_SMALL}/{CALLGRIND_LARGE}-batch loops; "
+        f"largest spread between repeats of a mode: {spread:,.0f})"
     )
     print(f"callgrind instructions per batch with tracker:    {counts['with']:,.0f}")
     print(
