@@ -1,5 +1,5 @@
-"""The one-call batch operations (``batch_next``, ``batch_processed_of``, ``batch_end_of``, ``batch_turn``) and
-``stepped_in_batch``: each counts exactly what the phase marks it stands for count, and refuses what they refuse."""
+"""The one-call batch operations (``batch_next``, ``batch_processed_of``, ``batch_end_of``, ``batch_turn``,
+``batch_turner``) and ``stepped_in_batch``: each counts exactly what the phase marks it stands for count, and refuses what they refuse."""
 
 from __future__ import annotations
 
@@ -66,6 +66,54 @@ def test_batch_turn_is_batch_end_of_then_batch_begin(batch: Any) -> None:
     two.train.batch_end_of(batch)
     two.train.batch_begin()
     assert _counts(one) == _counts(two)
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=repr)
+def test_a_batch_turner_turns_batches_as_batch_turn_does(batch: Any) -> None:
+    one, two = _in_epoch(), _in_epoch()
+    for progress in (one, two):
+        progress.train.batch_begin()
+    turn = one.train.batch_turner(1)
+    for _ in range(3):
+        turn(batch)
+        two.train.batch_turn(batch, 1)
+        assert _counts(one) == _counts(two)
+
+
+def test_a_batch_turner_refuses_what_batch_turn_refuses_and_counts_the_same() -> None:
+    one, two = _in_epoch(), _in_epoch()
+    turn = one.train.batch_turner()
+    with pytest.raises(EventOrderError, match="none was started"):
+        turn((torch.zeros(2),))
+    for progress in (one, two):
+        progress.train.batch_begin()
+        progress.train.epoch_processed()
+        progress.train.epoch_completed()
+    with pytest.raises(EventOrderError, match="outside an epoch"):
+        turn((torch.zeros(3),))
+    with pytest.raises(EventOrderError, match="outside an epoch"):
+        two.train.batch_turn((torch.zeros(3),))
+    assert _counts(one) == _counts(two)
+
+
+def test_a_batch_turner_refuses_a_negative_dataloader() -> None:
+    with pytest.raises(ValueError, match="dataloader"):
+        _in_epoch().train.batch_turner(-1)
+
+
+def test_a_batch_turner_made_before_a_load_counts_into_the_loaded_counts() -> None:
+    saved = _in_epoch()
+    saved.train.batch_begin()
+    saved.train.batch_end(2)  # a load cancels a batch in flight: saved between batches
+    one, two = _in_epoch(), _in_epoch()
+    turn = one.train.batch_turner()
+    for progress in (one, two):
+        progress.load_state_dict(saved.state_dict())  # new dataloader counts
+        progress.train.batch_begin()
+    turn((torch.zeros(3),))
+    two.train.batch_turn((torch.zeros(3),))
+    assert _counts(one) == _counts(two)
+    assert one.view.train.dataloaders[0].samples.lifetime == 5
 
 
 def test_batch_next_completes_a_processed_batch_then_readies_the_next() -> None:

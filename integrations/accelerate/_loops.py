@@ -19,7 +19,6 @@ class TrainBatch:
     loader: int  # train dataloader index
     step: int = 0  # accelerator.step when it was fetched
     processed: bool = False  # a save_state in the loop body counted its step
-    over: bool = False  # the loop body asked for the next batch: its step is over (ended with the next fetch)
     batch: Any = None  # the batch itself (its samples and tokens are counted when it is processed)
 
 

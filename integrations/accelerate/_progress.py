@@ -286,18 +286,21 @@ class AcceleratorProgress:
         counts = view.train.dataloaders
         batch_index = counts[index].batches.epoch if index < len(counts) else 0
         outside = False
+        over = False  # the loop body handed the batch back: its step is over (counts only while mine is in flight)
+        turn = train.batch_turner(index)  # ends the batch in flight and begins the next (ValueError: index < 0)
         try:
             for batch in loader:
                 try:
-                    if mine.over and self._in_flight is mine and not mine.processed:  # every batch but the first
+                    if self._in_flight is mine and not mine.processed:  # every batch but the first (over is True)
                         done = mine.batch
                         if type(done) is not tokens.tokenless_type:  # most batches: no call
                             tokens(done)
-                        train.batch_turn(done, index)  # ends the batch before and begins this one: one call
+                        turn(done)  # ends the batch before and begins this one: one call
                     else:
                         if self._in_flight is not None:  # the batch before, of another pass or processed by a save
                             self._end_train_batch()
                         train.batch_begin()
+                        turn = train.batch_turner(index)  # anew: a load (which makes new counts) leads here
                         mine.processed = False
                         self._in_flight = mine
                 except EventOrderError as error:
@@ -307,20 +310,20 @@ class AcceleratorProgress:
                         self._note(f"train dataloader {index} yielded batches outside an epoch of epochs() ({error})")
                 else:
                     mine.step = accelerator.step
-                    mine.over = False
                     mine.batch = batch
+                over = False
                 if with_index:
                     yield batch_index, batch
                     batch_index += 1
                 else:
                     yield batch
-                mine.over = True  # (it counts only while mine is the batch in flight)
+                over = True
         except GeneratorExit:  # the loop body left (break, exception)
             self._end_left_batch(mine)
             self._left_passes.add(index)
             raise
         finally:  # the pass ended, or its loader raised: the last batch's step is over
-            if self._in_flight is mine and mine.over:
+            if self._in_flight is mine and over:
                 self._end_train_batch()
 
     def _first_pass_after_load(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from torch import Tensor
@@ -266,8 +267,10 @@ class StageProgress:
         loop that learns a batch's step is over when it fetches the next batch."""
         kind = type(batch)
         if (kind is tuple or kind is list) and batch and type(first := batch[0]) is Tensor:  # type: ignore[index]
-            shape = first.shape
-            samples = shape[0] if shape else 1
+            try:
+                samples = first.shape[0]
+            except IndexError:  # a 0-d tensor: one sample
+                samples = 1
         elif kind is Tensor:
             shape = batch.shape  # type: ignore[attr-defined]  # exact type checked above
             samples = shape[0] if shape else 1
@@ -294,6 +297,48 @@ class StageProgress:
         batches.ready = batches.started = processed + 1
         self._resuming_epoch = False
         self._progress._where = self._at_batch_started
+
+    def batch_turner(self, dataloader: int = 0) -> Callable[[object], None]:
+        """``batch_turn(batch, dataloader)`` as a function of the batch alone, with the counts it moves at hand: for
+        a loop that turns batch after batch (no lookups but the batch's own). When a check fails, or after a load
+        (which makes new dataloader counts), it calls ``batch_turn``: the same counts, the same errors."""
+        if dataloader < 0:
+            raise ValueError(f"{self.name} batch: dataloader must be >= 0, got {dataloader}")
+        loaders = self._dataloaders
+        tallies = loaders[dataloader] if dataloader < len(loaders) else self._add_dataloaders(dataloader)
+        batches, epochs, samples, progress = self._batches, self._epochs, self._samples, self._progress
+        loader_batches, loader_samples, started = tallies.batches, tallies.samples, self._at_batch_started
+
+        def turn(batch: object) -> None:
+            kind = type(batch)
+            if (kind is tuple or kind is list) and batch and type(first := batch[0]) is Tensor:  # type: ignore[index]
+                try:
+                    count = first.shape[0]
+                except IndexError:  # a 0-d tensor: one sample
+                    count = 1
+            elif kind is Tensor:
+                shape = batch.shape  # type: ignore[attr-defined]  # exact type checked above
+                count = shape[0] if shape else 1
+            else:
+                count = samples_in(batch)
+            processed = batches.processed
+            if (
+                processed != batches.completed
+                or processed == batches.started
+                or epochs.ready == epochs.completed
+                or self._dataloaders is not loaders
+            ):
+                self.batch_turn(batch, dataloader)
+                return
+            batches.processed = batches.completed = processed + 1
+            samples.total += count
+            loader_batches.total += 1
+            loader_samples.total += count
+            batches.ready = batches.started = processed + 2
+            self._resuming_epoch = False
+            progress._where = started
+
+        return turn
 
     def cancel_batch(self) -> None:
         """Undo a fetched batch that will not be processed (e.g. a start hook asked to stop)."""
