@@ -1,12 +1,14 @@
 """How leaving ``progress.epochs()`` ends the Accelerate fit's ledger entry, and its heartbeat from the fit's start.
 
 Running out of epochs completes the run; a ``break`` or ``return`` before its last epoch is done stops it early
-(as Lightning's ``should_stop`` and Ignite's ``terminate()``); an exception out of the loop body crashes it.
+(as Lightning's ``should_stop`` and Ignite's ``terminate()``); an exception out of the loop body crashes it,
+Ctrl-C (the ``KeyboardInterrupt`` the SIGINT handler raises) interrupts it.
 With automatic checkpoint naming the save folder is known before the first save: the fit beats from its start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -143,11 +145,83 @@ def test_an_exception_raised_in_a_function_the_body_calls_crashes_the_run() -> N
     assert program.ended() == ["crashed"]
 
 
-def test_a_keyboard_interrupt_crashes_the_run_as_python_shows_the_loop_no_exception_type() -> None:
+def test_a_keyboard_interrupt_the_program_raises_itself_crashes_the_run_as_python_shows_the_loop_no_type() -> None:
     program = Program()
     with pytest.raises(KeyboardInterrupt):
         _interrupt(program)
     assert program.ended() == ["crashed"]
+
+
+def _press_ctrl_c_in_the_second_batch(program: Program) -> None:
+    for _ in program.progress.epochs(2):
+        for batch, _ in enumerate(program.batches()):
+            if batch == 1:
+                os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends; Python's handler raises KeyboardInterrupt
+
+
+def test_ctrl_c_in_the_train_loop_interrupts_the_run_and_its_keyboard_interrupt_goes_on() -> None:
+    program = Program()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt) as raised:
+        _press_ctrl_c_in_the_second_batch(program)
+    assert type(raised.value) is KeyboardInterrupt
+    (fit,) = program.progress.view.state_dict()["ledger"]["runs"]
+    assert (fit["ended"], fit["end"]["batches"]) == ("interrupted", 2)  # the second batch had trained (its step)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is Python's again
+
+
+class _OwnInterrupt(KeyboardInterrupt):
+    pass
+
+
+def test_ctrl_c_runs_the_programs_own_handler_and_its_exception_goes_on_unchanged() -> None:
+    own = _OwnInterrupt("from the program's handler")
+
+    def handler(signum: int, frame: object) -> None:
+        raise own
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        program = Program()
+        with pytest.raises(_OwnInterrupt) as raised:
+            _press_ctrl_c_in_the_second_batch(program)
+        assert raised.value is own
+        assert program.ended() == ["interrupted"]
+        assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _fail_after_a_caught_ctrl_c(program: Program) -> None:
+    for _ in program.progress.epochs(2):
+        for batch, _ in enumerate(program.batches()):
+            if batch == 1:
+                with contextlib.suppress(KeyboardInterrupt):  # the program goes on
+                    os.kill(os.getpid(), signal.SIGINT)
+            if batch == 2:
+                _fail()
+
+
+def test_an_exception_after_a_ctrl_c_the_loop_body_caught_crashes_the_run() -> None:
+    program = Program()
+    with pytest.raises(RuntimeError, match="in the step"):
+        _fail_after_a_caught_ctrl_c(program)
+    assert program.ended() == ["crashed"]
+
+
+def test_a_handler_the_program_sets_during_the_fit_stays_after_it() -> None:
+    program = Program()
+
+    def handler(signum: int, frame: object) -> None:
+        pass
+
+    try:
+        for _ in program.progress.epochs(1):
+            signal.signal(signal.SIGINT, handler)
+        assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert program.ended() == ["completed"]
 
 
 def _shown(epochs: Iterator[int]) -> Iterator[int]:
@@ -175,6 +249,18 @@ def test_an_exception_through_a_generator_over_the_loop_crashes_the_run() -> Non
     with pytest.raises(RuntimeError, match="in the step"):
         _fail_in_a_shown_loop(program)
     assert program.ended() == ["crashed"]
+
+
+def _press_ctrl_c_in_a_shown_loop(program: Program) -> None:
+    for _ in _shown(program.progress.epochs(2)):
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_ctrl_c_through_a_generator_over_the_loop_interrupts_the_run() -> None:
+    program = Program()
+    with pytest.raises(KeyboardInterrupt):
+        _press_ctrl_c_in_a_shown_loop(program)
+    assert program.ended() == ["interrupted"]
 
 
 def test_a_held_loop_whose_function_returns_stops_early() -> None:

@@ -55,6 +55,7 @@ from tracker_core.integrations.accelerate._compat import (
     prepared_optimizers,
     prepared_schedulers,
 )
+from tracker_core.integrations.accelerate._interrupts import InterruptWatch
 from tracker_core.integrations.accelerate._loggers import rewind_trackers
 from tracker_core.integrations.accelerate._loops import Evaluation, TrainBatch, closed_by_exception, iterating_code
 
@@ -94,6 +95,7 @@ class AcceleratorProgress:
         self._hooked_optimizers = 0
         self._fit: object | None = None  # the open epochs() loop (a token), None outside one
         self._fit_at = (0, 0)  # the epoch the open epochs() loop last yielded, and its max_epochs
+        self._interrupts = InterruptWatch()  # Ctrl-C while the fit run is open (it ends "interrupted")
         self._in_flight: TrainBatch | None = None  # the train batch handed to a loop body
         self._evaluation: Evaluation | None = None  # the open evaluation pass
         self._warned = False  # an anomaly warned already
@@ -193,7 +195,10 @@ class AcceleratorProgress:
                     epoch += 1
         except GeneratorExit:  # the loop body left (break, return, exception)
             if self._fit is own:
-                self._end_fit("crashed" if closed_by_exception(loop) else self._left_early())
+                if closed_by_exception(loop):
+                    self._end_fit("interrupted" if self._interrupts.left_by_interrupt() else "crashed")
+                else:
+                    self._end_fit(self._left_early())
             raise
         if self._fit is own:
             self._end_fit()
@@ -212,6 +217,7 @@ class AcceleratorProgress:
         self._progress.run_ready("fit")
         self._progress.run_started()
         self._fit = own
+        self._interrupts.start()
         keep_heartbeat(self._progress, _automatic_heartbeat_folder(self._accelerator))  # else from the first save
         if self._rng_check.armed:
             self._rng_check.check("between accelerator.load_state and the epochs() loop")
@@ -232,10 +238,11 @@ class AcceleratorProgress:
             train.epoch_completed()
 
     def _end_fit(self, ended: str | None = None) -> None:
-        """End the fit run: completed, or ``ended`` (``crashed``, ``stopped_early``) in the run ledger."""
+        """End the fit run: completed, or ``ended`` (``crashed``, ``interrupted``, ``stopped_early``) in the run ledger."""
         self._end_evaluation_left_open()
         self._end_train_epoch()
         self._fit = None
+        self._interrupts.stop()
         if ended is not None:
             self._progress.note_run_end(ended)
         self._progress.run_processed()
@@ -585,6 +592,7 @@ class AcceleratorProgress:
             self._progress, checkpoint.heartbeat_folder(input_dir, _automatic_naming(accelerator))
         )  # the lost work of the saved run
         self._in_flight, self._fit, self._evaluation = None, None, None
+        self._interrupts.stop()
         accelerator.project_configuration.iteration = _next_save_iteration(accelerator, saved.save_iteration)
         resuming_epoch = self.view.train.epochs.lifetime.in_flight
         if found.ranks is None:  # Accelerate restores the same RNGs after this hook (saved at one instant)
