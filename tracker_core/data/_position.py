@@ -61,9 +61,10 @@ from tracker_core.data._fast_forward import SlowResumeWarning
 from tracker_core.data._iterable_replay import IterableReplay
 from tracker_core.data._rng import (
     GlobalRng,
+    capture_global_rng,
     capture_rng_state,
-    preserved_global_rng,
     read_generator_state,
+    restore_global_rng,
     restore_rng_state,
 )
 from tracker_core.data._sampler_replay import SamplerReplay
@@ -365,12 +366,15 @@ class LoaderPosition:
         self._site.cursor.epoch = record
         loader = self.loader
         torch_only = not self._strategy.replays_all_global_rngs(replay)
-        with preserved_global_rng(torch_only=torch_only):
+        saved = capture_global_rng(torch_only=torch_only)
+        try:
             if record.iterator_rng is not None:
                 record.iterator_rng.apply(torch_only=torch_only)
                 if record.loader_generator is not None and loader.generator is not None:
                     loader.generator.set_state(record.loader_generator)
             return self._strategy.replay(replay)
+        finally:
+            restore_global_rng(saved)
 
     # --- what fixes the order -----------------------------------------------------------
 

@@ -14,12 +14,12 @@ import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.data._compact import RNG_COMPACT_VERSION, Decoded, blob_bytes_of, expand_rng
+from tracker_core.data._compact import RNG_COMPACT_VERSION, Decoded, Seeded, blob_bytes_of, expand_rng, seeded_bytes
 from tracker_core.data._device_rng import (
     DeviceStates,
     apply_devices,
@@ -48,12 +48,14 @@ class GlobalRng:
     """The global generators' states, in memory (``capture`` / ``apply``).
 
     ``devices``: the generators of every initialised accelerator (``tracker_core/data/_device_rng.py``).
+    ``torch_state`` is ``torch.get_rng_state()``, or, read from the short form of a just-seeded state, its
+    seed (:class:`Seeded`), applied with ``manual_seed``: the same generator state, with no 5 KB made.
     ``python_state`` is ``random.getstate()``, and ``numpy_state`` NumPy's ``get_state()``, except that a state
     read from plain data keeps their words packed until it is applied: bytes, or the saved base64 text,
     checked to decode to exactly those bytes. A resume that applies torch's generator alone decodes neither.
     """
 
-    torch_state: torch.Tensor
+    torch_state: torch.Tensor | Seeded
     python_state: tuple[Any, ...]
     numpy_state: tuple[Any, ...] | None
     devices: tuple[DeviceStates, ...] = ()
@@ -66,7 +68,10 @@ class GlobalRng:
 
     def apply(self, *, torch_only: bool = False) -> None:
         """Set the live global generators to this snapshot (``torch_only``: torch's CPU and device ones alone)."""
-        torch.set_rng_state(self.torch_state)
+        if isinstance(self.torch_state, Seeded):
+            torch.default_generator.manual_seed(self.torch_state)
+        else:
+            torch.set_rng_state(self.torch_state)
         if torch_only:
             if self.devices:
                 apply_devices(self.devices)
@@ -109,7 +114,7 @@ class GlobalRng:
             }
         plain = {
             "version": RNG_STATE_VERSION,
-            "torch": tensor_to_text(self.torch_state),
+            "torch": _torch_text(self.torch_state),
             "python": python,
             "numpy": numpy,
         }
@@ -130,13 +135,19 @@ class GlobalRng:
                 join_key(key, "version"),
                 f"unsupported version {version}; this code reads {RNG_STATE_VERSION} and {RNG_COMPACT_VERSION}",
             )
-        torch_state = read_torch_cpu_state(fields["torch"], join_key(key, "torch"))
+        torch_state = fields["torch"]
+        if not isinstance(torch_state, Seeded):  # a seed below 2**64 is valid (checked by expand_rng)
+            torch_state = read_torch_cpu_state(torch_state, join_key(key, "torch"))
         python_state = _python_state(fields["python"], join_key(key, "python"))
         numpy_state = None
         if fields["numpy"] is not None:
             numpy_state = _numpy_state(fields["numpy"], join_key(key, "numpy"))
         devices = devices_from_plain(fields["devices"], join_key(key, "devices")) if "devices" in fields else ()
         return cls(torch_state, python_state, numpy_state, devices)
+
+
+def _torch_text(state: torch.Tensor | Seeded) -> str:
+    return bytes_to_text(seeded_bytes(state)) if isinstance(state, Seeded) else tensor_to_text(state)
 
 
 def read_torch_cpu_state(value: object, key: str) -> torch.Tensor:
@@ -235,20 +246,35 @@ def preserved_global_rng(*, torch_only: bool = False) -> Iterator[None]:
     """Run a block, then put the three global generators back as they were before it; with ``torch_only``,
     torch's CPU and device generators alone (for a block that draws from no other: reading or setting
     NumPy's state costs about 0.1 ms each, several times what a resume of a small loader costs)."""
-    if not torch_only:
-        saved = GlobalRng.capture()
-        try:
-            yield
-        finally:
-            saved.apply()
-        return
-    torch_state, devices = torch.get_rng_state(), capture_devices()
+    saved = capture_global_rng(torch_only=torch_only)
     try:
         yield
     finally:
-        torch.set_rng_state(torch_state)
-        if devices:
-            apply_devices(devices)
+        restore_global_rng(saved)
+
+
+def capture_global_rng(*, torch_only: bool = False) -> GlobalRng | TorchRng:
+    """What :func:`restore_global_rng` puts back: every global generator, or torch's CPU and device ones alone
+    (:func:`preserved_global_rng` without a context manager, for a hot path)."""
+    if torch_only:
+        return TorchRng(torch.get_rng_state(), capture_devices())
+    return GlobalRng.capture()
+
+
+def restore_global_rng(saved: GlobalRng | TorchRng) -> None:
+    if isinstance(saved, GlobalRng):
+        saved.apply()
+        return
+    torch.set_rng_state(saved.torch_state)
+    if saved.devices:
+        apply_devices(saved.devices)
+
+
+class TorchRng(NamedTuple):
+    """Torch's global CPU generator's state and those of initialised accelerators."""
+
+    torch_state: torch.Tensor
+    devices: tuple[DeviceStates, ...]
 
 
 def capture_rng_state() -> dict[str, Any]:

@@ -45,6 +45,8 @@ class StatefulLoader(Strategy):
     kind = "stateful_dataloader"
     epoch_keys = ("iterator_rng", "loader_generator", "loader_state")
     _sampler_skip = 0  # indices the armed state's sampler had drawn, left to skip_sampler (not torchdata)
+    _reads_of: Any = None  # the loader state whose stateful_reads_again is _reads
+    _reads = (0, 0)
 
     def begin(self, record: EpochRecord) -> Any:
         iterator = self.site.build()
@@ -56,29 +58,40 @@ class StatefulLoader(Strategy):
         cursor = self.site.cursor
         cursor.replay = None
         record = replay.record
-        loader = self.site.loader
-        to_position, since_snapshot = stateful_reads_again(record.state, isinstance(loader.dataset, IterableDataset))
+        to_position, since_snapshot = self._reads_again(record.state)
         by_us = replay.skip - record.state_batch
-        reasons = []
-        if to_position:
-            reasons.append("its dataset has no state of its own (state_dict / load_state_dict)")
-        if since_snapshot:
-            reasons.append(f"its workers' last snapshot is {since_snapshot} batches older (snapshot_every_n_steps)")
-        if by_us:
-            reasons.append(f"the loader's state is kept only for the last {KEPT_STATES} batches it yielded")
-        by_loader = to_position + since_snapshot
-        with reading_again(cursor, loader, by_loader + by_us, " and ".join(reasons)):
-            iterator = self.site.build()  # loads the state armed by load_state_dict
-            redraw_base_seed(iterator, loader.generator)  # torchdata's load undid it (shuffle=True, generator=g)
-            if self._sampler_skip:
-                skip_sampler(iterator, self._sampler_skip)
-                self._sampler_skip = 0
-            if not loader.num_workers:
-                start_sampler_now(iterator)  # inside the epoch's replayed RNGs, as in the saved run
-            drop_batches(iterator, by_us)
+        batches = to_position + since_snapshot + by_us
+        if batches:
+            reasons = []
+            if to_position:
+                reasons.append("its dataset has no state of its own (state_dict / load_state_dict)")
+            if since_snapshot:
+                reasons.append(f"its workers' last snapshot is {since_snapshot} batches older (snapshot_every_n_steps)")
+            if by_us:
+                reasons.append(f"the loader's state is kept only for the last {KEPT_STATES} batches it yielded")
+            with reading_again(cursor, self.site.loader, batches, " and ".join(reasons)):
+                iterator = self._build(by_us)
+        else:  # the common case: the loader's own state puts it at the position
+            cursor.fast_forward = None
+            iterator = self._build(0)
         if by_us:
             record.state, record.state_batch = iterator.state_dict(), replay.skip
         self._note_states(iterator, record, replay.skip)
+        return iterator
+
+    def _build(self, drop: int) -> Any:
+        """The armed epoch's iterator (it loads the state armed by ``load_state_dict``), ``drop`` batches read."""
+        loader = self.site.loader
+        iterator = self.site.build()
+        if loader.generator is not None:
+            redraw_base_seed(iterator, loader.generator)  # torchdata's load undid it (shuffle=True, generator=g)
+        if self._sampler_skip:
+            skip_sampler(iterator, self._sampler_skip)
+            self._sampler_skip = 0
+        if not loader.num_workers:
+            start_sampler_now(iterator)  # inside the epoch's replayed RNGs, as in the saved run
+        if drop:
+            drop_batches(iterator, drop)
         return iterator
 
     def replays_all_global_rngs(self, replay: Replay) -> bool:
@@ -87,8 +100,15 @@ class StatefulLoader(Strategy):
         alone, for the base seed, skipping three reads and writes of NumPy's state."""
         if not isinstance(self.site.loader.dataset, IterableDataset):
             return True
-        to_position, since_snapshot = stateful_reads_again(replay.record.state, True)
+        to_position, since_snapshot = self._reads_again(replay.record.state)
         return bool(to_position or since_snapshot or replay.skip != replay.record.state_batch)
+
+    def _reads_again(self, state: Any) -> tuple[int, int]:
+        """:func:`stateful_reads_again` of the loader state ``state``, worked out once per state (a resume asks twice)."""
+        if self._reads_of is not state:
+            iterable = isinstance(self.site.loader.dataset, IterableDataset)
+            self._reads_of, self._reads = state, stateful_reads_again(state, iterable)
+        return self._reads
 
     def _note_states(self, iterator: Any, record: EpochRecord, batch: int) -> None:
         """Note the loader's state after each batch past ``batch`` (``record.state`` is the one at ``batch``);
