@@ -8,20 +8,30 @@ difference over the extra batches is the per-batch cost, each mode's least figur
 repeats, the garbage collector run between loops (see _callgrind.py). Prints figures;
 asserts nothing.
 
+The training step's allocations move that difference by several hundred instructions a batch from
+one run to the next, so ``--exact`` also counts the tracker's own instructions without training:
+``progress.train()`` inside ``epochs()`` over a list of ready batches against the bare loop over it,
+and the torch optimizer inside a prepared one, whose ``step`` does nothing, with and without the
+tracker's step hook (one step per ``ACCUMULATION`` batches); those counts repeat to a few instructions.
+
     python benchmarks/accelerate_overhead.py               # timing, then callgrind
     python benchmarks/accelerate_overhead.py --callgrind   # counts only
+    python benchmarks/accelerate_overhead.py --exact       # the tracker's own instructions only
 """
 
 from __future__ import annotations
 
+import gc
 import os
+import shutil
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
-from _callgrind import counts_per_batch, main, run_segments
+from _callgrind import counts_per_batch, main, run_segments, segment, segment_instructions
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -32,6 +42,7 @@ ROUNDS = 15
 BATCHES = 200  # per round
 # shorter loops, more of them: the noise is per batch (the allocators' state), so more repeats steady the least
 CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 120, 9
+EXACT_SMALL, EXACT_LARGE, ACCUMULATION = 100, 1_100, 2
 
 
 def _setup(
@@ -139,6 +150,80 @@ def callgrind() -> None:
     )
 
 
+class _Nop(torch.optim.Optimizer):
+    """An optimizer whose step does nothing: torch still runs its step hooks around it."""
+
+    def __init__(self, params: object) -> None:
+        super().__init__(params, {})  # type: ignore[arg-type]
+
+    def step(self, closure: object = None) -> None:  # type: ignore[override]
+        return None
+
+
+def exact_segments() -> None:
+    """What ``--exact`` counts: ``EXACT_SMALL`` and ``EXACT_LARGE`` batches (or steps) of each mode, 3 times."""
+    torch.set_num_threads(1)
+    batch = (torch.zeros(4, 32), torch.zeros(4, 2))
+    batches = [batch] * EXACT_LARGE
+    accelerators = [Accelerator(cpu=True, gradient_accumulation_steps=ACCUMULATION) for _ in range(2)]
+    steppers = [a.prepare(_Nop(torch.nn.Linear(32, 2).parameters())) for a in accelerators]
+    progress = AcceleratorProgress(accelerators[0])  # hooks steppers[0]
+
+    def tracked(n: int) -> None:
+        data = batches[:n]
+        for _epoch in progress.epochs(1):
+            for _batch in progress.train(data):
+                pass
+
+    def bare(n: int) -> None:
+        data = batches[:n]
+        for _epoch in range(1):
+            for _batch in data:
+                pass
+
+    def steps(stepper: Any) -> Callable[[int], None]:
+        step = stepper.optimizer.step  # torch's, with its hooks (AcceleratedOptimizer.step adds ~700k of its own)
+
+        def run(n: int) -> None:
+            for _ in range(n):
+                step()
+
+        return run
+
+    modes = {"bare loop": bare, "train()": tracked, "step": steps(steppers[1]), "hooked step": steps(steppers[0])}
+    for run in modes.values():
+        run(EXACT_SMALL)  # warm-up (Python specializes the code on its first runs)
+    for _ in range(3):
+        for name, run in modes.items():
+            for n in (EXACT_SMALL, EXACT_LARGE):
+                gc.collect()
+                segment(f"{name} {n}", run, n)
+
+
+def exact() -> None:
+    if shutil.which("valgrind") is None:
+        print("callgrind: valgrind not installed, instruction counts skipped")
+        return
+    counts = segment_instructions(__file__, "--exact-segments")
+    per: dict[str, list[float]] = {}
+    for (label, small), (_, large) in zip(counts[::2], counts[1::2]):
+        per.setdefault(label.rsplit(" ", 1)[0], []).append((large - small) / (EXACT_LARGE - EXACT_SMALL))
+    least = {mode: min(values) for mode, values in per.items()}
+    loop, hook = least["train()"] - least["bare loop"], least["hooked step"] - least["step"]
+    print("callgrind, instructions per batch (or step) of each repeat:")
+    for mode, values in per.items():
+        print(f"  {mode + ':':13} {', '.join(f'{value:,.1f}' for value in values)}")
+    print("the tracker's own instructions (least of the repeats):")
+    print(f"  progress.train() in epochs(), per batch:  {loop:8.0f}")
+    print(f"  the optimizer step hook, per step:        {hook:8.0f}")
+    print(f"  per batch, one step per {ACCUMULATION} batches:       {loop + hook / ACCUMULATION:8.0f}")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    main(timing, callgrind_segments, callgrind)
+    if sys.argv[1:] == ["--exact"]:
+        exact()
+    elif sys.argv[1:] == ["--exact-segments"]:
+        exact_segments()
+    else:
+        main(timing, callgrind_segments, callgrind)
