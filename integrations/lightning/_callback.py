@@ -136,6 +136,8 @@ class ProgressTracker(CallbackBase):
         self._rng_check_where = ""  # what the epoch-run check names
         self._rng_check_generators: tuple[str, ...] = GLOBAL_GENERATORS  # those the checks above compare
         self._rng_check_unmoved: ResumeRngCheck | None = None  # epoch boundary: the others, before on_train_epoch_start
+        self._rng_cut: GlobalRng | None = None  # the RNGs at the checkpoint a validation batch cut: see _cut_validation
+        self._rng_cut_setup = False  # ... were the RNGs before Lightning's setup_data iterator (its draws undone)
         self._elastic_entry: dict[str, Any] | None = None  # saved at another world size: loaded at setup_data
         self._train_loaders: list[object] = []  # held: the tracker's positions need them until the next fit
         self._train_layout: tuple[str, list[Any], list[int | None]] | None = None  # several train loaders
@@ -211,7 +213,7 @@ class ProgressTracker(CallbackBase):
         # left by a resumed fit that trained nothing
         self._rng_check_at_start = self._rng_check_unmoved = self._rng_check_at_run = None
         self._rng_boundary = self._rng_await_build = False
-        self._rng_built = self._rng_iterator = None
+        self._rng_built = self._rng_iterator = self._rng_cut = None
         if self._cut_by:
             self._settle_cut()
         attach(trainer, self.tracker.progress)
@@ -224,6 +226,8 @@ class ProgressTracker(CallbackBase):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._remove_step_hooks()
         resume.forget_epoch_run(trainer.fit_loop)  # a fit that ended before the epoch its RNG check waited for
+        resume.forget_cut_validation(trainer.fit_loop)
+        self._rng_cut = None
         self._warnings_as_before()
         kind = str(getattr(stage, "value", stage))  # Lightning passes its TrainerFn (a str enum)
         if kind != _FIT and not self._run_begun:  # Lightning skipped a loop over zero batches: still a run
@@ -648,6 +652,8 @@ class ProgressTracker(CallbackBase):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         if not trainer.sanity_checking:
+            if self._rng_cut is not None:
+                self._undo_cut_validation_draws()
             self._validate.batch_begin(batch)
 
     @_passenger
@@ -888,14 +894,15 @@ class ProgressTracker(CallbackBase):
             self.tracker.load_state_dict(state_dict)
             self._rng_check = ResumeRngCheck(load=_SEED_BEFORE)
             self._rng_check.loaded()
-            self._validation_at_load(state_dict["progress"])
+            if self._validation_at_load(state_dict["progress"]) and trainer is not None:
+                resume.on_cut_validation(trainer.fit_loop, self._cut_validation_starts, self._cut_validation_ended)
         else:
             self._elastic_entry = state_dict
         for driver in (self._train, self._validate, self._test, self._predict):
             driver.reset()
         self._loaded = trainer is None or trainer.state.fn == _FIT
 
-    def _validation_at_load(self, progress: dict[str, Any]) -> None:
+    def _validation_at_load(self, progress: dict[str, Any]) -> bool:
         """A fit checkpoint saved inside a validation: follow what Lightning does with that validation.
 
         Saved inside a validation batch (e.g. ``OnExceptionCheckpoint``), Lightning finishes the
@@ -905,9 +912,9 @@ class ProgressTracker(CallbackBase):
         """
         restart, self._validation_restart = self._validation_restart, ""
         if not restart or not reenter_evaluation_epoch(self.tracker.progress, "validate", progress):
-            return
+            return False
         if restart == "finish":
-            return
+            return True  # Lightning finishes it: see _cut_validation_starts
         validate = self.tracker.progress.validate
         validate.epoch_processed()
         validate.epoch_completed()
@@ -919,6 +926,31 @@ class ProgressTracker(CallbackBase):
         )
         self.tracker.progress.note_anomaly(message)
         warnings.warn(message, InexactResumeWarning, stacklevel=2)
+        return False
+
+    def _cut_validation_starts(self) -> None:
+        """Lightning is about to finish the validation a checkpoint cut inside a batch (``resume.on_cut_validation``):
+        it calls ``val_dataloader()`` and builds that validation's iterator again, and runs its start hooks and the
+        cut batch's ``on_validation_batch_start`` again, all of which the uninterrupted run did before the checkpoint
+        (each iterator of a loader without a ``generator`` draws its base seed from torch's global RNG). The RNGs
+        now are put back at that batch's start (``_undo_cut_validation_draws``); the validation goes on at the batch
+        the checkpoint cut, so the loaders the uninterrupted run built after it are built, with their draws, here
+        too. If Lightning may still drop its ``setup_data`` train iterator at the next epoch's start (undoing its
+        draws), the RNGs before it are those put back, and that undo goes back to the RNGs after this validation."""
+        pending = self._rng_at_setup
+        self._rng_cut_setup = pending is not None
+        self._rng_cut = pending if pending is not None else GlobalRng.capture()
+
+    def _undo_cut_validation_draws(self) -> None:
+        rng, self._rng_cut = self._rng_cut, None
+        if rng is not None:
+            rng.apply()
+
+    def _cut_validation_ended(self) -> None:
+        self._rng_cut = None  # a validation that ran no batch
+        if self._rng_cut_setup and self._rng_at_setup is not None:
+            self._rng_at_setup = GlobalRng.capture()
+        self._rng_cut_setup = False
 
 
 def _load_progress_only(tracker: Tracker, entry: object, rank: int) -> None:

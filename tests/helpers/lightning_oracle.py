@@ -65,6 +65,7 @@ class Oracle(*_bases()):  # type: ignore[misc]
         self._train_started = False
         self._before_sanity: Any = None
         self._carried: dict[int, int] = {}
+        self._first_index: dict[int, int] = {}  # the first batch_idx of each dataloader in this evaluation epoch
         self._epoch_offset = 0  # Lightning's epoch batch counts ahead of the record's, after a noted anomaly  # batches of a restored evaluation epoch Lightning finishes
         for hook in HOOKS:
             setattr(self, hook, self._checker(hook))
@@ -102,10 +103,12 @@ class Oracle(*_bases()):  # type: ignore[misc]
             self._check_fit(trainer, view, hook)
         stage = next((s for s in ("validation", "test", "predict") if hook.startswith(f"on_{s}_")), None)
         if stage is not None and hook == f"on_{stage}_epoch_start":
-            # Lightning finishing a validation a checkpoint interrupted re-reads its data from the start
-            # (batch_idx from 0) while its batch counts go on from the batches done
+            # a validation a checkpoint cut inside a batch goes on from the batches done: at the cut batch
+            # (the tracker points Lightning's iterator there) or, where it cannot, Lightning re-reads the data
+            # from the start (batch_idx from 0)
             counts = view.stage({"validation": "validate"}.get(stage, stage)).dataloaders
             self._carried = {d: c.batches.epoch for d, c in enumerate(counts)}
+            self._first_index = {}
         if stage is not None and "_batch_" in hook:
             self._check_evaluation(trainer, view, hook, stage, fn, args)
 
@@ -170,7 +173,9 @@ class Oracle(*_bases()):  # type: ignore[misc]
             batch_idx = args[3]
             dataloader = args[4] if len(args) == 5 else 0
             per_loader = counts.dataloaders[dataloader].batches.epoch if dataloader < len(counts.dataloaders) else 0
-            expected = self._carried.get(dataloader, 0) + batch_idx + 1
+            first = self._first_index.setdefault(dataloader, batch_idx)
+            carried = self._carried.get(dataloader, 0)
+            expected = batch_idx + 1 + (carried if first != carried else 0)
             self._expect(hook, f"{name} dataloader {dataloader} epoch batches", per_loader, expected)
 
     def check_anomalies(self, view: Any) -> None:
