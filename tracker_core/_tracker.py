@@ -14,10 +14,8 @@ from tracker_core.counting import _clock
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
 from tracker_core.data._compact import check_bases, compact_loader, compact_rng, expand_loader, expand_rng
-from tracker_core.data._epoch import BuildWatch, SamplerStartWatch
 from tracker_core.data._position import LoaderPosition, _ParsedState
 from tracker_core.data._rng import GlobalRng
-from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._saved_loader import check_saved_loader
 from tracker_core.distributed._elastic import ENTRY_KEYS, gather, reenters_train_epoch, saved_elsewhere, select, world
 from tracker_core.state._codec import check_plain
@@ -38,12 +36,10 @@ class Tracker:
     """
 
     __slots__ = (
-        "_build_watch",
         "_loaded",
         "_loaders",
         "_pending",
         "_rearmed",
-        "_sampler_watch",
         "_undo",
         "_untracked",
         "progress",
@@ -56,8 +52,6 @@ class Tracker:
         self._pending: dict[int, tuple[dict[str, Any], bool]] = {}  # loaded, waiting for their loader
         self._undo: _Undo | None = None  # what the last load changed, while a loader part of it waits (_pending)
         self._loaded: _LoadedParts | None = None  # the last load's loader parts (see resume_loaded_again)
-        self._sampler_watch: SamplerStartWatch | None = None  # see watch_train_sampler_start
-        self._build_watch: BuildWatch | None = None  # see watch_train_iterator_builds
         self._rearmed = False  # _pending holds loader parts of resume_loaded_again, not of a load
 
     @property
@@ -173,62 +167,6 @@ class Tracker:
         if size > 1 or any(position.distributed_info() is not None for position in self._loaders.values()):
             return self.gathered_state_dict()
         return self.state_dict()
-
-    def watch_train_sampler_start(self) -> bool:
-        """Note every global RNG (:class:`GlobalRng`) when the first of the train loaders' index samplers next
-        starts an epoch, before it draws: :meth:`rng_at_train_sampler_start`. With ``num_workers=0`` a sampler starts
-        at its iterator's first batch, after the framework's epoch-start hooks and before the dataset's draws:
-        where a resume check (:class:`ResumeRngCheck`) compares the RNGs the load restored.
-
-        Call it after the iterators are built, before their first batch. False, noting nothing, unless the
-        tracker sees the index sampler of every train loader (not an ``IterableDataset``, a
-        ``StatefulDataLoader`` or a loader it does not track) and none has started since its iterator was
-        built. Noted once, only while watched (reading Python's and NumPy's states costs), and not at all if
-        one of these loaders builds a new iterator before any sampler starts (the build draws first).
-        """
-        positions = list(self._loaders.values())
-        if (
-            not positions
-            or self._untracked
-            or not all(p.kind == SamplerReplay.kind and p._site.cursor.awaiting_sampler for p in positions)
-        ):
-            self._sampler_watch = None
-            return False
-        watch = self._sampler_watch = SamplerStartWatch()
-        for position in positions:
-            position._site.cursor.sampler_watch = watch
-        return True
-
-    def watch_train_iterator_builds(self) -> bool:
-        """Note every global RNG (:class:`GlobalRng`) right after each train loader built its next iterator, once
-        the last has: :meth:`rng_after_train_iterator_builds`. Frameworks build them together (Lightning: in
-        ``setup_data``, before the fit's start hooks); the RNGs a resume check expects at those hooks are then
-        these, the builds' own draws included.
-
-        Call it before the builds. False, noting nothing, unless every train loader is one whose index sampler
-        the tracker sees (see :meth:`watch_train_sampler_start`). Each loader's next build only; a build that
-        replays a loaded epoch notes nothing (the RNGs are put back after it).
-        """
-        positions = list(self._loaders.values())
-        if not positions or self._untracked or not all(p.kind == SamplerReplay.kind for p in positions):
-            self._build_watch = None
-            return False
-        watch = self._build_watch = BuildWatch(len(positions))
-        for position in positions:
-            position._site.cursor.build_watch = watch
-        return True
-
-    def rng_after_train_iterator_builds(self) -> GlobalRng | None:
-        """Every global RNG as the builds :meth:`watch_train_iterator_builds` asked for left them; None until the
-        last of them, without a watch, and if one replayed a loaded epoch."""
-        watch = self._build_watch
-        return None if watch is None else watch.noted
-
-    def rng_at_train_sampler_start(self) -> GlobalRng | None:
-        """Every global RNG as the sampler start :meth:`watch_train_sampler_start` asked for found them; None
-        before that start, without a watch, and if a watched loader built a new iterator first."""
-        watch = self._sampler_watch
-        return None if watch is None else watch.noted
 
     def forget_loaded_positions(self) -> None:
         """The framework begins a new run instead of resuming the loaded one: no loader replays the loaded epoch."""

@@ -74,52 +74,6 @@ class FastForward:
         return {"batches": self.batches, "seconds": self.seconds}
 
 
-class SamplerStartWatch:
-    """Every global RNG (:class:`GlobalRng`) at the first start of a watched index sampler, for a resume check;
-    shared by the watched loaders' cursors (``Tracker.watch_train_sampler_start``).
-
-    Noted once, before that sampler draws. Not at all if one of their iterators is built first: a
-    build draws from torch's RNG itself (the workers' base seed), so the state then is not one to
-    compare. Only while a check waits: Python's and NumPy's states cost about 0.1 ms each to read.
-    """
-
-    __slots__ = ("_open", "noted")
-
-    def __init__(self) -> None:
-        self._open = True
-        self.noted: GlobalRng | None = None
-
-    def sampler_started(self) -> None:
-        if self._open:
-            self._open = False
-            self.noted = GlobalRng.capture()
-
-    def iterator_built(self) -> None:
-        self._open = False
-
-
-class BuildWatch:
-    """Every global RNG right after each watched loader built its next iterator, noted after the last of these
-    builds, for a resume check; shared by their cursors (``Tracker.watch_train_iterator_builds``).
-
-    A replayed epoch's build spoils it: it runs inside a block that puts the RNGs back afterwards.
-    """
-
-    __slots__ = ("_waiting", "noted")
-
-    def __init__(self, loaders: int) -> None:
-        self._waiting = loaders
-        self.noted: GlobalRng | None = None
-
-    def built(self) -> None:
-        self._waiting -= 1
-        if self._waiting == 0:
-            self.noted = GlobalRng.capture()
-
-    def spoil(self) -> None:
-        self._waiting = -1
-
-
 @dataclass
 class Cursor:
     """The epoch a position is in, shared by the front and its strategy."""
@@ -127,14 +81,12 @@ class Cursor:
     epoch: EpochRecord | None = None  # the most recently begun epoch
     replay: Replay | None = None  # armed by load_state_dict
     awaiting_sampler: bool = False  # an iterator was built; its sampler has not started
-    sampler_watch: SamplerStartWatch | None = None  # told when that iterator's sampler starts (a resume check)
-    build_watch: BuildWatch | None = None  # told when the next iterator is built (a resume check)
     fast_forward: FastForward | None = None  # the last resume's, when it read batches again
     on_fast_forward: Callable[[float], None] | None = None  # told the seconds of each; not pickled
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (pickle, deepcopy) tells no one: the callback belongs to the tracker of the original."""
-        return {**self.__dict__, "on_fast_forward": None, "sampler_watch": None, "build_watch": None}
+        return {**self.__dict__, "on_fast_forward": None}
 
 
 def _gone() -> None:

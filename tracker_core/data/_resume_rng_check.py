@@ -69,9 +69,8 @@ class ResumeRngCheck:
     ) -> bool:
         """True, with one ``InexactResumeWarning`` saying the RNGs changed ``where``, if they moved since the load.
 
-        ``state``: compare the generators as they were at an earlier instant instead of the live ones
-        (``Tracker.rng_at_train_sampler_start``: where the resumed epoch's sampler started, before the
-        loader's own draws for its first batch). ``generators``: compare these of :data:`GLOBAL_GENERATORS`
+        ``state``: compare the generators as they were at an earlier instant (a :meth:`GlobalRng.capture`)
+        instead of the live ones. ``generators``: compare these of :data:`GLOBAL_GENERATORS`
         alone (the others may move legitimately by then; none: nothing is compared).
         After a warning, or with ``last``, the check is spent.
         """

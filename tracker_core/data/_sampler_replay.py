@@ -54,22 +54,12 @@ class SamplerReplay(Strategy):
     def begin(self, record: EpochRecord) -> Any:
         cursor = self.site.cursor
         cursor.awaiting_sampler = True
-        watch, cursor.sampler_watch = cursor.sampler_watch, None
-        if watch is not None:
-            watch.iterator_built()  # its build draws before any sampler starts: nothing exact to note
-        iterator = self._build_tapped()
-        built, cursor.build_watch = cursor.build_watch, None
-        if built is not None:
-            built.built()
-        return iterator
+        return self._build_tapped()
 
     def replay(self, replay: Replay) -> Any:
         # Stays armed: the index sampler replays and skips when it starts (a replay draws nothing in the end).
         cursor = self.site.cursor
         cursor.awaiting_sampler = True
-        built, cursor.build_watch = cursor.build_watch, None
-        if built is not None:
-            built.spoil()  # the RNGs are put back after this returns: no instant here to note
         return self._build_tapped()
 
     def replays_all_global_rngs(self, replay: Replay) -> bool:
@@ -102,9 +92,6 @@ class SamplerReplay(Strategy):
     def start_sampler(self, inner: Iterable[Any]) -> Iterator[Any]:
         """An epoch's index sampler starts: replay its noted RNG and skip, or note it."""
         cursor = self.site.cursor
-        watch, cursor.sampler_watch = cursor.sampler_watch, None
-        if watch is not None:
-            watch.sampler_started()  # before it draws (see Tracker.watch_train_sampler_start)
         started = torch.get_rng_state()
         replay, cursor.replay = cursor.replay, None
         if replay is not None:
