@@ -224,6 +224,22 @@ def test_a_handler_the_program_sets_during_the_fit_stays_after_it() -> None:
     assert program.ended() == ["completed"]
 
 
+def test_the_wrapper_a_program_kept_during_the_fit_and_puts_back_later_still_raises_keyboard_interrupt() -> None:
+    program = Program()
+    for _ in program.progress.epochs(1):
+        kept = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a library sets its own and keeps the wrapper
+    try:
+        signal.signal(signal.SIGINT, kept)  # ... and puts it back after the fit
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        for _ in program.progress.epochs(1):  # a new fit finds the wrapper in force: no wrapper of a wrapper
+            pass
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _shown(epochs: Iterator[int]) -> Iterator[int]:
     """A generator over the epochs loop, as ``tqdm(progress.epochs(n))`` is."""
     try:

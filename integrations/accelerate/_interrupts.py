@@ -13,6 +13,7 @@ import gc
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -22,12 +23,15 @@ class InterruptWatch:
 
     The handler still runs and its exception goes on unchanged (its traceback shows one frame more); a
     handler the program sets meanwhile stays, and so does one it had set when :meth:`start` was called.
+    The wrapper keeps calling the handler it wraps after :meth:`stop`, should the program have kept it and
+    put it back later.
     """
 
-    __slots__ = ("_previous", "_raised")
+    __slots__ = ("_raised", "_watching", "_wrapped")
 
     def __init__(self) -> None:
-        self._previous: Any = None  # the handler in force when the watch began; None: not watching
+        self._wrapped: Callable[[int, FrameType | None], Any] = signal.default_int_handler  # what _handle calls
+        self._watching = False
         self._raised: TracebackType | None = None  # of the last KeyboardInterrupt the handler raised
 
     def __reduce__(self) -> tuple[type[InterruptWatch], tuple[()]]:
@@ -36,25 +40,29 @@ class InterruptWatch:
 
     def start(self) -> None:
         """Watch SIGINT (nothing outside the main thread, or when its handler is not a Python callable)."""
-        if self._previous is not None or threading.current_thread() is not threading.main_thread():
+        if self._watching or threading.current_thread() is not threading.main_thread():
             return
         previous = signal.getsignal(signal.SIGINT)
+        if previous == self._handle:  # the program put this wrapper back: it still calls what it wrapped
+            self._watching = True
+            return
         if not callable(previous):  # ignored, the default action, or set outside Python: no exception to see
             return
-        self._previous = previous
+        self._wrapped, self._watching = previous, True
         signal.signal(signal.SIGINT, self._handle)
 
     def stop(self) -> None:
         """Stop watching: the handler in force when the watch began is back, unless the program set another."""
-        previous, self._previous, self._raised = self._previous, None, None
-        if previous is not None and signal.getsignal(signal.SIGINT) == self._handle:
-            signal.signal(signal.SIGINT, previous)
+        watching, self._watching, self._raised = self._watching, False, None
+        if watching and signal.getsignal(signal.SIGINT) == self._handle:
+            signal.signal(signal.SIGINT, self._wrapped)
 
     def _handle(self, signum: int, frame: FrameType | None) -> Any:
         try:
-            return self._previous(signum, frame)
+            return self._wrapped(signum, frame)
         except KeyboardInterrupt as interrupt:
-            self._raised = interrupt.__traceback__
+            if self._watching:
+                self._raised = interrupt.__traceback__
             raise
 
     def left_by_interrupt(self) -> bool:
