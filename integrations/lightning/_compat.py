@@ -277,8 +277,9 @@ def _continue_at_cut(val_loop: Any) -> None:
     sequential = combined._iterator
     sequential._iterator_idx = index
     sequential._load_current_iterator()
-    for _ in range(int(skip)):
-        next(sequential.iterators[0])
+    with contextlib.suppress(StopIteration):  # fewer batches than saved (other data): its next loader goes on
+        for _ in range(int(skip)):
+            next(sequential.iterators[0])
     sequential._idx = int(skip)
     if fetcher.batches:  # a loader without a length: Lightning prefetched the first loader's first batch
         with contextlib.suppress(StopIteration):
