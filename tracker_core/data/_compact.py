@@ -81,11 +81,13 @@ def expand_rng(value: object, key: str = "", base: Mapping[str, Any] | None = No
     ``decoded``: short forms as :class:`Decoded` bytes)."""
     if not is_mapping(value) or value.get("version") != RNG_COMPACT_VERSION:
         return value
-    out = _copy(value)
+    out = dict(value)
     for path in _RNG_BLOBS:
         text = _get(value, path)
-        if isinstance(text, str):
+        if isinstance(text, str) and _is_short(text):  # plain base64 (most Python and NumPy words) stays as it is
             where = join_key(key, ".".join(path))
+            if len(path) > 1:
+                out[path[0]] = dict(out[path[0]])
             _put(out, path, _expanded(text, where, None if base is None else _raw(base, path), decoded))
     out["version"] = 1
     return out

@@ -28,7 +28,7 @@ from tracker_core.data._device_rng import (
     devices_to_plain,
 )
 from tracker_core.state._codec import bytes_to_text, checked_text, tensor_to_text
-from tracker_core.state._readers import join_key, read_float_or_none, read_int, read_mapping, read_str
+from tracker_core.state._readers import INT64_MAX, join_key, read_float_or_none, read_int, read_mapping, read_str
 
 _np: Any
 try:
@@ -40,6 +40,9 @@ RNG_STATE_VERSION = 1
 _MT_WORDS = 625  # Python's Mersenne Twister state: 624 words + position
 _NP_WORDS = 624
 _NP_ALGORITHM = "MT19937"  # the only one NumPy's global RandomState has
+_SNAPSHOT_KEYS = frozenset(("version", "torch", "python", "numpy"))
+_PYTHON_KEYS = frozenset(("format", "words", "gauss_next"))
+_NUMPY_KEYS = frozenset(("algorithm", "keys", "pos", "has_gauss", "cached_gaussian"))
 _PYTHON_FORMATS = (2, 3)  # the versions Random.setstate reads (2: Python 2's, its words taken mod 2**32)
 
 
@@ -128,8 +131,16 @@ class GlobalRng:
 
         Reads version 1 and its short form, version 2 (``tracker_core/data/_compact.py``)."""
         state = expand_rng(state, key)
-        fields = read_mapping(state, key, required=("version", "torch", "python", "numpy"), optional=("devices",))
-        version = read_int(fields["version"], join_key(key, "version"))
+        # Each common case is checked inline, the reader called only for the rest (it names the problem): a
+        # resume reads three of these mappings and eight numbers.
+        fields: Mapping[str, Any] = (
+            state
+            if type(state) is dict and state.keys() == _SNAPSHOT_KEYS
+            else read_mapping(state, key, required=("version", "torch", "python", "numpy"), optional=("devices",))
+        )
+        version = fields["version"]
+        if version is not RNG_STATE_VERSION:
+            version = read_int(version, join_key(key, "version"))
         if version != RNG_STATE_VERSION:
             raise ProgressStateError(
                 join_key(key, "version"),
@@ -179,10 +190,18 @@ def _byte_tensor(value: object, key: str) -> torch.Tensor:
 def _python_state(value: object, key: str) -> tuple[Any, ...]:
     """A Python ``random`` state with its words packed (see :class:`GlobalRng`), checked as ``random.setstate``
     checks it: format 2 or 3 and a position (the last word) of at most 624; the other words are any 32 bits."""
-    fields = read_mapping(value, key, required=("format", "words", "gauss_next"))
-    fmt = read_int(fields["format"], join_key(key, "format"))
+    fields: Mapping[str, Any] = (
+        value
+        if type(value) is dict and value.keys() == _PYTHON_KEYS
+        else read_mapping(value, key, required=("format", "words", "gauss_next"))
+    )
+    fmt = fields["format"]
+    if type(fmt) is not int or fmt not in _PYTHON_FORMATS:
+        fmt = read_int(fmt, join_key(key, "format"))
     words = _packed(fields["words"], join_key(key, "words"), 4 * _MT_WORDS)
-    gauss_next = read_float_or_none(fields["gauss_next"], join_key(key, "gauss_next"))
+    gauss_next = fields["gauss_next"]
+    if gauss_next is not None and type(gauss_next) is not float:
+        gauss_next = read_float_or_none(gauss_next, join_key(key, "gauss_next"))
     if fmt not in _PYTHON_FORMATS:
         raise ProgressStateError(key, f"not a Python random state (format {fmt}; Random.setstate reads 2 and 3)")
     position = int.from_bytes(_last_word(words), "little")
@@ -226,13 +245,23 @@ def _last_word(packed: bytes | str) -> bytes:
 
 def _numpy_state(value: object, key: str) -> tuple[Any, ...]:
     """A NumPy RandomState state; without numpy it is checked field by field and kept as read (not applied)."""
-    fields = read_mapping(value, key, required=("algorithm", "keys", "pos", "has_gauss", "cached_gaussian"))
-    algorithm = read_str(fields["algorithm"], join_key(key, "algorithm"))
+    fields: Mapping[str, Any] = (
+        value
+        if type(value) is dict and value.keys() == _NUMPY_KEYS
+        else read_mapping(value, key, required=("algorithm", "keys", "pos", "has_gauss", "cached_gaussian"))
+    )
+    algorithm = fields["algorithm"]
+    if type(algorithm) is not str:
+        algorithm = read_str(algorithm, join_key(key, "algorithm"))
     keys = _packed(fields["keys"], join_key(key, "keys"), 4 * _NP_WORDS)
-    pos = read_int(fields["pos"], join_key(key, "pos"), minimum=0)
+    pos = fields["pos"]
+    if type(pos) is not int or not 0 <= pos <= _NP_WORDS:
+        pos = read_int(pos, join_key(key, "pos"), minimum=0)
     if pos > _NP_WORDS:  # NumPy accepts any pos and then reads past its 624 words at the next draw
         raise ProgressStateError(join_key(key, "pos"), f"must be <= {_NP_WORDS}, got {pos}")
-    has_gauss = read_int(fields["has_gauss"], join_key(key, "has_gauss"), minimum=0)
+    has_gauss = fields["has_gauss"]
+    if type(has_gauss) is not int or not 0 <= has_gauss <= INT64_MAX:
+        has_gauss = read_int(has_gauss, join_key(key, "has_gauss"), minimum=0)
     cached = fields["cached_gaussian"]
     if not isinstance(cached, float):
         raise ProgressStateError(join_key(key, "cached_gaussian"), f"expected a float, got {type(cached).__name__}")

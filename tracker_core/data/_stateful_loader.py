@@ -36,7 +36,7 @@ from tracker_core.data._torch_compat import (
     without_sampler_skip,
 )
 from tracker_core.state._codec import from_plain, to_plain
-from tracker_core.state._readers import is_mapping, join_key
+from tracker_core.state._readers import INT64_MIN, UINT64_MAX, is_mapping, join_key
 
 
 class StatefulLoader(Strategy):
@@ -152,7 +152,9 @@ class StatefulLoader(Strategy):
         loader_state = fields["loader_state"]
         if not is_mapping(loader_state):
             raise ProgressStateError(state_key, f"expected a mapping, got {type(loader_state).__name__}")
-        record.state = from_plain(dict(loader_state), state_key)
+        record.state = _untagged_copy(loader_state, 1, [_UNTAGGED_VALUES])
+        if record.state is None:
+            record.state = from_plain(dict(loader_state), state_key)
         try:
             batch = stateful_yielded(record.state)
         except (KeyError, TypeError, ValueError):
@@ -161,3 +163,38 @@ class StatefulLoader(Strategy):
             raise ProgressStateError(state_key, f"saved after {batch} batches, not within the {skip} consumed")
         record.state_batch = batch
         return record.state
+
+
+_UNTAGGED_DEPTH = 8  # far below from_plain's bounds (tracker_core/state/_codec.py), so what passes passes there
+_UNTAGGED_VALUES = 10_000
+_UNTAGGED_TYPES = frozenset((type(None), bool, float, str, int, dict))
+_STR = frozenset((str,))
+_TAGS = frozenset(("__tensor__", "__tuple__"))  # a dict of one of these keys is a tagged tensor or tuple
+
+
+def _untagged_copy(value: object, depth: int, budget: list[int]) -> dict[str, Any] | None:
+    """``from_plain(value)`` for what a ``StatefulDataLoader``'s state mostly is: dicts with ``str`` keys (none a
+    tagged tensor or tuple) of None, bools, floats, strs and 64-bit ints, at most ``_UNTAGGED_DEPTH`` deep and
+    ``_UNTAGGED_VALUES`` in all; None for anything else, which from_plain reads. The types are checked a dict
+    at a time: half of from_plain's Python work (a resume reads one such state)."""
+    if type(value) is not dict or (len(value) == 1 and not _TAGS.isdisjoint(value)):
+        return None
+    budget[0] -= len(value)
+    if budget[0] < 0 or not _UNTAGGED_TYPES.issuperset(map(type, value.values())):
+        return None
+    if not _STR.issuperset(map(type, value)):
+        return None
+    out = dict(value)
+    for name, item in value.items():
+        kind = type(item)
+        if kind is int:
+            if not INT64_MIN <= item <= UINT64_MAX:
+                return None
+        elif kind is dict:
+            if depth == _UNTAGGED_DEPTH:
+                return None
+            copied = _untagged_copy(item, depth + 1, budget)
+            if copied is None:
+                return None
+            out[name] = copied
+    return out
