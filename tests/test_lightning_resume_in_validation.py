@@ -90,3 +90,14 @@ def test_a_fit_with_a_sanity_check_resumed_inside_a_validation_batch_ends_as_the
     package: str, tmp_path: Path
 ) -> None:
     _assert_resumes_exactly(package, tmp_path, 3, val_sizes=(7, 5), sanity=2)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_cut_validation_whose_step_fetches_its_batches_is_reread_by_lightning_and_named(
+    package: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "cut.ckpt"
+    fit(package, path, 1, fetch_in_step=True)
+    with pytest.warns(InexactResumeWarning, match="re-reading its data from the first batch"):
+        resumed = fit(package, path, fetch_in_step=True)
+    assert any("re-reading" in anomaly for anomaly in resumed.progress["anomalies"])

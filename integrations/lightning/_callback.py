@@ -895,7 +895,12 @@ class ProgressTracker(CallbackBase):
             self._rng_check = ResumeRngCheck(load=_SEED_BEFORE)
             self._rng_check.loaded()
             if self._validation_at_load(state_dict["progress"]) and trainer is not None:
-                resume.on_cut_validation(trainer.fit_loop, self._cut_validation_starts, self._cut_validation_ended)
+                resume.on_cut_validation(
+                    trainer.fit_loop,
+                    self._cut_validation_starts,
+                    self._cut_validation_ended,
+                    self._cut_validation_reread,
+                )
         else:
             self._elastic_entry = state_dict
         for driver in (self._train, self._validate, self._test, self._predict):
@@ -945,6 +950,17 @@ class ProgressTracker(CallbackBase):
         rng, self._rng_cut = self._rng_cut, None
         if rng is not None:
             rng.apply()
+
+    def _cut_validation_reread(self) -> None:
+        """The cut validation cannot go on at its cut batch (``validation_step(dataloader_iter)``, a loader mode
+        other than sequential): Lightning re-reads its data from the first batch."""
+        message = (
+            "resumed inside a validation batch: Lightning finishes that validation re-reading its data from the "
+            "first batch (validation_step(dataloader_iter), or a mode other than sequential), so its batches and "
+            "any random draws in them differ from the uninterrupted run's"
+        )
+        self.tracker.progress.note_anomaly(message)
+        warnings.warn(message, InexactResumeWarning, stacklevel=2)
 
     def _cut_validation_ended(self) -> None:
         self._rng_cut = None  # a validation that ran no batch

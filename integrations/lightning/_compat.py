@@ -221,17 +221,20 @@ def forget_epoch_run(fit_loop: _FitLoop) -> None:
 class _CutValidation:
     """``val_loop.run`` replaced on one loop instance for its next call (the validation a checkpoint cut); picklable."""
 
-    def __init__(self, val_loop: Any, before: Callable[[], None], after: Callable[[], None]) -> None:
+    def __init__(
+        self, val_loop: Any, before: Callable[[], None], after: Callable[[], None], unplaced: Callable[[], None]
+    ) -> None:
         self.val_loop = val_loop
         self.before = before
         self.after = after
+        self.unplaced = unplaced
 
     def __call__(self) -> Any:
         val_loop = self.val_loop
         if getattr(val_loop, "run", None) is self:
             delattr(val_loop, "run")  # Lightning's own method again, for every later validation
         self.before()
-        val_loop.reset = _ResetAtCut(val_loop)
+        val_loop.reset = _ResetAtCut(val_loop, self.unplaced)
         try:
             outputs = val_loop.run()
         finally:
@@ -244,36 +247,41 @@ class _CutValidation:
 class _ResetAtCut:
     """``val_loop.reset`` replaced for the cut validation's run: Lightning's, then :func:`_continue_at_cut`."""
 
-    def __init__(self, val_loop: Any) -> None:
+    def __init__(self, val_loop: Any, unplaced: Callable[[], None]) -> None:
         self.val_loop = val_loop
+        self.unplaced = unplaced
 
     def __call__(self) -> None:
         val_loop = self.val_loop
         delattr(val_loop, "reset")
         type(val_loop).reset(val_loop)
-        _continue_at_cut(val_loop)
+        if not _continue_at_cut(val_loop):
+            self.unplaced()
 
 
-def _continue_at_cut(val_loop: Any) -> None:
+def _continue_at_cut(val_loop: Any) -> bool:
     """Point the validation iterator Lightning just built at the batch the checkpoint cut.
 
     Lightning counts on from the batches done but re-reads the data from the first batch of the first
     loader: with several loaders it runs batches of the wrong loader, and builds the iterators of
     loaders the uninterrupted run had built before the checkpoint (and not those it builds after).
-    Only the sequential mode (Lightning's for validation loaders), with a fetcher that reads batches itself.
+    Only the sequential mode (Lightning's for validation loaders), with a fetcher that reads batches itself:
+    False where it cannot (another mode, ``validation_step(dataloader_iter)``), Lightning then re-reads.
     """
     done = int(val_loop.batch_progress.current.ready)
     combined = val_loop._combined_loader
+    if done <= 0 or combined is None:
+        return True
+    if str(combined._mode) != "sequential" or not hasattr(val_loop._data_fetcher, "batches"):
+        return False
     fetcher = val_loop._data_fetcher
-    if done <= 0 or combined is None or str(combined._mode) != "sequential" or not hasattr(fetcher, "batches"):
-        return
     lengths: list[float] = list(val_loop.max_batches)
     index, skip = 0, float(done)
     while index < len(lengths) and skip >= lengths[index]:
         skip -= lengths[index]
         index += 1
     if index == len(lengths):
-        return
+        return True
     sequential = combined._iterator
     sequential._iterator_idx = index
     sequential._load_current_iterator()
@@ -284,15 +292,18 @@ def _continue_at_cut(val_loop: Any) -> None:
     if fetcher.batches:  # a loader without a length: Lightning prefetched the first loader's first batch
         with contextlib.suppress(StopIteration):
             fetcher.batches = [next(sequential)]
+    return True
 
 
-def on_cut_validation(fit_loop: _FitLoop, before: Callable[[], None], after: Callable[[], None]) -> None:
+def on_cut_validation(
+    fit_loop: _FitLoop, before: Callable[[], None], after: Callable[[], None], unplaced: Callable[[], None]
+) -> None:
     """When Lightning next runs a validation of this fit (the one a checkpoint cut inside a batch, which it
     finishes on resume): call ``before()`` first, let that validation go on at the batch the checkpoint cut
-    (:func:`_continue_at_cut`) instead of the first batch of the first loader, and call ``after()`` once its
-    run returned (every hook of that validation ran)."""
+    (:func:`_continue_at_cut`) instead of the first batch of the first loader (``unplaced()`` where it cannot),
+    and call ``after()`` once its run returned (every hook of that validation ran)."""
     val_loop = fit_loop.epoch_loop.val_loop
-    val_loop.run = _CutValidation(val_loop, before, after)  # type: ignore[method-assign]
+    val_loop.run = _CutValidation(val_loop, before, after, unplaced)  # type: ignore[method-assign]
 
 
 def forget_cut_validation(fit_loop: _FitLoop) -> None:

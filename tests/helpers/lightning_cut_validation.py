@@ -45,9 +45,11 @@ def fit(
     workers: int = 0,
     val_sizes: tuple[int, ...] = (7,),
     sanity_steps: int = 0,
+    fetch_in_step: bool = False,
 ) -> Outcome:
     """Fit, or resume from ``path`` (see the module); ``workers`` loader workers for every loader; one validation
-    loader per size in ``val_sizes`` (batches of 3); ``sanity_steps``: Lightning's sanity-check batches."""
+    loader per size in ``val_sizes`` (batches of 3); ``sanity_steps``: Lightning's sanity-check batches;
+    ``fetch_in_step``: ``validation_step(dataloader_iter)`` fetches its batches."""
     pl = importlib.import_module(package)
     train_seen: list[list[int]] = []
     val_seen: list[tuple[int, int, list[int]]] = []
@@ -69,6 +71,9 @@ def fit(
             return torch.nn.functional.mse_loss(self(x), y)
 
         def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+            self.validate(batch, batch_idx, dataloader_idx)
+
+        def validate(self, batch: Any, batch_idx: int, dataloader_idx: int) -> None:
             nonlocal steps
             if self.trainer.sanity_checking:
                 return
@@ -83,9 +88,14 @@ def fit(
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
+    class FetchingModel(Model):
+        def validation_step(self, dataloader_iter: Any) -> None:  # type: ignore[override]
+            batch, batch_idx, dataloader_idx = next(dataloader_iter)
+            self.validate(batch, batch_idx, dataloader_idx)
+
     resume = save_at is None and path.exists()
     torch.manual_seed(1234 if resume else 0)  # the resumed run's RNGs come from the checkpoint
-    model = Model()
+    model = FetchingModel() if fetch_in_step else Model()
     tracker = ProgressTracker()
     trainer = pl.Trainer(
         accelerator="cpu",
