@@ -64,13 +64,11 @@ class ResumeRngCheck:
         where: str,
         *,
         last: bool = False,
-        state: GlobalRng | None = None,
         generators: Collection[str] = GLOBAL_GENERATORS,
     ) -> bool:
         """True, with one ``InexactResumeWarning`` saying the RNGs changed ``where``, if they moved since the load.
 
-        ``state``: compare the generators as they were at an earlier instant (a :meth:`GlobalRng.capture`)
-        instead of the live ones. ``generators``: compare these of :data:`GLOBAL_GENERATORS`
+        ``generators``: compare these of :data:`GLOBAL_GENERATORS`
         alone (the others may move legitimately by then; none: nothing is compared).
         After a warning, or with ``last``, the check is spent.
         """
@@ -81,7 +79,7 @@ class ResumeRngCheck:
             self._loaded = None
         if not generators:
             return False
-        plain = (GlobalRng.capture() if state is None else state).to_plain()
+        plain = GlobalRng.capture().to_plain()
         if all(plain.get(name) == loaded.get(name) for name in generators):
             return False
         self._loaded = None
