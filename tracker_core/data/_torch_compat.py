@@ -106,7 +106,9 @@ def forget_live_iterator(loader: DataLoader[Any]) -> None:
     """Drop a kept iterator (persistent workers) so the next epoch is built, and seen, anew."""
     stateful = stateful_loader_type()
     if stateful is not None and isinstance(loader, stateful):
-        loader.load_state_dict({})  # type: ignore[attr-defined]  # drops its iterator; keeps its pending state
+        # Without an iterator (a new loader) load_state_dict({}) changes nothing: skip its two __setattr__.
+        if loader._iterator is not None or loader._initial_iter_for_state_dict:  # type: ignore[attr-defined]
+            loader.load_state_dict({})  # type: ignore[attr-defined]  # drops its iterator; keeps its pending state
     else:
         loader._iterator = None
 
@@ -234,7 +236,7 @@ def torchdata_attributes() -> dict[Any, tuple[str, ...]]:
         samplers._BatchSamplerIterator: ("_SAMPLES_YIELDED", "_SAMPLER_STATE", "_SAMPLER_ITER_STATE", "sampler_iter"),
         samplers._StatefulRandomSamplerIterator: ("_YIELDED", "perm", "perm_index", "yielded", "sampler"),
         module._StatefulBaseDataLoaderIter: ("_reset", "_sampler_iter_yielded", "_finished"),
-        StatefulDataLoader: ("next_iter_state", "_get_iterator", "_iterator"),
+        StatefulDataLoader: ("next_iter_state", "_get_iterator", "_iterator", "_initial_iter_for_state_dict"),
         module._StatefulSingleProcessDataLoaderIter: ("_NUM_YIELDED", "_dataset_fetcher"),
         module._StatefulMultiProcessingDataLoaderIter: (
             "_SNAPSHOT",
