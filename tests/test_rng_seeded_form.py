@@ -40,7 +40,7 @@ def test_a_seeded_torch_state_is_saved_again_as_the_same_plain_state(seed: int) 
     assert GlobalRng.from_plain(expand_rng(compact, decoded=True)).to_plain() == expand_rng(compact)
 
 
-@pytest.mark.parametrize("text", ["s:18446744073709551616", "s:-1", "s:1x", "s:"])
+@pytest.mark.parametrize("text", ["s:18446744073709551616", "s:-1", "s:1x", "s:", "s:\u00b2", "s:\u0661"])
 def test_a_seed_outside_64_bits_or_not_a_number_is_refused(text: str) -> None:
     compact = {**_seeded_snapshot(1), "torch": text}
     with pytest.raises(ProgressStateError) as error:

@@ -87,7 +87,7 @@ def _seed_of(data: bytes) -> int | None:
 
 
 def _seeded_state(text: str, key: str) -> bytes:
-    if not text.isdigit() or len(text) > 20 or int(text) >= 2**64:
+    if not text.isascii() or not text.isdigit() or len(text) > 20 or int(text) >= 2**64:
         raise ProgressStateError(key, "expected the seed of a torch generator (an integer below 2**64)")
     return tensor_to_bytes(torch.Generator().manual_seed(int(text)).get_state())
 
