@@ -63,7 +63,9 @@ def dispatch_seconds(mode: str, batches: int) -> float:
     return (time.perf_counter() - start) / batches
 
 
-CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 220, 3
+# as the Lightning and Accelerate benchmarks: the noise is per batch (the allocators' state), so more,
+# shorter runs steady each mode's least figure
+CALLGRIND_SMALL, CALLGRIND_LARGE, CALLGRIND_REPEATS = 20, 120, 9
 
 
 def callgrind_segments() -> None:
@@ -114,7 +116,8 @@ def callgrind() -> None:
     base = counts["without"]
     print(
         f"callgrind, Ignite alone:       {base:9.0f} instructions/batch "
-        f"(largest spread between repeats of a mode: {spread:.0f})"
+        f"(least of {CALLGRIND_REPEATS} repeats of {CALLGRIND_SMALL}/{CALLGRIND_LARGE}-batch runs; "
+        f"largest spread between repeats of a mode: {spread:.0f})"
     )
     for mode in ("with", "two_empty"):
         print(
