@@ -127,11 +127,13 @@ class Progress:
     def note_run_end(self, ended: str) -> None:
         """The framework ends the current run otherwise than by completing it, for the run ledger:
         ``"stopped_early"`` (told to stop before its limits; it still completes), ``"interrupted"``
-        (KeyboardInterrupt) or ``"crashed"`` (another exception). The run's counts are not touched; a run
-        loaded from a checkpoint and not yet resumed is another process's, which the resume settles."""
+        (KeyboardInterrupt) or ``"crashed"`` (another exception). The run's counts are not touched. Nothing
+        when no run is open (ended already) or the open one was loaded from a checkpoint and not yet resumed
+        (another process's, which the resume settles)."""
         if ended not in (STOPPED_EARLY, INTERRUPTED, CRASHED):
             raise ValueError(f"unknown run ending {ended!r}; expected stopped_early, interrupted or crashed")
-        if self._ledger.restored_open:
+        ledger = self._ledger
+        if ledger.open_entry is None or ledger.restored_open:
             return
         if ended == STOPPED_EARLY:
             self._ledger.stop_early()
