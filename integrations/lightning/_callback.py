@@ -496,16 +496,8 @@ class ProgressTracker(CallbackBase):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        train = self._train
         try:
-            if train.batch_to_complete and not (train.epoch_to_start or train.epoch_to_open or train.epoch_to_complete):
-                # every batch but an epoch's first: StageDriver.batch_begin's common case, inlined
-                train.batch_to_complete = False
-                train.stage.batch_next()
-                train.batch_to_start = True
-                train.batch = batch
-            else:
-                train.batch_begin(batch)
+            self._train.batch_begin(batch)
         except EventOrderError as error:
             self._anomaly(f"on_train_batch_start: {error}")
         if self._train_layout is not None:
@@ -546,17 +538,8 @@ class ProgressTracker(CallbackBase):
             if self._train_layout is not None:
                 self._combined_batch_end(batch)
                 return
-            train = self._train
-            if train.batch_to_start or train.batch_to_complete:
-                train.batch_end(0, batch)  # no step hook ran, or a checkpoint caught this batch up already
-                return
-            # StageDriver.batch_end's common case, inlined (a call costs more than the rest of it).
             # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
-            held, train.batch = train.batch, None
-            train.stage.batch_processed_of(batch, 0)
-            train.batch_to_complete = True
-            if type(held) is not train.tokens.tokenless_type:  # most batches: no call
-                train.tokens(held)
+            self._train.batch_end(0, batch)
         except EventOrderError as error:
             self._anomaly(f"on_train_batch_end: {error}")
 
