@@ -1,12 +1,14 @@
-"""The heartbeat beside the checkpoints: how far a run got after its last checkpoint, so a resume measures what was lost.
+"""The heartbeat: how far a run got after its last checkpoint, so a resume measures what was lost.
 
-Rank 0 keeps ``progress_heartbeat.json`` in the checkpoint folder: the ledger entries it settled or opened
+Only where the user names a file for it (each adapter's ``heartbeat=`` argument): the tracker writes nothing
+into a folder the framework writes into. Rank 0 keeps in that file the ledger entries it settled or opened
 since the state it loaded (its open one with counts and wall time up to now), rewritten atomically (a
-temporary file, then ``os.replace``) at most every ``every_seconds``. The time is checked at optimizer steps
-(the core counts them anyway), never read per batch otherwise; the file is also written when the run ends.
-A process that resumes from a checkpoint in that folder reads it before it writes its own: its ledger
+temporary file beside it, then ``os.replace``) at most every ``every_seconds``. The time is checked at
+optimizer steps (the core counts them anyway), never read per batch otherwise; the file is also written when
+the run ends. A process that resumes with the same file reads it before it writes its own: its ledger
 records the crashed run's lost work, and the entries of processes that resumed from the same checkpoint
 and were killed before they saved one that the resume continues from (docs/schema.md, ``ledger``).
+Without a heartbeat file the lost work of a crashed run is ``unknown``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from tracker_core.state._readers import read_int, read_list, read_mapping
 if TYPE_CHECKING:
     from tracker_core.counting._progress import Progress
 
-HEARTBEAT_FILE = "progress_heartbeat.json"
 _FORMAT = "tracker_core.heartbeat"
 _EVERY_SECONDS = "TRACKER_HEARTBEAT_SECONDS"  # environment: the least time between beats (default 30)
 
@@ -43,13 +44,13 @@ class HeartbeatWarning(UserWarning):
 
 
 class Heartbeat:
-    """Writes ``progress``'s ledger ``snapshot()`` to ``folder/progress_heartbeat.json`` at most every ``every_seconds``."""
+    """Writes ``progress``'s ledger ``snapshot()`` to ``file`` at most every ``every_seconds``."""
 
     __slots__ = ("_due", "_every", "_file", "_progress")
 
-    def __init__(self, progress: Progress, folder: str | os.PathLike[str], every_seconds: float) -> None:
+    def __init__(self, progress: Progress, file: str | os.PathLike[str], every_seconds: float) -> None:
         self._progress = progress
-        self._file = Path(folder) / HEARTBEAT_FILE
+        self._file = Path(file)
         self._every = every_seconds
         self._due = 0.0  # time.monotonic() when the next beat is due
 
@@ -71,9 +72,9 @@ class Heartbeat:
         snapshot = progress._ledger.snapshot(progress.train)
         if snapshot is None:
             return
-        temporary = self._file.with_name(f".{HEARTBEAT_FILE}.{os.getpid()}.tmp")
+        temporary = self._file.with_name(f".{self._file.name}.{os.getpid()}.tmp")
         try:
-            self._file.parent.mkdir(parents=True, exist_ok=True)  # the framework may create it only as it writes
+            self._file.parent.mkdir(parents=True, exist_ok=True)
             temporary.write_text(json.dumps({"format": _FORMAT, **snapshot}))
             os.replace(temporary, self._file)
         except OSError as error:
@@ -81,25 +82,25 @@ class Heartbeat:
             warnings.warn(f"cannot write the heartbeat {self._file}: {error}; no more beats", HeartbeatWarning, 2)
 
 
-def keep_heartbeat(progress: Progress, folder: str | os.PathLike[str] | None) -> None:
-    """On rank 0, keep ``progress``'s heartbeat in the checkpoint ``folder`` and beat now (call it where the
-    adapter saves a checkpoint); on other ranks, or with ``folder=None``, nothing. The least time between
-    beats is ``TRACKER_HEARTBEAT_SECONDS`` in the environment (default 30)."""
-    if folder is None or world()[1] != 0:
+def keep_heartbeat(progress: Progress, file: str | os.PathLike[str] | None) -> None:
+    """On rank 0, keep ``progress``'s heartbeat in ``file`` (the path the user gave) and beat now (call it
+    where the run starts and where the adapter saves a checkpoint); on other ranks, or with ``file=None``,
+    nothing. The least time between beats is ``TRACKER_HEARTBEAT_SECONDS`` in the environment (default 30)."""
+    if file is None or world()[1] != 0:
         return
     current = progress._heartbeat
-    if current is None or current.file.parent != Path(folder):
-        progress._heartbeat = current = Heartbeat(progress, folder, _every_seconds())
+    if current is None or current.file != Path(file):
+        progress._heartbeat = current = Heartbeat(progress, file, _every_seconds())
     current.beat()
 
 
-def read_heartbeat(progress: Progress, folder: str | os.PathLike[str] | None) -> None:
-    """Give ``progress`` the heartbeat in the checkpoint ``folder`` it was just loaded from (before the resume
-    re-enters the run): the ledger measures the crashed run's lost work from it. A missing heartbeat leaves
-    the loss ``unknown``; a damaged one warns and is ignored."""
-    if folder is None:
+def read_heartbeat(progress: Progress, file: str | os.PathLike[str] | None) -> None:
+    """Give ``progress`` the heartbeat ``file`` (the path the user gave) after loading a checkpoint, before the
+    resume re-enters the run: the ledger measures the crashed run's lost work from it. No file (``None``, or
+    none there) leaves the loss ``unknown``; a damaged one warns and is ignored."""
+    if file is None:
         return
-    file = Path(folder) / HEARTBEAT_FILE
+    file = Path(file)
     try:
         raw = json.loads(file.read_text())
     except FileNotFoundError:

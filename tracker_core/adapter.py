@@ -8,7 +8,7 @@ event contract and a worked example on a plain PyTorch loop. The three adapters 
 """
 
 from tracker_core._errors import EventOrderError, ProgressStateError
-from tracker_core._heartbeat import HEARTBEAT_FILE, HeartbeatWarning, keep_heartbeat, read_heartbeat
+from tracker_core._heartbeat import HeartbeatWarning, keep_heartbeat, read_heartbeat
 from tracker_core._logs import rewind_summary_writer
 from tracker_core._tracker import InexactResumeWarning, Tracker
 from tracker_core.counting._batch_size import batches_in, samples_in
@@ -50,7 +50,6 @@ from tracker_core.state._times import without_times
 
 __all__ = [
     "GLOBAL_GENERATORS",
-    "HEARTBEAT_FILE",
     "Display",
     "EventOrderError",
     "GlobalRng",

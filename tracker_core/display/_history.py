@@ -45,7 +45,7 @@ def _span(run: dict[str, Any], name: str) -> str:
 
 def _lost(lost: dict[str, int] | str) -> str:
     if lost == UNKNOWN:
-        return "unknown (no heartbeat)"
+        return "unknown (no heartbeat file; pass heartbeat=PATH to measure it)"
     assert isinstance(lost, dict)
     if not any(lost.values()):
         return "-"
