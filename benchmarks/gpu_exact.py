@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from tracker_core import without_times
+from tracker_core import comparable_state
 
 FRAMEWORKS = ("lightning", "ignite", "accelerate")
 SAMPLES, BATCH_SIZE, EPOCHS, ACCUMULATION = 10, 3, 3, 2
@@ -285,9 +285,7 @@ def compare(program: str, device: str, root: Path) -> bool:
     )
     killed = _ids(root, program, "kill")
     ids = len(killed) == KILL_AFTER and killed + _ids(root, program, "resume") == _ids(root, program, "full")
-    full_counts, resumed_counts = (  # the counts, not the run ledger (the resumed one also lists the killed run)
-        {k: v for k, v in without_times(state["progress"]).items() if k != "ledger"} for state in (full, resumed)
-    )
+    full_counts, resumed_counts = (comparable_state(state["progress"]) for state in (full, resumed))
     progress = full_counts == resumed_counts
     differing = sorted(k for k in full_counts if full_counts[k] != resumed_counts.get(k))
     print(

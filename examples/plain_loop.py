@@ -26,13 +26,13 @@ from tracker_core.adapter import (
     ProgressView,
     Tracker,
     capture_gradients,
+    comparable_state,
     count_optimizer_steps,
     count_scheduler_steps,
     read_mapping,
     register_progress,
     restore_gradients,
     samples_in,
-    without_times,
 )
 
 
@@ -194,11 +194,6 @@ def train(
     return outcome
 
 
-def _counts(progress: dict[str, Any]) -> dict[str, Any]:
-    """A progress state without its times and its run ledger."""
-    return {key: value for key, value in without_times(progress).items() if key != "ledger"}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stop-after", default="7", help="train batches before the save, e.g. 7 or 1,4,7")
@@ -217,7 +212,7 @@ def main() -> int:
         weights = all(torch.equal(a, b) for a, b in zip(resumed.weights, straight.weights, strict=True))
         ids = stopped.ids + resumed.ids == straight.ids
         # the counts, not the history: the resumed run's ledger also lists the stopped run (docs/schema.md)
-        progress = _counts(resumed.progress) == _counts(straight.progress)
+        progress = comparable_state(resumed.progress) == comparable_state(straight.progress)
         exact = exact and weights and ids and progress
         print(
             f"stopped after {stop_after} of {len(straight.ids)} train batches, resumed in fresh objects: "

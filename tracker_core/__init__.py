@@ -23,9 +23,9 @@ from tracker_core.counting._view import (
     Where,
 )
 from tracker_core.distributed._sync import Divergence, check_divergence, reduce_state
+from tracker_core.state._comparable import comparable_state
 from tracker_core.state._model_lifetime import lifetimes_in, track_lifetime, without_lifetime
 from tracker_core.state._schema import SCHEMA_VERSION
-from tracker_core.state._times import without_times
 from tracker_core.vocabulary import Event, Phase, RunKind, Scope, Stage
 
 __all__ = [
@@ -58,11 +58,11 @@ __all__ = [
     "TrainStageView",
     "Where",
     "check_divergence",
+    "comparable_state",
     "count_optimizer_steps",
     "get_progress",
     "lifetimes_in",
     "reduce_state",
     "track_lifetime",
     "without_lifetime",
-    "without_times",
 ]

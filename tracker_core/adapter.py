@@ -43,10 +43,10 @@ from tracker_core.distributed._rank_files import (
     write_rank_tensors,
 )
 from tracker_core.distributed._to_writer import gather_to_writer
+from tracker_core.state._comparable import comparable_state
 from tracker_core.state._gradients import capture_gradients, restore_gradients
 from tracker_core.state._model_lifetime import bind_lifetime, lifetimes_in
 from tracker_core.state._readers import read_int, read_mapping
-from tracker_core.state._times import without_times
 
 __all__ = [
     "GLOBAL_GENERATORS",
@@ -70,6 +70,7 @@ __all__ = [
     "begin_dataloader_pass",
     "bind_lifetime",
     "capture_gradients",
+    "comparable_state",
     "continue_run_scope",
     "count_dataloader_batch",
     "count_optimizer_steps",
@@ -96,7 +97,6 @@ __all__ = [
     "samples_in",
     "saved_elsewhere",
     "with_rank_files",
-    "without_times",
     "write_rank_files",
     "write_rank_tensors",
 ]
