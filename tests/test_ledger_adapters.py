@@ -16,7 +16,6 @@ from ignite.engine import Events
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 import tracker_core
-from tracker_core.adapter import HEARTBEAT_FILE
 from tracker_core.integrations.lightning import ProgressTracker
 
 from helpers import lightning_program as lp
@@ -33,29 +32,15 @@ def _runs(view: Any) -> list[dict[str, Any]]:
     return runs
 
 
-class _Crashing(lp.Recording):
-    """Raises in the training step of global batch ``crash_at`` (0-based), before its optimizer step."""
-
-    def __init__(self, crash_at: int | None) -> None:
-        super().__init__()
-        self.crash_at = crash_at
-        self.batches = 0
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
-        if self.batches == self.crash_at:
-            raise RuntimeError("crash")
-        self.batches += 1
-        return super().training_step(batch, batch_idx)
-
-
 def test_lightning_a_crashed_fit_resumed_from_its_checkpoint_records_the_batches_it_lost(tmp_path: Path) -> None:
+    heartbeat = tmp_path / "heartbeat.json"
     saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_top_k=-1, filename="{step}")
-    crashing = lp.trainer([ProgressTracker(), saver], max_epochs=1, enable_checkpointing=True)
+    crashing = lp.trainer([ProgressTracker(heartbeat=heartbeat), saver], max_epochs=1, enable_checkpointing=True)
     with pytest.raises(RuntimeError, match="crash"):
-        crashing.fit(_Crashing(crash_at=3), lp.loader(n=12, batch=2))
-    assert (tmp_path / HEARTBEAT_FILE).exists()
-    resumed = lp.trainer([ProgressTracker()], max_epochs=1)
-    resumed.fit(_Crashing(crash_at=None), lp.loader(n=12, batch=2), ckpt_path=str(tmp_path / "step=1.ckpt"))
+        crashing.fit(lp.Crashing(crash_at=3), lp.loader(n=12, batch=2))
+    assert heartbeat.exists()
+    resumed = lp.trainer([ProgressTracker(heartbeat=heartbeat)], max_epochs=1)
+    resumed.fit(lp.Crashing(crash_at=None), lp.loader(n=12, batch=2), ckpt_path=str(tmp_path / "step=1.ckpt"))
     crashed, completed = _runs(tracker_core.get_progress(resumed))
     assert crashed["ended"] == "crashed"
     assert (crashed["end"]["batches"], crashed["lost"]["batches"], crashed["lost"]["steps"]) == (1, 2, 2)

@@ -105,15 +105,21 @@ class ProgressTracker(CallbackBase):
 
     Each stage counts the tokens of its batches: ``count_tokens(batch)`` (all tokens, or
     ``(tokens, non_padding_tokens)``) when given, else a batch's ``input_ids`` and ``attention_mask``.
+
+    ``heartbeat``: the path of a file where rank 0 keeps the fit's heartbeat (from ``on_train_start``, at
+    optimizer steps and saves), read when a fit resumes from a checkpoint: the resumed run's ledger then
+    says what the crashed run lost after that checkpoint. None (the default): no file; that loss is ``unknown``.
     """
 
     def __init__(
         self,
         lifetime_from: Mapping[str, Any] | None = None,
         count_tokens: Callable[[Any], int | tuple[int, int]] | None = None,
+        heartbeat: str | os.PathLike[str] | None = None,
     ) -> None:
         self.tracker = Tracker()
         self._count_tokens = count_tokens
+        self._heartbeat = None if heartbeat is None else os.fspath(heartbeat)
         if lifetime_from is not None:
             if not isinstance(lifetime_from, Mapping) or "progress" not in lifetime_from:
                 raise ProgressStateError("progress", "missing: pass checkpoint['callbacks'][STATE_KEY]")
@@ -414,7 +420,8 @@ class ProgressTracker(CallbackBase):
         if self._gradients is not None:
             restore_gradients(pl_module.parameters(), self._gradients)
             self._gradients = None
-        self._keep_heartbeat(trainer)  # beats from the run's start: a process killed before its first save is recorded
+        # beats from the run's start: a process killed before its first save is recorded
+        keep_heartbeat(self.tracker.progress, self._heartbeat)
 
     @_passenger
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -765,7 +772,7 @@ class ProgressTracker(CallbackBase):
     ) -> None:
         if trainer.state.fn != _FIT:
             return
-        self._keep_heartbeat(trainer)
+        keep_heartbeat(self.tracker.progress, self._heartbeat)
         gradients = capture_gradients(pl_module.parameters()) if self.tracker.view.is_mid_accumulation else None
         if trainer.world_size > 1:
             gradients = _every_rank(gradients)
@@ -837,10 +844,6 @@ class ProgressTracker(CallbackBase):
                     stacklevel=3,
                 )
 
-    def _keep_heartbeat(self, trainer: pl.Trainer) -> None:
-        """Beat beside the files of the Trainer's ModelCheckpoint (its dirpath, set up by then); not at a URL."""
-        keep_heartbeat(self.tracker.progress, _local(getattr(trainer.checkpoint_callback, "dirpath", None)))
-
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
@@ -853,7 +856,7 @@ class ProgressTracker(CallbackBase):
             )
             self._train.epoch_to_open = True  # Lightning may resume mid-epoch, without on_train_epoch_start
         if trainer.state.fn == _FIT:
-            read_heartbeat(self.tracker.progress, _folder_of(trainer.ckpt_path))  # the lost work of the run saved
+            read_heartbeat(self.tracker.progress, self._heartbeat)  # the lost work of the run that saved it
             self._gradients = _own_gradients(checkpoint.get(GRADIENTS_KEY), trainer.global_rank)
             self._validation_restart = "finish" if resume.restarts_mid_validation(checkpoint) else "skip"
             self._loggers.rewind(trainer, checkpoint)  # the loggers continue at the checkpoint's step
@@ -987,18 +990,3 @@ def _own_gradients(saved: object, rank: int) -> Any:
     if not isinstance(ranks, (list, RankTensors)) or not ranks:  # RankTensors: each rank's in its own file
         raise ProgressStateError("gradients.ranks", "expected a non-empty list of each rank's gradients")
     return ranks[rank % len(ranks)]
-
-
-def _local(path: object) -> str | None:
-    """``path`` made absolute if it is a local path (None for a URL or no path)."""
-    if isinstance(path, os.PathLike):
-        path = os.fspath(path)
-    if not isinstance(path, str) or "://" in path:
-        return None
-    return os.path.abspath(path)
-
-
-def _folder_of(path: object) -> str | None:
-    """The local folder of the checkpoint file ``path`` (None for a URL or no path)."""
-    local = _local(path)
-    return None if local is None else os.path.dirname(local)

@@ -85,6 +85,21 @@ class Recording(pl.LightningModule):
         return [torch.optim.SGD(self.layer.parameters(), lr=0.1), torch.optim.SGD(self.second.parameters(), lr=0.1)]
 
 
+class Crashing(Recording):
+    """Raises ``RuntimeError("crash")`` in the training step of global batch ``crash_at`` (0-based), before its step."""
+
+    def __init__(self, crash_at: int | None) -> None:
+        super().__init__()
+        self.crash_at = crash_at
+        self.batches = 0
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
+        if self.batches == self.crash_at:
+            raise RuntimeError("crash")
+        self.batches += 1
+        return super().training_step(batch, batch_idx)
+
+
 def loader(n: int = 10, batch: int = 3, **kwargs: Any) -> DataLoader:
     return DataLoader(Indexed(n), batch_size=batch, **kwargs)
 
