@@ -86,14 +86,6 @@ class SavedProgress:
     random_states_crc32: int | None = None  # rng_crc32 of this rank's random_states_{rank}.pkl (None: before 4)
 
 
-def heartbeat_folder(directory: str, automatic_naming: bool) -> str:
-    """Where the heartbeat of saves into the checkpoint folder ``directory`` lives, so it outlives each
-    checkpoint: beside it, in its parent; with automatic naming (``<project_dir>/checkpoints/checkpoint_<n>``)
-    in ``project_dir``, since Accelerate takes every entry of ``checkpoints/`` for a numbered checkpoint."""
-    parent = os.path.dirname(os.path.abspath(directory))
-    return os.path.dirname(parent) if automatic_naming else parent
-
-
 def file_name(process_index: int) -> str:
     return f"progress_tracker_{process_index}.pt"
 

@@ -3,7 +3,7 @@
 Running out of epochs completes the run; a ``break`` or ``return`` before its last epoch is done stops it early
 (as Lightning's ``should_stop`` and Ignite's ``terminate()``); an exception out of the loop body crashes it,
 Ctrl-C (the ``KeyboardInterrupt`` the SIGINT handler raises) interrupts it.
-With automatic checkpoint naming the save folder is known before the first save: the fit beats from its start.
+The heartbeat goes only to the file the program names (``heartbeat=``), from the fit's start, before any save.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import ProjectConfiguration
 from torch.utils.data import DataLoader, TensorDataset
 
-from tracker_core.adapter import HEARTBEAT_FILE
 from tracker_core.integrations.accelerate import AcceleratorProgress
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +42,7 @@ def _beat_at_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
 class Program:
     """Linear(2, 1) on 8 samples in batches of 2 (4 batches an epoch), one optimizer step a batch."""
 
-    def __init__(self, project_dir: Path | None = None) -> None:
+    def __init__(self, project_dir: Path | None = None, heartbeat: Path | None = None) -> None:
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
         config = (
@@ -54,7 +53,7 @@ class Program:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         data = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
         self.model, self.optimizer, self.data = self.accelerator.prepare(model, optimizer, data)
-        self.progress = AcceleratorProgress(self.accelerator)
+        self.progress = AcceleratorProgress(self.accelerator, heartbeat=heartbeat)
 
     def batches(self) -> Iterator[Any]:
         """The train pass of the current epoch: each batch is trained (one optimizer step), then given to the body."""
@@ -307,20 +306,34 @@ def _save_then_fail(program: Program) -> None:
 
 
 def test_a_crashed_run_says_so_in_its_heartbeat(tmp_path: Path) -> None:
-    program = Program(tmp_path)
+    program = Program(tmp_path / "project", heartbeat=tmp_path / "beat.json")
     with pytest.raises(RuntimeError):
         _save_then_fail(program)
-    beat = json.loads((tmp_path / HEARTBEAT_FILE).read_text())
+    beat = json.loads((tmp_path / "beat.json").read_text())
     assert [entry["ended"] for entry in beat["entries"]] == ["crashed"]
 
 
-def test_with_automatic_naming_the_fit_beats_from_its_start_before_any_save(tmp_path: Path) -> None:
-    program = Program(tmp_path)
+def test_the_fit_beats_into_the_named_file_from_its_start_before_any_save(tmp_path: Path) -> None:
+    program = Program(tmp_path / "project", heartbeat=tmp_path / "beat.json")
     for _ in program.progress.epochs(1):
-        beat = json.loads((tmp_path / HEARTBEAT_FILE).read_text())
+        beat = json.loads((tmp_path / "beat.json").read_text())
         assert beat["entries"][-1]["ended"] == "running"
         break
-    assert not (tmp_path / "checkpoints").exists()
+    assert not (tmp_path / "project").exists()
+
+
+def test_without_a_heartbeat_file_a_resume_records_the_crashed_runs_lost_work_as_unknown(tmp_path: Path) -> None:
+    first = Program(tmp_path)
+    with pytest.raises(RuntimeError):
+        _save_then_fail(first)
+    resumed = Program(tmp_path)
+    resumed.accelerator.load_state()
+    for _ in resumed.progress.epochs(2):
+        for _ in resumed.batches():
+            pass
+    crashed = resumed.progress.view.state_dict()["ledger"]["runs"][0]
+    assert (crashed["ended"], crashed["lost"]) == ("crashed", "unknown")
+    assert sorted(os.listdir(tmp_path)) == ["checkpoints"]
 
 
 _KILLED = """
@@ -328,7 +341,7 @@ import os, signal, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_accelerate_ledger import Program
-program = Program(Path({folder!r}))
+program = Program(Path({folder!r}), heartbeat=Path({beat!r}))
 program.accelerator.load_state()  # the newest checkpoint of the first process
 for _ in program.progress.epochs(2):
     for _ in program.batches():
@@ -337,7 +350,8 @@ for _ in program.progress.epochs(2):
 
 
 def test_a_resumed_process_killed_before_its_first_save_is_in_the_next_resume_ledger(tmp_path: Path) -> None:
-    first = Program(tmp_path)
+    beat = tmp_path / "beat.json"
+    first = Program(tmp_path / "project", heartbeat=beat)
     for _ in first.progress.epochs(2):
         for batch, _ in enumerate(first.batches(), start=1):
             if batch == 2:
@@ -345,10 +359,12 @@ def test_a_resumed_process_killed_before_its_first_save_is_in_the_next_resume_le
             if batch == 3:
                 break  # 1 batch after the checkpoint
         break
-    script = textwrap.dedent(_KILLED).format(tests=str(ROOT / "tests"), folder=str(tmp_path))
+    script = textwrap.dedent(_KILLED).format(
+        tests=str(ROOT / "tests"), folder=str(tmp_path / "project"), beat=str(beat)
+    )
     killed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**os.environ}, capture_output=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
-    last = Program(tmp_path)
+    last = Program(tmp_path / "project", heartbeat=beat)
     last.accelerator.load_state()
     for _ in last.progress.epochs(2):
         for _ in last.batches():

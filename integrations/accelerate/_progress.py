@@ -81,10 +81,21 @@ class AcceleratorProgress:
 
     Each stage counts the tokens of its batches: ``count_tokens(batch)`` (all tokens, or
     ``(tokens, non_padding_tokens)``) when given, else a batch's ``input_ids`` and ``attention_mask``.
+
+    ``heartbeat``: the path of a file where the main process keeps the fit's heartbeat (from the start of
+    :meth:`epochs`, at optimizer steps and at each ``save_state``), read by ``load_state``: the resumed run's
+    ledger then says what the crashed run lost after that checkpoint. None (the default): no file; that loss
+    is ``unknown``.
     """
 
-    def __init__(self, accelerator: Any, count_tokens: Callable[[Any], int | tuple[int, int]] | None = None) -> None:
+    def __init__(
+        self,
+        accelerator: Any,
+        count_tokens: Callable[[Any], int | tuple[int, int]] | None = None,
+        heartbeat: str | os.PathLike[str] | None = None,
+    ) -> None:
         self._accelerator = accelerator
+        self._heartbeat = None if heartbeat is None else os.fspath(heartbeat)
         self._tracker = Tracker()
         self._progress = self._tracker.progress
         self._train = self._progress.train
@@ -218,7 +229,7 @@ class AcceleratorProgress:
         self._progress.run_started()
         self._fit = own
         self._interrupts.start()
-        keep_heartbeat(self._progress, _automatic_heartbeat_folder(self._accelerator))  # else from the first save
+        keep_heartbeat(self._progress, self._heartbeat)  # a process killed before its first save is recorded
         if self._rng_check.armed:
             self._rng_check.check("between accelerator.load_state and the epochs() loop")
             if not self._check_rng_at_pass:  # the next epoch begins: what it draws, the uninterrupted run drew
@@ -559,7 +570,7 @@ class AcceleratorProgress:
             evaluation_rng=None if evaluation is None else (evaluation.stage.name, evaluation.rng),
         )
         checkpoint.write(output_dir, accelerator.process_index, saved)
-        keep_heartbeat(self._progress, checkpoint.heartbeat_folder(output_dir, _automatic_naming(accelerator)))
+        keep_heartbeat(self._progress, self._heartbeat)
 
     def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
         """Validate and load before Accelerate loads anything, so a bad file leaves all unchanged.
@@ -588,9 +599,7 @@ class AcceleratorProgress:
         except BaseException:
             restore_gradients(parameters, previous)
             raise
-        read_heartbeat(
-            self._progress, checkpoint.heartbeat_folder(input_dir, _automatic_naming(accelerator))
-        )  # the lost work of the saved run
+        read_heartbeat(self._progress, self._heartbeat)  # the lost work of the run that saved it
         self._in_flight, self._fit, self._evaluation = None, None, None
         self._interrupts.stop()
         accelerator.project_configuration.iteration = _next_save_iteration(accelerator, saved.save_iteration)
@@ -687,16 +696,3 @@ def _start_from_the_beginning(loader: object) -> bool:
     inner.next_iter_state = None  # type: ignore[attr-defined]
     drop_iterator(inner)
     return True
-
-
-def _automatic_heartbeat_folder(accelerator: Any) -> str | None:
-    """Where saves will keep the heartbeat, known before the first one only with automatic naming."""
-    project_dir = getattr(accelerator.project_configuration, "project_dir", None)
-    if not _automatic_naming(accelerator) or project_dir is None:
-        return None
-    return checkpoint.heartbeat_folder(os.path.join(project_dir, "checkpoints", "checkpoint_0"), automatic_naming=True)
-
-
-def _automatic_naming(accelerator: Any) -> bool:
-    """Whether Accelerate names the checkpoint folders itself (``checkpoints/checkpoint_<n>``)."""
-    return bool(getattr(accelerator.project_configuration, "automatic_checkpoint_naming", False))
