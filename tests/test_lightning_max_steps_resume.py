@@ -9,7 +9,6 @@ continues.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import warnings
@@ -23,7 +22,7 @@ pytest.importorskip("pytorch_lightning")
 import torch
 from torch.utils.data import DataLoader
 
-from tracker_core import InexactResumeWarning, get_progress
+from tracker_core import InexactResumeWarning, comparable_state, get_progress
 from tracker_core.integrations.lightning import STATE_KEY, ProgressTracker
 
 from helpers.lightning_matrix import Config, model, trainer
@@ -49,8 +48,10 @@ def _first_run(tmp_path: Path, max_steps: int, saved_at: str) -> Path:
     checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0, **every)
     fit = trainer(config, [ProgressTracker(), checkpoint], enable_checkpointing=True, default_root_dir=tmp_path)
     torch.manual_seed(0)
-    # a checkpoint at the batch that reaches max_steps warns: Lightning resumes it differently (docs/lightning.md)
-    with pytest.warns(InexactResumeWarning) if saved_at == "train batch" else contextlib.nullcontext():
+    with warnings.catch_warnings():
+        # at the batch that reaches max_steps: the ordinary path, nothing to say (saved after the fit ended, at
+        # the validation's end: Lightning resumes it at the next epoch, warned at save)
+        warnings.simplefilter("error" if saved_at == "train batch" else "ignore", InexactResumeWarning)
         fit.fit(model(config), _loader(), _loader(7) if saved_at == "validation end" else None)
     assert fit.global_step == max_steps
     return tmp_path / "last.ckpt"
@@ -144,21 +145,58 @@ STOPS: dict[str, tuple[dict[str, int], str, dict[str, int]]] = {
 }
 
 
-def _finished_run(tmp_path: Path, limit: dict[str, int], saved: str) -> tuple[Path, list[list[int]]]:
-    """A fit that reaches ``limit``; its checkpoint, and the sample ids it trained on."""
+def _finished_run(tmp_path: Path, limit: dict[str, int], saved: str) -> tuple[Path, list[list[int]], list[str]]:
+    """A fit that reaches ``limit``; its checkpoint, the sample ids it trained on, and what the fit warned."""
     pl = importlib.import_module("pytorch_lightning")
     every = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0, every_n_train_steps=1)
     callbacks = [ProgressTracker(), every] if saved == "batch" else [ProgressTracker()]
     torch.manual_seed(0)
     module = _PlainSgd()
     first = program_trainer(callbacks, enable_checkpointing=saved == "batch", default_root_dir=tmp_path, **limit)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", InexactResumeWarning)  # saved at the batch reaching max_steps: said at save
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         first.fit(module, _loader())
+    warned = [str(w.message) for w in caught if issubclass(w.category, InexactResumeWarning)]
     if saved == "batch":
-        return tmp_path / "last.ckpt", module.seen
+        return tmp_path / "last.ckpt", module.seen, warned
     first.save_checkpoint(tmp_path / "done.ckpt")
-    return tmp_path / "done.ckpt", module.seen
+    return tmp_path / "done.ckpt", module.seen, warned
+
+
+@pytest.mark.parametrize("max_steps", [15, 16])  # inside an epoch of 4 batches, and at its last batch
+def test_a_max_steps_fit_saving_its_last_step_warns_nothing_and_resumes_exactly_with_more_steps(
+    max_steps: int, tmp_path: Path
+) -> None:
+    path, seen_first, warned = _finished_run(tmp_path, {"max_steps": max_steps, "max_epochs": -1}, "batch")
+    assert warned == []
+    torch.manual_seed(0)
+    straight = _PlainSgd()
+    uninterrupted = program_trainer([ProgressTracker()], max_steps=max_steps + 6, max_epochs=-1)
+    uninterrupted.fit(straight, _loader())
+    torch.manual_seed(1)  # the checkpoint's RNGs are loaded
+    module = _PlainSgd()
+    resumed = program_trainer([ProgressTracker()], max_steps=max_steps + 6, max_epochs=-1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed.fit(module, _loader(), ckpt_path=path)
+    assert [w.message for w in caught if issubclass(w.category, InexactResumeWarning)] == []
+    assert seen_first + module.seen == straight.seen
+    assert all(torch.equal(a, b) for a, b in zip(module.parameters(), straight.parameters(), strict=True))
+    assert comparable_state(get_progress(resumed).state_dict()) == comparable_state(
+        get_progress(uninterrupted).state_dict()
+    )
+
+
+@pytest.mark.parametrize("max_steps", [15, 16])
+def test_a_fit_resumed_at_its_max_steps_says_lightning_leaves_the_epoch_open(max_steps: int, tmp_path: Path) -> None:
+    path, _, _ = _finished_run(tmp_path, {"max_steps": max_steps, "max_epochs": -1}, "batch")
+    module = _PlainSgd()
+    resumed = program_trainer([ProgressTracker()], max_steps=max_steps, max_epochs=-1)
+    epoch = (max_steps - 1) // 4
+    with pytest.warns(InexactResumeWarning, match=f"resumed at max_steps={max_steps} inside epoch {epoch} "):
+        resumed.fit(module, _loader(), ckpt_path=path)
+    assert module.seen == []
+    assert resumed.current_epoch == get_progress(resumed).epoch_index == epoch  # the uninterrupted run's is one more
 
 
 @pytest.mark.parametrize("between", ["nothing", "save_checkpoint"])
@@ -171,7 +209,7 @@ def test_a_fit_continued_on_the_trainer_whose_resumed_fit_trained_nothing_matche
     straight = _PlainSgd()
     uninterrupted = program_trainer([ProgressTracker()], **{**limit, **longer})
     uninterrupted.fit(straight, _loader())
-    path, seen_first = _finished_run(tmp_path, limit, saved)
+    path, seen_first, _ = _finished_run(tmp_path, limit, saved)
     torch.manual_seed(1)  # the checkpoint's RNGs are loaded
     module = _PlainSgd()
     tracker = ProgressTracker()
@@ -201,7 +239,7 @@ def test_a_checkpoint_saved_after_a_max_steps_fit_says_where_lightning_resumes_i
     pl = importlib.import_module("pytorch_lightning")
     done = steps - 4
     with pytest.warns(InexactResumeWarning, match=f"goes on at batch {done} of epoch 2"):
-        path, _ = _finished_run(tmp_path, {"max_steps": steps, "max_epochs": -1}, "after fit")
+        path, _, _ = _finished_run(tmp_path, {"max_steps": steps, "max_epochs": -1}, "after fit")
 
     class FirstBatch(pl.Callback):  # type: ignore[misc,name-defined]
         def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:

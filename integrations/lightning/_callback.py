@@ -129,6 +129,8 @@ class ProgressTracker(CallbackBase):
         self._step_hooks: list[RemovableHandle] = []
         self._gradients: list[torch.Tensor | None] | None = None  # loaded, restored at on_train_start
         self._loaded = False  # an entry was loaded; Lightning's restart not yet reconciled
+        self._reenter = False  # a fit entry was loaded: on_fit_start re-enters its run
+        self._restart: resume.Restart | None = None  # what Lightning's restart does with the fit checkpoint loaded
         self._resumed_untrained = False  # the last fit was resumed at max_steps: it trained nothing
         self._rng_at_setup: GlobalRng | None = None  # after a load, before Lightning's setup_data iter()
         self._rng_check: ResumeRngCheck | None = None  # a fit loaded: the RNGs it restored, until compared
@@ -280,11 +282,12 @@ class ProgressTracker(CallbackBase):
         progress = self.tracker.progress
         bind_lifetime(pl_module, progress)  # a model that carries its lifetime (track_lifetime) continues it
         # Lightning restores its loop counters after this hook: a loaded entry says they will carry on
-        carry_on = self._loaded or resume.fit_counters_carry_on(trainer)
+        loaded, self._reenter = self._reenter, False
+        carry_on = loaded or resume.fit_counters_carry_on(trainer)
         reentered = carry_on and reenter_last_run(progress, _FIT)
         progress.run_ready(_FIT)
         if carry_on and not reentered:
-            if self._fit_scope is not None and not self._loaded:  # validate/test/predict came in between
+            if self._fit_scope is not None and not loaded:  # validate/test/predict came in between
                 continue_run_scope(progress.train, self._fit_scope)
             else:
                 self._anomaly(
@@ -301,15 +304,23 @@ class ProgressTracker(CallbackBase):
         self._step_hooks += count_scheduler_steps(progress.train, schedulers)
 
     def _track_train_loaders(self, loaders: list[object]) -> None:
-        """Lightning set up its train loaders and is about to iterate them (see ``hook_before_first_iter``)."""
+        """Lightning set up its train loaders and is about to iterate them (see ``hook_before_first_iter``).
+
+        After a load, that may be before Lightning restored its loops (``configure_optimizers`` reading
+        ``trainer.estimated_stepping_batches``): what its restart will do is read from the checkpoint.
+        """
         trainer = self._trainer() if self._trainer is not None else None
         loaded, self._loaded = self._loaded, False
+        restart, self._restart = self._restart, None
         self._train_loaders = list(loaders)
         if trainer is not None:
             self._train_layout = resume.train_layout(trainer.fit_loop)
         untrained, self._resumed_untrained = self._resumed_untrained, False
         if trainer is not None and not loaded:
-            self._close_restored_epoch(trainer)  # a fit continued after a resumed one that trained nothing
+            # a fit continued after a resumed one that trained nothing
+            self._close_restored_epoch(
+                resume.closes_restored_epoch(trainer.fit_loop), resume.reached_max_steps(trainer)
+            )
             # mid-epoch, its data resumes at the checkpoint's position, as fit(ckpt_path=...) would
             if untrained and self.tracker.view.is_mid_epoch and not self.tracker.resume_loaded_again():
                 warnings.warn(
@@ -334,25 +345,26 @@ class ProgressTracker(CallbackBase):
         check, self._rng_check = self._rng_check, None
         if check is not None:  # Lightning is about to build the resumed run's train iterator
             check.check(
-                "between the checkpoint load and Lightning's first train iterator (on_fit_start, train_dataloader())"
+                "between the checkpoint load and Lightning's first train iterator (configure_optimizers, on_fit_start, "
+                "train_dataloader())"
             )
         self._rng_at_setup = GlobalRng.capture()
-        finished = resume.reached_max_steps(trainer)  # Lightning trains nothing: the restored epoch stays open
+        if restart is None:  # loaded without a checkpoint of Lightning's: its loops start afresh
+            restart = resume.Restart(trainer.global_step, epoch_consumed=False, closes_epoch=False)
+        finished = resume.reached_max_steps(trainer, restart.global_step)  # Lightning trains nothing
         self._resumed_untrained = finished
-        if (
-            resume.restored_epoch_consumed(trainer.fit_loop)
-            and self.tracker.view.train.epochs.lifetime.in_flight
-            and not finished
-        ):
+        if finished and self.tracker.view.train.epochs.lifetime.in_flight:
+            self._warn_epoch_left_open(trainer)
+        if restart.epoch_consumed and self.tracker.view.train.epochs.lifetime.in_flight and not finished:
             # Lightning's next iteration of these loaders is the next epoch: finish the restored
             # one now (its replay yields nothing), as the uninterrupted run had.
             for loader in loaders:
                 if isinstance(loader, DataLoader):
                     next(iter(loader), None)
-        self._close_restored_epoch(trainer)
+        self._close_restored_epoch(restart.closes_epoch, finished)
         view = self.tracker.view
         if check is not None and check.armed:
-            if view.is_mid_epoch and not resume.restored_epoch_consumed(trainer.fit_loop):
+            if view.is_mid_epoch and not restart.epoch_consumed:
                 # nothing draws before the first batch that continues the epoch: compared again once the
                 # start hooks are over (_arm_first_batch_check)
                 self._rng_check_epoch = view.epoch_index
@@ -364,6 +376,18 @@ class ProgressTracker(CallbackBase):
         if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
             batch = view.train.batches.epoch.completed
             self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
+
+    def _warn_epoch_left_open(self, trainer: pl.Trainer) -> None:
+        """Resumed at ``max_steps`` inside an epoch: Lightning trains nothing and leaves that epoch open."""
+        epoch = self.tracker.view.epoch_index
+        warnings.warn(
+            f"resumed at max_steps={trainer.max_steps} inside epoch {epoch} (0-based): Lightning trains nothing more "
+            f"and leaves that epoch open (current_epoch stays {epoch}), where a run that is not interrupted closes "
+            f"it when it reaches max_steps (current_epoch {epoch + 1}); the record follows Lightning. Resumed with a "
+            "larger max_steps, the run continues exactly",
+            InexactResumeWarning,
+            stacklevel=3,
+        )
 
     def _setup_data_returned(self) -> None:
         """Lightning's ``setup_data`` returned (``hook_after_setup_data``). After a load, the first time: the resumed
@@ -399,16 +423,12 @@ class ProgressTracker(CallbackBase):
             self._warnings_back()
             self._warnings_back = None
 
-    def _close_restored_epoch(self, trainer: pl.Trainer) -> None:
-        """Lightning counts the restored epoch as finished without its end hooks, and starts the next one
-        without its start hooks: so do we. Not while ``max_steps`` is reached: Lightning trains nothing and
-        leaves that epoch open, until a fit on the same Trainer with more steps closes it."""
+    def _close_restored_epoch(self, closes: bool, max_steps_reached: bool) -> None:
+        """Where Lightning ``closes`` the restored epoch, it counts it as finished without its end hooks, and starts
+        the next one without its start hooks: so do we. Not while ``max_steps`` is reached: Lightning trains nothing
+        and leaves that epoch open, until a fit on the same Trainer with more steps closes it."""
         train = self.tracker.progress.train
-        if (
-            resume.closes_restored_epoch(trainer.fit_loop)
-            and not resume.reached_max_steps(trainer)
-            and train.view.epochs.lifetime.in_flight
-        ):
+        if closes and not max_steps_reached and train.view.epochs.lifetime.in_flight:
             train.epoch_processed()
             train.epoch_completed()
             self._train.epoch_to_open = True
@@ -778,14 +798,6 @@ class ProgressTracker(CallbackBase):
             gradients = _every_rank(gradients)
         if gradients is not None:
             checkpoint[GRADIENTS_KEY] = gradients
-        if resume.on_train_batch_end(trainer) and resume.reached_max_steps(trainer):
-            warnings.warn(
-                "checkpoint saved at the batch that reaches max_steps: resuming from it, Lightning trains nothing "
-                "more and leaves that epoch open (current_epoch stays where it was), unlike the run that saved it; "
-                "the record follows Lightning",
-                InexactResumeWarning,
-                stacklevel=2,
-            )
         train = self.tracker.view.train
         epochs, done = train.epochs.lifetime, train.batches.epoch.processed
         ended = epochs.ready == epochs.completed > 0 and done > 0  # after the fit: its last epoch is closed
@@ -856,6 +868,7 @@ class ProgressTracker(CallbackBase):
             )
             self._train.epoch_to_open = True  # Lightning may resume mid-epoch, without on_train_epoch_start
         if trainer.state.fn == _FIT:
+            self._restart = resume.restart_of(checkpoint)
             read_heartbeat(self.tracker.progress, self._heartbeat)  # the lost work of the run that saved it
             self._gradients = _own_gradients(checkpoint.get(GRADIENTS_KEY), trainer.global_rank)
             self._validation_restart = "finish" if resume.restarts_mid_validation(checkpoint) else "skip"
@@ -891,7 +904,7 @@ class ProgressTracker(CallbackBase):
             self._elastic_entry = state_dict
         for driver in (self._train, self._validate, self._test, self._predict):
             driver.reset()
-        self._loaded = trainer is None or trainer.state.fn == _FIT
+        self._loaded = self._reenter = trainer is None or trainer.state.fn == _FIT
 
     def _validation_at_load(self, progress: dict[str, Any]) -> bool:
         """A fit checkpoint saved inside a validation: follow what Lightning does with that validation.

@@ -7,6 +7,7 @@ cut inside a batch (to go on at that batch)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import logging
 import re
@@ -83,33 +84,64 @@ def discards_setup_iterator(trainer: pl.Trainer) -> bool:
     return trainer.current_epoch > 0 and not resuming and not fit_loop.epoch_loop.restarting
 
 
-def reached_max_steps(trainer: pl.Trainer) -> bool:
-    """True once ``global_step`` reached ``max_steps``: a fit resumed from here trains nothing more."""
+def reached_max_steps(trainer: pl.Trainer, global_step: int | None = None) -> bool:
+    """True once ``global_step`` (default: the trainer's) reached ``max_steps``: a fit resumed from here trains
+    nothing more."""
     max_steps = trainer.max_steps
-    return max_steps is not None and max_steps >= 0 and trainer.global_step >= max_steps
+    step = trainer.global_step if global_step is None else global_step
+    return max_steps is not None and max_steps >= 0 and step >= max_steps
 
 
-def restored_epoch_consumed(fit_loop: _FitLoop) -> bool:
-    """True if the restored train epoch had fetched its last batch: Lightning will not read it further."""
-    return fit_loop.restarting and fit_loop.epoch_loop.batch_progress.is_last_batch
+_PHASES = ("ready", "started", "processed", "completed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Restart:
+    """What Lightning's restart does with a fit checkpoint, read from the loop counters it saved.
+
+    Lightning restores its loops only after ``configure_optimizers``, which may already have built the
+    train iterator (``trainer.estimated_stepping_batches`` runs ``setup_data``): so these are read from the
+    checkpoint (``on_load_checkpoint``), not from the loops.
+    """
+
+    global_step: int
+    epoch_consumed: bool  # the restored train epoch had fetched its last batch: Lightning will not read it further
+    closes_epoch: bool  # Lightning counts that epoch finished without its end hooks and starts the next one
+
+
+def restart_of(checkpoint: dict[str, Any]) -> Restart:
+    """The :class:`Restart` of a fit from ``checkpoint`` (without saved loops, Lightning restarts no epoch)."""
+    global_step = int(checkpoint.get("global_step", 0))
+    loops = checkpoint.get("loops")
+    fit_loop = loops.get("fit_loop") if isinstance(loops, dict) else None
+    if not isinstance(fit_loop, dict):
+        return Restart(global_step, epoch_consumed=False, closes_epoch=False)
+    batches = fit_loop.get("epoch_loop.batch_progress", {})
+    last = bool(batches.get("is_last_batch", False))
+    closes = last and _closes_epoch(fit_loop.get("epoch_progress", {}).get("total", {}), batches.get("total", {}))
+    return Restart(global_step, epoch_consumed=last, closes_epoch=closes)
 
 
 def closes_restored_epoch(fit_loop: _FitLoop) -> bool:
-    """True if Lightning will count the restored train epoch as finished without running its end.
-
-    That is its reading of a checkpoint saved in ``on_train_batch_end`` of an epoch's last
-    batch (``_FitLoop.reset``): it increments the epoch counters and starts the next epoch.
-    """
-    epochs: Any = fit_loop.epoch_progress.total
+    """True if Lightning will count the train epoch its loops restored as finished without running its end."""
     batches = fit_loop.epoch_loop.batch_progress
-    total: Any = batches.total
     return (
         fit_loop.restarting
-        and epochs.started == epochs.ready
-        and epochs.processed == epochs.started - 1
-        and epochs.completed == epochs.processed
-        and total.started == total.ready == total.processed == total.completed + 1
         and batches.is_last_batch
+        and _closes_epoch(fit_loop.epoch_progress.total.state_dict(), batches.total.state_dict())
+    )
+
+
+def _closes_epoch(epochs: dict[str, int], batches: dict[str, int]) -> bool:
+    """Lightning's reading (``_FitLoop.reset``) of the epoch and batch totals of a checkpoint saved in
+    ``on_train_batch_end`` of an epoch's last batch: it increments the epoch counters and starts the next epoch."""
+    ready, started, processed, completed = (epochs.get(phase, 0) for phase in _PHASES)
+    batch_ready, batch_started, batch_processed, batch_completed = (batches.get(phase, 0) for phase in _PHASES)
+    return (
+        started == ready
+        and processed == started - 1
+        and completed == processed
+        and batch_started == batch_ready == batch_processed == batch_completed + 1
     )
 
 

@@ -1,0 +1,141 @@
+"""A ``configure_optimizers`` that reads ``trainer.estimated_stepping_batches`` (OneCycleLR's ``total_steps``) makes
+Lightning set up the train data and build its iterator inside strategy setup, before it restores its loops from
+the checkpoint. A fit resumed from every checkpoint of such a run (mid-epoch, and at an epoch's last batch, where
+Lightning goes on with the next epoch) trains exactly as the uninterrupted run: weights, sample ids, progress."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pytorch_lightning")
+
+import torch
+from torch.utils.data import DataLoader
+
+from tracker_core import InexactResumeWarning, comparable_state, get_progress
+from tracker_core.integrations.lightning import ProgressTracker
+
+from helpers.lightning_matrix import PACKAGES
+from helpers.lightning_program import Indexed
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning:pytorch_lightning"),
+    pytest.mark.filterwarnings("ignore::UserWarning:lightning_fabric"),
+    pytest.mark.filterwarnings("ignore::UserWarning:lightning"),
+]
+
+SAMPLES, BATCH, EPOCHS = 20, 4, 3
+STEPS = EPOCHS * SAMPLES // BATCH  # 5 an epoch
+
+
+@dataclasses.dataclass
+class Outcome:
+    seen: list[list[int]]
+    weights: list[torch.Tensor]
+    progress: dict[str, Any]
+    warned: list[str]  # InexactResumeWarning messages
+
+
+def _module(package: str, one_cycle: bool = True) -> Any:
+    """Its ``configure_optimizers`` reads ``estimated_stepping_batches``: for OneCycleLR's ``total_steps``, or (a run
+    continued beyond its end, which OneCycleLR refuses) only to keep it in ``total_steps``."""
+    pl = importlib.import_module(package)
+
+    class OneCycle(pl.LightningModule):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+            self.seen: list[list[int]] = []
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y, ids = batch
+            self.seen.append(ids.tolist())
+            return torch.nn.functional.mse_loss(self.layer(x + 0.01 * torch.randn_like(x)), y)
+
+        def configure_optimizers(self) -> Any:
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            self.total_steps = total = self.trainer.estimated_stepping_batches
+            if not one_cycle:
+                return optimizer
+            scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=total)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    torch.manual_seed(0)
+    return OneCycle()
+
+
+def _fit(package: str, folder: Path, ckpt_path: Path | None = None) -> Outcome:
+    pl = importlib.import_module(package)
+    module = _module(package)
+    saver = pl.callbacks.ModelCheckpoint(dirpath=folder, every_n_train_steps=1, save_top_k=-1, filename="{step}")
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=EPOCHS,
+        enable_progress_bar=False,
+        logger=False,
+        enable_model_summary=False,
+        callbacks=[ProgressTracker(), saver],
+    )
+    torch.manual_seed(1 if ckpt_path is None else 1234)  # a resume must not depend on the seed
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(module, DataLoader(Indexed(SAMPLES), batch_size=BATCH, shuffle=True), ckpt_path=ckpt_path)
+    warned = [str(w.message) for w in caught if issubclass(w.category, InexactResumeWarning)]
+    weights = [p.detach().clone() for p in module.parameters()]
+    return Outcome(module.seen, weights, get_progress(trainer).state_dict(), warned)
+
+
+_uninterrupted: dict[str, tuple[Outcome, Path]] = {}
+
+
+def _uninterrupted_run(package: str, factory: pytest.TempPathFactory) -> tuple[Outcome, Path]:
+    if package not in _uninterrupted:
+        folder = factory.mktemp(f"uninterrupted-{package}")
+        _uninterrupted[package] = _fit(package, folder), folder
+    return _uninterrupted[package]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("step", range(1, STEPS))
+def test_a_fit_resumed_from_any_checkpoint_trains_as_the_uninterrupted_run(
+    package: str, step: int, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    reference, folder = _uninterrupted_run(package, tmp_path_factory)
+    resumed = _fit(package, tmp_path, ckpt_path=folder / f"step={step}.ckpt")
+    assert resumed.seen == reference.seen[step:]
+    assert all(torch.equal(a, b) for a, b in zip(resumed.weights, reference.weights, strict=True))
+    assert comparable_state(resumed.progress) == comparable_state(reference.progress)  # anomalies included
+    assert resumed.warned == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_finished_fit_continued_from_its_checkpoint_continues_its_run(package: str, tmp_path: Path) -> None:
+    pl = importlib.import_module(package)
+
+    def fit(epochs: int, ckpt_path: Path | None) -> Any:
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_epochs=epochs,
+            enable_progress_bar=False,
+            logger=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            callbacks=[ProgressTracker()],
+        )
+        loader = DataLoader(Indexed(SAMPLES), batch_size=BATCH, shuffle=True)
+        trainer.fit(_module(package, one_cycle=False), loader, ckpt_path=ckpt_path)
+        return trainer
+
+    fit(EPOCHS, None).save_checkpoint(tmp_path / "finished.ckpt")
+    continued = fit(EPOCHS + 1, tmp_path / "finished.ckpt")
+    view = get_progress(continued)
+    assert (view.global_step, view.epoch_index) == (continued.global_step, continued.current_epoch) == (STEPS + 5, 4)
+    assert (view.run.counts.completed, view.anomalies) == (1, ())
