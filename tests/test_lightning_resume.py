@@ -23,7 +23,7 @@ from tracker_core import InexactResumeWarning
 from tracker_core.integrations.lightning import ProgressTracker
 
 from helpers.ledger import without_ledger
-from helpers.lightning_program import Indexed, IndexedStream, Recording, trainer, weights
+from helpers.lightning_program import Crashing, Indexed, IndexedStream, Recording, trainer, weights
 
 EPOCHS = 2
 BATCHES = 4  # 10 samples in batches of 3: 3, 3, 3, 1
@@ -175,6 +175,27 @@ def test_checkpoint_after_a_validation_batch_resumes_training_exactly_and_says_l
 def test_checkpoint_before_a_due_validation_says_lightning_will_skip_it(tmp_path: Path) -> None:
     with pytest.warns(InexactResumeWarning, match="skips that validation"):
         _fit("plain-validate", seed=0, kill_at=1, path=tmp_path / "mid.ckpt")
+
+
+@pytest.mark.parametrize("at", range(EPOCHS * BATCHES))
+def test_checkpoint_of_an_exception_inside_a_training_step_resumes_exactly_at_that_batch(
+    at: int, tmp_path: Path
+) -> None:
+    """``OnExceptionCheckpoint`` after an exception in the step of batch ``at`` (an epoch's last one too): the
+    resumed fit runs that batch again, as Lightning does, and then the rest as the uninterrupted run."""
+    straight = _straight("plain-shuffle")
+    torch.manual_seed(0)
+    cut = Crashing(crash_at=at)
+    saver = pl.callbacks.OnExceptionCheckpoint(dirpath=tmp_path, filename="cut")
+    fit = trainer([ProgressTracker(), saver], max_epochs=EPOCHS, limit_val_batches=0, enable_checkpointing=True)
+    with pytest.raises(RuntimeError, match="crash"):
+        fit.fit(cut, _loader("shuffle"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InexactResumeWarning)
+        resumed = _fit("plain-shuffle", seed=1234, path=tmp_path / "cut.ckpt")
+    assert cut.seen + resumed.seen == straight.seen
+    assert all(torch.equal(a, b) for a, b in zip(resumed.weights, straight.weights))
+    assert without_ledger(resumed.progress) == without_ledger(straight.progress)
 
 
 @pytest.mark.parametrize("config", ["plain-shuffle", "plain-shuffle-validate"])

@@ -565,10 +565,18 @@ class ProgressTracker(CallbackBase):
             if self._train_layout is not None:
                 self._combined_batch_end(batch)
                 return
+            if batch is None and self._no_batch_begun():
+                self._train.batch_of_none()  # the loader yielded None: Lightning ran no start hook and no step
+                return
             # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
             self._train.batch_end(0, batch)
         except EventOrderError as error:
             self._anomaly(f"on_train_batch_end: {error}")
+
+    def _no_batch_begun(self) -> bool:
+        """No train batch was begun since the last one processed (Lightning ran no ``on_train_batch_start``)."""
+        batches = self.tracker.progress.train.view.batches.lifetime
+        return batches.ready == batches.processed
 
     def _combined_batch_end(self, batch: Any) -> None:
         """One step read a batch of each train loader (``CombinedLoader``): each loader counts its own.

@@ -105,7 +105,7 @@ class Restart:
     """
 
     global_step: int
-    epoch_consumed: bool  # the restored train epoch had fetched its last batch: Lightning will not read it further
+    epoch_consumed: bool  # the restored train epoch had run its last batch: Lightning will not read it further
     closes_epoch: bool  # Lightning counts that epoch finished without its end hooks and starts the next one
 
 
@@ -117,31 +117,41 @@ def restart_of(checkpoint: dict[str, Any]) -> Restart:
     if not isinstance(fit_loop, dict):
         return Restart(global_step, epoch_consumed=False, closes_epoch=False)
     batches = fit_loop.get("epoch_loop.batch_progress", {})
-    last = bool(batches.get("is_last_batch", False))
-    closes = last and _closes_epoch(fit_loop.get("epoch_progress", {}).get("total", {}), batches.get("total", {}))
-    return Restart(global_step, epoch_consumed=last, closes_epoch=closes)
+    totals = batches.get("total", {})
+    consumed = bool(batches.get("is_last_batch", False)) and _batch_done(totals)
+    closes = consumed and _closes_epoch(fit_loop.get("epoch_progress", {}).get("total", {}), totals)
+    return Restart(global_step, epoch_consumed=consumed, closes_epoch=closes)
 
 
 def closes_restored_epoch(fit_loop: _FitLoop) -> bool:
     """True if Lightning will count the train epoch its loops restored as finished without running its end."""
     batches = fit_loop.epoch_loop.batch_progress
+    totals = batches.total.state_dict()
     return (
         fit_loop.restarting
         and batches.is_last_batch
-        and _closes_epoch(fit_loop.epoch_progress.total.state_dict(), batches.total.state_dict())
+        and _batch_done(totals)
+        and _closes_epoch(fit_loop.epoch_progress.total.state_dict(), totals)
     )
+
+
+def _batch_done(batches: dict[str, int]) -> bool:
+    """Lightning restarts after a batch it ran (``_TrainingEpochLoop.update_restart_stage``: on its train batch end,
+    or after it): otherwise (a batch cut inside its step, or one a loader yielded as None, which Lightning marks
+    processed without starting it) it runs that batch again."""
+    ready, started, processed, completed = (batches.get(phase, 0) for phase in _PHASES)
+    return started == ready == processed and completed in (processed - 1, processed)
 
 
 def _closes_epoch(epochs: dict[str, int], batches: dict[str, int]) -> bool:
     """Lightning's reading (``_FitLoop.reset``) of the epoch and batch totals of a checkpoint saved in
     ``on_train_batch_end`` of an epoch's last batch: it increments the epoch counters and starts the next epoch."""
     ready, started, processed, completed = (epochs.get(phase, 0) for phase in _PHASES)
-    batch_ready, batch_started, batch_processed, batch_completed = (batches.get(phase, 0) for phase in _PHASES)
     return (
         started == ready
         and processed == started - 1
         and completed == processed
-        and batch_started == batch_ready == batch_processed == batch_completed + 1
+        and batches.get("completed", 0) == batches.get("processed", 0) - 1
     )
 
 

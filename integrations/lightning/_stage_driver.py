@@ -99,6 +99,16 @@ class StageDriver:
         if type(batch) is not self.tokens.tokenless_type:  # most batches: no call
             self.tokens(batch)
 
+    def batch_of_none(self) -> None:
+        """A train loader yielded None: Lightning marks that batch ready and processed without its start hook or a
+        step, and runs its end hooks. Counted as a batch of no samples (so the loader's position counts it)."""
+        self.batch_begin(None)
+        self.batch_to_start = False
+        self.stage.batch_started()
+        self.stage.batch_processed_of(None)
+        self.batch = None
+        self.batch_to_complete = True
+
     def epoch_end(self) -> None:
         """All batches are done (or the epoch was cut short); idempotent like ``batch_end``."""
         if self.epoch_to_complete:
