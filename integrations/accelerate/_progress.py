@@ -24,6 +24,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, Literal, TextIO, TypeVar, overload
 
 import torch
+from accelerate.data_loader import SkipBatchSampler, SkipDataLoader
 
 from tracker_core import ProgressStateError, ProgressView, Tracker, count_optimizer_steps
 from tracker_core.adapter import (
@@ -116,6 +117,7 @@ class AcceleratorProgress:
         self._finished_passes: set[int] = set()  # restored mid-epoch after the pass yielded its last batch
         self._begun_passes: set[int] = set()  # train loaders whose pass began in the current epoch
         self._left_passes: set[int] = set()  # those whose pass the loop left before its end
+        self._resumed_passes: dict[int, int] = {}  # index -> batches its pass in the epoch load_state resumes skips
         self._restored_step: int | None = None  # accelerator.step after an elastic load, set when the pass begins
         # The global RNGs when the open evaluation epoch began: one saved mid-way restarts from
         # its first batch after a resume, drawing from these as the uninterrupted run did.
@@ -242,6 +244,7 @@ class AcceleratorProgress:
 
     def _end_train_epoch(self) -> None:
         self._end_train_batch()
+        self._resumed_passes.clear()
         train = self._train
         epochs = self.view.train.epochs.lifetime
         if epochs.started != epochs.processed:
@@ -279,6 +282,9 @@ class AcceleratorProgress:
         processed and completed when the loop body hands control back or another pass fetches
         (passes over several loaders may alternate). A ``save_state`` inside the body counts
         the current batch as processed: save after the batch's step, as Accelerate's examples do.
+        In the epoch ``load_state`` resumed, the pass already skips the batches trained before the
+        checkpoint: a loader made by ``accelerator.skip_first_batches`` is refused there (``ValueError``,
+        before a batch is fetched).
         """
         batches = self._train_pass(loader, index, with_index)
         if self._display is None:
@@ -286,6 +292,10 @@ class AcceleratorProgress:
         return self._display.iterate(batches, "train", batches_in(loader))
 
     def _train_pass(self, loader: Iterable[Batch], index: int, with_index: bool) -> Generator[Any, None, None]:
+        resumed = self._resumed_passes.get(index)
+        if resumed is not None:
+            _refuse_a_second_skip(loader, index, resumed)
+            del self._resumed_passes[index]
         if self._rng_check.armed:
             self._first_pass_after_load()
         self._hook_optimizers()
@@ -625,6 +635,10 @@ class AcceleratorProgress:
             if iteration is not None:
                 use_pass = resuming_epoch and iteration.pass_start is not None
                 self._restored_iterations[index] = iteration.pass_start if use_pass else iteration.now  # type: ignore[assignment]
+        dataloaders = self.view.train.dataloaders
+        self._resumed_passes = {
+            i: d.batches.epoch for i, d in enumerate(dataloaders) if resuming_epoch and d.batches.epoch
+        }
         if resuming_epoch:
             _warn_if_passes_alternate(saved.loader_iterations, self._finished_passes)
         rewind_trackers(accelerator, self.view.global_step)  # init_trackers' trackers continue at this step
@@ -681,6 +695,25 @@ def _next_save_iteration(accelerator: Any, loaded: int) -> int:
             if match:
                 newest = max(newest, int(match.group(1)))
     return newest + 1
+
+
+def _refuse_a_second_skip(loader: object, index: int, resumed: int) -> None:
+    """Raise ``ValueError`` if ``loader`` was made by ``accelerator.skip_first_batches`` (Accelerate's public
+    ``SkipBatchSampler`` or ``SkipDataLoader``, or a prepared loader with ``skip_batches``): the resumed pass of
+    train dataloader ``index`` already skips the ``resumed`` batches trained before the checkpoint."""
+    samplers = (getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None))
+    skips = [s.skip_batches for s in samplers if isinstance(s, SkipBatchSampler)]
+    skipping = getattr(loader, "skip_batches", 0)
+    if isinstance(loader, SkipDataLoader) or skipping:
+        skips.append(skipping)
+    if skips:
+        raise ValueError(
+            f"train dataloader {index} was made by accelerator.skip_first_batches (it skips its first {sum(skips)} "
+            "batches) and given to progress.train() in the epoch accelerator.load_state resumed, where the prepared "
+            f"loader already resumes after the {resumed} batches trained before the checkpoint: batches would be "
+            "skipped twice and never trained, or the position lost. Remove the skip_first_batches call and pass the "
+            "prepared loader: progress.train() yields exactly the batches not yet trained. Nothing was trained"
+        )
 
 
 def _start_from_the_beginning(loader: object) -> bool:
