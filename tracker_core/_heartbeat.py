@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tracker_core._errors import ProgressStateError
 from tracker_core.distributed._elastic import world
 from tracker_core.state._ledger import read_entry
-from tracker_core.state._readers import read_int, read_list, read_mapping
+from tracker_core.state._readers import read_int, read_list, read_mapping, shown
 
 if TYPE_CHECKING:
     from tracker_core.counting._progress import Progress
@@ -119,7 +119,7 @@ def read_heartbeat(progress: Progress, file: str | os.PathLike[str] | None) -> N
 def _parse(raw: object) -> dict[str, Any]:
     fields = read_mapping(raw, "", required=("format", "run", "entries"))
     if fields["format"] != _FORMAT:
-        raise ProgressStateError("format", f"expected {_FORMAT!r}, got {fields['format']!r}")
+        raise ProgressStateError("format", f"expected {_FORMAT!r}, got {shown(fields['format'])}")
     entries = read_list(fields["entries"], "entries")
     if not entries:
         raise ProgressStateError("entries", "empty; a heartbeat holds at least the entry of the process that wrote it")

@@ -14,6 +14,7 @@ from tracker_core.counting import _clock
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
 from tracker_core.data._compact import check_bases, compact_loader, compact_rng, expand_loader, expand_rng
+from tracker_core.data._epoch import EpochRecord
 from tracker_core.data._position import LoaderPosition, _ParsedState
 from tracker_core.data._rng import GlobalRng
 from tracker_core.data._saved_loader import check_saved_loader
@@ -39,7 +40,6 @@ class Tracker:
         "_loaded",
         "_loaders",
         "_pending",
-        "_rearmed",
         "_undo",
         "_untracked",
         "progress",
@@ -50,9 +50,10 @@ class Tracker:
         self._loaders: dict[int, LoaderPosition] = {}
         self._untracked: dict[int, str] = {}  # train dataloaders that are not torch DataLoaders
         self._pending: dict[int, tuple[dict[str, Any], bool]] = {}  # loaded, waiting for their loader
-        self._undo: _Undo | None = None  # what the last load changed, while a loader part of it waits (_pending)
+        # What the last load changed, while a loader part of it waits (_pending); None while _pending holds the
+        # parts of resume_loaded_again, which changed nothing.
+        self._undo: _Undo | None = None
         self._loaded: _LoadedParts | None = None  # the last load's loader parts (see resume_loaded_again)
-        self._rearmed = False  # _pending holds loader parts of resume_loaded_again, not of a load
 
     @property
     def view(self) -> ProgressView:
@@ -66,8 +67,8 @@ class Tracker:
         framework hands over a new loader object; pass the DataLoader the framework really
         iterates, not a wrapper around it. A loaded state waiting for this loader
         is validated and armed now. If it does not fit this loader, the whole load is undone
-        (progress, global RNGs and the loaders it armed are as before it) and
-        ``ProgressStateError`` names the key. An iterable
+        (progress, global RNGs and the loaders it armed are as before it), this loader is not
+        registered, and ``ProgressStateError`` names the key. An iterable
         that is not a torch DataLoader cannot be positioned: a mid-epoch checkpoint of it
         warns with :class:`InexactResumeWarning`.
         """
@@ -75,39 +76,48 @@ class Tracker:
             self._loaders.pop(index, None)
             self._untracked[index] = type(loader).__name__
             return
-        self._untracked.pop(index, None)
         data_loader = cast("DataLoader[Any]", loader)  # its exact type is a DataLoader (checked above)
         position = self._loaders.get(index)
         if position is None or not position.holds(data_loader):
             position = LoaderPosition.of(data_loader) or LoaderPosition(data_loader)
-            self._loaders[index] = position
-        position.report_fast_forwards(self.progress._count_fast_forward)
-        pending = self._pending.pop(index, None)
-        if pending is None:
-            return
         began = _clock.now_us()
-        state, resume_epoch = pending
-        try:
-            parsed = _parse_loader(position, state, index, resume_epoch)
-        except ProgressStateError as error:
-            if self._rearmed:  # a loader of a later fit that does not fit the loaded position: read it whole
-                warnings.warn(
-                    f"train dataloader {index} does not fit the loaded position it was to resume at "
-                    f"({error.key}: {error.problem}): this epoch reads it from its start",
-                    InexactResumeWarning,
-                    stacklevel=2,
-                )
-                return
-            self._undo_load()
-            raise ProgressStateError(
-                error.key, f"{error.problem} (the load was undone: progress and global RNGs are as before it)"
-            ) from None
+        parsed = self._parse_pending(position, index)  # a refusal raises before anything below
+        self._untracked.pop(index, None)
+        self._loaders[index] = position
+        position.report_fast_forwards(self.progress._count_fast_forward)
+        if parsed is None:
+            return
         if self._undo is not None:
-            self._undo.keep_generators(index, position)
+            self._undo.keep(position)
         position._apply(parsed)
         if not self._pending:
             self._undo = None
         self.progress._count_checkpoint_restore(_clock.now_us() - began)
+
+    def _parse_pending(self, position: LoaderPosition, index: int) -> _ParsedState | None:
+        """The loaded part waiting for train dataloader ``index``, checked against its ``position``; None if
+        none waits, or if the part of :meth:`resume_loaded_again` does not fit (warned). A part of a load that
+        does not fit undoes the load and raises ``ProgressStateError``."""
+        pending = self._pending.pop(index, None)
+        if pending is None:
+            return None
+        state, resume_epoch = pending
+        try:
+            return _parse_loader(position, state, index, resume_epoch)
+        except ProgressStateError as error:
+            if self._undo is not None:
+                self._undo_load(self._undo)
+                raise ProgressStateError(
+                    error.key,
+                    f"{error.problem} (the load was undone: progress, global RNGs and train loaders are as before it)",
+                ) from None
+            warnings.warn(  # a loader of a later fit that does not fit the loaded position: read it whole
+                f"train dataloader {index} does not fit the loaded position it was to resume at "
+                f"({error.key}: {error.problem}): this epoch reads it from its start",
+                InexactResumeWarning,
+                stacklevel=3,
+            )
+            return None
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data for the framework's checkpoint; see docs/schema.md. The time spent building it
@@ -190,18 +200,23 @@ class Tracker:
         loaded = self._parse_entry(entry)
         # Everything that needs no loader is valid. A loader part waiting for its loader (registered after
         # the load, as Lightning and Ignite do) is checked against it then: until then, keep what to undo.
-        self._undo = None
+        undo = None
         if loaded.pending:
-            self._undo = _Undo(parse(self.progress.state_dict()), GlobalRng.capture(), self.progress._resume_mapping)
+            undo = _Undo(
+                parse(self.progress.state_dict()),
+                GlobalRng.capture(),
+                self.progress._resume_mapping,
+                (self._pending, self._undo, self._loaded),
+            )
+        self._undo = undo
         # Apply, which cannot fail.
         self.progress._load_parsed(loaded.progress)
         loaded.rng.apply()
-        for index, (position, parsed) in loaded.ready.items():
-            if self._undo is not None:
-                self._undo.keep_generators(index, position)
+        for position, parsed in loaded.ready.values():
+            if undo is not None:
+                undo.keep(position)
             position._apply(parsed)
         self._pending = loaded.pending
-        self._rearmed = False
         self._loaded = _LoadedParts(loaded.parts, self.progress.train.view.batches.lifetime.ready)
         self.progress._resume_mapping = loaded.mapping
         self.progress._count_checkpoint_restore(_clock.now_us() - began)
@@ -223,7 +238,6 @@ class Tracker:
             return False
         self._pending = dict(loaded.parts)
         self._undo = None
-        self._rearmed = True
         return True
 
     def load_for_evaluation(self, entry: object) -> None:
@@ -240,25 +254,14 @@ class Tracker:
         with keys_under(f"ranks.{source}"):
             self.load_state_dict(ranks[source])
 
-    def _undo_load(self) -> None:
+    def _undo_load(self, undo: _Undo) -> None:
         """A loaded loader part does not fit its loader: put back what the load changed."""
-        undo, self._undo = self._undo, None
-        self._pending.clear()
-        self._loaded = None
-        if undo is None:
-            return
         self.progress._load_parsed(undo.progress)
         self.progress._resume_mapping = undo.mapping
         undo.rng.apply()
-        for index, states in undo.generators.items():
-            position = self._loaders.get(index)
-            if position is None:
-                continue
-            position.forget_replay()
-            generators = position._generators()
-            for path, state in states.items():
-                if path in generators:
-                    generators[path].set_state(state)
+        for armed in undo.armed:
+            armed.put_back()
+        self._pending, self._undo, self._loaded = undo.parts
 
     def validate_state_dict(self, entry: object) -> None:
         """Raise the :class:`ProgressStateError` that :meth:`load_state_dict` would raise; change nothing.
@@ -328,11 +331,38 @@ class _Undo:
     progress: Parsed  # the progress before the load
     rng: GlobalRng  # the global RNGs before the load
     mapping: dict[str, Any] | None  # the resume mapping before the load
-    generators: dict[int, dict[str, torch.Tensor]] = dataclasses.field(default_factory=dict)  # loaders armed
+    # The tracker's loaded parts before the load: _pending, _undo, _loaded.
+    parts: tuple[dict[int, tuple[dict[str, Any], bool]], _Undo | None, _LoadedParts | None]
+    armed: list[_Armed] = dataclasses.field(default_factory=list)  # the loaders the load armed, as before it
 
-    def keep_generators(self, index: int, position: LoaderPosition) -> None:
-        """Keep the generator states of a loader the load is about to arm."""
-        self.generators[index] = {path: g.get_state() for path, g in position._generators().items()}
+    def keep(self, position: LoaderPosition) -> None:
+        """Keep what arming ``position`` changes: its generators' states and the epoch it is in."""
+        cursor = position._site.cursor
+        generators = {path: g.get_state() for path, g in position._generators().items()}
+        self.armed.append(_Armed(position, generators, cursor.epoch, cursor.awaiting_sampler))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Armed:
+    """A loader position as it was before a load armed it."""
+
+    position: LoaderPosition
+    generators: dict[str, torch.Tensor]  # each generator's state
+    epoch: EpochRecord | None  # the epoch its cursor was in
+    awaiting_sampler: bool
+
+    def put_back(self) -> None:
+        """Disarm the position, and put back its generators' states and its cursor's epoch (nothing if its
+        loader is gone)."""
+        site = self.position._site
+        if site.loader_or_none() is None:
+            return
+        self.position.forget_replay()
+        generators = self.position._generators()
+        for path, state in self.generators.items():
+            if path in generators:
+                generators[path].set_state(state)
+        site.cursor.epoch, site.cursor.awaiting_sampler = self.epoch, self.awaiting_sampler
 
 
 @dataclasses.dataclass(frozen=True)

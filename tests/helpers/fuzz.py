@@ -1,16 +1,19 @@
 """Mutants of real checkpoint entries, loaded in a child process (tests/test_fuzz_entries.py).
 
-Sources (entries the adapters wrote; see :func:`write_sources`): a Lightning ``.ckpt``, an Ignite
-``Checkpoint`` file, an Accelerate ``save_state`` folder (single process), the Ignite
-``ProgressHandler`` state of a run over a shuffling ``StatefulDataLoader`` (tagged tensors), and a
-2-process Accelerate folder, loaded by one process (gathered ranks, elastic mapping).
+Sources (real entries; see :func:`sources`): a Lightning ``.ckpt``, an Ignite ``Checkpoint`` file, an
+Accelerate ``save_state`` folder (single process), the Ignite ``ProgressHandler`` state of a run over a
+shuffling ``StatefulDataLoader`` (tagged tensors), a 2-process Accelerate folder, loaded by one process
+(gathered ranks, elastic mapping), the ``Tracker.state_dict()`` of a plain loop over two train loaders
+(:func:`core_entry`), and that entry's progress alone, loaded by a ``Progress``.
 
 Mutations (:func:`mutants`): every key deleted, an unknown key added to every dict, every leaf
-replaced by each of ``VALUES``, swapped siblings, broken ordering invariants (phases, scopes),
-bad schema versions, corrupted and mis-sized base64 blobs, list lengths off by one, every torch
-dtype in a tagged tensor. Run as ``python -m helpers.fuzz <spec.json> <report.json>``: for each
-mutant a fresh Tracker with the source's loaders (registered before, or after, the load) loads it;
-the report counts the outcomes and gives examples of every failure.
+replaced by each of ``VALUES`` (an int of a saved RNG state also by ``RNG_INT_VALUES``), swapped
+siblings (of a dict and of a list), broken ordering invariants (phases, scopes), bad schema versions,
+corrupted and mis-sized base64 blobs, list lengths off by one, every torch dtype in a tagged tensor.
+Run as ``python -m helpers.fuzz <spec.json> <report.json>``: for each mutant a fresh Tracker with the
+source's loaders (registered before, or after, the load) loads it; the report counts the outcomes and
+gives examples of every failure. A sample draws ``sample`` mutants of each source at random, plus every
+mutant of the classes that once escaped (:func:`escaped_before`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from tracker_core import ProgressStateError, Tracker
+from tracker_core import Progress, ProgressStateError, Tracker
 
 LONG_LIST = [0] * 1_000_000
 DEEP: dict[str, Any] = {}
@@ -44,6 +47,8 @@ VALUES: list[tuple[str, object]] = [
     ("None", None), ("True", True), ("-1", -1), ("2**63", 2**63), ("2**64", 2**64), ("1.5", 1.5),
     ("nan", math.nan), ("'1'", "1"), ("[]", []), ("{}", {}), ("long list", LONG_LIST), ("deep dict", DEEP),
 ]  # fmt: skip
+RNG_INT_VALUES = [("2**31", 2**31), ("2**63-1", 2**63 - 1)]  # also for an int of a saved RNG state: past a C int
+OUT_OF_RANGE = ("-1", "2**31", "2**63-1", "2**63", "2**64")
 DTYPES = sorted(name for name in dir(torch) if isinstance(getattr(torch, name), torch.dtype))
 _PHASES = ("ready", "started", "processed", "completed")
 _SCOPES = ("epoch", "run", "lifetime")
@@ -122,6 +127,10 @@ def mutants(entry: Any) -> Iterator[Mutant]:
             if value:
                 yield Mutant(path, "last item dropped", _replaced(entry, path, value[:-1]))
                 yield Mutant(path, "last item repeated", _replaced(entry, path, [*value, value[-1]]))
+            for index in range(len(value) - 1):
+                if value[index] != value[index + 1]:
+                    swapped = [*value[:index], value[index + 1], value[index], *value[index + 2 :]]
+                    yield Mutant(path, f"items {index} and {index + 1} swapped", _replaced(entry, path, swapped))
         else:
             if path and path[-1] in ("schema_version", "version"):
                 for bad in (0, 999, 2**31):
@@ -130,8 +139,34 @@ def mutants(entry: Any) -> Iterator[Mutant]:
                 for what, bad in (("cut", value[:-4]), ("extended", value + "AAAA"), ("not base64", "!" + value[1:])):
                     yield Mutant(path, f"base64 {what}", _replaced(entry, path, bad))
         if path:
-            for name, bad in VALUES:
+            for name, bad in [*VALUES, *(RNG_INT_VALUES if type(value) is int and _in_rng(path) else [])]:
                 yield Mutant(path, f"replaced by {name}", _replaced(entry, path, bad))
+
+
+def _in_rng(path: Path_) -> bool:
+    """Whether ``path`` is inside a saved RNG state (the global one or a loader's ``iterator_rng``)."""
+    return any(part in ("rng", "iterator_rng") for part in path)
+
+
+def _at(root: Any, path: Path_) -> Any:
+    for part in path:
+        root = root[part]
+    return root
+
+
+def escaped_before(entry: Any, mutant: Mutant) -> bool:
+    """Whether ``mutant`` is of a class that once escaped as another error, or was refused leaving the tracker
+    changed: a deeply nested value in a str field, an out-of-range int in a field of a saved RNG state (global
+    or a loader's ``iterator_rng``), the entries of two train loaders swapped."""
+    if mutant.what == "items 0 and 1 swapped":
+        return mutant.path[-1:] == ("train_loaders",)
+    name = mutant.what.removeprefix("replaced by ")
+    if name == mutant.what:
+        return False
+    original = _at(entry, mutant.path)
+    if name == "deep dict":
+        return isinstance(original, str)
+    return name in OUT_OF_RANGE and _in_rng(mutant.path) and type(original) is int
 
 
 # -- sources -----------------------------------------------------------------------------------
@@ -146,6 +181,42 @@ def stateful_loader() -> Any:
 
     x = torch.linspace(-1, 1, 40).reshape(10, 4)
     return StatefulDataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=3, shuffle=True)
+
+
+def core_loaders() -> list[DataLoader[Any]]:
+    """The two train loaders of :func:`trained_core_tracker`: :func:`plain_loader`, and 7 samples shuffled."""
+    return [plain_loader(), DataLoader(TensorDataset(torch.arange(7.0)), batch_size=3, shuffle=True)]
+
+
+def trained_core_tracker() -> tuple[Tracker, list[DataLoader[Any]]]:
+    """The README's plain loop over :func:`core_loaders` (a batch of each per step), stopped after the second
+    step of its first epoch: the tracker and its loaders."""
+    torch.manual_seed(0)
+    loaders = core_loaders()
+    tracker = Tracker()
+    for index, loader in enumerate(loaders):
+        tracker.track_train_loader(loader, index)
+    progress, train = tracker.progress, tracker.progress.train
+    progress.run_ready("fit")
+    progress.run_started()
+    train.epoch_ready()
+    train.epoch_started()
+    for step, batches in enumerate(zip(*loaders, strict=False)):
+        for index, batch in enumerate(batches):
+            train.batch_ready()
+            train.batch_started()
+            train.optimizer_step()
+            train.batch_processed(samples=len(batch[0]), dataloader=index)
+            train.batch_completed()
+        if step == 1:
+            break
+    return tracker, loaders
+
+
+def core_entry() -> dict[str, Any]:
+    """The ``state_dict()`` of :func:`trained_core_tracker`."""
+    tracker, _loaders = trained_core_tracker()  # the tracker holds its loaders weakly: keep them for the save
+    return tracker.state_dict()
 
 
 def write_stateful_ignite_entry(path: Path) -> None:
@@ -173,7 +244,9 @@ class Source:
     """A real entry and how to build the trackers that load it."""
 
     entry: Any
-    tracker: Callable[[], tuple[Tracker, list[Any]]]  # a fresh tracker and the loaders it needs
+    # A fresh tracker and the loaders it needs; None: the entry is a progress state, loaded by a fresh Progress.
+    tracker: Callable[[], tuple[Tracker, list[Any]]] | None
+    orders: tuple[str, ...] = ("before",)  # the loaders registered before the load, or after it
 
 
 def _plain_tracker() -> tuple[Tracker, list[Any]]:
@@ -182,6 +255,10 @@ def _plain_tracker() -> tuple[Tracker, list[Any]]:
 
 def _stateful_tracker() -> tuple[Tracker, list[Any]]:
     return Tracker(), [stateful_loader()]
+
+
+def _core_tracker() -> tuple[Tracker, list[Any]]:
+    return Tracker(), core_loaders()
 
 
 def _accelerate_tracker(seedable: bool, samples: int, batch: int) -> Callable[[], tuple[Tracker, list[Any]]]:
@@ -204,31 +281,39 @@ def _accelerate_tracker(seedable: bool, samples: int, batch: int) -> Callable[[]
     return build
 
 
+BOTH_ORDERS = ("before", "after")
+
+
 def sources(files: dict[str, str]) -> dict[str, Source]:
     """The sources, from the checkpoint files the test session wrote (``files``: name -> path)."""
     lightning = torch.load(files["lightning"], weights_only=True)["callbacks"]["ProgressTracker"]
     ignite = torch.load(files["ignite"], weights_only=True)["progress"]["progress_tracker"]
     accelerate = torch.load(Path(files["accelerate"]) / "progress_tracker_0.pt", weights_only=True)["tracker"]
     stateful = torch.load(files["stateful"], weights_only=True)["progress_tracker"]
+    core = core_entry()
     ranks = [
         torch.load(Path(files["two_ranks"]) / f"progress_tracker_{rank}.pt", weights_only=True)["tracker"]
         for rank in range(2)
     ]
     return {
-        "lightning": Source(lightning, _plain_tracker),
-        "ignite": Source(ignite, _plain_tracker),
+        "lightning": Source(lightning, _plain_tracker, BOTH_ORDERS),
+        "ignite": Source(ignite, _plain_tracker, BOTH_ORDERS),
         "accelerate": Source(accelerate, _accelerate_tracker(seedable=False, samples=10, batch=3)),
-        "stateful": Source(stateful, _stateful_tracker),
+        "stateful": Source(stateful, _stateful_tracker, BOTH_ORDERS),
         "elastic": Source({**ranks[0], "ranks": ranks}, _accelerate_tracker(seedable=True, samples=24, batch=3)),
+        "core": Source(core, _core_tracker, BOTH_ORDERS),
+        "progress": Source(core["progress"], None),
     }
 
 
 # -- running -----------------------------------------------------------------------------------
-def _global_rng() -> tuple[Any, ...]:
+def global_rng() -> tuple[Any, ...]:
+    """The global RNGs' states: torch's CPU generator, Python's ``random``, NumPy's."""
     return torch.get_rng_state(), random.getstate(), np.random.get_state()
 
 
-def _same_rng(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+def same_rng(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two :func:`global_rng` snapshots are equal."""
     return (
         torch.equal(a[0], b[0])
         and a[1] == b[1]
@@ -271,12 +356,13 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     current = Path(spec["current"])
     for name, source in found.items():
         all_mutants = list(mutants(source.entry))
-        chosen = (
-            all_mutants if spec["sample"] is None else draw.sample(all_mutants, min(spec["sample"], len(all_mutants)))
-        )
+        chosen = all_mutants
+        if spec["sample"] is not None:
+            drawn = set(draw.sample(range(len(all_mutants)), min(spec["sample"], len(all_mutants))))
+            chosen = [m for i, m in enumerate(all_mutants) if i in drawn or escaped_before(source.entry, m)]
         counts = dict.fromkeys(("mutants", "refused", "accepted"), 0)
         counts["mutants"] = len(chosen)
-        for order in ("before", "after") if name in ("lightning", "ignite", "stateful") else ("before",):
+        for order in source.orders:
             for mutant in chosen:
                 current.write_text(f"{name} {order} {dotted(mutant.path)} {mutant.what}")
                 outcome = _load(source, mutant, order)
@@ -291,24 +377,24 @@ def _load(source: Source, mutant: Mutant, order: str) -> tuple[str, ...]:
     torch.manual_seed(0)  # an accepted mutant may have left odd but valid global RNGs (a nan cached gaussian)
     random.seed(0)
     np.random.seed(0)
+    if source.tracker is None:
+        return _load_progress(mutant)
     tracker, loaders = source.tracker()
     if order == "before":
         for index, loader in enumerate(loaders):
             tracker.track_train_loader(getattr(loader, "base_dataloader", loader), index)
-    before_rng, before_state = _global_rng(), tracker.progress.state_dict()
+    before_rng, before_state = global_rng(), tracker.state_dict()
+    registered = 0  # after the load
     try:
         tracker.load_state_dict(mutant.entry)
         if order == "after":  # a loader part that does not fit its loader is refused here, the load undone
             for index, loader in enumerate(loaders):
                 tracker.track_train_loader(getattr(loader, "base_dataloader", loader), index)
+                registered += 1
     except ProgressStateError as error:
-        if not _same_rng(before_rng, _global_rng()):
-            return ("changed the global RNGs before refusing", error.key)
-        if tracker.progress.state_dict() != before_state:
-            return ("changed the progress before refusing", error.key)
-        if not names_the_key(error.key, mutant.path):
-            return ("wrong key", error.key, error.problem[:200])
-        return ("refused",)
+        # As before the load, but for the loaders registered after it by calls that were not refused.
+        expected = (lambda: before_state) if not registered else (lambda: _registered_alone(source, registered))
+        return _refused(error, error.key, mutant.path, before_rng, expected, tracker.state_dict)
     except Exception as error:
         return ("escaped", type(error).__name__, str(error)[:200])
     try:
@@ -319,6 +405,56 @@ def _load(source: Source, mutant: Mutant, order: str) -> tuple[str, ...]:
     except Exception as error:
         return ("accepted but broken", type(error).__name__, str(error)[:200])
     return ("accepted",)
+
+
+def _registered_alone(source: Source, count: int) -> dict[str, Any]:
+    """The ``state_dict()`` of a fresh tracker of ``source`` with its first ``count`` loaders registered."""
+    assert source.tracker is not None
+    tracker, loaders = source.tracker()
+    for index, loader in enumerate(loaders[:count]):
+        tracker.track_train_loader(getattr(loader, "base_dataloader", loader), index)
+    return tracker.state_dict()
+
+
+def _load_progress(mutant: Mutant) -> tuple[str, ...]:
+    """A progress state loaded by ``Progress.load_state_dict``; keys named as in a whole entry."""
+    progress = Progress()
+    before_rng, before_state = global_rng(), progress.state_dict()
+    try:
+        progress.load_state_dict(mutant.entry)
+    except ProgressStateError as error:
+        key = f"progress.{error.key}" if error.key else "progress"
+        return _refused(error, key, ("progress", *mutant.path), before_rng, lambda: before_state, progress.state_dict)
+    except Exception as error:
+        return ("escaped", type(error).__name__, str(error)[:200])
+    try:
+        Progress().load_state_dict(progress.state_dict())
+    except Exception as error:
+        return ("accepted but broken", type(error).__name__, str(error)[:200])
+    return ("accepted",)
+
+
+def _refused(
+    error: ProgressStateError,
+    key: str,
+    path: Path_,
+    before_rng: tuple[Any, ...],
+    expected: Callable[[], Any],
+    state_now: Callable[[], Any],
+) -> tuple[str, ...]:
+    """The outcome of ``error`` (its key as in a whole entry: ``key``): the changed key at ``path`` named, and
+    nothing changed (the global RNGs as ``before_rng``, ``state_now()`` as ``expected()``)."""
+    if not same_rng(before_rng, global_rng()):
+        return ("changed the global RNGs before refusing", key)
+    try:
+        changed = state_now() != expected()
+    except Exception as error:
+        return ("refused, then the state_dict() raised", key, type(error).__name__, str(error)[:200])
+    if changed:
+        return ("changed the state before refusing", key)
+    if not names_the_key(key, path):
+        return ("wrong key", key, error.problem[:200])
+    return ("refused",)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ from tracker_core.data._torch_compat import (
     stateful_loader_type,
 )
 from tracker_core.state._codec import tensor_to_text
-from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str
+from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, shown
 
 __all__ = [
     "DISTRIBUTED_KEYS",
@@ -265,7 +265,7 @@ class LoaderPosition:
             raise ProgressStateError("kind", "missing")
         kind = read_str(state["kind"], "kind")
         if kind not in _KINDS:
-            raise ProgressStateError("kind", f"unknown kind {kind!r}; expected one of {list(_KINDS)}")
+            raise ProgressStateError("kind", f"unknown kind {shown(kind)}; expected one of {list(_KINDS)}")
         if kind != self.kind:
             raise ProgressStateError("kind", f"saved from a {kind!r} loader; this loader resumes by {self.kind!r}")
         fields = read_mapping(state, "", required=_STATE_KEYS, optional=_OPTIONAL_STATE_KEYS)
@@ -403,7 +403,7 @@ def _read_fast_forward(value: object, key: str) -> FastForward:
     fields = read_mapping(value, key, required=("batches", "seconds"))
     seconds = fields["seconds"]
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-        raise ProgressStateError(join_key(key, "seconds"), f"expected a number >= 0, got {seconds!r}")
+        raise ProgressStateError(join_key(key, "seconds"), f"expected a number >= 0, got {shown(seconds)}")
     return FastForward(read_int(fields["batches"], join_key(key, "batches"), minimum=1), float(seconds))
 
 

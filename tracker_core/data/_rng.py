@@ -28,7 +28,15 @@ from tracker_core.data._device_rng import (
     devices_to_plain,
 )
 from tracker_core.state._codec import bytes_to_text, checked_text, tensor_to_text
-from tracker_core.state._readers import INT64_MAX, join_key, read_float_or_none, read_int, read_mapping, read_str
+from tracker_core.state._readers import (
+    INT32_MAX,
+    join_key,
+    read_float_or_none,
+    read_int,
+    read_mapping,
+    read_str,
+    shown,
+)
 
 _np: Any
 try:
@@ -260,13 +268,13 @@ def _numpy_state(value: object, key: str) -> tuple[Any, ...]:
     if pos > _NP_WORDS:  # NumPy accepts any pos and then reads past its 624 words at the next draw
         raise ProgressStateError(join_key(key, "pos"), f"must be <= {_NP_WORDS}, got {pos}")
     has_gauss = fields["has_gauss"]
-    if type(has_gauss) is not int or not 0 <= has_gauss <= INT64_MAX:
-        has_gauss = read_int(has_gauss, join_key(key, "has_gauss"), minimum=0)
+    if type(has_gauss) is not int or not 0 <= has_gauss <= INT32_MAX:  # NumPy reads it into a C int
+        has_gauss = read_int(has_gauss, join_key(key, "has_gauss"), minimum=0, maximum=INT32_MAX)
     cached = fields["cached_gaussian"]
     if not isinstance(cached, float):
         raise ProgressStateError(join_key(key, "cached_gaussian"), f"expected a float, got {type(cached).__name__}")
     if algorithm != _NP_ALGORITHM:  # all that RandomState.set_state checks beyond the fields read above
-        raise ProgressStateError(join_key(key, "algorithm"), f"expected {_NP_ALGORITHM!r}, got {algorithm!r}")
+        raise ProgressStateError(join_key(key, "algorithm"), f"expected {_NP_ALGORITHM!r}, got {shown(algorithm)}")
     return (algorithm, keys, pos, has_gauss, cached)
 
 

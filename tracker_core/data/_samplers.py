@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from tracker_core._errors import ProgressStateError
 from tracker_core.distributed._sharded import SHARDED_KEYS
 from tracker_core.distributed._sharded import describe as describe_batch_sharding
-from tracker_core.state._readers import INT64_MAX, UINT64_MAX, join_key, read_int, read_mapping
+from tracker_core.state._readers import INT64_MAX, UINT64_MAX, join_key, read_int, read_mapping, shown
 
 # A DistributedSampler's settings, and the loader's per-rank batch size: what maps a position
 # across world sizes (tracker_core/distributed/_elastic.py). A batch-sharded loader adds SHARDED_KEYS.
@@ -115,8 +115,10 @@ def read_distributed(value: object, key: str) -> dict[str, Any] | None:
     if any(name in fields for name in SHARDED_KEYS):
         read_mapping(fields, key, required=(*DISTRIBUTED_KEYS, *SHARDED_KEYS))  # both or neither
         if fields["shards"] != "batches":
-            raise ProgressStateError(join_key(key, "shards"), f"expected 'batches', got {fields['shards']!r}")
+            raise ProgressStateError(join_key(key, "shards"), f"expected 'batches', got {shown(fields['shards'])}")
         if not isinstance(fields["even_batches"], bool):
-            raise ProgressStateError(join_key(key, "even_batches"), f"expected a bool, got {fields['even_batches']!r}")
+            raise ProgressStateError(
+                join_key(key, "even_batches"), f"expected a bool, got {shown(fields['even_batches'])}"
+            )
         out.update(shards="batches", even_batches=fields["even_batches"])
     return out

@@ -29,7 +29,7 @@ from tracker_core.data._position import (
 from tracker_core.data._rng import GlobalRng, read_torch_cpu_state
 from tracker_core.data._samplers import read_distributed
 from tracker_core.state._codec import from_plain, text_to_byte_tensor
-from tracker_core.state._readers import join_key, read_int, read_mapping, read_str
+from tracker_core.state._readers import join_key, read_int, read_mapping, read_str, shown
 
 _ACCELERATOR_GENERATOR_BYTES = 16  # a CUDA/XPU/MPS Philox generator's state: seed and offset
 
@@ -74,7 +74,7 @@ def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | No
         read_mapping(state, key, required=("kind",))
         return
     if kind not in _KINDS:
-        raise ProgressStateError(join_key(key, "kind"), f"unknown kind {kind[:40]!r}; expected one of {list(_KINDS)}")
+        raise ProgressStateError(join_key(key, "kind"), f"unknown kind {shown(kind)}; expected one of {list(_KINDS)}")
     fields = read_mapping(state, key, required=_STATE_KEYS, optional=_OPTIONAL_STATE_KEYS)
     if read_int(fields["version"], join_key(key, "version")) != STATE_VERSION:
         raise ProgressStateError(join_key(key, "version"), "unsupported version; this code reads 1 and 2")

@@ -40,6 +40,7 @@ import torch
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.distributed._loader_summary import summarize_loaders
+from tracker_core.state._readers import shown
 
 INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in", "loaders"})
 SUFFIX = ".ranks"
@@ -231,7 +232,7 @@ def _index_fields(key: str, index: Mapping[str, Any]) -> tuple[str, int, str, st
     if not isinstance(save_id, str) or not _SAVE_ID.fullmatch(save_id):
         raise ProgressStateError(f"{key}.save_id", "expected 32 hexadecimal digits")
     if type(size) is not int or size < 1:
-        raise ProgressStateError(f"{key}.world_size", f"expected a positive int, got {size!r}")
+        raise ProgressStateError(f"{key}.world_size", f"expected a positive int, got {shown(size)}")
     if not isinstance(relative, str) or posixpath.isabs(relative) or ".." in relative.split("/"):
         raise ProgressStateError(f"{key}.rank_files", "expected a folder relative to the checkpoint's folder")
     if not relative.endswith("/" + save_id):

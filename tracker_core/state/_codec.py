@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str
+from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, shown
 
 _TENSOR_TAG = "__tensor__"
 _TUPLE_TAG = "__tuple__"
@@ -105,7 +105,7 @@ def to_plain(value: Any, key: str = "") -> Any:
         out: dict[str, Any] = {}
         for name, item in value.items():
             if not isinstance(name, str):
-                raise TypeError(f"{key or '<root>'}: dict key {name!r} is not a str; cannot save it as plain data")
+                raise TypeError(f"{key or '<root>'}: dict key {shown(name)} is not a str; cannot save it as plain data")
             if name in (_TENSOR_TAG, _TUPLE_TAG):
                 raise TypeError(f"{key or '<root>'}: dict key {name!r} is reserved for tagging")
             out[name] = to_plain(item, join_key(key, name))
@@ -208,7 +208,7 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int]) -> Any:
     out: dict[str, Any] = {}
     for name, item in value.items():
         if not isinstance(name, str):
-            raise ProgressStateError(key, f"dict key {name!r} is not a str")
+            raise ProgressStateError(key, f"dict key {shown(name)} is not a str")
         kind = type(item)
         if kind in _SCALARS or (kind is int and _INT_MIN <= item <= _INT_MAX):  # most values: no call, no key
             budget[0] -= 1
@@ -245,7 +245,7 @@ def check_plain(value: object, key: str = "") -> None:
             _check_length(item, where)
             for name, child in item.items():
                 if not isinstance(name, str):
-                    raise ProgressStateError(where, f"dict key {name!r} is not a str")
+                    raise ProgressStateError(where, f"dict key {shown(name)} is not a str")
                 stack.append((child, join_key(where, name), depth + 1))
         else:
             raise ProgressStateError(where, f"expected plain data, got {_type_name(item)}")
@@ -253,12 +253,8 @@ def check_plain(value: object, key: str = "") -> None:
 
 def _bounded_int(value: int, key: str) -> int:
     if not _INT_MIN <= value <= _INT_MAX:
-        raise ProgressStateError(key, f"integer {_short(value)} does not fit 64 bits")
+        raise ProgressStateError(key, f"{shown(value)} does not fit 64 bits")
     return value
-
-
-def _short(value: int) -> str:
-    return str(value) if value.bit_length() < 100 else f"of {value.bit_length()} bits"
 
 
 def _check_length(value: list[Any] | Mapping[Any, Any], key: str) -> None:
@@ -273,7 +269,7 @@ def _tensor_from_plain(value: object, key: str) -> torch.Tensor:
     if dtype is None:
         raise ProgressStateError(
             join_key(key, "dtype"),
-            f"dtype {dtype_name[:40]!r} is not one a saved state holds; expected one of {sorted(TENSOR_DTYPES)}",
+            f"dtype {shown(dtype_name)} is not one a saved state holds; expected one of {sorted(TENSOR_DTYPES)}",
         )
     shape_key = join_key(key, "shape")
     shape = fields["shape"]

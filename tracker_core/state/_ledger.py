@@ -9,7 +9,7 @@ from typing import Any
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.state._form import Part
-from tracker_core.state._readers import join_key, read_int, read_list, read_mapping, read_str
+from tracker_core.state._readers import join_key, read_int, read_list, read_mapping, read_str, shown
 from tracker_core.vocabulary import RunKind
 
 MAX_LEDGER_RUNS = 100  # the most recent runs are kept; older ones are summed into ``earlier``
@@ -54,7 +54,7 @@ def read_entry(raw: object, key: str, last: bool) -> dict[str, Any]:
     fields = read_mapping(raw, key, required=ENTRY_KEYS)
     kind = fields["kind"]
     if kind not in _KINDS:
-        raise ProgressStateError(join_key(key, "kind"), f"unknown run kind {kind!r}")
+        raise ProgressStateError(join_key(key, "kind"), f"unknown run kind {shown(kind)}")
     entry: dict[str, Any] = {"kind": str(kind)}
     entry["opened_unix_microseconds"] = read_int(
         fields["opened_unix_microseconds"], join_key(key, "opened_unix_microseconds"), minimum=0
@@ -71,7 +71,7 @@ def read_entry(raw: object, key: str, last: bool) -> dict[str, Any]:
     entry["microseconds"] = read_int(fields["microseconds"], join_key(key, "microseconds"), minimum=0)
     ended = read_str(fields["ended"], join_key(key, "ended"))
     if ended not in ENDINGS:
-        raise ProgressStateError(join_key(key, "ended"), f"unknown ending {ended!r}; expected one of {ENDINGS}")
+        raise ProgressStateError(join_key(key, "ended"), f"unknown ending {shown(ended)}; expected one of {ENDINGS}")
     if ended == RUNNING and not last:
         raise ProgressStateError(join_key(key, "ended"), "only the last run can still be running")
     entry["ended"] = ended

@@ -8,12 +8,14 @@ never needs to know where the part sits.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeGuard
 
 from tracker_core._errors import ProgressStateError
 
+INT32_MAX = 2**31 - 1
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
@@ -21,6 +23,43 @@ UINT64_MAX = 2**64 - 1
 
 def type_name(value: object) -> str:
     return type(value).__name__
+
+
+SHOWN_CHARS = 40  # of a str in an error message
+SHOWN_ITEMS = 4  # of a list, tuple or dict
+SHOWN_DEPTH = 2  # levels of nested lists, tuples and dicts
+
+
+def shown(value: object) -> str:
+    """``value`` as an error message shows it, bounded in size whatever it holds (a hostile entry may hold a
+    value nested thousands of levels deep, or a str of megabytes): its ``repr``, with a str cut to
+    ``SHOWN_CHARS`` characters, an int of 100 bits or more given by its size, the first ``SHOWN_ITEMS`` items
+    of a list, tuple or dict to ``SHOWN_DEPTH`` levels, and any other value given by its type."""
+    return _shown(value, SHOWN_DEPTH)
+
+
+def _shown(value: object, depth: int) -> str:
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, float):
+        return float.__repr__(value)
+    if isinstance(value, int):
+        return int.__repr__(value) if value.bit_length() < 100 else f"an int of {value.bit_length()} bits"
+    if isinstance(value, str):
+        cut = str.__repr__(value[:SHOWN_CHARS])
+        return cut if len(value) <= SHOWN_CHARS else f"{cut}... ({len(value)} characters)"
+    if type(value) is list or type(value) is tuple:
+        brackets = "[]" if type(value) is list else "()"
+        items = [_shown(item, depth - 1) for item in value[:SHOWN_ITEMS]] if depth else []
+    elif type(value) is dict:
+        brackets = "{}"
+        pairs = itertools.islice(value.items(), SHOWN_ITEMS if depth else 0)
+        items = [f"{_shown(name, depth - 1)}: {_shown(item, depth - 1)}" for name, item in pairs]
+    else:
+        return f"{type_name(value)} object"
+    if len(value) > len(items):
+        items.append(f"... ({len(value)} items)")
+    return brackets[0] + ", ".join(items) + brackets[1]
 
 
 def is_mapping(value: object) -> TypeGuard[Mapping[Any, Any]]:
@@ -59,8 +98,8 @@ def read_mapping(
     allowed = {*required, *optional}
     for name in value:
         if name not in allowed:
-            shown = name if isinstance(name, str) else repr(name)
-            raise ProgressStateError(join_key(key, shown), f"unknown key; expected only {sorted(allowed)}")
+            named = name if isinstance(name, str) else shown(name)
+            raise ProgressStateError(join_key(key, named), f"unknown key; expected only {sorted(allowed)}")
     return value
 
 
@@ -73,12 +112,11 @@ def read_list(value: object, key: str) -> list[Any]:
 
 def read_int(value: object, key: str, *, minimum: int | None = None, maximum: int = INT64_MAX) -> int:
     """An ``int`` (not a bool) that fits in int64, at least ``minimum`` if given; ``maximum=UINT64_MAX``
-    for a torch seed (a uint64)."""
+    for a torch seed (a uint64), ``INT32_MAX`` for a field NumPy reads into a C ``int``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ProgressStateError(key, f"expected an int, got {type_name(value)}")
     if not INT64_MIN <= value <= maximum:
-        shown = value if value.bit_length() < 100 else f"an int of {value.bit_length()} bits"
-        raise ProgressStateError(key, f"{shown} is outside {INT64_MIN}..{maximum}")
+        raise ProgressStateError(key, f"{shown(value)} is outside {INT64_MIN}..{maximum}")
     if minimum is not None and value < minimum:
         raise ProgressStateError(key, f"must be >= {minimum}, got {value}")
     return value

@@ -30,7 +30,7 @@ from tracker_core.state._form import (
     phase_counts,
 )
 from tracker_core.state._ledger import LedgerPart, empty_ledger
-from tracker_core.state._readers import read_int, read_list, read_mapping, read_str, type_name
+from tracker_core.state._readers import read_int, read_list, read_mapping, read_str, shown, type_name
 from tracker_core.vocabulary import CANCELLED, Event, RunKind, Scope, Stage
 
 if TYPE_CHECKING:
@@ -115,18 +115,20 @@ def _parse_where(raw: object, key: str) -> tuple[str, str, str] | None:
     fields = read_mapping(raw, key, required=_WHERE_KEYS)
     stage, event, phase = (read_str(fields[name], f"{key}.{name}") for name in _WHERE_KEYS)
     if event not in _WHERE_EVENTS:
-        raise ProgressStateError(f"{key}.event", f"unknown event {event!r}; expected run, epoch or batch")
+        raise ProgressStateError(f"{key}.event", f"unknown event {shown(event)}; expected run, epoch or batch")
     if stage not in _WHERE_EVENTS[event]:
-        problem = f"a run event has no stage, got {stage!r}" if event == Event.RUN else f"unknown stage {stage!r}"
+        problem = (
+            f"a run event has no stage, got {shown(stage)}" if event == Event.RUN else f"unknown stage {shown(stage)}"
+        )
         raise ProgressStateError(f"{key}.stage", problem)
     if phase not in (*PHASES, CANCELLED):
-        raise ProgressStateError(f"{key}.phase", f"unknown phase {phase!r} for the {event} event")
+        raise ProgressStateError(f"{key}.phase", f"unknown phase {shown(phase)} for the {event} event")
     return (stage, event, phase)
 
 
 def _parse_kind(raw: object, key: str) -> str:
     if raw not in _RUN_KINDS:
-        raise ProgressStateError(key, f"unknown run kind {raw!r}")
+        raise ProgressStateError(key, f"unknown run kind {shown(raw)}")
     return str(raw)
 
 
