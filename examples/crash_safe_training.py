@@ -7,7 +7,8 @@ their id, in batches of 3 (4 an epoch, the last of 1), 3 epochs, gradient accumu
 SGD with momentum, under FRAMEWORK (lightning, ignite, accelerate). The framework's own
 rotating checkpointer writes into ``WORKDIR/checkpoints`` after every optimizer step
 (Lightning's ``ModelCheckpoint``) or every batch (Ignite's ``Checkpoint(n_saved=3)``,
-Accelerate's ``save_state`` with ``total_limit=3``). At the start of every train step the
+Accelerate's ``save_state`` with ``total_limit=3``). The tracker keeps its heartbeat in
+``WORKDIR/heartbeat.json`` (``heartbeat=``), so a resume records the work the killed run lost. At the start of every train step the
 step's sample ids go to IDS_FILE as one JSON line (one ``write``, then ``fsync``: a kill
 loses no line and leaves no half line) and ``batch <n>`` is printed (n counts this process's
 steps). With ``--resume`` it first resumes from the newest intact checkpoint
@@ -53,9 +54,9 @@ class Indexed(Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
         return self.x[index], self.y[index], index
 
 
-def checkpoints(framework: str, workdir: Path) -> Path:
-    """The folder that holds the checkpoints (Accelerate puts its automatic ones in ``checkpoints/``)."""
-    return workdir / "checkpoints" / "checkpoints" if framework == "accelerate" else workdir / "checkpoints"
+def checkpoints(workdir: Path) -> Path:
+    """The folder that holds the checkpoints (Accelerate's automatic ones go to ``<project_dir>/checkpoints``)."""
+    return workdir / "checkpoints"
 
 
 def _seed(value: int) -> None:
@@ -81,7 +82,7 @@ def _loader() -> DataLoader[Any]:
     return DataLoader(Indexed(), batch_size=BATCH_SIZE, shuffle=True)
 
 
-def train_lightning(folder: Path, resume_from: Path | None, seed: int, record: Record) -> tuple[torch.nn.Module, Any]:
+def train_lightning(workdir: Path, resume_from: Path | None, seed: int, record: Record) -> tuple[torch.nn.Module, Any]:
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
 
@@ -102,7 +103,7 @@ def train_lightning(folder: Path, resume_from: Path | None, seed: int, record: R
 
     module = Module()
     _seed(seed)
-    saving = ModelCheckpoint(dirpath=folder, filename="{step}", every_n_train_steps=1, save_top_k=-1)
+    saving = ModelCheckpoint(dirpath=checkpoints(workdir), filename="{step}", every_n_train_steps=1, save_top_k=-1)
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
@@ -112,13 +113,13 @@ def train_lightning(folder: Path, resume_from: Path | None, seed: int, record: R
         enable_progress_bar=False,
         logger=False,
         enable_model_summary=False,
-        callbacks=[ProgressTracker(), saving],
+        callbacks=[ProgressTracker(heartbeat=workdir / "heartbeat.json"), saving],
     )
     trainer.fit(module, _loader(), ckpt_path=None if resume_from is None else str(resume_from), weights_only=True)
     return module.layer, trainer
 
 
-def train_ignite(folder: Path, resume_from: Path | None, seed: int, record: Record) -> tuple[torch.nn.Module, Any]:
+def train_ignite(workdir: Path, resume_from: Path | None, seed: int, record: Record) -> tuple[torch.nn.Module, Any]:
     from ignite.engine import Engine, Events
     from ignite.handlers import Checkpoint, DiskSaver
 
@@ -138,12 +139,12 @@ def train_ignite(folder: Path, resume_from: Path | None, seed: int, record: Reco
             optimizer.zero_grad()
 
     trainer = Engine(step)
-    progress = ProgressHandler()
+    progress = ProgressHandler(heartbeat=workdir / "heartbeat.json")
     progress.attach(trainer, optimizers=[optimizer])
     to_save = {"trainer": trainer, "model": model, "optimizer": optimizer, "progress": progress}
     saving = Checkpoint(
         to_save,
-        DiskSaver(str(folder), require_empty=False),
+        DiskSaver(str(checkpoints(workdir)), require_empty=False),
         n_saved=3,
         global_step_transform=lambda e, _: e.state.iteration,
     )
@@ -154,19 +155,19 @@ def train_ignite(folder: Path, resume_from: Path | None, seed: int, record: Reco
     return model, trainer
 
 
-def train_accelerate(folder: Path, resume_from: Path | None, seed: int, record: Record) -> tuple[torch.nn.Module, Any]:
+def train_accelerate(workdir: Path, resume_from: Path | None, seed: int, record: Record) -> tuple[torch.nn.Module, Any]:
     from accelerate.accelerator import Accelerator
     from accelerate.utils.dataclasses import ProjectConfiguration
 
     from tracker_core.integrations.accelerate import AcceleratorProgress
 
-    project = ProjectConfiguration(project_dir=str(folder), automatic_checkpoint_naming=True, total_limit=3)
+    project = ProjectConfiguration(project_dir=str(workdir), automatic_checkpoint_naming=True, total_limit=3)
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=ACCUMULATION, project_config=project)
     model = _model()
     optimizer = _optimizer(model)
     _seed(seed)
     model, optimizer, train = accelerator.prepare(model, optimizer, _loader())  # type: ignore[no-untyped-call]
-    progress = AcceleratorProgress(accelerator)
+    progress = AcceleratorProgress(accelerator, heartbeat=workdir / "heartbeat.json")
     progress.track_train_loader(train)
     if resume_from is not None:
         accelerator.load_state(str(resume_from))
@@ -185,7 +186,7 @@ TRAIN = {"lightning": train_lightning, "ignite": train_ignite, "accelerate": tra
 
 
 def main(framework: str, workdir: Path, ids_file: Path, resume: bool) -> None:
-    resume_from = newest_intact_checkpoint(checkpoints(framework, workdir)) if resume else None
+    resume_from = newest_intact_checkpoint(checkpoints(workdir)) if resume else None
     descriptor = os.open(ids_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     steps = 0
 
@@ -197,7 +198,7 @@ def main(framework: str, workdir: Path, ids_file: Path, resume: bool) -> None:
         print(f"batch {steps}", flush=True)
 
     seed = 1234 if resume else 0  # the global RNGs' seed, set after the model: a resume must not depend on it
-    model, owner = TRAIN[framework](workdir / "checkpoints", resume_from, seed, record)
+    model, owner = TRAIN[framework](workdir, resume_from, seed, record)
     os.close(descriptor)
     torch.save(
         {

@@ -7,6 +7,7 @@ from typing import Any
 from tracker_core.state._ledger import UNKNOWN
 from tracker_core.state._schema import parse
 
+_NOUNS = (("batches", "batch"), ("samples", "sample"), ("tokens", "token"))  # the lost counts, plural and one
 _COLUMNS = ("run", "kind", "world", "batch", "accum", "batches", "samples", "steps", "tokens", "wall", "ended", "lost")
 
 
@@ -49,7 +50,8 @@ def _lost(lost: dict[str, int] | str) -> str:
     assert isinstance(lost, dict)
     if not any(lost.values()):
         return "-"
-    return f"{lost['batches']} batches, {lost['samples']} samples, {lost['tokens']} tokens, {lost['microseconds'] / 1e6:.1f}s"
+    counts = ", ".join(f"{lost[name]} {one if lost[name] == 1 else name}" for name, one in _NOUNS)
+    return f"{counts}, {lost['microseconds'] / 1e6:.1f}s"
 
 
 def _row(run: dict[str, Any]) -> list[str]:
