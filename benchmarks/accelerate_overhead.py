@@ -10,7 +10,7 @@ asserts nothing.
 
 The training step's allocations move that difference by several hundred instructions a batch from
 one run to the next, so ``--exact`` also counts the tracker's own instructions without training:
-``progress.train()`` inside ``epochs()`` over a list of ready batches against the bare loop over it,
+``fit.train()`` inside ``fit.epochs()`` over a list of ready batches against the bare loop over it,
 and the torch optimizer inside a prepared one, whose ``step`` does nothing, with and without the
 tracker's step hook (one step per ``ACCUMULATION`` batches); those counts repeat to a few instructions.
 
@@ -82,9 +82,10 @@ def tracked(
     optimizer: torch.optim.Optimizer,
     loader: DataLoader,
 ) -> None:
-    for _epoch in progress.epochs(1):
-        for batch in progress.train(loader):
-            _step(accelerator, model, optimizer, batch)
+    with progress.fit(1) as fit:
+        for _epoch in fit.epochs():
+            for batch in fit.train(loader):
+                _step(accelerator, model, optimizer, batch)
 
 
 def timing() -> None:
@@ -171,9 +172,10 @@ def exact_segments() -> None:
 
     def tracked(n: int) -> None:
         data = batches[:n]
-        for _epoch in progress.epochs(1):
-            for _batch in progress.train(data):
-                pass
+        with progress.fit(1) as fit:
+            for _epoch in fit.epochs():
+                for _batch in fit.train(data):
+                    pass
 
     def bare(n: int) -> None:
         data = batches[:n]
@@ -214,7 +216,7 @@ def exact() -> None:
     for mode, values in per.items():
         print(f"  {mode + ':':13} {', '.join(f'{value:,.1f}' for value in values)}")
     print("the tracker's own instructions (least of the repeats):")
-    print(f"  progress.train() in epochs(), per batch:  {loop:8.0f}")
+    print(f"  fit.train() in fit.epochs(), per batch:{loop:8.0f}")
     print(f"  the optimizer step hook, per step:        {hook:8.0f}")
     print(f"  per batch, one step per {ACCUMULATION} batches:       {loop + hook / ACCUMULATION:8.0f}")
 

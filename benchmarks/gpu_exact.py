@@ -207,17 +207,18 @@ def train_accelerate(device: str, folder: Path, phase: str, amp: bool, record: R
     if phase == "resume":
         accelerator.load_state(str(folder / "kill"))
     batches = 0
-    for _ in progress.epochs(EPOCHS):
-        for x, y, ids in progress.train(train):
-            record(ids.tolist())
-            with accelerator.accumulate(model):
-                accelerator.backward(_loss(model, x, y))  # type: ignore[no-untyped-call]
-                optimizer.step()
-                optimizer.zero_grad()
-            batches += 1
-            if phase == "kill" and batches == KILL_AFTER:
-                accelerator.save_state(str(folder / "kill"))
-                _kill()
+    with progress.fit(EPOCHS) as fit:
+        for _ in fit.epochs():
+            for x, y, ids in fit.train(train):
+                record(ids.tolist())
+                with accelerator.accumulate(model):
+                    accelerator.backward(_loss(model, x, y))  # type: ignore[no-untyped-call]
+                    optimizer.step()
+                    optimizer.zero_grad()
+                batches += 1
+                if phase == "kill" and batches == KILL_AFTER:
+                    accelerator.save_state(str(folder / "kill"))
+                    _kill()
     return model, accelerator
 
 

@@ -30,15 +30,16 @@ def train(checkpoint: str, stop_after: int | None = None, resume: bool = False) 
         accelerator.load_state(checkpoint)
         view = tracker_core.get_progress(accelerator)
         print(f"resumed in epoch {view.epoch_index} after batch {view.batch_index}, global step {view.global_step}")
-    for _epoch in progress.epochs(3):
-        for x, y in progress.train(loader):
-            with accelerator.accumulate(model):
-                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
-                optimizer.step()
-                optimizer.zero_grad()
-            if progress.view.train.batches.lifetime.completed + 1 == stop_after:
-                accelerator.save_state(checkpoint)  # this batch counts as trained
-                return []
+    with progress.fit(3) as fit:
+        for _epoch in fit.epochs():
+            for x, y in fit.train(loader):
+                with accelerator.accumulate(model):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+                if progress.view.train.batches.lifetime.completed + 1 == stop_after:
+                    accelerator.save_state(checkpoint)  # this batch counts as trained
+                    return []
     return [p.detach().clone() for p in model.parameters()]
 
 

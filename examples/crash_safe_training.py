@@ -171,14 +171,15 @@ def train_accelerate(workdir: Path, resume_from: Path | None, seed: int, record:
     progress.track_train_loader(train)
     if resume_from is not None:
         accelerator.load_state(str(resume_from))
-    for _ in progress.epochs(EPOCHS):
-        for x, y, ids in progress.train(train):
-            record(ids.tolist())
-            with accelerator.accumulate(model):
-                accelerator.backward(_loss(model, x, y))  # type: ignore[no-untyped-call]
-                optimizer.step()
-                optimizer.zero_grad()
-            accelerator.save_state()
+    with progress.fit(EPOCHS) as fit:
+        for _ in fit.epochs():
+            for x, y, ids in fit.train(train):
+                record(ids.tolist())
+                with accelerator.accumulate(model):
+                    accelerator.backward(_loss(model, x, y))  # type: ignore[no-untyped-call]
+                    optimizer.step()
+                    optimizer.zero_grad()
+                accelerator.save_state()
     return model, accelerator
 
 

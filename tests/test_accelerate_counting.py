@@ -58,13 +58,14 @@ def test_step_outside_a_sync_window_is_not_counted():
     )
     progress = AcceleratorProgress(accelerator)
     windows = []
-    for _epoch in progress.epochs(1):
-        for _ids, x, y in progress.train(loader):
-            with accelerator.accumulate(model):
-                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
-                optimizer.step()
-                optimizer.zero_grad()
-            windows.append((accelerator.sync_gradients, progress.view.global_step))
+    with progress.fit(1) as fit:
+        for _epoch in fit.epochs():
+            for _ids, x, y in progress.train(loader):
+                with accelerator.accumulate(model):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+                windows.append((accelerator.sync_gradients, progress.view.global_step))
     assert windows == [(False, 0), (False, 0), (False, 0), (True, 1)]
 
 
@@ -84,10 +85,11 @@ def test_breaking_out_of_a_train_pass_before_training_undoes_the_batch_in_hand()
     accelerator = fresh_accelerator(Setup())
     loader = accelerator.prepare(DataLoader(Indexed(10), batch_size=3))
     progress = AcceleratorProgress(accelerator)
-    for _epoch in progress.epochs(1):
-        for index, _batch in enumerate(progress.train(loader)):
-            if index == 1:
-                break  # Accelerate never saw batch 1 (no accumulate, no optimizer step)
+    with progress.fit(1) as fit:
+        for _epoch in fit.epochs():
+            for index, _batch in enumerate(progress.train(loader)):
+                if index == 1:
+                    break  # Accelerate never saw batch 1 (no accumulate, no optimizer step)
     assert progress.view.train.batches.lifetime == PhaseCounts(1, 1, 1, 1)
     assert progress.view.train.epochs.lifetime.completed == 1
 
@@ -100,13 +102,14 @@ def test_a_step_skipped_by_the_grad_scaler_is_counted_apart():
         model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(Indexed(12), batch_size=3)
     )
     progress = AcceleratorProgress(accelerator)
-    for _epoch in progress.epochs(1):
-        for index, (_ids, x, y) in enumerate(progress.train(loader)):
-            with accelerator.accumulate(model):
-                overflow = float("inf") if index == 1 else 1.0
-                accelerator.backward(torch.nn.functional.mse_loss(model(x), y) * overflow)
-                optimizer.step()
-                optimizer.zero_grad()
+    with progress.fit(1) as fit:
+        for _epoch in fit.epochs():
+            for index, (_ids, x, y) in enumerate(progress.train(loader)):
+                with accelerator.accumulate(model):
+                    overflow = float("inf") if index == 1 else 1.0
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y) * overflow)
+                    optimizer.step()
+                    optimizer.zero_grad()
     assert progress.view.train.optimizer_steps.lifetime == 3
     assert progress.view.train.optimizer_steps_skipped.lifetime == 1
 

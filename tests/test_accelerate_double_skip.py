@@ -82,23 +82,24 @@ def _example(
         resume_step -= starting_epoch * len(train_dataloader)
         overall_step = starting_epoch * len(train_dataloader)
     first = True
-    for epoch in progress.epochs(EPOCHS):
-        skip = {"starting_epoch": epoch == starting_epoch, "first": first, "never": False}[skip_in]
-        if resume_step is not None and skip:
-            active_dataloader = accelerator.skip_first_batches(train_dataloader, resume_step)
-            overall_step += resume_step
-        else:
-            active_dataloader = train_dataloader
-        first = False
-        for ids, x in progress.train(active_dataloader):
-            run.ids.append(ids.tolist())
-            accelerator.backward(model(torch.nn.functional.dropout(x, 0.5)).square().mean())
-            optimizer.step()
-            optimizer.zero_grad()
-            overall_step += 1
-            if overall_step == save_after and folder is not None:
-                accelerator.save_state(str(folder / f"step_{overall_step}"))
-                return run
+    with progress.fit(EPOCHS) as fit:
+        for epoch in fit.epochs():
+            skip = {"starting_epoch": epoch == starting_epoch, "first": first, "never": False}[skip_in]
+            if resume_step is not None and skip:
+                active_dataloader = accelerator.skip_first_batches(train_dataloader, resume_step)
+                overall_step += resume_step
+            else:
+                active_dataloader = train_dataloader
+            first = False
+            for ids, x in progress.train(active_dataloader):
+                run.ids.append(ids.tolist())
+                accelerator.backward(model(torch.nn.functional.dropout(x, 0.5)).square().mean())
+                optimizer.step()
+                optimizer.zero_grad()
+                overall_step += 1
+                if overall_step == save_after and folder is not None:
+                    accelerator.save_state(str(folder / f"step_{overall_step}"))
+                    return run
     run.weights = [p.detach().clone() for p in model.parameters()]
     run.progress = comparable_state(progress.view.state_dict())
     return run
@@ -162,7 +163,8 @@ def test_a_loader_made_by_skip_first_batches_in_a_run_that_resumed_nothing_skips
     accelerator = Accelerator(cpu=True)
     loader = accelerator.prepare(DataLoader(Indexed(), batch_size=4))
     progress = AcceleratorProgress(accelerator)
-    for _ in progress.epochs(1):
-        ids = [batch_ids.tolist() for batch_ids, _ in progress.train(accelerator.skip_first_batches(loader, 2))]
+    with progress.fit(1) as fit:
+        for _ in fit.epochs():
+            ids = [batch_ids.tolist() for batch_ids, _ in progress.train(accelerator.skip_first_batches(loader, 2))]
     assert ids == [list(range(i, i + 4)) for i in range(8, 24, 4)]
     assert progress.view.train.batches.lifetime.completed == 4

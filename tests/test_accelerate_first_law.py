@@ -44,9 +44,10 @@ def _step(accelerator, model, optimizer, x, y) -> None:
 
 
 def _train_epochs(progress, accelerator, model, optimizer, loader, epochs: int) -> None:
-    for _epoch in progress.epochs(epochs):
-        for _ids, x, y in progress.train(loader):
-            _step(accelerator, model, optimizer, x, y)
+    with progress.fit(epochs) as fit:
+        for _epoch in fit.epochs():
+            for _ids, x, y in progress.train(loader):
+                _step(accelerator, model, optimizer, x, y)
 
 
 # pickling -------------------------------------------------------------------------------------------
@@ -88,11 +89,12 @@ def test_an_exception_in_a_train_step_then_a_new_epochs_loop_trains_every_epoch(
     progress = AcceleratorProgress(accelerator)
 
     def fails_at_batch_2() -> None:
-        for _epoch in progress.epochs(2):
-            for index, (_ids, x, y) in progress.train(loader, with_index=True):
-                if index == 2:
-                    raise KeyError("a bad batch")
-                _step(accelerator, model, optimizer, x, y)
+        with progress.fit(2) as fit:
+            for _epoch in fit.epochs():
+                for index, (_ids, x, y) in progress.train(loader, with_index=True):
+                    if index == 2:
+                        raise KeyError("a bad batch")
+                    _step(accelerator, model, optimizer, x, y)
 
     with pytest.raises(KeyError):
         fails_at_batch_2()
@@ -110,16 +112,17 @@ def test_an_exception_caught_inside_an_epoch_lets_the_epoch_continue() -> None:
     accelerator, model, optimizer, loader = _prepared()
     val = accelerator.prepare(DataLoader(Indexed(7), batch_size=3))
     progress = AcceleratorProgress(accelerator)
-    for _epoch in progress.epochs(2):
-        try:
-            for index, (_ids, x, y) in progress.train(loader, with_index=True):
-                _step(accelerator, model, optimizer, x, y)
-                if index == 1:
-                    raise ValueError("after the step")
-        except ValueError:
-            pass
-        for _batch in progress.evaluate(val):
-            pass
+    with progress.fit(2) as fit:
+        for _epoch in fit.epochs():
+            try:
+                for index, (_ids, x, y) in progress.train(loader, with_index=True):
+                    _step(accelerator, model, optimizer, x, y)
+                    if index == 1:
+                        raise ValueError("after the step")
+            except ValueError:
+                pass
+            for _batch in progress.evaluate(val):
+                pass
     view = progress.view
     assert view.train.batches.lifetime.completed == 4  # two per epoch, each trained
     assert view.validate.epochs.lifetime.completed == 2
@@ -146,13 +149,14 @@ def test_an_exception_inside_an_evaluation_ends_it_and_the_next_one_counts() -> 
 def test_breaking_after_the_step_counts_the_batch_and_before_it_does_not() -> None:
     accelerator, model, optimizer, loader = _prepared()
     progress = AcceleratorProgress(accelerator)
-    for _epoch in progress.epochs(2):
-        for index, (_ids, x, y) in progress.train(loader, with_index=True):
-            if progress.view.epoch_index == 1 and index == 1:
-                break  # before training it
-            _step(accelerator, model, optimizer, x, y)
-            if index == 1:
-                break  # after training it
+    with progress.fit(2) as fit:
+        for _epoch in fit.epochs():
+            for index, (_ids, x, y) in progress.train(loader, with_index=True):
+                if progress.view.epoch_index == 1 and index == 1:
+                    break  # before training it
+                _step(accelerator, model, optimizer, x, y)
+                if index == 1:
+                    break  # after training it
     assert progress.view.train.batches.lifetime == PhaseCounts(3, 3, 3, 3)
     assert progress.view.train.epochs.lifetime.completed == 2
 
@@ -160,21 +164,25 @@ def test_breaking_after_the_step_counts_the_batch_and_before_it_does_not() -> No
 def test_breaking_out_of_the_epochs_loop_ends_the_run_and_a_new_one_begins() -> None:
     accelerator, model, optimizer, loader = _prepared()
     progress = AcceleratorProgress(accelerator)
-    for epoch in progress.epochs(5):
-        for _ids, x, y in progress.train(loader):
-            _step(accelerator, model, optimizer, x, y)
-        if epoch == 1:
-            break
+    with progress.fit(5) as fit:
+        for epoch in fit.epochs():
+            for _ids, x, y in progress.train(loader):
+                _step(accelerator, model, optimizer, x, y)
+            if epoch == 1:
+                break
     assert progress.view.run.counts == PhaseCounts(1, 1, 1, 1)
-    assert list(progress.epochs(2)) == [0, 1]
+    with progress.fit(2) as again:
+        assert list(again.epochs()) == [0, 1]
     assert progress.view.run.counts == PhaseCounts(2, 2, 2, 2)
 
 
-def test_a_loop_kept_suspended_is_ended_when_a_new_one_begins() -> None:
+def test_a_fit_kept_open_is_ended_when_a_new_one_begins() -> None:
     accelerator, model, optimizer, loader = _prepared()
     progress = AcceleratorProgress(accelerator)
-    kept = progress.epochs(3)
-    next(kept)
+    kept = progress.fit(3)
+    kept.__enter__()
+    epochs = kept.epochs()
+    next(epochs)
     batches = progress.train(loader)
     next(batches)
     _train_epochs(progress, accelerator, model, optimizer, loader, 1)
@@ -183,7 +191,8 @@ def test_a_loop_kept_suspended_is_ended_when_a_new_one_begins() -> None:
         assert list(batches) != []  # the old pass goes on yielding; it counts in no epoch
     (anomaly,) = progress.view.anomalies
     assert "outside an epoch" in anomaly
-    kept.close()  # the superseded loop changes nothing any more
+    epochs.close()  # the superseded fit changes nothing any more
+    kept.__exit__(None, None, None)
     assert progress.view.run.counts == PhaseCounts(2, 2, 2, 2)
 
 

@@ -71,16 +71,17 @@ def test_a_resume_with_several_open_passes_names_the_loaders(tmp_path: Path) -> 
 
 def _indices(accelerator, progress, loader, model, optimizer, save_at: tuple[int, int] | None, path: Path) -> list[int]:
     seen = []
-    for epoch in progress.epochs(2):
-        for index, (_ids, x, y) in progress.train(loader, with_index=True):
-            seen.append(index)
-            with accelerator.accumulate(model):
-                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
-                optimizer.step()
-                optimizer.zero_grad()
-            if (epoch, index) == save_at:
-                accelerator.save_state(str(path))
-                return seen
+    with progress.fit(2) as fit:
+        for epoch in fit.epochs():
+            for index, (_ids, x, y) in progress.train(loader, with_index=True):
+                seen.append(index)
+                with accelerator.accumulate(model):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+                if (epoch, index) == save_at:
+                    accelerator.save_state(str(path))
+                    return seen
     return seen
 
 
@@ -108,11 +109,12 @@ def test_the_batch_index_counts_the_batches_of_its_own_loader() -> None:
     first, second = accelerator.prepare(DataLoader(Indexed(6), batch_size=3), DataLoader(Indexed(9), batch_size=3))
     progress = AcceleratorProgress(accelerator)
     seen = []
-    for _epoch in progress.epochs(1):
-        a, b = progress.train(first, 0, with_index=True), progress.train(second, 1, with_index=True)
-        for source in (a, b, b, a, b):
-            index, _batch = next(source)
-            seen.append(index)
+    with progress.fit(1) as fit:
+        for _epoch in fit.epochs():
+            a, b = progress.train(first, 0, with_index=True), progress.train(second, 1, with_index=True)
+            for source in (a, b, b, a, b):
+                index, _batch = next(source)
+                seen.append(index)
     assert seen == [0, 0, 1, 1, 2]
     assert [loader.batches for loader in progress.view.train.dataloaders] == [
         ScopeCounts(2, 2, 2),

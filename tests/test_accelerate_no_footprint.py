@@ -8,6 +8,7 @@ save folder, with Accelerate's automatic naming and with a folder the program na
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -42,14 +43,15 @@ def _train(project_dir: Path, automatic: bool, tracked: bool, resume_from: str |
             accelerator.project_configuration.iteration = 2
     saves, first_epoch, max_epochs = ((2, 8), 0, 2) if resume_from is None else ((4,), 2, 3)
     batch, saved = 0, []
-    for _ in range(first_epoch, max_epochs) if progress is None else progress.epochs(max_epochs):
-        for x, y in data if progress is None else progress.train(data):
-            optimizer.zero_grad()
-            accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
-            optimizer.step()
-            batch += 1
-            if batch in saves:
-                saved.append(accelerator.save_state(None if automatic else str(project_dir / f"step_{batch}")))
+    with contextlib.nullcontext() if progress is None else progress.fit(max_epochs) as fit:
+        for _ in range(first_epoch, max_epochs) if fit is None else fit.epochs():
+            for x, y in data if fit is None else fit.train(data):
+                optimizer.zero_grad()
+                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                optimizer.step()
+                batch += 1
+                if batch in saves:
+                    saved.append(accelerator.save_state(None if automatic else str(project_dir / f"step_{batch}")))
     return saved
 
 

@@ -115,18 +115,19 @@ def _automatic_naming_program(project_dir: Path, load: bool, load_from: Path | N
     progress = AcceleratorProgress(accelerator)
     if load:
         accelerator.load_state(None if load_from is None else str(load_from))
-    for _epoch in progress.epochs(2):
-        for _ids, x, y in progress.train(loader):
-            with accelerator.accumulate(model):
-                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
-                optimizer.step()
-                optimizer.zero_grad()
-            if progress.view.train.batches.lifetime.completed in (2, 5):
-                accelerator.save_state()
-                if not load:
-                    break
-        if not load:
-            break
+    with progress.fit(2) as fit:
+        for _epoch in fit.epochs():
+            for _ids, x, y in progress.train(loader):
+                with accelerator.accumulate(model):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+                if progress.view.train.batches.lifetime.completed in (2, 5):
+                    accelerator.save_state()
+                    if not load:
+                        break
+            if not load:
+                break
     return sorted(os.listdir(project_dir / "checkpoints"))
 
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 
 MID_EPOCH = 1  # saved after train batch 1 of epoch 0
 EPOCH_END = BATCHES - 1  # saved after the last batch of epoch 0: the next epoch's sampler draws before its first batch
-_LOOP = "between accelerator.load_state and the epochs() loop"
+_LOOP = "between accelerator.load_state and the fit"
 _PASS = "between accelerator.load_state and the first train pass of the resumed epoch"
 
 

@@ -48,17 +48,18 @@ def _run(save_after: int | None = None, folder: Path | None = None, load: Path |
         accelerator.load_state(str(load))
     program = Program(accelerator, progress, prepared.scheduler)
     batches = 0
-    for _ in progress.epochs(SETUP.epochs):
-        for _, x, y in progress.train(loader):
-            with accelerator.accumulate(model):
-                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))  # type: ignore[no-untyped-call]
-                optimizer.step()
-                prepared.step()
-                optimizer.zero_grad()
-            batches += 1
-            if batches == save_after:
-                accelerator.save_state(str(folder))
-                return program
+    with progress.fit(SETUP.epochs) as fit:
+        for _ in fit.epochs():
+            for _, x, y in progress.train(loader):
+                with accelerator.accumulate(model):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))  # type: ignore[no-untyped-call]
+                    optimizer.step()
+                    prepared.step()
+                    optimizer.zero_grad()
+                batches += 1
+                if batches == save_after:
+                    accelerator.save_state(str(folder))
+                    return program
     return program
 
 

@@ -111,11 +111,12 @@ def _accelerate(network: torch.nn.Module, epochs: int, accelerator: Accelerator 
     optimizer = torch.optim.SGD(network.parameters(), lr=0.1)
     prepared, optimizer, loader = accelerator.prepare(network, optimizer, _loader())
     progress = AcceleratorProgress(accelerator)
-    for _ in progress.epochs(epochs):
-        for x, y in progress.train(loader):
-            accelerator.backward(torch.nn.functional.mse_loss(prepared(x), y))
-            optimizer.step()
-            optimizer.zero_grad()
+    with progress.fit(epochs) as fit:
+        for _ in fit.epochs():
+            for x, y in progress.train(loader):
+                accelerator.backward(torch.nn.functional.mse_loss(prepared(x), y))
+                optimizer.step()
+                optimizer.zero_grad()
     return progress.view
 
 
@@ -250,14 +251,15 @@ def _accelerate_3_epochs(state: Path, save_after: int | None) -> ProgressView:
     progress = AcceleratorProgress(accelerator)
     if save_after is None:
         accelerator.load_state(str(state))
-    for epoch in progress.epochs(3):
-        for x, y in progress.train(loader):
-            accelerator.backward(torch.nn.functional.mse_loss(prepared(x), y))
-            optimizer.step()
-            optimizer.zero_grad()
-        if epoch == save_after:
-            accelerator.save_state(str(state))
-            break
+    with progress.fit(3) as fit:
+        for epoch in fit.epochs():
+            for x, y in progress.train(loader):
+                accelerator.backward(torch.nn.functional.mse_loss(prepared(x), y))
+                optimizer.step()
+                optimizer.zero_grad()
+            if epoch == save_after:
+                accelerator.save_state(str(state))
+                break
     return progress.view
 
 

@@ -157,17 +157,18 @@ def _two_saves_into_one_folder(tmp_path: Path) -> tuple[Any, Any, Any, Path, Pat
     model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, loader)
     progress = AcceleratorProgress(accelerator)
     folder, first = tmp_path / "checkpoint", tmp_path / "save1"
-    for _epoch in progress.epochs(1):
-        for index, (inputs, targets) in enumerate(progress.train(loader)):
-            accelerator.backward(torch.nn.functional.mse_loss(model(inputs), targets + torch.rand(1)))
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-            accelerator.save_state(str(folder))
-            if index == 0:
-                shutil.copytree(folder, first)
-            if index == 1:
-                break
+    with progress.fit(1) as fit:
+        for _epoch in fit.epochs():
+            for index, (inputs, targets) in enumerate(progress.train(loader)):
+                accelerator.backward(torch.nn.functional.mse_loss(model(inputs), targets + torch.rand(1)))
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+                accelerator.save_state(str(folder))
+                if index == 0:
+                    shutil.copytree(folder, first)
+                if index == 1:
+                    break
     return accelerator, progress, model, first, folder
 
 

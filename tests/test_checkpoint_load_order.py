@@ -147,10 +147,11 @@ def test_accelerate_a_loader_tracked_only_by_train_after_load_state_that_does_no
     torch.manual_seed(3)
     before, rngs = progress.view.state_dict(), _global_rngs()
     accelerator.load_state(str(tmp_path / "saved"))
-    for _epoch in progress.epochs(3):
-        with pytest.raises(ProgressStateError, match="4 batches per epoch; this loader has 5") as raised:
-            next(iter(progress.train(loader)))
-        assert progress.view.state_dict() == before
-        assert _same(_global_rngs(), rngs)
-        break
+    with progress.fit(3) as fit:
+        for _epoch in fit.epochs():
+            with pytest.raises(ProgressStateError, match="4 batches per epoch; this loader has 5") as raised:
+                next(iter(progress.train(loader)))
+            assert progress.view.state_dict() == before
+            assert _same(_global_rngs(), rngs)
+            break
     assert raised.value.key == "train_loaders.0.batches_per_epoch"

@@ -116,11 +116,12 @@ def test_inspect_an_accelerate_save_model_folder_reads_its_safetensors(
     network = _network()
     model, optimizer, loader = accelerator.prepare(network, torch.optim.SGD(network.parameters(), lr=0.1), _loader())
     progress = AcceleratorProgress(accelerator)
-    for _ in progress.epochs(3):
-        for x, y in progress.train(loader):
-            accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
-            optimizer.step()
-            optimizer.zero_grad()
+    with progress.fit(3) as fit:
+        for _ in fit.epochs():
+            for x, y in progress.train(loader):
+                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                optimizer.step()
+                optimizer.zero_grad()
     accelerator.save_model(model, tmp_path / "saved")
     assert (tmp_path / "saved" / "model.safetensors").is_file()
     out = _inspected(tmp_path / "saved", capsys)

@@ -350,15 +350,16 @@ def _accelerate_fit(out: io.StringIO, terminal: bool = False, stop_after: int | 
     )
     progress = AcceleratorProgress(accelerator)
     progress.display(stream=out, terminal=terminal, interval=1000.0)
-    for _ in progress.epochs(2):
-        for position, (_ids, x, y) in enumerate(progress.train(train)):
-            accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
-            optimizer.step()
-            optimizer.zero_grad()
-            if position == stop_after:
-                break
-        for _ids, x, _y in progress.evaluate(val):
-            model(x)
+    with progress.fit(2) as fit:
+        for _ in fit.epochs():
+            for position, (_ids, x, y) in enumerate(progress.train(train)):
+                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                optimizer.step()
+                optimizer.zero_grad()
+                if position == stop_after:
+                    break
+            for _ids, x, _y in progress.evaluate(val):
+                model(x)
     return progress.view
 
 

@@ -122,9 +122,10 @@ def test_an_accelerate_loop_on_text_batches_shows_tokens_per_second_after_sample
     loader = accelerator.prepare(DataLoader(text_dataset(rows=8), batch_size=2))
     progress = AcceleratorProgress(accelerator)
     progress.display(stream=out, terminal=False)
-    for _ in progress.epochs(2):
-        for _batch in progress.train(loader):
-            pass
+    with progress.fit(2) as fit:
+        for _ in fit.epochs():
+            for _batch in progress.train(loader):
+                pass
     last = _last_train_line(out.getvalue())
     assert last[:3] == ["train   ", "epoch 2/2", "batch 4/4"]
     assert last[4].endswith(" samples/s") and last[5].endswith(" tokens/s")

@@ -117,15 +117,16 @@ def test_accelerate_a_resume_from_an_older_checkpoint_records_the_work_done_afte
         return accelerator, progress, model, optimizer, data
 
     def train(accelerator: Any, progress: Any, model: Any, optimizer: Any, data: Any, save_at: int | None) -> None:
-        for _ in progress.epochs(1):
-            for batch, (x, y) in enumerate(progress.train(data), start=1):
-                optimizer.zero_grad()
-                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
-                optimizer.step()
-                if batch == save_at:
-                    accelerator.save_state(str(tmp_path / "checkpoints" / "at_2"))
-                if batch == 5 and save_at is not None:
-                    return  # the fit ends here, 3 batches after its checkpoint
+        with progress.fit(1) as fit:
+            for _ in fit.epochs():
+                for batch, (x, y) in enumerate(progress.train(data), start=1):
+                    optimizer.zero_grad()
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                    if batch == save_at:
+                        accelerator.save_state(str(tmp_path / "checkpoints" / "at_2"))
+                    if batch == 5 and save_at is not None:
+                        return  # the fit ends here, 3 batches after its checkpoint
 
     first = program()
     (tmp_path / "checkpoints").mkdir()

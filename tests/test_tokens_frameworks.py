@@ -78,13 +78,14 @@ def test_accelerate_counts_the_tokens_of_each_stage() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer, train_loader, val_loader = accelerator.prepare(model, optimizer, _text_loader(), _text_loader())
     progress = AcceleratorProgress(accelerator)
-    for _ in progress.epochs(2):
-        for batch in progress.train(train_loader):
-            accelerator.backward(model(batch["input_ids"]).mean())
-            optimizer.step()
-            optimizer.zero_grad()
-        for batch in progress.evaluate(val_loader):
-            model(batch["input_ids"])
+    with progress.fit(2) as fit:
+        for _ in fit.epochs():
+            for batch in progress.train(train_loader):
+                accelerator.backward(model(batch["input_ids"]).mean())
+                optimizer.step()
+                optimizer.zero_grad()
+            for batch in progress.evaluate(val_loader):
+                model(batch["input_ids"])
     view = progress.view
     assert view.train.tokens.lifetime == 40 and view.train.non_padding_tokens.lifetime == 28
     assert view.validate.tokens.lifetime == 40 and view.validate.non_padding_tokens.lifetime == 28

@@ -3,14 +3,15 @@
 Accelerate has no callbacks, so the loops themselves report::
 
     progress = AcceleratorProgress(accelerator)  # after accelerator.prepare(...)
-    for epoch in progress.epochs(3):
-        for index, batch in progress.train(train_loader, with_index=True):
-            with accelerator.accumulate(model):
-                ...  # forward, backward, optimizer.step(), zero_grad()
-            if want_checkpoint:
-                accelerator.save_state(path)  # exact mid-epoch resume from here
-        for batch in progress.evaluate(val_loader):
-            ...
+    with progress.fit(3) as fit:
+        for epoch in fit.epochs():
+            for index, batch in fit.train(train_loader, with_index=True):
+                with accelerator.accumulate(model):
+                    ...  # forward, backward, optimizer.step(), zero_grad()
+                if want_checkpoint:
+                    accelerator.save_state(path)  # exact mid-epoch resume from here
+            for batch in progress.evaluate(val_loader):
+                ...
 
 ``tracker_core.get_progress(accelerator)`` returns the read-only view. See docs/accelerate.md.
 """
@@ -56,9 +57,9 @@ from tracker_core.integrations.accelerate._compat import (
     prepared_optimizers,
     prepared_schedulers,
 )
-from tracker_core.integrations.accelerate._interrupts import InterruptWatch
+from tracker_core.integrations.accelerate._fit import Fit
 from tracker_core.integrations.accelerate._loggers import rewind_trackers
-from tracker_core.integrations.accelerate._loops import Evaluation, TrainBatch, closed_by_exception, iterating_code
+from tracker_core.integrations.accelerate._loops import Evaluation, TrainBatch
 
 __all__ = ["AcceleratorProgress"]
 
@@ -69,22 +70,22 @@ _REGISTERED_STATE = {"saved_by": "AcceleratorProgress", "file": "progress_tracke
 class AcceleratorProgress:
     """Progress of an ``accelerate.Accelerator``'s loops, saved and loaded by its ``save_state``/``load_state``.
 
-    Create it after ``accelerator.prepare(...)``; iterate through :meth:`epochs`,
-    :meth:`train`, :meth:`evaluate`, :meth:`test` and :meth:`predict`. Optimizer steps
+    Create it after ``accelerator.prepare(...)``; run the fit in :meth:`fit` and iterate through
+    its ``epochs()`` and ``train()``, and :meth:`evaluate`, :meth:`test` and :meth:`predict`. Optimizer steps
     are counted on the prepared optimizers' real steps (Accelerate's ``step()`` is a
     no-op outside a ``sync_gradients`` window). ``save_state`` writes
     ``progress_tracker_{rank}.pt`` beside Accelerate's files; ``load_state`` validates it
     before Accelerate loads anything (``ProgressStateError``, nothing loaded).
 
     The loops never raise because of the order they are used in: leaving one (``break``, an
-    exception) ends its pass, and what the record cannot follow is noted in
+    exception) ends its pass, leaving the ``with`` block ends the fit run, and what the record cannot follow is noted in
     ``view.anomalies`` with one warning. It pickles (with the Accelerator holding it).
 
     Each stage counts the tokens of its batches: ``count_tokens(batch)`` (all tokens, or
     ``(tokens, non_padding_tokens)``) when given, else a batch's ``input_ids`` and ``attention_mask``.
 
     ``heartbeat``: the path of a file where the main process keeps the fit's heartbeat (from the start of
-    :meth:`epochs`, at optimizer steps and at each ``save_state``), read by ``load_state``: the resumed run's
+    :meth:`fit`, at optimizer steps and at each ``save_state``), read by ``load_state``: the resumed run's
     ledger then says what the crashed run lost after that checkpoint. None (the default): no file; that loss
     is ``unknown``.
     """
@@ -105,9 +106,8 @@ class AcceleratorProgress:
             for name in ("train", "validate", "test", "predict")
         }
         self._hooked_optimizers = 0
-        self._fit: object | None = None  # the open epochs() loop (a token), None outside one
-        self._fit_at = (0, 0)  # the epoch the open epochs() loop last yielded, and its max_epochs
-        self._interrupts = InterruptWatch()  # Ctrl-C while the fit run is open (it ends "interrupted")
+        self._fit: Fit | None = None  # the open fit run, None outside one
+        self._fit_at = (0, 0)  # the epoch the open fit last began, and its max_epochs
         self._in_flight: TrainBatch | None = None  # the train batch handed to a loop body
         self._evaluation: Evaluation | None = None  # the open evaluation pass
         self._warned = False  # an anomaly warned already
@@ -122,7 +122,7 @@ class AcceleratorProgress:
         # The global RNGs when the open evaluation epoch began: one saved mid-way restarts from
         # its first batch after a resume, drawing from these as the uninterrupted run did.
         self._restored_evaluation_rng: tuple[str, GlobalRng] | None = None
-        # The global RNGs load_state restored, compared when epochs() begins and, if the saved epoch
+        # The global RNGs load_state restored, compared when the fit begins and, if the saved epoch
         # is resumed, when its first train pass begins (_check_rng_at_pass)
         self._rng_check = ResumeRngCheck(load="accelerator.load_state")
         self._check_rng_at_pass = False
@@ -173,69 +173,58 @@ class AcceleratorProgress:
         attach(self._accelerator, self._progress)
 
     # fit -----------------------------------------------------------------------------------
-    def epochs(self, max_epochs: int) -> Iterator[int]:
-        """A fit run: yields the 0-based index of each train epoch until ``max_epochs`` are done.
+    def fit(self, max_epochs: int) -> Fit:
+        """A fit run of ``max_epochs`` train epochs, a context manager (:class:`Fit`)::
 
-        After ``load_state`` it continues the restored run: an epoch saved mid-way is
-        yielded again and its :meth:`train` pass yields only the batches not yet trained.
-        Leaving the loop (``break``, an exception) ends the epoch and the fit run there.
+            with progress.fit(3) as fit:
+                for epoch in fit.epochs():
+                    for batch in fit.train(train_loader):
+                        ...
+
+        Leaving the ``with`` block ends the run: completed, ``stopped_early``, ``interrupted``
+        (``KeyboardInterrupt``) or ``crashed`` (any other exception) in the run ledger.
         """
         self._hook_optimizers()
         if self._display is not None:
             self._display.set_max_epochs(max_epochs)
-        return self._fit_run(max_epochs)
+        return Fit(self, max_epochs)
 
-    def _fit_run(self, max_epochs: int) -> Generator[int, None, None]:
-        own = object()
-        self._begin_fit(own)
-        train, view = self._train, self._progress.view
-        epoch = view.epoch_index
-        loop = None  # the code of the loop over this generator (tells an exception in its body from a break)
-        try:
-            while epoch < max_epochs:
-                if self._fit is own:
-                    train.epoch_ready()
-                    train.epoch_started()
-                    self._begun_passes.clear()
-                    self._left_passes.clear()
-                    self._fit_at = (epoch, max_epochs)
-                loop = iterating_code()
-                yield epoch
-                if self._fit is own:
-                    self._end_train_epoch()
-                    epoch = view.epoch_index
-                else:  # a later epochs() loop or a load_state took over: count as the loop does
-                    epoch += 1
-        except GeneratorExit:  # the loop body left (break, return, exception)
-            if self._fit is own:
-                if closed_by_exception(loop):
-                    self._end_fit("interrupted" if self._interrupts.left_by_interrupt() else "crashed")
-                else:
-                    self._end_fit(self._left_early())
-            raise
-        if self._fit is own:
-            self._end_fit()
-
-    def _left_early(self) -> str | None:
-        """How the open fit run ends when its loop is left without an exception: ``stopped_early`` before its
-        last epoch or in the middle of a train pass, else completed (None)."""
-        epoch, max_epochs = self._fit_at
-        return "stopped_early" if epoch + 1 < max_epochs or self._left_passes else None
-
-    def _begin_fit(self, own: object) -> None:
-        if self._fit is not None:  # the previous loop was left while kept suspended: it ends as a break would
+    def _begin_fit(self, fit: Fit) -> None:
+        if self._fit is not None:  # a fit still open (entered and never left): it ends as stopped early
             self._end_fit(self._left_early())
         self._end_evaluation_left_open()
         self._bind_lifetimes()
         self._progress.run_ready("fit")
         self._progress.run_started()
-        self._fit = own
-        self._interrupts.start()
+        self._fit = fit
         keep_heartbeat(self._progress, self._heartbeat)  # a process killed before its first save is recorded
         if self._rng_check.armed:
-            self._rng_check.check("between accelerator.load_state and the epochs() loop")
+            self._rng_check.check("between accelerator.load_state and the fit")
             if not self._check_rng_at_pass:  # the next epoch begins: what it draws, the uninterrupted run drew
                 self._rng_check.forget()
+
+    def _begin_train_epoch(self, epoch: int, max_epochs: int) -> None:
+        self._train.epoch_ready()
+        self._train.epoch_started()
+        self._begun_passes.clear()
+        self._left_passes.clear()
+        self._fit_at = (epoch, max_epochs)
+
+    def _leave_fit(self, fit: Fit, ended: str | None) -> None:
+        """The ``with`` block of ``fit`` is left: by an exception (``ended``), else before its last epoch or not."""
+        if self._fit is not fit:  # completed, or a load_state or another fit took over
+            return
+        batch = self._in_flight
+        if ended is not None and batch is not None:  # the exception left the train pass in its body
+            self._left_passes.add(batch.loader)
+            self._end_left_batch(batch)
+        self._end_fit(ended or self._left_early())
+
+    def _left_early(self) -> str | None:
+        """How the open fit run ends when its block is left without an exception: ``stopped_early`` before its
+        last epoch or in the middle of a train pass, else completed (None)."""
+        epoch, max_epochs = self._fit_at
+        return "stopped_early" if epoch + 1 < max_epochs or self._left_passes else None
 
     def _bind_lifetimes(self) -> None:
         """A run begins: prepared models that carry their lifetime (``track_lifetime``) continue it and carry this record."""
@@ -256,7 +245,8 @@ class AcceleratorProgress:
         self._end_evaluation_left_open()
         self._end_train_epoch()
         self._fit = None
-        self._interrupts.stop()
+        if not self.view.run.counts.in_flight:  # a refused load put back the record from before the fit
+            return
         if ended is not None:
             self._progress.note_run_end(ended)
         self._progress.run_processed()
@@ -335,7 +325,7 @@ class AcceleratorProgress:
                     self._in_flight = mine.batch = None
                     if not outside:  # noted once per pass; its batches outside an epoch are not counted
                         outside = True
-                        self._note(f"train dataloader {index} yielded batches outside an epoch of epochs() ({error})")
+                        self._note(f"train dataloader {index} yielded batches outside an epoch of a fit ({error})")
                 else:
                     mine.step = accelerator.step
                     mine.batch = batch
@@ -398,15 +388,15 @@ class AcceleratorProgress:
 
     # evaluation passes ---------------------------------------------------------------------
     def evaluate(self, loader: Iterable[Batch], index: int = 0) -> Iterator[Batch]:
-        """One validation epoch; inside :meth:`epochs` it belongs to the fit run, else it is a validate run."""
+        """One validation epoch; inside :meth:`fit` it belongs to the fit run, else it is a validate run."""
         return self._evaluation_loop(self._progress.validate, "validate", loader, index)
 
     def test(self, loader: Iterable[Batch], index: int = 0) -> Iterator[Batch]:
-        """One test epoch (a test run of its own outside :meth:`epochs`)."""
+        """One test epoch (a test run of its own outside :meth:`fit`)."""
         return self._evaluation_loop(self._progress.test, "test", loader, index)
 
     def predict(self, loader: Iterable[Batch], index: int = 0) -> Iterator[Batch]:
-        """One predict epoch (a predict run of its own outside :meth:`epochs`)."""
+        """One predict epoch (a predict run of its own outside :meth:`fit`)."""
         return self._evaluation_loop(self._progress.predict, "predict", loader, index)
 
     def _evaluation_loop(self, stage: StageProgress, kind: str, loader: Iterable[Batch], index: int) -> Iterator[Batch]:
@@ -611,7 +601,6 @@ class AcceleratorProgress:
             raise
         read_heartbeat(self._progress, self._heartbeat)  # the lost work of the run that saved it
         self._in_flight, self._fit, self._evaluation = None, None, None
-        self._interrupts.stop()
         accelerator.project_configuration.iteration = _next_save_iteration(accelerator, saved.save_iteration)
         resuming_epoch = self.view.train.epochs.lifetime.in_flight
         if found.ranks is None:  # Accelerate restores the same RNGs after this hook (saved at one instant)

@@ -136,27 +136,28 @@ def run(
         accelerator.load_state(load_dir)
     result = Result(weights=[])
     position = progress.view.train.batches.lifetime.completed
-    for _epoch in progress.epochs(setup.epochs):
-        for ids, x, y in progress.train(train_loader):
-            result.train_ids.append(ids.tolist())
-            with accelerator.accumulate(*models):
-                for model in models:
-                    out = model(torch.nn.functional.dropout(x, 0.3))
-                    accelerator.backward(torch.nn.functional.mse_loss(out, y))
-                for optimizer in optimizers:
-                    optimizer.step()
-                    optimizer.zero_grad()
-            if stop is not None and not stop.validating and position == stop.batch:
-                accelerator.save_state(save_dir)
-                return _finish(result, models, accelerator, progress)
-            position += 1
-        for val_index, (ids, x, _y) in enumerate(progress.evaluate(val_loader)):
-            result.val_ids.append(ids.tolist())
-            with torch.no_grad():
-                models[0](x)
-            if stop is not None and stop.validating and position - 1 == stop.batch and val_index == 1:
-                accelerator.save_state(save_dir)
-                return _finish(result, models, accelerator, progress)
+    with progress.fit(setup.epochs) as fit:
+        for _epoch in fit.epochs():
+            for ids, x, y in progress.train(train_loader):
+                result.train_ids.append(ids.tolist())
+                with accelerator.accumulate(*models):
+                    for model in models:
+                        out = model(torch.nn.functional.dropout(x, 0.3))
+                        accelerator.backward(torch.nn.functional.mse_loss(out, y))
+                    for optimizer in optimizers:
+                        optimizer.step()
+                        optimizer.zero_grad()
+                if stop is not None and not stop.validating and position == stop.batch:
+                    accelerator.save_state(save_dir)
+                    return _finish(result, models, accelerator, progress)
+                position += 1
+            for val_index, (ids, x, _y) in enumerate(progress.evaluate(val_loader)):
+                result.val_ids.append(ids.tolist())
+                with torch.no_grad():
+                    models[0](x)
+                if stop is not None and stop.validating and position - 1 == stop.batch and val_index == 1:
+                    accelerator.save_state(save_dir)
+                    return _finish(result, models, accelerator, progress)
     return _finish(result, models, accelerator, progress)
 
 

@@ -20,8 +20,9 @@ collected in ``Trace.disagreements``.
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,9 +193,6 @@ class _Program:
                 accelerator.register_for_checkpointing(self.progress)
 
     # loops, with or without the adapter ----------------------------------------------------------------
-    def _epochs(self) -> Iterator[int]:
-        return iter(range(self.config.epochs)) if self.progress is None else self.progress.epochs(self.config.epochs)
-
     def _train_pass(self, index: int) -> Generator[tuple[int, Any], None, None]:
         loader = self.loaders[index]
         return _enumerated(loader) if self.progress is None else self.progress.train(loader, index, with_index=True)
@@ -209,11 +207,13 @@ class _Program:
     def fit(self, stop: Stop | None, directory: str | None) -> None:
         self.fits += 1
         first = self.fits == 1
+        epochs = self.config.epochs
         try:
-            for epoch in self._epochs():
-                self._train_epoch(epoch, first, stop, directory)
-                if self.config.evaluate:
-                    self._validate(epoch, first, stop, directory)
+            with contextlib.nullcontext() if self.progress is None else self.progress.fit(epochs) as run:
+                for epoch in range(epochs) if run is None else run.epochs():
+                    self._train_epoch(epoch, first, stop, directory)
+                    if self.config.evaluate:
+                        self._validate(epoch, first, stop, directory)
         except RuntimeError as error:
             if "planned failure" not in str(error):
                 raise

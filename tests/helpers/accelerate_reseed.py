@@ -44,16 +44,17 @@ def train(path: Path, save_at: int | None = None, after_load: str = "", epoch_dr
         elif after_load == "manual_seed":
             torch.manual_seed(0)
     position = progress.view.train.batches.lifetime.completed
-    for _epoch in progress.epochs(2):
-        if epoch_draw:
-            torch.rand(1)
-        for _ids, x, y in progress.train(loader):
-            with accelerator.accumulate(model):
-                accelerator.backward(torch.nn.functional.mse_loss(model(torch.nn.functional.dropout(x, 0.3)), y))
-                optimizer.step()
-                optimizer.zero_grad()
-            if position == save_at:
-                accelerator.save_state(str(path))
-                return [p.detach().clone() for p in model.parameters()]
-            position += 1
+    with progress.fit(2) as fit:
+        for _epoch in fit.epochs():
+            if epoch_draw:
+                torch.rand(1)
+            for _ids, x, y in progress.train(loader):
+                with accelerator.accumulate(model):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(torch.nn.functional.dropout(x, 0.3)), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+                if position == save_at:
+                    accelerator.save_state(str(path))
+                    return [p.detach().clone() for p in model.parameters()]
+                position += 1
     return [p.detach().clone() for p in model.parameters()]

@@ -24,14 +24,15 @@ def main(folder: str) -> None:
     loader = DataLoader(Indexed(24), batch_size=3, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     progress = AcceleratorProgress(accelerator)
-    for _ in progress.epochs(1):
-        for index, (_, x, y) in enumerate(progress.train(loader)):
-            with accelerator.accumulate(model):
-                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
-                optimizer.step()
-                optimizer.zero_grad()
-            if index == 2:
-                accelerator.save_state(folder)
+    with progress.fit(1) as fit:
+        for _ in fit.epochs():
+            for index, (_, x, y) in enumerate(progress.train(loader)):
+                with accelerator.accumulate(model):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+                if index == 2:
+                    accelerator.save_state(folder)
     accelerator.wait_for_everyone()
     accelerator.end_training()
 

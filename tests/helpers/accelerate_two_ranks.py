@@ -95,25 +95,26 @@ def _train_elastic(program: Elastic, stop: tuple[int, int] | None, save_dir: str
     accelerator, model, optimizer, loader = program.accelerator, program.model, program.optimizer, program.loader
     view = program.progress.view
     batches: list[dict[str, Any]] = []
-    for epoch in program.progress.epochs(ELASTIC_EPOCHS):
-        for ids, x, y in program.progress.train(loader):
-            with accelerator.accumulate(model):
-                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
-                optimizer.step()
-                optimizer.zero_grad()
-            batches.append(
-                {
-                    "epoch": epoch,
-                    "ids": ids.tolist(),
-                    "step": accelerator.step,
-                    "end_of_dataloader": accelerator.gradient_state.end_of_dataloader,
-                    "tracker_batches": view.train.batches.epoch.started,
-                    "iteration": loader.iteration,
-                }
-            )
-            if stop == (epoch, view.train.batches.epoch.started):
-                accelerator.save_state(save_dir)
-                return batches
+    with program.progress.fit(ELASTIC_EPOCHS) as fit:
+        for epoch in fit.epochs():
+            for ids, x, y in program.progress.train(loader):
+                with accelerator.accumulate(model):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+                batches.append(
+                    {
+                        "epoch": epoch,
+                        "ids": ids.tolist(),
+                        "step": accelerator.step,
+                        "end_of_dataloader": accelerator.gradient_state.end_of_dataloader,
+                        "tracker_batches": view.train.batches.epoch.started,
+                        "iteration": loader.iteration,
+                    }
+                )
+                if stop == (epoch, view.train.batches.epoch.started):
+                    accelerator.save_state(save_dir)
+                    return batches
     return batches
 
 

@@ -363,24 +363,25 @@ def _run_accelerate(
     if resume_from is not None:
         accelerator.load_state(str(resume_from))
     view = progress.view
-    for epoch in progress.epochs(scenario.epochs):
-        for data in progress.train(train):
-            x, y, ids = _parts(data)
-            record(ids.tolist())
-            with accelerator.accumulate(model):
-                accelerator.backward(_loss(model, x, y, train=True))
-                optimizer.step()
-                optimizer.zero_grad()
-            batch = view.batch_index + 1  # Accelerate has no count of its own of the batches in this epoch
-            if saving is not None and saving.every_batch:
-                accelerator.save_state()
-            elif saving is not None and (epoch, batch) == scenario.stop:
-                accelerator.save_state(str(stop_checkpoint("accelerate", saving.directory)))
-                return model, accelerator
-            if scenario.validates_after(batch):
-                with torch.no_grad():
-                    for data in progress.evaluate(val):
-                        _loss(model, *_parts(data)[:2], train=False)
+    with progress.fit(scenario.epochs) as fit:
+        for epoch in fit.epochs():
+            for data in progress.train(train):
+                x, y, ids = _parts(data)
+                record(ids.tolist())
+                with accelerator.accumulate(model):
+                    accelerator.backward(_loss(model, x, y, train=True))
+                    optimizer.step()
+                    optimizer.zero_grad()
+                batch = view.batch_index + 1  # Accelerate has no count of its own of the batches in this epoch
+                if saving is not None and saving.every_batch:
+                    accelerator.save_state()
+                elif saving is not None and (epoch, batch) == scenario.stop:
+                    accelerator.save_state(str(stop_checkpoint("accelerate", saving.directory)))
+                    return model, accelerator
+                if scenario.validates_after(batch):
+                    with torch.no_grad():
+                        for data in progress.evaluate(val):
+                            _loss(model, *_parts(data)[:2], train=False)
     if scenario.test_after:
         with torch.no_grad():
             for data in progress.test(val):

@@ -134,15 +134,16 @@ def _accelerate(folder: Path, log: TextIO, saved: Callable[[], None], epochs: in
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model, optimizer, loader = accelerator.prepare(model, optimizer, _loader())
     progress = AcceleratorProgress(accelerator)
-    for _ in progress.epochs(epochs):
-        for inputs, targets in progress.train(loader):
-            accelerator.backward(torch.nn.functional.mse_loss(model(inputs), targets))
-            optimizer.step()
-            optimizer.zero_grad()
-            # a save inside the loop body counts the batch as processed
-            _log_line(log, progress.view.train.batches.lifetime.started, accelerator.get_state_dict(model))
-            accelerator.save_state()
-            saved()
+    with progress.fit(epochs) as fit:
+        for _ in fit.epochs():
+            for inputs, targets in progress.train(loader):
+                accelerator.backward(torch.nn.functional.mse_loss(model(inputs), targets))
+                optimizer.step()
+                optimizer.zero_grad()
+                # a save inside the loop body counts the batch as processed
+                _log_line(log, progress.view.train.batches.lifetime.started, accelerator.get_state_dict(model))
+                accelerator.save_state()
+                saved()
 
 
 RUNS = {"lightning": _lightning, "ignite": _ignite, "accelerate": _accelerate}

@@ -47,26 +47,27 @@ def _train_and_save(folder: Path, ready: int, saves: int = SAVES) -> None:
     progress = AcceleratorProgress(accelerator)
     log = open(f"{folder}.log", "a", buffering=1)  # noqa: SIM115 - the child is killed, never closes it
     done = 0
-    for _ in progress.epochs(saves):
-        for inputs, targets in progress.train(loader):
-            with accelerator.accumulate(model):
-                noise = 0.01 * torch.rand(1)  # the global RNG moves every batch
-                accelerator.backward(torch.nn.functional.mse_loss(model(inputs), targets + noise))
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
-            weights = weights_crc32([accelerator.get_state_dict(model, unwrap=False)])[0]
-            crcs = " ".join(f"{name}={crc}" for name, crc in sorted(weights.items()))
-            states = f"{state_crc32(optimizer.state_dict())} {state_crc32(scheduler.state_dict())}"
-            rng = save_rng_crc32(accelerator.step)
-            log.write(f"{done} {progress.view.train.batches.lifetime.started} {crcs} {states} {rng}\n")
-            accelerator.save_state(str(folder))
-            log.write(f"done {done}\n")
-            if done == 0:
-                os.write(ready, b"x")
-            done += 1
-            if done == saves:
-                return
+    with progress.fit(saves) as fit:
+        for _ in fit.epochs():
+            for inputs, targets in progress.train(loader):
+                with accelerator.accumulate(model):
+                    noise = 0.01 * torch.rand(1)  # the global RNG moves every batch
+                    accelerator.backward(torch.nn.functional.mse_loss(model(inputs), targets + noise))
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad()
+                weights = weights_crc32([accelerator.get_state_dict(model, unwrap=False)])[0]
+                crcs = " ".join(f"{name}={crc}" for name, crc in sorted(weights.items()))
+                states = f"{state_crc32(optimizer.state_dict())} {state_crc32(scheduler.state_dict())}"
+                rng = save_rng_crc32(accelerator.step)
+                log.write(f"{done} {progress.view.train.batches.lifetime.started} {crcs} {states} {rng}\n")
+                accelerator.save_state(str(folder))
+                log.write(f"done {done}\n")
+                if done == 0:
+                    os.write(ready, b"x")
+                done += 1
+                if done == saves:
+                    return
 
 
 def _warm_up() -> None:

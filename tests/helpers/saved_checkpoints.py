@@ -118,14 +118,15 @@ def _accelerate(folder: Path) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # a state that changes every step
     model, optimizer, loader = accelerator.prepare(model, optimizer, _loader())
     progress = AcceleratorProgress(accelerator)
-    for epoch in progress.epochs(EPOCHS):
-        for index, (x, y) in enumerate(progress.train(loader)):
-            with accelerator.accumulate(model):
-                accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
-                optimizer.step()
-                optimizer.zero_grad()
-            if epoch == 0 and index == 0:
-                accelerator.save_state(str(folder / "mid"))
+    with progress.fit(EPOCHS) as fit:
+        for epoch in fit.epochs():
+            for index, (x, y) in enumerate(progress.train(loader)):
+                with accelerator.accumulate(model):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+                if epoch == 0 and index == 0:
+                    accelerator.save_state(str(folder / "mid"))
     accelerator.save_state(str(folder / "end"))
 
 
