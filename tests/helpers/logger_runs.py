@@ -134,19 +134,20 @@ def accelerate_run(
     progress = AcceleratorProgress(accelerator)
     if resume_from is not None:
         accelerator.load_state(resume_from)
-    for _ in progress.epochs(EPOCHS):
-        for x, y in progress.train(loader):
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            accelerator.backward(loss)
-            optimizer.step()
-            optimizer.zero_grad()
-            step = progress.view.global_step
-            accelerator.log({"loss": loss.item(), "process": process}, step=step)
-            if step % CHECKPOINT_EVERY == 0:
-                accelerator.save_state(str(folder / f"step_{step}"))
-            if step == kill_at:
-                accelerator.get_tracker("tensorboard", unwrap=True).flush()
-                _die()
+    with progress.fit(EPOCHS) as fit:
+        for _ in fit.epochs():
+            for x, y in progress.train(loader):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                accelerator.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+                step = progress.view.global_step
+                accelerator.log({"loss": loss.item(), "process": process}, step=step)
+                if step % CHECKPOINT_EVERY == 0:
+                    accelerator.save_state(str(folder / f"step_{step}"))
+                if step == kill_at:
+                    accelerator.get_tracker("tensorboard", unwrap=True).flush()
+                    _die()
     accelerator.end_training()
 
 
