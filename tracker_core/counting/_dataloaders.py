@@ -12,22 +12,12 @@ def count_dataloader_batch(stage: StageProgress, dataloader: int, samples: int) 
     For frameworks whose one step reads one batch of each of several dataloaders (Lightning's
     ``CombinedLoader``): the stage counts one batch, each dataloader its own.
     """
-    if samples < 0 or dataloader < 0:
-        raise ValueError(f"{stage.name} batch: samples and dataloader must be >= 0, got {samples}, {dataloader}")
-    try:
-        tallies = stage._dataloaders[dataloader]
-    except IndexError:
-        tallies = stage._add_dataloaders(dataloader)
-    tallies.batches.total += 1
-    tallies.samples.total += samples
-    stage._samples.total += samples
+    stage._count_samples(samples, dataloader)
 
 
 def begin_dataloader_pass(stage: StageProgress, dataloader: int) -> None:
     """Dataloader number ``dataloader`` starts over within the stage's epoch (Lightning's ``CombinedLoader``
     cycles a shorter loader): its epoch-scope counts restart, so they say how far it is through this pass."""
-    tallies = (
-        stage._add_dataloaders(dataloader) if dataloader >= len(stage._dataloaders) else stage._dataloaders[dataloader]
-    )
+    tallies = stage._dataloader(dataloader)
     tallies.batches.begin_epoch()
     tallies.samples.begin_epoch()

@@ -27,17 +27,10 @@ def count_optimizer_steps(
 
 
 def _step_counter(train: TrainStageProgress, index: int) -> Callable[[Any, Any, Any], None]:
-    """A step post-hook doing ``train.optimizer_step(index)``, inlined: it runs on every step."""
+    """A step post-hook doing ``train.optimizer_step(index)``."""
 
     def counted(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
-        try:
-            train._optimizer_steps[index].total += 1
-        except IndexError:  # the first step of this optimizer, or a loaded state without it
-            train._add_optimizers(index).total += 1
-        train._stepped_at = train._batches.started
-        heartbeat = train._progress._heartbeat  # rank 0 beside its checkpoints (tracker_core/_heartbeat.py)
-        if heartbeat is not None:
-            heartbeat.tick()
+        train.optimizer_step(index)
 
     return counted
 

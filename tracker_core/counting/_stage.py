@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
-
-from torch import Tensor
 
 from tracker_core._errors import EventOrderError
 from tracker_core.counting._batch_size import samples_in
@@ -110,7 +109,7 @@ class StageProgress:
         self._progress._leave_clock(self)
         self._progress._where = self._at[Event.EPOCH, Phase.COMPLETED]
 
-    # batches (the hot path: counter operations inlined) ----------------------
+    # batches: one code path per mark; the fused marks call the phase marks ------------------------
     def batch_ready(self) -> None:
         """A batch was fetched from the data."""
         batches = self._batches
@@ -125,10 +124,7 @@ class StageProgress:
 
     def batch_started(self) -> None:
         """The batch's start hooks are done."""
-        batches = self._batches
-        if batches.started == batches.ready:
-            raise EventOrderError(f"{self.name} batch: started before it was ready")
-        batches.started += 1
+        self._batches.mark_started()
         self._progress._where = self._at_batch_started
 
     def batch_processed(self, samples: int, dataloader: int = 0) -> None:
@@ -136,209 +132,60 @@ class StageProgress:
         batches = self._batches
         if batches.processed == batches.started:
             raise EventOrderError(f"{self.name} batch: processed before it was started")
-        if samples < 0 or dataloader < 0:
-            raise ValueError(f"{self.name} batch: samples and dataloader must be >= 0, got {samples}, {dataloader}")
-        try:
-            tallies = self._dataloaders[dataloader]
-        except IndexError:
-            tallies = self._add_dataloaders(dataloader)
+        self._count_samples(samples, dataloader)
         batches.processed += 1
-        self._samples.total += samples
-        tallies.batches.total += 1
-        tallies.samples.total += samples
         self._progress._where = self._at_batch_processed
 
     def batch_completed(self) -> None:
         """The batch's end hooks are done."""
-        batches = self._batches
-        if batches.completed == batches.processed:
-            raise EventOrderError(f"{self.name} batch: completed before it was processed")
-        batches.completed += 1
+        self._batches.mark_completed()
         self._progress._where = self._at_batch_completed
 
     def batch_begin(self) -> None:
         """``batch_ready`` and ``batch_started`` in one call, for a framework with one event between them."""
-        batches = self._batches
-        if batches.ready != batches.completed:
-            raise EventOrderError(f"{self.name} batch: ready while the previous one is not completed")
-        epochs = self._epochs
-        if epochs.ready == epochs.completed:
-            raise EventOrderError(f"{self.name} batch: ready outside an epoch")
-        batches.ready = batches.started = batches.ready + 1
-        self._resuming_epoch = False
-        self._progress._where = self._at_batch_started
+        self.batch_ready()
+        self.batch_started()
 
     def batch_end(self, samples: int, dataloader: int = 0) -> None:
         """``batch_processed`` and ``batch_completed`` in one call, for a framework with one event between them."""
         batches = self._batches
         if batches.completed != batches.processed:
             raise EventOrderError(f"{self.name} batch: processed again before it was completed")
-        if batches.processed == batches.started:
-            raise EventOrderError(f"{self.name} batch: processed before it was started")
-        if samples < 0 or dataloader < 0:
-            raise ValueError(f"{self.name} batch: samples and dataloader must be >= 0, got {samples}, {dataloader}")
-        try:
-            tallies = self._dataloaders[dataloader]
-        except IndexError:
-            tallies = self._add_dataloaders(dataloader)
-        batches.processed = batches.completed = batches.processed + 1
-        self._samples.total += samples
-        tallies.batches.total += 1
-        tallies.samples.total += samples
-        self._progress._where = self._at_batch_completed
+        self.batch_processed(samples, dataloader)
+        self.batch_completed()
 
-    # One call per framework event instead of several (a Python call costs as much as a phase mark).
-    # The samples are read from the batch here: samples_in's common cases inlined, else samples_in.
     def batch_next(self) -> None:
         """``batch_completed`` for a processed batch in flight, if any, then ``batch_ready``: for a framework
         whose previous batch's end hooks are over when the next batch is fetched."""
         batches = self._batches
-        ready = batches.ready
-        if ready != batches.completed:
-            if ready != batches.processed:
-                raise EventOrderError(f"{self.name} batch: ready while the previous one is not completed")
-            batches.completed = ready
-        epochs = self._epochs
-        if epochs.ready == epochs.completed:
-            raise EventOrderError(f"{self.name} batch: ready outside an epoch")
-        batches.ready = ready + 1
-        self._resuming_epoch = False
-        self._progress._where = self._at_batch_ready
+        if batches.ready != batches.completed and batches.ready == batches.processed:
+            self.batch_completed()
+        self.batch_ready()
 
     def batch_processed_of(self, batch: object, dataloader: int = 0) -> None:
         """``batch_processed`` with the samples of ``batch`` (:func:`samples_in`)."""
-        kind = type(batch)
-        if (kind is tuple or kind is list) and batch and type(first := batch[0]) is Tensor:  # type: ignore[index]
-            shape = first.shape
-            samples = shape[0] if shape else 1
-        elif kind is Tensor:
-            shape = batch.shape  # type: ignore[attr-defined]  # exact type checked above
-            samples = shape[0] if shape else 1
-        else:
-            samples = samples_in(batch)
-        batches = self._batches
-        if batches.processed == batches.started:
-            raise EventOrderError(f"{self.name} batch: processed before it was started")
-        if dataloader < 0:
-            raise ValueError(f"{self.name} batch: dataloader must be >= 0, got {dataloader}")
-        try:
-            tallies = self._dataloaders[dataloader]
-        except IndexError:
-            tallies = self._add_dataloaders(dataloader)
-        batches.processed += 1
-        self._samples.total += samples
-        tallies.batches.total += 1
-        tallies.samples.total += samples
-        self._progress._where = self._at_batch_processed
+        self.batch_processed(samples_in(batch), dataloader)
 
     def batch_end_of(self, batch: object, dataloader: int = 0) -> None:
         """``batch_end`` with the samples of ``batch`` (:func:`samples_in`)."""
-        kind = type(batch)
-        if (kind is tuple or kind is list) and batch and type(first := batch[0]) is Tensor:  # type: ignore[index]
-            shape = first.shape
-            samples = shape[0] if shape else 1
-        elif kind is Tensor:
-            shape = batch.shape  # type: ignore[attr-defined]  # exact type checked above
-            samples = shape[0] if shape else 1
-        else:
-            samples = samples_in(batch)
-        batches = self._batches
-        processed = batches.processed
-        if processed != batches.completed or processed == batches.started:
-            again = processed != batches.completed
-            raise EventOrderError(
-                f"{self.name} batch: processed "
-                + ("again before it was completed" if again else "before it was started")
-            )
-        if dataloader < 0:
-            raise ValueError(f"{self.name} batch: dataloader must be >= 0, got {dataloader}")
-        try:
-            tallies = self._dataloaders[dataloader]
-        except IndexError:
-            tallies = self._add_dataloaders(dataloader)
-        batches.processed = batches.completed = processed + 1
-        self._samples.total += samples
-        tallies.batches.total += 1
-        tallies.samples.total += samples
-        self._progress._where = self._at_batch_completed
+        self.batch_end(samples_in(batch), dataloader)
 
     def batch_turn(self, batch: object, dataloader: int = 0) -> None:
         """``batch_end_of(batch, dataloader)`` for the batch in flight, then ``batch_begin`` for the next: for a
         loop that learns a batch's step is over when it fetches the next batch."""
-        kind = type(batch)
-        if (kind is tuple or kind is list) and batch and type(first := batch[0]) is Tensor:  # type: ignore[index]
-            try:
-                samples = first.shape[0]
-            except IndexError:  # a 0-d tensor: one sample
-                samples = 1
-        elif kind is Tensor:
-            shape = batch.shape  # type: ignore[attr-defined]  # exact type checked above
-            samples = shape[0] if shape else 1
-        else:
-            samples = samples_in(batch)
         batches = self._batches
-        processed = batches.processed
-        if processed != batches.completed or processed == batches.started:
+        if batches.processed != batches.completed or batches.processed == batches.started:
             raise EventOrderError(f"{self.name} batch: ended while none was started and not processed")
-        if dataloader < 0:
-            raise ValueError(f"{self.name} batch: dataloader must be >= 0, got {dataloader}")
-        try:
-            tallies = self._dataloaders[dataloader]
-        except IndexError:
-            tallies = self._add_dataloaders(dataloader)
-        batches.processed = batches.completed = processed = processed + 1
-        self._samples.total += samples
-        tallies.batches.total += 1
-        tallies.samples.total += samples
-        epochs = self._epochs
-        if epochs.ready == epochs.completed:
-            self._progress._where = self._at_batch_completed
-            raise EventOrderError(f"{self.name} batch: ready outside an epoch")
-        batches.ready = batches.started = processed + 1
-        self._resuming_epoch = False
-        self._progress._where = self._at_batch_started
+        self.batch_end_of(batch, dataloader)
+        self.batch_begin()
 
     def batch_turner(self, dataloader: int = 0) -> Callable[[object], None]:
-        """``batch_turn(batch, dataloader)`` as a function of the batch alone, with the counts it moves at hand: for
-        a loop that turns batch after batch (no lookups but the batch's own). When a check fails, or after a load
-        (which makes new dataloader counts), it calls ``batch_turn``: the same counts, the same errors."""
+        """``batch_turn(batch, dataloader)`` as a function of the batch alone. A negative ``dataloader`` is
+        refused here; the dataloader's counts exist from here on, whether or not a batch is turned."""
         if dataloader < 0:
             raise ValueError(f"{self.name} batch: dataloader must be >= 0, got {dataloader}")
-        loaders = self._dataloaders
-        tallies = loaders[dataloader] if dataloader < len(loaders) else self._add_dataloaders(dataloader)
-        batches, epochs, samples, progress = self._batches, self._epochs, self._samples, self._progress
-        loader_batches, loader_samples, started = tallies.batches, tallies.samples, self._at_batch_started
-
-        def turn(batch: object) -> None:
-            kind = type(batch)
-            if (kind is tuple or kind is list) and batch and type(first := batch[0]) is Tensor:  # type: ignore[index]
-                try:
-                    count = first.shape[0]
-                except IndexError:  # a 0-d tensor: one sample
-                    count = 1
-            elif kind is Tensor:
-                shape = batch.shape  # type: ignore[attr-defined]  # exact type checked above
-                count = shape[0] if shape else 1
-            else:
-                count = samples_in(batch)
-            processed = batches.processed
-            if (
-                processed != batches.completed
-                or processed == batches.started
-                or epochs.ready == epochs.completed
-                or self._dataloaders is not loaders
-            ):
-                self.batch_turn(batch, dataloader)
-                return
-            batches.processed = batches.completed = processed + 1
-            samples.total += count
-            loader_batches.total += 1
-            loader_samples.total += count
-            batches.ready = batches.started = processed + 2
-            self._resuming_epoch = False
-            progress._where = started
-
-        return turn
+        self._dataloader(dataloader)
+        return partial(self.batch_turn, dataloader=dataloader)
 
     def cancel_batch(self) -> None:
         """Undo a fetched batch that will not be processed (e.g. a start hook asked to stop)."""
@@ -358,10 +205,22 @@ class StageProgress:
         self._non_padding_tokens.total += non_padding
 
     # internals ----------------------------------------------------------------
-    def _add_dataloaders(self, index: int) -> _DataloaderTallies:
-        while len(self._dataloaders) <= index:
-            self._dataloaders.append(_DataloaderTallies())
-        return self._dataloaders[index]
+    def _dataloader(self, index: int) -> _DataloaderTallies:
+        """The counts of dataloader number ``index``, made (with any before it) when first asked for."""
+        loaders = self._dataloaders
+        while len(loaders) <= index:
+            loaders.append(_DataloaderTallies())
+        return loaders[index]
+
+    def _count_samples(self, samples: int, dataloader: int) -> None:
+        """A batch of ``samples`` samples from dataloader number ``dataloader``: count it in that dataloader's
+        batches and samples and in the stage's samples (the stage's batches are phase marks)."""
+        if samples < 0 or dataloader < 0:
+            raise ValueError(f"{self.name} batch: samples and dataloader must be >= 0, got {samples}, {dataloader}")
+        tallies = self._dataloader(dataloader)
+        tallies.batches.total += 1
+        tallies.samples.total += samples
+        self._samples.total += samples
 
     def _tallies(self) -> list[_Tally]:
         """Every tally of the stage, for scope resets."""
