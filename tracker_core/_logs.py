@@ -10,36 +10,49 @@ from typing import Any
 def rewind_summary_writer(writer: Any, step: int) -> str:
     """Make TensorBoard drop the points of ``writer``'s run at ``step`` or later, logged before now.
 
-    Writes into the writer's current event file what ``SummaryWriter(purge_step=step)`` writes
-    when it opens: a ``SessionLog.START`` at ``step``. TensorBoard's readers then discard every
-    tag's events at steps >= ``step`` read before it (the interrupted process's, in the same log
-    folder) and keep all that this writer logs after it. Call it before the resumed run logs
-    anything. ``writer`` is torch's or tensorboardX's ``SummaryWriter``.
+    Writes into the writer's current event file (its public ``file_writer``) what
+    ``SummaryWriter(purge_step=step)`` writes when it opens: a ``SessionLog.START`` at ``step``.
+    TensorBoard's readers then discard every tag's events at steps >= ``step`` read before it (the
+    interrupted process's, in the same log folder) and keep all that this writer logs after it. Call
+    it before the resumed run logs anything. ``writer`` is torch's or tensorboardX's ``SummaryWriter``;
+    a closed one gets ``purge_step``, which it writes the same way when it reopens its file.
 
     Returns what keeps the purge from working, or "": TensorBoard reads a run's event files in
     the order of their names (the second each writer opened, then host and process id), so a
     file of the folder named after this writer's (opened in the same second by a higher process
-    id, or under a clock set back) is read after the purge and keeps all its points.
+    id, or under a clock set back) is read after the purge and keeps all its points. This writer's
+    file is the one the purge made grow.
     """
     event_pb2: Any = _event_protos()
-    file_writer = writer._get_file_writer()
+    file_writer = writer.file_writer
+    if file_writer is None:
+        writer.purge_step = step
+        return ""
+    folder = file_writer.get_logdir()
+    file_writer.flush()
+    before = _event_file_sizes(folder)
     file_writer.add_event(event_pb2.Event(step=step, file_version="brain.Event:2"))
     file_writer.add_event(
         event_pb2.Event(step=step, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START))
     )
     file_writer.flush()
-    return _files_read_after(file_writer)
+    return _files_read_after(folder, before)
 
 
-def _files_read_after(file_writer: Any) -> str:
-    own = getattr(getattr(file_writer, "event_writer", None), "_file_name", None)
-    if not isinstance(own, str):
+def _event_file_sizes(folder: str) -> dict[str, int]:
+    return {entry.name: entry.stat().st_size for entry in os.scandir(folder) if "tfevents" in entry.name}
+
+
+def _files_read_after(folder: str, before: dict[str, int]) -> str:
+    after = _event_file_sizes(folder)
+    grown = [name for name, size in after.items() if size != before.get(name)]
+    if len(grown) != 1:
         return ""
-    folder, name = os.path.split(own)
-    later = sorted(other for other in os.listdir(folder) if "tfevents" in other and other > name)
+    (own,) = grown
+    later = sorted(name for name in after if name > own)
     if not later:
         return ""
-    return f"TensorBoard reads {', '.join(later)} after this run's {name} (the purge) in {folder}"
+    return f"TensorBoard reads {', '.join(later)} after this run's {own} (the purge) in {folder}"
 
 
 def _event_protos() -> Any:

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any, TextIO
 
-
-def tqdm_bar_open() -> bool:
-    """Whether a tqdm bar is open in this process (tqdm keeps its open, enabled bars in ``tqdm._instances``)."""
-    module = sys.modules.get("tqdm.std")
-    return module is not None and bool(getattr(module.tqdm, "_instances", None))
+from tracker_core.display._tqdm_compat import tqdm_bar_open
 
 
 def write_line(stream: TextIO, line: str) -> None:
-    """Write ``line`` to ``stream``; open tqdm bars are cleared first and redrawn after (``tqdm.write``'s way)."""
-    if tqdm_bar_open():
-        with sys.modules["tqdm.std"].tqdm.external_write_mode(file=stream):
-            stream.write(line + "\n")
-            stream.flush()
-        return
-    stream.write(line + "\n")
-    stream.flush()
+    """Write ``line`` to ``stream`` as ``tqdm.write`` does where tqdm is imported: its open bars are cleared first
+    and redrawn after (tqdm's public ``external_write_mode``)."""
+    module = sys.modules.get("tqdm.std")
+    with module.tqdm.external_write_mode(file=stream) if module is not None else contextlib.nullcontext():
+        stream.write(line + "\n")
+        stream.flush()
 
 
 class LiveLine:
