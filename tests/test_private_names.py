@@ -67,6 +67,10 @@ PLANTED = "tracker_core/display/_planted.py"
     ("source", "expected"),
     [
         ("import tqdm\n\nopen_bars = tqdm.tqdm._instances\n", [f"{PLANTED}:3: _instances (tqdm)"]),
+        (
+            "import pytorch_lightning as pl\n\ndef mode(trainer: pl.Trainer | None):\n    return trainer._mode\n",
+            [f"{PLANTED}:4: _mode (lightning)"],
+        ),
         ("def drop(loader):\n    loader._iterator = None\n", [f"{PLANTED}:2: _iterator (others)"]),
         ("def build(loader):\n    return loader._get_iterator()\n", [f"{PLANTED}:2: _get_iterator (others)"]),
         ("def name(writer):\n    return getattr(writer, '_file_name', None)\n", [f"{PLANTED}:2: _file_name (others)"]),

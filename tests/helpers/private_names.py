@@ -6,7 +6,8 @@ written or called on an object that is not a method's ``self``/``cls``, a ``geta
 class named. The project's own private names are not counted: those a module of it (other than a compat
 module) defines, and ``_tracker_core*`` (the attributes it sets on others' objects). Inside a compat module
 every private attribute on another object counts, for the library whose class the module declares it on (its
-import check); outside, an access is reported unless the project defines the name.
+import check); outside, an access is reported when the object's library is known (a module imported from it,
+a parameter annotated with its type) or the project does not define the name.
 """
 
 from __future__ import annotations
@@ -166,6 +167,27 @@ def _receiver_library(node: ast.expr, imported: dict[str, str]) -> str | None:
             return None
 
 
+def _typed(tree: ast.AST, imported: dict[str, str]) -> dict[ast.expr, str]:
+    """Each use of a parameter annotated with a framework's type (``trainer: pl.Trainer``) -> that framework."""
+    typed: dict[ast.expr, str] = {}
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for argument in [*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs]:
+            libraries = {
+                _receiver_library(part, imported)
+                for part in ast.walk(argument.annotation or ast.Constant(None))
+                if isinstance(part, ast.Name | ast.Attribute)
+            } & set(LIBRARIES.values())
+            if len(libraries) != 1:
+                continue
+            (library,) = libraries
+            for node in ast.walk(function):
+                if isinstance(node, ast.Name) and node.id == argument.arg:
+                    typed[node] = str(library)
+    return typed
+
+
 def _declared(tree: ast.AST, imported: dict[str, str], default: str) -> dict[str, set[str]]:
     """Name -> the libraries a compat module's import check declares it on: ``{Owner: ("_x", ...)}`` or
     ``{"Owner": (Owner, ("_x", ...))}`` entries, an owner of unknown origin counting as ``default``'s."""
@@ -244,6 +266,7 @@ def reaches(path: str, source: str, ours: frozenset[str]) -> list[Reach]:
     """Every private name of another library that ``source`` (the module at ``path``) touches."""
     tree = ast.parse(source)
     imported, selves = _imported(tree), _selves(tree)
+    typed = _typed(tree, imported)
     compat = path in COMPAT
     default = COMPAT.get(path) or next(
         (library for folder, library in FRAMEWORK_FOLDERS.items() if path.startswith(folder)), "others"
@@ -254,9 +277,9 @@ def reaches(path: str, source: str, ours: frozenset[str]) -> list[Reach]:
         library = _receiver_library(receiver, imported)
         if library == OURS or receiver in selves or name.startswith("_tracker_core"):
             continue
-        if library is None and not compat and name in ours:
+        if library is None and receiver not in typed and not compat and name in ours:
             continue
-        libraries = {library} if library else declared.get(name, {default})
+        libraries = {library} if library else declared.get(name) or {typed.get(receiver, default)}
         found.append(Reach(path, line, name, frozenset(libraries)))
     return sorted(found, key=lambda reach: (reach.line, reach.name))
 
