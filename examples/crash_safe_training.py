@@ -171,6 +171,7 @@ def train_accelerate(workdir: Path, resume_from: Path | None, seed: int, record:
     progress.track_train_loader(train)
     if resume_from is not None:
         accelerator.load_state(str(resume_from))
+        accelerator.project_configuration.iteration = progress.next_save_iteration  # the next checkpoint_N
     with progress.fit(EPOCHS) as fit:
         for _ in fit.epochs():
             for x, y, ids in fit.train(train):

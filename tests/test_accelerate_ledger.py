@@ -62,6 +62,11 @@ class Program:
             self.optimizer.step()
             yield x, y
 
+    def load(self) -> None:
+        """Load the newest checkpoint; automatic naming's next save follows it."""
+        self.accelerator.load_state()
+        self.accelerator.project_configuration.iteration = self.progress.next_save_iteration
+
     def ended(self) -> list[str]:
         return [run["ended"] for run in self.progress.view.state_dict()["ledger"]["runs"]]
 
@@ -268,7 +273,7 @@ def test_without_a_heartbeat_file_a_resume_records_the_crashed_runs_lost_work_as
     with pytest.raises(RuntimeError):
         _save_then_fail(first)
     resumed = Program(tmp_path)
-    resumed.accelerator.load_state()
+    resumed.load()
     with resumed.progress.fit(2) as fit:
         for _ in fit.epochs():
             for _ in resumed.batches():
@@ -284,7 +289,7 @@ from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_accelerate_ledger import Program
 program = Program(Path({folder!r}), heartbeat=Path({beat!r}))
-program.accelerator.load_state()  # the newest checkpoint of the first process
+program.load()  # the newest checkpoint of the first process
 with program.progress.fit(2) as fit:
     for _ in fit.epochs():
         for _ in program.batches():
@@ -309,7 +314,7 @@ def test_a_resumed_process_killed_before_its_first_save_is_in_the_next_resume_le
     killed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**os.environ}, capture_output=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
     last = Program(tmp_path / "project", heartbeat=beat)
-    last.accelerator.load_state()
+    last.load()
     with last.progress.fit(2) as fit:
         for _ in fit.epochs():
             for _ in last.batches():

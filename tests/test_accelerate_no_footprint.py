@@ -39,8 +39,8 @@ def _train(project_dir: Path, automatic: bool, tracked: bool, resume_from: str |
     progress = AcceleratorProgress(accelerator) if tracked else None
     if resume_from is not None:
         accelerator.load_state(resume_from)
-        if progress is None:  # Accelerate alone does not restore it (its error says to set it)
-            accelerator.project_configuration.iteration = 2
+        # Accelerate's load_state does not restore it (its error says to set it)
+        accelerator.project_configuration.iteration = 2 if progress is None else progress.next_save_iteration
     saves, first_epoch, max_epochs = ((2, 8), 0, 2) if resume_from is None else ((4,), 2, 3)
     batch, saved = 0, []
     with contextlib.nullcontext() if progress is None else progress.fit(max_epochs) as fit:
@@ -72,3 +72,17 @@ def test_the_only_names_accelerate_would_not_write_are_the_progress_files_in_eac
     assert folders == same_folders and len(folders) == 3
     assert names - accelerate_alone == {f"{folder}/progress_tracker_0.pt" for folder in folders}
     assert accelerate_alone <= names
+
+
+def test_load_state_leaves_the_project_configuration_alone_and_names_the_next_save_iteration(tmp_path: Path) -> None:
+    (saved,) = _train(tmp_path, automatic=True, tracked=True, resume_from=None)[-1:]
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    accelerator = Accelerator(
+        cpu=True, project_config=ProjectConfiguration(str(tmp_path), automatic_checkpoint_naming=True)
+    )
+    accelerator.prepare(torch.nn.Linear(2, 1))  # the saved gradients need its parameter
+    progress = AcceleratorProgress(accelerator)
+    assert progress.next_save_iteration is None
+    accelerator.load_state(saved)
+    assert (accelerator.project_configuration.iteration, progress.next_save_iteration) == (0, 2)

@@ -115,6 +115,7 @@ def _automatic_naming_program(project_dir: Path, load: bool, load_from: Path | N
     progress = AcceleratorProgress(accelerator)
     if load:
         accelerator.load_state(None if load_from is None else str(load_from))
+        accelerator.project_configuration.iteration = progress.next_save_iteration  # as the docs say
     with progress.fit(2) as fit:
         for _epoch in fit.epochs():
             for _ids, x, y in progress.train(loader):

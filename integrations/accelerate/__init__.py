@@ -1,4 +1,4 @@
-"""Hugging Face Accelerate adapter: ``AcceleratorProgress`` drives the loops and rides ``save_state``/``load_state``.
+"""Hugging Face Accelerate adapter: ``AcceleratorProgress`` and its ``Fit`` drive the loops and ride ``save_state``/``load_state``.
 
 See docs/accelerate.md.
 """
@@ -7,6 +7,7 @@ from tracker_core.integrations._extra import require
 
 require("accelerate", "accelerate")
 
+from tracker_core.integrations.accelerate._fit import Fit  # noqa: E402
 from tracker_core.integrations.accelerate._progress import AcceleratorProgress  # noqa: E402
 
-__all__ = ["AcceleratorProgress"]
+__all__ = ["AcceleratorProgress", "Fit"]

@@ -129,6 +129,7 @@ class AcceleratorProgress:
         # index -> the pending state our load left in a train StatefulDataLoader (Accelerate then overwrites it)
         self._armed_states: dict[int, dict[str, Any] | None] = {}
         self._display: Display | None = None  # set by display(); None: the loops show nothing
+        self._next_save_iteration: int | None = None  # after a load_state
         attach(accelerator, self._progress)
         accelerator.register_save_state_pre_hook(self._on_save)
         accelerator.register_load_state_pre_hook(self._on_load)
@@ -138,6 +139,14 @@ class AcceleratorProgress:
     def view(self) -> ProgressView:
         """The read-only progress, as ``tracker_core.get_progress(accelerator)`` returns it."""
         return self._progress.view
+
+    @property
+    def next_save_iteration(self) -> int | None:
+        """After ``load_state``: the number automatic checkpoint naming's next ``checkpoint_N`` should take (after
+        the loaded one and any newer folder), None before a load. Accelerate's ``load_state`` leaves
+        ``project_configuration.iteration`` as it was; set it yourself so the next ``save_state()`` does not fail
+        on an existing folder: ``accelerator.project_configuration.iteration = progress.next_save_iteration``."""
+        return self._next_save_iteration
 
     def display(self, stream: TextIO | None = None, terminal: bool | None = None, interval: float = 10.0) -> None:
         """Show the loops' stage, epoch, batch, steps, samples/s and ETA (main process only).
@@ -281,7 +290,8 @@ class AcceleratorProgress:
             return batches
         return self._display.iterate(batches, "train", batches_in(loader))
 
-    def _train_pass(self, loader: Iterable[Batch], index: int, with_index: bool) -> Generator[Any, None, None]:
+    def _begin_pass(self, loader: Iterable[Any], index: int) -> bool:
+        """Begin the train pass of dataloader ``index``; False when nothing is left of it (restored after its end)."""
         resumed = self._resumed_passes.get(index)
         if resumed is not None:
             _refuse_a_second_skip(loader, index, resumed)
@@ -298,6 +308,11 @@ class AcceleratorProgress:
         self._begun_passes.add(index)
         if index in self._finished_passes:
             self._spend_finished_pass(loader, index, pass_start)
+            return False
+        return True
+
+    def _train_pass(self, loader: Iterable[Batch], index: int, with_index: bool) -> Generator[Any, None, None]:
+        if not self._begin_pass(loader, index):
             return
         mine = TrainBatch(index)  # this pass's batch in a loop body, reused batch after batch
         train, view, accelerator, tokens = self._train, self._progress.view, self._accelerator, self._tokens["train"]
@@ -601,7 +616,7 @@ class AcceleratorProgress:
             raise
         read_heartbeat(self._progress, self._heartbeat)  # the lost work of the run that saved it
         self._in_flight, self._fit, self._evaluation = None, None, None
-        accelerator.project_configuration.iteration = _next_save_iteration(accelerator, saved.save_iteration)
+        self._next_save_iteration = _next_save_iteration(accelerator, saved.save_iteration)
         resuming_epoch = self.view.train.epochs.lifetime.in_flight
         if found.ranks is None:  # Accelerate restores the same RNGs after this hook (saved at one instant)
             self._rng_check.loaded()

@@ -134,6 +134,7 @@ def run(
     progress.track_train_loader(train_loader)
     if load_dir is not None:
         accelerator.load_state(load_dir)
+        accelerator.project_configuration.iteration = progress.next_save_iteration  # automatic naming continues
     result = Result(weights=[])
     position = progress.view.train.batches.lifetime.completed
     with progress.fit(setup.epochs) as fit:

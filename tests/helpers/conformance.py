@@ -362,6 +362,7 @@ def _run_accelerate(
     progress.track_train_loader(train)
     if resume_from is not None:
         accelerator.load_state(str(resume_from))
+        accelerator.project_configuration.iteration = progress.next_save_iteration  # automatic naming continues
     view = progress.view
     with progress.fit(scenario.epochs) as fit:
         for epoch in fit.epochs():
