@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
+from tracker_core.distributed._collective import run_collective
 from tracker_core.state._schema import count_paths, pack, unpack
 from tracker_core.vocabulary import Phase, Scope, Stage
 
@@ -47,7 +48,7 @@ def reduce_state(progress: Progress | ProgressView, op: str = "sum") -> dict[str
     if _distributed():
         values, tensor, struct = _buffer(len(counts))
         struct.pack_into(values, 0, *counts)
-        dist.all_reduce(tensor, op=_OPS[op])
+        run_collective(lambda: dist.all_reduce(tensor, op=_OPS[op]), [tensor])
         counts = struct.unpack_from(values)
     return unpack(live, counts)
 
@@ -106,7 +107,7 @@ def check_divergence(
         return []
     packed = torch.tensor(pack(live), dtype=torch.int64)
     gathered = [torch.empty_like(packed) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, packed)
+    run_collective(lambda: dist.all_gather(gathered, packed), [packed, *gathered])
     index = {path: i for i, path in enumerate(paths)}
     found = []
     for key in keys:

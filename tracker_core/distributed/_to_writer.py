@@ -16,6 +16,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from tracker_core.distributed._collective import run_collective
+
 _LENGTH = struct.Struct("<q")
 
 
@@ -40,7 +42,7 @@ def gather_to_writer(obj: Any | None) -> list[Any] | None:
 def _gather(data: bytes, dst: int, empty_is_none: bool = False) -> list[Any] | None:
     device = _device()
     longest = torch.tensor([len(data)], dtype=torch.int64, device=device)
-    dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+    run_collective(lambda: dist.all_reduce(longest, op=dist.ReduceOp.MAX), [longest])
     if empty_is_none and int(longest.item()) == 0:
         return None
     framed = bytearray(_LENGTH.size + int(longest.item()))
@@ -48,7 +50,7 @@ def _gather(data: bytes, dst: int, empty_is_none: bool = False) -> list[Any] | N
     framed[_LENGTH.size : _LENGTH.size + len(data)] = data
     mine = torch.frombuffer(framed, dtype=torch.uint8).to(device)
     received = [torch.empty_like(mine) for _ in range(dist.get_world_size())] if dist.get_rank() == dst else None
-    dist.gather(mine, received, dst=dst)
+    run_collective(lambda: dist.gather(mine, received, dst=dst), [mine, *(received or [])])
     if received is None:
         return None
     objects: list[Any] = []
