@@ -124,7 +124,10 @@ class StageProgress:
 
     def batch_started(self) -> None:
         """The batch's start hooks are done."""
-        self._batches.mark_started()
+        batches = self._batches
+        if batches.started == batches.ready:
+            raise EventOrderError(f"{self.name} batch: started before it was ready")
+        batches.started += 1
         self._progress._where = self._at_batch_started
 
     def batch_processed(self, samples: int, dataloader: int = 0) -> None:
@@ -138,7 +141,10 @@ class StageProgress:
 
     def batch_completed(self) -> None:
         """The batch's end hooks are done."""
-        self._batches.mark_completed()
+        batches = self._batches
+        if batches.completed == batches.processed:
+            raise EventOrderError(f"{self.name} batch: completed before it was processed")
+        batches.completed += 1
         self._progress._where = self._at_batch_completed
 
     def batch_begin(self) -> None:
@@ -176,7 +182,7 @@ class StageProgress:
         batches = self._batches
         if batches.processed != batches.completed or batches.processed == batches.started:
             raise EventOrderError(f"{self.name} batch: ended while none was started and not processed")
-        self.batch_end_of(batch, dataloader)
+        self.batch_end(samples_in(batch), dataloader)
         self.batch_begin()
 
     def batch_turner(self, dataloader: int = 0) -> Callable[[object], None]:
@@ -217,7 +223,8 @@ class StageProgress:
         batches and samples and in the stage's samples (the stage's batches are phase marks)."""
         if samples < 0 or dataloader < 0:
             raise ValueError(f"{self.name} batch: samples and dataloader must be >= 0, got {samples}, {dataloader}")
-        tallies = self._dataloader(dataloader)
+        loaders = self._dataloaders
+        tallies = loaders[dataloader] if dataloader < len(loaders) else self._dataloader(dataloader)
         tallies.batches.total += 1
         tallies.samples.total += samples
         self._samples.total += samples
