@@ -2,7 +2,7 @@
 
 Tiny model (Linear(32, 2)), batches of 4, gradient accumulation 2, one thread. Rounds of
 the loop with and without the tracker are interleaved and the median per-batch times
-compared (target: at most 0.5 % extra). Then, if valgrind is installed, callgrind counts
+compared (target, issue 26: at most 1 % extra). Then, if valgrind is installed, callgrind counts
 the instructions of the same loops, interleaved in one process, at two batch counts; the
 difference over the extra batches is the per-batch cost, each mode's least figure over the
 repeats, the garbage collector run between loops (see _callgrind.py). Prints figures;
@@ -108,7 +108,7 @@ def timing() -> None:
     print(f"per batch with tracker:    {with_ * 1e6:8.1f} us")
     print(
         f"overhead: {(with_ - without) * 1e6:+.2f} us/batch = {100 * (with_ / without - 1):+.2f} % "
-        f"(median of per-round ratios {100 * (statistics.median(ratios) - 1):+.2f} %; target <= 0.5 %)"
+        f"(median of per-round ratios {100 * (statistics.median(ratios) - 1):+.2f} %; target <= 1 %)"
     )
 
 
@@ -147,7 +147,7 @@ def callgrind() -> None:
     print(f"callgrind instructions per batch with tracker:    {counts['with']:,.0f}")
     print(
         f"callgrind overhead: {extra:+,.0f} instructions/batch = {100 * extra / counts['without']:+.2f} % "
-        "(target <= 0.5 %)"
+        "(target <= 1 %)"
     )
 
 

@@ -4,7 +4,7 @@ Linear(32, 2), batch 4, SGD, one thread, a plain DataLoader. Timings are interle
 (with, without, two do-nothing handlers) and the median per-batch ratio printed; they
 swing +-30% here. Callgrind then counts the instructions of the same runs, interleaved
 in one process, at two batch counts: the difference over the extra batches is the
-per-batch cost (see _callgrind.py). Target: overhead <= 1.5%. Prints figures only.
+per-batch cost (see _callgrind.py). Target (issue 26): overhead <= 2%. Prints figures only.
 Run: .venv/bin/python benchmarks/ignite_overhead.py [--callgrind]  (--callgrind: counts only)
 """
 
@@ -96,7 +96,7 @@ def timing() -> None:
         overhead = (statistics.median(ratios[mode]) - 1) * 100
         print(
             f"{label + ':':30} {statistics.median(times[mode]):7.1f} us/batch  overhead {overhead:+.2f}%"
-            + ("   target <= 1.5%" if mode == "with" else "")
+            + ("   target <= 2%" if mode == "with" else "")
         )
     dispatch = {
         mode: statistics.median(dispatch_seconds(mode, 100_000) * 1e6 for _ in range(5)) for mode in ("without", "with")
@@ -123,7 +123,7 @@ def callgrind() -> None:
         print(
             f"callgrind, {mode:19} {counts[mode]:9.0f} instructions/batch  "
             f"+{counts[mode] - base:.0f} ({(counts[mode] / base - 1) * 100:+.2f}%)"
-            + ("   target <= 1.5%" if mode == "with" else "")
+            + ("   target <= 2%" if mode == "with" else "")
         )
 
 
