@@ -9,8 +9,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import numpy as np
 import pytest
+
+np = pytest.importorskip("numpy")
 
 from tracker_core import Progress, ProgressStateError, Tracker
 from tracker_core.state._readers import shown

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("numpy")  # torch.utils.tensorboard needs it
 pytest.importorskip("tensorboard")
 
 from torch.utils.tensorboard import SummaryWriter
