@@ -1,4 +1,5 @@
-"""An uninterrupted run with the ProgressHandler is bit-identical to the same run without it.
+"""An uninterrupted run with the ProgressHandler is bit-identical to the same run without it, and leaves the same
+files.
 
 Same seed, same objects; one run has the handler (and its checkpoints), the other not.
 Dropout draws from the global RNG, the train DataLoader shuffles (its sampler seed comes
@@ -94,3 +95,13 @@ def test_a_run_with_the_handler_is_bit_identical_to_the_same_run_without_it(
         assert torch.equal(tracked.weights[name], weight), name
     assert tracked.rng_after_each_step == without.rng_after_each_step
     assert tracked.rng_at_end == without.rng_at_end
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
+
+
+def test_the_disk_saver_folder_holds_the_same_names_with_and_without_the_handler(tmp_path: Path) -> None:
+    _train(tmp_path / "without", False, workers=0, stateful=False, accumulation=1)
+    _train(tmp_path / "with", True, workers=0, stateful=False, accumulation=1)
+    assert _names(tmp_path / "with") == _names(tmp_path / "without") == [f"checkpoint_{EPOCHS * 4}.pt"]

@@ -1,7 +1,7 @@
-"""The Ignite adapter's rank files (``integrations/ignite/_rank_files.py``) with Ignite's own ``DiskSaver`` and
+"""The Ignite adapter's rank files (``RankFilesSaver``, a ``DiskSaver`` the user chooses) with Ignite's own
 ``Checkpoint``: a gathered entry is split on save, the rank files go with a removed checkpoint, and
-``Checkpoint.load_objects`` (which never says which file it loads) finds them where they were written, beside the
-file named by ``ProgressHandler.loading_from``, or in the folder of a ``Checkpoint`` saving the handler.
+``Checkpoint.load_objects`` (which never says which file it loads) finds them where they were written or beside the
+file named by ``ProgressHandler.loading_from``; a ``Checkpoint``'s own ``DiskSaver`` is left as the user gave it.
 2-rank entries are built in one process (the real 2-process runs: tests/test_ignite_distributed.py)."""
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
 
 from tracker_core import ProgressStateError, Tracker
-from tracker_core.integrations.ignite import ProgressHandler
-from tracker_core.integrations.ignite._rank_files import RankFilesSaver
+from tracker_core.integrations.ignite import ProgressHandler, RankFilesSaver
 
 
 def _state(world: int) -> dict[str, Any]:
@@ -30,7 +29,7 @@ def _state(world: int) -> dict[str, Any]:
 
 
 def _saver(folder: Path) -> RankFilesSaver:
-    return RankFilesSaver(DiskSaver(str(folder), require_empty=False))
+    return RankFilesSaver(str(folder), require_empty=False)
 
 
 def _evaluator(handler: ProgressHandler) -> Engine:
@@ -57,16 +56,17 @@ def test_removing_a_checkpoint_removes_its_rank_files(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.pt", "b.pt.ranks"]
 
 
-def test_a_checkpoint_handler_saving_the_progress_handler_gets_the_rank_files_saver(tmp_path: Path) -> None:
+def test_a_checkpoint_saving_the_progress_handler_keeps_the_disk_saver_it_was_given(tmp_path: Path) -> None:
     handler = ProgressHandler()
     evaluator = _evaluator(handler)
-    checkpoint = Checkpoint({"progress": handler}, DiskSaver(str(tmp_path), require_empty=False))
+    saver = DiskSaver(str(tmp_path), require_empty=False)
+    checkpoint = Checkpoint({"progress": handler}, saver)
     evaluator.add_event_handler(Events.COMPLETED, checkpoint)
 
     evaluator.run([0], max_epochs=1)
 
-    assert isinstance(checkpoint.save_handler, RankFilesSaver)
-    assert list(tmp_path.glob("*.pt"))  # saved through it
+    assert checkpoint.save_handler is saver and type(saver) is DiskSaver
+    assert [p.name for p in tmp_path.iterdir()] == ["progress_1.pt"]  # Ignite names it after the one object
 
 
 @pytest.fixture
@@ -94,13 +94,3 @@ def test_loading_from_names_the_moved_checkpoint_and_its_rank_files_are_read_bes
 
     handler.loading_from(moved)
     Checkpoint.load_objects({"progress": handler}, str(moved))  # one process: rank 0's part of the 2 ranks'
-
-
-def test_the_folder_of_a_checkpoint_handler_saving_the_progress_handler_is_looked_in(moved: Path) -> None:
-    handler = ProgressHandler()
-    evaluator = _evaluator(handler)
-    evaluator.add_event_handler(
-        Events.COMPLETED, Checkpoint({"progress": handler}, DiskSaver(str(moved.parent), require_empty=False))
-    )
-
-    Checkpoint.load_objects({"progress": handler}, str(moved))

@@ -8,8 +8,13 @@ tests/helpers/ignite_oracle.py checking the view against engine.state at every e
 from __future__ import annotations
 
 import copy
+import gc
+import io
 import pickle
 import warnings
+import weakref
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,14 +22,24 @@ import pytest
 pytest.importorskip("ignite")
 
 import torch
-from ignite.engine import DeterministicEngine, Engine, Events
+from ignite.engine import Engine, Events
 from torch.utils.data import DataLoader
 
 from tracker_core import InexactResumeWarning, PhaseCounts
-from tracker_core.integrations.ignite import ProgressHandler
+from tracker_core.integrations.ignite import ProgressDisplay, ProgressHandler
 
 from helpers.ignite_oracle import Oracle
-from helpers.ignite_program import EPOCHS, TRAIN_SIZE, VAL_SIZE, Config, Indexed, Program, build
+from helpers.ignite_program import (
+    EPOCHS,
+    TRAIN_SIZE,
+    VAL_SIZE,
+    Config,
+    Indexed,
+    Program,
+    build,
+    resume,
+    save_every_iteration,
+)
 
 PER_EPOCH = 4  # 10 samples, batch 3
 
@@ -216,7 +231,41 @@ def test_an_attached_handler_pickles_and_deep_copies_as_its_progress() -> None:
         assert copied.view.validate.samples.lifetime == EPOCHS * VAL_SIZE
 
 
-# DeterministicEngine ------------------------------------------------------------------------------
-def test_a_deterministic_engine_is_refused_at_attach_with_what_to_use_instead() -> None:
-    with pytest.raises(ValueError, match="use a plain Engine"):
-        ProgressHandler().attach(DeterministicEngine(lambda engine, batch: None))
+# what the handler keeps alive ---------------------------------------------------------------------
+def _freed_when_dropped(ran: Callable[[], Program], display: bool) -> list[bool]:
+    """Whether the trainer, evaluator, model and loader of the program ``ran()`` returns are freed as soon as
+    the user drops them (garbage collection off: nothing in a reference cycle is), the ProgressHandler kept;
+    and whether that handler still holds the run's progress."""
+    program = ran()
+    if display:
+        shown = ProgressDisplay(stream=io.StringIO(), terminal=False)
+        shown.attach(program.trainer)
+        shown.attach(program.evaluator)
+    refs = [weakref.ref(o) for o in (program.trainer, program.evaluator, program.model, program.loader)]
+    handler = program.progress
+    gc.disable()
+    try:
+        del program
+        return [ref() is None for ref in refs] + [handler.view.train.batches.lifetime.completed > 0]
+    finally:
+        gc.enable()
+
+
+def _ran(program: Program) -> Program:
+    program.run()
+    return program
+
+
+def test_engines_the_user_drops_are_freed_at_once_with_the_model_their_steps_hold() -> None:
+    _ran(build(Config(), seed=0))  # first: torch's imports on a first use leave frames behind
+    gc.collect()
+    assert _freed_when_dropped(lambda: _ran(build(Config(), seed=0)), display=True) == [True] * 5
+
+
+def test_resumed_engines_the_user_drops_are_freed_at_once(tmp_path: Path) -> None:
+    saving = build(Config(), seed=0)
+    save_every_iteration(saving, tmp_path)
+    saving.run()
+    del saving
+    gc.collect()
+    assert _freed_when_dropped(lambda: resume(Config(), tmp_path / "6.pt"), display=False) == [True] * 5

@@ -74,19 +74,17 @@ def _raise_at_iteration(program: Any, iteration: int, exception: BaseException) 
     program.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=iteration), raise_it)
 
 
-@pytest.mark.parametrize(
-    ("exception", "ended"), [(KeyboardInterrupt(), "interrupted"), (RuntimeError("crash"), "crashed")]
-)
-def test_ignite_a_run_an_exception_ends_is_recorded_interrupted_or_crashed_and_the_exception_goes_on(
-    exception: BaseException, ended: str
+@pytest.mark.parametrize("exception", [KeyboardInterrupt(), RuntimeError("crash")])
+def test_ignite_an_exception_leaving_run_goes_on_and_leaves_the_run_open_where_ignite_stopped(
+    exception: BaseException,
 ) -> None:
     program = build(Config(), seed=0)
     _raise_at_iteration(program, 3, exception)
     with pytest.raises(type(exception)) as raised:
         program.run()
     assert raised.value is exception
-    (fit,) = _runs(program.progress.view)
-    assert (fit["ended"], fit["end"]["batches"]) == (ended, 3)
+    (fit,) = _runs(program.progress.view)  # Ignite tells no handler; a resume records it crashed (its heartbeat)
+    assert (fit["ended"], fit["end"]["batches"]) == ("running", 3)
 
 
 def test_ignite_an_exception_an_exception_raised_handler_takes_does_not_end_the_run() -> None:

@@ -180,7 +180,7 @@ def ignite_killed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def test_an_ignite_tensorboard_logger_resumed_after_a_kill_logs_each_iteration_once(
+def test_an_ignite_tensorboard_logger_made_with_purge_step_after_the_load_logs_each_iteration_once(
     ignite_killed: Path, tmp_path: Path
 ) -> None:
     shutil.copytree(ignite_killed, tmp_path, dirs_exist_ok=True)
@@ -217,19 +217,6 @@ def test_an_accelerate_tensorboard_tracker_resumed_after_a_kill_logs_each_step_o
         assert after[tag][:RESUMED_AT] == before[tag][:RESUMED_AT]
     assert {value for _, value in after["process"][:RESUMED_AT]} == {0.0}
     assert {value for _, value in after["process"][RESUMED_AT:]} == {1.0}
-
-
-def test_an_ignite_handler_logging_at_epochs_is_named_in_one_warning(ignite_killed: Path, tmp_path: Path) -> None:
-    shutil.copytree(ignite_killed, tmp_path, dirs_exist_ok=True)
-    checkpoint = str(tmp_path / "checkpoints" / f"checkpoint_{RESUMED_AT}.pt")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ignite_run(tmp_path, 1, resume_from=checkpoint, per_epoch=True)
-    named = [str(w.message) for w in caught if "interrupted run" in str(w.message)]
-    assert len(named) == 1
-    assert "TensorboardLogger 'epochs' on" in named[0]
-    assert "logs at step 3, not the trainer's iteration" in named[0]
-    assert "'train'" not in named[0]
 
 
 def test_an_accelerate_tracker_the_adapter_cannot_rewind_is_named_in_one_warning(

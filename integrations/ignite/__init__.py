@@ -1,5 +1,5 @@
-"""PyTorch Ignite adapter: the ``ProgressHandler``, the ``ProgressDisplay`` handler and ``RoundRobin``
-(several train loaders in one epoch). See docs/ignite.md."""
+"""PyTorch Ignite adapter: the ``ProgressHandler``, the ``ProgressDisplay`` handler, ``RoundRobin``
+(several train loaders in one epoch) and ``RankFilesSaver`` (each rank's entry in its own file). See docs/ignite.md."""
 
 from tracker_core.integrations._extra import require
 
@@ -7,6 +7,7 @@ require("ignite.engine", "ignite")
 
 from tracker_core.integrations.ignite._display import ProgressDisplay  # noqa: E402
 from tracker_core.integrations.ignite._handler import ProgressHandler  # noqa: E402
+from tracker_core.integrations.ignite._rank_files import RankFilesSaver  # noqa: E402
 from tracker_core.integrations.ignite._round_robin import RoundRobin  # noqa: E402
 
-__all__ = ["ProgressDisplay", "ProgressHandler", "RoundRobin"]
+__all__ = ["ProgressDisplay", "ProgressHandler", "RankFilesSaver", "RoundRobin"]

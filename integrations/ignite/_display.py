@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TextIO
 
@@ -10,7 +11,6 @@ from ignite.engine import Engine, Events
 
 from tracker_core import ProgressView, get_progress
 from tracker_core.adapter import Display
-from tracker_core.integrations.ignite._compat import prepend_handler
 
 MetricNames = Sequence[str] | Literal["all"] | None
 
@@ -87,12 +87,15 @@ class _Source:
     """What one engine shows beside its counts: its transformed output, then the metrics named."""
 
     def __init__(self, engine: Engine, metric_names: MetricNames, output_transform: Callable[[Any], Any] | None):
-        self._engine = engine
+        self._engine = weakref.ref(engine)  # an engine the user drops is freed at once
         self._metric_names = metric_names
         self._output_transform = output_transform
 
     def shown(self) -> dict[str, object]:
-        state = self._engine.state
+        engine = self._engine()
+        if engine is None:
+            return {}
+        state = engine.state
         shown: dict[str, object] = {}
         if self._output_transform is not None and state.output is not None:
             output = self._output_transform(state.output)
@@ -113,34 +116,37 @@ def _show(
 ) -> None:
     """Register the display's handlers on ``engine``; its stage is read from the view at its first batch.
 
-    A train epoch's line comes first at ``EPOCH_COMPLETED``, before the evaluations run from there; an
-    evaluation's line comes after the handlers attached before the display (its metrics' ``completed``).
+    A train epoch's line comes as its last batch completes, so before the handlers of its
+    ``EPOCH_COMPLETED`` (evaluations run from there among them), or at ``EPOCH_COMPLETED`` while Ignite
+    does not know the epoch's length yet; an evaluation's line comes at its ``EPOCH_COMPLETED``, after the
+    handlers added before the display (its metrics' ``completed``).
     """
     stage = [""]  # the stage this engine's running epoch counts as
+    shown = [False]  # this epoch's final line was written
 
     def epoch_started() -> None:
         stage[0] = ""
+        shown[0] = False
 
-    def iteration_completed() -> None:
+    def iteration_completed(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
         if not stage[0]:
             where = view.where
             stage[0] = where.stage if where is not None else ""
             sources[name or stage[0]] = source
             _set_totals(display, stage[0], name or stage[0], engine, view)
         display.update(stage[0], name)
-
-    def train_epoch_completed() -> None:
-        if stage[0] == "train":
+        length = engine.state.epoch_length
+        if stage[0] == "train" and length is not None and view.train.batches.epoch.completed >= length:
             display.epoch_end(stage[0], name)
+            shown[0] = True
 
-    def evaluation_epoch_completed() -> None:
-        if stage[0] and stage[0] != "train":
+    def epoch_completed() -> None:
+        if stage[0] and not shown[0]:
             display.epoch_end(stage[0], name)
 
     engine.add_event_handler(Events.EPOCH_STARTED, epoch_started)
     engine.add_event_handler(Events.ITERATION_COMPLETED, iteration_completed)
-    prepend_handler(engine, Events.EPOCH_COMPLETED, train_epoch_completed)
-    engine.add_event_handler(Events.EPOCH_COMPLETED, evaluation_epoch_completed)
+    engine.add_event_handler(Events.EPOCH_COMPLETED, epoch_completed)
     engine.add_event_handler(Events.COMPLETED, display.close)
     engine.add_event_handler(Events.TERMINATE, display.close)
 

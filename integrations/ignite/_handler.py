@@ -6,7 +6,7 @@
     progress.attach(trainer, optimizers=[optimizer])
     progress.attach(evaluator, stage="validate")
     checkpoint = Checkpoint({"trainer": trainer, "model": model, "optimizer": optimizer,
-                             "progress": progress}, DiskSaver(...))
+                             "progress": progress}, DiskSaver(...))  # added after attach
     tracker_core.get_progress(trainer).global_step
 
 See docs/ignite.md for what is counted on which event and how a resume is made exact, also
@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from ignite.engine import DeterministicEngine, Engine, Events
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
 from tracker_core import (
     InexactResumeWarning,
@@ -49,13 +50,11 @@ from tracker_core.adapter import (
 )
 from tracker_core.adapter import register_progress as register
 from tracker_core.integrations._checkpoint_files import IGNITE_STATE_KEYS as _STATE_KEYS
-from tracker_core.integrations.ignite._compat import prepend_handler, set_batches_into_epoch
+from tracker_core.integrations.ignite._compat import set_batches_into_epoch
+from tracker_core.integrations.ignite._deterministic import deterministic_entry, load_progress
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
-from tracker_core.integrations.ignite._events import CountTokens, attach_stage, attach_trainer
-from tracker_core.integrations.ignite._heartbeat import heartbeat_folder
+from tracker_core.integrations.ignite._events import CountTokens, attach_stage, attach_trainer, settle_for_save
 from tracker_core.integrations.ignite._loaders import Loaders
-from tracker_core.integrations.ignite._loggers import rewind_loggers
-from tracker_core.integrations.ignite._rank_files import checkpoint_folders, wrap_savers
 from tracker_core.integrations.ignite._rng_check import RngCheck
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 from tracker_core.integrations.ignite._settle import Anomalies, close_cut
@@ -73,23 +72,29 @@ class ProgressHandler:
 
     Each stage counts the tokens of its batches: ``count_tokens(batch)`` (all tokens, or
     ``(tokens, non_padding_tokens)``) when given, else a batch's ``input_ids`` and ``attention_mask``.
+    ``heartbeat``: the path of a file where rank 0 keeps how far the run got since its last
+    checkpoint, read again by a resume to measure the lost work (docs/ignite.md); None: no heartbeat.
     """
 
-    def __init__(self, count_tokens: CountTokens | None = None) -> None:
+    def __init__(
+        self, count_tokens: CountTokens | None = None, heartbeat: str | os.PathLike[str] | None = None
+    ) -> None:
         self._tracker = Tracker()
         self._count_tokens = count_tokens
         self._parameters: list[torch.nn.Parameter] = []
         self._several_optimizers = False
-        self._trainer: Engine | None = None
+        self._trainer: weakref.ref[Engine] | None = None  # weak: an engine the user drops is freed at once
         self._dataloader: DataLoader[Any] | None = None  # the trainer's, if given to attach()
         self._restored: dict[str, Any] | None = None  # loaded progress, until the trainer's next STARTED
         self._loaded_for_evaluation = False  # saved at another world size, loaded with no trainer attached
         self._anomalies = Anomalies(self._tracker.progress)
         self._loaders = Loaders(self._tracker)
         self._rng_check = RngCheck()
-        self._engines: list[Engine] = []  # attached: their loggers continue at a resumed iteration
         self._checkpoint_path: str | None = None  # loading_from: the file Checkpoint.load_objects loads next
-        self._heartbeat_folder: str | None = None  # found at the trainer's STARTED (_heartbeat.py)
+        self._heartbeat = None if heartbeat is None else os.fspath(heartbeat)
+        self._deterministic = False  # the trainer is a DeterministicEngine (_deterministic.py)
+        self._deterministic_problem = ""  # why its own mid-epoch resume of its data is inexact, read at STARTED
+        self._warned_inexact = False  # the DeterministicEngine's warning, once
 
     @property
     def view(self) -> ProgressView:
@@ -117,25 +122,31 @@ class ProgressHandler:
         ``step()`` of a torch LR scheduler the step function calls is a scheduler step.
         ``model`` (any stage): the model the engine runs; if it carries its lifetime
         (``tracker_core.track_lifetime``), each ``run()`` continues it and its saved weights carry this record.
+
+        Ignite calls handlers in the order they were added: attach before adding your own handlers so
+        they see the record up to date (a ``Checkpoint`` does in any order). A ``DeterministicEngine``
+        trainer positions its data and reseeds the global RNG itself on resume: the handler leaves both
+        to it (docs/ignite.md).
         """
         if stage not in tuple(Stage):
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(Stage)}")
+        bind = None if model is None else self._binder(model)
         if stage == "train":
             if self._trainer is not None:
                 raise ValueError("a trainer is already attached to this ProgressHandler")
-            if isinstance(engine, DeterministicEngine):
+            deterministic = isinstance(engine, DeterministicEngine)
+            if deterministic and dataloader is not None:
                 raise ValueError(
-                    "DeterministicEngine positions the data and reseeds the global RNG itself on resume, "
-                    "which the ProgressHandler's exact resume would contradict (its mid-epoch checkpoints "
-                    "cannot be saved); use a plain Engine (create_supervised_trainer builds one): with the "
-                    "ProgressHandler a mid-epoch checkpoint resumes exactly"
+                    "a DeterministicEngine positions its data itself, by its own iteration count: it resumes "
+                    "at the saved world size only, so there is no DataLoader to map (leave out dataloader=)"
                 )
             if self._loaded_for_evaluation:
                 raise ValueError(
                     "a checkpoint saved at another world size was loaded for evaluation (no trainer was attached): "
                     "attach the trainer (with dataloader=) before Checkpoint.load_objects to resume training"
                 )
-            self._trainer = engine
+            self._trainer = weakref.ref(engine)
+            self._deterministic = deterministic
             if dataloader is not None:
                 self._tracker.track_train_loader(dataloader)
                 self._dataloader = dataloader
@@ -154,26 +165,34 @@ class ProgressHandler:
                         if id(parameter) not in seen:
                             seen.add(id(parameter))
                             self._parameters.append(parameter)
+
+            def started(trainer: Engine) -> None:
+                if bind is not None:
+                    bind()
+                self._trainer_started(trainer)
+
             attach_trainer(
-                engine, self._tracker, self._loaders, self._anomalies, self._trainer_started, self._count_tokens
+                engine,
+                self._tracker,
+                self._loaders,
+                self._anomalies,
+                started,
+                self._count_tokens,
+                track_data=not deterministic,
             )
         elif optimizers or schedulers or scaler is not None or dataloader is not None:
             raise ValueError("optimizers, schedulers, a scaler and a dataloader belong to the train engine only")
         else:
-            attach_stage(engine, self._tracker.progress, stage, self._anomalies, self._count_tokens)
-        if model is not None:
-            self._bind_at_start(engine, model)
+            attach_stage(engine, self._tracker.progress, stage, self._anomalies, self._count_tokens, bind)
         register(engine, self._tracker.progress)
-        self._engines.append(engine)
-        engine.add_event_handler(Events.STARTED, wrap_savers, self._engines, self)  # rank files: _rank_files.py
 
-    def _bind_at_start(self, engine: Engine, model: torch.nn.Module) -> None:
-        """Bind ``model``'s lifetime at each STARTED, ahead of the handler's own STARTED handlers that begin the run."""
+    def _binder(self, model: torch.nn.Module) -> Callable[[], None]:
+        """Bind ``model``'s lifetime: called at each STARTED, before the run begins."""
 
         def bind() -> None:
             bind_lifetime(model, self._tracker.progress)
 
-        prepend_handler(engine, Events.STARTED, bind)
+        return bind
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (or deep-copied) without its engines: the progress, loaded back as from a checkpoint."""
@@ -187,23 +206,29 @@ class ProgressHandler:
 
     def state_dict(self) -> dict[str, Any]:
         """Plain progress entry plus the partial gradients the next optimizer step would use."""
-        self._warn_if_epoch_length_differs()
+        trainer = self._live_trainer()
+        if trainer is not None:  # a Checkpoint added before attach runs ahead of the handler's own
+            settle_for_save(trainer, self._tracker.progress.train, self._loaders)
+        self._warn_if_inexact()
         # Gradients the next step will add to: an accumulation window, or, with several optimizers,
         # any gradient left (one that steps less often than another keeps accumulating meanwhile).
         pending = self.view.is_mid_accumulation or (self._several_optimizers and _any_gradient(self._parameters))
         gradients = capture_gradients(self._parameters) if pending else []
         # With several processes every rank's entry, so rank 0's file resumes each rank exactly:
         # a collective, which Checkpoint calls on every rank.
-        entry = self._tracker.checkpoint_state_dict()
-        keep_heartbeat(self._tracker.progress, self._heartbeat_folder)  # beside the files Checkpoint now writes
+        if self._deterministic:
+            entry = deterministic_entry(self._tracker.progress)
+        else:
+            entry = self._tracker.checkpoint_state_dict()
+        keep_heartbeat(self._tracker.progress, self._heartbeat)
         return {"progress_tracker": entry, "gradients": gradients}
 
     def loading_from(self, checkpoint_path: str | os.PathLike[str]) -> None:
         """Name the checkpoint file the next ``Checkpoint.load_objects`` loads (Ignite does not tell the handler).
 
-        Needed only for a checkpoint of several processes moved away from where it was written and
-        from the folders of the ``Checkpoint``s saving this handler: its rank files
-        (``<file>.ranks/``, docs/distributed.md) are then looked for beside it.
+        Needed only for a checkpoint of several processes saved through a ``RankFilesSaver`` and moved
+        away from where it was written: its rank files (``<file>.ranks/``, docs/distributed.md) are then
+        looked for beside it.
         """
         self._checkpoint_path = os.fspath(checkpoint_path)
 
@@ -215,15 +240,21 @@ class ProgressHandler:
             if key not in state:
                 raise ProgressStateError(key, "missing")
         path, self._checkpoint_path = self._checkpoint_path, None
-        folders = checkpoint_folders(self._engines, self)
-        state = {**state, "progress_tracker": with_rank_files(state["progress_tracker"], path, folders=folders)}
-        if self._trainer is None and saved_elsewhere(state["progress_tracker"]):
+        entry = with_rank_files(state["progress_tracker"], path)
+        if self._deterministic:  # the progress only: the engine positions its data and sets its RNGs itself
+            self._load_with_gradients(state["gradients"], lambda: load_progress(self._tracker.progress, entry))
+            return
+        if self._trainer is None and saved_elsewhere(entry):
             # Evaluation engines only (a trainer is attached before loading): nothing trains, nothing to map.
-            self._tracker.load_for_evaluation(state["progress_tracker"])
+            self._tracker.load_for_evaluation(entry)
             self._loaded_for_evaluation = True
             return
-        check_loader_given(state["progress_tracker"], self._dataloader)
-        gradients = state["gradients"]
+        check_loader_given(entry, self._dataloader)
+        self._load_with_gradients(state["gradients"], lambda: self._tracker.load_state_dict(entry))
+        self._rng_check.loaded()
+
+    def _load_with_gradients(self, gradients: Any, load: Callable[[], None]) -> None:
+        """Put the saved partial gradients back and ``load()`` the entry, or neither (``load`` raising)."""
         if gradients and not self._parameters:
             raise ProgressStateError(
                 "gradients", "partial gradients were saved: attach the trainer with its optimizers before loading"
@@ -232,23 +263,23 @@ class ProgressHandler:
         if gradients:
             restore_gradients(self._parameters, gradients)
         try:
-            self._tracker.load_state_dict(state["progress_tracker"])
+            load()
         except Exception:
             restore_gradients(self._parameters, previous)
             raise
         self._restored = self._tracker.progress.state_dict()  # this rank's part of a gathered entry
-        self._rng_check.loaded()
 
     # --- resume ---------------------------------------------------------------------------
 
     def _trainer_started(self, engine: Engine) -> None:
         """STARTED of the trainer: read the heartbeat of the run a loaded state was saved by, start the run,
-        beat (in the folder of a Checkpoint saving this handler; none found: no heartbeat, docs/ignite.md)."""
-        self._heartbeat_folder = heartbeat_folder([engine, *self._engines], self)
+        beat (in the file given as ``heartbeat``; None: no heartbeat, docs/ignite.md)."""
         if self._restored is not None:
-            read_heartbeat(self._tracker.progress, self._heartbeat_folder)  # the lost work of the run saved
+            read_heartbeat(self._tracker.progress, self._heartbeat)  # the lost work of the run saved
+        if self._deterministic:  # the run's data as given (the engine replaces its DataLoader at the first epoch)
+            self._deterministic_problem = _deterministic_inexact(engine.state.dataloader)
         self._start_run(engine)
-        keep_heartbeat(self._tracker.progress, self._heartbeat_folder)
+        keep_heartbeat(self._tracker.progress, self._heartbeat)
 
     def _start_run(self, engine: Engine) -> None:
         """Begin, continue or re-enter the fit run, aligning Ignite with a loaded state.
@@ -259,8 +290,10 @@ class ProgressHandler:
         equal to ``engine.state.iteration`` and ``epoch``.
         """
         restored, self._restored = self._restored, None
+        track = not self._deterministic  # a DeterministicEngine positions its data itself
         if restored is None:
-            self._loaders.track(engine.state.dataloader)
+            if track:
+                self._loaders.track(engine.state.dataloader)
             self._continue_or_begin(engine)
             return
         progress = self._tracker.progress
@@ -274,24 +307,25 @@ class ProgressHandler:
             # Ignite found the loaded state finished and began anew: so does the record.
             progress.load_lifetime(restored)
             self._tracker.forget_loaded_positions()
-            self._loaders.track(engine.state.dataloader)
+            if track:
+                self._loaders.track(engine.state.dataloader)
             self._rng_check.first_batch_continues_the_epoch(engine, False)  # a new run: nothing to compare
             progress.run_ready("fit")
             progress.run_started()
             return
-        self._rng_check.started()
-        self._loaders.track(engine.state.dataloader)
+        if track:
+            self._rng_check.started()
+            self._loaders.track(engine.state.dataloader)
         if not view.run.counts.in_flight:  # saved at COMPLETED (after terminate(), or max_epochs raised now)
             reenter_last_run(progress, "fit")
         progress.run_ready("fit")
         progress.run_started()
         if mapped:
             map_engine(engine, view)
-        continues = _align_engine(engine, view)
-        rewind_loggers(engine, self._engines)
-        if continues and self._loaders.round_robin is not None:
+        continues = _align_engine(engine, view, replayed=track)
+        if continues and track and self._loaders.round_robin is not None:
             self._loaders.round_robin.resume_at(view.train.batches.epoch.completed)
-        self._rng_check.first_batch_continues_the_epoch(engine, continues)
+        self._rng_check.first_batch_continues_the_epoch(engine, continues and track)
 
     def _continue_or_begin(self, engine: Engine) -> None:
         progress = self._tracker.progress
@@ -315,50 +349,84 @@ class ProgressHandler:
         progress.run_ready("fit")
         progress.run_started()
 
-    def _warn_if_epoch_length_differs(self) -> None:
-        trainer = self._trainer
-        if trainer is None or not self.view.is_mid_epoch:
+    def _live_trainer(self) -> Engine | None:
+        return None if self._trainer is None else self._trainer()
+
+    def _warn_if_inexact(self) -> None:
+        """Warn when a mid-epoch checkpoint cannot resume at the same data position (a DeterministicEngine: once)."""
+        trainer = self._live_trainer()
+        if trainer is None or not self.view.is_mid_epoch or (self._deterministic and self._warned_inexact):
             return
         loader = trainer.state.dataloader
         length = batches_in(loader) if isinstance(loader, DataLoader) else None
         if length is not None and trainer.state.epoch_length != length:
-            warnings.warn(
+            problem = (
                 f"the trainer's epoch_length ({trainer.state.epoch_length}) differs from the length of its "
                 f"DataLoader ({length}): Ignite then carries one loader iterator across epochs, and a "
-                "mid-epoch checkpoint cannot resume at the same data position",
-                InexactResumeWarning,
-                stacklevel=3,
+                "mid-epoch checkpoint cannot resume at the same data position"
             )
+        elif self._deterministic and self._deterministic_problem:
+            problem = self._deterministic_problem
+        else:
+            return
+        self._warned_inexact = True
+        warnings.warn(problem, InexactResumeWarning, stacklevel=3)
+
+
+def _deterministic_inexact(data: object) -> str:
+    """Why a DeterministicEngine's own mid-epoch resume of ``data`` differs from the run it continues ("" if not)."""
+    if not isinstance(data, DataLoader) or isinstance(getattr(data, "dataset", None), IterableDataset):
+        return (
+            f"the DeterministicEngine's data ({type(data).__name__}) is not a DataLoader over a map-style dataset: "
+            "on resume the engine reads its epoch again from the start after reseeding, which continues at the "
+            "same data only if it yields the same batches every time"
+        )
+    if isinstance(getattr(data, "sampler", None), RandomSampler):  # a subclass may lack what DataLoader sets
+        return (
+            "the DeterministicEngine restores its saved global RNG states before the DataLoader's RandomSampler "
+            "draws the epoch's order (at its first batch): a mid-epoch resume shuffles the rest of that epoch "
+            "otherwise than the interrupted run (a plain Engine with the ProgressHandler resumes it exactly)"
+        )
+    return ""
 
 
 def _any_gradient(parameters: list[torch.nn.Parameter]) -> bool:
     return any(p.grad is not None and bool(p.grad.any()) for p in parameters)
 
 
-def _align_engine(engine: Engine, view: ProgressView) -> bool:
+def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
     """Make Ignite's own epoch and in-epoch position agree with the loaded progress.
 
     Ignite derives them from ``iteration`` and ``epoch_length``, which is wrong after a
-    ``terminate_epoch()``, and it skips the EPOCH_COMPLETED of an epoch whose last batch
-    was checkpointed: that event is fired here, so validation and schedulers run as in
-    the uninterrupted run. Returns True when the first batch continues the saved epoch.
+    ``terminate_epoch()`` or an elastic mapping, and it skips the EPOCH_COMPLETED of an epoch whose
+    last batch was checkpointed: that event is fired here, so validation and schedulers run as in
+    the uninterrupted run (``replayed``: the tracker armed the data's replay of that epoch, read
+    now). Returns True when the first batch continues the saved epoch.
     """
     train = view.train
     epochs = train.epochs.run
     if epochs.in_flight:
         consumed = train.batches.epoch.completed
         if engine.state.epoch_length is not None and consumed >= engine.state.epoch_length:
-            _finish_replayed_epoch(engine)
+            if replayed:
+                _finish_replayed_epoch(engine)
             engine.state.epoch = epochs.ready
             engine.fire_event(Events.EPOCH_COMPLETED)
-            set_batches_into_epoch(engine, 0)  # the next epoch starts at its first batch
+            _start_epoch_at(engine, 0)  # the next epoch starts at its first batch
         else:
             engine.state.epoch = epochs.completed
-            set_batches_into_epoch(engine, consumed)  # Ignite's count of this epoch's batches
+            _start_epoch_at(engine, consumed)  # Ignite's count of this epoch's batches
             return consumed > 0
     engine.state.epoch = train.epochs.run.completed
-    set_batches_into_epoch(engine, 0)
+    _start_epoch_at(engine, 0)
     return False
+
+
+def _start_epoch_at(engine: Engine, batches: int) -> None:
+    """Make Ignite's next epoch start at its batch ``batches``, where its own derivation says otherwise."""
+    length = engine.state.epoch_length
+    if length is None or engine.state.iteration % length != batches:
+        set_batches_into_epoch(engine, batches)
 
 
 def _finish_replayed_epoch(engine: Engine) -> None:

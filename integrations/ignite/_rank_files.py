@@ -1,72 +1,53 @@
 """Each rank's progress entry in its own file beside an Ignite checkpoint (docs/distributed.md "Rank files").
 
-With several processes the ``ProgressHandler``'s entry on the writer holds every rank's entry. At each
-``STARTED`` of an attached engine, the ``DiskSaver`` of every ``Checkpoint`` registered on the attached
-engines whose ``to_save`` holds the handler is replaced by a :class:`RankFilesSaver` with its settings: on
-the rank that writes, it puts each rank's entry in ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` and keeps
-rank 0's entry and the index in the checkpoint (``tracker_core.adapter.write_rank_files``); removing a
-checkpoint (``n_saved``) removes its rank files. A ``Checkpoint`` called by hand, saving elsewhere than to
-a plain ``DiskSaver``, or writing on another rank than the gather's writer (rank 0) keeps every entry in
-its file, as before.
+With several processes the ``ProgressHandler``'s entry on the writer holds every rank's entry. A
+``Checkpoint`` whose save handler is a :class:`RankFilesSaver` (a ``DiskSaver`` the user chooses) puts
+each rank's entry in ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` and keeps rank 0's entry and the index
+in the checkpoint (``tracker_core.adapter.write_rank_files``); removing a checkpoint (``n_saved``) removes
+its rank files. Any other save handler keeps every entry in the checkpoint file.
 
 ``Checkpoint.load_objects`` never tells the handler which file it loads: the rank files are looked for
-beside the file named by ``ProgressHandler.loading_from(path)`` if given, under the folders of the
-``Checkpoint``s saving the handler, then where they were written (``written_in``).
+beside the file named by ``ProgressHandler.loading_from(path)`` if given, then where they were written
+(``written_in``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import ignite.distributed as idist
-from ignite.engine import Engine
-from ignite.handlers import Checkpoint, DiskSaver
+from ignite.handlers import DiskSaver
 
 from tracker_core.adapter import remove_other_saves, write_rank_files
 from tracker_core.integrations._checkpoint_files import IGNITE_STATE_KEYS
-from tracker_core.integrations.ignite._compat import checkpoint_dirnames, registered_handlers
 
 
 class RankFilesSaver(DiskSaver):
-    """The ``DiskSaver`` it replaces, writing each rank's progress entry to its own file beside the checkpoint."""
+    """A ``DiskSaver`` (same arguments) that writes each rank's progress entry to its own file beside the checkpoint.
 
-    def __init__(self, inner: DiskSaver) -> None:  # DiskSaver.__init__ would check the folder again
-        self.__dict__.update(inner.__dict__)
-        self.inner = inner
+    ::
+
+        Checkpoint(to_save, RankFilesSaver("ckpt", require_empty=False))
+
+    On the rank that writes, a ``ProgressHandler`` state holding every rank's entry keeps rank 0's
+    entry and an index; ``<file>.ranks/<save_id>/rank-<r>.json`` holds each rank's. Removing a
+    checkpoint removes its rank files. Keep the ``.ranks`` folder with the checkpoint.
+    """
 
     def __call__(self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None = None) -> None:
         path = os.path.join(self.dirname, filename)
-        split, save_ids = _split(checkpoint, path) if idist.get_rank() == self.save_on_rank else (checkpoint, [])
-        self.inner(split, filename, metadata)
-        if idist.get_rank() == self.save_on_rank:
+        writes = idist.get_rank() == self.save_on_rank
+        split, save_ids = _split(checkpoint, path) if writes else (checkpoint, [])
+        super().__call__(split, filename, metadata)
+        if writes:
             remove_other_saves(path, save_ids)  # a checkpoint written over no longer uses the older ones
 
     def remove(self, filename: str) -> None:
-        self.inner.remove(filename)
+        super().remove(filename)
         if idist.get_rank() == self.save_on_rank:
             remove_other_saves(os.path.join(self.dirname, filename), None)
-
-
-def wrap_savers(engine: Engine, engines: Sequence[Engine], handler: object) -> None:
-    """Give every ``Checkpoint(..., DiskSaver(...))`` on ``engines`` saving ``handler`` a :class:`RankFilesSaver`."""
-    for other in engines:
-        for _, registered, _ in registered_handlers(other):
-            if (
-                isinstance(registered, Checkpoint)
-                and type(registered.save_handler) is DiskSaver
-                and any(saved is handler for saved in registered.to_save.values())
-            ):
-                registered.save_handler = RankFilesSaver(registered.save_handler)
-
-
-def checkpoint_folders(engines: Sequence[Engine], handler: object) -> list[str]:
-    """The folders of the ``Checkpoint``s on ``engines`` saving ``handler``: where a checkpoint it loads may be."""
-    found: list[str] = []
-    for engine in engines:
-        found += [folder for folder in checkpoint_dirnames(engine, holding=handler) if folder not in found]
-    return found
 
 
 def _split(checkpoint: Mapping[str, Any], path: str) -> tuple[Mapping[str, Any], list[str]]:

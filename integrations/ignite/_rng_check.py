@@ -11,7 +11,6 @@ from __future__ import annotations
 from ignite.engine import Engine, Events
 
 from tracker_core.adapter import ResumeRngCheck
-from tracker_core.integrations.ignite._compat import prepend_handler
 
 
 class RngCheck:
@@ -39,9 +38,9 @@ class RngCheck:
             return
         check = self._check
 
-        def first_batch() -> None:
+        def first_batch(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
             engine.remove_event_handler(first_batch, Events.GET_BATCH_STARTED)
             check.check("in a STARTED or EPOCH_STARTED handler of the resumed run", last=True)
 
         # Before the batch is fetched: fetching it may draw (a sampler that starts lazily) in both runs.
-        prepend_handler(engine, Events.GET_BATCH_STARTED, first_batch)
+        engine.add_event_handler(Events.GET_BATCH_STARTED, first_batch)

@@ -1,7 +1,8 @@
 """An Ignite program on 2 processes with ``ignite.distributed`` (gloo), started by tests/test_ignite_distributed.py.
 
 ``python ignite_idist_run.py DIR``: one ``idist.Parallel`` trains, per configuration, 2
-uninterrupted epochs with a ``Checkpoint`` (written by rank 0 to ``DIR/<config>-<iteration>.pt``)
+uninterrupted epochs with a ``Checkpoint`` through a ``RankFilesSaver`` (written by rank 0 to
+``DIR/<config>-<iteration>.pt``, each rank's entry in ``<file>.ranks/``)
 after each iteration in ``AT[config]``; then a second ``idist.Parallel`` (fresh processes)
 resumes each checkpoint into fresh objects with ``Checkpoint.load_objects``. The loader is ``idist.auto_dataloader`` (a shuffling
 ``DistributedSampler``), the model ``idist.auto_model`` (DDP). Each rank seeds its global
@@ -21,11 +22,11 @@ from typing import Any
 import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events, create_supervised_trainer
-from ignite.handlers import Checkpoint, DiskSaver
+from ignite.handlers import Checkpoint
 from torch.utils.data import DataLoader
 
 import tracker_core
-from tracker_core.integrations.ignite import ProgressHandler
+from tracker_core.integrations.ignite import ProgressHandler, RankFilesSaver
 
 from helpers.ignite_program import Indexed
 
@@ -125,7 +126,7 @@ def _straight(local_rank: int, folder: Path) -> None:
         program = Program(config, seed=0)
         checkpoint = Checkpoint(
             program.to_save(),
-            DiskSaver(str(folder), require_empty=False),
+            RankFilesSaver(str(folder), require_empty=False),  # each rank's entry in its own file
             n_saved=None,
             filename_pattern=f"{config}-{{global_step}}.pt",
             global_step_transform=lambda engine, _: engine.state.iteration,

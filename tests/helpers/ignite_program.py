@@ -96,8 +96,9 @@ class Program:
         return {k: v.clone() for k, v in self.model.state_dict().items()}
 
 
-def build(config: Config, seed: int) -> Program:
-    """Fresh objects, as a new process would make them (``seed`` differs between processes)."""
+def build(config: Config, seed: int, heartbeat: str | Path | None = None) -> Program:
+    """Fresh objects, as a new process would make them (``seed`` differs between processes); the handler
+    keeps its heartbeat in ``heartbeat`` if given."""
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -118,7 +119,7 @@ def build(config: Config, seed: int) -> Program:
         gradient_accumulation_steps=config.accumulation,
     )
     evaluator = create_supervised_evaluator(model, prepare_batch=prepare_eval)
-    progress = ProgressHandler()
+    progress = ProgressHandler(heartbeat=heartbeat)
     progress.attach(trainer, optimizers=[optimizer])
     progress.attach(evaluator, stage="validate")
     val_loader = DataLoader(Indexed(VAL_SIZE, seed=1), batch_size=2)

@@ -59,12 +59,10 @@ def tensorboard_points(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
     }
 
 
-def ignite_run(
-    folder: Path, process: int, kill_at: int | None = None, resume_from: str | None = None, per_epoch: bool = False
-) -> Any:
+def ignite_run(folder: Path, process: int, kill_at: int | None = None, resume_from: str | None = None) -> Any:
     """Train 5 epochs of 4 iterations, logging each iteration into an Ignite ``TensorboardLogger`` (``folder/tb``)
-    and saving a ``Checkpoint`` every 6 iterations into ``folder/checkpoints``; returns the logger.
-    ``per_epoch``: also log the loss at each ``EPOCH_COMPLETED`` (at the epoch, tag ``epochs``)."""
+    and saving a ``Checkpoint`` every 6 iterations into ``folder/checkpoints``; returns the logger. Resumed, the
+    logger is made after the load with TensorBoard's ``purge_step`` at the restored iteration + 1 (docs/ignite.md)."""
     from ignite.engine import Engine, Events
     from ignite.handlers import Checkpoint, DiskSaver
     from ignite.handlers.tensorboard_logger import TensorboardLogger
@@ -91,15 +89,17 @@ def ignite_run(
     trainer.add_event_handler(
         Events.ITERATION_COMPLETED(every=CHECKPOINT_EVERY), Checkpoint(to_save, saver, n_saved=None)
     )
-    logger = TensorboardLogger(log_dir=str(folder / "tb"))
+    purge: dict[str, int] = {}
+    if resume_from is not None:
+        Checkpoint.load_objects(to_save, torch.load(resume_from, weights_only=True))
+        purge["purge_step"] = trainer.state.iteration + 1
+    logger = TensorboardLogger(log_dir=str(folder / "tb"), **purge)
     logger.attach_output_handler(
         trainer,
         Events.ITERATION_COMPLETED,
         tag="train",
         output_transform=lambda loss: {"loss": loss, "process": process},
     )
-    if per_epoch:
-        logger.attach_output_handler(trainer, Events.EPOCH_COMPLETED, tag="epochs", output_transform=lambda x: {"x": x})
     if kill_at is not None:
 
         @trainer.on(Events.ITERATION_COMPLETED(once=kill_at))
@@ -107,8 +107,6 @@ def ignite_run(
             logger.writer.flush()
             _die()
 
-    if resume_from is not None:
-        Checkpoint.load_objects(to_save, torch.load(resume_from, weights_only=True))
     trainer.run(_loader(), max_epochs=EPOCHS)
     logger.close()
     return logger
