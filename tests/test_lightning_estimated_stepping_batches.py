@@ -70,9 +70,9 @@ def _module(package: str, one_cycle: bool = True) -> Any:
     return OneCycle()
 
 
-def _fit(package: str, folder: Path, ckpt_path: Path | None = None) -> Outcome:
+def _fit(package: str, folder: Path, ckpt_path: Path | None = None, one_cycle: bool = True) -> Outcome:
     pl = importlib.import_module(package)
-    module = _module(package)
+    module = _module(package, one_cycle)
     saver = pl.callbacks.ModelCheckpoint(dirpath=folder, every_n_train_steps=1, save_top_k=-1, filename="{step}")
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -139,3 +139,19 @@ def test_a_finished_fit_continued_from_its_checkpoint_continues_its_run(package:
     view = get_progress(continued)
     assert (view.global_step, view.epoch_index) == (continued.global_step, continued.current_epoch) == (STEPS + 5, 4)
     assert (view.run.counts.completed, view.anomalies) == (1, ())
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_checkpoint_at_an_epoch_end_of_a_fit_resumed_at_an_epoch_end_warns_that_lightning_runs_an_epoch_again(
+    package: str, tmp_path: Path
+) -> None:
+    """Lightning's counters of a fit resumed at an epoch end show no epoch in flight at the next epoch's last batch:
+    resumed from there, Lightning runs that epoch again. The record follows it, without raising, and says so."""
+    _fit(package, tmp_path / "first", one_cycle=False)  # OneCycleLR refuses Lightning's extra epoch
+    _fit(package, tmp_path / "second", tmp_path / "first" / "step=5.ckpt", one_cycle=False)  # epoch 0's last batch
+    third = _fit(package, tmp_path / "third", tmp_path / "second" / "step=10.ckpt", one_cycle=False)  # epoch 1's
+    assert any("runs the next one as epoch 1 again" in message for message in third.warned), third.warned
+    assert len(third.seen) == 2 * STEPS // EPOCHS  # Lightning runs epochs "1" and 2: 10 batches
+    train = third.progress["stages"]["train"]
+    assert train["batches"]["lifetime"]["completed"] == 10 + len(third.seen)
+    assert third.progress["anomalies"] == ["Lightning runs train epoch 1 (0-based) again after a resume"]

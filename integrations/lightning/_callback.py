@@ -361,6 +361,8 @@ class ProgressTracker(CallbackBase):
             for loader in loaders:
                 if isinstance(loader, DataLoader):
                     next(iter(loader), None)
+        if restart.reruns_epoch and not finished and self.tracker.view.train.epochs.lifetime.in_flight:
+            self._warn_epoch_run_again()  # (after a fit that finished, no epoch is in flight: Lightning goes on right)
         self._close_restored_epoch(restart.closes_epoch, finished)
         view = self.tracker.view
         if check is not None and check.armed:
@@ -385,6 +387,19 @@ class ProgressTracker(CallbackBase):
             f"and leaves that epoch open (current_epoch stays {epoch}), where a run that is not interrupted closes "
             f"it when it reaches max_steps (current_epoch {epoch + 1}); the record follows Lightning. Resumed with a "
             "larger max_steps, the run continues exactly",
+            InexactResumeWarning,
+            stacklevel=3,
+        )
+
+    def _warn_epoch_run_again(self) -> None:
+        """Resumed at an epoch's last batch from a fit that was itself resumed at an epoch end (``_reruns_epoch``)."""
+        epoch = self.tracker.view.epoch_index
+        self.tracker.progress.note_anomaly(f"Lightning runs train epoch {epoch} (0-based) again after a resume")
+        warnings.warn(
+            f"the checkpoint was saved at the last batch of epoch {epoch} (0-based) by a fit that was itself resumed "
+            "at an epoch end: Lightning's loop counters of that fit show no epoch in flight, so Lightning counts the "
+            f"epoch finished and runs the next one as epoch {epoch} again (one epoch more than an uninterrupted run); "
+            "the record follows Lightning. A checkpoint saved anywhere else in that epoch resumes exactly",
             InexactResumeWarning,
             stacklevel=3,
         )

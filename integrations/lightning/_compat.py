@@ -107,6 +107,7 @@ class Restart:
     global_step: int
     epoch_consumed: bool  # the restored train epoch had run its last batch: Lightning will not read it further
     closes_epoch: bool  # Lightning counts that epoch finished without its end hooks and starts the next one
+    reruns_epoch: bool = False  # its counters show no epoch in flight: with one in flight, Lightning runs it again
 
 
 def restart_of(checkpoint: dict[str, Any]) -> Restart:
@@ -118,20 +119,23 @@ def restart_of(checkpoint: dict[str, Any]) -> Restart:
         return Restart(global_step, epoch_consumed=False, closes_epoch=False)
     batches = fit_loop.get("epoch_loop.batch_progress", {})
     totals = batches.get("total", {})
+    epochs = fit_loop.get("epoch_progress", {}).get("total", {})
     consumed = bool(batches.get("is_last_batch", False)) and _batch_done(totals)
-    closes = consumed and _closes_epoch(fit_loop.get("epoch_progress", {}).get("total", {}), totals)
-    return Restart(global_step, epoch_consumed=consumed, closes_epoch=closes)
+    reruns = consumed and _reruns_epoch(epochs)
+    closes = consumed and (_closes_epoch(epochs, totals) or reruns)
+    return Restart(global_step, epoch_consumed=consumed, closes_epoch=closes, reruns_epoch=reruns)
 
 
 def closes_restored_epoch(fit_loop: _FitLoop) -> bool:
     """True if Lightning will count the train epoch its loops restored as finished without running its end."""
     batches = fit_loop.epoch_loop.batch_progress
     totals = batches.total.state_dict()
+    epochs = fit_loop.epoch_progress.total.state_dict()
     return (
         fit_loop.restarting
         and batches.is_last_batch
         and _batch_done(totals)
-        and _closes_epoch(fit_loop.epoch_progress.total.state_dict(), totals)
+        and (_closes_epoch(epochs, totals) or _reruns_epoch(epochs))
     )
 
 
@@ -153,6 +157,15 @@ def _closes_epoch(epochs: dict[str, int], batches: dict[str, int]) -> bool:
         and completed == processed
         and batches.get("completed", 0) == batches.get("processed", 0) - 1
     )
+
+
+def _reruns_epoch(epochs: dict[str, int]) -> bool:
+    """Lightning's reading of a checkpoint saved at an epoch's last batch whose epoch counters show no epoch in
+    flight: ``_FitLoop.reset`` counts one more epoch completed and ``on_run_start`` sets ``current_epoch`` back to
+    the processed count. Right after a finished fit; but a fit resumed at an epoch end does not count the next
+    epoch's start, so where the record has that epoch in flight, Lightning runs it again under its number."""
+    ready, started, processed, completed = (epochs.get(phase, 0) for phase in _PHASES)
+    return ready > 0 and ready == started == processed == completed
 
 
 def train_layout(fit_loop: _FitLoop) -> tuple[str, list[Any], list[int | None]] | None:
