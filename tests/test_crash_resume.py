@@ -29,6 +29,7 @@ import torch
 from tracker_core import comparable_state
 from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
 
+from helpers.conformance_only import conformance_only
 from helpers.time_fields import out_of_order
 
 pytestmark = [
@@ -120,6 +121,7 @@ def _assert_the_uninterrupted_run(reference: Reference, segments: list[Segment],
     assert out_of_order(result["progress"]) == []
 
 
+@conformance_only
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_process_killed_three_times_at_random_steps_ends_as_the_uninterrupted_run(
     framework: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
@@ -164,6 +166,7 @@ def _assert_the_lost_work(segments: list[Segment], progress: dict[str, Any]) -> 
         ), (entries, processes)
 
 
+@conformance_only
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_resumed_process_killed_in_its_first_batch_is_in_the_ledger(framework: str, tmp_path: Path) -> None:
     """Killed before its first save (or just after it): the next resume records it either way."""

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers.conformance_only import conformance_only
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_exact.py"
 
 
@@ -22,6 +24,7 @@ def test_without_cuda_it_says_why_it_skips_and_exits_0() -> None:
     assert done.stdout == "gpu_exact: skipped: no CUDA device here (torch.cuda.is_available() is False)\n"
 
 
+@conformance_only
 def test_on_the_cpu_a_killed_ignite_run_resumes_as_if_never_interrupted_with_and_without_amp() -> None:
     done = _run("--device", "cpu", "--framework", "ignite")
 

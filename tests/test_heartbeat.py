@@ -18,7 +18,6 @@ from tracker_core.counting import _clock
 from helpers.clock import REAL_UNIX_US
 from helpers.core_drive import in_fit_epoch, json_roundtrip, whole_batch, whole_run
 
-
 BEAT = "heartbeat.json"  # the file the user names for the heartbeat
 
 

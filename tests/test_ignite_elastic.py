@@ -28,10 +28,13 @@ from ignite.handlers import Checkpoint
 from tracker_core.integrations.checkpoints import read_checkpoint
 from tracker_core.integrations.ignite import ProgressHandler
 
+from helpers.conformance_only import MARKS
 from helpers.distributed_runs import folder_once, free_port, rank_findings, run_script
 from helpers.ignite_elastic_run import CASES, GROW_AT
 from helpers.ignite_idist_run import EPOCHS, SAMPLES
 from helpers.ledger import without_ledger
+
+pytestmark = list(MARKS)  # runs long (two-process launches): make conformance
 
 PER_RANK = 3  # the saved run's batch size per rank
 SAVED_BATCHES = SAMPLES // 2 // PER_RANK  # per rank and epoch when saved

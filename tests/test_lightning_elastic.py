@@ -21,8 +21,11 @@ pytest.importorskip("torchdata")
 
 import torch
 
+from helpers.conformance_only import MARKS
 from helpers.distributed_runs import folder_once, free_port, run_script
 from helpers.lightning_elastic_run import BATCH, CASES, SAMPLES
+
+pytestmark = list(MARKS)  # runs long (two-process launches): make conformance
 
 BEFORE = {"k1.ckpt": 1, "step=2.ckpt": 2, "step=4.ckpt": 4}  # batches per rank each checkpoint came after
 EXACT = ["own-sampler-x6", "k2-x6", "k2-x2", "k1-x2", "end-x2"]

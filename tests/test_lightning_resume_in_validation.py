@@ -21,6 +21,7 @@ import torch
 
 from tracker_core import InexactResumeWarning
 
+from helpers.conformance_only import conformance_only
 from helpers.ledger import without_ledger
 from helpers.lightning_cut_validation import Outcome, fit
 from helpers.lightning_matrix import PACKAGES
@@ -85,6 +86,7 @@ def test_with_loader_workers_a_fit_resumed_inside_a_validation_batch_ends_as_the
     _assert_resumes_exactly(package, tmp_path, save_at, 2, val_sizes)
 
 
+@conformance_only
 @pytest.mark.parametrize("package", PACKAGES)
 def test_a_fit_with_a_sanity_check_resumed_inside_a_validation_batch_ends_as_the_uninterrupted_fit(
     package: str, tmp_path: Path
