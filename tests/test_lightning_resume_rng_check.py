@@ -21,9 +21,14 @@ import torch
 
 from tracker_core import InexactResumeWarning
 
+from helpers.conformance_only import MARKS
 from helpers.lightning_matrix import PACKAGES
 from helpers.lightning_reseed import BATCHES, fit
 from helpers.rng_warnings import rng_warnings
+
+# The slowest tests (whole fits, loader worker processes) run one Lightning package in make test, both in make
+# conformance (TRACKER_MATRIX=full).
+SAMPLED_PACKAGES = [PACKAGES[0], pytest.param(PACKAGES[1], marks=MARKS)]
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -51,7 +56,7 @@ def _equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize(
     ("reseed", "save_at", "where"),
     [
@@ -116,7 +121,7 @@ def test_a_per_epoch_draw_with_a_loader_of_its_own_generator_is_exact_and_silent
     assert _equal(weights, straight)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 def test_an_ordinary_mid_epoch_resume_is_exact_and_silent(package: str, tmp_path: Path) -> None:
     straight = fit(package, tmp_path / "none.ckpt")
     messages, weights = _resume(package, tmp_path, MID_EPOCH)
@@ -136,7 +141,7 @@ def test_a_resume_at_an_epoch_boundary_where_the_sampler_draws_is_exact_and_sile
     assert _equal(weights, straight)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize(
     ("save_at", "where"), [(MID_EPOCH, {}), (EPOCH_END, IN_EPOCH_END)], ids=["mid-epoch", "epoch-end"]
 )
@@ -332,7 +337,7 @@ SAVES = {
 }
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("saved", list(SAVES))
@@ -392,7 +397,7 @@ EVERY_BATCH = {  # draws before on_train_batch_start of every batch, in both run
 }
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("draws", list(EVERY_BATCH))
 @pytest.mark.parametrize(
     ("reseed", "save_at", "where", "at"),
@@ -456,7 +461,7 @@ def test_an_epoch_boundary_resume_with_a_training_step_that_fetches_its_batch_is
     assert _equal(weights, straight)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("reseed", ["module.on_train_start", "callback.on_train_start"])
 def test_a_reseed_in_on_train_start_of_a_fit_resumed_inside_a_validation_warns_once(
@@ -476,7 +481,7 @@ def test_a_fit_resumed_inside_a_validation_without_a_reseed_raises_no_reseed_war
     assert messages == []
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("reseeded", ["random", "numpy"])
 def test_a_reseed_of_pythons_or_numpys_rng_in_on_train_start_is_named_even_with_a_callback_before_drawing_at_epoch_start(
