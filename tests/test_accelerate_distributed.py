@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("accelerate")
 
+from helpers.conformance_only import MARKS
+
 TESTS = Path(__file__).parent
 
 
@@ -22,7 +24,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("sampler", ["plain", "seedable"])
+@pytest.mark.parametrize("sampler", ["plain", pytest.param("seedable", marks=MARKS)])  # both: make conformance
 def test_two_ranks_count_their_own_shard_sum_to_the_dataset_and_resume_exactly(tmp_path, sampler):
     """``plain``: Accelerate nests the shuffling sampler (and its generator) inside its BatchSamplerShard."""
     port = str(_free_port())

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.conformance_only import MARKS
 from helpers.doc_snippets import EXAMPLE, PAGES, ROOT, SETUPS, Snippet, snippets
 
 SNIPPETS = [snippet for page in PAGES for snippet in snippets(page)]
@@ -39,7 +40,11 @@ def _run(snippet: Snippet, folder: Path, resuming: bool) -> None:
     assert done.returncode == 0, f"{snippet.name} (resuming={resuming}) failed:\n{snippet.code}\n{done.stderr[-4000:]}"
 
 
-@pytest.mark.parametrize("snippet", RUNNABLE, ids=[s.name for s in RUNNABLE])
+# The blocks of docs/distributed.md start several processes each: make conformance runs them.
+CASES = [pytest.param(s, marks=MARKS if s.page.name == "distributed.md" else (), id=s.name) for s in RUNNABLE]
+
+
+@pytest.mark.parametrize("snippet", CASES)
 def test_the_block_runs(snippet: Snippet, tmp_path: Path) -> None:
     for prefix, module in _FRAMEWORKS.items():
         if snippet.setup is not None and snippet.setup.startswith(prefix):

@@ -26,6 +26,7 @@ from tracker_core import comparable_state
 from tracker_core.integrations.checkpoints import read_checkpoint
 from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY
 
+from helpers.conformance_only import MARKS
 from helpers.distributed_runs import (
     assert_each_rank_trains_its_half_of_every_epoch,
     assert_every_rank_resumed_exactly,
@@ -36,6 +37,8 @@ from helpers.distributed_runs import (
     run_script,
 )
 from helpers.lightning_ddp_run import AT, EPOCHS, SAMPLES
+
+pytestmark = list(MARKS)  # runs long (two DDP launches): make conformance
 
 BATCHES = SAMPLES // 2 // 3 * EPOCHS  # per rank, over the run
 
