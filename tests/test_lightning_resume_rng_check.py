@@ -26,8 +26,8 @@ from helpers.lightning_matrix import PACKAGES
 from helpers.lightning_reseed import BATCHES, fit
 from helpers.rng_warnings import rng_warnings
 
-# The slowest tests (whole fits, loader worker processes) run one Lightning package in make test, both in make
-# conformance (TRACKER_MATRIX=full).
+# Whole fits, many with loader worker processes: make test runs each case with one Lightning package, make
+# conformance (TRACKER_MATRIX=full) with both.
 SAMPLED_PACKAGES = [PACKAGES[0], pytest.param(PACKAGES[1], marks=MARKS)]
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -75,7 +75,7 @@ def test_a_reseed_after_the_load_before_the_first_resumed_batch_warns_once_namin
     assert "Seed before Trainer.fit(ckpt_path=...)" in messages[0]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize(
     "reseed",
@@ -95,7 +95,7 @@ def test_a_reseed_in_a_start_hook_of_a_fit_resumed_at_an_epoch_boundary_warns_on
     assert "Seed before Trainer.fit(ckpt_path=...)" in messages[0]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_per_epoch_draw_in_on_train_epoch_start_differs_after_an_epoch_boundary_resume_and_warns(
     package: str, workers: int, tmp_path: Path
@@ -109,7 +109,7 @@ def test_a_per_epoch_draw_in_on_train_epoch_start_differs_after_an_epoch_boundar
     assert _BOUNDARY in messages[0]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 def test_a_per_epoch_draw_with_a_loader_of_its_own_generator_is_exact_and_silent_at_an_epoch_boundary(
     package: str, tmp_path: Path
 ) -> None:
@@ -129,7 +129,7 @@ def test_an_ordinary_mid_epoch_resume_is_exact_and_silent(package: str, tmp_path
     assert _equal(weights, straight)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("in_epoch_end", [False, True], ids=["on_train_batch_end", "on_train_epoch_end"])
 def test_a_resume_at_an_epoch_boundary_where_the_sampler_draws_is_exact_and_silent(
@@ -165,7 +165,7 @@ def test_draws_of_every_batch_before_its_start_hooks_raise_no_false_alarm(
     assert _equal(weights, straight)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 def test_a_callback_before_the_tracker_drawing_at_every_batch_start_raises_no_false_alarm(
     package: str, tmp_path: Path
 ) -> None:
@@ -175,7 +175,7 @@ def test_a_callback_before_the_tracker_drawing_at_every_batch_start_raises_no_fa
     assert _equal(weights, straight)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("reseeded", ["random", "numpy"])
 @pytest.mark.parametrize(
     ("reseed", "where"),
@@ -195,7 +195,7 @@ def test_a_reseed_of_pythons_or_numpys_rng_alone_without_workers_warns_once_nami
     assert where in messages[0]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("reseeded", ["torch", "random"])
 def test_a_reseed_with_several_train_loaders_without_workers_warns_once(
     package: str, reseeded: str, tmp_path: Path
@@ -205,7 +205,7 @@ def test_a_reseed_with_several_train_loaders_without_workers_warns_once(
     assert "in an on_train_start hook" in messages[0]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("noisy_data", [False, True], ids=["plain", "dataset-draws"])
 def test_a_mid_epoch_resume_of_several_train_loaders_without_workers_is_exact_and_silent(
     package: str, noisy_data: bool, tmp_path: Path
@@ -217,7 +217,7 @@ def test_a_mid_epoch_resume_of_several_train_loaders_without_workers_is_exact_an
     assert _equal(weights, straight)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("reseeded", ["random", "numpy"])
 @pytest.mark.parametrize("reseed", ["module.on_train_start", "callback.on_train_start"])
@@ -230,7 +230,7 @@ def test_a_reseed_of_pythons_or_numpys_rng_in_on_train_start_of_a_fit_resumed_at
     assert "in an on_train_start hook" in messages[0]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 def test_a_reseed_in_on_train_start_with_a_loader_of_its_own_generator_at_an_epoch_boundary_warns_once(
     package: str, tmp_path: Path
 ) -> None:
@@ -240,7 +240,7 @@ def test_a_reseed_in_on_train_start_with_a_loader_of_its_own_generator_at_an_epo
     assert "in an on_train_start hook" in messages[0]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("drawn", ["random", "numpy"])
 def test_a_per_epoch_draw_of_pythons_or_numpys_rng_after_an_epoch_boundary_resume_is_exact_and_silent(
@@ -254,7 +254,7 @@ def test_a_per_epoch_draw_of_pythons_or_numpys_rng_after_an_epoch_boundary_resum
     assert _equal(weights, straight)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_callback_before_the_tracker_drawing_in_on_train_epoch_start_raises_no_false_alarm_at_an_epoch_boundary(
     package: str, workers: int, tmp_path: Path
@@ -271,7 +271,7 @@ def test_a_callback_before_the_tracker_drawing_in_on_train_epoch_start_raises_no
     assert _equal(weights, straight)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("reseeded", ["torch", "random"])
 def test_a_reseed_in_on_train_start_of_a_callback_before_the_tracker_at_an_epoch_boundary_warns_once(
@@ -284,7 +284,7 @@ def test_a_reseed_in_on_train_start_of_a_callback_before_the_tracker_at_an_epoch
     assert "in an on_train_start hook" in messages[0]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("in_epoch_end", [False, True], ids=["on_train_batch_end", "on_train_epoch_end"])
 def test_an_epoch_boundary_resume_of_several_train_loaders_without_workers_is_exact_and_silent(
     package: str, in_epoch_end: bool, tmp_path: Path
@@ -296,7 +296,7 @@ def test_an_epoch_boundary_resume_of_several_train_loaders_without_workers_is_ex
     assert _equal(weights, straight)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("reseed", ["early_callback.on_train_start", "module.on_train_start"])
 def test_a_reseed_at_an_epoch_boundary_with_several_train_loaders_without_workers_warns_once(
     package: str, reseed: str, tmp_path: Path
@@ -308,7 +308,7 @@ def test_a_reseed_at_an_epoch_boundary_with_several_train_loaders_without_worker
 KINDS = ["iterable", "stateful"]  # loaders whose iterator build the tracker does not see from inside the loader
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize(
@@ -358,7 +358,7 @@ def test_a_resume_with_an_iterable_or_stateful_loader_is_exact_and_silent(
     assert _equal(weights, straight)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 def test_a_mid_epoch_resume_of_an_iterable_drawing_in_the_main_process_warns_naming_the_prefetched_batch(
     package: str, tmp_path: Path
 ) -> None:
@@ -378,7 +378,7 @@ def test_a_mid_epoch_resume_of_an_iterable_drawing_in_the_main_process_warns_nam
     assert not _equal(weights, straight)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_per_epoch_torch_draw_after_an_epoch_boundary_resume_of_an_iterable_or_stateful_loader_differs_and_warns(
     package: str, kind: str, tmp_path: Path
@@ -417,7 +417,7 @@ def test_a_reseed_in_a_start_hook_with_workers_and_draws_before_each_batch_start
     assert where in messages[0]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize(
     ("save_at", "where"), [(MID_EPOCH, {}), (EPOCH_END, IN_EPOCH_END)], ids=["mid-epoch", "epoch-end"]
@@ -431,7 +431,7 @@ def test_a_callback_before_the_tracker_drawing_at_every_batch_start_raises_no_fa
     assert _equal(weights, straight)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("draw_before", [False, True], ids=["alone", "callback-before-draws-at-batch-start"])
 @pytest.mark.parametrize(
     ("reseed", "save_at", "where", "at"),
@@ -449,7 +449,7 @@ def test_a_reseed_in_a_start_hook_with_a_training_step_that_fetches_its_batch_wa
     assert where in messages[0]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_an_epoch_boundary_resume_with_a_training_step_that_fetches_its_batch_is_exact_and_silent(
     package: str, workers: int, tmp_path: Path
@@ -473,7 +473,7 @@ def test_a_reseed_in_on_train_start_of_a_fit_resumed_inside_a_validation_warns_o
     assert "in an on_train_start hook" in messages[0]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 def test_a_fit_resumed_inside_a_validation_without_a_reseed_raises_no_reseed_warning(
     package: str, tmp_path: Path
 ) -> None:
@@ -495,7 +495,7 @@ def test_a_reseed_of_pythons_or_numpys_rng_in_on_train_start_is_named_even_with_
     assert "in an on_train_start hook" in messages[0]
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", SAMPLED_PACKAGES)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_callback_before_the_tracker_drawing_at_every_epoch_start_raises_no_false_alarm_at_an_epoch_boundary(
     package: str, workers: int, tmp_path: Path
