@@ -4,9 +4,9 @@ Each rank trains 3 batches of a tiny map-style loader (a DistributedSampler givi
 64 numbers, one tracked train loader), then, ROUNDS times: saves (``Tracker.gathered_state_dict``:
 one gather to rank 0, the writer, which writes each rank's entry to its own file beside the
 checkpoint, ``write_rank_files``, then ``torch.save``s the checkpoint: rank 0's entry and the index,
-as the Lightning adapter's checkpoint IO does) and loads (every rank ``torch.load``s the checkpoint
-whole, as the framework does, and ``load_state_dict``s it through ``with_rank_files``, which reads
-this rank's file only).
+as the Lightning adapter's checkpoint IO does with ``rank_files=True``) and loads (every rank
+``torch.load``s the checkpoint whole, as the framework does, and ``load_state_dict``s it through
+``with_rank_files``, which reads this rank's file only).
 
 Per rank: payload bytes sent and received by the gather (``tracker_core/distributed/_to_writer.py``:
 an 8-byte all_reduce of the longest entry, then each entry's pickle behind its 8-byte length,

@@ -1,10 +1,10 @@
 """Lightning ``strategy="ddp"`` on 2 real CPU processes (gloo): every rank counted right, totals synced,
 and a mid-epoch checkpoint written by rank 0 resumes every rank exactly.
 
-Per configuration (plain; accumulating 3 batches) one uninterrupted run (24 samples, a
-shuffling ``DistributedSampler`` injected by Lightning: 4 batches of 3 per rank and epoch,
-2 epochs) saves checkpoints after train batches ``AT[config]``; fresh processes resume each
-(see ``lightning_ddp_run.py``). The ranks seed their global RNGs differently and the loss
+Per configuration (plain and accumulating 3 batches, with ``rank_files=True``; gathered: accumulating 3
+batches without, the default) one uninterrupted run (24 samples, a shuffling ``DistributedSampler`` injected
+by Lightning: 4 batches of 3 per rank and epoch, 2 epochs) saves checkpoints after train batches
+``AT[config]``; fresh processes resume each (see ``lightning_ddp_run.py``). The ranks seed their global RNGs differently and the loss
 draws noise from it.
 """
 
@@ -36,7 +36,7 @@ from helpers.distributed_runs import (
     rank_findings,
     run_script,
 )
-from helpers.lightning_ddp_run import AT, EPOCHS, SAMPLES
+from helpers.lightning_ddp_run import AT, EPOCHS, MODELS, SAMPLES
 
 pytestmark = list(MARKS)  # runs long (two DDP launches): make conformance
 
@@ -87,7 +87,7 @@ def test_synced_totals_sum_samples_over_ranks_and_agree_on_batches_per_rank(stra
     assert_synced_totals(straight, SAMPLES * EPOCHS, BATCHES)
 
 
-def test_checkpoint_written_by_rank_0_holds_an_index_and_each_ranks_entry_in_its_own_file(folder: Path) -> None:
+def test_with_rank_files_the_checkpoint_holds_an_index_and_each_ranks_entry_in_its_own_file(folder: Path) -> None:
     entry = torch.load(folder / "plain-2.ckpt", weights_only=True)["callbacks"][STATE_KEY]
     index = entry["ranks"]
     files = [folder / index["rank_files"] / f"rank-{rank}.json" for rank in range(2)]
@@ -105,7 +105,7 @@ def test_checkpoint_written_by_rank_0_holds_an_index_and_each_ranks_entry_in_its
     assert [p.name for p in (folder / "plain-2.ckpt.ranks").iterdir()] == [index["save_id"]]  # one save there
 
 
-def test_checkpoint_inside_an_accumulation_window_keeps_each_ranks_partial_gradients_in_its_own_file(
+def test_with_rank_files_a_checkpoint_inside_an_accumulation_window_keeps_each_ranks_gradients_in_its_own_file(
     folder: Path,
 ) -> None:
     index = torch.load(folder / "accumulate-1.ckpt", weights_only=True)[GRADIENTS_KEY]["ranks"]
@@ -120,12 +120,31 @@ def test_a_checkpoint_outside_an_accumulation_window_holds_no_gradients(folder: 
     assert GRADIENTS_KEY not in torch.load(folder / "plain-2.ckpt", weights_only=True)
 
 
+def test_without_rank_files_rank_0s_checkpoint_holds_every_ranks_entry_and_partial_gradients(folder: Path) -> None:
+    checkpoint = torch.load(folder / "gathered-1.ckpt", weights_only=True)
+    entry, gradients = checkpoint["callbacks"][STATE_KEY], checkpoint[GRADIENTS_KEY]["ranks"]
+
+    assert len(entry["ranks"]) == len(gradients) == 2
+    assert {key: value for key, value in entry.items() if key != "ranks"} == entry["ranks"][0]
+    assert entry["ranks"][0]["rng"] != entry["ranks"][1]["rng"]
+    assert not all(torch.equal(a, b) for a, b in zip(*gradients))
+    assert not list(folder.glob("gathered-*.ranks"))
+
+
+def test_without_rank_files_model_checkpoints_folder_holds_only_lightnings_own_files(folder: Path) -> None:
+    assert sorted(p.name for p in (folder / MODELS).iterdir()) == [
+        "epoch=0-step=2.ckpt",
+        "epoch=1-step=4.ckpt",
+        "last.ckpt",
+    ]
+
+
 @pytest.mark.parametrize(("config", "at"), [(config, at) for config, batches in AT.items() for at in batches])
 def test_resume_from_a_checkpoint_after_batch_is_exact_on_every_rank(config: str, at: int, folder: Path) -> None:
     assert_every_rank_resumed_exactly(folder, f"{config}-{at}", config, at + 1)
 
 
-def test_inspect_reads_each_ranks_entry_from_its_file_and_says_where_they_are(folder: Path) -> None:
+def test_inspect_reads_each_ranks_entry_from_its_rank_file_and_says_where_they_are(folder: Path) -> None:
     checkpoint = read_checkpoint(folder / "plain-2.ckpt")
 
     assert len(checkpoint.entries) == 2

@@ -1,6 +1,7 @@
 """The Lightning adapter's checkpoint IO (``integrations/lightning/_checkpoint_io.py``) around Lightning's own
-``TorchCheckpointIO``: a gathered entry is split into rank files on save, joined on load, and the rank files go
-with the checkpoint when Lightning removes it (``ModelCheckpoint(save_top_k=...)``)."""
+``TorchCheckpointIO``, in place only with ``ProgressTracker(rank_files=True)``: a gathered entry is split into
+rank files on save, joined on load, and the rank files go with the checkpoint when Lightning removes it
+(``ModelCheckpoint(save_top_k=...)``); a checkpoint with rank files is refused without ``rank_files=True``."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ import torch
 from lightning_fabric.plugins import TorchCheckpointIO
 from pytorch_lightning.plugins.io import AsyncCheckpointIO
 
-from tracker_core import Tracker
+from tracker_core import ProgressStateError, Tracker, comparable_state, get_progress
 from tracker_core.adapter import RankFiles, RankTensors
-from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY
+from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY, ProgressTracker
 from tracker_core.integrations.lightning._checkpoint_io import RankFilesIO
+
+from helpers.lightning_program import Recording, loader, trainer
 
 
 def _checkpoint(world: int) -> dict[str, Any]:
@@ -87,3 +90,38 @@ def test_a_link_to_a_checkpoint_reads_the_rank_files_of_the_checkpoint_it_points
     entry = io.load_checkpoint(tmp_path / "last.ckpt")["callbacks"][STATE_KEY]
 
     assert entry["ranks"].folder.startswith(str(tmp_path / "epoch=0.ckpt.ranks"))
+
+
+@pytest.mark.parametrize("rank_files", [False, True])
+def test_the_strategys_checkpoint_io_is_wrapped_only_with_rank_files(rank_files: bool) -> None:
+    fit = trainer([ProgressTracker(rank_files=rank_files)], max_epochs=1)
+    fit.fit(Recording(), loader())
+
+    assert isinstance(fit.strategy.checkpoint_io, RankFilesIO) is rank_files
+
+
+def _rank_files_checkpoint(folder: Path) -> Path:
+    """A real single-process fit checkpoint whose entry is made a 2-rank one, saved with rank files."""
+    fit = trainer([ProgressTracker()], max_epochs=1)
+    fit.fit(Recording(), loader())
+    fit.save_checkpoint(folder / "single.ckpt")
+    checkpoint = torch.load(folder / "single.ckpt", weights_only=True)
+    entry = checkpoint["callbacks"][STATE_KEY]
+    checkpoint["callbacks"][STATE_KEY] = {**entry, "ranks": [entry, entry]}
+    RankFilesIO(TorchCheckpointIO()).save_checkpoint(checkpoint, folder / "ranks.ckpt")
+    return folder / "ranks.ckpt"
+
+
+def test_a_checkpoint_with_rank_files_resumed_without_rank_files_is_refused_and_loads_nothing(tmp_path: Path) -> None:
+    path = _rank_files_checkpoint(tmp_path)
+    tracker = ProgressTracker()
+    resumed = trainer([tracker], max_epochs=2)
+
+    with pytest.raises(ProgressStateError, match=r"'ranks'.*ProgressTracker\(rank_files=True\)") as raised:
+        resumed.fit(Recording(), loader(), ckpt_path=path)
+
+    assert raised.value.key == "ranks"
+    assert get_progress(resumed).train.batches.lifetime.completed == 0
+    assert comparable_state(tracker.tracker.progress.state_dict()) == comparable_state(
+        ProgressTracker().tracker.progress.state_dict()
+    )

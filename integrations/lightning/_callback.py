@@ -109,6 +109,11 @@ class ProgressTracker(CallbackBase):
     ``heartbeat``: the path of a file where rank 0 keeps the fit's heartbeat (from ``on_train_start``, at
     optimizer steps and saves), read when a fit resumes from a checkpoint: the resumed run's ledger then
     says what the crashed run lost after that checkpoint. None (the default): no file; that loss is ``unknown``.
+
+    ``rank_files``: with several processes, rank 0's checkpoint keeps rank 0's entry and an index, and each
+    rank's entry goes to ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` beside it (the strategy's
+    ``checkpoint_io`` is wrapped, ``_checkpoint_io``); a fit resuming such a checkpoint passes it too. False
+    (the default): rank 0's checkpoint holds every rank's entry and nothing else is written.
     """
 
     def __init__(
@@ -116,8 +121,10 @@ class ProgressTracker(CallbackBase):
         lifetime_from: Mapping[str, Any] | None = None,
         count_tokens: Callable[[Any], int | tuple[int, int]] | None = None,
         heartbeat: str | os.PathLike[str] | None = None,
+        rank_files: bool = False,
     ) -> None:
         self.tracker = Tracker()
+        self._rank_files = rank_files
         self._count_tokens = count_tokens
         self._heartbeat = None if heartbeat is None else os.fspath(heartbeat)
         if lifetime_from is not None:
@@ -225,7 +232,8 @@ class ProgressTracker(CallbackBase):
         if self._cut_by:
             self._settle_cut()
         attach(trainer, self.tracker.progress)
-        wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint (_checkpoint_io)
+        if self._rank_files:
+            wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint (_checkpoint_io)
         if stage == _FIT:
             resume.hook_before_first_iter(trainer.fit_loop, self._track_train_loaders)
             resume.hook_after_setup_data(trainer.fit_loop, self._setup_data_returned)
@@ -882,6 +890,7 @@ class ProgressTracker(CallbackBase):
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
+        self._refuse_unread_rank_files(checkpoint.get("callbacks", {}).get(STATE_KEY))
         if STATE_KEY not in checkpoint.get("callbacks", {}):
             warnings.warn(
                 f"the checkpoint has no progress entry (checkpoint['callbacks'][{STATE_KEY!r}]): progress "
@@ -906,6 +915,7 @@ class ProgressTracker(CallbackBase):
         mapped onto the train loaders, so a fit loads it when Lightning has set them up, still before
         any batch runs (``_elastic``).
         """
+        self._refuse_unread_rank_files(state_dict)
         trainer = self._trainer() if self._trainer is not None else None
         self._elastic_entry = None
         self._cut_by = ""  # the loaded record replaces what an exception cut
@@ -928,6 +938,17 @@ class ProgressTracker(CallbackBase):
         for driver in (self._train, self._validate, self._test, self._predict):
             driver.reset()
         self._loaded = self._reenter = trainer is None or trainer.state.fn == _FIT
+
+    def _refuse_unread_rank_files(self, entry: object) -> None:
+        """An entry whose ranks' entries are in rank files (an index in place of the list) is read through
+        ``rank_files=True`` only: without it, refused before anything is loaded."""
+        ranks = entry.get("ranks") if isinstance(entry, Mapping) else None
+        if not self._rank_files and isinstance(ranks, Mapping):
+            raise ProgressStateError(
+                "ranks",
+                f"the checkpoint keeps each rank's entry in rank files beside it ({ranks.get('rank_files')!r}): "
+                "resume it with ProgressTracker(rank_files=True), as the run that saved it",
+            )
 
     def _validation_at_load(self, progress: dict[str, Any]) -> bool:
         """A fit checkpoint saved inside a validation: follow what Lightning does with that validation.

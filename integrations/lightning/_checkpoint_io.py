@@ -1,8 +1,8 @@
 """The Trainer's checkpoint IO, wrapped so each rank's progress entry lives in its own small file.
 
-With several processes the ``ProgressTracker`` entry rank 0 writes holds every rank's entry. The
-callback wraps ``trainer.strategy.checkpoint_io`` at ``setup`` (before Lightning loads a
-``ckpt_path``); rank 0's ``save_checkpoint`` then writes each rank's entry to
+With several processes the ``ProgressTracker`` entry rank 0 writes holds every rank's entry. With
+``ProgressTracker(rank_files=True)`` (only then) the callback wraps ``trainer.strategy.checkpoint_io`` at
+``setup`` (before Lightning loads a ``ckpt_path``); rank 0's ``save_checkpoint`` then writes each rank's entry to
 ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` and the checkpoint keeps rank 0's entry plus an index
 (``tracker_core.adapter.write_rank_files``), and the partial gradients of an accumulation window go to
 ``gradients-<r>.pt`` there (``write_rank_tensors``); every rank's ``load_checkpoint`` puts readers of those

@@ -2,7 +2,8 @@
 
 ``python lightning_ddp_run.py straight DIR``: per configuration, 2 uninterrupted epochs; a
 checkpoint after each train batch in ``AT[config]`` (counted over the run), written by rank 0
-to ``DIR/<config>-<batch>.ckpt``. ``python lightning_ddp_run.py resume DIR``: for each of those
+to ``DIR/<config>-<batch>.ckpt``; ``plain`` and ``accumulate`` with ``ProgressTracker(rank_files=True)``,
+``gathered`` without (and a ``ModelCheckpoint`` every 2 steps into ``DIR/gathered-models``). ``python lightning_ddp_run.py resume DIR``: for each of those
 checkpoints, a fresh Trainer, model and loader resume it with ``fit(ckpt_path=...)``. ``... own DIR``:
 rank ``r`` resumes ``DIR/only-rank<r>/plain-2.ckpt``, a copy beside which only its own rank file lies.
 Lightning's launcher re-executes this script for rank 1. Each rank seeds its global RNG
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 
 from tracker_core import check_divergence, get_progress, reduce_state
@@ -28,11 +30,14 @@ from helpers.lightning_program import Indexed, Recording, weights
 
 SAMPLES = 24  # 12 per rank: 4 batches of 3 per rank and epoch
 EPOCHS = 2
-ACCUMULATE = {"plain": 1, "accumulate": 3}  # configurations: accumulate_grad_batches
+ACCUMULATE = {"plain": 1, "accumulate": 3, "gathered": 3}  # configurations: accumulate_grad_batches
 AT = {
     "plain": (0, 2, 3, 5),  # first batch, mid epoch, last batch of epoch 1, mid epoch 2
     "accumulate": (1, 4),  # inside a window (Lightning's no_sync: each rank's partial gradients differ)
+    "gathered": (1, 3),  # inside a window; the last batch of epoch 1
 }
+RANK_FILES = {"plain": True, "accumulate": True, "gathered": False}  # ProgressTracker(rank_files=...)
+MODELS = "gathered-models"  # ModelCheckpoint's folder in the gathered configuration
 
 
 class SaveAfter(pl.Callback):
@@ -85,11 +90,13 @@ def _fit(folder: Path, config: str, seed: int, ckpt_path: Path | None = None) ->
     rank = int(os.environ.get("LOCAL_RANK", "0"))  # set for rank 1 by the launcher, for rank 0 after the 1st fit
     torch.manual_seed(seed + rank)
     model = Recording()
-    tracker = ProgressTracker()
+    tracker = ProgressTracker(rank_files=RANK_FILES[config])
     findings = Findings()
     callbacks: list[pl.Callback] = [tracker, findings]
     if ckpt_path is None:
         callbacks.append(SaveAfter(folder, config, AT[config]))
+    if ckpt_path is None and config == "gathered":
+        callbacks.append(ModelCheckpoint(folder / MODELS, every_n_train_steps=2, save_top_k=-1, save_last=True))
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=2,
@@ -97,7 +104,7 @@ def _fit(folder: Path, config: str, seed: int, ckpt_path: Path | None = None) ->
         max_epochs=EPOCHS,
         accumulate_grad_batches=ACCUMULATE[config],
         limit_val_batches=0,
-        enable_checkpointing=False,
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
         enable_progress_bar=False,
         enable_model_summary=False,
         logger=False,
