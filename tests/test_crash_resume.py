@@ -134,8 +134,8 @@ def test_process_killed_three_times_at_random_steps_ends_as_the_uninterrupted_ru
         if left < 2:  # no step to kill in before the last one
             break
         if framework == "lightning" and saved % BATCHES_PER_EPOCH == 0:
-            # Lightning's loop counters of a fit resumed at an epoch end are off (docs/lightning.md, Limits): the
-            # checkpoints that fit saves are not resumed from here; the last process resumes at the epoch end
+            # Lightning's loop counters of a fit resumed at an epoch end show no epoch in flight: its checkpoints
+            # resume inexactly, with a warning (docs/lightning.md, Limits). The last process resumes at the epoch end
             break
         segments.append(_process(framework, tmp_path, str(kill), resume=True, kill_at=pick.randint(1, left - 1)))
     segments.append(_process(framework, tmp_path, "last", resume=True, kill_at=None))

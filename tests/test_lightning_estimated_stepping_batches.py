@@ -155,3 +155,17 @@ def test_a_checkpoint_at_an_epoch_end_of_a_fit_resumed_at_an_epoch_end_warns_tha
     train = third.progress["stages"]["train"]
     assert train["batches"]["lifetime"]["completed"] == 10 + len(third.seen)
     assert third.progress["anomalies"] == ["Lightning runs train epoch 1 (0-based) again after a resume"]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_mid_epoch_checkpoint_of_a_fit_resumed_at_an_epoch_end_warns_that_lightning_renumbers_its_batches(
+    package: str, tmp_path: Path
+) -> None:
+    """Mid-epoch, Lightning numbers the remaining batches of such a checkpoint from batch_idx 0; the data goes on
+    at the checkpoint's position."""
+    first = _fit(package, tmp_path / "first", one_cycle=False)
+    _fit(package, tmp_path / "second", tmp_path / "first" / "step=5.ckpt", one_cycle=False)  # epoch 0's last batch
+    third = _fit(package, tmp_path / "third", tmp_path / "second" / "step=7.ckpt", one_cycle=False)  # 2 into epoch 1
+    assert any("numbers the epoch's remaining batches from batch_idx 0" in message for message in third.warned)
+    assert third.seen == first.seen[7:]
+    assert third.progress["anomalies"] == ["Lightning numbers train epoch 1's resumed batches from 0"]

@@ -369,8 +369,8 @@ class ProgressTracker(CallbackBase):
             for loader in loaders:
                 if isinstance(loader, DataLoader):
                     next(iter(loader), None)
-        if restart.reruns_epoch and not finished and self.tracker.view.train.epochs.lifetime.in_flight:
-            self._warn_epoch_run_again()  # (after a fit that finished, no epoch is in flight: Lightning goes on right)
+        if restart.no_epoch_counted and not finished and self.tracker.view.train.epochs.lifetime.in_flight:
+            self._warn_epoch_uncounted(restart.epoch_consumed)  # (after a finished fit no epoch is in flight)
         self._close_restored_epoch(restart.closes_epoch, finished)
         view = self.tracker.view
         if check is not None and check.armed:
@@ -399,15 +399,27 @@ class ProgressTracker(CallbackBase):
             stacklevel=3,
         )
 
-    def _warn_epoch_run_again(self) -> None:
-        """Resumed at an epoch's last batch from a fit that was itself resumed at an epoch end (``_reruns_epoch``)."""
+    def _warn_epoch_uncounted(self, consumed: bool) -> None:
+        """Resumed inside an epoch that Lightning's counters do not show (``_no_epoch_counted``): the checkpoint of a
+        fit that was itself resumed at an epoch end."""
         epoch = self.tracker.view.epoch_index
-        self.tracker.progress.note_anomaly(f"Lightning runs train epoch {epoch} (0-based) again after a resume")
+        if consumed:
+            self.tracker.progress.note_anomaly(f"Lightning runs train epoch {epoch} (0-based) again after a resume")
+            what = (
+                f"Lightning counts the epoch finished and runs the next one as epoch {epoch} again (one epoch more "
+                "than an uninterrupted run)"
+            )
+        else:
+            self.tracker.progress.note_anomaly(f"Lightning numbers train epoch {epoch}'s resumed batches from 0")
+            what = (
+                "Lightning numbers the epoch's remaining batches from batch_idx 0, so what depends on batch_idx "
+                "(accumulate_grad_batches' optimizer steps among them) falls on other batches than in an "
+                "uninterrupted run"
+            )
         warnings.warn(
-            f"the checkpoint was saved at the last batch of epoch {epoch} (0-based) by a fit that was itself resumed "
-            "at an epoch end: Lightning's loop counters of that fit show no epoch in flight, so Lightning counts the "
-            f"epoch finished and runs the next one as epoch {epoch} again (one epoch more than an uninterrupted run); "
-            "the record follows Lightning. A checkpoint saved anywhere else in that epoch resumes exactly",
+            f"the checkpoint was saved in epoch {epoch} (0-based) by a fit that was itself resumed at an epoch end, "
+            f"whose Lightning loop counters show no epoch in flight: {what}; the record follows Lightning. A fit "
+            "resumed mid-epoch saves correct counters again",
             InexactResumeWarning,
             stacklevel=3,
         )

@@ -107,7 +107,7 @@ class Restart:
     global_step: int
     epoch_consumed: bool  # the restored train epoch had run its last batch: Lightning will not read it further
     closes_epoch: bool  # Lightning counts that epoch finished without its end hooks and starts the next one
-    reruns_epoch: bool = False  # its counters show no epoch in flight: with one in flight, Lightning runs it again
+    no_epoch_counted: bool = False  # its epoch counters show no epoch in flight (see _no_epoch_counted)
 
 
 def restart_of(checkpoint: dict[str, Any]) -> Restart:
@@ -121,9 +121,9 @@ def restart_of(checkpoint: dict[str, Any]) -> Restart:
     totals = batches.get("total", {})
     epochs = fit_loop.get("epoch_progress", {}).get("total", {})
     consumed = bool(batches.get("is_last_batch", False)) and _batch_done(totals)
-    reruns = consumed and _reruns_epoch(epochs)
-    closes = consumed and (_closes_epoch(epochs, totals) or reruns)
-    return Restart(global_step, epoch_consumed=consumed, closes_epoch=closes, reruns_epoch=reruns)
+    uncounted = _no_epoch_counted(epochs)
+    closes = consumed and (_closes_epoch(epochs, totals) or uncounted)
+    return Restart(global_step, epoch_consumed=consumed, closes_epoch=closes, no_epoch_counted=uncounted)
 
 
 def closes_restored_epoch(fit_loop: _FitLoop) -> bool:
@@ -135,7 +135,7 @@ def closes_restored_epoch(fit_loop: _FitLoop) -> bool:
         fit_loop.restarting
         and batches.is_last_batch
         and _batch_done(totals)
-        and (_closes_epoch(epochs, totals) or _reruns_epoch(epochs))
+        and (_closes_epoch(epochs, totals) or _no_epoch_counted(epochs))
     )
 
 
@@ -159,11 +159,12 @@ def _closes_epoch(epochs: dict[str, int], batches: dict[str, int]) -> bool:
     )
 
 
-def _reruns_epoch(epochs: dict[str, int]) -> bool:
-    """Lightning's reading of a checkpoint saved at an epoch's last batch whose epoch counters show no epoch in
-    flight: ``_FitLoop.reset`` counts one more epoch completed and ``on_run_start`` sets ``current_epoch`` back to
-    the processed count. Right after a finished fit; but a fit resumed at an epoch end does not count the next
-    epoch's start, so where the record has that epoch in flight, Lightning runs it again under its number."""
+def _no_epoch_counted(epochs: dict[str, int]) -> bool:
+    """The epoch counters show no epoch in flight: right after a finished fit; but a fit resumed at an epoch end
+    does not count the next epoch's start, so its later checkpoints show none where the record has one. Resumed
+    from such a checkpoint, Lightning starts an epoch afresh: at the epoch's last batch it counts it finished
+    (``_FitLoop.reset``) and runs the next one under its number; mid-epoch it numbers the remaining batches from
+    ``batch_idx`` 0."""
     ready, started, processed, completed = (epochs.get(phase, 0) for phase in _PHASES)
     return ready > 0 and ready == started == processed == completed
 
