@@ -201,6 +201,16 @@ def test_a_keyboard_interrupt_the_program_raises_itself_interrupts_the_run() -> 
     assert program.ended() == ["interrupted"]
 
 
+@pytest.fixture
+def _pythons_sigint_handler() -> Iterator[None]:
+    """SIGINT handled as Python handles it in a program started from a terminal (a background job inherits it
+    ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("_pythons_sigint_handler")
 def test_ctrl_c_in_the_train_loop_interrupts_the_run_and_its_keyboard_interrupt_goes_on() -> None:
     program = Program()
     with pytest.raises(KeyboardInterrupt) as raised:
@@ -210,6 +220,7 @@ def test_ctrl_c_in_the_train_loop_interrupts_the_run_and_its_keyboard_interrupt_
     assert (run["ended"], run["end"]["batches"]) == ("interrupted", 2)  # the second batch had trained (its step)
 
 
+@pytest.mark.usefixtures("_pythons_sigint_handler")
 def test_the_fit_leaves_the_sigint_handler_alone() -> None:
     program = Program()
     with program.progress.fit(1) as fit:
