@@ -147,7 +147,9 @@ class ProgressTracker(CallbackBase):
         self._rng_boundary = False  # resumed at an epoch boundary: its check is set up at on_train_start
         self._rng_await_build = False  # a check waits for Lightning's setup_data to build the train iterator
         self._rng_built: GlobalRng | None = None  # epoch boundary: the RNGs as that build (and prefetch) left them
-        self._rng_iterator: object = None  # the train iterator it built (that epoch must read from it)
+        # the train iterator it built (that epoch must read from it), held weakly: Lightning drops it at teardown, and
+        # with it the loader's worker processes
+        self._rng_iterator: Callable[[], object] = _nothing
         self._rng_check_where = ""  # what the epoch-run check names
         self._rng_check_generators: tuple[str, ...] = GLOBAL_GENERATORS  # those the checks above compare
         self._rng_check_unmoved: ResumeRngCheck | None = None  # epoch boundary: the others, before on_train_epoch_start
@@ -228,7 +230,8 @@ class ProgressTracker(CallbackBase):
         # left by a resumed fit that trained nothing
         self._rng_check_at_start = self._rng_check_unmoved = self._rng_check_at_run = None
         self._rng_boundary = self._rng_await_build = False
-        self._rng_built = self._rng_iterator = self._rng_cut = None
+        self._rng_built = self._rng_cut = None
+        self._rng_iterator = _nothing
         if self._cut_by:
             self._settle_cut()
         attach(trainer, self.tracker.progress)
@@ -437,7 +440,8 @@ class ProgressTracker(CallbackBase):
         if not self._rng_await_build:
             return
         self._rng_await_build = False
-        self._rng_iterator = resume.train_iterator(trainer.fit_loop)
+        built = resume.train_iterator(trainer.fit_loop)
+        self._rng_iterator = _nothing if built is None else weakref.ref(built)
         if self._rng_boundary:
             self._rng_built = GlobalRng.capture()
         check = self._rng_check_at_start
@@ -551,7 +555,7 @@ class ProgressTracker(CallbackBase):
         trainer = self._trainer() if self._trainer is not None else None
         if check is None or trainer is None or trainer.current_epoch != self._rng_check_epoch:
             return
-        if resume.train_iterator(trainer.fit_loop) is self._rng_iterator:
+        if resume.train_iterator(trainer.fit_loop) is self._rng_iterator():
             check.check(self._rng_check_where, last=True, generators=self._rng_check_generators)
 
     # The per-batch hooks guard inline (a try costs nothing in Python 3.11; a wrapper costs a call)
@@ -1059,3 +1063,7 @@ def _own_gradients(saved: object, rank: int) -> Any:
     if not isinstance(ranks, (list, RankTensors)) or not ranks:  # RankTensors: each rank's in its own file
         raise ProgressStateError("gradients.ranks", "expected a non-empty list of each rank's gradients")
     return ranks[rank % len(ranks)]
+
+
+def _nothing() -> None:
+    """What a weak reference to no object returns."""
