@@ -139,3 +139,5 @@ def main(phase: str, folder: Path) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], Path(sys.argv[2]))
+    if torch.distributed.is_initialized():  # what PyTorch asks of a script before it exits (pytorch/pytorch#190489)
+        torch.distributed.destroy_process_group()
