@@ -28,11 +28,11 @@ pytest.importorskip("accelerate")
 import torch
 
 from tracker_core import ProgressStateError
-from tracker_core.integrations._accelerate_checkpoint import rng_crc32, state_crc32, tensor_crc32
 from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
 
 from helpers.accelerate_drive import Setup, StopAt, run
 from helpers.distributed_runs import TESTS
+from helpers.save_crc import rng_crc32, state_crc32, tensor_crc32
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 
@@ -156,6 +156,7 @@ def _two_saves_into_one_folder(tmp_path: Path) -> tuple[Any, Any, Any, Path, Pat
     loader = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=3, shuffle=True)
     model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, loader)
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     folder, first = tmp_path / "checkpoint", tmp_path / "save1"
     with progress.fit(1) as fit:
         for _epoch in fit.epochs():
