@@ -152,3 +152,15 @@ def test_the_full_matrix_has_at_least_300_configurations_with_every_feature() ->
         any(getattr(c, name) is not None for c in configs) for name in ("break_train", "break_eval", "raise_train")
     )
     assert any(stop is not None and stop.during_eval for _config, stop in everything)
+
+
+def test_passes_the_resumed_epoch_left_unbegun_run_whole_in_the_next_epoch(tmp_path: Path) -> None:
+    # three alternating loaders saved after 3 batches of epoch 0; the resumed loop breaks out of epoch 0 before the
+    # passes of loaders 1 and 2 begin: their saved positions belong to epoch 0, not to epoch 1's passes
+    config = Config(train_sizes=(4, 6, 3), batch_size=2, accumulation=2, epochs=2, break_train=(0, 4))
+    reference = _checked(run(config))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InexactResumeWarning)  # the passes alternate: named at the resume
+        run(config, stop=Stop(epoch=0, n=3), directory=str(tmp_path))
+        resumed = _checked(run(config, resume=True, directory=str(tmp_path)))
+    assert [batch for batch in resumed.train if batch[0] == 1] == [batch for batch in reference.train if batch[0] == 1]

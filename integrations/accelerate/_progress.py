@@ -252,7 +252,10 @@ class AcceleratorProgress:
     def _end_train_epoch(self) -> None:
         self._end_train_batch()
         self._check_committed()
+        if self._resumed_passes or self._finished_passes:  # passes of the resumed epoch that never began
+            self._tracker.forget_loaded_positions()  # begin the next epoch's passes from their start
         self._resumed_passes.clear()
+        self._finished_passes.clear()
         train = self._train
         epochs = self.view.train.epochs.lifetime
         if epochs.started != epochs.processed:
