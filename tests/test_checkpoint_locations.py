@@ -149,8 +149,7 @@ def test_a_torch_only_install_inspects_checkpoints_written_with_numpy_present(sa
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stdout.count("exit 0") == len(paths), result.stdout + result.stderr[-3000:]
     assert "mid-accumulation: yes, 1 batch not" in result.stdout
-    assert f"{saved.accelerate / 'mid'}: Accelerate checkpoint folder" in result.stdout
-    assert "random_states" not in result.stdout  # checked against the tracker's commit, bytes only: no NumPy needed
+    assert "not checked: random_states_0.pkl (NumPy is not importable here" in result.stdout
 
 
 # Lightning's sharded checkpoint folders ----------------------------------------------------------
