@@ -11,7 +11,8 @@ Ignite's ``destroy_process_group()`` until the interpreter's last garbage collec
 
 :func:`run_collective` waits, with the GIL released, until C++ holds none of the tensors it handed over: its
 hold shows as one reference to each tensor's Python object, dropped under the GIL. Nothing of the tracker's is
-then left for a thread of the process group to free.
+then left for a thread of the process group to free. It waits one second at most: a process group that keeps a
+tensor longer is left to it, and training goes on.
 """
 
 from __future__ import annotations
@@ -23,13 +24,17 @@ from collections.abc import Callable, Sequence
 import torch
 
 _PAUSE = 50e-6  # seconds between looks: the thread drops the work as soon as it gets the CPU and the GIL
+_PATIENCE = 1.0  # seconds at most
 
 
 def run_collective(collective: Callable[[], object], tensors: Sequence[torch.Tensor]) -> None:
     """Call ``collective`` (blocking, over ``tensors``), then wait until the process group holds none of ``tensors``."""
     before = _references(tensors)
     collective()
+    deadline = time.monotonic() + _PATIENCE
     while any(now > then for now, then in zip(_references(tensors), before, strict=True)):
+        if time.monotonic() > deadline:
+            return
         time.sleep(_PAUSE)  # releases the GIL the thread needs to drop its hold
 
 
