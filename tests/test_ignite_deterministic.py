@@ -24,8 +24,9 @@ from torch.utils.data import DataLoader
 from tracker_core import InexactResumeWarning, ProgressStateError
 from tracker_core.integrations.ignite import ProgressHandler
 
-from helpers.ignite_deterministic import EPOCHS, Program, build, save_every_iteration
+from helpers.ignite_deterministic import EPOCHS, Program, build
 from helpers.ignite_oracle import Oracle
+from helpers.ignite_program import save_every_iteration
 from helpers.ledger import without_ledger
 
 ITERATIONS = EPOCHS * 4

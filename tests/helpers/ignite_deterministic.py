@@ -9,12 +9,10 @@ seed from the global RNG when its run starts, so a resumed process seeds as the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
-from ignite.engine import DeterministicEngine, Events, supervised_training_step
-from ignite.handlers import Checkpoint, DiskSaver
+from ignite.engine import DeterministicEngine, supervised_training_step
 from torch.utils.data import DataLoader
 
 from tracker_core.integrations.ignite import ProgressHandler
@@ -64,15 +62,3 @@ def build(tracked: bool = True, shuffle: bool = False, iterable: bool = False) -
         progress = ProgressHandler()
         progress.attach(trainer, optimizers=[optimizer])
     return Program(model, optimizer, loader, trainer, progress, seen)
-
-
-def save_every_iteration(program: Program, folder: Path) -> None:
-    """A Checkpoint after every iteration, named by it: ``<folder>/<iteration>.pt``."""
-    checkpoint = Checkpoint(
-        program.to_save(),
-        DiskSaver(str(folder), require_empty=False),
-        n_saved=None,
-        filename_pattern="{global_step}.pt",
-        global_step_transform=lambda engine, _: engine.state.iteration,
-    )
-    program.trainer.add_event_handler(Events.ITERATION_COMPLETED, checkpoint)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from ignite.engine import Engine, Events, create_supervised_evaluator, create_supervised_trainer
@@ -127,7 +127,16 @@ def build(config: Config, seed: int, heartbeat: str | Path | None = None) -> Pro
     return Program(config, model, optimizer, config.loader(), trainer, evaluator, progress, seen)
 
 
-def save_every_iteration(program: Program, folder: Path) -> None:
+class Saving(Protocol):
+    """A program whose ``to_save()`` a Checkpoint on its ``trainer`` saves."""
+
+    @property
+    def trainer(self) -> Engine: ...
+
+    def to_save(self) -> dict[str, Any]: ...
+
+
+def save_every_iteration(program: Saving, folder: Path) -> None:
     """A Checkpoint after every train iteration, named by it: ``<folder>/<iteration>.pt``."""
     checkpoint = Checkpoint(
         program.to_save(),
