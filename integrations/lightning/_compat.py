@@ -178,7 +178,7 @@ def train_layout(fit_loop: _FitLoop) -> tuple[str, list[Any], list[int | None]] 
         return None
     iterables = combined.iterables
     keys: list[Any] = list(iterables) if isinstance(iterables, dict) else list(range(len(combined.flattened)))
-    limits: list[Any] = list(combined._limits) if combined._limits else [None] * len(keys)
+    limits: list[Any] = list(combined.limits) if combined.limits else [None] * len(keys)
     passes: list[int | None] = []
     for loader, limit in zip(combined.flattened, limits, strict=True):
         size = len(loader) if hasattr(loader, "__len__") else None
@@ -428,7 +428,7 @@ def _check(package: str) -> None:
                 ),
             ),
             "_TrainingEpochLoop": (epoch_loop, ("_should_check_val_fx", "on_run_start")),
-            "CombinedLoader": (combined, ("_mode", "_limits", "_iterator")),
+            "CombinedLoader": (combined, ("_mode", "limits", "_iterator")),
             "_EvaluationLoop": (
                 evaluation,
                 ("run", "reset", "batch_progress", "max_batches", "_combined_loader", "_data_fetcher"),
