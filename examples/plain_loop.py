@@ -21,13 +21,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from tracker_core import EventOrderError, ProgressView, Tracker, comparable_state, count_optimizer_steps
 from tracker_core.adapter import (
-    EventOrderError,
-    ProgressView,
-    Tracker,
     capture_gradients,
-    comparable_state,
-    count_optimizer_steps,
     count_scheduler_steps,
     read_mapping,
     register_progress,

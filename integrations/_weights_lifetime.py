@@ -19,8 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tracker_core import ProgressStateError
-from tracker_core.adapter import lifetimes_in
+from tracker_core import ProgressStateError, lifetimes_in
 from tracker_core.integrations import _checkpoint_urls as urls
 from tracker_core.integrations._checkpoint_files import (
     CheckpointFileError,

@@ -24,7 +24,7 @@ pytest.importorskip("accelerate")
 
 import torch
 
-from tracker_core.adapter import InexactResumeWarning
+from tracker_core import InexactResumeWarning
 
 from helpers.accelerate_oracle import Config, Stop, Trace, run
 

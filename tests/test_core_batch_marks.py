@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from tracker_core import EventOrderError, Progress
-from tracker_core.adapter import count_optimizer_steps
+from tracker_core import EventOrderError, Progress, count_optimizer_steps
 
 BATCH = (torch.zeros(4, 3), torch.zeros(4))
 

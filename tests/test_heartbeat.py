@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tracker_core import Progress
-from tracker_core.adapter import HeartbeatWarning, keep_heartbeat, read_heartbeat
+from tracker_core import HeartbeatWarning, Progress
+from tracker_core.adapter import keep_heartbeat, read_heartbeat
 from tracker_core.counting import _clock
 
 from helpers.clock import REAL_UNIX_US

@@ -1,6 +1,7 @@
 """tracker-core: one framework-neutral record of how far a training run has got."""
 
 from tracker_core._errors import EventOrderError, ProgressStateError
+from tracker_core._heartbeat import HeartbeatWarning
 from tracker_core._tracker import InexactResumeWarning, Tracker
 from tracker_core._version import __version__ as __version__
 from tracker_core.counting._counts import PhaseCounts, ScopeCounts
@@ -36,6 +37,7 @@ __all__ = [
     "EpochCounts",
     "Event",
     "EventOrderError",
+    "HeartbeatWarning",
     "InexactResumeWarning",
     "OverheadSeconds",
     "Phase",

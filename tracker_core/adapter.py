@@ -4,17 +4,15 @@ An adapter owns one :class:`Tracker`, drives its ``tracker.progress`` from the f
 events, registers the train loaders with ``Tracker.track_train_loader``, and stores
 ``Tracker.checkpoint_state_dict()`` in the framework's checkpoint. docs/adapters.md gives the
 event contract and a worked example on a plain PyTorch loop. The three adapters in
-``tracker_core.integrations`` import nothing else from the core.
+``tracker_core.integrations`` import nothing else from the core but ``tracker_core`` itself (``Tracker``,
+``Progress``, the errors and warnings: not repeated here).
 """
 
-from tracker_core._errors import EventOrderError, ProgressStateError
-from tracker_core._heartbeat import HeartbeatWarning, keep_heartbeat, read_heartbeat
+from tracker_core._heartbeat import keep_heartbeat, read_heartbeat
 from tracker_core._logs import rewind_summary_writer
-from tracker_core._tracker import InexactResumeWarning, Tracker
 from tracker_core.counting._batch_size import batches_in, samples_in
 from tracker_core.counting._dataloaders import begin_dataloader_pass, count_dataloader_batch
-from tracker_core.counting._optimizer_hooks import count_optimizer_steps, count_skipped_steps
-from tracker_core.counting._progress import Progress
+from tracker_core.counting._optimizer_hooks import count_skipped_steps
 from tracker_core.counting._registry import register_progress
 from tracker_core.counting._resync import (
     abandon_in_flight,
@@ -24,9 +22,7 @@ from tracker_core.counting._resync import (
     run_scope_bases,
 )
 from tracker_core.counting._scheduler_hooks import count_scheduler_steps
-from tracker_core.counting._stage import StageProgress, TrainStageProgress
 from tracker_core.counting._tokens import TokenCounter
-from tracker_core.counting._view import ProgressView
 from tracker_core.data._device_rng import device_rng_facts
 from tracker_core.data._resume_rng_check import GLOBAL_GENERATORS, ResumeRngCheck
 from tracker_core.data._rng import GlobalRng
@@ -43,37 +39,25 @@ from tracker_core.distributed._rank_files import (
     write_rank_tensors,
 )
 from tracker_core.distributed._to_writer import gather_to_writer
-from tracker_core.state._comparable import comparable_state
 from tracker_core.state._gradients import capture_gradients, restore_gradients
-from tracker_core.state._model_lifetime import bind_lifetime, lifetimes_in
+from tracker_core.state._model_lifetime import bind_lifetime
 from tracker_core.state._readers import read_int, read_mapping
 
 __all__ = [
     "GLOBAL_GENERATORS",
     "Display",
-    "EventOrderError",
     "GlobalRng",
-    "HeartbeatWarning",
-    "InexactResumeWarning",
-    "Progress",
-    "ProgressStateError",
-    "ProgressView",
     "RankFiles",
     "RankTensors",
     "ResumeRngCheck",
-    "StageProgress",
     "TokenCounter",
-    "Tracker",
-    "TrainStageProgress",
     "abandon_in_flight",
     "batches_in",
     "begin_dataloader_pass",
     "bind_lifetime",
     "capture_gradients",
-    "comparable_state",
     "continue_run_scope",
     "count_dataloader_batch",
-    "count_optimizer_steps",
     "count_scheduler_steps",
     "count_skipped_steps",
     "device_rng_facts",
@@ -81,7 +65,6 @@ __all__ = [
     "history_facts",
     "history_table",
     "keep_heartbeat",
-    "lifetimes_in",
     "progress_facts",
     "progress_table",
     "read_heartbeat",

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tracker_core.adapter import GlobalRng, StageProgress
+from tracker_core import StageProgress
+from tracker_core.adapter import GlobalRng
 
 
 @dataclass(slots=True)

@@ -27,14 +27,19 @@ from typing import Any, Literal, TextIO, TypeVar, overload
 import torch
 from accelerate.data_loader import SkipBatchSampler, SkipDataLoader
 
-from tracker_core import ProgressStateError, ProgressView, Tracker, count_optimizer_steps
+from tracker_core import (
+    EventOrderError,
+    InexactResumeWarning,
+    ProgressStateError,
+    ProgressView,
+    StageProgress,
+    Tracker,
+    count_optimizer_steps,
+)
 from tracker_core.adapter import (
     Display,
-    EventOrderError,
     GlobalRng,
-    InexactResumeWarning,
     ResumeRngCheck,
-    StageProgress,
     TokenCounter,
     batches_in,
     bind_lifetime,

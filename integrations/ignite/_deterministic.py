@@ -15,8 +15,8 @@ from typing import Any
 
 import ignite.distributed as idist
 
-from tracker_core import ProgressStateError
-from tracker_core.adapter import GlobalRng, Progress, gather_to_writer, read_mapping
+from tracker_core import Progress, ProgressStateError
+from tracker_core.adapter import GlobalRng, gather_to_writer, read_mapping
 
 _ENTRY_KEYS = ("progress", "train_loaders", "rng")
 

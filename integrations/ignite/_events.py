@@ -24,8 +24,8 @@ from typing import Any
 
 from ignite.engine import Engine, Events
 
-from tracker_core import EventOrderError, Progress, Tracker
-from tracker_core.adapter import StageProgress, TokenCounter, samples_in
+from tracker_core import EventOrderError, Progress, StageProgress, Tracker
+from tracker_core.adapter import TokenCounter, samples_in
 from tracker_core.integrations.ignite._loaders import Loaders
 from tracker_core.integrations.ignite._settle import Anomalies, close_cut, close_cut_batch
 

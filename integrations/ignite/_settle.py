@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import warnings
 
-from tracker_core import Progress
-from tracker_core.adapter import StageProgress
+from tracker_core import Progress, StageProgress
 
 
 class Anomalies:
