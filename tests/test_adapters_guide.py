@@ -46,7 +46,10 @@ def test_the_example_takes_from_the_core_only_tracker_core_and_tracker_core_adap
         if isinstance(node, ast.Import)
         for alias in node.names
     }
-    assert {name for name in imported if name.split(".")[0] == "tracker_core"} == {"tracker_core", "tracker_core.adapter"}
+    assert {name for name in imported if name.split(".")[0] == "tracker_core"} == {
+        "tracker_core",
+        "tracker_core.adapter",
+    }
 
 
 STOPS = [1, 4, 7]  # after the first batch, after the last batch of epoch 1, inside an accumulation window

@@ -239,12 +239,11 @@ def test_a_checkpoint_inside_a_validation_batch_resumes_that_validation_as_light
     straight.fit(model(plain), _loader(), _loader(12))
     on_exception = pl.callbacks.OnExceptionCheckpoint(tmp_path)
     first = trainer(config, [ProgressTracker(), on_exception], enable_checkpointing=True)
-    with pytest.raises(Planned):
+    with pytest.raises(Planned), pytest.warns(InexactResumeWarning, match="checkpoint saved inside a validation"):
         first.fit(model(config), _loader(), _loader(12))
     oracle = Oracle()
     resumed = trainer(plain, [ProgressTracker(), oracle])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", InexactResumeWarning)
+    with pytest.warns(InexactResumeWarning, match="re-reading its data from the first batch"):
         resumed.fit(model(plain), _loader(), _loader(12), ckpt_path=tmp_path / "on_exception.ckpt")
     assert get_progress(resumed).validate.batches.lifetime == get_progress(straight).validate.batches.lifetime
     assert get_progress(resumed).validate.epochs.lifetime == get_progress(straight).validate.epochs.lifetime

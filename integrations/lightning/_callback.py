@@ -153,8 +153,7 @@ class ProgressTracker(CallbackBase):
         self._rng_check_where = ""  # what the epoch-run check names
         self._rng_check_generators: tuple[str, ...] = GLOBAL_GENERATORS  # those the checks above compare
         self._rng_check_unmoved: ResumeRngCheck | None = None  # epoch boundary: the others, before on_train_epoch_start
-        self._rng_cut: GlobalRng | None = None  # the RNGs at the checkpoint a validation batch cut: see _cut_validation
-        self._rng_cut_setup = False  # ... were the RNGs before Lightning's setup_data iterator (its draws undone)
+        self._rng_after_cut: GlobalRng | None = None  # loaded inside a validation batch: see _cut_validation_ended
         self._elastic_entry: dict[str, Any] | None = None  # saved at another world size: loaded at setup_data
         self._train_loaders: list[object] = []  # held: the tracker's positions need them until the next fit
         self._train_layout: tuple[str, list[Any], list[int | None]] | None = None  # several train loaders
@@ -230,7 +229,7 @@ class ProgressTracker(CallbackBase):
         # left by a resumed fit that trained nothing
         self._rng_check_at_start = self._rng_check_unmoved = self._rng_check_at_run = None
         self._rng_boundary = self._rng_await_build = False
-        self._rng_built = self._rng_cut = None
+        self._rng_built = self._rng_after_cut = None
         self._rng_iterator = _nothing
         if self._cut_by:
             self._settle_cut()
@@ -245,8 +244,7 @@ class ProgressTracker(CallbackBase):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._remove_step_hooks()
         resume.forget_epoch_run(trainer.fit_loop)  # a fit that ended before the epoch its RNG check waited for
-        resume.forget_cut_validation(trainer.fit_loop)
-        self._rng_cut = None
+        self._rng_after_cut = None
         self._warnings_as_before()
         kind = str(getattr(stage, "value", stage))  # Lightning passes its TrainerFn (a str enum)
         if kind != _FIT and not self._run_begun:  # Lightning skipped a loop over zero batches: still a run
@@ -709,8 +707,6 @@ class ProgressTracker(CallbackBase):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         if not trainer.sanity_checking:
-            if self._rng_cut is not None:
-                self._undo_cut_validation_draws()
             self._validate.batch_begin(batch)
 
     @_passenger
@@ -735,6 +731,8 @@ class ProgressTracker(CallbackBase):
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._evaluation_end(trainer, self._validate)
+            if self._rng_after_cut is not None:
+                self._cut_validation_ended()
 
     @_passenger
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -818,6 +816,8 @@ class ProgressTracker(CallbackBase):
                 self._catch_up(trainer)
             except EventOrderError as error:
                 self._anomaly(f"checkpoint: {error}")
+            if self.tracker.view.validate.epochs.lifetime.in_flight:
+                warnings.warn(_SAVED_IN_VALIDATION, InexactResumeWarning, stacklevel=2)
         return self.tracker.checkpoint_state_dict()
 
     def _catch_up(self, trainer: pl.Trainer) -> None:
@@ -943,12 +943,7 @@ class ProgressTracker(CallbackBase):
             self._rng_check = ResumeRngCheck(load=_SEED_BEFORE)
             self._rng_check.loaded()
             if self._validation_at_load(state_dict["progress"]) and trainer is not None:
-                resume.on_cut_validation(
-                    trainer.fit_loop,
-                    self._cut_validation_starts,
-                    self._cut_validation_ended,
-                    self._cut_validation_reread,
-                )
+                self._cut_validation_reread()
         else:
             self._elastic_entry = state_dict
         for driver in (self._train, self._validate, self._test, self._predict):
@@ -978,7 +973,7 @@ class ProgressTracker(CallbackBase):
         if not restart or not reenter_evaluation_epoch(self.tracker.progress, "validate", progress):
             return False
         if restart == "finish":
-            return True  # Lightning finishes it: see _cut_validation_starts
+            return True  # Lightning finishes it: see _cut_validation_reread
         validate = self.tracker.progress.validate
         validate.epoch_processed()
         validate.epoch_completed()
@@ -992,40 +987,36 @@ class ProgressTracker(CallbackBase):
         warnings.warn(message, InexactResumeWarning, stacklevel=2)
         return False
 
-    def _cut_validation_starts(self) -> None:
-        """Lightning is about to finish the validation a checkpoint cut inside a batch (``resume.on_cut_validation``):
-        it calls ``val_dataloader()`` and builds that validation's iterator again, and runs its start hooks and the
-        cut batch's ``on_validation_batch_start`` again, all of which the uninterrupted run did before the checkpoint
-        (each iterator of a loader without a ``generator`` draws its base seed from torch's global RNG). The RNGs
-        now are put back at that batch's start (``_undo_cut_validation_draws``); the validation goes on at the batch
-        the checkpoint cut, so the loaders the uninterrupted run built after it are built, with their draws, here
-        too. If Lightning may still drop its ``setup_data`` train iterator at the next epoch's start (undoing its
-        draws), the RNGs before it are those put back, and that undo goes back to the RNGs after this validation."""
-        pending = self._rng_at_setup
-        self._rng_cut_setup = pending is not None
-        self._rng_cut = pending if pending is not None else GlobalRng.capture()
-
-    def _undo_cut_validation_draws(self) -> None:
-        rng, self._rng_cut = self._rng_cut, None
-        if rng is not None:
-            rng.apply()
-
     def _cut_validation_reread(self) -> None:
-        """The cut validation cannot go on at its cut batch (``validation_step(dataloader_iter)``, a loader mode
-        other than sequential): Lightning re-reads its data from the first batch."""
+        """Loaded inside a validation batch: Lightning finishes that validation on resume, counting on from the
+        batches done but re-reading its data from the first batch of its first loader (the record counts as it
+        does). The RNGs loaded now are put back when that validation ends (``_cut_validation_ended``)."""
+        self._rng_after_cut = GlobalRng.capture()
         message = (
             "resumed inside a validation batch: Lightning finishes that validation re-reading its data from the "
-            "first batch (validation_step(dataloader_iter), or a mode other than sequential), so its batches and "
-            "any random draws in them differ from the uninterrupted run's"
+            "first batch of its first loader, so its batches and metrics differ from the uninterrupted run's; the "
+            "training after it continues exactly only if that validation made no global random draw after the "
+            "checkpoint in the uninterrupted run (its last loader's iterator was already built)"
         )
         self.tracker.progress.note_anomaly(message)
         warnings.warn(message, InexactResumeWarning, stacklevel=2)
 
     def _cut_validation_ended(self) -> None:
-        self._rng_cut = None  # a validation that ran no batch
-        if self._rng_cut_setup and self._rng_at_setup is not None:
-            self._rng_at_setup = GlobalRng.capture()
-        self._rng_cut_setup = False
+        """The validation a checkpoint cut ended: the RNGs go back to those loaded, as the uninterrupted run had them
+        at the cut (re-building and re-reading its loaders drew from them again)."""
+        rng, self._rng_after_cut = self._rng_after_cut, None
+        if rng is not None:
+            rng.apply()
+            if self._rng_at_setup is not None:  # Lightning may still drop its setup_data iterator: back to these
+                self._rng_at_setup = rng
+
+
+_SAVED_IN_VALIDATION = (
+    "checkpoint saved inside a validation: a fit resumed from it does not go on with that validation where it "
+    "stopped (Lightning re-reads it from its first batch when saved inside a batch, or counts it finished when "
+    "saved between batches), so that validation's batches and metrics differ from the uninterrupted run's "
+    "(docs/lightning.md, Limits)"
+)
 
 
 def _load_progress_only(tracker: Tracker, entry: object, rank: int) -> None:

@@ -1,8 +1,7 @@
 """Every private attribute of Lightning the adapter touches, in one place, checked when imported (for each
 installed Lightning package): what Lightning's restart logic will do with a checkpoint (read from its restored
 loop counters), whether its fit counters carry on, the hook before its first ``iter()`` of the train loaders, and the
-instants a resume's RNG check needs (after ``setup_data``, before a train epoch's run), and the validation a checkpoint
-cut inside a batch (to go on at that batch)."""
+instants a resume's RNG check needs (after ``setup_data``, before a train epoch's run)."""
 
 from __future__ import annotations
 
@@ -274,101 +273,6 @@ def forget_epoch_run(fit_loop: _FitLoop) -> None:
         delattr(epoch_loop, "on_run_start")
 
 
-class _CutValidation:
-    """``val_loop.run`` replaced on one loop instance for its next call (the validation a checkpoint cut); picklable."""
-
-    def __init__(
-        self, val_loop: Any, before: Callable[[], None], after: Callable[[], None], unplaced: Callable[[], None]
-    ) -> None:
-        self.val_loop = val_loop
-        self.before = before
-        self.after = after
-        self.unplaced = unplaced
-
-    def __call__(self) -> Any:
-        val_loop = self.val_loop
-        if getattr(val_loop, "run", None) is self:
-            delattr(val_loop, "run")  # Lightning's own method again, for every later validation
-        self.before()
-        val_loop.reset = _ResetAtCut(val_loop, self.unplaced)
-        try:
-            outputs = val_loop.run()
-        finally:
-            if isinstance(getattr(val_loop, "reset", None), _ResetAtCut):
-                delattr(val_loop, "reset")
-        self.after()
-        return outputs
-
-
-class _ResetAtCut:
-    """``val_loop.reset`` replaced for the cut validation's run: Lightning's, then :func:`_continue_at_cut`."""
-
-    def __init__(self, val_loop: Any, unplaced: Callable[[], None]) -> None:
-        self.val_loop = val_loop
-        self.unplaced = unplaced
-
-    def __call__(self) -> None:
-        val_loop = self.val_loop
-        delattr(val_loop, "reset")
-        type(val_loop).reset(val_loop)
-        if not _continue_at_cut(val_loop):
-            self.unplaced()
-
-
-def _continue_at_cut(val_loop: Any) -> bool:
-    """Point the validation iterator Lightning just built at the batch the checkpoint cut.
-
-    Lightning counts on from the batches done but re-reads the data from the first batch of the first
-    loader: with several loaders it runs batches of the wrong loader, and builds the iterators of
-    loaders the uninterrupted run had built before the checkpoint (and not those it builds after).
-    Only the sequential mode (Lightning's for validation loaders), with a fetcher that reads batches itself:
-    False where it cannot (another mode, ``validation_step(dataloader_iter)``), Lightning then re-reads.
-    """
-    done = int(val_loop.batch_progress.current.ready)
-    combined = val_loop._combined_loader
-    if done <= 0 or combined is None:
-        return True
-    if str(combined._mode) != "sequential" or not hasattr(val_loop._data_fetcher, "batches"):
-        return False
-    fetcher = val_loop._data_fetcher
-    lengths: list[float] = list(val_loop.max_batches)
-    index, skip = 0, float(done)
-    while index < len(lengths) and skip >= lengths[index]:
-        skip -= lengths[index]
-        index += 1
-    if index == len(lengths):
-        return True
-    sequential = combined._iterator
-    sequential._iterator_idx = index
-    sequential._load_current_iterator()
-    with contextlib.suppress(StopIteration):  # fewer batches than saved (other data): its next loader goes on
-        for _ in range(int(skip)):
-            next(sequential.iterators[0])
-    sequential._idx = int(skip)
-    if fetcher.batches:  # a loader without a length: Lightning prefetched the first loader's first batch
-        with contextlib.suppress(StopIteration):
-            fetcher.batches = [next(sequential)]
-    return True
-
-
-def on_cut_validation(
-    fit_loop: _FitLoop, before: Callable[[], None], after: Callable[[], None], unplaced: Callable[[], None]
-) -> None:
-    """When Lightning next runs a validation of this fit (the one a checkpoint cut inside a batch, which it
-    finishes on resume): call ``before()`` first, let that validation go on at the batch the checkpoint cut
-    (:func:`_continue_at_cut`) instead of the first batch of the first loader (``unplaced()`` where it cannot),
-    and call ``after()`` once its run returned (every hook of that validation ran)."""
-    val_loop = fit_loop.epoch_loop.val_loop
-    val_loop.run = _CutValidation(val_loop, before, after, unplaced)  # type: ignore[method-assign]
-
-
-def forget_cut_validation(fit_loop: _FitLoop) -> None:
-    """Undo :func:`on_cut_validation` if its validation has not come."""
-    val_loop = fit_loop.epoch_loop.val_loop
-    if isinstance(getattr(val_loop, "run", None), _CutValidation):
-        delattr(val_loop, "run")
-
-
 def train_iterator(fit_loop: _FitLoop) -> object:
     """The iterator Lightning built last of its combined train loader (a new one: the loaders built theirs anew)."""
     combined = fit_loop._combined_loader
@@ -404,14 +308,7 @@ def quiet_not_resumable_warning(trainer: pl.Trainer, batch: int, epoch: int) -> 
 def _check(package: str) -> None:
     fit_loop = importlib.import_module(f"{package}.loops.fit_loop")._FitLoop
     epoch_loop = importlib.import_module(f"{package}.loops.training_epoch_loop")._TrainingEpochLoop
-    combined_module = importlib.import_module(f"{package}.utilities.combined_loader")
-    combined, sequential, mode_iterator = (
-        combined_module.CombinedLoader,
-        combined_module._Sequential,
-        combined_module._ModeIterator,
-    )
-    evaluation = importlib.import_module(f"{package}.loops.evaluation_loop")._EvaluationLoop
-    prefetch = importlib.import_module(f"{package}.loops.fetchers")._PrefetchDataFetcher
+    combined = importlib.import_module(f"{package}.utilities.combined_loader").CombinedLoader
     version: Any = getattr(importlib.import_module(package), "__version__", "?")
     check_attributes(
         package,
@@ -429,13 +326,6 @@ def _check(package: str) -> None:
             ),
             "_TrainingEpochLoop": (epoch_loop, ("_should_check_val_fx", "on_run_start")),
             "CombinedLoader": (combined, ("_mode", "limits", "_iterator")),
-            "_EvaluationLoop": (
-                evaluation,
-                ("run", "reset", "batch_progress", "max_batches", "_combined_loader", "_data_fetcher"),
-            ),
-            "_Sequential": (sequential, ("_iterator_idx", "_load_current_iterator")),
-            "_ModeIterator": (mode_iterator, ("iterators", "_idx")),
-            "_PrefetchDataFetcher": (prefetch, ("batches",)),
         },
     )
 
