@@ -27,11 +27,6 @@ def prepared_schedulers(accelerator: Accelerator) -> list[Any]:
     return list(accelerator._schedulers)
 
 
-def prepared_dataloaders(accelerator: Accelerator) -> list[Any]:
-    """The dataloaders ``accelerator.prepare`` returned so far, in order (``save_state`` numbers its files by it)."""
-    return list(accelerator._dataloaders)
-
-
 def drop_iterator(loader: Any) -> None:
     """Forget the iterator a torch DataLoader keeps (persistent workers), so its next epoch is built anew."""
     loader._iterator = None
@@ -54,7 +49,7 @@ check_attributes(
     "accelerate",
     accelerate.__version__,
     {
-        "Accelerator": (Accelerator, ("_models", "_optimizers", "_schedulers", "_dataloaders")),
+        "Accelerator": (Accelerator, ("_models", "_optimizers", "_schedulers")),
         "torch DataLoader": (torch.utils.data.DataLoader, ("_iterator",)),
     },
 )

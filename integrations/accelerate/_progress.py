@@ -22,6 +22,7 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import replace
 from typing import Any, Literal, TextIO, TypeVar, overload
 
 import torch
@@ -52,7 +53,6 @@ from tracker_core.integrations.accelerate import _elastic as elastic
 from tracker_core.integrations.accelerate._compat import (
     create_seedable_generator,
     drop_iterator,
-    prepared_dataloaders,
     prepared_models,
     prepared_optimizers,
     prepared_schedulers,
@@ -73,9 +73,11 @@ class AcceleratorProgress:
     Create it after ``accelerator.prepare(...)``; run the fit in :meth:`fit` and iterate through
     its ``epochs()`` and ``train()``, and :meth:`evaluate`, :meth:`test` and :meth:`predict`. Optimizer steps
     are counted on the prepared optimizers' real steps (Accelerate's ``step()`` is a
-    no-op outside a ``sync_gradients`` window). ``save_state`` writes
-    ``progress_tracker_{rank}.pt`` beside Accelerate's files; ``load_state`` validates it
-    before Accelerate loads anything (``ProgressStateError``, nothing loaded).
+    no-op outside a ``sync_gradients`` window). Register it for checkpointing, after your other registered
+    objects: ``accelerator.register_for_checkpointing(progress)``. ``save_state`` then writes
+    ``progress_tracker_{rank}.pt`` beside Accelerate's files, rank 0's last, listing the folder's files (the
+    commit); ``load_state`` checks the folder against that list and validates the progress before Accelerate
+    loads anything (``ProgressStateError``, nothing loaded).
 
     The loops never raise because of the order they are used in: leaving one (``break``, an
     exception) ends its pass, leaving the ``with`` block ends the fit run, and what the record cannot follow is noted in
@@ -130,6 +132,9 @@ class AcceleratorProgress:
         self._armed_states: dict[int, dict[str, Any] | None] = {}
         self._display: Display | None = None  # set by display(); None: the loops show nothing
         self._next_save_iteration: int | None = None  # after a load_state
+        # the save_state under way: its folder and this process's progress, written by state_dict() (the commit)
+        self._pending: tuple[str, checkpoint.SavedProgress] | None = None
+        self._warned_uncommitted = False
         attach(accelerator, self._progress)
         accelerator.register_save_state_pre_hook(self._on_save)
         accelerator.register_load_state_pre_hook(self._on_load)
@@ -160,8 +165,11 @@ class AcceleratorProgress:
     # register_for_checkpointing and pickling -----------------------------------------------
     def state_dict(self) -> dict[str, str]:
         """What ``accelerator.register_for_checkpointing(progress)`` stores: only a note saying where the
-        progress is. Registering is not needed: every ``save_state`` writes ``progress_tracker_{rank}.pt``
-        through this object's hook, and ``load_state`` reads it before anything else."""
+        progress is. ``save_state`` calls it after writing Accelerate's own files (and the objects registered
+        before this one), and it commits that save: each process writes its ``progress_tracker_{rank}.pt``, and
+        rank 0 writes its own last (after ``accelerator.wait_for_everyone()`` with several processes), listing
+        the size and CRC-32 of every other file then in the folder."""
+        self._commit()
         return dict(_REGISTERED_STATE)
 
     def load_state_dict(self, state: object) -> None:
@@ -174,6 +182,7 @@ class AcceleratorProgress:
         state = self.__dict__.copy()
         state["_display"] = None
         state["_hooked_optimizers"] = 0
+        state["_pending"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -242,6 +251,7 @@ class AcceleratorProgress:
 
     def _end_train_epoch(self) -> None:
         self._end_train_batch()
+        self._check_committed()
         if self._resumed_passes or self._finished_passes:  # passes of the resumed epoch that never began
             self._tracker.forget_loaded_positions()  # begin the next epoch's passes from their start
         self._resumed_passes.clear()
@@ -399,6 +409,7 @@ class AcceleratorProgress:
         self._in_flight = None
         if batch.processed:  # a save_state in the loop body processed it
             self._train.batch_completed()
+            self._check_committed()
         else:
             self._train.batch_end_of(batch.batch, batch.loader)
             self._tokens["train"](batch.batch)
@@ -574,27 +585,52 @@ class AcceleratorProgress:
             gradients=capture_gradients(self._parameters(models)),
             save_iteration=accelerator.project_configuration.iteration,
             loader_iterations=iterations,
-            weights_crc32=checkpoint.weights_crc32(weights),  # ties Accelerate's files to this save
-            optimizers_crc32=[checkpoint.state_crc32(o.state_dict()) for o in prepared_optimizers(accelerator)],
-            schedulers_crc32=[checkpoint.state_crc32(s.state_dict()) for s in prepared_schedulers(accelerator)],
-            scaler_crc32=None
-            if accelerator.scaler is None
-            else checkpoint.state_crc32(accelerator.scaler.state_dict()),
-            dataloaders_crc32=[
-                checkpoint.state_crc32(d.state_dict()) if getattr(d, "use_stateful_dataloader", False) else None
-                for d in prepared_dataloaders(accelerator)
-            ],
-            random_states_crc32=checkpoint.save_rng_crc32(accelerator.step),
             evaluation_rng=None if evaluation is None else (evaluation.stage.name, evaluation.rng),
+            rank=accelerator.process_index,
         )
-        checkpoint.write(output_dir, accelerator.process_index, saved)
+        self._check_committed()
+        self._pending = (output_dir, saved)  # written by the commit, once Accelerate's files are
         keep_heartbeat(self._progress, self._heartbeat)
+
+    def _commit(self) -> None:
+        """Write the pending save's progress files: the other ranks' first, then, once every process is done
+        writing, rank 0's with the listing of the folder."""
+        if self._pending is None:
+            return
+        (directory, saved), self._pending = self._pending, None
+        accelerator = self._accelerator
+        try:
+            if saved.rank != 0:
+                checkpoint.write(directory, saved.rank, saved)
+        finally:  # a process that failed to write still meets the others
+            if accelerator.num_processes > 1:
+                accelerator.wait_for_everyone()
+        if saved.rank == 0:
+            checkpoint.write(directory, 0, replace(saved, folder=checkpoint.folder_files(directory)))
+
+    def _check_committed(self) -> None:
+        """Warn (once) if a ``save_state`` ended without committing: the progress is not registered (or the save
+        failed before its end)."""
+        if self._pending is None:
+            return
+        directory = self._pending[0]
+        self._pending = None
+        if not self._warned_uncommitted:
+            self._warned_uncommitted = True
+            warnings.warn(
+                f"accelerator.save_state({directory!r}) did not commit the progress: the AcceleratorProgress is not "
+                "registered for checkpointing (or that save failed before its end), so no progress file is written "
+                "and load_state refuses the folder. Register it once, after your other registered objects: "
+                "accelerator.register_for_checkpointing(progress)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
         """Validate and load before Accelerate loads anything, so a bad file leaves all unchanged.
 
-        The folder's other files must come from the save that wrote the progress files (their CRC-32s,
-        ``_accelerate_checkpoint.same_save_problem``): a folder mixing two saves is refused here.
+        The folder must be the save rank 0's progress file committed: every file it lists there unchanged
+        (``_accelerate_checkpoint.commit_problem``); a save cut short or a folder mixing two saves is refused here.
 
         Saved by another number of processes, every saved rank's file is read and the core maps
         the data position by global samples (``tracker_core/distributed/_elastic.py``); this process takes the
@@ -603,7 +639,6 @@ class AcceleratorProgress:
         """
         accelerator = self._accelerator
         found = checkpoint.read_checkpoint(input_dir, accelerator.process_index, accelerator.num_processes)
-        checkpoint.check_same_save(input_dir, _files_of_one_save(input_dir, found, accelerator.process_index))
         saved = found.own
         entry: dict[str, Any] = saved.tracker
         if found.ranks is not None:
@@ -649,26 +684,6 @@ class AcceleratorProgress:
         if resuming_epoch:
             _warn_if_passes_alternate(saved.loader_iterations, self._finished_passes)
         rewind_trackers(accelerator, self.view.global_step)  # init_trackers' trackers continue at this step
-
-
-def _files_of_one_save(
-    directory: str, found: checkpoint.SavedCheckpoint, process_index: int
-) -> dict[int, checkpoint.SavedProgress]:
-    """The progress files (rank -> file) whose CRC-32s cover what this process loads: every saved rank's at another
-    world size, else its own and rank 0's (which covers the shared files); ``ProgressStateError`` if those two
-    come from different saves."""
-    if found.ranks is not None:
-        return dict(enumerate(found.ranks))
-    if process_index == 0:
-        return {0: found.own}
-    first = checkpoint.read(directory, 0)
-    if (first.world_size, first.save_iteration) != (found.own.world_size, found.own.save_iteration):
-        raise ProgressStateError(
-            "",
-            f"{directory}: {checkpoint.MIXED}: {checkpoint.file_name(process_index)} was written by save "
-            f"{found.own.save_iteration}, {checkpoint.file_name(0)} by save {first.save_iteration}; nothing was loaded",
-        )
-    return {0: first, process_index: found.own}
 
 
 def _warn_if_passes_alternate(iterations: list[checkpoint.LoaderIteration | None], finished: set[int]) -> None:

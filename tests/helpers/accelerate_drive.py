@@ -131,6 +131,7 @@ def run(
     optimizers = list(prepared[setup.optimizers : 2 * setup.optimizers])
     train_loader, val_loader = prepared[-2:]
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(train_loader)
     if load_dir is not None:
         accelerator.load_state(load_dir)

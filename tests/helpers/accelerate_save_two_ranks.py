@@ -24,6 +24,7 @@ def main(folder: str) -> None:
     loader = DataLoader(Indexed(24), batch_size=3, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     with progress.fit(1) as fit:
         for _ in fit.epochs():
             for index, (_, x, y) in enumerate(progress.train(loader)):

@@ -118,6 +118,7 @@ def _accelerate(folder: Path) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # a state that changes every step
     model, optimizer, loader = accelerator.prepare(model, optimizer, _loader())
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     with progress.fit(EPOCHS) as fit:
         for epoch in fit.epochs():
             for index, (x, y) in enumerate(progress.train(loader)):
