@@ -11,16 +11,18 @@
      "save_iteration": int,                     # project_configuration.iteration of this save
      "loader_iterations": [{"now": int, "pass": int | None, "finished": bool} | None, ...],  # per train loader
      "evaluation_rng": {"stage": str, "rng": <global RNG snapshot>} | None,  # at an unfinished evaluation's start
-     "folder": {path: {"size": int, "crc32": int}, ...} | None}  # rank 0's file: the commit; None in the others
+     "folder": {path: {"size": int, "crc32": int}, ...} | None}  # rank 0's commit; None: not committed
 
-The commit: rank 0's file is written last in its ``save_state`` (``AcceleratorProgress.state_dict()``, which
-Accelerate calls for a registered object after writing its own files; with several processes after every one
-wrote its files), and lists every other file then in the folder (sub-folders included, the other ranks'
-progress files among them) with its size and CRC-32. The folder is that one save while each listed file is
-there unchanged (:func:`commit_problem`): a ``save_state`` killed part-way leaves no commit (a new folder) or
-files that differ from the last commit's. No file name or format of Accelerate's is assumed. Files written
-after the commit are not covered (:func:`uncommitted`). Versions 1 to 4 (development builds, before the
-commit) are refused.
+A progress not registered for checkpointing writes its file in the save pre-hook, before Accelerate's files,
+with no commit (``folder`` None): such a folder loads as its progress files read, Accelerate's files unchecked.
+A registered one commits the save (``integrations/accelerate/_commit.py``): each process writes its file after
+its own Accelerate files, rank 0 last, listing every other file then in the folder (sub-folders included, the
+other ranks' progress files among them) with its size and CRC-32. A committed folder is that one save while each
+listed file is there unchanged (:func:`commit_problem`): a ``save_state`` killed part-way leaves no progress file
+of its own (a new folder) or files that differ from the last commit's. No file name or format of Accelerate's is
+assumed. Files written after the commit are not covered (:func:`uncommitted`). Files of versions 2 to 4 (development
+builds, whose checks predicted Accelerate's files: those CRC-32s are no longer read) load as uncommitted; version 1
+(no ``world_size``) is refused.
 """
 
 from __future__ import annotations
@@ -41,23 +43,22 @@ from tracker_core.adapter import GlobalRng, read_int, read_mapping
 from tracker_core.vocabulary import EVALUATION_STAGES
 
 VERSION = 5  # 5 replaced the CRC-32s of the files Accelerate was about to write (3, 4) by the commit ("folder")
-_KEYS = (
-    "version",
-    "world_size",
-    "rank",
-    "tracker",
-    "gradients",
-    "save_iteration",
-    "loader_iterations",
-    "evaluation_rng",
-    "folder",
-)
+_KEYS_V2 = ("version", "world_size", "tracker", "gradients", "save_iteration", "loader_iterations", "evaluation_rng")
+_KEYS_V3 = (*_KEYS_V2, "rank")
+_CRC_KEYS_V3 = ("weights_crc32", "optimizers_crc32")  # not read: a file of versions 2 to 4 loads as uncommitted
+_CRC_KEYS_V4 = (*_CRC_KEYS_V3, "schedulers_crc32", "scaler_crc32", "dataloaders_crc32", "random_states_crc32")
+_KEYS = {
+    2: (_KEYS_V2, ()),
+    3: (_KEYS_V3, _CRC_KEYS_V3),
+    4: (_KEYS_V3, _CRC_KEYS_V4),
+    VERSION: ((*_KEYS_V3, "folder"), ()),
+}
 _TEMPORARY = ".progress_tracker_{}.pt.partial"
 _CHUNK = 1 << 20
 MIXED = "parts of this folder come from different saves (a save_state killed part-way, or two processes saving into it)"
 NOT_COMMITTED = (
-    "the save_state that wrote this folder did not commit it: it was cut short, or the AcceleratorProgress "
-    "is not registered (accelerator.register_for_checkpointing(progress), after your other registered objects)"
+    "the save_state that wrote this folder was cut short before a registered AcceleratorProgress wrote it (at the "
+    "end of save_state), or no AcceleratorProgress was attached to the Accelerator that saved it"
 )
 
 
@@ -144,7 +145,10 @@ def commit_problem(directory: str, commit: SavedProgress) -> str | None:
         return f"{file_name(0)} holds no commit"
     for rank in range(1, commit.world_size):
         if file_name(rank) not in files:
-            return f"the commit in {file_name(0)} lists no {file_name(rank)}"
+            return (
+                f"the commit in {file_name(0)} lists no {file_name(rank)}: that process had not finished this "
+                "save_state when rank 0 committed it (save_state called on the main process only, or it failed)"
+            )
     for path, (size, crc) in sorted(files.items()):
         full = os.path.join(directory, path)
         try:
@@ -203,23 +207,42 @@ class SavedCheckpoint:
 
 
 def read_checkpoint(directory: str, process_index: int, world_size: int) -> SavedCheckpoint:
-    """Rank 0's file, whose commit the folder must match (``ProgressStateError`` before anything is loaded), then
-    this process's file if the checkpoint was saved at ``world_size``, else every saved rank's file."""
+    """Rank 0's file, whose commit (if any) the folder must match, then this process's file if the checkpoint was
+    saved at ``world_size``, else every saved rank's file; without a commit each must come from rank 0's save.
+    ``ProgressStateError`` before anything is loaded."""
     first = read(directory, 0)
-    problem = commit_problem(directory, first)
+    problem = commit_problem(directory, first) if first.folder is not None else None
     if problem is not None:
         raise ProgressStateError("", f"{directory}: {MIXED}: {problem}; nothing was loaded")
     if first.world_size == world_size:
-        return SavedCheckpoint(first if process_index == 0 else read(directory, process_index), None)
-    ranks = [first, *(read(directory, rank) for rank in range(1, first.world_size))]
-    return SavedCheckpoint(ranks[process_index % first.world_size], ranks)
+        found = SavedCheckpoint(first if process_index == 0 else read(directory, process_index), None)
+        others = [found.own]
+    else:
+        ranks = [first, *(read(directory, rank) for rank in range(1, first.world_size))]
+        found, others = SavedCheckpoint(ranks[process_index % first.world_size], ranks), ranks
+    for saved in others:
+        problem = other_save(first, saved)
+        if problem is not None:
+            raise ProgressStateError("", f"{directory}: {MIXED}: {problem}; nothing was loaded")
+    return found
+
+
+def other_save(first: SavedProgress, saved: SavedProgress) -> str | None:
+    """Why ``saved`` (a rank's file) does not come from the save that wrote rank 0's ``first``, or None; a committed
+    folder lists every rank's file, so only an uncommitted one can mix them."""
+    if (saved.world_size, saved.save_iteration) == (first.world_size, first.save_iteration):
+        return None
+    return (
+        f"{file_name(saved.rank)} was written by save {saved.save_iteration} of {saved.world_size} process(es), "
+        f"{file_name(0)} by save {first.save_iteration} of {first.world_size}"
+    )
 
 
 def read(directory: str, process_index: int) -> SavedProgress:
     """Load with ``weights_only=True`` and check the adapter's own keys; ``ProgressStateError`` if bad."""
     path = os.path.join(directory, file_name(process_index))
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} is missing: {NOT_COMMITTED}, or no AcceleratorProgress saved it")
+        raise FileNotFoundError(f"{path} is missing: {NOT_COMMITTED}")
     if not os.path.isfile(path):
         raise ProgressStateError("", f"{path} is not a regular file")
     try:
@@ -232,18 +255,14 @@ def read(directory: str, process_index: int) -> SavedProgress:
         reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         raise ProgressStateError("", f"{path} is not a readable progress file ({reason})") from None
     version = payload.get("version") if isinstance(payload, dict) else None
-    if type(version) is int and 1 <= version < VERSION:
+    if version == 1:
         raise ProgressStateError(
-            "version",
-            f"{path} is a version {version} file, written before save_state folders were committed (development "
-            "builds): its folder cannot be verified to be one save, so it is refused; resume it with the build that "
-            "wrote it, or start the run anew",
+            "version", f"{path} is a version 1 file (a development build), which records no world_size; start anew"
         )
-    payload = dict(read_mapping(payload, "", required=_KEYS))
-    if type(payload["version"]) is not int or payload["version"] != VERSION:
-        raise ProgressStateError(
-            "version", f"unsupported version {payload['version']!r:.40}; this code reads {VERSION}"
-        )
+    if type(version) is not int or version not in _KEYS:
+        raise ProgressStateError("version", f"unsupported version {version!r:.40}; this code reads 2 to {VERSION}")
+    required, old_crcs = _KEYS[version]
+    payload = dict(read_mapping(payload, "", required=required, optional=old_crcs))
     gradients = payload["gradients"]
     if not isinstance(gradients, list) or not all(g is None or isinstance(g, torch.Tensor) for g in gradients):
         raise ProgressStateError("gradients", "expected a list of tensors and None")
@@ -254,8 +273,8 @@ def read(directory: str, process_index: int) -> SavedProgress:
         save_iteration=read_int(payload["save_iteration"], "save_iteration", minimum=0),
         loader_iterations=_loader_iterations(payload["loader_iterations"]),
         evaluation_rng=_evaluation_rng(payload["evaluation_rng"]),
-        rank=read_int(payload["rank"], "rank", minimum=0),
-        folder=_folder(payload["folder"]),
+        rank=read_int(payload.get("rank", process_index), "rank", minimum=0),
+        folder=_folder(payload.get("folder")),
     )
 
 

@@ -18,9 +18,10 @@ Files are read with ``torch.load(weights_only=True)``: no pickled code ever runs
 framework is imported. Before a file is loaded its integrity is checked: a regular, non-empty
 file (never a FIFO, which would block) whose zip members all match their CRC-32
 (``torch.load(mmap=True)`` checks none). An Accelerate folder must hold each rank's progress
-file and be the save rank 0's file committed: every file its commit lists there, with the size
-and CRC-32 recorded (``_accelerate_checkpoint.commit_problem``); files the commit does not list
-are named in ``unchecked``.
+file, all of one save; a committed one (its progress registered for checkpointing) must be the save
+rank 0's file committed: every file its commit lists there, with the size and CRC-32 recorded
+(``_accelerate_checkpoint.commit_problem``); files the commit does not list, and Accelerate's files
+in a folder without a commit, are named in ``unchecked``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ _DEEPSPEED_MARKS = frozenset({"latest", "zero_to_fp32.py"})  # what DeepSpeed's 
 _CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth")  # files a directory scan considers
 _NOT_A_ZIP = "truncated or not a torch checkpoint (no zip central directory, which torch.save writes last)"
 _CHUNK = 1 << 20
+_NO_COMMIT = (
+    "Accelerate's files (the folder has no commit: the AcceleratorProgress that saved it was not registered for "
+    "checkpointing, accelerator.register_for_checkpointing(progress), so only its progress files are checked)"
+)
 _LOOKED_FOR = (
     f"looked for checkpoint['callbacks'][{LIGHTNING_STATE_KEY!r}] (Lightning ProgressTracker) and for a value "
     f"with keys {', '.join(map(repr, IGNITE_STATE_KEYS))} (Ignite ProgressHandler) and for "
@@ -361,10 +366,9 @@ def _read_accelerate(folder: Path, names: list[str]) -> ProgressCheckpoint:
     ranks = sorted(int(match[1]) for name in names if (match := _ACCELERATE_PROGRESS_FILE.fullmatch(name)))
     if not ranks:
         raise CheckpointFileError(
-            f"{folder}: no progress entry: looked for progress_tracker_<rank>.pt, which a registered "
-            "AcceleratorProgress writes at the end of accelerator.save_state (none: the save was cut short, or "
-            f"the progress is not registered for checkpointing), and for {_SHARDED_META} (a Lightning sharded "
-            "checkpoint)"
+            f"{folder}: no progress entry: looked for progress_tracker_<rank>.pt, which AcceleratorProgress writes "
+            "in accelerator.save_state (at its end when registered for checkpointing: none if the save was cut "
+            f"short), and for {_SHARDED_META} (a Lightning sharded checkpoint)"
         )
     if ranks[0] != 0:
         raise CheckpointFileError(
@@ -382,7 +386,7 @@ def _read_accelerate(folder: Path, names: list[str]) -> ProgressCheckpoint:
             + (" and " if missing and extra else "")
             + (f"progress files of rank(s) {extra} belong to no rank of that save" if extra else "")
         )
-    problem = accelerate_file.commit_problem(str(folder), first)
+    problem = accelerate_file.commit_problem(str(folder), first) if first.folder is not None else None
     if problem is not None:
         raise CheckpointFileError(f"{folder}: {accelerate_file.MIXED}: {problem}")
     entries = []
@@ -391,12 +395,19 @@ def _read_accelerate(folder: Path, names: list[str]) -> ProgressCheckpoint:
         saved = first if rank == 0 else _read_progress_file(folder, rank)
         if saved.rank != rank:
             raise CheckpointFileError(f"{file}: written by rank {saved.rank}, not rank {rank} (a copied file?)")
+        problem = accelerate_file.other_save(first, saved)
+        if problem is not None:
+            raise CheckpointFileError(f"{folder}: {accelerate_file.MIXED}: {problem}")
         _validate(file, "['tracker']", saved.tracker)
         entries.append(saved.tracker)
-    unchecked = tuple(
-        f"{path} (not in the folder when the save committed: written after it, by an object registered for "
-        "checkpointing after the progress or by something else)"
-        for path in accelerate_file.uncommitted(str(folder), first)
+    unchecked = (
+        tuple(
+            f"{path} (not in the folder when the save committed: written after it, by an object registered for "
+            "checkpointing after the progress or by something else)"
+            for path in accelerate_file.uncommitted(str(folder), first)
+        )
+        if first.folder is not None
+        else (_NO_COMMIT,)
     )
     return ProgressCheckpoint(folder, "accelerate", "progress_tracker_<rank>.pt['tracker']", tuple(entries), unchecked)
 

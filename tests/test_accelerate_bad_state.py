@@ -96,11 +96,20 @@ def test_a_world_size_below_one_is_refused(tmp_path):
     _assert_load_refused(tmp_path, "world_size")
 
 
-def test_a_version_4_file_from_before_the_commit_is_refused_naming_its_version(tmp_path):
+def test_a_version_4_file_from_before_the_commit_loads_as_a_folder_without_one(tmp_path):
+    setup = Setup(samples=13, accumulation=3)
+    stopped = run(setup, stop=StopAt(3), save_dir=str(tmp_path))
+    _edit(tmp_path / "progress_tracker_0.pt", _as_version_4)
+    resumed = run(setup, load_dir=str(tmp_path))
+    reference = run(setup)
+    assert stopped.train_ids + resumed.train_ids == reference.train_ids
+    assert resumed.state == reference.state
+
+
+def test_a_version_1_file_which_records_no_world_size_is_refused_naming_its_version(tmp_path):
     path = _checkpoint(tmp_path)
-    _edit(path, _as_version_4)
-    error = _assert_load_refused(tmp_path, "version")
-    assert "version 4 file, written before save_state folders were committed" in str(error)
+    _edit(path, lambda s: s.update(version=1))
+    assert "version 1 file" in str(_assert_load_refused(tmp_path, "version"))
 
 
 def test_a_commit_listing_a_path_outside_the_folder_is_refused(tmp_path):

@@ -1,13 +1,13 @@
 """An Accelerate ``save_state`` folder is committed by the tracker: rank 0's progress file, written last in the
 same ``save_state`` (the registered progress's ``state_dict()``), lists every other file with its size and CRC-32.
 A folder whose save ended before its commit, or that mixes two saves, is refused by ``load_state`` before
-anything is loaded; files added after the commit are not checked."""
+anything is loaded; files added after the commit are not checked. A progress not registered writes its files as
+before, with no commit, and its folders load as they did."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +79,7 @@ def _registered_run(folder: Path) -> tuple[Any, AcceleratorProgress, torch.nn.Mo
                         accelerator.save_state(str(folder))  # its files written, its commit never
                     break
 
-    with pytest.warns(RuntimeWarning, match="did not commit"):
-        two_saves()
+    two_saves()
     return accelerator, progress, model
 
 
@@ -120,7 +119,7 @@ def test_a_save_ended_before_its_commit_in_a_new_folder_is_refused_changing_noth
     with pytest.raises(Interrupted):
         accelerator.save_state(str(tmp_path / "new"))
     message = _assert_refused_changing_nothing(accelerator, progress, model, tmp_path / "new")
-    assert "did not commit it: it was cut short, or the AcceleratorProgress is not registered" in message
+    assert "was cut short before a registered AcceleratorProgress wrote it" in message
 
 
 def test_an_intact_folder_with_a_file_added_after_the_commit_loads_and_the_file_is_named_not_checked(
@@ -134,24 +133,27 @@ def test_an_intact_folder_with_a_file_added_after_the_commit_loads_and_the_file_
     assert resumed.state == run(Setup()).state
 
 
-def test_an_unregistered_progress_warns_once_that_its_saves_are_not_committed_and_load_state_says_why(
-    tmp_path: Path,
-) -> None:
-    from helpers.accelerate_drive import fresh_accelerator
+def test_an_unregistered_progress_writes_its_file_without_a_commit_and_the_resume_stays_exact(tmp_path: Path) -> None:
+    reference = run(Setup())
+    stopped = run(Setup(), stop=StopAt(4), save_dir=str(tmp_path), registered=False)
+    saved = torch.load(tmp_path / "progress_tracker_0.pt", weights_only=True)
+    assert saved["folder"] is None and not (tmp_path / "custom_checkpoint_0.pkl").exists()
+    assert read_checkpoint(tmp_path).unchecked[0].startswith("Accelerate's files (the folder has no commit")
+    resumed = run(Setup(), load_dir=str(tmp_path), registered=False)
+    assert stopped.train_ids + resumed.train_ids == reference.train_ids
+    assert all(torch.equal(a, b) for a, b in zip(resumed.weights, reference.weights, strict=True))
+    assert resumed.state == reference.state
 
-    accelerator = fresh_accelerator(Setup())
-    model = accelerator.prepare(torch.nn.Linear(4, 1))
-    progress = AcceleratorProgress(accelerator)  # not registered
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        accelerator.save_state(str(tmp_path / "first"))
-        accelerator.save_state(str(tmp_path / "second"))
-        accelerator.save_state(str(tmp_path / "third"))
-    messages = [str(w.message) for w in caught if "did not commit" in str(w.message)]
-    assert len(messages) == 1 and "register_for_checkpointing(progress)" in messages[0]
-    assert not (tmp_path / "first" / "progress_tracker_0.pt").exists()
-    message = _assert_refused_changing_nothing(accelerator, progress, model, tmp_path / "first")
-    assert "progress_tracker_0.pt is missing: the save_state that wrote this folder did not commit it" in message
+
+def test_an_uncommitted_folder_whose_rank_files_come_from_two_saves_is_refused(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(two_rank_accelerate_folder(tmp_path_factory), copy)
+    first = torch.load(copy / "progress_tracker_0.pt", weights_only=True)
+    torch.save({**first, "folder": None, "save_iteration": 7}, copy / "progress_tracker_0.pt")  # as unregistered
+    with pytest.raises(CheckpointFileError, match=r"progress_tracker_1\.pt was written by save 0 of 2"):
+        read_checkpoint(copy)
 
 
 def test_a_two_process_save_is_committed_by_rank_0_listing_rank_1s_files(
@@ -166,3 +168,20 @@ def test_a_two_process_save_is_committed_by_rank_0_listing_rank_1s_files(
     (copy / "random_states_1.pkl").write_bytes((copy / "random_states_0.pkl").read_bytes())
     with pytest.raises(CheckpointFileError, match=r"random_states_1\.pkl"):
         read_checkpoint(copy)
+
+
+def test_save_state_on_the_main_process_only_returns_warns_and_leaves_a_folder_load_state_refuses(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """No barrier: rank 0 waits for rank 1's progress file a bounded time (1 s here), commits without it, warns."""
+    folder = two_rank_accelerate_folder(tmp_path_factory, main_only=True)
+    warned = Path(f"{folder}.warnings").read_text()
+    assert "progress file of rank(s) [1] did not come within 1 s (save_state called on the main process only" in warned
+    assert not (folder / "progress_tracker_1.pt").exists()
+    from helpers.accelerate_drive import fresh_accelerator
+
+    accelerator = fresh_accelerator(Setup())
+    model = accelerator.prepare(torch.nn.Linear(4, 1))
+    progress = AcceleratorProgress(accelerator)
+    message = _assert_refused_changing_nothing(accelerator, progress, model, folder)
+    assert "lists no progress_tracker_1.pt: that process had not finished this save_state" in message

@@ -27,6 +27,11 @@ def prepared_schedulers(accelerator: Accelerator) -> list[Any]:
     return list(accelerator._schedulers)
 
 
+def registered_objects(accelerator: Accelerator) -> list[Any]:
+    """The objects ``accelerator.register_for_checkpointing`` took so far, in order (``save_state`` saves them last)."""
+    return list(accelerator._custom_objects)
+
+
 def drop_iterator(loader: Any) -> None:
     """Forget the iterator a torch DataLoader keeps (persistent workers), so its next epoch is built anew."""
     loader._iterator = None
@@ -49,7 +54,7 @@ check_attributes(
     "accelerate",
     accelerate.__version__,
     {
-        "Accelerator": (Accelerator, ("_models", "_optimizers", "_schedulers")),
+        "Accelerator": (Accelerator, ("_models", "_optimizers", "_schedulers", "_custom_objects")),
         "torch DataLoader": (torch.utils.data.DataLoader, ("_iterator",)),
     },
 )

@@ -22,7 +22,6 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import replace
 from typing import Any, Literal, TextIO, TypeVar, overload
 
 import torch
@@ -49,6 +48,7 @@ from tracker_core.adapter import (
 )
 from tracker_core.adapter import register_progress as attach
 from tracker_core.integrations import _accelerate_checkpoint as checkpoint
+from tracker_core.integrations.accelerate import _commit as commit
 from tracker_core.integrations.accelerate import _elastic as elastic
 from tracker_core.integrations.accelerate._compat import (
     create_seedable_generator,
@@ -56,6 +56,7 @@ from tracker_core.integrations.accelerate._compat import (
     prepared_models,
     prepared_optimizers,
     prepared_schedulers,
+    registered_objects,
 )
 from tracker_core.integrations.accelerate._fit import Fit
 from tracker_core.integrations.accelerate._loggers import rewind_trackers
@@ -73,11 +74,11 @@ class AcceleratorProgress:
     Create it after ``accelerator.prepare(...)``; run the fit in :meth:`fit` and iterate through
     its ``epochs()`` and ``train()``, and :meth:`evaluate`, :meth:`test` and :meth:`predict`. Optimizer steps
     are counted on the prepared optimizers' real steps (Accelerate's ``step()`` is a
-    no-op outside a ``sync_gradients`` window). Register it for checkpointing, after your other registered
-    objects: ``accelerator.register_for_checkpointing(progress)``. ``save_state`` then writes
-    ``progress_tracker_{rank}.pt`` beside Accelerate's files, rank 0's last, listing the folder's files (the
-    commit); ``load_state`` checks the folder against that list and validates the progress before Accelerate
-    loads anything (``ProgressStateError``, nothing loaded).
+    no-op outside a ``sync_gradients`` window). ``save_state`` writes ``progress_tracker_{rank}.pt`` beside
+    Accelerate's files; ``load_state`` validates it before Accelerate loads anything (``ProgressStateError``,
+    nothing loaded). Registered for checkpointing, after your other registered objects
+    (``accelerator.register_for_checkpointing(progress)``), it also commits each save: rank 0's file is written
+    last and lists the folder's files, and ``load_state`` refuses a folder that differs from that list.
 
     The loops never raise because of the order they are used in: leaving one (``break``, an
     exception) ends its pass, leaving the ``with`` block ends the fit run, and what the record cannot follow is noted in
@@ -132,9 +133,8 @@ class AcceleratorProgress:
         self._armed_states: dict[int, dict[str, Any] | None] = {}
         self._display: Display | None = None  # set by display(); None: the loops show nothing
         self._next_save_iteration: int | None = None  # after a load_state
-        # the save_state under way: its folder and this process's progress, written by state_dict() (the commit)
+        # a registered progress's save_state under way: its folder and this process's progress, for state_dict()
         self._pending: tuple[str, checkpoint.SavedProgress] | None = None
-        self._warned_uncommitted = False
         attach(accelerator, self._progress)
         accelerator.register_save_state_pre_hook(self._on_save)
         accelerator.register_load_state_pre_hook(self._on_load)
@@ -167,9 +167,21 @@ class AcceleratorProgress:
         """What ``accelerator.register_for_checkpointing(progress)`` stores: only a note saying where the
         progress is. ``save_state`` calls it after writing Accelerate's own files (and the objects registered
         before this one), and it commits that save: each process writes its ``progress_tracker_{rank}.pt``, and
-        rank 0 writes its own last (after ``accelerator.wait_for_everyone()`` with several processes), listing
-        the size and CRC-32 of every other file then in the folder."""
-        self._commit()
+        rank 0 its own last, once the other processes' files of this save are in the folder (it waits for them
+        ``PATIENCE_S`` at most, never in a barrier), listing the size and CRC-32 of every other file then
+        in the folder. A rank whose file did not come is left out of the commit, with a warning: ``load_state``
+        refuses the folder (``save_state`` called on the main process only cannot be resumed)."""
+        if self._pending is not None:
+            (directory, saved), self._pending = self._pending, None
+            missing = commit.commit(directory, saved)
+            if missing:
+                warnings.warn(
+                    f"accelerator.save_state({directory!r}): the progress file of rank(s) {missing} did not come "
+                    f"within {commit.PATIENCE_S:g} s (save_state called on the main process only, or those processes "
+                    "failed), so the commit leaves them out and load_state refuses this folder",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
         return dict(_REGISTERED_STATE)
 
     def load_state_dict(self, state: object) -> None:
@@ -251,7 +263,6 @@ class AcceleratorProgress:
 
     def _end_train_epoch(self) -> None:
         self._end_train_batch()
-        self._check_committed()
         if self._resumed_passes or self._finished_passes:  # passes of the resumed epoch that never began
             self._tracker.forget_loaded_positions()  # begin the next epoch's passes from their start
         self._resumed_passes.clear()
@@ -409,7 +420,6 @@ class AcceleratorProgress:
         self._in_flight = None
         if batch.processed:  # a save_state in the loop body processed it
             self._train.batch_completed()
-            self._check_committed()
         else:
             self._train.batch_end_of(batch.batch, batch.loader)
             self._tokens["train"](batch.batch)
@@ -588,49 +598,19 @@ class AcceleratorProgress:
             evaluation_rng=None if evaluation is None else (evaluation.stage.name, evaluation.rng),
             rank=accelerator.process_index,
         )
-        self._check_committed()
-        self._pending = (output_dir, saved)  # written by the commit, once Accelerate's files are
+        if any(obj is self for obj in registered_objects(accelerator)):
+            self._pending = (output_dir, saved)  # written by state_dict(), once Accelerate's files are
+        else:
+            self._pending = None
+            checkpoint.write(output_dir, saved.rank, saved)
         keep_heartbeat(self._progress, self._heartbeat)
-
-    def _commit(self) -> None:
-        """Write the pending save's progress files: the other ranks' first, then, once every process is done
-        writing, rank 0's with the listing of the folder."""
-        if self._pending is None:
-            return
-        (directory, saved), self._pending = self._pending, None
-        accelerator = self._accelerator
-        try:
-            if saved.rank != 0:
-                checkpoint.write(directory, saved.rank, saved)
-        finally:  # a process that failed to write still meets the others
-            if accelerator.num_processes > 1:
-                accelerator.wait_for_everyone()
-        if saved.rank == 0:
-            checkpoint.write(directory, 0, replace(saved, folder=checkpoint.folder_files(directory)))
-
-    def _check_committed(self) -> None:
-        """Warn (once) if a ``save_state`` ended without committing: the progress is not registered (or the save
-        failed before its end)."""
-        if self._pending is None:
-            return
-        directory = self._pending[0]
-        self._pending = None
-        if not self._warned_uncommitted:
-            self._warned_uncommitted = True
-            warnings.warn(
-                f"accelerator.save_state({directory!r}) did not commit the progress: the AcceleratorProgress is not "
-                "registered for checkpointing (or that save failed before its end), so no progress file is written "
-                "and load_state refuses the folder. Register it once, after your other registered objects: "
-                "accelerator.register_for_checkpointing(progress)",
-                RuntimeWarning,
-                stacklevel=4,
-            )
 
     def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
         """Validate and load before Accelerate loads anything, so a bad file leaves all unchanged.
 
-        The folder must be the save rank 0's progress file committed: every file it lists there unchanged
-        (``_accelerate_checkpoint.commit_problem``); a save cut short or a folder mixing two saves is refused here.
+        A committed folder (a registered progress saved it) must be what rank 0's progress file lists: every file
+        there unchanged (``_accelerate_checkpoint.commit_problem``); a save cut short or a folder mixing two saves is
+        refused here. Without a commit, this process's file and rank 0's must come from the same save.
 
         Saved by another number of processes, every saved rank's file is read and the core maps
         the data position by global samples (``tracker_core/distributed/_elastic.py``); this process takes the

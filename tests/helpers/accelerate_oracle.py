@@ -67,6 +67,7 @@ class Config:
     break_train: tuple[int, int] | None = None  # the train loop breaks before the next batch's step
     break_eval: tuple[int, int] | None = None
     raise_train: tuple[int, int] | None = None  # the next batch's step raises (before accumulate)
+    register_progress: bool = True  # accelerator.register_for_checkpointing(progress): its saves are committed
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,8 @@ class _Program:
         self.fits = 0
         if tracked:
             self.progress = AcceleratorProgress(accelerator)
-            accelerator.register_for_checkpointing(self.progress)  # after the other registered object
+            if config.register_progress:
+                accelerator.register_for_checkpointing(self.progress)  # after the other registered object
             for index, loader in enumerate(loaders):
                 self.progress.track_train_loader(loader, index)
 
