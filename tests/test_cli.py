@@ -325,7 +325,7 @@ def test_an_accelerate_folder_whose_save_was_cut_short_before_its_commit_says_so
 ) -> None:
     folder = _copy(two_ranks, tmp_path)
     (folder / "progress_tracker_0.pt").unlink()  # rank 1 wrote its file; rank 0's commit never came
-    assert "did not commit it: it was cut short" in _error(["inspect", str(folder)], capsys)
+    assert "was cut short before a registered AcceleratorProgress wrote it" in _error(["inspect", str(folder)], capsys)
 
 
 def test_inspect_names_the_files_written_after_the_commit_as_not_checked(
