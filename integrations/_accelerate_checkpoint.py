@@ -138,11 +138,12 @@ def folder_files(directory: str) -> dict[str, tuple[int, int]]:
 
 
 def commit_problem(directory: str, commit: SavedProgress) -> str | None:
-    """Why ``directory`` is not the save rank 0's file ``commit`` committed, or None: a listed file missing,
-    not a regular file, or with other bytes, or the commit not listing another rank's progress file."""
+    """Why ``directory`` is not the save rank 0's file ``commit`` committed, or None (also when it holds no
+    commit): a listed file missing, not a regular file, or with other bytes, or the commit not listing another
+    rank's progress file."""
     files = commit.folder
     if files is None:
-        return f"{file_name(0)} holds no commit"
+        return None
     for rank in range(1, commit.world_size):
         if file_name(rank) not in files:
             return (
@@ -211,7 +212,7 @@ def read_checkpoint(directory: str, process_index: int, world_size: int) -> Save
     saved at ``world_size``, else every saved rank's file; without a commit each must come from rank 0's save.
     ``ProgressStateError`` before anything is loaded."""
     first = read(directory, 0)
-    problem = commit_problem(directory, first) if first.folder is not None else None
+    problem = commit_problem(directory, first)
     if problem is not None:
         raise ProgressStateError("", f"{directory}: {MIXED}: {problem}; nothing was loaded")
     if first.world_size == world_size:

@@ -386,7 +386,7 @@ def _read_accelerate(folder: Path, names: list[str]) -> ProgressCheckpoint:
             + (" and " if missing and extra else "")
             + (f"progress files of rank(s) {extra} belong to no rank of that save" if extra else "")
         )
-    problem = accelerate_file.commit_problem(str(folder), first) if first.folder is not None else None
+    problem = accelerate_file.commit_problem(str(folder), first)
     if problem is not None:
         raise CheckpointFileError(f"{folder}: {accelerate_file.MIXED}: {problem}")
     entries = []
