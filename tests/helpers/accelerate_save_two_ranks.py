@@ -19,7 +19,8 @@ from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator, seed
 
 def main(folder: str, main_only: bool) -> None:
     warnings.simplefilter("ignore")
-    commit.PATIENCE_S = 1.0
+    if main_only:
+        commit.PATIENCE_S = 1.0
     seed(0)
     accelerator = fresh_accelerator(Setup(samples=24, batch_size=3, accumulation=2, seedable=True))
     torch.manual_seed(0)
