@@ -203,6 +203,7 @@ def train_accelerate(device: str, folder: Path, phase: str, amp: bool, record: R
     _seed(1234 if phase == "resume" else 0)
     model, optimizer, train = accelerator.prepare(model, optimizer, _loader())  # type: ignore[no-untyped-call]
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(train)
     if phase == "resume":
         accelerator.load_state(str(folder / "kill"))

@@ -1,7 +1,7 @@
-"""What tying an Accelerate checkpoint's files to one save costs: ``save_state`` with and without an
-AcceleratorProgress (whose pre-hook CRC-32s the weights and optimizer states and writes its progress
-file atomically), and what ``newest_intact_checkpoint`` spends checking the folder (every zip member's
-CRC-32, the weights and optimizer files against the recorded CRC-32s).
+"""What committing an Accelerate checkpoint folder costs: ``save_state`` with and without a registered
+AcceleratorProgress (whose ``state_dict()``, after Accelerate's files, reads back and CRC-32s every file of the
+folder and writes its progress file, listing them, atomically), and what ``newest_intact_checkpoint`` spends
+checking the folder (every listed file's size and CRC-32, the progress file's zip members).
 
 A stack of Linear(1024, 1024) layers (``--megabytes`` of float32 weights, default 64) with an Adam
 state (twice as much), on CPU, into a fresh folder each round; medians of ``--rounds`` rounds,
@@ -41,7 +41,7 @@ def _accelerator(megabytes: int, tracked: bool) -> Accelerator:
     optimizer.zero_grad(set_to_none=True)  # saved after the step, as usual: no partial gradients to save
     accelerator.prepare(model, optimizer)
     if tracked:
-        AcceleratorProgress(accelerator)
+        accelerator.register_for_checkpointing(AcceleratorProgress(accelerator))
     return accelerator
 
 

@@ -25,6 +25,7 @@ def train(checkpoint: str, stop_after: int | None = None, resume: bool = False) 
         model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(data, batch_size=3, shuffle=True)
     )
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(loader)
     if resume:
         accelerator.load_state(checkpoint)

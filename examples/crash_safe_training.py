@@ -168,6 +168,7 @@ def train_accelerate(workdir: Path, resume_from: Path | None, seed: int, record:
     _seed(seed)
     model, optimizer, train = accelerator.prepare(model, optimizer, _loader())  # type: ignore[no-untyped-call]
     progress = AcceleratorProgress(accelerator, heartbeat=workdir / "heartbeat.json")
+    accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(train)
     if resume_from is not None:
         accelerator.load_state(str(resume_from))

@@ -1,39 +1,38 @@
-"""The progress file written beside Accelerate's own checkpoint files, one per process.
+"""The progress files written into Accelerate's ``save_state`` folder, one per process, and the folder's commit.
 
 ``progress_tracker_{rank}.pt`` holds plain data plus gradient tensors and loads with
 ``torch.load(weights_only=True)``; it is written atomically (a temporary file, then a rename)::
 
-    {"version": 4,
+    {"version": 5,
      "world_size": int,                         # the number of processes that saved (one file each)
      "rank": int,                               # the process that wrote this file
-     "weights_crc32": [{name: int, ...}, ...],  # per model: CRC-32 of each tensor's bytes Accelerate saves
-     "optimizers_crc32": [int, ...],            # per optimizer: CRC-32 of its state_dict (state_crc32)
-     "schedulers_crc32": [int, ...],            # per scheduler: CRC-32 of its state_dict
-     "scaler_crc32": int | None,                # CRC-32 of the GradScaler's state_dict (None: no scaler)
-     "dataloaders_crc32": [int | None, ...],    # per prepared dataloader: CRC-32 of its state_dict (stateful only)
-     "random_states_crc32": int,                # CRC-32 of this rank's random_states_{rank}.pkl (see rng_crc32)
      "tracker": <tracker_core.Tracker.state_dict()>,
      "gradients": [Tensor | None, ...],         # partial gradients of an accumulation window
      "save_iteration": int,                     # project_configuration.iteration of this save
      "loader_iterations": [{"now": int, "pass": int | None, "finished": bool} | None, ...],  # per train loader
-     "evaluation_rng": {"stage": str, "rng": <global RNG snapshot>} | None}  # at an unfinished evaluation's start
+     "evaluation_rng": {"stage": str, "rng": <global RNG snapshot>} | None,  # at an unfinished evaluation's start
+     "folder": {path: {"size": int, "crc32": int}, ...} | None}  # rank 0's commit; None: not committed
 
-The CRC-32s tie the folder's files to one save (:func:`same_save_problem`): Accelerate writes them
-after this file, into the same folder, so a ``save_state`` killed part-way leaves older ones there.
+A progress not registered for checkpointing writes its file in the save pre-hook, before Accelerate's files,
+with no commit (``folder`` None): such a folder loads as its progress files read, Accelerate's files unchecked.
+A registered one commits the save (``integrations/accelerate/_commit.py``): each process writes its file after
+its own Accelerate files, rank 0 last, listing every other file then in the folder (sub-folders included, the
+other ranks' progress files among them) with its size and CRC-32. A committed folder is that one save while each
+listed file is there unchanged (:func:`commit_problem`): a ``save_state`` killed part-way leaves no progress file
+of its own (a new folder) or files that differ from the last commit's. No file name or format of Accelerate's is
+assumed. Files written after the commit are not covered (:func:`uncommitted`). Files of versions 2 to 4 (development
+builds, whose checks predicted Accelerate's files: those CRC-32s are no longer read) load as uncommitted; version 1
+(no ``world_size``) is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
-import json
 import os
 import pickle
-import random
-import struct
+import stat
 import zlib
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,18 +42,24 @@ from tracker_core import ProgressStateError
 from tracker_core.adapter import GlobalRng, read_int, read_mapping
 from tracker_core.vocabulary import EVALUATION_STAGES
 
-VERSION = 4  # 2 added "world_size" (a version 1 file is read as saved at the loading world size);
-# 3 added "rank", "weights_crc32" and "optimizers_crc32", which tie the folder's files to one save;
-# 4 added "schedulers_crc32", "scaler_crc32", "dataloaders_crc32" and "random_states_crc32" (Accelerate's other files)
+VERSION = 5  # 5 replaced the CRC-32s of the files Accelerate was about to write (3, 4) by the commit ("folder")
 _KEYS_V2 = ("version", "world_size", "tracker", "gradients", "save_iteration", "loader_iterations", "evaluation_rng")
-_KEYS_V1 = tuple(key for key in _KEYS_V2 if key != "world_size")
-_KEYS_V3 = (*_KEYS_V2, "rank", "weights_crc32", "optimizers_crc32")
-_KEYS = (*_KEYS_V3, "schedulers_crc32", "scaler_crc32", "dataloaders_crc32", "random_states_crc32")
+_KEYS_V3 = (*_KEYS_V2, "rank")
+_CRC_KEYS_V3 = ("weights_crc32", "optimizers_crc32")  # not read: a file of versions 2 to 4 loads as uncommitted
+_CRC_KEYS_V4 = (*_CRC_KEYS_V3, "schedulers_crc32", "scaler_crc32", "dataloaders_crc32", "random_states_crc32")
+_KEYS = {
+    2: (_KEYS_V2, ()),
+    3: (_KEYS_V3, _CRC_KEYS_V3),
+    4: (_KEYS_V3, _CRC_KEYS_V4),
+    VERSION: ((*_KEYS_V3, "folder"), ()),
+}
 _TEMPORARY = ".progress_tracker_{}.pt.partial"
-_MODEL_FILES = ("model{}.safetensors", "pytorch_model{}.bin")  # Accelerate's names for model i ("" or "_i")
-_RNG_KEYS = ("step", "random_state", "numpy_random_seed", "torch_manual_seed")  # of random_states_{rank}.pkl
 _CHUNK = 1 << 20
 MIXED = "parts of this folder come from different saves (a save_state killed part-way, or two processes saving into it)"
+NOT_COMMITTED = (
+    "the save_state that wrote this folder was cut short before a registered AcceleratorProgress wrote it (at the "
+    "end of save_state), or no AcceleratorProgress was attached to the Accelerator that saved it"
+)
 
 
 @dataclass(frozen=True)
@@ -71,19 +76,14 @@ class LoaderIteration:
 class SavedProgress:
     """One process's progress file, read and checked (the tracker entry is checked by the core)."""
 
-    world_size: int | None  # None: a version 1 file, which does not say
+    world_size: int
     tracker: dict[str, Any]
     gradients: list[torch.Tensor | None]
     save_iteration: int
     loader_iterations: list[LoaderIteration | None]
     evaluation_rng: tuple[str, GlobalRng] | None  # the global RNGs when the unfinished evaluation began
-    rank: int | None = None  # None: a file of version 1 or 2, which do not say
-    weights_crc32: list[dict[str, int]] | None = None  # per model, tensor name -> CRC-32 of its bytes
-    optimizers_crc32: list[int] | None = None  # per optimizer, state_crc32 of its state_dict
-    schedulers_crc32: list[int] | None = None  # per scheduler, state_crc32 of its state_dict (None: before version 4)
-    scaler_crc32: int | None = None  # state_crc32 of the GradScaler's state_dict (None: none, or before version 4)
-    dataloaders_crc32: list[int | None] | None = None  # per prepared dataloader, of a stateful one's state_dict
-    random_states_crc32: int | None = None  # rng_crc32 of this rank's random_states_{rank}.pkl (None: before 4)
+    rank: int = 0
+    folder: dict[str, tuple[int, int]] | None = None  # rank 0's commit: path -> (size, CRC-32); None in the others
 
 
 def file_name(process_index: int) -> str:
@@ -97,12 +97,6 @@ def write(directory: str, process_index: int, saved: SavedProgress) -> None:
         "version": VERSION,
         "world_size": saved.world_size,
         "rank": process_index,
-        "weights_crc32": saved.weights_crc32,
-        "optimizers_crc32": saved.optimizers_crc32,
-        "schedulers_crc32": saved.schedulers_crc32,
-        "scaler_crc32": saved.scaler_crc32,
-        "dataloaders_crc32": saved.dataloaders_crc32,
-        "random_states_crc32": saved.random_states_crc32,
         "tracker": saved.tracker,
         "gradients": saved.gradients,
         "save_iteration": saved.save_iteration,
@@ -111,6 +105,9 @@ def write(directory: str, process_index: int, saved: SavedProgress) -> None:
             for it in saved.loader_iterations
         ],
         "evaluation_rng": None,
+        "folder": None
+        if saved.folder is None
+        else {path: {"size": size, "crc32": crc} for path, (size, crc) in saved.folder.items()},
     }
     if saved.evaluation_rng is not None:
         stage, rng = saved.evaluation_rng
@@ -128,180 +125,78 @@ def write(directory: str, process_index: int, saved: SavedProgress) -> None:
         raise OSError(code, f"could not write {path} ({error}); the previous file there is unchanged") from error
 
 
-def weights_crc32(weights: list[Any]) -> list[dict[str, int]]:
-    """Per model state dict Accelerate is about to save: tensor name -> CRC-32 of the tensor's bytes."""
-    return [
-        {name: tensor_crc32(tensor) for name, tensor in state.items() if isinstance(tensor, torch.Tensor)}
-        for state in weights
-    ]
+def folder_files(directory: str) -> dict[str, tuple[int, int]]:
+    """What the commit lists: every regular file under ``directory`` but rank 0's progress file and the
+    temporary ones, by path relative to it (``/``-separated) -> (size, CRC-32 of its bytes)."""
+    found = {}
+    for path in _files_under(directory):
+        full = os.path.join(directory, path)
+        with contextlib.suppress(OSError):  # a broken link: not listed
+            if stat.S_ISREG(os.stat(full).st_mode):
+                found[path] = _file_crc32(full)
+    return found
 
 
-def tensor_crc32(tensor: torch.Tensor, crc: int = 0) -> int:
-    """CRC-32 of a tensor's bytes in memory order (what safetensors and torch.save write), continuing ``crc``."""
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
-    if flat.numel() == 0:
-        return crc
-    # the tensor's own memory, without NumPy (a torch-only install reads folders written with NumPy present)
-    memory = (ctypes.c_ubyte * flat.numel()).from_address(flat.data_ptr())
-    return zlib.crc32(memoryview(memory), crc)
-
-
-def state_crc32(state: object) -> int:
-    """CRC-32 of a nested state (an optimizer's ``state_dict()``): keys, plain values and tensor bytes, in order."""
-    crc = 0
-    stack: list[object] = [state]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            crc = tensor_crc32(item, zlib.crc32(f"T{item.dtype}{tuple(item.shape)}".encode(), crc))
-        elif type(item).__name__ == "ndarray" and type(item).__module__ == "numpy":  # NumPy need not be installed
-            array: Any = item
-            crc = zlib.crc32(array.tobytes(), zlib.crc32(f"A{array.dtype}{array.shape}".encode(), crc))
-        elif isinstance(item, dict):
-            crc = zlib.crc32(b"{", crc)
-            for name in sorted(item, key=repr, reverse=True):
-                stack.extend((item[name], f"K{name!r}"))
-        elif isinstance(item, (list, tuple)):
-            crc = zlib.crc32(b"[", crc)
-            stack.extend(reversed(item))
-        else:
-            crc = zlib.crc32(repr(item).encode(), crc)
-    return crc
-
-
-def rng_crc32(states: Mapping[str, Any]) -> int:
-    """CRC-32 of what a ``random_states_{rank}.pkl`` holds: Accelerate's step and the global RNGs of Python,
-    NumPy and torch's CPU (an accelerator's generators, which Accelerate saves too, are not covered)."""
-    return state_crc32([states.get(key) for key in _RNG_KEYS])
-
-
-def save_rng_crc32(step: int) -> int:
-    """:func:`rng_crc32` of the file Accelerate's ``save_state`` is about to write (nothing draws in between)."""
-    import numpy as np  # Accelerate requires it
-
-    return rng_crc32(
-        {
-            "step": step,
-            "random_state": random.getstate(),
-            "numpy_random_seed": np.random.get_state(),
-            "torch_manual_seed": torch.get_rng_state(),
-        }
-    )
-
-
-def same_save_problem(directory: str, ranks: Mapping[int, SavedProgress], load: Callable[[str], Any]) -> str | None:
-    """Why the files Accelerate wrote into ``directory`` do not all come from the save that wrote the progress
-    files in ``ranks`` (rank -> its file, rank 0's among them), or None. Rank 0's file covers the weights,
-    optimizer, scheduler, scaler and stateful dataloader files, each rank's its ``random_states_{rank}.pkl``;
-    ``load`` reads a torch file (``weights_only=True``). Not covered: ``sampler*.bin`` (a pickled sampler object,
-    which ``weights_only=True`` cannot read) and accelerator generators (see docs/accelerate.md)."""
-    first = ranks.get(0)
-    if first is not None:
-        for index, recorded in enumerate(first.weights_crc32 or []):
-            suffix = "" if index == 0 else f"_{index}"
-            for pattern in _MODEL_FILES:
-                file = os.path.join(directory, pattern.format(suffix))
-                if os.path.isfile(file):
-                    found = _safetensors_crc32(file) if file.endswith(".safetensors") else _torch_crc32(file, load)
-                    changed = sorted(name for name, crc in found.items() if recorded.get(name) != crc)
-                    if changed:
-                        return (
-                            f"{os.path.basename(file)} does not hold the weights of this save (tensor {changed[0]!r})"
-                        )
-        files = [
-            *(("optimizer", i, crc) for i, crc in enumerate(first.optimizers_crc32 or [])),
-            *(("scheduler", i, crc) for i, crc in enumerate(first.schedulers_crc32 or [])),
-        ]
-        for name, index, crc in files:
-            file = os.path.join(directory, f"{name}.bin" if index == 0 else f"{name}_{index}.bin")
-            if os.path.isfile(file) and state_crc32(load(file)) != crc:
-                return f"{os.path.basename(file)} does not hold the {name} state of this save"
-        for index, loader_crc in enumerate(first.dataloaders_crc32 or []):
-            file = os.path.join(directory, "dl_state_dict.bin" if index == 0 else f"dl_state_dict_{index}.bin")
-            if loader_crc is not None and os.path.isfile(file) and state_crc32(load(file)) != loader_crc:
-                return f"{os.path.basename(file)} does not hold the dataloader state of this save"
-        scaler = os.path.join(directory, "scaler.pt")
-        if (
-            first.scaler_crc32 is not None
-            and os.path.isfile(scaler)
-            and state_crc32(load(scaler)) != first.scaler_crc32
-        ):
-            return "scaler.pt does not hold the GradScaler state of this save"
-    numpy_globals = _numpy_globals()
-    for rank, saved in ranks.items():
-        file = os.path.join(directory, f"random_states_{rank}.pkl")
-        if saved.random_states_crc32 is None or not os.path.isfile(file) or not numpy_globals:
-            continue  # without NumPy its arrays cannot be read (nor loaded: Accelerate requires NumPy)
-        with torch.serialization.safe_globals(numpy_globals):
-            states = load(file)
-        if not isinstance(states, Mapping) or rng_crc32(states) != saved.random_states_crc32:
-            return f"random_states_{rank}.pkl does not hold the RNG states of this save"
+def commit_problem(directory: str, commit: SavedProgress) -> str | None:
+    """Why ``directory`` is not the save rank 0's file ``commit`` committed, or None (also when it holds no
+    commit): a listed file missing, not a regular file, or with other bytes, or the commit not listing another
+    rank's progress file."""
+    files = commit.folder
+    if files is None:
+        return None
+    for rank in range(1, commit.world_size):
+        if file_name(rank) not in files:
+            return (
+                f"the commit in {file_name(0)} lists no {file_name(rank)}: that process had not finished this "
+                "save_state when rank 0 committed it (save_state called on the main process only, or it failed)"
+            )
+    for path, (size, crc) in sorted(files.items()):
+        full = os.path.join(directory, path)
+        try:
+            mode = os.stat(full).st_mode
+        except OSError:
+            return f"{path}, which the save wrote, is missing"
+        if stat.S_ISDIR(mode):
+            return f"{path}: a folder where a checkpoint file belongs"
+        if not stat.S_ISREG(mode):
+            return f"{path}: not a regular file (a FIFO, socket or device); not read"
+        found, found_crc = _file_crc32(full)
+        if found == 0 < size:
+            return f"{path} is an empty file; the save wrote {size} bytes"
+        if found != size:
+            return f"{path} is {'truncated' if found < size else 'longer'}: {found} bytes, the save wrote {size}"
+        if found_crc != crc:
+            return f"{path} holds other bytes than the save wrote (its CRC-32 differs)"
     return None
 
 
-def rng_files_readable() -> bool:
-    """Whether ``random_states_{rank}.pkl`` files can be read here (NumPy importable); else they go unchecked."""
-    return bool(_numpy_globals())
+def uncommitted(directory: str, commit: SavedProgress) -> list[str]:
+    """The files under ``directory`` the commit does not list (written after it, or by something else):
+    not covered. The tracker's own files are not among them."""
+    listed = commit.folder or {}
+    return [path for path in _files_under(directory) if path not in listed]
 
 
-def _numpy_globals() -> list[Any]:
-    """What a ``random_states_{rank}.pkl`` needs beyond ``torch.load(weights_only=True)``'s defaults: NumPy
-    arrays (Accelerate's own load allows the same); none without NumPy (such a file is then not read)."""
-    try:
-        import numpy as np
-    except ImportError:
-        return []
-    core = getattr(np, "_core", None) or np.core
-    return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+def _files_under(directory: str) -> list[str]:
+    """Every file under ``directory`` (links to folders not followed) but rank 0's progress file and the
+    temporary progress files, as sorted ``/``-separated relative paths."""
+    found = []
+    for folder, _subfolders, names in os.walk(directory):
+        relative = os.path.relpath(folder, directory)
+        for name in names:
+            path = name if relative == "." else f"{relative.replace(os.sep, '/')}/{name}"
+            if path != file_name(0) and not (name.startswith(".progress_tracker_") and name.endswith(".pt.partial")):
+                found.append(path)
+    return sorted(found)
 
 
-def check_same_save(directory: str, ranks: Mapping[int, SavedProgress]) -> None:
-    """:func:`same_save_problem` for ``load_state``: ``ProgressStateError`` before anything is loaded."""
-    problem = same_save_problem(directory, ranks, _load_torch_file)
-    if problem is not None:
-        raise ProgressStateError("", f"{directory}: {MIXED}: {problem}; nothing was loaded")
-
-
-def _load_torch_file(file: str) -> Any:
-    try:
-        return torch.load(file, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise ProgressStateError(
-            "", f"{file} is refused by torch.load(weights_only=True), which never runs pickled code"
-        ) from None
-    except Exception as exc:  # untrusted bytes: any failure to read them is the file's fault
-        reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-        raise ProgressStateError("", f"{file} is not a readable torch file ({reason})") from None
-
-
-def _torch_crc32(file: str, load: Callable[[str], Any]) -> dict[str, int]:
-    weights = load(file)
-    if not isinstance(weights, Mapping):
-        return {"": -1}  # not a state dict: differs from every recorded one
-    return {str(name): tensor_crc32(t) for name, t in weights.items() if isinstance(t, torch.Tensor)}
-
-
-def _safetensors_crc32(file: str) -> dict[str, int]:
-    """Tensor name -> CRC-32 of its bytes, read from the file without a safetensors library; a damaged
-    header reads as a mismatch (``{"": -1}``)."""
-    with open(file, "rb") as stream:
-        try:
-            (header_size,) = struct.unpack("<Q", stream.read(8))
-            header = json.loads(stream.read(min(header_size, 100_000_000)))
-            spans = {str(k): t["data_offsets"] for k, t in header.items() if k != "__metadata__"}
-        except (ValueError, TypeError, KeyError, AttributeError, struct.error, RecursionError):
-            return {"": -1}
-        found = {}
-        for name, (begin, end) in sorted(spans.items()):
-            stream.seek(8 + header_size + begin)
-            crc, left = 0, end - begin
-            while left > 0:
-                chunk = stream.read(min(left, _CHUNK))
-                if not chunk:
-                    return {"": -1}
-                crc, left = zlib.crc32(chunk, crc), left - len(chunk)
-            found[name] = crc
-    return found
+def _file_crc32(path: str) -> tuple[int, int]:
+    """(size, CRC-32) of the file's bytes."""
+    crc, size = 0, 0
+    with open(path, "rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    return size, crc
 
 
 @dataclass(frozen=True)
@@ -313,42 +208,42 @@ class SavedCheckpoint:
 
 
 def read_checkpoint(directory: str, process_index: int, world_size: int) -> SavedCheckpoint:
-    """This process's file if the checkpoint was saved at ``world_size``, else every saved rank's file
-    (the saved world size is read from rank 0's); ``ProgressStateError`` if one is bad or they disagree."""
-    own = None
-    if os.path.exists(os.path.join(directory, file_name(process_index))):
-        own = read(directory, process_index)
-        if own.world_size in (None, world_size):
-            return SavedCheckpoint(own, None)
-    first = own if own is not None and process_index == 0 else read(directory, 0)
-    if first.world_size is None:
-        raise ProgressStateError(
-            "world_size",
-            f"{file_name(0)} is a version 1 file, which does not record how many processes saved it "
-            f"and {file_name(process_index)} is missing: resume on as many processes as saved it",
-        )
-    ranks = [
-        first,
-        *(
-            own if own is not None and rank == process_index else read(directory, rank)
-            for rank in range(1, first.world_size)
-        ),
-    ]
-    for rank, saved in enumerate(ranks):
-        if saved.world_size != first.world_size:
-            raise ProgressStateError(
-                "world_size",
-                f"{file_name(rank)} was saved by {saved.world_size} processes, {file_name(0)} by "
-                f"{first.world_size}: the files belong to different checkpoints",
-            )
-    return SavedCheckpoint(ranks[process_index % first.world_size], ranks)
+    """Rank 0's file, whose commit (if any) the folder must match, then this process's file if the checkpoint was
+    saved at ``world_size``, else every saved rank's file; without a commit each must come from rank 0's save.
+    ``ProgressStateError`` before anything is loaded."""
+    first = read(directory, 0)
+    problem = commit_problem(directory, first)
+    if problem is not None:
+        raise ProgressStateError("", f"{directory}: {MIXED}: {problem}; nothing was loaded")
+    if first.world_size == world_size:
+        found = SavedCheckpoint(first if process_index == 0 else read(directory, process_index), None)
+        others = [found.own]
+    else:
+        ranks = [first, *(read(directory, rank) for rank in range(1, first.world_size))]
+        found, others = SavedCheckpoint(ranks[process_index % first.world_size], ranks), ranks
+    for saved in others:
+        problem = other_save(first, saved)
+        if problem is not None:
+            raise ProgressStateError("", f"{directory}: {MIXED}: {problem}; nothing was loaded")
+    return found
+
+
+def other_save(first: SavedProgress, saved: SavedProgress) -> str | None:
+    """Why ``saved`` (a rank's file) does not come from the save that wrote rank 0's ``first``, or None; a committed
+    folder lists every rank's file, so only an uncommitted one can mix them."""
+    if (saved.world_size, saved.save_iteration) == (first.world_size, first.save_iteration):
+        return None
+    return (
+        f"{file_name(saved.rank)} was written by save {saved.save_iteration} of {saved.world_size} process(es), "
+        f"{file_name(0)} by save {first.save_iteration} of {first.world_size}"
+    )
 
 
 def read(directory: str, process_index: int) -> SavedProgress:
     """Load with ``weights_only=True`` and check the adapter's own keys; ``ProgressStateError`` if bad."""
     path = os.path.join(directory, file_name(process_index))
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} is missing: this checkpoint was not saved with an AcceleratorProgress")
+        raise FileNotFoundError(f"{path} is missing: {NOT_COMMITTED}")
     if not os.path.isfile(path):
         raise ProgressStateError("", f"{path} is not a regular file")
     try:
@@ -361,67 +256,47 @@ def read(directory: str, process_index: int) -> SavedProgress:
         reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         raise ProgressStateError("", f"{path} is not a readable progress file ({reason})") from None
     version = payload.get("version") if isinstance(payload, dict) else None
-    keys = {1: _KEYS_V1, 2: _KEYS_V2, 3: _KEYS_V3}.get(version, _KEYS) if type(version) is int else _KEYS
-    payload = dict(read_mapping(payload, "", required=keys))
-    if type(payload["version"]) is not int or payload["version"] not in (1, 2, 3, VERSION):
+    if version == 1:
         raise ProgressStateError(
-            "version", f"unsupported version {payload['version']!r:.40}; this code reads 1 to {VERSION}"
+            "version", f"{path} is a version 1 file (a development build), which records no world_size; start anew"
         )
+    if type(version) is not int or version not in _KEYS:
+        raise ProgressStateError("version", f"unsupported version {version!r:.40}; this code reads 2 to {VERSION}")
+    required, old_crcs = _KEYS[version]
+    payload = dict(read_mapping(payload, "", required=required, optional=old_crcs))
     gradients = payload["gradients"]
     if not isinstance(gradients, list) or not all(g is None or isinstance(g, torch.Tensor) for g in gradients):
         raise ProgressStateError("gradients", "expected a list of tensors and None")
-    rank = crcs = optimizers = schedulers = scaler = loaders = rng = None
-    if payload["version"] >= 3:
-        rank = read_int(payload["rank"], "rank", minimum=0)
-        crcs = _weights_crc32(payload["weights_crc32"])
-        optimizers = _crc32_list(payload["optimizers_crc32"], "optimizers_crc32")
-    if payload["version"] >= 4:
-        schedulers = _crc32_list(payload["schedulers_crc32"], "schedulers_crc32")
-        scaler = None if payload["scaler_crc32"] is None else _crc32(payload["scaler_crc32"], "scaler_crc32")
-        rng = _crc32(payload["random_states_crc32"], "random_states_crc32")
-        loaders = payload["dataloaders_crc32"]
-        if not isinstance(loaders, list) or not all(c is None or (type(c) is int and 0 <= c < 2**32) for c in loaders):
-            raise ProgressStateError("dataloaders_crc32", "expected a list of CRC-32 values and None")
     return SavedProgress(
-        world_size=None if payload["version"] == 1 else read_int(payload["world_size"], "world_size", minimum=1),
+        world_size=read_int(payload["world_size"], "world_size", minimum=1),
         tracker=payload["tracker"],
         gradients=gradients,
         save_iteration=read_int(payload["save_iteration"], "save_iteration", minimum=0),
         loader_iterations=_loader_iterations(payload["loader_iterations"]),
         evaluation_rng=_evaluation_rng(payload["evaluation_rng"]),
-        rank=rank,
-        weights_crc32=crcs,
-        optimizers_crc32=optimizers,
-        schedulers_crc32=schedulers,
-        scaler_crc32=scaler,
-        dataloaders_crc32=loaders,
-        random_states_crc32=rng,
+        rank=read_int(payload.get("rank", process_index), "rank", minimum=0),
+        folder=_folder(payload.get("folder")),
     )
 
 
-def _crc32(value: object, key: str) -> int:
-    if type(value) is not int or not 0 <= value < 2**32:
-        raise ProgressStateError(key, "expected a CRC-32 value")
-    return value
-
-
-def _crc32_list(value: object, key: str) -> list[int]:
-    if not isinstance(value, list) or not all(type(c) is int and 0 <= c < 2**32 for c in value):
-        raise ProgressStateError(key, "expected a list of CRC-32 values")
-    return value
-
-
-def _weights_crc32(value: object) -> list[dict[str, int]]:
-    if not isinstance(value, list):
-        raise ProgressStateError("weights_crc32", f"expected a list, got {type(value).__name__}")
-    for index, model in enumerate(value):
-        key = f"weights_crc32.{index}"
-        if not isinstance(model, dict):
-            raise ProgressStateError(key, f"expected a dict, got {type(model).__name__}")
-        for name, crc in model.items():
-            if not isinstance(name, str) or type(crc) is not int or not 0 <= crc < 2**32:
-                raise ProgressStateError(f"{key}.{str(name)[:40]}", "expected a tensor name and a CRC-32")
-    return value
+def _folder(value: object) -> dict[str, tuple[int, int]] | None:
+    """The commit's listing: relative paths inside the folder (no ``..``) -> (size, CRC-32)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ProgressStateError("folder", f"expected None or a dict, got {type(value).__name__}")
+    found = {}
+    for path, record in value.items():
+        key = f"folder.{str(path)[:80]}"
+        if not isinstance(path, str) or not path or path.startswith("/") or ".." in path.split("/"):
+            raise ProgressStateError(key, "expected a path inside the folder")
+        if not isinstance(record, dict) or set(record) != {"size", "crc32"}:
+            raise ProgressStateError(key, "expected a dict with keys 'size' and 'crc32'")
+        crc = record["crc32"]
+        if type(crc) is not int or not 0 <= crc < 2**32:
+            raise ProgressStateError(f"{key}.crc32", "expected a CRC-32 value")
+        found[path] = (read_int(record["size"], f"{key}.size", minimum=0), crc)
+    return found
 
 
 def _evaluation_rng(value: object) -> tuple[str, GlobalRng] | None:

@@ -17,20 +17,19 @@ One source of truth for the layouts (the adapters import these constants):
 Files are read with ``torch.load(weights_only=True)``: no pickled code ever runs. No
 framework is imported. Before a file is loaded its integrity is checked: a regular, non-empty
 file (never a FIFO, which would block) whose zip members all match their CRC-32
-(``torch.load(mmap=True)`` checks none). An Accelerate folder must hold every file the
-recorded world size needs, each rank's own progress file, and weights, optimizer, scheduler,
-scaler and RNG files from the save that wrote the progress files (their CRC-32s are recorded in
-the progress files: ``_accelerate_checkpoint.same_save_problem``).
+(``torch.load(mmap=True)`` checks none). An Accelerate folder must hold each rank's progress
+file, all of one save; a committed one (its progress registered for checkpointing) must be the save
+rank 0's file committed: every file its commit lists there, with the size and CRC-32 recorded
+(``_accelerate_checkpoint.commit_problem``); files the commit does not list, and Accelerate's files
+in a folder without a commit, are named in ``unchecked``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import re
 import stat
-import struct
 import warnings
 import zipfile
 from collections.abc import Iterable
@@ -55,9 +54,12 @@ _SHARDED_META = "meta.pt"  # Lightning's _METADATA_FILENAME beside torch.distrib
 _DCP_METADATA = ".metadata"  # what torch.distributed.checkpoint writes after the shards
 _DEEPSPEED_MARKS = frozenset({"latest", "zero_to_fp32.py"})  # what DeepSpeed's save_checkpoint writes
 _CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth")  # files a directory scan considers
-_TORCH_ZIP_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")  # torch.save files in an Accelerate folder
 _NOT_A_ZIP = "truncated or not a torch checkpoint (no zip central directory, which torch.save writes last)"
 _CHUNK = 1 << 20
+_NO_COMMIT = (
+    "Accelerate's files (the folder has no commit: the AcceleratorProgress that saved it was not registered for "
+    "checkpointing, accelerator.register_for_checkpointing(progress), so only its progress files are checked)"
+)
 _LOOKED_FOR = (
     f"looked for checkpoint['callbacks'][{LIGHTNING_STATE_KEY!r}] (Lightning ProgressTracker) and for a value "
     f"with keys {', '.join(map(repr, IGNITE_STATE_KEYS))} (Ignite ProgressHandler) and for "
@@ -364,15 +366,16 @@ def _read_accelerate(folder: Path, names: list[str]) -> ProgressCheckpoint:
     ranks = sorted(int(match[1]) for name in names if (match := _ACCELERATE_PROGRESS_FILE.fullmatch(name)))
     if not ranks:
         raise CheckpointFileError(
-            f"{folder}: no progress entry: looked for progress_tracker_<rank>.pt, which AcceleratorProgress "
-            f"writes at accelerator.save_state, and for {_SHARDED_META} (a Lightning sharded checkpoint)"
+            f"{folder}: no progress entry: looked for progress_tracker_<rank>.pt, which AcceleratorProgress writes "
+            "in accelerator.save_state (at its end when registered for checkpointing: none if the save was cut "
+            f"short), and for {_SHARDED_META} (a Lightning sharded checkpoint)"
         )
-    for name in names:
-        problem = _incomplete(folder / name)
-        if problem:
-            raise CheckpointFileError(f"{folder / name}: {problem}")
-    first = _read_progress_file(folder, 0) if ranks[0] == 0 else None
-    world_size = len(ranks) if first is None or first.world_size is None else first.world_size
+    if ranks[0] != 0:
+        raise CheckpointFileError(
+            f"{folder}: {accelerate_file.file_name(0)} is missing: {accelerate_file.NOT_COMMITTED}"
+        )
+    first = _read_progress_file(folder, 0)
+    world_size = first.world_size
     expected = list(range(world_size))
     if ranks != expected:
         missing = [rank for rank in expected if rank not in ranks]
@@ -383,34 +386,28 @@ def _read_accelerate(folder: Path, names: list[str]) -> ProgressCheckpoint:
             + (" and " if missing and extra else "")
             + (f"progress files of rank(s) {extra} belong to no rank of that save" if extra else "")
         )
-    entries = []
-    files: dict[int, accelerate_file.SavedProgress] = {}
-    for rank in expected:
-        if f"random_states_{rank}.pkl" not in names:
-            raise CheckpointFileError(
-                f"{folder}: save_state was cut short: random_states_{rank}.pkl, which Accelerate writes "
-                "after the weights and optimizer states, is missing"
-            )
-        file = folder / accelerate_file.file_name(rank)
-        saved = first if rank == 0 and first is not None else _read_progress_file(folder, rank)
-        if saved.rank is not None and saved.rank != rank:
-            raise CheckpointFileError(f"{file}: written by rank {saved.rank}, not rank {rank} (a copied file?)")
-        if first is not None and (saved.world_size, saved.save_iteration) != (first.world_size, first.save_iteration):
-            raise CheckpointFileError(
-                f"{folder}: {accelerate_file.MIXED}: {file.name} was written by save {saved.save_iteration} of "
-                f"{saved.world_size} process(es), {accelerate_file.file_name(0)} by save {first.save_iteration} "
-                f"of {first.world_size}"
-            )
-        _validate(file, "['tracker']", saved.tracker)
-        entries.append(saved.tracker)
-        files[rank] = saved
-    problem = accelerate_file.same_save_problem(str(folder), files, lambda name: _load(Path(name)))
+    problem = accelerate_file.commit_problem(str(folder), first)
     if problem is not None:
         raise CheckpointFileError(f"{folder}: {accelerate_file.MIXED}: {problem}")
-    unchecked = tuple(
-        f"random_states_{rank}.pkl (NumPy is not importable here, and Accelerate saves NumPy arrays in it)"
-        for rank, saved in files.items()
-        if saved.random_states_crc32 is not None and not accelerate_file.rng_files_readable()
+    entries = []
+    for rank in expected:
+        file = folder / accelerate_file.file_name(rank)
+        saved = first if rank == 0 else _read_progress_file(folder, rank)
+        if saved.rank != rank:
+            raise CheckpointFileError(f"{file}: written by rank {saved.rank}, not rank {rank} (a copied file?)")
+        problem = accelerate_file.other_save(first, saved)
+        if problem is not None:
+            raise CheckpointFileError(f"{folder}: {accelerate_file.MIXED}: {problem}")
+        _validate(file, "['tracker']", saved.tracker)
+        entries.append(saved.tracker)
+    unchecked = (
+        tuple(
+            f"{path} (not in the folder when the save committed: written after it, by an object registered for "
+            "checkpointing after the progress or by something else)"
+            for path in accelerate_file.uncommitted(str(folder), first)
+        )
+        if first.folder is not None
+        else (_NO_COMMIT,)
     )
     return ProgressCheckpoint(folder, "accelerate", "progress_tracker_<rank>.pt['tracker']", tuple(entries), unchecked)
 
@@ -422,44 +419,6 @@ def _read_progress_file(folder: Path, rank: int) -> accelerate_file.SavedProgres
         return accelerate_file.read(str(folder), rank)
     except ProgressStateError as error:
         raise CheckpointFileError(f"{file}: damaged progress file: {error}") from None
-
-
-def _incomplete(file: Path) -> str | None:
-    """Why a file Accelerate wrote is cut short or damaged, or None; read without unpickling anything."""
-    mode = _mode(file)
-    if mode is None or not file.name.endswith((*_TORCH_ZIP_SUFFIXES, ".safetensors")):
-        return None
-    if stat.S_ISDIR(mode):
-        return "a folder where a checkpoint file belongs"
-    if not stat.S_ISREG(mode):
-        return "not a regular file (a FIFO, socket or device); not read"
-    if file.suffix == ".safetensors":
-        return _safetensors_incomplete(file)
-    if os.path.getsize(file) == 0:
-        return "empty file"
-    return _zip_problem(file)
-
-
-def _safetensors_incomplete(file: Path) -> str | None:
-    size = file.stat().st_size
-    with open(file, "rb") as stream:
-        head = stream.read(8)
-        if len(head) < 8:
-            return "truncated safetensors file (no header)"
-        (header_size,) = struct.unpack("<Q", head)
-        if 8 + header_size > size:
-            return "truncated safetensors file (header cut short)"
-        try:
-            header = json.loads(stream.read(header_size))
-            spans = [t["data_offsets"] for k, t in header.items() if k != "__metadata__"]
-            if not all(type(b) is int and type(e) is int and 0 <= b <= e for b, e in spans):
-                return "damaged safetensors header (bad data offsets)"
-            end = max((e for _, e in spans), default=0)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
-            return "damaged safetensors header"
-    if 8 + header_size + end != size:
-        return f"truncated or damaged safetensors file ({size} bytes, {8 + header_size + end} expected)"
-    return None
 
 
 # candidates --------------------------------------------------------------------------------

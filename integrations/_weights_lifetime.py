@@ -11,9 +11,11 @@ positions, generators or gradients.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
+import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +28,6 @@ from tracker_core.integrations._checkpoint_files import (
     ProgressCheckpoint,
     _load,
     _mode,
-    _safetensors_incomplete,
 )
 
 FORMAT = "weights"
@@ -138,3 +139,26 @@ def _located(where: str, weights: Mapping[Any, Any], file: Path) -> dict[str, di
 
 def _train_batches(state: Mapping[str, Any]) -> int:
     return int(state["stages"]["train"]["batches"]["lifetime"]["completed"])
+
+
+def _safetensors_incomplete(file: Path) -> str | None:
+    """Why a safetensors file is cut short or damaged (its header against its size), or None."""
+    size = file.stat().st_size
+    with open(file, "rb") as stream:
+        head = stream.read(8)
+        if len(head) < 8:
+            return "truncated safetensors file (no header)"
+        (header_size,) = struct.unpack("<Q", head)
+        if 8 + header_size > size:
+            return "truncated safetensors file (header cut short)"
+        try:
+            header = json.loads(stream.read(header_size))
+            spans = [t["data_offsets"] for k, t in header.items() if k != "__metadata__"]
+            if not all(type(b) is int and type(e) is int and 0 <= b <= e for b, e in spans):
+                return "damaged safetensors header (bad data offsets)"
+            end = max((e for _, e in spans), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError):
+            return "damaged safetensors header"
+    if 8 + header_size + end != size:
+        return f"truncated or damaged safetensors file ({size} bytes, {8 + header_size + end} expected)"
+    return None

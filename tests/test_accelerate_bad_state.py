@@ -13,7 +13,6 @@ import torch
 from torch.utils.data import DataLoader
 
 from tracker_core import ProgressStateError
-from tracker_core.integrations import _accelerate_checkpoint as accelerate_file
 from tracker_core.integrations.accelerate import AcceleratorProgress
 
 from helpers.accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run
@@ -30,15 +29,14 @@ def _edit(path: Path, change) -> None:
     torch.save(saved, path)
 
 
-def _as_version_1(saved: dict[str, Any]) -> None:
-    """What a version 1 file holds: no world_size, rank or CRC-32s of the other files."""
-    keys = ("world_size", "rank", "weights_crc32", "optimizers_crc32", "schedulers_crc32", "scaler_crc32")
-    for key in (*keys, "dataloaders_crc32", "random_states_crc32"):
-        saved.pop(key)
-    saved["version"] = 1
+def _as_version_4(saved: dict[str, Any]) -> None:
+    """What a version 4 file holds: CRC-32s of the files Accelerate was about to write instead of a commit."""
+    saved.pop("folder")
+    keys = ("weights_crc32", "optimizers_crc32", "schedulers_crc32", "dataloaders_crc32", "random_states_crc32")
+    saved.update({key: [] for key in keys}, scaler_crc32=None, version=4)
 
 
-def _assert_load_refused(directory: Path, key: str) -> None:
+def _assert_load_refused(directory: Path, key: str) -> ProgressStateError:
     accelerator = fresh_accelerator(Setup(samples=13, accumulation=3))
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
@@ -46,6 +44,7 @@ def _assert_load_refused(directory: Path, key: str) -> None:
         model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(Indexed(13), batch_size=3, shuffle=True)
     )
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(loader)
     weights = [p.detach().clone() for p in model.parameters()]
     rng = torch.get_rng_state()
@@ -58,6 +57,7 @@ def _assert_load_refused(directory: Path, key: str) -> None:
     assert torch.equal(torch.get_rng_state(), rng)
     assert progress.view.state_dict() == before
     assert accelerator.project_configuration.iteration == 0
+    return error.value
 
 
 def test_a_negative_count_is_refused_and_nothing_is_loaded(tmp_path):
@@ -86,7 +86,7 @@ def test_a_file_that_is_not_a_progress_file_is_refused(tmp_path):
 
 def test_a_future_file_version_is_refused(tmp_path):
     path = _checkpoint(tmp_path)
-    _edit(path, lambda s: s.update(version=5))
+    _edit(path, lambda s: s.update(version=6))
     _assert_load_refused(tmp_path, "version")
 
 
@@ -96,18 +96,23 @@ def test_a_world_size_below_one_is_refused(tmp_path):
     _assert_load_refused(tmp_path, "world_size")
 
 
-def test_a_version_1_file_which_does_not_record_the_world_size_is_read_as_saved_at_the_loading_one(tmp_path):
-    path = _checkpoint(tmp_path)
-    _edit(path, _as_version_1)
-    found = accelerate_file.read_checkpoint(str(tmp_path), 0, 1)
-    assert found.ranks is None
-    assert found.own.world_size is None
-    assert found.own.tracker == torch.load(path, weights_only=True)["tracker"]
+def test_a_version_4_file_from_before_the_commit_loads_as_a_folder_without_one(tmp_path):
+    setup = Setup(samples=13, accumulation=3)
+    stopped = run(setup, stop=StopAt(3), save_dir=str(tmp_path))
+    _edit(tmp_path / "progress_tracker_0.pt", _as_version_4)
+    resumed = run(setup, load_dir=str(tmp_path))
+    reference = run(setup)
+    assert stopped.train_ids + resumed.train_ids == reference.train_ids
+    assert resumed.state == reference.state
 
 
-def test_a_version_1_file_cannot_be_resumed_by_a_process_that_has_no_file_of_its_own(tmp_path):
+def test_a_version_1_file_which_records_no_world_size_is_refused_naming_its_version(tmp_path):
     path = _checkpoint(tmp_path)
-    _edit(path, _as_version_1)
-    with pytest.raises(ProgressStateError) as error:
-        accelerate_file.read_checkpoint(str(tmp_path), 1, 2)
-    assert error.value.key == "world_size"
+    _edit(path, lambda s: s.update(version=1))
+    assert "version 1 file" in str(_assert_load_refused(tmp_path, "version"))
+
+
+def test_a_commit_listing_a_path_outside_the_folder_is_refused(tmp_path):
+    path = _checkpoint(tmp_path)
+    _edit(path, lambda s: s["folder"].update({"../elsewhere.bin": {"size": 1, "crc32": 0}}))
+    _assert_load_refused(tmp_path, "folder.../elsewhere.bin")

@@ -71,6 +71,7 @@ def _example(
         model, optimizer, DataLoader(Indexed(), batch_size=4, shuffle=True)
     )
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(train_dataloader)
     run = Run() if run is None else run
     overall_step, starting_epoch, resume_step = 0, 0, None
@@ -163,6 +164,7 @@ def test_a_loader_made_by_skip_first_batches_in_a_run_that_resumed_nothing_skips
     accelerator = Accelerator(cpu=True)
     loader = accelerator.prepare(DataLoader(Indexed(), batch_size=4))
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     with progress.fit(1) as fit:
         for _ in fit.epochs():
             ids = [batch_ids.tolist() for batch_ids, _ in progress.train(accelerator.skip_first_batches(loader, 2))]

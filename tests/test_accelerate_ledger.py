@@ -53,6 +53,7 @@ class Program:
         data = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2)
         self.model, self.optimizer, self.data = self.accelerator.prepare(model, optimizer, data)
         self.progress = AcceleratorProgress(self.accelerator, heartbeat=heartbeat)
+        self.accelerator.register_for_checkpointing(self.progress)
 
     def batches(self) -> Iterator[Any]:
         """The train pass of the current epoch: each batch is trained (one optimizer step), then given to the body."""

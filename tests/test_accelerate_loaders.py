@@ -93,6 +93,7 @@ def _program(save_at: tuple[int, int] | None, path: Path, load: bool) -> list[in
         model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(Indexed(13), batch_size=3, shuffle=True)
     )
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(loader)
     if load:
         accelerator.load_state(str(path))
@@ -108,6 +109,7 @@ def test_the_batch_index_counts_the_batches_of_its_own_loader() -> None:
     accelerator = fresh_accelerator(Setup())
     first, second = accelerator.prepare(DataLoader(Indexed(6), batch_size=3), DataLoader(Indexed(9), batch_size=3))
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     seen = []
     with progress.fit(1) as fit:
         for _epoch in fit.epochs():

@@ -75,7 +75,7 @@ def configurations(count: int, seed: int = MATRIX_SEED) -> list[tuple[Config, St
             epochs=rng.choice((1, 2, 3)),
             loader=rng.choice(("shuffled", "sequential", "seedable", "stateful")),
             evaluate=rng.random() < 0.7,
-            register_progress=rng.random() < 0.2,
+            register_progress=rng.random() < 0.5,
         )
         batches = _batches(config)
         if rng.random() < 0.15:

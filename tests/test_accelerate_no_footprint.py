@@ -2,8 +2,9 @@
 
 The same program (two epochs, ``save_state`` at two batches, then a fresh Accelerator that loads the last
 checkpoint, trains the third epoch and saves again) runs with and without the tracker; every file and folder under
-``project_dir`` is listed. With the tracker the list is Accelerate's own plus ``progress_tracker_0.pt`` in each
-save folder, with Accelerate's automatic naming and with a folder the program names.
+``project_dir`` is listed. With the tracker the list is Accelerate's own plus, in each save folder,
+``progress_tracker_0.pt`` and the ``custom_checkpoint_0.pkl`` Accelerate writes for the registered progress
+(``register_for_checkpointing``: its note), with Accelerate's automatic naming and with a folder the program names.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def _train(project_dir: Path, automatic: bool, tracked: bool, resume_from: str |
     data = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=2, shuffle=True)
     model, optimizer, data = accelerator.prepare(model, optimizer, data)
     progress = AcceleratorProgress(accelerator) if tracked else None
+    if progress is not None:
+        accelerator.register_for_checkpointing(progress)
     if resume_from is not None:
         accelerator.load_state(resume_from)
         # Accelerate's load_state does not restore it (its error says to set it)
@@ -64,13 +67,14 @@ def _names_left(project_dir: Path, automatic: bool, tracked: bool) -> tuple[set[
 
 
 @pytest.mark.parametrize("automatic", [True, False], ids=["automatic-naming", "named-folders"])
-def test_the_only_names_accelerate_would_not_write_are_the_progress_files_in_each_save_folder(
+def test_the_only_names_accelerate_would_not_write_are_the_progress_file_and_its_note_in_each_save_folder(
     automatic: bool, tmp_path: Path
 ) -> None:
     names, folders = _names_left(tmp_path / "tracked", automatic, tracked=True)
     accelerate_alone, same_folders = _names_left(tmp_path / "alone", automatic, tracked=False)
     assert folders == same_folders and len(folders) == 3
-    assert names - accelerate_alone == {f"{folder}/progress_tracker_0.pt" for folder in folders}
+    ours = ("progress_tracker_0.pt", "custom_checkpoint_0.pkl")
+    assert names - accelerate_alone == {f"{folder}/{name}" for folder in folders for name in ours}
     assert accelerate_alone <= names
 
 
@@ -83,6 +87,7 @@ def test_load_state_leaves_the_project_configuration_alone_and_names_the_next_sa
     )
     accelerator.prepare(torch.nn.Linear(2, 1))  # the saved gradients need its parameter
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     assert progress.next_save_iteration is None
     accelerator.load_state(saved)
     assert (accelerator.project_configuration.iteration, progress.next_save_iteration) == (0, 2)

@@ -113,6 +113,7 @@ def _automatic_naming_program(project_dir: Path, load: bool, load_from: Path | N
         model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(Indexed(10), batch_size=3)
     )
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     if load:
         accelerator.load_state(None if load_from is None else str(load_from))
         accelerator.project_configuration.iteration = progress.next_save_iteration  # as the docs say

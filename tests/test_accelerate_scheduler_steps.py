@@ -43,6 +43,7 @@ def _run(save_after: int | None = None, folder: Path | None = None, load: Path |
     data: DataLoader[Any] = DataLoader(Indexed(SETUP.samples), batch_size=SETUP.batch_size, shuffle=True)
     model, optimizer, loader, prepared = accelerator.prepare(model, optimizer, data, scheduler)  # type: ignore[no-untyped-call]
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(loader)
     if load is not None:
         accelerator.load_state(str(load))

@@ -111,6 +111,7 @@ def _accelerate(network: torch.nn.Module, epochs: int, accelerator: Accelerator 
     optimizer = torch.optim.SGD(network.parameters(), lr=0.1)
     prepared, optimizer, loader = accelerator.prepare(network, optimizer, _loader())
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     with progress.fit(epochs) as fit:
         for _ in fit.epochs():
             for x, y in progress.train(loader):
@@ -249,6 +250,7 @@ def _accelerate_3_epochs(state: Path, save_after: int | None) -> ProgressView:
     optimizer = torch.optim.SGD(network.parameters(), lr=0.1)
     prepared, optimizer, loader = accelerator.prepare(network, optimizer, _loader())
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     if save_after is None:
         accelerator.load_state(str(state))
     with progress.fit(3) as fit:

@@ -181,7 +181,9 @@ def test_a_pickle_whose_loading_would_run_code_is_refused_and_never_run(
     path, damaged = _copy_target(saved, target, tmp_path)
     marker = tmp_path / "payload_ran"
     torch.save({"progress_tracker": _Payload(marker), "gradients": []}, damaged)
-    assert "weights_only=True" in _refused(path, capsys)
+    # a file of Accelerate's is refused by the commit, unread
+    expected = "optimizer.bin holds other bytes" if target == "accelerate:optimizer.bin" else "weights_only=True"
+    assert expected in _refused(path, capsys)
     assert not marker.exists()
 
 

@@ -30,10 +30,10 @@ pytest.importorskip("accelerate")
 import torch
 from safetensors.torch import load_file
 
-from tracker_core.integrations._accelerate_checkpoint import tensor_crc32
 from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint
 
 from helpers.distributed_runs import TESTS
+from helpers.save_crc import tensor_crc32
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -144,6 +144,7 @@ def test_accelerate_a_loader_tracked_only_by_train_after_load_state_that_does_no
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(Indexed(10), batch_size=2))
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     torch.manual_seed(3)
     before, rngs = progress.view.state_dict(), _global_rngs()
     accelerator.load_state(str(tmp_path / "saved"))

@@ -173,7 +173,8 @@ def test_a_per_rank_file_copied_over_another_ranks_is_refused(
 ) -> None:
     folder = _copy(two_ranks, tmp_path)
     shutil.copy(folder / "progress_tracker_0.pt", folder / "progress_tracker_1.pt")
-    assert "progress_tracker_1.pt: written by rank 0, not rank 1" in _error(["inspect", str(folder)], capsys)
+    err = _error(["inspect", str(folder)], capsys)
+    assert "parts of this folder come from different saves" in err and "progress_tracker_1.pt is longer" in err
 
 
 def test_a_progress_file_of_a_rank_beyond_the_saved_world_is_refused(
@@ -290,22 +291,52 @@ def test_a_truncated_file_is_named_as_truncated(
     assert str(path) in err and "truncated or not a torch checkpoint" in err
 
 
-@pytest.mark.parametrize("name", ["progress_tracker_0.pt", "model.safetensors", "optimizer.bin"])
-def test_an_accelerate_folder_with_a_truncated_file_is_named_as_truncated(
+def test_an_accelerate_folder_with_a_truncated_progress_file_is_named_as_truncated(
+    saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _copy(saved.accelerate / "mid", tmp_path)
+    _cut_in_half(folder / "progress_tracker_0.pt")
+    err = _error(["inspect", str(folder)], capsys)
+    assert str(folder / "progress_tracker_0.pt") in err and "truncated" in err
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.bin"])
+def test_an_accelerate_folder_with_a_file_cut_after_the_commit_names_it_and_its_size(
     name: str, saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = _copy(saved.accelerate / "mid", tmp_path)
+    size = (folder / name).stat().st_size
     _cut_in_half(folder / name)
-    err = _error(["inspect", str(folder)], capsys)
-    assert str(folder / name) in err and "truncated" in err
+    with pytest.raises(CheckpointFileError, match=f"{name} is truncated: {size // 2} bytes, the save wrote {size}"):
+        read_checkpoint(folder)
+    assert name in _error(["inspect", str(folder)], capsys)  # inspect then reads it as weights: also truncated
 
 
-def test_an_accelerate_folder_whose_save_was_cut_short_says_so(
+def test_an_accelerate_folder_missing_a_file_its_save_wrote_says_so(
     saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = _copy(saved.accelerate / "mid", tmp_path)
     (folder / "random_states_0.pkl").unlink()
-    assert "save_state was cut short" in _error(["inspect", str(folder)], capsys)
+    assert "random_states_0.pkl, which the save wrote, is missing" in _error(["inspect", str(folder)], capsys)
+
+
+def test_an_accelerate_folder_whose_save_was_cut_short_before_its_commit_says_so(
+    two_ranks: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _copy(two_ranks, tmp_path)
+    (folder / "progress_tracker_0.pt").unlink()  # rank 1 wrote its file; rank 0's commit never came
+    assert "was cut short before a registered AcceleratorProgress wrote it" in _error(["inspect", str(folder)], capsys)
+
+
+def test_inspect_names_the_files_written_after_the_commit_as_not_checked(
+    saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _copy(saved.accelerate / "mid", tmp_path)
+    (folder / "notes.txt").write_text("added after the save")
+    assert main(["inspect", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "not checked: notes.txt (not in the folder when the save committed" in out
+    assert "not checked: custom_checkpoint_0.pkl" in out  # the registered progress's note, written after it
 
 
 def test_a_file_holding_pickled_objects_is_refused_without_running_them(
@@ -385,7 +416,7 @@ def test_newest_intact_checkpoint_skips_an_accelerate_folder_whose_save_was_cut_
     (tmp_path / "checkpoints" / "logs").mkdir()
     (tmp_path / "checkpoints" / "logs" / "events.txt").write_text("not a checkpoint")
     _aged([*older.iterdir(), *newer.iterdir(), tmp_path / "checkpoints" / "logs" / "events.txt"])
-    with pytest.warns(UserWarning, match="model.safetensors: truncated") as skipped:
+    with pytest.warns(UserWarning, match="model.safetensors is truncated") as skipped:
         assert newest_intact_checkpoint(tmp_path / "checkpoints") == older
     assert len(skipped) == 1  # the folder without progress files is no candidate
 

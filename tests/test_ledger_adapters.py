@@ -108,6 +108,7 @@ def test_accelerate_a_resume_from_an_older_checkpoint_records_the_work_done_afte
         GradientState._reset_state()
         accelerator = Accelerator(cpu=True)
         progress = AcceleratorProgress(accelerator, heartbeat=tmp_path / "heartbeat.json")
+        accelerator.register_for_checkpointing(progress)
         model = torch.nn.Linear(2, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         data = DataLoader(TensorDataset(torch.randn(12, 2), torch.randn(12, 1)), batch_size=2)

@@ -27,9 +27,9 @@ def prepared_schedulers(accelerator: Accelerator) -> list[Any]:
     return list(accelerator._schedulers)
 
 
-def prepared_dataloaders(accelerator: Accelerator) -> list[Any]:
-    """The dataloaders ``accelerator.prepare`` returned so far, in order (``save_state`` numbers its files by it)."""
-    return list(accelerator._dataloaders)
+def registered_objects(accelerator: Accelerator) -> list[Any]:
+    """The objects ``accelerator.register_for_checkpointing`` took so far, in order (``save_state`` saves them last)."""
+    return list(accelerator._custom_objects)
 
 
 def drop_iterator(loader: Any) -> None:
@@ -54,7 +54,7 @@ check_attributes(
     "accelerate",
     accelerate.__version__,
     {
-        "Accelerator": (Accelerator, ("_models", "_optimizers", "_schedulers", "_dataloaders")),
+        "Accelerator": (Accelerator, ("_models", "_optimizers", "_schedulers", "_custom_objects")),
         "torch DataLoader": (torch.utils.data.DataLoader, ("_iterator",)),
     },
 )

@@ -53,14 +53,15 @@ from tracker_core.adapter import (
 )
 from tracker_core.adapter import register_progress as attach
 from tracker_core.integrations import _accelerate_checkpoint as checkpoint
+from tracker_core.integrations.accelerate import _commit as commit
 from tracker_core.integrations.accelerate import _elastic as elastic
 from tracker_core.integrations.accelerate._compat import (
     create_seedable_generator,
     drop_iterator,
-    prepared_dataloaders,
     prepared_models,
     prepared_optimizers,
     prepared_schedulers,
+    registered_objects,
 )
 from tracker_core.integrations.accelerate._fit import Fit
 from tracker_core.integrations.accelerate._loggers import rewind_trackers
@@ -78,9 +79,11 @@ class AcceleratorProgress:
     Create it after ``accelerator.prepare(...)``; run the fit in :meth:`fit` and iterate through
     its ``epochs()`` and ``train()``, and :meth:`evaluate`, :meth:`test` and :meth:`predict`. Optimizer steps
     are counted on the prepared optimizers' real steps (Accelerate's ``step()`` is a
-    no-op outside a ``sync_gradients`` window). ``save_state`` writes
-    ``progress_tracker_{rank}.pt`` beside Accelerate's files; ``load_state`` validates it
-    before Accelerate loads anything (``ProgressStateError``, nothing loaded).
+    no-op outside a ``sync_gradients`` window). ``save_state`` writes ``progress_tracker_{rank}.pt`` beside
+    Accelerate's files; ``load_state`` validates it before Accelerate loads anything (``ProgressStateError``,
+    nothing loaded). Registered for checkpointing, after your other registered objects
+    (``accelerator.register_for_checkpointing(progress)``), it also commits each save: rank 0's file is written
+    last and lists the folder's files, and ``load_state`` refuses a folder that differs from that list.
 
     The loops never raise because of the order they are used in: leaving one (``break``, an
     exception) ends its pass, leaving the ``with`` block ends the fit run, and what the record cannot follow is noted in
@@ -135,6 +138,8 @@ class AcceleratorProgress:
         self._armed_states: dict[int, dict[str, Any] | None] = {}
         self._display: Display | None = None  # set by display(); None: the loops show nothing
         self._next_save_iteration: int | None = None  # after a load_state
+        # a registered progress's save_state under way: its folder and this process's progress, for state_dict()
+        self._pending: tuple[str, checkpoint.SavedProgress] | None = None
         attach(accelerator, self._progress)
         accelerator.register_save_state_pre_hook(self._on_save)
         accelerator.register_load_state_pre_hook(self._on_load)
@@ -165,8 +170,23 @@ class AcceleratorProgress:
     # register_for_checkpointing and pickling -----------------------------------------------
     def state_dict(self) -> dict[str, str]:
         """What ``accelerator.register_for_checkpointing(progress)`` stores: only a note saying where the
-        progress is. Registering is not needed: every ``save_state`` writes ``progress_tracker_{rank}.pt``
-        through this object's hook, and ``load_state`` reads it before anything else."""
+        progress is. ``save_state`` calls it after writing Accelerate's own files (and the objects registered
+        before this one), and it commits that save: each process writes its ``progress_tracker_{rank}.pt``, and
+        rank 0 its own last, once the other processes' files of this save are in the folder (it waits for them
+        ``PATIENCE_S`` at most, never in a barrier), listing the size and CRC-32 of every other file then
+        in the folder. A rank whose file did not come is left out of the commit, with a warning: ``load_state``
+        refuses the folder (``save_state`` called on the main process only cannot be resumed)."""
+        if self._pending is not None:
+            (directory, saved), self._pending = self._pending, None
+            missing = commit.commit(directory, saved)
+            if missing:
+                warnings.warn(
+                    f"accelerator.save_state({directory!r}): the progress file of rank(s) {missing} did not come "
+                    f"within {commit.PATIENCE_S:g} s (save_state called on the main process only, or those processes "
+                    "failed), so the commit leaves them out and load_state refuses this folder",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
         return dict(_REGISTERED_STATE)
 
     def load_state_dict(self, state: object) -> None:
@@ -179,6 +199,7 @@ class AcceleratorProgress:
         state = self.__dict__.copy()
         state["_display"] = None
         state["_hooked_optimizers"] = 0
+        state["_pending"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -579,27 +600,22 @@ class AcceleratorProgress:
             gradients=capture_gradients(self._parameters(models)),
             save_iteration=accelerator.project_configuration.iteration,
             loader_iterations=iterations,
-            weights_crc32=checkpoint.weights_crc32(weights),  # ties Accelerate's files to this save
-            optimizers_crc32=[checkpoint.state_crc32(o.state_dict()) for o in prepared_optimizers(accelerator)],
-            schedulers_crc32=[checkpoint.state_crc32(s.state_dict()) for s in prepared_schedulers(accelerator)],
-            scaler_crc32=None
-            if accelerator.scaler is None
-            else checkpoint.state_crc32(accelerator.scaler.state_dict()),
-            dataloaders_crc32=[
-                checkpoint.state_crc32(d.state_dict()) if getattr(d, "use_stateful_dataloader", False) else None
-                for d in prepared_dataloaders(accelerator)
-            ],
-            random_states_crc32=checkpoint.save_rng_crc32(accelerator.step),
             evaluation_rng=None if evaluation is None else (evaluation.stage.name, evaluation.rng),
+            rank=accelerator.process_index,
         )
-        checkpoint.write(output_dir, accelerator.process_index, saved)
+        if any(obj is self for obj in registered_objects(accelerator)):
+            self._pending = (output_dir, saved)  # written by state_dict(), once Accelerate's files are
+        else:
+            self._pending = None
+            checkpoint.write(output_dir, saved.rank, saved)
         keep_heartbeat(self._progress, self._heartbeat)
 
     def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
         """Validate and load before Accelerate loads anything, so a bad file leaves all unchanged.
 
-        The folder's other files must come from the save that wrote the progress files (their CRC-32s,
-        ``_accelerate_checkpoint.same_save_problem``): a folder mixing two saves is refused here.
+        A committed folder (a registered progress saved it) must be what rank 0's progress file lists: every file
+        there unchanged (``_accelerate_checkpoint.commit_problem``); a save cut short or a folder mixing two saves is
+        refused here. Without a commit, this process's file and rank 0's must come from the same save.
 
         Saved by another number of processes, every saved rank's file is read and the core maps
         the data position by global samples (``tracker_core/distributed/_elastic.py``); this process takes the
@@ -608,7 +624,6 @@ class AcceleratorProgress:
         """
         accelerator = self._accelerator
         found = checkpoint.read_checkpoint(input_dir, accelerator.process_index, accelerator.num_processes)
-        checkpoint.check_same_save(input_dir, _files_of_one_save(input_dir, found, accelerator.process_index))
         saved = found.own
         entry: dict[str, Any] = saved.tracker
         if found.ranks is not None:
@@ -654,26 +669,6 @@ class AcceleratorProgress:
         if resuming_epoch:
             _warn_if_passes_alternate(saved.loader_iterations, self._finished_passes)
         rewind_trackers(accelerator, self.view.global_step)  # init_trackers' trackers continue at this step
-
-
-def _files_of_one_save(
-    directory: str, found: checkpoint.SavedCheckpoint, process_index: int
-) -> dict[int, checkpoint.SavedProgress]:
-    """The progress files (rank -> file) whose CRC-32s cover what this process loads: every saved rank's at another
-    world size, else its own and rank 0's (which covers the shared files); ``ProgressStateError`` if those two
-    come from different saves."""
-    if found.ranks is not None:
-        return dict(enumerate(found.ranks))
-    if process_index == 0:
-        return {0: found.own}
-    first = checkpoint.read(directory, 0)
-    if (first.world_size, first.save_iteration) != (found.own.world_size, found.own.save_iteration):
-        raise ProgressStateError(
-            "",
-            f"{directory}: {checkpoint.MIXED}: {checkpoint.file_name(process_index)} was written by save "
-            f"{found.own.save_iteration}, {checkpoint.file_name(0)} by save {first.save_iteration}; nothing was loaded",
-        )
-    return {0: first, process_index: found.own}
 
 
 def _warn_if_passes_alternate(iterations: list[checkpoint.LoaderIteration | None], finished: set[int]) -> None:

@@ -112,6 +112,7 @@ def run(
     save_dir: str | None = None,
     load_dir: str | None = None,
     seed_value: int = 0,
+    registered: bool = True,
 ) -> Result:
     seed(seed_value)
     accelerator = fresh_accelerator(setup)
@@ -131,6 +132,8 @@ def run(
     optimizers = list(prepared[setup.optimizers : 2 * setup.optimizers])
     train_loader, val_loader = prepared[-2:]
     progress = AcceleratorProgress(accelerator)
+    if registered:  # its saves are committed
+        accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(train_loader)
     if load_dir is not None:
         accelerator.load_state(load_dir)

@@ -67,7 +67,7 @@ class Config:
     break_train: tuple[int, int] | None = None  # the train loop breaks before the next batch's step
     break_eval: tuple[int, int] | None = None
     raise_train: tuple[int, int] | None = None  # the next batch's step raises (before accumulate)
-    register_progress: bool = False  # accelerator.register_for_checkpointing(progress) as well
+    register_progress: bool = True  # accelerator.register_for_checkpointing(progress): its saves are committed
 
 
 @dataclass(frozen=True)
@@ -187,10 +187,10 @@ class _Program:
         self.fits = 0
         if tracked:
             self.progress = AcceleratorProgress(accelerator)
+            if config.register_progress:
+                accelerator.register_for_checkpointing(self.progress)  # after the other registered object
             for index, loader in enumerate(loaders):
                 self.progress.track_train_loader(loader, index)
-            if config.register_progress:
-                accelerator.register_for_checkpointing(self.progress)
 
     # loops, with or without the adapter ----------------------------------------------------------------
     def _train_pass(self, index: int) -> Generator[tuple[int, Any], None, None]:

@@ -36,6 +36,7 @@ def train(path: Path, save_at: int | None = None, after_load: str = "", epoch_dr
         model, optimizer, DataLoader(Indexed(10), batch_size=3, shuffle=True)
     )
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(loader)
     if resume:
         accelerator.load_state(str(path))

@@ -55,6 +55,7 @@ def elastic_setup(batch: int, *, seedable: bool = True, split_batches: bool = Fa
     loader = DataLoader(Indexed(ELASTIC_SAMPLES), batch_size=batch, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(loader)
     return Elastic(accelerator, model, optimizer, loader, progress)
 

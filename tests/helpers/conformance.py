@@ -359,6 +359,7 @@ def _run_accelerate(
     seed_everything(seed)
     model, optimizer, train, val = accelerator.prepare(model, optimizer, *_loaders(scenario))
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(train)
     if resume_from is not None:
         accelerator.load_state(str(resume_from))

@@ -275,6 +275,7 @@ def _accelerate_tracker(seedable: bool, samples: int, batch: int) -> Callable[[]
             loader = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=3)
         prepared = accelerator.prepare(loader)
         progress = AcceleratorProgress(accelerator)
+        accelerator.register_for_checkpointing(progress)
         progress.track_train_loader(prepared)
         return progress._tracker, [prepared]  # the adapter's own wiring of the prepared loader
 

@@ -130,6 +130,7 @@ def accelerate_run(
     model = torch.nn.Linear(4, 1)
     model, optimizer, loader = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), _loader())
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     if resume_from is not None:
         accelerator.load_state(resume_from)
     with progress.fit(EPOCHS) as fit:

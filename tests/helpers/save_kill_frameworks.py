@@ -38,10 +38,11 @@ from ignite.handlers import Checkpoint, DiskSaver
 from torch.utils.data import DataLoader, TensorDataset
 
 from tracker_core import get_progress
-from tracker_core.integrations._accelerate_checkpoint import tensor_crc32
 from tracker_core.integrations.accelerate import AcceleratorProgress
 from tracker_core.integrations.ignite import ProgressHandler
 from tracker_core.integrations.lightning import ProgressTracker
+
+from helpers.save_crc import tensor_crc32
 
 EPOCHS = 200  # more than any delay lets a child reach
 BALLAST = 1_000_000  # frozen float32 weights saved with the model
@@ -134,6 +135,7 @@ def _accelerate(folder: Path, log: TextIO, saved: Callable[[], None], epochs: in
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model, optimizer, loader = accelerator.prepare(model, optimizer, _loader())
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     with progress.fit(epochs) as fit:
         for _ in fit.epochs():
             for inputs, targets in progress.train(loader):

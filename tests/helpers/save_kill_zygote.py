@@ -25,8 +25,9 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from torch.utils.data import DataLoader, TensorDataset
 
-from tracker_core.integrations._accelerate_checkpoint import save_rng_crc32, state_crc32, weights_crc32
 from tracker_core.integrations.accelerate import AcceleratorProgress
+
+from helpers.save_crc import save_rng_crc32, state_crc32, weights_crc32
 
 SAVES = 400  # more than any delay lets a child reach
 
@@ -45,6 +46,7 @@ def _train_and_save(folder: Path, ready: int, saves: int = SAVES) -> None:
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.99)
     model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, loader)
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     log = open(f"{folder}.log", "a", buffering=1)  # noqa: SIM115 - the child is killed, never closes it
     done = 0
     with progress.fit(saves) as fit:
@@ -56,7 +58,7 @@ def _train_and_save(folder: Path, ready: int, saves: int = SAVES) -> None:
                     optimizer.step()
                     scheduler.step()
                     optimizer.zero_grad()
-                weights = weights_crc32([accelerator.get_state_dict(model, unwrap=False)])[0]
+                weights = weights_crc32(accelerator.get_state_dict(model, unwrap=False))
                 crcs = " ".join(f"{name}={crc}" for name, crc in sorted(weights.items()))
                 states = f"{state_crc32(optimizer.state_dict())} {state_crc32(scheduler.state_dict())}"
                 rng = save_rng_crc32(accelerator.step)

@@ -118,6 +118,7 @@ def _accelerate(folder: Path) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # a state that changes every step
     model, optimizer, loader = accelerator.prepare(model, optimizer, _loader())
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     with progress.fit(EPOCHS) as fit:
         for epoch in fit.epochs():
             for index, (x, y) in enumerate(progress.train(loader)):
@@ -144,8 +145,10 @@ def saved_checkpoints(factory: pytest.TempPathFactory) -> Saved:
     return Saved(root / "lightning", root / "ignite", root / "accelerate")
 
 
-def two_rank_accelerate_folder(factory: pytest.TempPathFactory) -> Path:
-    """A ``save_state`` folder written by 2 real processes (gloo), once per session."""
+def two_rank_accelerate_folder(factory: pytest.TempPathFactory, main_only: bool = False) -> Path:
+    """A ``save_state`` folder written by 2 real processes (gloo), once per session; with ``main_only`` only rank 0
+    calls ``save_state`` (the warnings it gave are in the folder's name + ``.warnings``)."""
+    name = "world2-main-only" if main_only else "world2"
 
     def write(root: Path) -> None:
         port = str(free_port())
@@ -162,8 +165,9 @@ def two_rank_accelerate_folder(factory: pytest.TempPathFactory) -> Path:
                 OMP_NUM_THREADS="1",
                 PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]),
             )
-            command = [sys.executable, str(TESTS / "helpers" / "accelerate_save_two_ranks.py"), str(root / "world2")]
+            command = [sys.executable, str(TESTS / "helpers" / "accelerate_save_two_ranks.py"), str(root / name)]
+            command += ["main-only"] if main_only else []
             processes.append(subprocess.Popen(command, env=env, cwd=TESTS))
         assert [process.wait(timeout=240) for process in processes] == [0, 0]
 
-    return folder_once(factory, "two_rank_accelerate", write) / "world2"
+    return folder_once(factory, f"two_rank_accelerate_{name}", write) / name

@@ -112,6 +112,7 @@ def _accelerate(out: str) -> None:
     accelerator = Accelerator(cpu=True)
     slow_gloo_threads()
     progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(_data(), batch_size=3))

@@ -1,0 +1,72 @@
+"""The commit of a ``save_state`` by a progress registered for checkpointing, run in its ``state_dict()``.
+
+Accelerate calls a registered object's ``state_dict()`` on every process once that process wrote its own
+files, with no barrier between the processes. Each process then writes its ``progress_tracker_{rank}.pt``;
+rank 0 waits until every other rank's file of this save is in the folder (a bounded wait, not a barrier: a
+``save_state`` called on the main process only must not hang) and writes its own last, listing the size and
+CRC-32 of every other file then in the folder (``_accelerate_checkpoint.folder_files``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+
+import torch
+
+from tracker_core.integrations import _accelerate_checkpoint as checkpoint
+
+PATIENCE_S = 60.0  # how long rank 0 waits for the other processes' progress files of a save
+_POLL_S = 0.02
+
+
+def commit(directory: str, saved: checkpoint.SavedProgress) -> list[int]:
+    """Write this process's progress file of the save ``saved``; on rank 0 the commit, listing the folder.
+    Returns the ranks whose file of this save did not come within ``PATIENCE_S`` (rank 0 only): the commit
+    does not list them, so ``load_state`` refuses the folder."""
+    if saved.rank != 0:
+        checkpoint.write(directory, saved.rank, saved)
+        return []
+    missing = _wait_for_ranks(directory, saved)
+    files = checkpoint.folder_files(directory)
+    for rank in missing:  # an older save's file: not this one's
+        files.pop(checkpoint.file_name(rank), None)
+    checkpoint.write(directory, 0, replace(saved, folder=files))
+    return missing
+
+
+def _wait_for_ranks(directory: str, saved: checkpoint.SavedProgress) -> list[int]:
+    """The ranks whose progress file of this save (its world size and save number) is still not in
+    ``directory`` after ``PATIENCE_S``; each file is read again only when it changed on disk."""
+    waiting = set(range(1, saved.world_size))
+    seen: dict[int, tuple[int, int, int]] = {}
+    deadline = time.monotonic() + PATIENCE_S
+    while True:
+        for rank in sorted(waiting):
+            path = os.path.join(directory, checkpoint.file_name(rank))
+            try:
+                found = os.stat(path)
+            except OSError:
+                continue
+            signature = (found.st_ino, found.st_mtime_ns, found.st_size)
+            if seen.get(rank) != signature:
+                seen[rank] = signature
+                if _of_save(path, saved):
+                    waiting.discard(rank)
+        if not waiting or time.monotonic() >= deadline:
+            return sorted(waiting)
+        time.sleep(_POLL_S)
+
+
+def _of_save(path: str, saved: checkpoint.SavedProgress) -> bool:
+    """Whether the progress file at ``path`` (written whole: a rename) was written by the save ``saved``."""
+    try:
+        payload = torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+    except Exception:  # another process's file, replaced or removed while read: looked at again if it changes
+        return False
+    return isinstance(payload, dict) and (
+        payload.get("version"),
+        payload.get("world_size"),
+        payload.get("save_iteration"),
+    ) == (checkpoint.VERSION, saved.world_size, saved.save_iteration)
