@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 from tracker_core.data._epoch import EpochRecord, Replay, Site
 from tracker_core.data._torch_compat import forget_live_iterator
 
-LoaderKind = Literal["sampler_replay", "iterable_replay", "stateful_dataloader"]
+LoaderKind = Literal["sampler_replay", "iterable_replay", "own_state"]
 
 
 def is_stateful(obj: object) -> bool:
@@ -30,6 +30,7 @@ class Strategy:
     epoch_keys: ClassVar[tuple[str, ...]] = ("iterator_rng", "loader_generator")
     optional_epoch_keys: ClassVar[tuple[str, ...]] = ()
     order_depends_on_workers: ClassVar[bool] = True  # a resume with another worker count is refused
+    notes_epoch_rng: ClassVar[bool] = True  # an epoch's record holds the global RNGs and generator it began with
 
     def __init__(self, site: Site) -> None:
         self.site = site
