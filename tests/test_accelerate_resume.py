@@ -78,10 +78,20 @@ def test_save_state_mid_evaluation_restarts_that_evaluation_and_resumes_exactly(
     _assert_resumes_exactly(SETUPS[name], StopAt(epoch_end, validating=True), tmp_path)
 
 
-@pytest.mark.parametrize("stop", [StopAt(4), StopAt(7)], ids=["first", "last"])
-@pytest.mark.parametrize("name", ["stateful", "stateful-2-workers"])
-def test_stateful_dataloader_resumes_exactly_despite_accelerates_own_loader_state(name, stop, tmp_path):
+@pytest.mark.parametrize(
+    ("name", "stop"),
+    [("stateful", StopAt(7)), ("stateful-2-workers", StopAt(4)), ("stateful-2-workers", StopAt(7))],
+    ids=["last", "2-workers-first", "2-workers-last"],
+)
+def test_a_stateful_dataloader_resumes_exactly_by_accelerates_own_loader_state(name, stop, tmp_path):
     _assert_resumes_exactly(SETUPS[name], stop, tmp_path)
+
+
+def test_a_stateful_dataloader_over_torchs_random_sampler_at_0_workers_warns_that_its_resumed_order_differs(tmp_path):
+    # A trade of positioning it by its own state: torchdata reads the stateless sampler again at the first batch.
+    run(SETUPS["stateful"], stop=StopAt(4), save_dir=str(tmp_path))
+    with pytest.warns(InexactResumeWarning, match="its RandomSampler has no state of its own"):
+        run(SETUPS["stateful"], load_dir=str(tmp_path), seed_value=7)
 
 
 def test_a_stateful_validation_loader_saved_mid_way_warns_that_its_restart_is_not_exact(tmp_path):

@@ -9,7 +9,7 @@ from typing import Any, cast
 import torch
 from torch.utils.data import DataLoader
 
-from tracker_core._errors import ProgressStateError
+from tracker_core._errors import InexactResumeWarning, ProgressStateError
 from tracker_core.counting import _clock
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
@@ -22,10 +22,6 @@ from tracker_core.distributed._elastic import ENTRY_KEYS, gather, reenters_train
 from tracker_core.state._codec import check_plain
 from tracker_core.state._readers import keys_under, read_mapping
 from tracker_core.state._schema import Parsed, parse
-
-
-class InexactResumeWarning(UserWarning):
-    """A resume will not continue exactly where the run stopped; the message says why."""
 
 
 class Tracker:

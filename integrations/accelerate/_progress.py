@@ -372,7 +372,12 @@ class AcceleratorProgress:
         """Nothing is left of a pass restored after its last batch. Accelerate's loaders fail on an empty
         pass (an iterable one raises), so only the inner loader runs, to spend its armed position."""
         self._finished_passes.discard(index)
-        extra = sum(1 for _ in getattr(loader, "base_dataloader", loader))
+        inner = getattr(loader, "base_dataloader", loader)
+        extra = 0
+        if _start_from_the_beginning(loader):  # Accelerate restored its own state at the pass's end
+            iter(inner)  # spends the armed position: built under the checkpoint's RNGs, nothing read
+        else:
+            extra = sum(1 for _ in inner)
         if extra:
             self._note(f"train dataloader {index}, saved at the end of its pass, yielded {extra} more batches")
         if pass_start is not None:

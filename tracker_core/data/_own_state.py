@@ -6,18 +6,23 @@ Where the framework saves and restores that state itself (Lightning's loops, Acc
 inside an epoch saves ``loader.state_dict()`` as it is then, and the resume hands it to ``loader.load_state_dict``
 right before the resumed epoch's iterator is built: exact where the loader has yielded just the consumed
 batches (no prefetch). Either way the resumed iterator is built under the global RNGs and the loader's
-generator as the checkpoint left them: its build takes nothing from the training's random stream. The loader
+generator its epoch began with (a sampler without a state of its own draws the same order again), and both
+are then set back as the checkpoint left them: the build takes nothing from the training's random stream. The loader
 puts itself back as it can: what it reads again (torchdata: an iterable without a state of its own) it reads.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from tracker_core._errors import ProgressStateError
-from tracker_core.data._epoch import EpochRecord, Replay
-from tracker_core.data._strategy import Strategy
+import torch
+from torch.utils.data import RandomSampler
+
+from tracker_core._errors import InexactResumeWarning, ProgressStateError
+from tracker_core.data._epoch import EpochRecord, Replay, Site
+from tracker_core.data._strategy import Strategy, is_stateful
 from tracker_core.state._codec import from_plain, to_plain
 from tracker_core.state._readers import is_mapping, join_key
 
@@ -27,8 +32,8 @@ class OwnState(Strategy):
 
     kind = "own_state"
     optional_epoch_keys = ("loader_state",)
-    notes_epoch_rng = False
     saves_state = True  # False: the framework saves and restores the loader's state
+    _generator_state: torch.Tensor | None = None  # the loader generator's, as the load restored it
 
     def replay(self, replay: Replay) -> Any:
         cursor = self.site.cursor
@@ -37,12 +42,30 @@ class OwnState(Strategy):
         if replay.record.state is not None:
             loader.load_state_dict(replay.record.state)  # type: ignore[attr-defined]
             replay.record.state = None
-        generator = loader.generator
-        kept = None if generator is None else generator.get_state()
+        if replay.skip and not loader.num_workers and _draws_order_lazily(self.site):
+            warnings.warn(
+                f"resuming {type(loader).__name__} over {type(loader.dataset).__name__} (0 workers) mid-epoch by its "
+                f"own state: its RandomSampler has no state of its own, so the loader draws the "
+                "epoch's order again when it reads the first resumed batch, from the global RNG as restored, not as "
+                "the epoch began: the rest of the epoch's order and later random draws differ from the uninterrupted "
+                "run. Give it a sampler with a state (StatefulDataLoader(shuffle=True) builds one) or workers",
+                InexactResumeWarning,
+                stacklevel=2,
+            )
         iterator = self.site.build()
-        if generator is not None and kept is not None:
-            generator.set_state(kept)  # the build drew from it (torchdata's load may set it back, then draw)
+        if loader.generator is not None and self._generator_state is not None:
+            loader.generator.set_state(self._generator_state)  # torchdata's load sets it back and draws again
         return iterator
+
+    def drop_iterator(self) -> None:
+        """A load, even of an empty state, drops the iterator a StatefulDataLoader keeps (one its ``state_dict()``
+        built before the first epoch, or its persistent workers')."""
+        self.site.loader.load_state_dict({})  # type: ignore[attr-defined]
+
+    def arm(self, loader_state: Any) -> None:
+        super().arm(loader_state)
+        generator = self.site.loader.generator
+        self._generator_state = None if generator is None else generator.get_state()
 
     def epoch_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
         if not self.saves_state:
@@ -60,3 +83,11 @@ class OwnState(Strategy):
             raise ProgressStateError(state_key, f"expected a mapping, got {type(fields['loader_state']).__name__}")
         record.state = from_plain(fields["loader_state"], state_key)
         return None
+
+
+def _draws_order_lazily(site: Site) -> bool:
+    """Whether a 0-worker loader's order comes from torch's own ``RandomSampler`` under an index sampler without a
+    state of its own: the loader positions it by reading it again, lazily, at the first batch it reads."""
+    loader = site.loader
+    index_sampler = loader.sampler if loader.batch_sampler is None else loader.batch_sampler
+    return not is_stateful(index_sampler) and any(type(s) is RandomSampler for s in site.chain.samplers().values())

@@ -72,7 +72,7 @@ from tracker_core.data._rng import (
 from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._samplers import DISTRIBUTED_KEYS, read_distributed
 from tracker_core.data._strategy import LoaderKind, Strategy, is_stateful
-from tracker_core.data._torch_compat import forget_live_iterator, install_iterator_hook, iterator_hook
+from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook
 from tracker_core.state._codec import tensor_to_text
 from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, shown
 
@@ -147,8 +147,7 @@ class LoaderPosition:
             raise ValueError("in_order=False with workers yields batches in a racy order; it cannot resume exactly")
         self._site = Site(loader, iterator_hook(loader))
         self._strategy = _strategy_for(loader)(self._site)
-        if self.kind != "own_state":  # its own state drops a live iterator when loaded
-            forget_live_iterator(loader)
+        self._strategy.drop_iterator()
         install_iterator_hook(loader, self._begin_iteration)
 
     @classmethod
@@ -372,9 +371,7 @@ class LoaderPosition:
         replay = cursor.replay
         if replay is not None:
             return self._replay_epoch(replay)
-        record = EpochRecord()
-        if self._strategy.notes_epoch_rng:
-            record = EpochRecord(GlobalRng.capture(), _state_of(self.loader.generator))
+        record = EpochRecord(GlobalRng.capture(), _state_of(self.loader.generator))
         cursor.epoch = record
         return self._strategy.begin(record)
 

@@ -30,7 +30,6 @@ class Strategy:
     epoch_keys: ClassVar[tuple[str, ...]] = ("iterator_rng", "loader_generator")
     optional_epoch_keys: ClassVar[tuple[str, ...]] = ()
     order_depends_on_workers: ClassVar[bool] = True  # a resume with another worker count is refused
-    notes_epoch_rng: ClassVar[bool] = True  # an epoch's record holds the global RNGs and generator it began with
 
     def __init__(self, site: Site) -> None:
         self.site = site
@@ -62,6 +61,10 @@ class Strategy:
 
     def arm(self, loader_state: Any) -> None:
         """Prepare the loader for its next epoch after a load (``loader_state``: what :meth:`read_epoch` gave)."""
+        self.drop_iterator()
+
+    def drop_iterator(self) -> None:
+        """Drop an iterator the loader keeps (persistent workers), so its next epoch is built, and seen, anew."""
         forget_live_iterator(self.site.loader)
 
     def disarm(self) -> None:
