@@ -164,10 +164,18 @@ def test_a_deep_dict_in_a_stateful_loaders_state_is_refused_naming_the_key() -> 
 def test_a_damaged_loader_part_is_refused_at_load_when_the_loader_is_registered_later() -> None:
     """Lightning and Ignite register their train loaders after the load: the loader part is checked then too."""
     entry, _, _loader = _stateful_entry_and_tracker()
-    entry["train_loaders"][0]["epoch"]["loader_state"] = ["not", "a", "mapping"]
+    entry["train_loaders"][0]["epoch"]["loader_state"]["_num_yielded"] = "2"
     late = Tracker()
     progress_before, rng_before = late.progress.state_dict(), torch.get_rng_state()
-    with pytest.raises(ProgressStateError, match="expected a mapping") as raised:
+    with pytest.raises(ProgressStateError, match="expected an int") as raised:
         late.load_state_dict(entry)
-    assert raised.value.key == "train_loaders.0.epoch.loader_state"
+    assert raised.value.key == "train_loaders.0.epoch.loader_state._num_yielded"
     assert late.progress.state_dict() == progress_before and torch.equal(torch.get_rng_state(), rng_before)
+
+
+def test_a_stateful_loaders_state_missing_a_key_of_torchdata_is_refused_naming_it() -> None:
+    entry, _tracker, _loader = _stateful_entry_and_tracker()
+    del entry["train_loaders"][0]["epoch"]["loader_state"]["_sampler_iter_state"]["samples_yielded"]
+    with pytest.raises(ProgressStateError) as raised:
+        Tracker().validate_state_dict(entry)
+    assert raised.value.key.startswith("train_loaders.0.epoch.loader_state._sampler_iter_state")

@@ -165,7 +165,13 @@ SETUPS = [
         4,
         shuffled=True,
     ),
-    _Setup("stateful-shuffled", lambda: StatefulDataLoader(_Indexed(13), batch_size=4, shuffle=True), 4, shuffled=True, prefetch=False),
+    _Setup(
+        "stateful-shuffled",
+        lambda: StatefulDataLoader(_Indexed(13), batch_size=4, shuffle=True),
+        4,
+        shuffled=True,
+        prefetch=False,
+    ),
     _Setup(
         "stateful-shuffled-2-workers",
         lambda: StatefulDataLoader(_Indexed(10), batch_size=3, shuffle=True, num_workers=2),
@@ -485,6 +491,9 @@ BAD_STATES = [
     ("other-worker-count", "iterable", _set("num_workers", 2), "num_workers"),
     ("loader-state-not-a-mapping", "stateful-shuffled", _set("epoch/loader_state", 7), "epoch.loader_state"),
     ("bad-tensor-in-loader-state", "stateful-shuffled", _set(_SDL_TENSOR, _B64_SHORT), _SDL_TENSOR.replace("/", ".")),
+    ("loader-state-of-another-class", "stateful-shuffled", _set("epoch/loader_class", "x.Other"), "epoch.loader_class"),
+    ("loader-state-without-its-class", "stateful-shuffled", _delete("epoch/loader_class"), "epoch.loader_class"),
+    ("saved-by-an-earlier-version", "stateful-shuffled", _set("kind", "stateful_dataloader"), "kind"),
     ("not-a-mapping", "map-shuffled", lambda state: [state], ""),
 ]
 

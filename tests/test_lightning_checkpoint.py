@@ -111,5 +111,5 @@ def test_lightning_restores_a_stateful_loader_by_its_own_state_and_the_tracker_l
     model = Recording()
     trainer([ProgressTracker()], max_epochs=1).fit(model, StatefulDataLoader(Indexed(), batch_size=3), ckpt_path=path)
     # One state only, Lightning's own: the loader's state after the 2 consumed batches (the tracker saves none).
-    assert [state["_num_yielded"] for state in loads] == [2]
+    assert [state["_num_yielded"] for state in loads if state] == [2]  # `{}`: the core drops a kept iterator
     assert model.seen == [[6, 7, 8], [9]]

@@ -153,6 +153,17 @@ def test_iterable_dataset_resumes_exactly(config: str, at: int, tmp_path: Path) 
     _assert_resumes_exactly(config, at, tmp_path)
 
 
+def test_a_stateful_loader_without_a_length_warns_that_lightnings_own_restore_skips_the_prefetched_batch(
+    tmp_path: Path,
+) -> None:
+    # A trade of Lightning restoring the loader's own state: it saved that state after the batch it prefetched.
+    path = tmp_path / "mid.ckpt"
+    first = _fit("stateful-stream", seed=0, kill_at=1, path=path)
+    with pytest.warns(InexactResumeWarning, match="Lightning saved that state after the batch it had prefetched"):
+        resumed = _fit("stateful-stream", seed=1234, path=path)
+    assert first.seen + resumed.seen[:1] == [[0, 1, 2], [3, 4, 5], [9]]
+
+
 @pytest.mark.parametrize("at", [0, 2, 3, 5])  # validation batches: 0-2 mid-epoch, 3-5 at the epoch end
 def test_checkpoint_after_a_validation_batch_resumes_training_exactly_and_says_lightning_skips_the_rest(
     at: int, tmp_path: Path

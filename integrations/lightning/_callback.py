@@ -384,6 +384,8 @@ class ProgressTracker(CallbackBase):
             elif not finished:
                 self._rng_boundary = True  # Lightning's iterator of the next epoch drew: see _arm_first_batch_check
                 self._rng_await_build = True  # Lightning builds it right after this returns
+        if view.is_mid_epoch and not epoch_over:
+            _warn_if_restored_ahead(loaders)
         if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
             batch = view.train.batches.epoch.completed
             self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
@@ -1066,3 +1068,25 @@ def _own_gradients(saved: object, rank: int) -> Any:
 
 def _nothing() -> None:
     """What a weak reference to no object returns."""
+
+
+def _warn_if_restored_ahead(loaders: list[object]) -> None:
+    """Lightning prefetches a batch of a train loader without a length and saves a loader's own state after it
+    (its ``state_dict`` / ``load_state_dict``, which Lightning restores): the resumed epoch skips that batch."""
+    for index, loader in enumerate(loaders):
+        if callable(getattr(loader, "load_state_dict", None)) and not _has_length(loader):
+            warnings.warn(
+                f"train dataloader {index} has a state of its own, which Lightning restores, and no length: "
+                "Lightning saved that state after the batch it had prefetched, so the resumed epoch skips it "
+                "(give the loader's dataset a __len__, and Lightning does not prefetch)",
+                InexactResumeWarning,
+                stacklevel=4,
+            )
+
+
+def _has_length(loader: object) -> bool:
+    try:
+        len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True

@@ -18,41 +18,46 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import RandomSampler
+from torch.utils.data import IterableDataset, RandomSampler
 
 from tracker_core._errors import InexactResumeWarning, ProgressStateError
 from tracker_core.data._epoch import EpochRecord, Replay, Site
+from tracker_core.data._fast_forward import describe, reading_again
 from tracker_core.data._strategy import Strategy, is_stateful
-from tracker_core.state._codec import from_plain, to_plain
-from tracker_core.state._readers import is_mapping, join_key
+from tracker_core.data._torchdata_state import check_own_state, class_name, read_own_state
+from tracker_core.state._codec import to_plain
+from tracker_core.state._readers import join_key
 
 
 class OwnState(Strategy):
     """Leaves the position to the loader's own state: saved and loaded back here, or by the framework."""
 
     kind = "own_state"
-    optional_epoch_keys = ("loader_state",)
+    optional_epoch_keys = ("loader_class", "loader_state")
     saves_state = True  # False: the framework saves and restores the loader's state
     _generator_state: torch.Tensor | None = None  # the loader generator's, as the load restored it
 
     def replay(self, replay: Replay) -> Any:
         cursor = self.site.cursor
-        cursor.replay = cursor.fast_forward = None
+        cursor.replay = None
         loader = self.site.loader
         if replay.record.state is not None:
             loader.load_state_dict(replay.record.state)  # type: ignore[attr-defined]
             replay.record.state = None
         if replay.skip and not loader.num_workers and _draws_order_lazily(self.site):
             warnings.warn(
-                f"resuming {type(loader).__name__} over {type(loader.dataset).__name__} (0 workers) mid-epoch by its "
-                f"own state: its RandomSampler has no state of its own, so the loader draws the "
-                "epoch's order again when it reads the first resumed batch, from the global RNG as restored, not as "
-                "the epoch began: the rest of the epoch's order and later random draws differ from the uninterrupted "
-                "run. Give it a sampler with a state (StatefulDataLoader(shuffle=True) builds one) or workers",
+                f"resuming {describe(loader)} mid-epoch by its own state: its RandomSampler has no state of its own, "
+                "so the loader draws the epoch's order again when it reads the first resumed batch, from the global "
+                "RNG as restored, not as the epoch began: the rest of the epoch's order and later random draws differ "
+                "from the uninterrupted run. Give it a sampler with a state (StatefulDataLoader(shuffle=True) builds "
+                "one) or workers",
                 InexactResumeWarning,
                 stacklevel=2,
             )
-        iterator = self.site.build()
+        read = isinstance(loader.dataset, IterableDataset) and not is_stateful(loader.dataset)
+        why = "its dataset has no state of its own (state_dict / load_state_dict): the loader reads it again"
+        with reading_again(cursor, loader, replay.skip if read else 0, why):
+            iterator = self.site.build()
         if loader.generator is not None and self._generator_state is not None:
             loader.generator.set_state(self._generator_state)  # torchdata's load sets it back and draws again
         return iterator
@@ -73,15 +78,17 @@ class OwnState(Strategy):
         state = record.state  # loaded, its epoch not begun again yet
         if state is None:
             state = self.site.loader.state_dict()  # type: ignore[attr-defined]
-        return {"loader_state": to_plain(state, "epoch.loader_state")}
+        return {"loader_class": class_name(self.site.loader), "loader_state": to_plain(state, "epoch.loader_state")}
 
     def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord, skip: int) -> Any:
         if "loader_state" not in fields:
             return None
-        state_key = join_key(key, "loader_state")
-        if not is_mapping(fields["loader_state"]):
-            raise ProgressStateError(state_key, f"expected a mapping, got {type(fields['loader_state']).__name__}")
-        record.state = from_plain(fields["loader_state"], state_key)
+        loader = self.site.loader
+        saved, mine = read_own_state(fields, key), class_name(loader)
+        if saved[0] != mine:
+            raise ProgressStateError(join_key(key, "loader_class"), f"saved by a {saved[0]}; this loader is a {mine}")
+        per_epoch = None if isinstance(loader.dataset, IterableDataset) else len(loader)
+        record.state = check_own_state(saved, join_key(key, "loader_state"), loader.num_workers, per_epoch)
         return None
 
 

@@ -1,8 +1,8 @@
 """A saved train-loader state checked without its loader: everything a file alone can tell.
 
 ``LoaderPosition._parse`` checks a state against the live loader; this reader checks what
-does not need one (types, bounds, the epoch record, RNG states; a loader's own state only as
-plain data: its layout is the loader's business), so that an entry whose loaders are registered after the load (Lightning, Ignite),
+does not need one (types, bounds, the epoch record, RNG states, a ``StatefulDataLoader``'s
+own layout), so that an entry whose loaders are registered after the load (Lightning, Ignite),
 or a checkpoint file read by ``progress-tracker``, is refused before anything is applied.
 Keys are relative to the loader's state (the Tracker prefixes ``train_loaders.<i>``).
 """
@@ -27,7 +27,8 @@ from tracker_core.data._position import (
 )
 from tracker_core.data._rng import GlobalRng, read_torch_cpu_state
 from tracker_core.data._samplers import read_distributed
-from tracker_core.state._codec import from_plain, text_to_byte_tensor
+from tracker_core.data._torchdata_state import check_own_state, read_own_state
+from tracker_core.state._codec import text_to_byte_tensor
 from tracker_core.state._readers import join_key, read_int, read_mapping, read_str, shown
 
 _ACCELERATOR_GENERATOR_BYTES = 16  # a CUDA/XPU/MPS Philox generator's state: seed and offset
@@ -62,7 +63,7 @@ def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | No
             raise ProgressStateError(
                 join_key(key, "batches_consumed"), f"{skip} exceeds the {per_epoch} batches of an epoch"
             )
-    read_int(fields["num_workers"], join_key(key, "num_workers"), minimum=0)
+    workers = read_int(fields["num_workers"], join_key(key, "num_workers"), minimum=0)
     read_distributed(fields["distributed"], join_key(key, "distributed"))
     if "fast_forward" in fields:
         _read_fast_forward(fields["fast_forward"], join_key(key, "fast_forward"))
@@ -70,14 +71,14 @@ def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | No
     epoch = fields["epoch"]
     drawn = epoch is not None
     if epoch is not None:
-        drawn = _epoch(epoch, join_key(key, "epoch"), cast("LoaderKind", kind))
+        drawn = _epoch(epoch, join_key(key, "epoch"), cast("LoaderKind", kind), workers, per_epoch)
     if skip and not drawn:
         raise ProgressStateError(
             join_key(key, "batches_consumed"), f"must be 0 in a state saved before any batch was drawn, got {skip}"
         )
 
 
-def _epoch(value: object, key: str, kind: LoaderKind) -> bool:
+def _epoch(value: object, key: str, kind: LoaderKind, workers: int, per_epoch: int | None) -> bool:
     """Check an epoch record; whether it knows the order of batches already drawn."""
     fields = read_mapping(value, key, required=_EPOCH_KEYS[kind], optional=_OPTIONAL_EPOCH_KEYS[kind])
     if fields["iterator_rng"] is not None:
@@ -97,11 +98,8 @@ def _epoch(value: object, key: str, kind: LoaderKind) -> bool:
             raise ProgressStateError(epochs_key, f"expected a mapping, got {type(epochs).__name__}")
         for path, epoch in epochs.items():
             read_int(epoch, join_key(epochs_key, read_str(path, epochs_key)), minimum=0)
-    if "loader_state" in fields:  # "own_state": the loader's own business, checked here as plain data only
-        state_key = join_key(key, "loader_state")
-        if not isinstance(fields["loader_state"], Mapping):
-            raise ProgressStateError(state_key, f"expected a mapping, got {type(fields['loader_state']).__name__}")
-        from_plain(fields["loader_state"], state_key)
+    if "loader_state" in fields or "loader_class" in fields:  # "own_state"
+        check_own_state(read_own_state(fields, key), join_key(key, "loader_state"), workers, per_epoch)
     return True
 
 
