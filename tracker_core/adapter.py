@@ -7,10 +7,10 @@ event contract and a worked example on a plain PyTorch loop. The three adapters 
 ``tracker_core.integrations`` import nothing else from the core.
 """
 
-from tracker_core._errors import EventOrderError, ProgressStateError
+from tracker_core._errors import EventOrderError, InexactResumeWarning, ProgressStateError
 from tracker_core._heartbeat import HeartbeatWarning, keep_heartbeat, read_heartbeat
 from tracker_core._logs import rewind_summary_writer
-from tracker_core._tracker import InexactResumeWarning, Tracker
+from tracker_core._tracker import Tracker
 from tracker_core.counting._batch_size import batches_in, samples_in
 from tracker_core.counting._dataloaders import begin_dataloader_pass, count_dataloader_batch
 from tracker_core.counting._optimizer_hooks import count_optimizer_steps, count_skipped_steps

@@ -201,7 +201,7 @@ class _BeforeFirstIter:
         if restored_epoch_over:  # the loaders' restored states are at that epoch's end: the next begins afresh
             for loader in loaders:
                 if getattr(loader, "next_iter_state", None) is not None:  # a StatefulDataLoader's, public
-                    loader.next_iter_state = None  # type: ignore[attr-defined]
+                    loader.next_iter_state = None
 
 
 def hook_before_first_iter(fit_loop: _FitLoop, before: Callable[[list[object]], bool]) -> None:

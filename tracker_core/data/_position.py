@@ -39,6 +39,13 @@ What cannot be exact:
   resume with ``k > 0`` (a worker's stream depends on the batches it loaded). Order and
   samples stay exact. Likewise with ``persistent_workers``.
 * ``in_order=False`` with workers returns batches in a racy order: refused at install.
+* A loader with its own state (``"own_state"``) gets torchdata's limits as they are: its
+  state is saved as the checkpoint finds it (exact without prefetch; a prefetching framework
+  restores it itself); an iterable without a state of its own is read again
+  (``SlowResumeWarning``); at 0 workers an order drawn by torch's own ``RandomSampler`` (no
+  state of its own) is drawn again at the first resumed batch, from the restored global RNG
+  (``InexactResumeWarning``). Lightning saves the state of such a loader without a length after
+  the batch it prefetched: the resumed epoch skips it (warned by the Lightning adapter).
 * Custom samplers must draw their randomness when their iteration starts (all torch and
   torchdata samplers do) or from their own ``generator`` attribute. Generators and
   ``epoch`` counters are found on every sampler reachable from the loader through
