@@ -81,7 +81,7 @@ class OwnState(Strategy):
         return {"loader_class": class_name(self.site.loader), "loader_state": to_plain(state, "epoch.loader_state")}
 
     def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord, skip: int) -> Any:
-        if "loader_state" not in fields:
+        if "loader_state" not in fields and "loader_class" not in fields:
             return None
         loader = self.site.loader
         saved, mine = read_own_state(fields, key), class_name(loader)
