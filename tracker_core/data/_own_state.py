@@ -6,8 +6,8 @@ Where the framework saves and restores that state itself (Lightning's loops, Acc
 inside an epoch saves ``loader.state_dict()`` as it is then, and the resume hands it to ``loader.load_state_dict``
 right before the resumed epoch's iterator is built: exact where the loader has yielded just the consumed
 batches (no prefetch). Either way the resumed iterator is built under the global RNGs and the loader's
-generator its epoch began with (a sampler without a state of its own draws the same order again), and both
-are then set back as the checkpoint left them: the build takes nothing from the training's random stream. The loader
+generator its epoch began with (a sampler without a state of its own draws the same order again), and they and
+the samplers' generators are then set back as the checkpoint left them: the build takes nothing from the training's random stream. The loader
 puts itself back as it can: what it reads again (torchdata: an iterable without a state of its own) it reads.
 """
 
@@ -35,7 +35,7 @@ class OwnState(Strategy):
     kind = "own_state"
     optional_epoch_keys = ("loader_class", "loader_state")
     saves_state = True  # False: the framework saves and restores the loader's state
-    _generator_state: torch.Tensor | None = None  # the loader generator's, as the load restored it
+    _generators: tuple[tuple[torch.Generator, torch.Tensor], ...] = ()  # the order's generators, as the load left them
 
     def replay(self, replay: Replay) -> Any:
         cursor = self.site.cursor
@@ -58,8 +58,8 @@ class OwnState(Strategy):
         why = "its dataset has no state of its own (state_dict / load_state_dict): the loader reads it again"
         with reading_again(cursor, loader, replay.skip if read else 0, why):
             iterator = self.site.build()
-        if loader.generator is not None and self._generator_state is not None:
-            loader.generator.set_state(self._generator_state)  # torchdata's load sets it back and draws again
+        for generator, state in self._generators:  # the build drew from them (a sampler's load sets its back, and
+            generator.set_state(state)  # draws again): as the checkpoint left them
         return iterator
 
     def drop_iterator(self) -> None:
@@ -69,8 +69,8 @@ class OwnState(Strategy):
 
     def arm(self, loader_state: Any) -> None:
         super().arm(loader_state)
-        generator = self.site.loader.generator
-        self._generator_state = None if generator is None else generator.get_state()
+        generators = self.site.chain.generators(self.site.loader.generator).values()
+        self._generators = tuple((generator, generator.get_state()) for generator in generators)
 
     def epoch_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
         if not self.saves_state:
