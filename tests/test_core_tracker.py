@@ -131,8 +131,8 @@ def _entry_mid_epoch() -> dict[str, Any]:
         (lambda e: e["train_loaders"][0].pop("epoch"), "train_loaders.0.epoch", "missing"),
         (
             lambda e: e["train_loaders"][0].update(kind="stateful_dataloader"),
-            "train_loaders.0.epoch.loader_state",
-            "missing",
+            "train_loaders.0.kind",
+            "earlier development version",
         ),
         (lambda e: e.update(train_loaders="x"), "train_loaders", "expected a list"),
         (lambda e: e["rng"].update(torch="%%%"), "rng.torch", ""),

@@ -93,6 +93,8 @@ class _Setup:
     batches: int  # per epoch
     shuffled: bool
     set_epoch: bool = False  # the framework calls sampler.set_epoch (DistributedSampler)
+    # a loader with its own state is saved as it is at the checkpoint: a loop that does not prefetch (Ignite's)
+    prefetch: bool = True
 
 
 def _distributed() -> DataLoader[Any]:
@@ -163,20 +165,30 @@ SETUPS = [
         4,
         shuffled=True,
     ),
-    _Setup("stateful-shuffled", lambda: StatefulDataLoader(_Indexed(13), batch_size=4, shuffle=True), 4, shuffled=True),
+    _Setup(
+        "stateful-shuffled",
+        lambda: StatefulDataLoader(_Indexed(13), batch_size=4, shuffle=True),
+        4,
+        shuffled=True,
+        prefetch=False,
+    ),
     _Setup(
         "stateful-shuffled-2-workers",
         lambda: StatefulDataLoader(_Indexed(10), batch_size=3, shuffle=True, num_workers=2),
         4,
         shuffled=True,
+        prefetch=False,
     ),
     _Setup(
         "stateful-shuffled-2-persistent-workers",
         lambda: StatefulDataLoader(_Indexed(10), batch_size=4, shuffle=True, num_workers=2, persistent_workers=True),
         3,
         shuffled=True,
+        prefetch=False,
     ),
-    _Setup("stateful-iterable", lambda: StatefulDataLoader(_Stream(11), batch_size=3), 4, shuffled=False),
+    _Setup(
+        "stateful-iterable", lambda: StatefulDataLoader(_Stream(11), batch_size=3), 4, shuffled=False, prefetch=False
+    ),
 ]
 BY_NAME = {setup.name: setup for setup in SETUPS}
 _MAP = "map-shuffled-own-generator"  # a map-style setup whose state has every part
@@ -211,7 +223,7 @@ def _train(
     consumed_before: int = 0,
     save_in: int | None = None,
 ) -> _Run:
-    """Run epochs with one batch prefetched; save after each step of epoch ``save_in``.
+    """Run epochs (one batch prefetched, if ``setup.prefetch``); save after each step of epoch ``save_in``.
 
     ``consumed_before`` is the step count the first epoch resumes at (progress counters).
     """
@@ -226,15 +238,16 @@ def _train(
         ids: list[list[int]] = []
         draws: list[tuple[float, float, float]] = []
         batches = iter(loader)
-        ahead = next(batches, None)
+        ahead = [next(batches, None)] if setup.prefetch else []
 
         def save(count: int) -> None:
             run.saved[count] = (position.state_dict(batches_consumed=count), capture_rng_state())
 
         if epoch == save_in:
             save(consumed)
-        while ahead is not None:
-            batch, ahead = ahead, next(batches, None)
+        while (batch := ahead.pop() if ahead else next(batches, None)) is not None:
+            if setup.prefetch:
+                ahead.append(next(batches, None))
             ids.append(torch.as_tensor(batch).reshape(-1).tolist())
             draws.append((torch.rand(()).item(), random.random(), float(np.random.rand())))
             consumed += 1
@@ -418,7 +431,7 @@ def test_state_names_the_mechanism_of_each_loader_kind() -> None:
     expected = {
         "map-shuffled": "sampler_replay",
         "iterable": "iterable_replay",
-        "stateful-shuffled": "stateful_dataloader",
+        "stateful-shuffled": "own_state",
     }
     assert {name: _uninterrupted(BY_NAME[name]).saved[0][0]["kind"] for name in expected} == expected
 
@@ -478,6 +491,9 @@ BAD_STATES = [
     ("other-worker-count", "iterable", _set("num_workers", 2), "num_workers"),
     ("loader-state-not-a-mapping", "stateful-shuffled", _set("epoch/loader_state", 7), "epoch.loader_state"),
     ("bad-tensor-in-loader-state", "stateful-shuffled", _set(_SDL_TENSOR, _B64_SHORT), _SDL_TENSOR.replace("/", ".")),
+    ("loader-state-of-another-class", "stateful-shuffled", _set("epoch/loader_class", "x.Other"), "epoch.loader_class"),
+    ("loader-state-without-its-class", "stateful-shuffled", _delete("epoch/loader_class"), "epoch.loader_class"),
+    ("saved-by-an-earlier-version", "stateful-shuffled", _set("kind", "stateful_dataloader"), "kind"),
     ("not-a-mapping", "map-shuffled", lambda state: [state], ""),
 ]
 

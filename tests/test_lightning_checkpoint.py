@@ -94,7 +94,7 @@ def test_a_new_fit_from_earlier_weights_starts_the_run_at_zero_and_continues_the
     assert view.run.counts.completed == 2
 
 
-def test_lightning_does_not_restore_a_stateful_loader_over_the_tracker(
+def test_lightning_restores_a_stateful_loader_by_its_own_state_and_the_tracker_loads_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "mid.ckpt"
@@ -110,7 +110,6 @@ def test_lightning_does_not_restore_a_stateful_loader_over_the_tracker(
     monkeypatch.setattr(StatefulDataLoader, "load_state_dict", load)
     model = Recording()
     trainer([ProgressTracker()], max_epochs=1).fit(model, StatefulDataLoader(Indexed(), batch_size=3), ckpt_path=path)
-    # One state only, the tracker's (the core's `{}` merely drops a live iterator); Lightning's own
-    # mid-epoch state, which counts the batch it prefetched, is dropped.
-    assert [state["_num_yielded"] for state in loads if state] == [2]
+    # One state only, Lightning's own: the loader's state after the 2 consumed batches (the tracker saves none).
+    assert [state["_num_yielded"] for state in loads if state] == [2]  # `{}`: the core drops a kept iterator
     assert model.seen == [[6, 7, 8], [9]]

@@ -16,6 +16,7 @@ pytest.importorskip("torchdata")
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities import CombinedLoader
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -151,6 +152,59 @@ def test_stateful_and_multiprocess_loaders_resume_exactly(config: str, at: int, 
 @pytest.mark.parametrize("config", ["plain-stream", "plain-stream-workers"])
 def test_iterable_dataset_resumes_exactly(config: str, at: int, tmp_path: Path) -> None:
     _assert_resumes_exactly(config, at, tmp_path)
+
+
+class _PlainAndStateful(Recording):
+    """Trains on a combined batch of a plain loader ``"a"`` and a stateful one ``"b"``."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.seen.append([int(i) for i in batch["a"][2]] + [-1] + [int(i) for i in batch["b"][2]])
+        return self.loss(batch["a"]) + self.loss(batch["b"])
+
+
+def _fit_combined(mode: str, seed: int, kill_at: int | None = None, path: Path | None = None) -> Outcome:
+    torch.manual_seed(seed)
+    model = _PlainAndStateful()
+    loaders = {
+        "a": DataLoader(Indexed(10), batch_size=3, shuffle=True),
+        "b": StatefulDataLoader(Indexed(7), batch_size=3, shuffle=True),
+    }
+    tracker = ProgressTracker()
+    callbacks: list[pl.Callback] = [tracker]
+    if kill_at is not None:
+        assert path is not None
+        callbacks.append(KillAfter(kill_at, path))
+    with contextlib.suppress(Killed):
+        trainer(callbacks, max_epochs=EPOCHS, limit_val_batches=0).fit(
+            model, CombinedLoader(loaders, mode), ckpt_path=None if kill_at is not None else path
+        )
+    return Outcome(model.seen, weights(model), tracker.state_dict()["progress"])
+
+
+@pytest.mark.parametrize("at", [1, 4])
+@pytest.mark.parametrize("mode", ["max_size_cycle", "min_size"])
+def test_a_plain_loader_positioned_by_the_tracker_beside_a_stateful_one_lightning_restores_resumes_exactly(
+    mode: str, at: int, tmp_path: Path
+) -> None:
+    straight = _fit_combined(mode, seed=0)
+    first = _fit_combined(mode, seed=0, kill_at=at, path=tmp_path / "mid.ckpt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InexactResumeWarning)
+        resumed = _fit_combined(mode, seed=1234, path=tmp_path / "mid.ckpt")
+    assert first.seen + resumed.seen == straight.seen
+    assert all(torch.equal(a, b) for a, b in zip(resumed.weights, straight.weights, strict=True))
+    assert without_ledger(resumed.progress) == without_ledger(straight.progress)
+
+
+def test_a_stateful_loader_without_a_length_warns_that_lightnings_own_restore_skips_the_prefetched_batch(
+    tmp_path: Path,
+) -> None:
+    # A trade of Lightning restoring the loader's own state: it saved that state after the batch it prefetched.
+    path = tmp_path / "mid.ckpt"
+    first = _fit("stateful-stream", seed=0, kill_at=1, path=path)
+    with pytest.warns(InexactResumeWarning, match="Lightning saved that state after the batch it had prefetched"):
+        resumed = _fit("stateful-stream", seed=1234, path=path)
+    assert first.seen + resumed.seen[:1] == [[0, 1, 2], [3, 4, 5], [9]]
 
 
 @pytest.mark.parametrize("at", [0, 2, 3, 5])  # validation batches: 0-2 mid-epoch, 3-5 at the epoch end

@@ -95,14 +95,15 @@ def _uninterrupted(build: Callable[[Any], DataLoader[Any]]) -> _Training:
 
 
 def _interrupted(build: Callable[[Any], DataLoader[Any]]) -> tuple[_Training, dict[str, Any]]:
-    """Train ``CONSUMED`` batches with one more fetched; the checkpoint (model, optimizer, position) as JSON."""
+    """Train ``CONSUMED`` batches with one more fetched (none for a loader with its own state, saved as it is: a
+    loop that does not prefetch); the checkpoint (model, optimizer, position) as JSON."""
     training = _Training()
     data = _Examples().dataset
     data.set_epoch(0)
     loader = build(data)
     position = LoaderPosition(loader)
     batches = iter(loader)
-    fetched = [next(batches) for _ in range(CONSUMED + 1)]
+    fetched = [next(batches) for _ in range(CONSUMED + (position.kind != "own_state"))]
     for batch in fetched[:CONSUMED]:
         training.step(batch)
     checkpoint = {

@@ -65,6 +65,9 @@ def test_lightning_resume_loads_only_samples_it_trains(kind: str, data: str, tmp
         def loads(self) -> int:
             return self.samples.loads
 
+        def __len__(self) -> int:  # Lightning prefetches no batch of a loader with a length
+            return len(self.samples)
+
         def __iter__(self) -> Any:
             self.position = 0
             return self

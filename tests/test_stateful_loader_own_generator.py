@@ -4,7 +4,8 @@
 loader's ``g``: building an iterator draws the permutation, then the workers' base seed, from it.
 A 0-worker iterator loads its state after both draws, and the sampler sets ``g`` back to before its
 permutation and draws it again: the base-seed draw is lost, so the next epoch's order differs
-(torchdata 0.11 alone too). The position makes that draw again (``_torch_compat.redraw_base_seed``).
+(torchdata 0.11 alone too). The position sets ``g`` back to its state at the checkpoint once the resumed
+iterator is built (``g.set_state``, public).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def _resumed(build: Any, consumed: int) -> tuple[list[list[int]], list[list[int]
     saving = build()
     position = LoaderPosition(saving)
     batches = iter(saving)
-    for _ in range(consumed + 1):  # one prefetched, as frameworks do
+    for _ in range(consumed):  # no batch prefetched: the loader's state is saved as it is (Ignite, a plain loop)
         next(batches)
     saved = position.state_dict(batches_consumed=consumed)
     del batches

@@ -1,8 +1,8 @@
 """tracker-core: one framework-neutral record of how far a training run has got."""
 
-from tracker_core._errors import EventOrderError, ProgressStateError
+from tracker_core._errors import EventOrderError, InexactResumeWarning, ProgressStateError
 from tracker_core._heartbeat import HeartbeatWarning
-from tracker_core._tracker import InexactResumeWarning, Tracker
+from tracker_core._tracker import Tracker
 from tracker_core._version import __version__ as __version__
 from tracker_core.counting._counts import PhaseCounts, ScopeCounts
 from tracker_core.counting._optimizer_hooks import count_optimizer_steps

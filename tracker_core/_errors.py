@@ -23,3 +23,7 @@ class EventOrderError(RuntimeError):
     Raised by the owner's mutating API; it means the driving loop or adapter has a bug.
     Nothing is changed when it is raised.
     """
+
+
+class InexactResumeWarning(UserWarning):
+    """A resume will not continue exactly where the run stopped; the message says why."""

@@ -9,7 +9,7 @@ from typing import Any, cast
 import torch
 from torch.utils.data import DataLoader
 
-from tracker_core._errors import ProgressStateError
+from tracker_core._errors import InexactResumeWarning, ProgressStateError
 from tracker_core.counting import _clock
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
@@ -22,10 +22,6 @@ from tracker_core.distributed._elastic import ENTRY_KEYS, gather, reenters_train
 from tracker_core.state._codec import check_plain
 from tracker_core.state._readers import keys_under, read_mapping
 from tracker_core.state._schema import Parsed, parse
-
-
-class InexactResumeWarning(UserWarning):
-    """A resume will not continue exactly where the run stopped; the message says why."""
 
 
 class Tracker:
@@ -60,7 +56,7 @@ class Tracker:
         """The read-only view of the record (what ``get_progress`` returns)."""
         return self.progress.view
 
-    def track_train_loader(self, loader: object, index: int = 0) -> None:
+    def track_train_loader(self, loader: object, index: int = 0, *, framework_restores_state: bool = False) -> None:
         """Make train dataloader number ``index`` resumable mid-epoch, in place.
 
         Call it before the loader's first epoch is iterated, and again whenever the
@@ -70,7 +66,10 @@ class Tracker:
         (progress, global RNGs and the loaders it armed are as before it), this loader is not
         registered, and ``ProgressStateError`` names the key. An iterable
         that is not a torch DataLoader cannot be positioned: a mid-epoch checkpoint of it
-        warns with :class:`InexactResumeWarning`.
+        warns with :class:`InexactResumeWarning`. A loader with its own ``state_dict`` / ``load_state_dict``
+        (torchdata's ``StatefulDataLoader``) is positioned by that state, saved in the entry when the
+        checkpoint is taken (exact where the loader has yielded just the consumed batches) or, with
+        ``framework_restores_state=True``, by the framework that saves and restores it itself.
         """
         if not issubclass(type(loader), DataLoader):  # type(): wrappers may fake __class__
             self._loaders.pop(index, None)
@@ -80,6 +79,7 @@ class Tracker:
         position = self._loaders.get(index)
         if position is None or not position.holds(data_loader):
             position = LoaderPosition.of(data_loader) or LoaderPosition(data_loader)
+        position.saves_own_state = not framework_restores_state
         began = _clock.now_us()
         parsed = self._parse_pending(position, index)  # a refusal raises before anything below
         self._untracked.pop(index, None)

@@ -134,8 +134,6 @@ class AcceleratorProgress:
         # is resumed, when its first train pass begins (_check_rng_at_pass)
         self._rng_check = ResumeRngCheck(load="accelerator.load_state")
         self._check_rng_at_pass = False
-        # index -> the pending state our load left in a train StatefulDataLoader (Accelerate then overwrites it)
-        self._armed_states: dict[int, dict[str, Any] | None] = {}
         self._display: Display | None = None  # set by display(); None: the loops show nothing
         self._next_save_iteration: int | None = None  # after a load_state
         # a registered progress's save_state under way: its folder and this process's progress, for state_dict()
@@ -400,7 +398,12 @@ class AcceleratorProgress:
         """Nothing is left of a pass restored after its last batch. Accelerate's loaders fail on an empty
         pass (an iterable one raises), so only the inner loader runs, to spend its armed position."""
         self._finished_passes.discard(index)
-        extra = sum(1 for _ in getattr(loader, "base_dataloader", loader))
+        inner = getattr(loader, "base_dataloader", loader)
+        extra = 0
+        if _start_from_the_beginning(loader):  # Accelerate restored its own state at the pass's end
+            iter(inner)  # spends the armed position: built under the checkpoint's RNGs, nothing read
+        else:
+            extra = sum(1 for _ in inner)
         if extra:
             self._note(f"train dataloader {index}, saved at the end of its pass, yielded {extra} more batches")
         if pass_start is not None:
@@ -534,11 +537,10 @@ class AcceleratorProgress:
         if restored is not None and hasattr(loader, "iteration"):
             loader.iteration = restored
         inner = getattr(loader, "base_dataloader", loader)
-        if index in self._armed_states:  # undo Accelerate's own restore of this loader (dl_state_dict.bin)
-            inner.next_iter_state = self._armed_states.pop(index)  # type: ignore[attr-defined]
-            drop_iterator(inner)
         create_seedable_generator(inner)
-        self._tracker.track_train_loader(inner, index)
+        # use_stateful_dataloader: Accelerate's save_state / load_state keep its StatefulDataLoader's own state
+        restores = bool(getattr(loader, "use_stateful_dataloader", False))
+        self._tracker.track_train_loader(inner, index, framework_restores_state=restores)
 
     def _hook_optimizers(self) -> None:
         """Count real steps of prepared optimizers not hooked yet, on the torch optimizer inside each, and
@@ -647,11 +649,6 @@ class AcceleratorProgress:
         else:  # another world size: this rank's RNGs come from another saved rank than Accelerate's file
             self._rng_check.forget()
         self._restored_evaluation_rng = saved.evaluation_rng
-        self._armed_states = {
-            index: inner.next_iter_state
-            for index, loader in self._loaders.items()
-            if hasattr(inner := getattr(loader, "base_dataloader", loader), "next_iter_state")
-        }
         self._restored_iterations = {}
         self._finished_passes = set()
         mapped = elastic.MappedPasses.of(self.view.resume_mapping, self._loaders)

@@ -312,8 +312,9 @@ class ProgressTracker(CallbackBase):
         schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
         self._step_hooks += count_scheduler_steps(progress.train, schedulers)
 
-    def _track_train_loaders(self, loaders: list[object]) -> None:
-        """Lightning set up its train loaders and is about to iterate them (see ``hook_before_first_iter``).
+    def _track_train_loaders(self, loaders: list[object]) -> bool:
+        """Lightning set up its train loaders and is about to iterate them (see ``hook_before_first_iter``);
+        whether the restored epoch is over, so that Lightning's next iteration begins the next one afresh.
 
         After a load, that may be before Lightning restored its loops (``configure_optimizers`` reading
         ``trainer.estimated_stepping_batches``): what its restart will do is read from the checkpoint.
@@ -340,10 +341,10 @@ class ProgressTracker(CallbackBase):
                     InexactResumeWarning,
                     stacklevel=2,
                 )
-        for index, loader in enumerate(loaders):
-            self.tracker.track_train_loader(loader, index)
+        for index, loader in enumerate(loaders):  # Lightning's loops restore a loader's own state
+            self.tracker.track_train_loader(loader, index, framework_restores_state=True)
         if not loaded or trainer is None:
-            return
+            return False
         if self._elastic_entry is not None:
             entry, self._elastic_entry = self._elastic_entry, None
             elastic.load(self.tracker, entry, loaders, trainer.fit_loop)
@@ -364,12 +365,9 @@ class ProgressTracker(CallbackBase):
         self._resumed_untrained = finished
         if finished and self.tracker.view.train.epochs.lifetime.in_flight:
             self._warn_epoch_left_open(trainer)
-        if restart.epoch_consumed and self.tracker.view.train.epochs.lifetime.in_flight and not finished:
-            # Lightning's next iteration of these loaders is the next epoch: finish the restored
-            # one now (its replay yields nothing), as the uninterrupted run had.
-            for loader in loaders:
-                if isinstance(loader, DataLoader):
-                    next(iter(loader), None)
+        epoch_over = restart.epoch_consumed and self.tracker.view.train.epochs.lifetime.in_flight and not finished
+        if epoch_over:  # Lightning's next iteration of these loaders is the next epoch, as in the uninterrupted run
+            self.tracker.forget_loaded_positions()
         if restart.no_epoch_counted and not finished and self.tracker.view.train.epochs.lifetime.in_flight:
             self._warn_epoch_uncounted(restart.epoch_consumed)  # (after a finished fit no epoch is in flight)
         self._close_restored_epoch(restart.closes_epoch, finished)
@@ -384,9 +382,12 @@ class ProgressTracker(CallbackBase):
             elif not finished:
                 self._rng_boundary = True  # Lightning's iterator of the next epoch drew: see _arm_first_batch_check
                 self._rng_await_build = True  # Lightning builds it right after this returns
+        if view.is_mid_epoch and not epoch_over:
+            _warn_if_restored_ahead(loaders)
         if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
             batch = view.train.batches.epoch.completed
             self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
+        return epoch_over
 
     def _warn_epoch_left_open(self, trainer: pl.Trainer) -> None:
         """Resumed at ``max_steps`` inside an epoch: Lightning trains nothing and leaves that epoch open."""
@@ -1058,3 +1059,25 @@ def _own_gradients(saved: object, rank: int) -> Any:
 
 def _nothing() -> None:
     """What a weak reference to no object returns."""
+
+
+def _warn_if_restored_ahead(loaders: list[object]) -> None:
+    """Lightning prefetches a batch of a train loader without a length and saves a loader's own state after it
+    (its ``state_dict`` / ``load_state_dict``, which Lightning restores): the resumed epoch skips that batch."""
+    for index, loader in enumerate(loaders):
+        if callable(getattr(loader, "load_state_dict", None)) and not _has_length(loader):
+            warnings.warn(
+                f"train dataloader {index} has a state of its own, which Lightning restores, and no length: "
+                "Lightning saved that state after the batch it had prefetched, so the resumed epoch skips it "
+                "(give the loader's dataset a __len__, and Lightning does not prefetch)",
+                InexactResumeWarning,
+                stacklevel=4,
+            )
+
+
+def _has_length(loader: object) -> bool:
+    try:
+        len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True

@@ -14,8 +14,6 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from torch.utils.data import DataLoader
-
 from tracker_core.integrations._extra import check_attributes
 from tracker_core.integrations.lightning._bases import installed
 
@@ -189,28 +187,30 @@ def train_layout(fit_loop: _FitLoop) -> tuple[str, list[Any], list[int | None]] 
 class _BeforeFirstIter:
     """``fit_loop._load_combined_loader_states`` replaced on one loop instance; picklable (``torch.save(trainer)``)."""
 
-    def __init__(self, fit_loop: _FitLoop, before: Callable[[list[object]], None]) -> None:
+    def __init__(self, fit_loop: _FitLoop, before: Callable[[list[object]], bool]) -> None:
         self.fit_loop = fit_loop
         self.before = before
 
     def __call__(self) -> None:
         fit_loop = self.fit_loop
         combined = fit_loop._combined_loader
-        if combined is not None:
-            loaders = list(combined.flattened)
-            self.before(loaders)
-            if all(isinstance(loader, DataLoader) for loader in loaders):
-                fit_loop._combined_loader_states_to_load = []
+        loaders = [] if combined is None else list(combined.flattened)
+        restored_epoch_over = bool(loaders) and self.before(loaders)
         type(fit_loop)._load_combined_loader_states(fit_loop)
+        if restored_epoch_over:  # the loaders' restored states are at that epoch's end: the next begins afresh
+            for loader in loaders:
+                if getattr(loader, "next_iter_state", None) is not None:  # a StatefulDataLoader's, public
+                    loader.next_iter_state = None
 
 
-def hook_before_first_iter(fit_loop: _FitLoop, before: Callable[[list[object]], None]) -> None:
-    """Call ``before(train_loaders)`` each time Lightning set up the train loaders, before its ``iter()``.
+def hook_before_first_iter(fit_loop: _FitLoop, before: Callable[[list[object]], bool]) -> None:
+    """Call ``before(train_loaders)`` each time Lightning set up the train loaders, before its ``iter()``;
+    it returns whether the restored epoch is over (Lightning then drops the loaders' restored states).
 
     Lightning builds the first epoch's iterator inside ``_FitLoop.setup_data``, before any
     train hook runs, right after ``_load_combined_loader_states``: that method is replaced on
-    this loop instance. When every train loader is a torch DataLoader (tracked by the core),
-    Lightning's own restore of resumable loaders is dropped: the core's position wins.
+    this loop instance. Lightning's own restore of loaders with a state of their own (a ``StatefulDataLoader``)
+    follows: the core leaves their position to it.
     """
     # getattr, not fit_loop.__dict__: reading __dict__ turns the loop's attributes into a dict for good, and
     # Lightning reads them on every batch, each read then slower (~6k instructions a batch)
@@ -319,7 +319,6 @@ def _check(package: str) -> None:
                 (
                     "_load_combined_loader_states",
                     "_combined_loader",
-                    "_combined_loader_states_to_load",
                     "_data_fetcher",
                     "setup_data",
                 ),

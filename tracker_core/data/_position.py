@@ -16,8 +16,9 @@ the state's ``kind``, notes and replays an epoch:
 * ``"iterable_replay"`` (``_iterable_replay.py``): torch ``DataLoader`` over an
   ``IterableDataset``; positions a dataset with its own state (no worker), else reads and
   drops the consumed batches.
-* ``"stateful_dataloader"`` (``_stateful_loader.py``): torchdata ``StatefulDataLoader``;
-  saves and loads its own state at the consumed batch.
+* ``"own_state"`` (``_own_state.py``): a loader with its own public state (torchdata
+  ``StatefulDataLoader``); that state positions it, saved and loaded back by the position or,
+  with ``saves_own_state=False``, by the framework (Lightning, Accelerate).
 
 Where batches are read again, a :class:`SlowResumeWarning` says so before, and the time it
 took is kept (``fast_forward``) and saved with the next checkpoint. Every replay runs inside
@@ -38,6 +39,13 @@ What cannot be exact:
   resume with ``k > 0`` (a worker's stream depends on the batches it loaded). Order and
   samples stay exact. Likewise with ``persistent_workers``.
 * ``in_order=False`` with workers returns batches in a racy order: refused at install.
+* A loader with its own state (``"own_state"``) gets torchdata's limits as they are: its
+  state is saved as the checkpoint finds it (exact without prefetch; a prefetching framework
+  restores it itself); an iterable without a state of its own is read again
+  (``SlowResumeWarning``); at 0 workers an order drawn by torch's own ``RandomSampler`` (no
+  state of its own) is drawn again at the first resumed batch, from the restored global RNG
+  (``InexactResumeWarning``). Lightning saves the state of such a loader without a length after
+  the batch it prefetched: the resumed epoch skips it (warned by the Lightning adapter).
 * Custom samplers must draw their randomness when their iteration starts (all torch and
   torchdata samplers do) or from their own ``generator`` attribute. Generators and
   ``epoch`` counters are found on every sampler reachable from the loader through
@@ -59,6 +67,7 @@ from tracker_core.data._compact import compact_loader, expand_loader
 from tracker_core.data._epoch import EpochRecord, FastForward, Replay, Site
 from tracker_core.data._fast_forward import SlowResumeWarning
 from tracker_core.data._iterable_replay import IterableReplay
+from tracker_core.data._own_state import OwnState
 from tracker_core.data._rng import (
     GlobalRng,
     capture_global_rng,
@@ -69,14 +78,8 @@ from tracker_core.data._rng import (
 )
 from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._samplers import DISTRIBUTED_KEYS, read_distributed
-from tracker_core.data._stateful_loader import StatefulLoader
-from tracker_core.data._strategy import LoaderKind, Strategy
-from tracker_core.data._torch_compat import (
-    forget_live_iterator,
-    install_iterator_hook,
-    iterator_hook,
-    stateful_loader_type,
-)
+from tracker_core.data._strategy import LoaderKind, Strategy, is_stateful
+from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook
 from tracker_core.state._codec import tensor_to_text
 from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, shown
 
@@ -104,13 +107,18 @@ _STATE_KEYS = (
     "distributed",
 )
 _OPTIONAL_STATE_KEYS = ("fast_forward",)  # present when the resume before this checkpoint read batches again
-_STRATEGIES: tuple[type[Strategy], ...] = (SamplerReplay, IterableReplay, StatefulLoader)
+_STRATEGIES: tuple[type[Strategy], ...] = (SamplerReplay, IterableReplay, OwnState)
 _KINDS: tuple[str, ...] = get_args(LoaderKind)
 # The saved epoch record's keys per kind, required and optional.
 _EPOCH_KEYS = {strategy.kind: strategy.epoch_keys for strategy in _STRATEGIES}
 _OPTIONAL_EPOCH_KEYS = {strategy.kind: strategy.optional_epoch_keys for strategy in _STRATEGIES}
 # Settings that must not change between a save and its resume: the epoch order depends on them.
 _SAME_ORDER_KEYS = ("seed", "shuffle", "dataset_size")
+OLD_STATEFUL = (
+    "'stateful_dataloader' is the kind of an earlier development version, which rewrote torchdata's private "
+    "state; a StatefulDataLoader is now positioned by its own public state (kind 'own_state'), and that saved "
+    "state cannot be read: resume from a checkpoint saved by this version, or restart the epoch"
+)
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,7 @@ class _ParsedState:
     skip: int
     generators: dict[str, tuple[torch.Generator, torch.Tensor]]  # the loader's generators and their saved states
     record: EpochRecord | None
-    loader_state: Any  # what the strategy hands the loader when armed (StatefulDataLoader's state), or None
+    loader_state: Any  # what the strategy hands the loader when armed, or None
 
 
 class LoaderPosition:
@@ -146,7 +154,7 @@ class LoaderPosition:
             raise ValueError("in_order=False with workers yields batches in a racy order; it cannot resume exactly")
         self._site = Site(loader, iterator_hook(loader))
         self._strategy = _strategy_for(loader)(self._site)
-        forget_live_iterator(loader)
+        self._strategy.drop_iterator()
         install_iterator_hook(loader, self._begin_iteration)
 
     @classmethod
@@ -166,8 +174,19 @@ class LoaderPosition:
 
     @property
     def kind(self) -> LoaderKind:
-        """The resume mechanism: ``"sampler_replay"``, ``"iterable_replay"`` or ``"stateful_dataloader"``."""
+        """The resume mechanism: ``"sampler_replay"``, ``"iterable_replay"`` or ``"own_state"``."""
         return self._strategy.kind
+
+    @property
+    def saves_own_state(self) -> bool:
+        """Whether a loader with its own state (kind ``"own_state"``) has it saved and loaded back by this position
+        (True, the default) or by the framework, which restores it itself (False: Lightning, Accelerate)."""
+        return isinstance(self._strategy, OwnState) and self._strategy.saves_state
+
+    @saves_own_state.setter
+    def saves_own_state(self, saves: bool) -> None:
+        if isinstance(self._strategy, OwnState):
+            self._strategy.saves_state = saves
 
     @property
     def fast_forward(self) -> FastForward | None:
@@ -264,6 +283,8 @@ class LoaderPosition:
         if "kind" not in state:
             raise ProgressStateError("kind", "missing")
         kind = read_str(state["kind"], "kind")
+        if kind == "stateful_dataloader":
+            raise ProgressStateError("kind", OLD_STATEFUL)
         if kind not in _KINDS:
             raise ProgressStateError("kind", f"unknown kind {shown(kind)}; expected one of {list(_KINDS)}")
         if kind != self.kind:
@@ -391,9 +412,8 @@ class LoaderPosition:
 
 
 def _strategy_for(loader: DataLoader[Any]) -> type[Strategy]:
-    stateful = stateful_loader_type()
-    if stateful is not None and isinstance(loader, stateful):
-        return StatefulLoader
+    if is_stateful(loader):
+        return OwnState
     if isinstance(loader.dataset, IterableDataset):
         return IterableReplay
     return SamplerReplay

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Collection
 from typing import Any
 
-from tracker_core._tracker import InexactResumeWarning
+from tracker_core._errors import InexactResumeWarning
 from tracker_core.data._rng import GlobalRng
 
 GLOBAL_GENERATORS: tuple[str, ...] = ("torch", "python", "numpy", "devices")

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 from tracker_core.data._epoch import EpochRecord, Replay, Site
 from tracker_core.data._torch_compat import forget_live_iterator
 
-LoaderKind = Literal["sampler_replay", "iterable_replay", "stateful_dataloader"]
+LoaderKind = Literal["sampler_replay", "iterable_replay", "own_state"]
 
 
 def is_stateful(obj: object) -> bool:
@@ -61,6 +61,10 @@ class Strategy:
 
     def arm(self, loader_state: Any) -> None:
         """Prepare the loader for its next epoch after a load (``loader_state``: what :meth:`read_epoch` gave)."""
+        self.drop_iterator()
+
+    def drop_iterator(self) -> None:
+        """Drop an iterator the loader keeps (persistent workers), so its next epoch is built, and seen, anew."""
         forget_live_iterator(self.site.loader)
 
     def disarm(self) -> None:

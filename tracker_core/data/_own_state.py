@@ -1,0 +1,100 @@
+"""A loader with a public state of its own (``state_dict`` / ``load_state_dict``: torchdata's
+``StatefulDataLoader``, or any loader with that protocol) is positioned by that state, through public calls only.
+
+Where the framework saves and restores that state itself (Lightning's loops, Accelerate's
+``use_stateful_dataloader``), the position saves none of it. Elsewhere (Ignite, a plain loop) a checkpoint
+inside an epoch saves ``loader.state_dict()`` as it is then, and the resume hands it to ``loader.load_state_dict``
+right before the resumed epoch's iterator is built: exact where the loader has yielded just the consumed
+batches (no prefetch). Either way the resumed iterator is built under the global RNGs and the loader's
+generator its epoch began with (a sampler without a state of its own draws the same order again), and they and
+the samplers' generators are then set back as the checkpoint left them: the build takes nothing from the training's random stream. The loader
+puts itself back as it can: what it reads again (torchdata: an iterable without a state of its own) it reads.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch.utils.data import IterableDataset, RandomSampler
+
+from tracker_core._errors import InexactResumeWarning, ProgressStateError
+from tracker_core.data._epoch import EpochRecord, Replay, Site
+from tracker_core.data._fast_forward import describe, reading_again
+from tracker_core.data._strategy import Strategy, is_stateful
+from tracker_core.data._torchdata_state import check_own_state, class_name, read_own_state
+from tracker_core.state._codec import to_plain
+from tracker_core.state._readers import join_key
+
+
+class OwnState(Strategy):
+    """Leaves the position to the loader's own state: saved and loaded back here, or by the framework."""
+
+    kind = "own_state"
+    optional_epoch_keys = ("loader_class", "loader_state")
+    saves_state = True  # False: the framework saves and restores the loader's state
+    _generators: tuple[tuple[torch.Generator, torch.Tensor], ...] = ()  # the order's generators, as the load left them
+
+    def replay(self, replay: Replay) -> Any:
+        cursor = self.site.cursor
+        cursor.replay = None
+        loader = self.site.loader
+        if replay.record.state is not None:
+            loader.load_state_dict(replay.record.state)  # type: ignore[attr-defined]
+            replay.record.state = None
+        if replay.skip and not loader.num_workers and _draws_order_lazily(self.site):
+            warnings.warn(
+                f"resuming {describe(loader)} mid-epoch by its own state: its RandomSampler has no state of its own, "
+                "so the loader draws the epoch's order again when it reads the first resumed batch, from the global "
+                "RNG as restored, not as the epoch began: the rest of the epoch's order and later random draws differ "
+                "from the uninterrupted run. Give it a sampler with a state (StatefulDataLoader(shuffle=True) builds "
+                "one) or workers",
+                InexactResumeWarning,
+                stacklevel=2,
+            )
+        read = isinstance(loader.dataset, IterableDataset) and not is_stateful(loader.dataset)
+        why = "its dataset has no state of its own (state_dict / load_state_dict): the loader reads it again"
+        with reading_again(cursor, loader, replay.skip if read else 0, why):
+            iterator = self.site.build()
+        for generator, state in self._generators:  # the build drew from them (a sampler's load sets its back, and
+            generator.set_state(state)  # draws again): as the checkpoint left them
+        return iterator
+
+    def drop_iterator(self) -> None:
+        """A load, even of an empty state, drops the iterator a StatefulDataLoader keeps (one its ``state_dict()``
+        built before the first epoch, or its persistent workers')."""
+        self.site.loader.load_state_dict({})  # type: ignore[attr-defined]
+
+    def arm(self, loader_state: Any) -> None:
+        super().arm(loader_state)
+        generators = self.site.chain.generators(self.site.loader.generator).values()
+        self._generators = tuple((generator, generator.get_state()) for generator in generators)
+
+    def epoch_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
+        if not self.saves_state:
+            return {}
+        state = record.state  # loaded, its epoch not begun again yet
+        if state is None:
+            state = self.site.loader.state_dict()  # type: ignore[attr-defined]
+        return {"loader_class": class_name(self.site.loader), "loader_state": to_plain(state, "epoch.loader_state")}
+
+    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord, skip: int) -> Any:
+        if "loader_state" not in fields and "loader_class" not in fields:
+            return None
+        loader = self.site.loader
+        saved, mine = read_own_state(fields, key), class_name(loader)
+        if saved[0] != mine:
+            raise ProgressStateError(join_key(key, "loader_class"), f"saved by a {saved[0]}; this loader is a {mine}")
+        per_epoch = None if isinstance(loader.dataset, IterableDataset) else len(loader)
+        record.state = check_own_state(saved, join_key(key, "loader_state"), loader.num_workers, per_epoch)
+        return None
+
+
+def _draws_order_lazily(site: Site) -> bool:
+    """Whether a 0-worker loader's order comes from torch's own ``RandomSampler`` under an index sampler without a
+    state of its own: the loader positions it by reading it again, lazily, at the first batch it reads."""
+    loader = site.loader
+    index_sampler = loader.sampler if loader.batch_sampler is None else loader.batch_sampler
+    return not is_stateful(index_sampler) and any(type(s) is RandomSampler for s in site.chain.samplers().values())
