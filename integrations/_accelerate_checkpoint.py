@@ -20,7 +20,9 @@ its own Accelerate files, rank 0 last, listing every other file then in the fold
 other ranks' progress files among them) with its size and CRC-32. A committed folder is that one save while each
 listed file is there unchanged (:func:`commit_problem`): a ``save_state`` killed part-way leaves no progress file
 of its own (a new folder) or files that differ from the last commit's. No file name or format of Accelerate's is
-assumed. Files written after the commit are not covered (:func:`uncommitted`). Files of versions 2 to 4 (development
+assumed. Files written after the commit (the pickle Accelerate writes of each object registered after the
+progress, its own among them) are not listed (:func:`uncommitted`); each that is a ``torch.save`` archive (a zip,
+which holds a CRC-32 of every member) must be whole: a kill while Accelerate wrote it leaves it cut short. Files of versions 2 to 4 (development
 builds, whose checks predicted Accelerate's files: those CRC-32s are no longer read) load as uncommitted; version 1
 (no ``world_size``) is refused.
 """
@@ -32,6 +34,7 @@ import errno
 import os
 import pickle
 import stat
+import zipfile
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +58,7 @@ _KEYS = {
 }
 _TEMPORARY = ".progress_tracker_{}.pt.partial"
 _CHUNK = 1 << 20
+_ZIP_MAGIC = b"PK\x03\x04"  # how a zip archive (torch.save's format) begins
 MIXED = "parts of this folder come from different saves (a save_state killed part-way, or two processes saving into it)"
 NOT_COMMITTED = (
     "the save_state that wrote this folder was cut short before a registered AcceleratorProgress wrote it (at the "
@@ -167,7 +171,25 @@ def commit_problem(directory: str, commit: SavedProgress) -> str | None:
             return f"{path} is {'truncated' if found < size else 'longer'}: {found} bytes, the save wrote {size}"
         if found_crc != crc:
             return f"{path} holds other bytes than the save wrote (its CRC-32 differs)"
+    for path in uncommitted(directory, commit):
+        problem = _archive_problem(os.path.join(directory, path))
+        if problem is not None:
+            return f"{path}, written after the commit, {problem}"
     return None
+
+
+def _archive_problem(path: str) -> str | None:
+    """Why the file at ``path``, a zip archive (as ``torch.save`` writes), is not whole, or None (also for a file
+    of another format: not checked)."""
+    try:
+        with open(path, "rb") as stream:
+            if stream.read(4) != _ZIP_MAGIC:
+                return None
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (OSError, zipfile.BadZipFile, EOFError):
+        return "is truncated or damaged: not a whole torch.save archive"
+    return None if damaged is None else f"is damaged: its member {damaged} fails its CRC-32"
 
 
 def uncommitted(directory: str, commit: SavedProgress) -> list[str]:
