@@ -114,6 +114,7 @@ class AcceleratorProgress:
             for name in ("train", "validate", "test", "predict")
         }
         self._hooked_optimizers = 0
+        self._check_skips: Callable[[], None] | None = None  # with a GradScaler, once per train batch
         self._fit: Fit | None = None  # the open fit run, None outside one
         self._fit_at = (0, 0)  # the epoch the open fit last began, and its max_epochs
         self._in_flight: TrainBatch | None = None  # the train batch handed to a loop body
@@ -198,6 +199,7 @@ class AcceleratorProgress:
         state["_display"] = None
         state["_hooked_optimizers"] = 0
         state["_pending"] = None
+        state["_check_skips"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -348,6 +350,7 @@ class AcceleratorProgress:
         outside = False
         over = False  # the loop body handed the batch back: its step is over (counts only while mine is in flight)
         turn = train.batch_turner(index)  # ends the batch in flight and begins the next (ValueError: index < 0)
+        check_skips = self._check_skips
         try:
             for batch in loader:
                 try:
@@ -355,6 +358,8 @@ class AcceleratorProgress:
                         done = mine.batch
                         if type(done) is not tokens.tokenless_type:  # most batches: no call
                             tokens(done)
+                        if check_skips is not None:
+                            check_skips()
                         turn(done)  # ends the batch before and begins this one: one call
                     else:
                         if self._in_flight is not None:  # the batch before, of another pass or processed by a save
@@ -426,6 +431,8 @@ class AcceleratorProgress:
         if batch is None:
             return
         self._in_flight = None
+        if self._check_skips is not None:
+            self._check_skips()
         if batch.processed:  # a save_state in the loop body processed it
             self._train.batch_completed()
         else:
@@ -543,17 +550,13 @@ class AcceleratorProgress:
         self._tracker.track_train_loader(inner, index, framework_restores_state=restores)
 
     def _hook_optimizers(self) -> None:
-        """Count real steps of prepared optimizers not hooked yet, on the torch optimizer inside each, and
-        the steps of every prepared scheduler's torch scheduler (counting one again counts it once)."""
-        optimizers = prepared_optimizers(self._accelerator)
-        train = self._train
-        for index in range(self._hooked_optimizers, len(optimizers)):
-            prepared = optimizers[index]
-            inner: torch.optim.Optimizer = getattr(prepared, "optimizer", prepared)
-            count_optimizer_steps(train, [inner], first_index=index)
-            if getattr(prepared, "scaler", None) is not None:
-                count_skipped_steps(train, prepared.scaler, [inner], first_index=index)
-        self._hooked_optimizers = len(optimizers)
+        """Count real steps of prepared optimizers not hooked yet, on the torch optimizer inside each, and from
+        now on (after a load_state restored them) the steps the GradScaler skips and every prepared scheduler's."""
+        inner = [getattr(prepared, "optimizer", prepared) for prepared in prepared_optimizers(self._accelerator)]
+        train, scaler = self._train, self._accelerator.scaler
+        count_optimizer_steps(train, inner[self._hooked_optimizers :], first_index=self._hooked_optimizers)
+        self._hooked_optimizers = len(inner)
+        self._check_skips = None if scaler is None else count_skipped_steps(train, scaler, inner)
         count_scheduler_steps(train, [getattr(s, "scheduler", s) for s in prepared_schedulers(self._accelerator)])
 
     def _note(self, message: str) -> None:
@@ -574,6 +577,8 @@ class AcceleratorProgress:
     def _on_save(self, models: list[torch.nn.Module], weights: list[Any], output_dir: str) -> None:
         batch = self._in_flight
         if batch is not None and not batch.processed:  # saved from the loop body: the batch's step is done
+            if self._check_skips is not None:
+                self._check_skips()
             self._train.batch_processed_of(batch.batch, batch.loader)
             self._tokens["train"](batch.batch)
             batch.processed = True

@@ -256,6 +256,7 @@ class Progress:
         """Write a state that ``parse`` accepted and settle its in-flight events; cannot fail.
         No clock runs until the next epoch begins: the time the saving process was gone is not counted."""
         self._stop_clocks()
+        self.train._schedulers = []  # a scheduler restored from here on would read as steps
         apply(self, parsed)
         self._settle_in_flight()
         self._resume_mapping = None
