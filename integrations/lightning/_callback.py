@@ -473,9 +473,7 @@ class ProgressTracker(CallbackBase):
     @_passenger
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # from the state Lightning restored before this hook (a restored last_epoch is no step)
-        count_scheduler_steps(
-            self.tracker.progress.train, [config.scheduler for config in trainer.lr_scheduler_configs]
-        )
+        count_scheduler_steps(self.tracker.progress.train, [c.scheduler for c in trainer.lr_scheduler_configs])
         if self._rng_check_at_start is not None or self._rng_boundary:
             self._arm_first_batch_check(trainer)
         if self._gradients is not None:
