@@ -3,6 +3,8 @@ scheduler left as it was."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -186,3 +188,21 @@ def test_scheduler_steps_survive_a_state_dict_round_trip() -> None:
     loaded = Progress()
     loaded.load_state_dict(progress.state_dict())
     assert loaded.view.train.scheduler_steps == progress.view.train.scheduler_steps
+
+
+def test_a_counted_scheduler_the_user_drops_after_the_run_is_freed_its_steps_kept() -> None:
+    progress = in_fit_epoch()
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = lr_scheduler.StepLR(optimizer, step_size=2)
+    count_scheduler_steps(progress.train, [scheduler])
+    _step(scheduler, 2)
+    progress.train.epoch_processed()
+    progress.train.epoch_completed()
+    progress.run_processed()
+    progress.run_completed()
+    refs = [weakref.ref(scheduler), weakref.ref(model)]
+    del model, optimizer, scheduler
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None]
+    assert _steps(progress) == 2

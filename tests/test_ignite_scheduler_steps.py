@@ -3,6 +3,8 @@ scheduler step, through a checkpoint."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,3 +177,14 @@ def test_the_scheduler_handlers_are_left_as_they_were() -> None:
     program = _program()
     assert type(program.lr) is LRScheduler and type(program.momentum) is PiecewiseLinear
     assert type(program.stepped) is torch.optim.lr_scheduler.StepLR
+
+
+def test_the_schedulers_the_user_drops_are_freed_with_the_trainer_while_the_handler_lives() -> None:
+    program = _program()
+    program.trainer.run(_data(), max_epochs=EPOCHS)
+    handler, changes = program.objects["progress"], program.scheduler_changes()
+    refs = [weakref.ref(program.objects[name]) for name in ("trainer", "model", "other", "stepped", "lr", "momentum")]
+    del program
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * 6
+    assert handler.view.train.scheduler_steps.lifetime == changes

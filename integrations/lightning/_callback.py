@@ -283,7 +283,6 @@ class ProgressTracker(CallbackBase):
         for handle in self._step_hooks:
             handle.remove()
         self._step_hooks = []
-        count_scheduler_steps(self.tracker.progress.train, [])  # what they stepped until now is counted
 
     # fit -------------------------------------------------------------------------------------
     @_passenger

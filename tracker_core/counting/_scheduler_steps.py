@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Sequence
 
 from tracker_core.counting._stage import TrainStageProgress
@@ -18,12 +19,12 @@ def count_scheduler_steps(train: TrainStageProgress, schedulers: Sequence[object
     Call it once the schedulers' state is the one they step on from (after a checkpoint restored it): a load
     of the progress stops the counting, so a restored ``last_epoch`` is never read as steps. An object without
     an ``int`` ``last_epoch`` (torch's ``ChainedScheduler``, whose schedulers are private) is not counted: an
-    anomaly names it, with a ``RuntimeWarning`` the first time.
+    anomaly names it, with a ``RuntimeWarning`` the first time. Held weakly: one dropped counts nothing more.
     """
     counted = []
     for scheduler in {id(scheduler): scheduler for scheduler in schedulers}.values():
         if isinstance(getattr(scheduler, "last_epoch", None), int):
-            counted.append([scheduler, scheduler.last_epoch])  # type: ignore[attr-defined]
+            counted.append([weakref.ref(scheduler), scheduler.last_epoch])  # type: ignore[attr-defined]
             continue
         message = f"the steps of a {type(scheduler).__name__} are not counted (no int last_epoch)"
         if message not in train._progress._anomalies:

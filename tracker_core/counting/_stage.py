@@ -269,7 +269,7 @@ class TrainStageProgress(StageProgress):
         self._optimizer_steps: list[_Tally] = []
         self._optimizer_steps_skipped: list[_Tally] = []
         self._scheduler_tally = _Tally()
-        self._schedulers: list[list[Any]] = []  # [scheduler, its last_epoch when read]: count_scheduler_steps
+        self._schedulers: list[list[Any]] = []  # [a scheduler's weakref, its last_epoch read]: count_scheduler_steps
         self._stepped_at = 0  # lifetime batches started when the last optimizer step was taken
 
     def optimizer_step(self, optimizer: int = 0) -> None:
@@ -304,7 +304,8 @@ class TrainStageProgress(StageProgress):
         """The scheduler steps, with what the counted schedulers' ``last_epoch`` grew since it was last read."""
         tally = self._scheduler_tally
         for counted in self._schedulers:
-            now = counted[0].last_epoch
+            scheduler = counted[0]()
+            now = counted[1] if scheduler is None else scheduler.last_epoch  # dropped: counts nothing more
             tally.total += max(0, now - counted[1])  # went back (its state loaded while counted): on from there
             counted[1] = now
         return tally
