@@ -47,9 +47,8 @@ class LoopProgress:
         self._samples: int | None = None  # samples of the batch in the loop body; None: no batch in flight
         self._processed = False  # that batch was already marked processed (by state_dict)
         self._warned = False
-        train = self.tracker.progress.train
-        count_optimizer_steps(train, optimizers)  # torch's step hooks: only steps that happen count
-        count_scheduler_steps(train, schedulers)
+        self._schedulers = list(schedulers)  # counted from each run's start: after a load restored them
+        count_optimizer_steps(self.tracker.progress.train, optimizers)  # torch's step hooks: steps that happen
         register_progress(self, self.tracker.progress)  # tracker_core.get_progress(loop) finds it
 
     @property
@@ -61,6 +60,7 @@ class LoopProgress:
         progress = self.tracker.progress
         progress.run_ready("fit")  # re-entering a loaded run counts nothing
         progress.run_started()
+        count_scheduler_steps(progress.train, self._schedulers)  # their last_epoch grows from here
         while (epoch := self.view.epoch_index) < max_epochs:
             progress.train.epoch_ready()  # re-entering a loaded epoch counts nothing
             progress.train.epoch_started()

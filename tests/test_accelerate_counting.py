@@ -114,6 +114,29 @@ def test_a_step_skipped_by_the_grad_scaler_is_counted_apart():
     assert progress.view.train.optimizer_steps_skipped.lifetime == 1
 
 
+def test_a_step_skipped_in_a_batch_saved_from_the_loop_body_is_in_the_saved_progress(tmp_path):
+    accelerator = fresh_accelerator(Setup(accumulation=1))
+    accelerator.scaler = torch.amp.GradScaler("cpu")
+    model = torch.nn.Linear(4, 1)
+    model, optimizer, loader = accelerator.prepare(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(Indexed(12), batch_size=3)
+    )
+    progress = AcceleratorProgress(accelerator)
+    with progress.fit(1) as fit:
+        for _epoch in fit.epochs():
+            for index, (_ids, x, y) in enumerate(progress.train(loader)):
+                with accelerator.accumulate(model):
+                    overflow = float("inf") if index == 1 else 1.0
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y) * overflow)
+                    optimizer.step()
+                    optimizer.zero_grad()
+                if index == 1:
+                    accelerator.save_state(str(tmp_path / "state"))
+                    saved = progress.view.train
+                    assert (saved.optimizer_steps.lifetime, saved.optimizer_steps_skipped.lifetime) == (1, 1)
+                    break
+
+
 def test_breaking_out_of_an_evaluation_ends_its_epoch_and_run():
     accelerator = fresh_accelerator(Setup())
     loader = accelerator.prepare(DataLoader(Indexed(7), batch_size=3))

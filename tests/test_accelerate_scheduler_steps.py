@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,3 +78,13 @@ def test_scheduler_steps_survive_a_mid_epoch_save_and_load_state(tmp_path: Path)
     resumed = _run(load=tmp_path / "state")
     assert resumed.scheduler_steps == resumed.scheduler.last_epoch
     assert resumed.progress.view.train.scheduler_steps == _run().progress.view.train.scheduler_steps
+
+
+def test_the_scheduler_the_user_drops_with_the_accelerator_is_freed_while_its_record_lives() -> None:
+    program = _run()
+    view = program.progress.view  # the AcceleratorProgress holds its accelerator, and so what it prepared
+    refs = [weakref.ref(program.scheduler), weakref.ref(program.accelerator)]
+    del program
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None]
+    assert view.train.scheduler_steps.lifetime == 2 * SETUP.epochs

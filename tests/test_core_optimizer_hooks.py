@@ -1,4 +1,4 @@
-"""Optimizer steps counted through torch's step hooks, and AMP-skipped steps through the scaler."""
+"""Optimizer steps counted through torch's step hooks, and AMP-skipped steps from the scaler's public scale."""
 
 from __future__ import annotations
 
@@ -65,34 +65,58 @@ def test_removing_the_handles_stops_counting() -> None:
     assert progress.view.train.optimizer_steps.lifetime == 0
 
 
+def _scaled_step(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer, loss_scale: float) -> None:
+    """One AMP step of ``optimizer``; an infinite ``loss_scale`` makes the scaler skip it."""
+    optimizer.zero_grad()
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+    scaler.scale(sum(p.sum() for p in parameters) * loss_scale).backward()
+    scaler.step(optimizer)
+
+
 def test_a_step_the_scaler_skips_is_counted_as_skipped_and_one_it_takes_as_a_step() -> None:
     progress = in_fit_epoch()
     optimizer = _optimizer()
-    scaler = torch.amp.GradScaler("cpu")
+    scaler = torch.amp.GradScaler("cpu", growth_interval=1)  # the scale grows after each step taken
     count_optimizer_steps(progress.train, [optimizer])
-    count_skipped_steps(progress.train, scaler, [optimizer])
-    for loss_scale in (float("inf"), 1.0):
-        optimizer.zero_grad()
-        parameters = [p for group in optimizer.param_groups for p in group["params"]]
-        scaler.scale(sum(p.sum() for p in parameters) * loss_scale).backward()
-        scaler.step(optimizer)
+    check = count_skipped_steps(progress.train, scaler, [optimizer])
+    for loss_scale in (float("inf"), 1.0, 1.0, float("inf"), float("inf"), 1.0):
+        _scaled_step(scaler, optimizer, loss_scale)
         scaler.update()
+        check()
+    assert progress.view.train.optimizer_steps_skipped.lifetime == 3
+    assert progress.view.train.optimizer_steps.lifetime == 3
+
+
+def test_a_batch_without_an_update_counts_no_skipped_step() -> None:
+    progress = in_fit_epoch()
+    optimizer = _optimizer()
+    scaler = torch.amp.GradScaler("cpu")
+    check = count_skipped_steps(progress.train, scaler, [optimizer])
+    check()  # an accumulation batch: no step, no update
+    _scaled_step(scaler, optimizer, float("inf"))
+    scaler.update()
+    check()
+    check()
     assert progress.view.train.optimizer_steps_skipped.lifetime == 1
-    assert progress.view.train.optimizer_steps.lifetime == 1
 
 
-def test_optimizers_hooked_one_at_a_time_on_a_shared_scaler_count_their_own_skips() -> None:
+def test_optimizers_on_a_shared_scaler_count_their_own_skips() -> None:
     progress = in_fit_epoch()
     first, second = _optimizer(), _optimizer()
     scaler = torch.amp.GradScaler("cpu")
-    for index, optimizer in enumerate((first, second)):
-        count_optimizer_steps(progress.train, [optimizer], first_index=index)
-        count_skipped_steps(progress.train, scaler, [optimizer], first_index=index)
-    for optimizer, loss_scale in ((first, 1.0), (second, float("inf"))):
-        parameters = [p for group in optimizer.param_groups for p in group["params"]]
-        optimizer.zero_grad()
-        scaler.scale(sum(p.sum() for p in parameters) * loss_scale).backward()
-        scaler.step(optimizer)
+    count_optimizer_steps(progress.train, [first, second])
+    check = count_skipped_steps(progress.train, scaler, [first, second])
+    _scaled_step(scaler, first, 1.0)
+    _scaled_step(scaler, second, float("inf"))
+    scaler.update()
+    check()
     view = progress.view.train
     assert [s.lifetime for s in view.optimizer_steps_by_optimizer] == [1, 0]
     assert [s.lifetime for s in view.optimizer_steps_skipped_by_optimizer] == [0, 1]
+
+
+def test_the_scaler_is_left_as_it_was() -> None:
+    scaler = torch.amp.GradScaler("cpu")
+    before = dict(vars(scaler))
+    count_skipped_steps(in_fit_epoch().train, scaler, [_optimizer()])()
+    assert vars(scaler) == before

@@ -335,3 +335,28 @@ def test_create_supervised_trainer_is_tracked_without_user_changes() -> None:
     ProgressHandler().attach(trainer, optimizers=[optimizer])
     trainer.run(_loader(), max_epochs=2)
     assert tracker_core.get_progress(trainer).global_step == 2 * PER_EPOCH == trainer.state.iteration
+
+
+# AMP -----------------------------------------------------------------------------------
+def test_a_step_the_grad_scaler_skips_is_counted_apart_in_its_iteration() -> None:
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+
+    def step(engine: Engine, batch: Any) -> None:
+        overflow = float("inf") if engine.state.iteration == 2 else 1.0
+        optimizer.zero_grad()
+        scaler.scale(model(torch.ones(2, 4)).sum() * overflow).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    trainer = Engine(step)
+    progress = ProgressHandler()
+    progress.attach(trainer, optimizers=[optimizer], scaler=scaler)
+    seen = []
+    trainer.add_event_handler(
+        Events.ITERATION_COMPLETED, lambda _: seen.append(progress.view.train.optimizer_steps_skipped.lifetime)
+    )
+    trainer.run([0] * 4, max_epochs=1)
+    assert seen == [0, 1, 1, 1]
+    assert progress.view.train.optimizer_steps.lifetime == 3

@@ -3,6 +3,8 @@ scheduler step, through a checkpoint."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,16 @@ pytest.importorskip("ignite")
 
 import torch
 from ignite.engine import Engine, Events
-from ignite.handlers import Checkpoint, DiskSaver, LRScheduler, PiecewiseLinear
+from ignite.handlers import (
+    Checkpoint,
+    ConcatScheduler,
+    CosineAnnealingScheduler,
+    DiskSaver,
+    LinearCyclicalScheduler,
+    LRScheduler,
+    ParamGroupScheduler,
+    PiecewiseLinear,
+)
 from torch.utils.data import DataLoader, TensorDataset
 
 from tracker_core import get_progress
@@ -123,3 +134,57 @@ def test_schedulers_given_with_an_evaluator_are_refused() -> None:
     program = _program()
     with pytest.raises(ValueError, match="schedulers"):
         ProgressHandler().attach(Engine(lambda e, b: None), stage="validate", schedulers=[program.lr])
+
+
+def _handlers(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Ignite's param-scheduler kinds whose calls are not one event_index."""
+    cosine = CosineAnnealingScheduler(optimizer, "lr", 0.1, 0.01, cycle_size=3, cycle_mult=2.0, warmup_duration=1)
+    linear = LinearCyclicalScheduler(optimizer, "lr", 0.1, 0.01, cycle_size=2)
+    piecewise = PiecewiseLinear(optimizer, "lr", milestones_values=[(0, 0.1), (5, 0.01)])
+    groups = [
+        LinearCyclicalScheduler(optimizer, "momentum", 0.9, 0.5, cycle_size=2, param_group_index=index)
+        for index in range(len(optimizer.param_groups))
+    ]
+    return {
+        "cycles of growing length": cosine,
+        "concatenated": ConcatScheduler([linear, piecewise], durations=[3]),
+        "param groups": ParamGroupScheduler(groups),
+    }
+
+
+@pytest.mark.parametrize("kind", ["cycles of growing length", "concatenated", "param groups"])
+def test_each_call_of_each_ignite_scheduler_kind_is_one_step(kind: str) -> None:
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD([{"params": [model.weight]}, {"params": [model.bias]}], lr=0.1, momentum=0.9)
+    handler = _handlers(optimizer)[kind]
+    trainer = Engine(lambda engine, batch: None)
+    trainer.add_event_handler(Events.ITERATION_COMPLETED, handler)
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, handler)
+    ProgressHandler().attach(trainer, optimizers=[optimizer], schedulers=[handler])
+    trainer.run([0] * 10, max_epochs=2)  # 22 calls: 10 iterations and an epoch end, twice
+    assert get_progress(trainer).train.scheduler_steps.lifetime == 22
+
+
+def test_a_handler_not_attached_to_the_trainer_is_refused_naming_it() -> None:
+    program = _program()
+    with pytest.raises(
+        ValueError, match="the PiecewiseLinear in schedulers is neither a torch LR scheduler nor attached"
+    ):
+        ProgressHandler().attach(Engine(lambda e, b: None), schedulers=[program.momentum])
+
+
+def test_the_scheduler_handlers_are_left_as_they_were() -> None:
+    program = _program()
+    assert type(program.lr) is LRScheduler and type(program.momentum) is PiecewiseLinear
+    assert type(program.stepped) is torch.optim.lr_scheduler.StepLR
+
+
+def test_the_schedulers_the_user_drops_are_freed_with_the_trainer_while_the_handler_lives() -> None:
+    program = _program()
+    program.trainer.run(_data(), max_epochs=EPOCHS)
+    handler, changes = program.objects["progress"], program.scheduler_changes()
+    refs = [weakref.ref(program.objects[name]) for name in ("trainer", "model", "other", "stepped", "lr", "momentum")]
+    del program
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * 6
+    assert handler.view.train.scheduler_steps.lifetime == changes

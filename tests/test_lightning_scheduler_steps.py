@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import gc
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +89,13 @@ def test_scheduler_steps_survive_a_mid_epoch_checkpoint_round_trip(tmp_path: Pat
     resumed = _fit(config, [], ckpt_path=path)
     assert get_progress(resumed).train.scheduler_steps.lifetime == _last_epochs(resumed)
     assert get_progress(resumed).train.scheduler_steps == get_progress(_fit(config, [])).train.scheduler_steps
+
+
+def test_the_schedulers_the_user_drops_after_the_fit_are_freed_while_their_record_lives() -> None:
+    fit = _fit("step-and-epoch", [])
+    view = get_progress(fit)  # not the callback: Lightning gives each callback the module's log methods
+    refs = [weakref.ref(config.scheduler) for config in fit.lr_scheduler_configs] + [weakref.ref(fit.lightning_module)]
+    del fit
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * 3
+    assert view.train.scheduler_steps.lifetime == 3 * EPOCHS

@@ -21,7 +21,7 @@ from tracker_core.counting._resync import (
     reenter_last_run,
     run_scope_bases,
 )
-from tracker_core.counting._scheduler_hooks import count_scheduler_steps
+from tracker_core.counting._scheduler_steps import count_scheduler_steps
 from tracker_core.counting._tokens import TokenCounter
 from tracker_core.data._device_rng import device_rng_facts
 from tracker_core.data._resume_rng_check import GLOBAL_GENERATORS, ResumeRngCheck

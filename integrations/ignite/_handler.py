@@ -38,8 +38,6 @@ from tracker_core.adapter import (
     batches_in,
     bind_lifetime,
     capture_gradients,
-    count_scheduler_steps,
-    count_skipped_steps,
     keep_heartbeat,
     read_heartbeat,
     reenter_last_run,
@@ -58,6 +56,7 @@ from tracker_core.integrations.ignite._loaders import Loaders
 from tracker_core.integrations.ignite._rng_check import RngCheck
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 from tracker_core.integrations.ignite._settle import Anomalies, close_cut
+from tracker_core.integrations.ignite._steps import count_trainer_steps
 
 __all__ = ["ProgressHandler"]
 
@@ -113,13 +112,13 @@ class ProgressHandler:
     ) -> None:
         """Record ``engine`` as stage ``stage``; count ``optimizers``' steps (train only).
 
-        Steps an AMP ``scaler`` skips are counted as skipped; the scaler that
-        ``create_supervised_trainer(scaler=True)`` puts on ``engine.state.scaler`` is found
+        Steps an AMP ``scaler`` skips are counted as skipped (its scale went down in an iteration); the
+        scaler that ``create_supervised_trainer(scaler=True)`` puts on ``engine.state.scaler`` is found
         by itself. ``dataloader`` (train only) is the DataLoader the trainer's ``run()`` will
         get: a checkpoint saved at another world size is mapped onto it when loaded.
-        ``schedulers`` (train only): each call of an Ignite param-scheduler handler (``LRScheduler``,
-        ``PiecewiseLinear``, ...; give the handler, not the torch scheduler it wraps) and each
-        ``step()`` of a torch LR scheduler the step function calls is a scheduler step.
+        ``schedulers`` (train only): each firing of an event an Ignite param-scheduler handler given is
+        attached to by now (``LRScheduler``, ``PiecewiseLinear``, ...), and each ``step()`` of a torch LR
+        scheduler the step function calls (its ``last_epoch``), is a scheduler step.
         ``model`` (any stage): the model the engine runs; if it carries its lifetime
         (``tracker_core.track_lifetime``), each ``run()`` continues it and its saved weights carry this record.
 
@@ -153,11 +152,7 @@ class ProgressHandler:
             count_optimizer_steps(self._tracker.progress.train, optimizers)
             self._several_optimizers = len(optimizers) > 1
             scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
-            if scaler is not None:
-                count_skipped_steps(self._tracker.progress.train, scaler, optimizers)
-            for scheduler in schedulers:  # a torch scheduler steps with step(), an Ignite handler when called
-                stepping = "step" if isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler) else "__call__"
-                count_scheduler_steps(self._tracker.progress.train, [scheduler], method=stepping)
+            count_steps = count_trainer_steps(engine, self._tracker.progress.train, optimizers, scaler, schedulers)
             seen: set[int] = set()
             for optimizer in optimizers:
                 for group in optimizer.param_groups:
@@ -170,6 +165,7 @@ class ProgressHandler:
                 if bind is not None:
                     bind()
                 self._trainer_started(trainer)
+                count_steps()
 
             attach_trainer(
                 engine,

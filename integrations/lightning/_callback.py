@@ -309,8 +309,6 @@ class ProgressTracker(CallbackBase):
         self._run_begun = True
         self._remove_step_hooks()
         self._step_hooks = count_optimizer_steps(progress.train, trainer.optimizers)
-        schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
-        self._step_hooks += count_scheduler_steps(progress.train, schedulers)
 
     def _track_train_loaders(self, loaders: list[object]) -> bool:
         """Lightning set up its train loaders and is about to iterate them (see ``hook_before_first_iter``);
@@ -473,6 +471,8 @@ class ProgressTracker(CallbackBase):
 
     @_passenger
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # from the state Lightning restored before this hook (a restored last_epoch is no step)
+        count_scheduler_steps(self.tracker.progress.train, [c.scheduler for c in trainer.lr_scheduler_configs])
         if self._rng_check_at_start is not None or self._rng_boundary:
             self._arm_first_batch_check(trainer)
         if self._gradients is not None:

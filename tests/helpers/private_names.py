@@ -70,7 +70,8 @@ def _library(module: str) -> str:
     return OURS if root == OURS else LIBRARIES.get(root, "others")
 
 
-def _sources() -> dict[str, str]:
+def sources() -> dict[str, str]:
+    """The project's sources by path (``tracker_core/``, ``integrations/``)."""
     paths = [*ROOT.glob("tracker_core/**/*.py"), *ROOT.glob("integrations/**/*.py")]
     return {path.relative_to(ROOT).as_posix(): path.read_text() for path in sorted(paths)}
 
@@ -98,7 +99,7 @@ def defined_names(tree: ast.AST) -> set[str]:
 def project_names() -> frozenset[str]:
     """The names the project defines outside its compat modules (and its modules' and packages' names)."""
     names: set[str] = set()
-    for path, source in _sources().items():
+    for path, source in sources().items():
         names.update(Path(path).parent.parts)
         names.add(Path(path).stem)
         if path not in COMPAT:
@@ -286,4 +287,4 @@ def reaches(path: str, source: str, ours: frozenset[str]) -> list[Reach]:
 
 @functools.cache
 def all_reaches() -> tuple[Reach, ...]:
-    return tuple(reach for path, source in _sources().items() for reach in reaches(path, source, project_names()))
+    return tuple(reach for path, source in sources().items() for reach in reaches(path, source, project_names()))

@@ -1,4 +1,5 @@
-"""Count optimizer steps through torch's own step hooks, whatever framework calls ``step()``."""
+"""Count optimizer steps through torch's own step hooks, whatever framework calls ``step()``; the steps AMP
+skipped from the GradScaler's public scale."""
 
 from __future__ import annotations
 
@@ -36,35 +37,30 @@ def _step_counter(train: TrainStageProgress, index: int) -> Callable[[Any, Any, 
 
 
 def count_skipped_steps(
-    train: TrainStageProgress,
-    scaler: torch.amp.GradScaler,
-    optimizers: Sequence[torch.optim.Optimizer],
-    first_index: int = 0,
-) -> None:
-    """Report each ``scaler.step(optimizers[i])`` that AMP skipped (inf/NaN gradients) as a
-    skipped step of optimizer ``first_index + i``.
+    train: TrainStageProgress, scaler: torch.amp.GradScaler, optimizers: Sequence[torch.optim.Optimizer]
+) -> Callable[[], None]:
+    """Count the steps of ``optimizers[i]`` that AMP's ``scaler`` skips (inf/NaN gradients) as skipped steps of
+    optimizer ``i``: returns the check to call once per batch, after the batch's ``scaler.update()``.
 
-    Wraps ``scaler.step`` on this instance (again for each call, so optimizers hooked later
-    share the scaler): a call after which the optimizer did not step is a skipped step.
-    Steps that do happen are counted by ``count_optimizer_steps``.
+    ``update()`` lowers the scale after a skipped step, never after steps taken: a check that finds
+    ``scaler.get_scale()`` lower than at the last check (or this call) counts a skipped step for each optimizer
+    that took no step since (steps taken: :func:`count_optimizer_steps`). Call again once the scaler was loaded.
     """
-    indices = {id(optimizer): first_index + offset for offset, optimizer in enumerate(optimizers)}
-    step = scaler.step
+    last = (scaler.get_scale(), _steps_taken(train, len(optimizers)))
 
-    def step_counting_skips(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
-        stepped = False
+    def check() -> None:
+        nonlocal last
+        now = (scaler.get_scale(), _steps_taken(train, len(optimizers)))
+        if now[0] < last[0]:
+            for index, (taken, before) in enumerate(zip(now[1], last[1], strict=True)):
+                if taken == before:
+                    train.optimizer_step_skipped(index)
+        last = now
 
-        def _stepped(_opt: torch.optim.Optimizer, _args: Any, _kwargs: Any) -> None:
-            nonlocal stepped
-            stepped = True
+    return check
 
-        handle = optimizer.register_step_post_hook(_stepped)
-        try:
-            result = step(optimizer, *args, **kwargs)
-        finally:
-            handle.remove()
-        if not stepped and scaler.is_enabled() and id(optimizer) in indices:
-            train.optimizer_step_skipped(indices[id(optimizer)])
-        return result
 
-    scaler.step = step_counting_skips  # type: ignore[method-assign]
+def _steps_taken(train: TrainStageProgress, optimizers: int) -> list[int]:
+    """The lifetime steps of optimizers ``0`` to ``optimizers - 1`` (0 before their first)."""
+    tallies = train._optimizer_steps
+    return [tallies[index].total if index < len(tallies) else 0 for index in range(optimizers)]

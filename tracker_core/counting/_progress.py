@@ -118,6 +118,7 @@ class Progress:
 
     def run_completed(self) -> None:
         """The run's end hooks are done."""
+        self.train._scheduler_steps  # noqa: B018 - read now: held weakly, the schedulers may be dropped after the run
         self._runs.mark_completed()
         self._stop_clocks()
         self._where = _RUN_AT[Phase.COMPLETED]
@@ -132,6 +133,7 @@ class Progress:
         (another process's, which the resume settles)."""
         if ended not in (STOPPED_EARLY, INTERRUPTED, CRASHED):
             raise ValueError(f"unknown run ending {ended!r}; expected stopped_early, interrupted or crashed")
+        self.train._scheduler_steps  # noqa: B018 - read now: held weakly, the schedulers may be dropped after the run
         ledger = self._ledger
         if ledger.open_entry is None or ledger.restored_open:
             return
@@ -256,6 +258,7 @@ class Progress:
         """Write a state that ``parse`` accepted and settle its in-flight events; cannot fail.
         No clock runs until the next epoch begins: the time the saving process was gone is not counted."""
         self._stop_clocks()
+        self.train._schedulers = []  # a scheduler restored from here on would read as steps
         apply(self, parsed)
         self._settle_in_flight()
         self._resume_mapping = None

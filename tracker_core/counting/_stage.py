@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tracker_core._errors import EventOrderError
 from tracker_core.counting._batch_size import samples_in
@@ -262,13 +262,14 @@ class StageProgress:
 class TrainStageProgress(StageProgress):
     """The train stage: a stage that also counts optimizer and scheduler steps."""
 
-    __slots__ = ("_optimizer_steps", "_optimizer_steps_skipped", "_scheduler_steps", "_stepped_at")
+    __slots__ = ("_optimizer_steps", "_optimizer_steps_skipped", "_scheduler_tally", "_schedulers", "_stepped_at")
 
     def __init__(self, progress: Progress) -> None:
         super().__init__(Stage.TRAIN, progress)
         self._optimizer_steps: list[_Tally] = []
         self._optimizer_steps_skipped: list[_Tally] = []
-        self._scheduler_steps = _Tally()
+        self._scheduler_tally = _Tally()
+        self._schedulers: list[list[Any]] = []  # [a scheduler's weakref, its last_epoch read]: count_scheduler_steps
         self._stepped_at = 0  # lifetime batches started when the last optimizer step was taken
 
     def optimizer_step(self, optimizer: int = 0) -> None:
@@ -296,7 +297,18 @@ class TrainStageProgress(StageProgress):
 
     def scheduler_step(self) -> None:
         """A learning-rate scheduler took a step."""
-        self._scheduler_steps.total += 1
+        self._scheduler_tally.total += 1
+
+    @property
+    def _scheduler_steps(self) -> _Tally:
+        """The scheduler steps, with what the counted schedulers' ``last_epoch`` grew since it was last read."""
+        tally = self._scheduler_tally
+        for counted in self._schedulers:
+            scheduler = counted[0]()
+            now = counted[1] if scheduler is None else scheduler.last_epoch  # dropped: counts nothing more
+            tally.total += max(0, now - counted[1])  # went back (its state loaded while counted): on from there
+            counted[1] = now
+        return tally
 
     @property
     def stepped_in_batch(self) -> bool:

@@ -1,0 +1,44 @@
+"""The trainer's scheduler and AMP-skipped steps: an Ignite param-scheduler handler's calls by a handler of the
+tracker's own on each event it is attached to; a torch scheduler's and a GradScaler's by ``tracker_core.adapter``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from ignite.engine import Engine, Events
+
+from tracker_core import TrainStageProgress
+from tracker_core.adapter import count_scheduler_steps, count_skipped_steps
+
+
+def count_trainer_steps(
+    engine: Engine,
+    train: TrainStageProgress,
+    optimizers: Sequence[torch.optim.Optimizer],
+    scaler: torch.amp.GradScaler | None,
+    schedulers: Sequence[object],
+) -> Callable[[], None]:
+    """Count now each call of the handlers among ``schedulers`` (``ValueError`` for one on no event of ``engine``) and,
+    with a ``scaler``, check for skips at each ITERATION_COMPLETED. Returns what to call at each STARTED, once a
+    checkpoint restored the objects: it counts the torch schedulers' steps and the skips from their state then."""
+    torch_schedulers = [s for s in schedulers if isinstance(s, torch.optim.lr_scheduler.LRScheduler)]
+    for handler in (s for s in schedulers if s not in torch_schedulers):
+        events = [event for event in Events if callable(handler) and engine.has_event_handler(handler, event)]
+        if not events:
+            raise ValueError(
+                f"the {type(handler).__name__} in schedulers is neither a torch LR scheduler nor attached to the "
+                "trainer: add the param-scheduler handler to the trainer's events before attach()"
+            )
+        for event in events:
+            engine.add_event_handler(event, lambda _engine: train.scheduler_step())
+    check = [lambda: None]
+    if scaler is not None:
+        engine.add_event_handler(Events.ITERATION_COMPLETED, lambda _engine: check[0]())
+
+    def start() -> None:
+        count_scheduler_steps(train, torch_schedulers)
+        if scaler is not None:
+            check[0] = count_skipped_steps(train, scaler, optimizers)
+
+    return start
