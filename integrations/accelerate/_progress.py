@@ -51,8 +51,8 @@ from tracker_core.adapter import (
     restore_gradients,
     samples_in,
 )
+from tracker_core.adapter import accelerate_checkpoint as checkpoint
 from tracker_core.adapter import register_progress as attach
-from tracker_core.integrations import _accelerate_checkpoint as checkpoint
 from tracker_core.integrations.accelerate import _commit as commit
 from tracker_core.integrations.accelerate import _elastic as elastic
 from tracker_core.integrations.accelerate._compat import (
