@@ -25,8 +25,8 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tracker_core.checkpoints import newest_intact_checkpoint
 from tracker_core.integrations.accelerate import AcceleratorProgress
-from tracker_core.integrations.checkpoints import newest_intact_checkpoint
 
 
 def _accelerator(megabytes: int, tracked: bool) -> Accelerator:

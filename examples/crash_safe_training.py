@@ -32,7 +32,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import tracker_core
-from tracker_core.integrations.checkpoints import newest_intact_checkpoint
+from tracker_core.checkpoints import newest_intact_checkpoint
 
 SAMPLES, BATCH_SIZE, EPOCHS, ACCUMULATION = 10, 3, 3, 2
 BATCHES_PER_EPOCH = -(-SAMPLES // BATCH_SIZE)

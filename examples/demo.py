@@ -35,8 +35,9 @@ import torch
 from crash_safe_training import ACCUMULATION, BATCH_SIZE, BATCHES_PER_EPOCH, EPOCHS, SAMPLES, checkpoints
 
 from tracker_core import Progress, comparable_state
-from tracker_core.adapter import history_table, progress_table
-from tracker_core.integrations.checkpoints import newest_intact_checkpoint, read_checkpoint
+from tracker_core.checkpoints import newest_intact_checkpoint, read_checkpoint
+from tracker_core.display._history import history_table
+from tracker_core.display._report import progress_table
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -1,1 +1,1 @@
-"""Framework adapters: ``tracker_core.integrations.lightning``, ``.ignite`` and ``.accelerate``, plus checkpoint reading."""
+"""Framework adapters: ``tracker_core.integrations.lightning``, ``.ignite`` and ``.accelerate``."""

@@ -18,8 +18,8 @@ pytest.importorskip("accelerate")
 import torch
 
 from tracker_core import ProgressStateError
+from tracker_core.checkpoints import CheckpointFileError, read_checkpoint
 from tracker_core.integrations.accelerate import AcceleratorProgress
-from tracker_core.integrations.checkpoints import CheckpointFileError, read_checkpoint
 
 from helpers.accelerate_drive import Setup, StopAt, run
 from helpers.saved_checkpoints import two_rank_accelerate_folder

@@ -28,7 +28,7 @@ pytest.importorskip("accelerate")
 import torch
 
 from tracker_core import ProgressStateError
-from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
+from tracker_core.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
 
 from helpers.accelerate_drive import Setup, StopAt, run
 from helpers.distributed_runs import TESTS

@@ -24,8 +24,8 @@ pytest.importorskip("accelerate")
 
 import torch
 
-from tracker_core.integrations._cli import main
-from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
+from tracker_core.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
+from tracker_core.cli import main
 
 from helpers.saved_checkpoints import Saved, saved_checkpoints
 
@@ -137,7 +137,7 @@ def test_a_folder_where_a_file_belongs_is_refused(
 
 _INSPECT_EACH = """
 import sys
-from tracker_core.integrations._cli import main
+from tracker_core.cli import main
 print([main(["inspect", path]) for path in sys.argv[1:]])
 """
 

@@ -30,7 +30,7 @@ pytest.importorskip("accelerate")
 import torch
 from safetensors.torch import load_file
 
-from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint
+from tracker_core.checkpoints import CheckpointFileError, newest_intact_checkpoint
 
 from helpers.distributed_runs import TESTS
 from helpers.save_crc import tensor_crc32

@@ -22,8 +22,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from tracker_core import Tracker
-from tracker_core.integrations._cli import main
-from tracker_core.integrations.checkpoints import newest_intact_checkpoint
+from tracker_core.checkpoints import newest_intact_checkpoint
+from tracker_core.cli import main
 
 if TYPE_CHECKING:
     from helpers.saved_checkpoints import Saved
@@ -41,8 +41,8 @@ class _NoNumpy:
 
 
 sys.meta_path.insert(0, _NoNumpy())
-from tracker_core.integrations._cli import main
-from tracker_core.integrations.checkpoints import newest_intact_checkpoint
+from tracker_core.cli import main
+from tracker_core.checkpoints import newest_intact_checkpoint
 
 for path in sys.argv[1:]:
     print("exit", main(["inspect", path]), flush=True)

@@ -24,8 +24,8 @@ pytest.importorskip("accelerate")
 
 import torch
 
-from tracker_core.integrations._cli import main
-from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
+from tracker_core.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
+from tracker_core.cli import main
 from tracker_core.integrations.lightning import STATE_KEY
 
 from helpers.saved_checkpoints import EPOCHS, Saved, saved_checkpoints, two_rank_accelerate_folder

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tracker_core import Tracker
+from tracker_core.cli import main
 from tracker_core.data import _device_rng
-from tracker_core.integrations._cli import main
 
 from helpers.device_stand_in import CpuStandIn
 

@@ -14,8 +14,8 @@ pytest.importorskip("accelerate")
 
 import torch
 
-from tracker_core.adapter import history_facts
-from tracker_core.integrations._cli import main
+from tracker_core.cli import main
+from tracker_core.display._history import history_facts
 
 from helpers.saved_checkpoints import Saved, saved_checkpoints
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tracker_core import Progress
-from tracker_core.adapter import progress_table
 from tracker_core.counting import _clock
+from tracker_core.display._report import progress_table
 
 from helpers.clock import TickingClock
 from helpers.core_drive import in_fit_epoch
@@ -73,7 +73,7 @@ def test_inspect_of_an_ignite_checkpoint_shows_the_tokens_its_run_counted(
     from ignite.engine import Engine, Events
     from ignite.handlers import Checkpoint, DiskSaver
 
-    from tracker_core.integrations._cli import main
+    from tracker_core.cli import main
     from tracker_core.integrations.ignite import ProgressHandler
 
     trainer, progress = Engine(lambda engine, batch: None), ProgressHandler()

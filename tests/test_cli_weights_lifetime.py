@@ -27,7 +27,7 @@ from safetensors.torch import save_file
 from torch.utils.data import DataLoader, TensorDataset
 
 from tracker_core import track_lifetime
-from tracker_core.integrations._cli import main
+from tracker_core.cli import main
 from tracker_core.integrations.accelerate import AcceleratorProgress
 from tracker_core.integrations.ignite import ProgressHandler
 from tracker_core.integrations.lightning import ProgressTracker

@@ -18,8 +18,8 @@ pytest.importorskip("numpy")
 
 import torch
 
+from tracker_core.checkpoints import CheckpointFileError, read_checkpoint
 from tracker_core.counting import _clock
-from tracker_core.integrations.checkpoints import CheckpointFileError, read_checkpoint
 
 from helpers.clock import REAL_NOW_US
 from helpers.conformance import FRAMEWORKS, Outcome, Saving, Scenario, run, stop_checkpoint

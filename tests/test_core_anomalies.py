@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tracker_core import SCHEMA_VERSION, Progress, comparable_state, reduce_state
-from tracker_core.adapter import progress_facts, progress_table
+from tracker_core.display._report import progress_facts, progress_table
 
 from helpers.core_drive import in_fit_epoch, json_roundtrip
 from helpers.tokens import without_tokens

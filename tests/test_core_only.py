@@ -46,8 +46,8 @@ def _run_core_only(code: str, *args: str, timeout: float = 120) -> subprocess.Co
 
 def test_the_core_imports_without_frameworks_torchdata_rich_or_numpy() -> None:
     result = _run_core_only(
-        "import tracker_core, tracker_core.adapter, tracker_core.integrations.checkpoints\n"
-        "from tracker_core.integrations._cli import main\n"
+        "import tracker_core, tracker_core.adapter, tracker_core.checkpoints\n"
+        "from tracker_core.cli import main\n"
         "print(sorted(name for name in sys.modules if name.partition('.')[0] in _ABSENT))\n"
         "print(tracker_core.__version__)\n"
     )

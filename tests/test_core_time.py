@@ -16,9 +16,9 @@ import pytest
 from torch.utils.data import DataLoader, IterableDataset
 
 from tracker_core import SCHEMA_VERSION, Progress, ProgressStateError, Tracker
-from tracker_core.adapter import progress_table
 from tracker_core.counting import _clock
 from tracker_core.data._fast_forward import SlowResumeWarning
+from tracker_core.display._report import progress_table
 
 from helpers.clock import REAL_NOW_US, TickingClock
 from helpers.core_drive import in_fit_epoch, json_roundtrip, whole_batch

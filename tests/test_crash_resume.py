@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from tracker_core import comparable_state
-from tracker_core.integrations.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
+from tracker_core.checkpoints import CheckpointFileError, newest_intact_checkpoint, read_checkpoint
 
 from helpers.conformance_only import MARKS, conformance_only
 from helpers.time_fields import out_of_order

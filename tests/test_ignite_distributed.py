@@ -21,7 +21,7 @@ pytest.importorskip("torchdata")
 
 import torch
 
-from tracker_core.integrations.checkpoints import read_checkpoint
+from tracker_core.checkpoints import read_checkpoint
 
 from helpers.distributed_runs import (
     assert_each_rank_trains_its_half_of_every_epoch,

@@ -25,7 +25,7 @@ import torch
 from ignite.engine import Engine
 from ignite.handlers import Checkpoint
 
-from tracker_core.integrations.checkpoints import read_checkpoint
+from tracker_core.checkpoints import read_checkpoint
 from tracker_core.integrations.ignite import ProgressHandler
 
 from helpers.conformance_only import MARKS

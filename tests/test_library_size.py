@@ -13,7 +13,7 @@ SOURCES = sorted([*ROOT.glob("tracker_core/**/*.py"), *ROOT.glob("integrations/*
 
 # Lines of tracker_core/ and integrations/ (`find tracker_core integrations -name '*.py' | xargs wc -l`) on
 # 2026-12-05; issue 26's goal: 11,000.
-LINES = 14_634
+LINES = 14_653
 CLASS_LINES = 400
 FUNCTION_LINES = 60
 # The classes and functions over those limits today, with their length: each to be split (issue 26).
@@ -26,7 +26,7 @@ LONGER = {
     "tracker_core/distributed/_elastic.py:_map_loader": 74,
     "tracker_core/distributed/_loader_summary.py:summarize_loader": 61,
 }
-ADAPTER_NAMES = 38  # issue 26's goal: 30
+ADAPTER_NAMES = 33  # issue 26's goal: 30
 
 
 def _lengths() -> dict[str, int]:

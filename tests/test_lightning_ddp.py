@@ -23,7 +23,7 @@ pytest.importorskip("torchdata")
 import torch
 
 from tracker_core import comparable_state
-from tracker_core.integrations.checkpoints import read_checkpoint
+from tracker_core.checkpoints import read_checkpoint
 from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY
 
 from helpers.conformance_only import MARKS

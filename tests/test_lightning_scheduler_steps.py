@@ -16,7 +16,7 @@ import pytorch_lightning as pl
 import torch
 
 from tracker_core import get_progress
-from tracker_core.integrations.checkpoints import read_checkpoint
+from tracker_core.checkpoints import read_checkpoint
 from tracker_core.integrations.lightning import ProgressTracker
 
 from helpers.lightning_program import Recording, loader, trainer

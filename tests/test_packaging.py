@@ -81,7 +81,7 @@ def test_the_package_version_is_the_installed_distribution_version():
 
 def test_the_command_line_prints_the_version(capsys):
     from tracker_core import __version__
-    from tracker_core.integrations._cli import main
+    from tracker_core.cli import main
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"progress-tracker (tracker-core) {__version__}\n"

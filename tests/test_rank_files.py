@@ -25,7 +25,7 @@ from tracker_core.adapter import (
     write_rank_files,
     write_rank_tensors,
 )
-from tracker_core.integrations.checkpoints import read_checkpoint
+from tracker_core.checkpoints import read_checkpoint
 
 from helpers.gloo import run_on_two_ranks
 from helpers.small_entry import DATASET_SIZE, shuffled_loader, trained

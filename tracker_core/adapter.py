@@ -5,11 +5,13 @@ events, registers the train loaders with ``Tracker.track_train_loader``, and sto
 ``Tracker.checkpoint_state_dict()`` in the framework's checkpoint. docs/adapters.md gives the
 event contract and a worked example on a plain PyTorch loop. The three adapters in
 ``tracker_core.integrations`` import nothing else from the core but ``tracker_core`` itself (``Tracker``,
-``Progress``, the errors and warnings: not repeated here).
+``Progress``, the errors and warnings: not repeated here) and the checkpoint layout's keys from
+``tracker_core.checkpoints``.
 """
 
 from tracker_core._heartbeat import keep_heartbeat, read_heartbeat
 from tracker_core._logs import rewind_summary_writer
+from tracker_core.checkpoints import _accelerate as accelerate_checkpoint
 from tracker_core.counting._batch_size import batches_in, samples_in
 from tracker_core.counting._dataloaders import begin_dataloader_pass, count_dataloader_batch
 from tracker_core.counting._optimizer_hooks import count_skipped_steps
@@ -23,12 +25,9 @@ from tracker_core.counting._resync import (
 )
 from tracker_core.counting._scheduler_steps import count_scheduler_steps
 from tracker_core.counting._tokens import TokenCounter
-from tracker_core.data._device_rng import device_rng_facts
 from tracker_core.data._resume_rng_check import GLOBAL_GENERATORS, ResumeRngCheck
 from tracker_core.data._rng import GlobalRng
 from tracker_core.display._display import Display
-from tracker_core.display._history import history_facts, history_table
-from tracker_core.display._report import progress_facts, progress_table
 from tracker_core.distributed._elastic import saved_elsewhere
 from tracker_core.distributed._rank_files import (
     RankFiles,
@@ -41,7 +40,7 @@ from tracker_core.distributed._rank_files import (
 from tracker_core.distributed._to_writer import gather_to_writer
 from tracker_core.state._gradients import capture_gradients, restore_gradients
 from tracker_core.state._model_lifetime import bind_lifetime
-from tracker_core.state._readers import read_int, read_mapping
+from tracker_core.state._readers import read_mapping
 
 __all__ = [
     "GLOBAL_GENERATORS",
@@ -52,6 +51,7 @@ __all__ = [
     "ResumeRngCheck",
     "TokenCounter",
     "abandon_in_flight",
+    "accelerate_checkpoint",
     "batches_in",
     "begin_dataloader_pass",
     "bind_lifetime",
@@ -60,15 +60,9 @@ __all__ = [
     "count_dataloader_batch",
     "count_scheduler_steps",
     "count_skipped_steps",
-    "device_rng_facts",
     "gather_to_writer",
-    "history_facts",
-    "history_table",
     "keep_heartbeat",
-    "progress_facts",
-    "progress_table",
     "read_heartbeat",
-    "read_int",
     "read_mapping",
     "reenter_evaluation_epoch",
     "reenter_last_run",

@@ -4,7 +4,7 @@ Accelerate calls a registered object's ``state_dict()`` on every process once th
 files, with no barrier between the processes. Each process then writes its ``progress_tracker_{rank}.pt``;
 rank 0 waits until every other rank's file of this save is in the folder (a bounded wait, not a barrier: a
 ``save_state`` called on the main process only must not hang) and writes its own last, listing the size and
-CRC-32 of every other file then in the folder (``_accelerate_checkpoint.folder_files``).
+CRC-32 of every other file then in the folder (``accelerate_checkpoint.folder_files``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import torch
 
-from tracker_core.integrations import _accelerate_checkpoint as checkpoint
+from tracker_core.adapter import accelerate_checkpoint as checkpoint
 
 PATIENCE_S = 60.0  # how long rank 0 waits for the other processes' progress files of a save
 _POLL_S = 0.02

@@ -51,8 +51,8 @@ from tracker_core.adapter import (
     restore_gradients,
     samples_in,
 )
+from tracker_core.adapter import accelerate_checkpoint as checkpoint
 from tracker_core.adapter import register_progress as attach
-from tracker_core.integrations import _accelerate_checkpoint as checkpoint
 from tracker_core.integrations.accelerate import _commit as commit
 from tracker_core.integrations.accelerate import _elastic as elastic
 from tracker_core.integrations.accelerate._compat import (
@@ -614,7 +614,7 @@ class AcceleratorProgress:
         """Validate and load before Accelerate loads anything, so a bad file leaves all unchanged.
 
         A committed folder (a registered progress saved it) must be what rank 0's progress file lists: every file
-        there unchanged (``_accelerate_checkpoint.commit_problem``); a save cut short or a folder mixing two saves is
+        there unchanged (``accelerate_checkpoint.commit_problem``); a save cut short or a folder mixing two saves is
         refused here. Without a commit, this process's file and rank 0's must come from the same save.
 
         Saved by another number of processes, every saved rank's file is read and the core maps

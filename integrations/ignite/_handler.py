@@ -47,7 +47,7 @@ from tracker_core.adapter import (
     with_rank_files,
 )
 from tracker_core.adapter import register_progress as register
-from tracker_core.integrations._checkpoint_files import IGNITE_STATE_KEYS as _STATE_KEYS
+from tracker_core.checkpoints import IGNITE_STATE_KEYS as _STATE_KEYS
 from tracker_core.integrations.ignite._compat import set_batches_into_epoch
 from tracker_core.integrations.ignite._deterministic import deterministic_entry, load_progress
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine

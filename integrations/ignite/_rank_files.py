@@ -21,7 +21,7 @@ import ignite.distributed as idist
 from ignite.handlers import DiskSaver
 
 from tracker_core.adapter import remove_other_saves, write_rank_files
-from tracker_core.integrations._checkpoint_files import IGNITE_STATE_KEYS
+from tracker_core.checkpoints import IGNITE_STATE_KEYS
 
 
 class RankFilesSaver(DiskSaver):

@@ -42,7 +42,7 @@ from tracker_core.adapter import (
     saved_elsewhere,
 )
 from tracker_core.adapter import register_progress as attach
-from tracker_core.integrations._checkpoint_files import LIGHTNING_GRADIENTS_KEY, LIGHTNING_STATE_KEY
+from tracker_core.checkpoints import LIGHTNING_GRADIENTS_KEY, LIGHTNING_STATE_KEY
 from tracker_core.integrations.lightning import _compat as resume
 from tracker_core.integrations.lightning import _elastic as elastic
 from tracker_core.integrations.lightning._bases import CallbackBase

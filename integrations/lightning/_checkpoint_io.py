@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tracker_core.adapter import RankTensors, remove_other_saves, with_rank_files, write_rank_files, write_rank_tensors
-from tracker_core.integrations._checkpoint_files import LIGHTNING_GRADIENTS_KEY, LIGHTNING_STATE_KEY
+from tracker_core.checkpoints import LIGHTNING_GRADIENTS_KEY, LIGHTNING_STATE_KEY
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl

@@ -21,10 +21,11 @@ MODULES = (
     "tracker_core",
     "tracker_core.vocabulary",
     "tracker_core.adapter",
+    "tracker_core.checkpoints",
+    "tracker_core.cli",
     "tracker_core.integrations.lightning",
     "tracker_core.integrations.ignite",
     "tracker_core.integrations.accelerate",
-    "tracker_core.integrations.checkpoints",
 )
 
 
@@ -92,6 +93,8 @@ def render(module_name: str) -> str:
         value = getattr(module, name)
         if inspect.isclass(value):
             lines += _class(name, value)
+        elif inspect.ismodule(value):
+            lines += [f"## module `{name}`", "", _doc(value), ""]
         elif callable(value):
             lines += [f"## `{name}{_signature(value)}`", "", _doc(value), ""]
         else:

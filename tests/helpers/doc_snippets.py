@@ -93,7 +93,7 @@ def lightning(ns: Namespace) -> None:
     from torch.utils.data import DataLoader
 
     import tracker_core
-    from tracker_core.integrations.checkpoints import newest_intact_checkpoint
+    from tracker_core.checkpoints import newest_intact_checkpoint
     from tracker_core.integrations.lightning import ProgressTracker
 
     torch.manual_seed(0)
@@ -164,7 +164,7 @@ def _ignite_parts(ns: Namespace) -> None:
     from ignite.handlers import Checkpoint, DiskSaver
     from torch.utils.data import DataLoader
 
-    from tracker_core.integrations.checkpoints import newest_intact_checkpoint
+    from tracker_core.checkpoints import newest_intact_checkpoint
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)

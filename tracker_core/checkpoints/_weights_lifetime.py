@@ -21,14 +21,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tracker_core import ProgressStateError, lifetimes_in
-from tracker_core.integrations import _checkpoint_urls as urls
-from tracker_core.integrations._checkpoint_files import (
+import tracker_core.checkpoints._urls as urls
+from tracker_core._errors import ProgressStateError
+from tracker_core.checkpoints import (
     CheckpointFileError,
     ProgressCheckpoint,
     _load,
     _mode,
 )
+from tracker_core.state._model_lifetime import lifetimes_in
 
 FORMAT = "weights"
 _WEIGHT_FILE = re.compile(r"(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)")  # Accelerate's save_model

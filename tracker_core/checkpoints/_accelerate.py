@@ -41,8 +41,9 @@ from typing import Any
 
 import torch
 
-from tracker_core import ProgressStateError
-from tracker_core.adapter import GlobalRng, read_int, read_mapping
+from tracker_core._errors import ProgressStateError
+from tracker_core.data._rng import GlobalRng
+from tracker_core.state._readers import read_int, read_mapping
 from tracker_core.vocabulary import EVALUATION_STAGES
 
 VERSION = 5  # 5 replaced the CRC-32s of the files Accelerate was about to write (3, 4) by the commit ("folder")

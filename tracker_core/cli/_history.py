@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from tracker_core.adapter import history_facts, history_table
-from tracker_core.integrations._checkpoint_files import ProgressCheckpoint
+from tracker_core.checkpoints import ProgressCheckpoint
+from tracker_core.display._history import history_facts, history_table
 
 
 def add_history_command(commands: Any) -> None:

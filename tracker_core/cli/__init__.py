@@ -1,6 +1,6 @@
 """``progress-tracker``: inspect the progress saved in a checkpoint, or compare two checkpoints.
 
-``inspect PATH [--json]`` and ``diff A B``; see docs/cli.md. Exit codes: 0 success (diff:
+``inspect PATH [--json]``, ``history PATH [--json]`` and ``diff A B``; see docs/cli.md. Exit codes: 0 success (diff:
 identical), 1 diff found differences, 2 error (message on stderr, no traceback).
 """
 
@@ -12,12 +12,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tracker_core import __version__
-from tracker_core.adapter import device_rng_facts, progress_facts, progress_table
-from tracker_core.integrations._checkpoint_files import CheckpointFileError, ProgressCheckpoint, read_checkpoint
-from tracker_core.integrations._history import add_history_command, print_history
-from tracker_core.integrations._weights_lifetime import FORMAT as WEIGHTS
-from tracker_core.integrations._weights_lifetime import read_weights_lifetime
+from tracker_core._version import __version__
+from tracker_core.checkpoints import CheckpointFileError, ProgressCheckpoint, read_checkpoint
+from tracker_core.checkpoints._weights_lifetime import FORMAT as WEIGHTS
+from tracker_core.checkpoints._weights_lifetime import read_weights_lifetime
+from tracker_core.cli._history import add_history_command, print_history
+from tracker_core.data._device_rng import device_rng_facts
+from tracker_core.display._report import progress_facts, progress_table
 
 _FORMATS = {
     "lightning": "Lightning checkpoint",

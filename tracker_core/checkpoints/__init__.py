@@ -1,5 +1,10 @@
 """Where each framework's checkpoint keeps the progress entry, and reading it back without the framework.
 
+::
+
+    from tracker_core.checkpoints import newest_intact_checkpoint
+    trainer.fit(model, ckpt_path=newest_intact_checkpoint("checkpoints/"))
+
 One source of truth for the layouts (the adapters import these constants):
 
 - Lightning ``.ckpt``: ``checkpoint["callbacks"][LIGHTNING_STATE_KEY]`` is the entry, partial
@@ -12,7 +17,7 @@ One source of truth for the layouts (the adapters import these constants):
   each rank's entry is in ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` beside it
   (``tracker_core.adapter.write_rank_files``): they are read and checked too;
 - Accelerate ``save_state`` folder: ``progress_tracker_{rank}.pt`` per process
-  (``tracker_core.integrations._accelerate_checkpoint``), whose ``"tracker"`` is the entry.
+  (``tracker_core.adapter.accelerate_checkpoint``), whose ``"tracker"`` is the entry.
 
 Files are read with ``torch.load(weights_only=True)``: no pickled code ever runs. No
 framework is imported. Before a file is loaded its integrity is checked: a regular, non-empty
@@ -20,8 +25,9 @@ file (never a FIFO, which would block) whose zip members all match their CRC-32
 (``torch.load(mmap=True)`` checks none). An Accelerate folder must hold each rank's progress
 file, all of one save; a committed one (its progress registered for checkpointing) must be the save
 rank 0's file committed: every file its commit lists there, with the size and CRC-32 recorded
-(``_accelerate_checkpoint.commit_problem``); files the commit does not list, and Accelerate's files
-in a folder without a commit, are named in ``unchecked``.
+(``accelerate_checkpoint.commit_problem``); files the commit does not list, and Accelerate's files
+in a folder without a commit, are named in ``unchecked``. See docs/cli.md (``progress-tracker inspect`` /
+``diff`` use the same functions).
 """
 
 from __future__ import annotations
@@ -39,10 +45,22 @@ from typing import Any, overload
 
 import torch
 
-from tracker_core import ProgressStateError, Tracker
-from tracker_core.adapter import RankFiles
-from tracker_core.integrations import _accelerate_checkpoint as accelerate_file
-from tracker_core.integrations import _checkpoint_urls as urls
+import tracker_core.checkpoints._accelerate as accelerate_file
+import tracker_core.checkpoints._urls as urls
+from tracker_core._errors import ProgressStateError
+from tracker_core._tracker import Tracker
+from tracker_core.distributed._rank_files import RankFiles
+
+__all__ = [
+    "IGNITE_STATE_KEYS",
+    "LIGHTNING_GRADIENTS_KEY",
+    "LIGHTNING_STATE_KEY",
+    "PLAIN_STATE_KEY",
+    "CheckpointFileError",
+    "ProgressCheckpoint",
+    "newest_intact_checkpoint",
+    "read_checkpoint",
+]
 
 LIGHTNING_STATE_KEY = "ProgressTracker"
 LIGHTNING_GRADIENTS_KEY = "progress_tracker_gradients"
