@@ -20,7 +20,6 @@ FUNCTION_LINES = 60
 LONGER = {
     "integrations/accelerate/_progress.py:AcceleratorProgress": 591,
     "integrations/lightning/_callback.py:ProgressTracker": 919,
-    "integrations/ignite/_handler.py:attach": 84,
     "integrations/lightning/_callback.py:_track_train_loaders": 76,
     "tracker_core/distributed/_elastic.py:select": 68,
     "tracker_core/distributed/_elastic.py:_map_loader": 74,
