@@ -18,7 +18,8 @@ from tracker_core.data._epoch import EpochRecord
 from tracker_core.data._position import LoaderPosition, _ParsedState
 from tracker_core.data._rng import GlobalRng
 from tracker_core.data._saved_loader import check_saved_loader
-from tracker_core.distributed._elastic import ENTRY_KEYS, gather, reenters_train_epoch, saved_elsewhere, select, world
+from tracker_core.distributed._elastic import ENTRY_KEYS, reenters_train_epoch, saved_elsewhere, select, world
+from tracker_core.distributed._to_writer import gather_to_writer
 from tracker_core.state._codec import check_plain
 from tracker_core.state._readers import keys_under, read_mapping
 from tracker_core.state._schema import Parsed, parse
@@ -163,7 +164,7 @@ class Tracker:
         """
         mine = self.state_dict()
         began = _clock.now_us()
-        ranks = gather(mine)
+        ranks = gather_to_writer(mine)
         self.progress._count_checkpoint_save(_clock.now_us() - began)  # in the next checkpoint's entry
         return mine if ranks is None else {**ranks[0], "ranks": ranks}
 

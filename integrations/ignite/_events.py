@@ -167,10 +167,10 @@ def _run_end_handlers(progress: Progress, owns_run: Callable[[], bool]) -> tuple
     def terminated(engine: Engine) -> None:
         if owns_run() and progress.view.run.counts.in_flight:
             progress.note_run_end("stopped_early")  # engine.terminate(): the run ends before max_epochs
-        run_processed()
-        runs = progress.view.run.counts
-        if owns_run() and engine.should_terminate == "skip_completed" and runs.completed != runs.processed:
-            progress.run_completed()
+        if engine.should_terminate == "skip_completed":  # Ignite fires no COMPLETED
+            completed()
+        else:
+            run_processed()
 
     def completed() -> None:
         run_processed()
@@ -255,7 +255,7 @@ def attach_stage(
     name: str,
     anomalies: Anomalies,
     count_tokens: CountTokens | None = None,
-    before_start: Handler | None = None,
+    before_start: Callable[[], object] | None = None,
 ) -> None:
     """An evaluation or inference engine: its epochs are ``name``'s; a run of its own when none is in flight.
 

@@ -19,6 +19,7 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -129,66 +130,67 @@ class ProgressHandler:
         """
         if stage not in tuple(Stage):
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(Stage)}")
-        bind = None if model is None else self._binder(model)
+        bind = None if model is None else partial(bind_lifetime, model, self._tracker.progress)  # at each STARTED
         if stage == "train":
-            if self._trainer is not None:
-                raise ValueError("a trainer is already attached to this ProgressHandler")
-            deterministic = isinstance(engine, DeterministicEngine)
-            if deterministic and dataloader is not None:
-                raise ValueError(
-                    "a DeterministicEngine positions its data itself, by its own iteration count: it resumes "
-                    "at the saved world size only, so there is no DataLoader to map (leave out dataloader=)"
-                )
-            if self._loaded_for_evaluation:
-                raise ValueError(
-                    "a checkpoint saved at another world size was loaded for evaluation (no trainer was attached): "
-                    "attach the trainer (with dataloader=) before Checkpoint.load_objects to resume training"
-                )
-            self._trainer = weakref.ref(engine)
-            self._deterministic = deterministic
-            if dataloader is not None:
-                self._tracker.track_train_loader(dataloader)
-                self._dataloader = dataloader
-            count_optimizer_steps(self._tracker.progress.train, optimizers)
-            self._several_optimizers = len(optimizers) > 1
-            scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
-            count_steps = count_trainer_steps(engine, self._tracker.progress.train, optimizers, scaler, schedulers)
-            seen: set[int] = set()
-            for optimizer in optimizers:
-                for group in optimizer.param_groups:
-                    for parameter in group["params"]:
-                        if id(parameter) not in seen:
-                            seen.add(id(parameter))
-                            self._parameters.append(parameter)
-
-            def started(trainer: Engine) -> None:
-                if bind is not None:
-                    bind()
-                self._trainer_started(trainer)
-                count_steps()
-
-            attach_trainer(
-                engine,
-                self._tracker,
-                self._loaders,
-                self._anomalies,
-                started,
-                self._count_tokens,
-                track_data=not deterministic,
-            )
+            self._attach_trainer(engine, optimizers, scaler, dataloader, schedulers, bind)
         elif optimizers or schedulers or scaler is not None or dataloader is not None:
             raise ValueError("optimizers, schedulers, a scaler and a dataloader belong to the train engine only")
         else:
             attach_stage(engine, self._tracker.progress, stage, self._anomalies, self._count_tokens, bind)
         register(engine, self._tracker.progress)
 
-    def _binder(self, model: torch.nn.Module) -> Callable[[], None]:
-        """Bind ``model``'s lifetime: called at each STARTED, before the run begins."""
+    def _attach_trainer(
+        self,
+        engine: Engine,
+        optimizers: Sequence[torch.optim.Optimizer],
+        scaler: torch.amp.GradScaler | None,
+        dataloader: DataLoader[Any] | None,
+        schedulers: Sequence[object],
+        bind: Callable[[], object] | None,
+    ) -> None:
+        """Record ``engine`` as the trainer: its DataLoader, its optimizers' steps and parameters, its events."""
+        self._check_trainer(engine, dataloader)
+        self._trainer = weakref.ref(engine)
+        self._deterministic = isinstance(engine, DeterministicEngine)
+        if dataloader is not None:
+            self._tracker.track_train_loader(dataloader)
+            self._dataloader = dataloader
+        count_optimizer_steps(self._tracker.progress.train, optimizers)
+        self._several_optimizers = len(optimizers) > 1
+        scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
+        count_steps = count_trainer_steps(engine, self._tracker.progress.train, optimizers, scaler, schedulers)
+        self._parameters = _distinct_parameters(optimizers)
 
-        def bind() -> None:
-            bind_lifetime(model, self._tracker.progress)
+        def started(trainer: Engine) -> None:
+            if bind is not None:
+                bind()
+            self._trainer_started(trainer)
+            count_steps()
 
-        return bind
+        attach_trainer(
+            engine,
+            self._tracker,
+            self._loaders,
+            self._anomalies,
+            started,
+            self._count_tokens,
+            track_data=not self._deterministic,
+        )
+
+    def _check_trainer(self, engine: Engine, dataloader: DataLoader[Any] | None) -> None:
+        """Refuse a second trainer, a DataLoader given with a DeterministicEngine, and a trainer after an evaluation load."""
+        if self._trainer is not None:
+            raise ValueError("a trainer is already attached to this ProgressHandler")
+        if isinstance(engine, DeterministicEngine) and dataloader is not None:
+            raise ValueError(
+                "a DeterministicEngine positions its data itself, by its own iteration count: it resumes "
+                "at the saved world size only, so there is no DataLoader to map (leave out dataloader=)"
+            )
+        if self._loaded_for_evaluation:
+            raise ValueError(
+                "a checkpoint saved at another world size was loaded for evaluation (no trainer was attached): "
+                "attach the trainer (with dataloader=) before Checkpoint.load_objects to resume training"
+            )
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (or deep-copied) without its engines: the progress, loaded back as from a checkpoint."""
@@ -202,13 +204,15 @@ class ProgressHandler:
 
     def state_dict(self) -> dict[str, Any]:
         """Plain progress entry plus the partial gradients the next optimizer step would use."""
-        trainer = self._live_trainer()
+        trainer = None if self._trainer is None else self._trainer()
         if trainer is not None:  # a Checkpoint added before attach runs ahead of the handler's own
             settle_for_save(trainer, self._tracker.progress.train, self._loaders)
-        self._warn_if_inexact()
+            self._warn_if_inexact(trainer)
         # Gradients the next step will add to: an accumulation window, or, with several optimizers,
         # any gradient left (one that steps less often than another keeps accumulating meanwhile).
-        pending = self.view.is_mid_accumulation or (self._several_optimizers and _any_gradient(self._parameters))
+        pending = self.view.is_mid_accumulation or (
+            self._several_optimizers and any(p.grad is not None and bool(p.grad.any()) for p in self._parameters)
+        )
         gradients = capture_gradients(self._parameters) if pending else []
         # With several processes every rank's entry, so rank 0's file resumes each rank exactly:
         # a collective, which Checkpoint calls on every rank.
@@ -345,13 +349,9 @@ class ProgressHandler:
         progress.run_ready("fit")
         progress.run_started()
 
-    def _live_trainer(self) -> Engine | None:
-        return None if self._trainer is None else self._trainer()
-
-    def _warn_if_inexact(self) -> None:
+    def _warn_if_inexact(self, trainer: Engine) -> None:
         """Warn when a mid-epoch checkpoint cannot resume at the same data position (a DeterministicEngine: once)."""
-        trainer = self._live_trainer()
-        if trainer is None or not self.view.is_mid_epoch or (self._deterministic and self._warned_inexact):
+        if not self.view.is_mid_epoch or (self._deterministic and self._warned_inexact):
             return
         loader = trainer.state.dataloader
         length = batches_in(loader) if isinstance(loader, DataLoader) else None
@@ -386,8 +386,10 @@ def _deterministic_inexact(data: object) -> str:
     return ""
 
 
-def _any_gradient(parameters: list[torch.nn.Parameter]) -> bool:
-    return any(p.grad is not None and bool(p.grad.any()) for p in parameters)
+def _distinct_parameters(optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.nn.Parameter]:
+    """Each parameter the ``optimizers`` step, once, in the order of their groups."""
+    found = {id(p): p for optimizer in optimizers for group in optimizer.param_groups for p in group["params"]}
+    return list(found.values())
 
 
 def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:

@@ -45,7 +45,3 @@ class Loaders:
                 InexactResumeWarning,
                 stacklevel=2,
             )
-
-    def untrackable(self, loader: object) -> bool:
-        """True if ``loader`` was refused (the core has no position for it)."""
-        return id(loader) in self._refused

@@ -13,19 +13,15 @@ from ignite.engine import Engine, Events
 from tracker_core.adapter import ResumeRngCheck
 
 
-class RngCheck:
+class RngCheck(ResumeRngCheck):
     """Compares the global RNGs with the loaded ones at the trainer's STARTED and before its first resumed batch."""
 
     def __init__(self) -> None:
-        self._check = ResumeRngCheck(load="Checkpoint.load_objects")
-
-    def loaded(self) -> None:
-        """A checkpoint was just loaded: remember the RNG states the core restored."""
-        self._check.loaded()
+        super().__init__(load="Checkpoint.load_objects")
 
     def started(self) -> None:
         """The trainer's STARTED after the load, before anything of the resumed run draws."""
-        self._check.check("between Checkpoint.load_objects and the trainer's run()")
+        self.check("between Checkpoint.load_objects and the trainer's run()")
 
     def first_batch_continues_the_epoch(self, engine: Engine, continues: bool) -> None:
         """Check again at the first batch if it continues the saved epoch (``continues``).
@@ -33,14 +29,13 @@ class RngCheck:
         A resume at an epoch boundary draws legitimately before its first batch (the next
         epoch's sampler, as the uninterrupted run did): it is checked at STARTED only.
         """
-        if not continues or not self._check.armed:
-            self._check.forget()
+        if not continues or not self.armed:
+            self.forget()
             return
-        check = self._check
 
         def first_batch(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
             engine.remove_event_handler(first_batch, Events.GET_BATCH_STARTED)
-            check.check("in a STARTED or EPOCH_STARTED handler of the resumed run", last=True)
+            self.check("in a STARTED or EPOCH_STARTED handler of the resumed run", last=True)
 
         # Before the batch is fetched: fetching it may draw (a sampler that starts lazily) in both runs.
         engine.add_event_handler(Events.GET_BATCH_STARTED, first_batch)

@@ -1,8 +1,6 @@
-"""Every rank's entry in one checkpoint, and the entry a rank loads from it at any world size.
+"""The entry a rank loads, at any world size, from a checkpoint holding every rank's entry (``_to_writer.py``).
 
-``gather(entry)`` (to rank 0, the writer) gives rank 0 every rank's entry:
-each rank sends its own entry only, and only the writer receives. ``select(ranks, ...)``
-picks this rank's at the saved world size, reading no other rank's; at another world size it maps each train
+``select(ranks, ...)`` picks this rank's at the saved world size, reading no other rank's; at another world size it maps each train
 loader's mid-epoch position by global samples of its epoch and re-bases the progress to the
 new geometry (see docs/distributed.md). Two shardings map alike (after ``k`` batches of ``b``
 on ``W`` ranks, positions ``[0, k * b * W)`` are consumed): a ``DistributedSampler`` (rank ``r``
@@ -26,7 +24,6 @@ from tracker_core.data._position import LoaderPosition, read_distributed
 from tracker_core.distributed._loader_summary import read_summary, sharding, summarize_loader
 from tracker_core.distributed._rank_files import RankFiles, is_index
 from tracker_core.distributed._sharded import is_batch_sharded, samples_read
-from tracker_core.distributed._to_writer import gather_to
 from tracker_core.state._codec import check_plain
 from tracker_core.state._readers import keys_under, read_int, read_list, read_mapping
 from tracker_core.state._schema import parse
@@ -62,21 +59,6 @@ def saved_elsewhere(entry: object) -> bool:
     return isinstance(ranks, (list, RankFiles)) and bool(ranks) and len(ranks) != world()[0]
 
 
-WRITER = 0  # the rank that writes the checkpoint file (Lightning's and Ignite's rank 0)
-
-
-def gather(entry: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """On the writer (rank 0): every rank's ``entry``, index = rank; elsewhere None.
-
-    Collective (``_to_writer.py``: one ``all_reduce`` of the longest length, one ``gather``): a rank
-    sends its own entry and receives 8 bytes; only the writer's memory grows with the number of ranks.
-    """
-    size, _ = world()
-    if size == 1:
-        return [entry]
-    return gather_to(entry, WRITER)
-
-
 def reenters_train_epoch(epochs: PhaseCounts) -> bool:
     """True if a train epoch has begun and not processed all its batches: a load re-enters it."""
     return epochs.ready != epochs.completed and epochs.processed == epochs.completed
@@ -106,16 +88,8 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
         read_mapping(ranks[rank], f"ranks.{rank}", required=ENTRY_KEYS)
         return Selected(ranks[rank], None, [], f"ranks.{rank}")
     source_rank = rank % saved_size
-    check_plain(ranks[source_rank], f"ranks.{source_rank}")
     summaries = ranks.loader_summaries if isinstance(ranks, RankFiles) else None
-    if summaries is None:  # every rank's entry is read (in rank files saved before the summaries, or in memory)
-        for index, entry in enumerate(ranks):
-            read_mapping(entry, f"ranks.{index}", required=ENTRY_KEYS)
-            check_plain(entry["train_loaders"], f"ranks.{index}.train_loaders")
-            read_list(entry["train_loaders"], f"ranks.{index}.train_loaders")
-    else:  # the writer summarised every rank's loader positions: the source rank's file alone is read
-        read_mapping(ranks[source_rank], f"ranks.{source_rank}", required=ENTRY_KEYS)
-        read_list(ranks[source_rank]["train_loaders"], f"ranks.{source_rank}.train_loaders")
+    _read_for_mapping(ranks, summaries, source_rank)
     source = ranks[source_rank]
     with keys_under(f"ranks.{source_rank}.progress"):
         epochs = parse(source["progress"]).train_epochs
@@ -135,21 +109,46 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
         # Between epochs only generators are restored; the next epoch is the new geometry's own.
         entry["train_loaders"] = [_between_epochs(state) for state in entry["train_loaders"]]
         return Selected(entry, mapping, [], f"ranks.{source_rank}")
+    problems = _map_loaders(ranks, summaries, loaders, source_rank, entry, mapping)
+    return Selected(entry, mapping, problems, f"ranks.{source_rank}")
+
+
+def _read_for_mapping(ranks: Sequence[Any], summaries: Sequence[object] | None, source_rank: int) -> None:
+    """Check what a mapping reads: the source rank's entry, and every rank's train loaders without ``summaries``."""
+    check_plain(ranks[source_rank], f"ranks.{source_rank}")
+    # Every rank's entry (in memory); else (rank files) the writer summarised every rank's loader positions, and
+    # the source rank's file alone is read.
+    for index in range(len(ranks)) if summaries is None else (source_rank,):
+        read_mapping(ranks[index], f"ranks.{index}", required=ENTRY_KEYS)
+        check_plain(ranks[index]["train_loaders"], f"ranks.{index}.train_loaders")
+        read_list(ranks[index]["train_loaders"], f"ranks.{index}.train_loaders")
+
+
+def _map_loaders(
+    ranks: Sequence[Mapping[str, Any]],
+    summaries: Sequence[object] | None,
+    loaders: Mapping[int, LoaderPosition],
+    source_rank: int,
+    entry: dict[str, Any],
+    mapping: dict[str, Any],
+) -> list[str]:
+    """Map each tracked train loader of ``entry`` (and its counts) to this world size, record it in ``mapping``;
+    return what is inexact."""
     problems: list[str] = []
     if entry["progress"]["stages"]["train"]["accumulating_batches"]:
         problems.append(
             "saved inside a gradient accumulation window: its partial gradients belong to the old world size"
         )
-    for index, state in enumerate(source["train_loaders"]):
+    for index, state in enumerate(ranks[source_rank]["train_loaders"]):
         if isinstance(state, dict) and state.get("kind") == "untracked":
             continue
-        found = _map_loader(ranks, summaries, index, loaders.get(index), size, source_rank)
+        found = _map_loader(ranks, summaries, index, loaders.get(index), mapping["world_size"], source_rank)
         entry["train_loaders"][index] = found.state
         _rebase(entry["progress"], index, found)
         mapping["train_loaders"].append(found.record)
         if found.record["problem"]:
             problems.append(f"train dataloader {index}: {found.record['problem']}")
-    return Selected(entry, mapping, problems, f"ranks.{source_rank}")
+    return problems
 
 
 def _between_epochs(state: object) -> object:
@@ -165,15 +164,6 @@ class _Mapped:
     record: dict[str, Any]
     consumed_batches_before: int  # the source rank's batches_consumed
     samples: int  # this rank's samples of the epoch at the mapped position
-
-
-def _samples_per_rank(info: Mapping[str, Any]) -> int:
-    """``len(DistributedSampler)``: torch pads to a multiple of the world size, or drops the tail."""
-    size: int = info["dataset_size"]
-    replicas: int = info["num_replicas"]
-    if info["drop_last"] and size % replicas:
-        return math.ceil((size - replicas) / replicas)
-    return math.ceil(size / replicas)
 
 
 def _map_loader(
@@ -192,24 +182,9 @@ def _map_loader(
             f"an elastic resume (saved at world size {saved_size}, loading at {size}) maps the data position "
             "onto the loader: register it with track_train_loader before load_state_dict",
         )
-    mine = position.distributed_info()
-    if mine is None or mine["batch_size"] is None:
-        raise ProgressStateError(
-            key,
-            "an elastic resume maps positions only for a loader with a DistributedSampler and a batch_size, "
-            "or one sharded by batches over a seedable sampler (Accelerate's use_seedable_sampler=True)",
-        )
-    if mine["num_replicas"] != size:
-        raise ProgressStateError(
-            key, f"this loader is sharded for num_replicas={mine['num_replicas']}; the world size is {size}"
-        )
     first_key = f"ranks.0.{key}.distributed"
-    if summaries is None:  # every rank's entry at hand: rank 0's against this loader first, then the ranks' agreement
-        first = ranks[0].get("train_loaders") if isinstance(ranks[0], Mapping) else None
-        if isinstance(first, list) and index < len(first) and isinstance(first[index], Mapping):
-            _check_against(read_distributed(first[index].get("distributed"), first_key), mine, first_key)
-    summary = summarize_loader(ranks, index) if summaries is None else read_summary(summaries, index, saved_size)
-    _check_against(summary["distributed"], mine, first_key)
+    mine = _sharding_of(position, key, size)
+    summary = _checked_summary(ranks, summaries, index, mine, first_key)
     source_state = ranks[source_rank]["train_loaders"][index]
     source_key = f"ranks.{source_rank}.{key}"
     if not isinstance(source_state, dict):
@@ -222,18 +197,7 @@ def _map_loader(
     samples = mine["dataset_size"] if finished else batches * batch_size * saved_size
     batches_per_epoch = position._batches_per_epoch()  # known: a sharded loader is map-style
     resumed = batches_per_epoch if finished and batches_per_epoch is not None else samples // global_batch
-    problems = []
-    if summary["consumed_max"] != batches:
-        listed = summary["consumed"]
-        by_rank = (
-            ", ".join(f"rank {r} = {k}" for r, k in enumerate(listed))
-            if listed is not None
-            else f"from {batches} to {summary['consumed_max']} over {saved_size} ranks"
-        )
-        problems.append(
-            f"ranks saved at different batch counts ({by_rank}); resumed from the smallest, so the "
-            f"{summary['ahead'] * batch_size} samples the ranks ahead had trained are trained again"
-        )
+    problems = _uneven_ranks(summary, saved_size)
     if not finished and samples != resumed * global_batch:
         problems.append(
             f"global sample position {samples} is not a multiple of the new global batch {new_batch} x {size} = "
@@ -252,6 +216,57 @@ def _map_loader(
     return _Mapped(state, record, source_consumed, _samples_read(mine, resumed))
 
 
+def _sharding_of(position: LoaderPosition, key: str, size: int) -> dict[str, Any]:
+    """The sharding of the tracked loader under ``key``, refused where a mapping cannot read it."""
+    mine = position.distributed_info()
+    if mine is None or mine["batch_size"] is None:
+        raise ProgressStateError(
+            key,
+            "an elastic resume maps positions only for a loader with a DistributedSampler and a batch_size, "
+            "or one sharded by batches over a seedable sampler (Accelerate's use_seedable_sampler=True)",
+        )
+    if mine["num_replicas"] != size:
+        raise ProgressStateError(
+            key, f"this loader is sharded for num_replicas={mine['num_replicas']}; the world size is {size}"
+        )
+    return mine
+
+
+def _checked_summary(
+    ranks: Sequence[Mapping[str, Any]],
+    summaries: Sequence[object] | None,
+    index: int,
+    mine: Mapping[str, Any],
+    first_key: str,
+) -> dict[str, Any]:
+    """The saved ranks' summary of train loader ``index`` (the writer's, or made here), checked against ``mine``."""
+    saved_size = len(ranks)
+    if summaries is None:  # every rank's entry at hand: rank 0's against this loader first, then the ranks' agreement
+        first = ranks[0].get("train_loaders") if isinstance(ranks[0], Mapping) else None
+        if isinstance(first, list) and index < len(first) and isinstance(first[index], Mapping):
+            _check_against(read_distributed(first[index].get("distributed"), first_key), mine, first_key)
+    summary = summarize_loader(ranks, index) if summaries is None else read_summary(summaries, index, saved_size)
+    _check_against(summary["distributed"], mine, first_key)
+    return summary
+
+
+def _uneven_ranks(summary: Mapping[str, Any], saved_size: int) -> list[str]:
+    """The problem of ranks saved at different batch counts, if they were."""
+    batches = summary["consumed_min"]
+    if summary["consumed_max"] == batches:
+        return []
+    listed = summary["consumed"]
+    by_rank = (
+        ", ".join(f"rank {r} = {k}" for r, k in enumerate(listed))
+        if listed is not None
+        else f"from {batches} to {summary['consumed_max']} over {saved_size} ranks"
+    )
+    return [
+        f"ranks saved at different batch counts ({by_rank}); resumed from the smallest, so the "
+        f"{summary['ahead'] * summary['batch_size']} samples the ranks ahead had trained are trained again"
+    ]
+
+
 def _check_against(saved: Mapping[str, Any] | None, mine: Mapping[str, Any], key: str) -> None:
     """Rank 0's saved sharding (``key``) agrees with this loader's where a mapping needs it."""
     if saved is None:
@@ -266,11 +281,16 @@ def _check_against(saved: Mapping[str, Any] | None, mine: Mapping[str, Any], key
 
 
 def _samples_read(info: Mapping[str, Any], batches: int) -> int:
-    """This rank's samples of the epoch after its first ``batches`` batches."""
+    """This rank's samples of the epoch after its first ``batches`` batches; with a DistributedSampler at most its
+    ``len()``: torch pads the data to a multiple of the world size, or drops the tail."""
     if is_batch_sharded(info):
         return samples_read(info, batches)
-    batch_size: int = info["batch_size"]
-    return min(batches * batch_size, _samples_per_rank(info))
+    size: int = info["dataset_size"]
+    replicas: int = info["num_replicas"]
+    per_rank = (
+        math.ceil((size - replicas) / replicas) if info["drop_last"] and size % replicas else math.ceil(size / replicas)
+    )
+    return min(batches * int(info["batch_size"]), per_rank)
 
 
 def _rebase(progress: dict[str, Any], index: int, mapped: _Mapped) -> None:

@@ -35,61 +35,73 @@ def summarize_loader(ranks: Sequence[Mapping[str, Any]], index: int) -> dict[str
     ahead trained beyond the smallest, whether every rank finished its epoch, and each rank's count (up to
     ``_LISTED`` ranks). Its size does not grow with the number of ranks. ``ProgressStateError`` names the key."""
     saved_size = len(ranks)
-    key = f"train_loaders.{index}"
     consumed: list[int] = []
-    batch_size = 0
     first: dict[str, Any] | None = None
     finished = True
     for rank, entry in enumerate(ranks):
-        states = entry["train_loaders"]
-        state_key = f"ranks.{rank}.{key}"
-        if not isinstance(states, list) or index >= len(states) or not isinstance(states[index], dict):
-            raise ProgressStateError(state_key, "missing: every rank must save the same train loaders")
-        state = states[index]
-        saved = read_distributed(state.get("distributed"), f"{state_key}.distributed")
-        if saved is None or saved["batch_size"] is None:
-            raise ProgressStateError(
-                f"{state_key}.distributed",
-                "saved without a DistributedSampler and a batch_size, or batch sharding over a seedable sampler: "
-                "its position cannot be mapped",
-            )
-        if first is None:
-            first = saved
-        elif is_batch_sharded(saved) != is_batch_sharded(first):
-            raise ProgressStateError(
-                f"{state_key}.distributed", f"saved {sharding(saved)}; rank 0 saved {sharding(first)}"
-            )
-        if is_batch_sharded(saved) and state.get("kind") != "sampler_replay":
-            raise ProgressStateError(
-                f"{state_key}.kind",
-                "a batch-sharded position is mapped by replaying its sampler: 'sampler_replay' only",
-            )
-        if (saved["num_replicas"], saved["rank"]) != (saved_size, rank):
-            raise ProgressStateError(
-                f"{state_key}.distributed.rank",
-                f"saved by rank {saved['rank']} of {saved['num_replicas']}, listed as rank {rank} of {saved_size}",
-            )
-        for name in ("seed", "shuffle", "dataset_size"):
-            if saved[name] != first[name]:
-                raise ProgressStateError(
-                    f"{state_key}.distributed.{name}",
-                    f"saved with {name}={saved[name]!r}; rank 0 saved {first[name]!r}",
-                )
-        if rank and saved["batch_size"] != batch_size:
-            raise ProgressStateError(f"{state_key}.distributed.batch_size", "ranks saved different batch sizes")
-        batch_size = saved["batch_size"]
+        state_key = f"ranks.{rank}.train_loaders.{index}"
+        state, saved = _saved_sharding(entry, state_key, index)
+        first = saved if first is None else first
+        _check_with_first(state, saved, first, state_key, rank, saved_size)
         consumed.append(read_int(state.get("batches_consumed"), f"{state_key}.batches_consumed", minimum=0))
         finished = finished and consumed[-1] == state.get("batches_per_epoch")
     assert first is not None  # ranks is not empty
     return {
         "distributed": first,
-        "batch_size": batch_size,
+        "batch_size": first["batch_size"],
         "consumed_min": min(consumed),
         "consumed_max": max(consumed),
         "ahead": sum(consumed) - min(consumed) * len(consumed),
         "finished": finished,
         "consumed": consumed if saved_size <= _LISTED else None,
     }
+
+
+def _saved_sharding(entry: Mapping[str, Any], state_key: str, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A saved rank's train loader ``index`` (under ``state_key``) and its sharding, refused where it cannot be mapped."""
+    states = entry["train_loaders"]
+    if not isinstance(states, list) or index >= len(states) or not isinstance(states[index], dict):
+        raise ProgressStateError(state_key, "missing: every rank must save the same train loaders")
+    state = states[index]
+    saved = read_distributed(state.get("distributed"), f"{state_key}.distributed")
+    if saved is None or saved["batch_size"] is None:
+        raise ProgressStateError(
+            f"{state_key}.distributed",
+            "saved without a DistributedSampler and a batch_size, or batch sharding over a seedable sampler: "
+            "its position cannot be mapped",
+        )
+    return state, saved
+
+
+def _check_with_first(
+    state: Mapping[str, Any],
+    saved: Mapping[str, Any],
+    first: Mapping[str, Any],
+    state_key: str,
+    rank: int,
+    saved_size: int,
+) -> None:
+    """Rank ``rank``'s loader ``state`` and its sharding ``saved`` agree with rank 0's sharding ``first``."""
+    if is_batch_sharded(saved) != is_batch_sharded(first):
+        raise ProgressStateError(f"{state_key}.distributed", f"saved {sharding(saved)}; rank 0 saved {sharding(first)}")
+    if is_batch_sharded(saved) and state.get("kind") != "sampler_replay":
+        raise ProgressStateError(
+            f"{state_key}.kind",
+            "a batch-sharded position is mapped by replaying its sampler: 'sampler_replay' only",
+        )
+    if (saved["num_replicas"], saved["rank"]) != (saved_size, rank):
+        raise ProgressStateError(
+            f"{state_key}.distributed.rank",
+            f"saved by rank {saved['rank']} of {saved['num_replicas']}, listed as rank {rank} of {saved_size}",
+        )
+    for name in ("seed", "shuffle", "dataset_size"):
+        if saved[name] != first[name]:
+            raise ProgressStateError(
+                f"{state_key}.distributed.{name}",
+                f"saved with {name}={saved[name]!r}; rank 0 saved {first[name]!r}",
+            )
+    if saved["batch_size"] != first["batch_size"]:
+        raise ProgressStateError(f"{state_key}.distributed.batch_size", "ranks saved different batch sizes")
 
 
 def read_summary(summaries: Sequence[object], index: int, saved_size: int) -> dict[str, Any]:

@@ -33,8 +33,9 @@ import os
 import posixpath
 import re
 import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from typing import Any, overload
+from abc import abstractmethod
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, TypeVar, overload
 
 import torch
 
@@ -47,6 +48,7 @@ SUFFIX = ".ranks"
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 _SAVE_ID = re.compile(r"[0-9a-f]{32}")
 _FILE_KEYS = frozenset({"save_id", "rank", "world_size", "sha256", "entry"})
+_Part = TypeVar("_Part")
 MAX_FILE_BYTES = 64 << 20  # an entry is tens of KB; never read a huge file into memory
 
 
@@ -71,10 +73,7 @@ def write_rank_files(entry: Mapping[str, Any], checkpoint: str | os.PathLike[str
     """
     ranks = entry["ranks"]
     save_id = uuid.uuid4().hex
-    path = _path(checkpoint)
-    relative = posixpath.join(_basename(path) + SUFFIX, save_id)
-    folder = _join(_dirname(path), relative)
-    _makedirs(folder)
+    relative, folder = _make_save_folder(checkpoint, save_id)
     for rank, part in enumerate(ranks):
         body = canonical(part)
         document = {
@@ -95,11 +94,20 @@ def write_rank_files(entry: Mapping[str, Any], checkpoint: str | os.PathLike[str
     return {**{name: value for name, value in entry.items() if name != "ranks"}, "ranks": index}
 
 
+def _make_save_folder(checkpoint: str | os.PathLike[str], save_id: str) -> tuple[str, str]:
+    """Create save ``save_id``'s folder beside ``checkpoint``; return it relative to the checkpoint's folder, and whole."""
+    path = os.fspath(checkpoint)
+    relative = posixpath.join(_basename(path) + SUFFIX, save_id)
+    folder = _join(_dirname(path), relative)
+    _makedirs(folder)
+    return relative, folder
+
+
 def remove_other_saves(checkpoint: str | os.PathLike[str], keep: str | Collection[str] | None) -> None:
     """Remove the ``<save_id>`` folders under ``<checkpoint>.ranks`` other than ``keep`` (one save id, several,
     or None: all)."""
     kept = {keep} if isinstance(keep, str) else set(keep or ())
-    path = _path(checkpoint)
+    path = os.fspath(checkpoint)
     root = path + SUFFIX
     if _is_url(path):
         filesystem, where = _filesystem(root)
@@ -138,17 +146,44 @@ def with_rank_files(
     return {**entry, "ranks": RankFiles.of(entry["ranks"], checkpoint, folders=folders)}
 
 
-class RankFiles(Sequence[dict[str, Any]]):
-    """The saved ranks' entries, index = rank, each file read and checked when its entry is first asked for."""
+class _LazyRanks(Sequence[_Part]):
+    """The saved ranks' parts, index = rank, each read from its file (``_load``) when first asked for."""
 
-    def __init__(
-        self, folder: str, world_size: int, save_id: str, loader_summaries: list[object] | None = None
-    ) -> None:
+    def __init__(self, folder: str, world_size: int, save_id: str) -> None:
         self.folder = folder
         self.world_size = world_size
         self.save_id = save_id
+        self._read: dict[int, _Part] = {}
+
+    def __len__(self) -> int:
+        return self.world_size
+
+    @overload
+    def __getitem__(self, index: int) -> _Part: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[_Part]: ...
+    def __getitem__(self, index: int | slice) -> _Part | list[_Part]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.world_size))]
+        if index < 0:
+            index += self.world_size
+        if not 0 <= index < self.world_size:
+            raise IndexError(index)
+        if index not in self._read:
+            self._read[index] = self._load(index)
+        return self._read[index]
+
+    @abstractmethod
+    def _load(self, rank: int) -> _Part:
+        """Read and check rank ``rank``'s file."""
+
+
+class RankFiles(_LazyRanks[dict[str, Any]]):
+    """The saved ranks' entries, index = rank, each file read and checked when its entry is first asked for."""
+
+    def __init__(self, folder: str, world_size: int, save_id: str, loader_summaries: list[object]) -> None:
+        super().__init__(folder, world_size, save_id)
         self.loader_summaries = loader_summaries  # the writer's, per train loader (_loader_summary.summarize_loaders)
-        self._read: dict[int, dict[str, Any]] = {}
         self.bytes_read = 0  # what this process read of the rank files (benchmarks/checkpoint_scale.py)
 
     @classmethod
@@ -168,27 +203,6 @@ class RankFiles(Sequence[dict[str, Any]]):
             raise ProgressStateError("ranks.loaders", "expected a list, one summary per train loader")
         folder = _locate("ranks", relative, save_id, written_in, checkpoint, folders)
         return cls(folder, size, save_id, summaries)
-
-    def __len__(self) -> int:
-        return self.world_size
-
-    @overload
-    def __getitem__(self, index: int) -> dict[str, Any]: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
-    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self.world_size))]
-        if index < 0:
-            index += self.world_size
-        if not 0 <= index < self.world_size:
-            raise IndexError(index)
-        if index not in self._read:
-            self._read[index] = self._load(index)
-        return self._read[index]
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (self[i] for i in range(self.world_size))
 
     def where(self, rank: int) -> str:
         """The path (or URL) of rank ``rank``'s file."""
@@ -254,10 +268,10 @@ def _locate(
     missing in it is named when that rank's file is read)."""
     candidates = []
     if checkpoint is not None:
-        path = _resolved(_path(checkpoint))
+        path = _resolved(os.fspath(checkpoint))
         candidates.append(_join(_dirname(path), posixpath.join(_basename(path) + SUFFIX, save_id)))
         candidates.append(_join(_dirname(path), relative))
-    candidates += [_join(_resolved(_path(folder)), relative) for folder in folders]
+    candidates += [_join(_resolved(os.fspath(folder)), relative) for folder in folders]
     candidates.append(written_in)
     for folder in candidates:
         if _exists(folder):
@@ -278,10 +292,7 @@ def write_rank_tensors(
 ) -> dict[str, Any]:
     """``torch.save`` each rank's part (tensors, e.g. partial gradients) to ``<checkpoint>.ranks/<save_id>/<name>-<r>.pt``
     (the folder of :func:`write_rank_files`' save ``save_id``); return the index to keep in the checkpoint instead."""
-    path = _path(checkpoint)
-    relative = posixpath.join(_basename(path) + SUFFIX, save_id)
-    folder = _join(_dirname(path), relative)
-    _makedirs(folder)
+    relative, folder = _make_save_folder(checkpoint, save_id)
     for rank, part in enumerate(ranks):
         buffer = io.BytesIO()
         torch.save(part, buffer)
@@ -289,22 +300,14 @@ def write_rank_tensors(
     return {"rank_files": relative, "world_size": len(ranks), "save_id": save_id, "written_in": folder, "name": name}
 
 
-def is_tensor_index(value: object) -> bool:
-    """Whether ``value`` is the index :func:`write_rank_tensors` returns."""
-    return isinstance(value, Mapping) and "rank_files" in value and "name" in value
-
-
-class RankTensors(Sequence[Any]):
+class RankTensors(_LazyRanks[Any]):
     """Each saved rank's tensors (:func:`write_rank_tensors`), index = rank, read (``torch.load(weights_only=True)``)
     when first asked for; a missing or damaged file is a ``ProgressStateError`` naming ``<key>.<r>``."""
 
     def __init__(self, folder: str, world_size: int, save_id: str, name: str, key: str) -> None:
-        self.folder = folder
-        self.world_size = world_size
-        self.save_id = save_id
+        super().__init__(folder, world_size, save_id)
         self.name = name
         self.key = key
-        self._read: dict[int, Any] = {}
 
     @classmethod
     def of(
@@ -325,39 +328,17 @@ class RankTensors(Sequence[Any]):
         folder = _locate(key, relative, save_id, written_in, checkpoint, folders)
         return cls(folder, size, save_id, name, key)
 
-    def __len__(self) -> int:
-        return self.world_size
-
-    @overload
-    def __getitem__(self, index: int) -> Any: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Any]: ...
-    def __getitem__(self, index: int | slice) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self.world_size))]
-        if index < 0:
-            index += self.world_size
-        if not 0 <= index < self.world_size:
-            raise IndexError(index)
-        if index not in self._read:
-            path = _join(self.folder, f"{self.name}-{index}.pt")
-            raw = _read(path, f"{self.key}.{index}", self.save_id)
-            try:
-                self._read[index] = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-            except Exception as error:  # untrusted bytes: whatever torch.load raises is the file's fault
-                first_line = (str(error).splitlines() or [type(error).__name__])[0][:200]
-                raise ProgressStateError(f"{self.key}.{index}", f"{path}: damaged ({first_line})") from None
-        return self._read[index]
-
-    def __iter__(self) -> Iterator[Any]:
-        return (self[i] for i in range(self.world_size))
+    def _load(self, rank: int) -> Any:
+        path = _join(self.folder, f"{self.name}-{rank}.pt")
+        raw = _read(path, f"{self.key}.{rank}", self.save_id)
+        try:
+            return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+        except Exception as error:  # untrusted bytes: whatever torch.load raises is the file's fault
+            first_line = (str(error).splitlines() or [type(error).__name__])[0][:200]
+            raise ProgressStateError(f"{self.key}.{rank}", f"{path}: damaged ({first_line})") from None
 
 
 # storage: os for local paths, fsspec for URLs -----------------------------------------------------------
-def _path(path: str | os.PathLike[str]) -> str:
-    return path if isinstance(path, str) else os.fspath(path)
-
-
 def _is_url(path: str) -> bool:
     return _URL.match(path) is not None and not path.startswith("file://")
 

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
 from tracker_core.distributed._collective import run_collective
+from tracker_core.distributed._elastic import world
 from tracker_core.state._schema import count_paths, pack, unpack
 from tracker_core.vocabulary import Phase, Scope, Stage
 
@@ -25,10 +26,6 @@ _OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp
 
 def _progress_of(source: Progress | ProgressView) -> Progress:
     return source._progress if isinstance(source, ProgressView) else source
-
-
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
 
 
 def reduce_state(progress: Progress | ProgressView, op: str = "sum") -> dict[str, Any]:
@@ -45,7 +42,7 @@ def reduce_state(progress: Progress | ProgressView, op: str = "sum") -> dict[str
         raise ValueError(f"unknown reduce op {op!r}; expected sum, min or max")
     live = _progress_of(progress)
     counts: Sequence[int] = pack(live)
-    if _distributed():
+    if world()[0] > 1:
         values, tensor, struct = _buffer(len(counts))
         struct.pack_into(values, 0, *counts)
         run_collective(lambda: dist.all_reduce(tensor, op=_OPS[op]), [tensor])
@@ -103,7 +100,7 @@ def check_divergence(
     unknown = [k for k in keys if k not in paths]
     if unknown:
         raise KeyError(f"no count at {unknown[0]!r} in the progress state")
-    if not _distributed():
+    if world()[0] == 1:
         return []
     packed = torch.tensor(pack(live), dtype=torch.int64)
     gathered = [torch.empty_like(packed) for _ in range(dist.get_world_size())]

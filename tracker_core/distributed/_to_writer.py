@@ -19,11 +19,7 @@ import torch.distributed as dist
 from tracker_core.distributed._collective import run_collective
 
 _LENGTH = struct.Struct("<q")
-
-
-def gather_to(obj: Any, dst: int) -> list[Any] | None:
-    """On rank ``dst``: every rank's ``obj``, index = rank; elsewhere None (collective, a process group is needed)."""
-    return _gather(pickle.dumps(obj), dst)
+_WRITER = 0  # the rank that writes the checkpoint file (Lightning's and Ignite's rank 0)
 
 
 def gather_to_writer(obj: Any | None) -> list[Any] | None:
@@ -36,21 +32,22 @@ def gather_to_writer(obj: Any | None) -> list[Any] | None:
     """
     if not (dist.is_available() and dist.is_initialized()):
         return None if obj is None else [obj]
-    return _gather(b"" if obj is None else pickle.dumps(obj), 0, empty_is_none=True)
+    return _gather(b"" if obj is None else pickle.dumps(obj))
 
 
-def _gather(data: bytes, dst: int, empty_is_none: bool = False) -> list[Any] | None:
+def _gather(data: bytes) -> list[Any] | None:
+    """On the writer: every rank's ``data`` unpickled (None where it is empty); elsewhere None."""
     device = _device()
     longest = torch.tensor([len(data)], dtype=torch.int64, device=device)
     run_collective(lambda: dist.all_reduce(longest, op=dist.ReduceOp.MAX), [longest])
-    if empty_is_none and int(longest.item()) == 0:
+    if int(longest.item()) == 0:
         return None
     framed = bytearray(_LENGTH.size + int(longest.item()))
     _LENGTH.pack_into(framed, 0, len(data))
     framed[_LENGTH.size : _LENGTH.size + len(data)] = data
     mine = torch.frombuffer(framed, dtype=torch.uint8).to(device)
-    received = [torch.empty_like(mine) for _ in range(dist.get_world_size())] if dist.get_rank() == dst else None
-    run_collective(lambda: dist.gather(mine, received, dst=dst), [mine, *(received or [])])
+    received = [torch.empty_like(mine) for _ in range(dist.get_world_size())] if dist.get_rank() == _WRITER else None
+    run_collective(lambda: dist.gather(mine, received, dst=_WRITER), [mine, *(received or [])])
     if received is None:
         return None
     objects: list[Any] = []
@@ -58,10 +55,7 @@ def _gather(data: bytes, dst: int, empty_is_none: bool = False) -> list[Any] | N
         raw = bytearray(tensor.numel())
         torch.frombuffer(raw, dtype=torch.uint8).copy_(tensor)  # no NumPy needed (a core-only install)
         (length,) = _LENGTH.unpack_from(raw)
-        if empty_is_none and length == 0:
-            objects.append(None)
-            continue
-        objects.append(pickle.loads(raw[_LENGTH.size : _LENGTH.size + length]))  # from this job's own ranks
+        objects.append(pickle.loads(raw[_LENGTH.size : _LENGTH.size + length]) if length else None)  # this job's ranks
     return objects
 
 
