@@ -32,31 +32,15 @@ from tracker_core.adapter import (
 )
 from tracker_core.adapter import register_progress as attach
 from tracker_core.checkpoints import LIGHTNING_GRADIENTS_KEY, LIGHTNING_STATE_KEY
+from tracker_core.integrations.lightning import _checkpoint_io as rank_parts
 from tracker_core.integrations.lightning import _compat as resume
 from tracker_core.integrations.lightning import _elastic as elastic
-from tracker_core.integrations.lightning._checkpoint_io import wrap_checkpoint_io
+from tracker_core.integrations.lightning import _resume_warnings as inexact
 from tracker_core.integrations.lightning._combined_batches import CombinedBatches
-from tracker_core.integrations.lightning._evaluation_hooks import EvaluationHooks
 from tracker_core.integrations.lightning._loggers import LoggerRewind
-from tracker_core.integrations.lightning._passenger import passenger
-from tracker_core.integrations.lightning._rank_parts import (
-    every_rank,
-    load_progress_only,
-    own_gradients,
-    refuse_unread_rank_files,
-)
 from tracker_core.integrations.lightning._resume_rng import ResumeRngChecks
-from tracker_core.integrations.lightning._resume_warnings import (
-    warn_continues_untrained,
-    warn_epoch_left_open,
-    warn_epoch_uncounted,
-    warn_if_restored_ahead,
-    warn_inexact_save,
-    warn_saved_in_validation,
-)
 from tracker_core.integrations.lightning._stage_driver import StageDriver
-from tracker_core.integrations.lightning._train_batch_hooks import TrainBatchHooks
-from tracker_core.integrations.lightning._validation_at_load import validation_at_load, warn_validation_reread
+from tracker_core.integrations.lightning._stage_hooks import StageHooks, passenger
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
@@ -74,7 +58,7 @@ A list (one per parameter); with several processes ``{"ranks": [each rank's list
 """
 
 
-class ProgressTracker(TrainBatchHooks, EvaluationHooks):
+class ProgressTracker(StageHooks):
     """Counts runs, epochs, batches, samples and optimizer steps of every stage; resumes exactly.
 
     A passenger: its hooks never raise because of the order Lightning runs them in, and never
@@ -199,7 +183,7 @@ class ProgressTracker(TrainBatchHooks, EvaluationHooks):
             self._settle_cut()
         attach(trainer, self.tracker.progress)
         if self._rank_files:
-            wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint (_checkpoint_io)
+            rank_parts.wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint
         if stage == _FIT:
             resume.hook_before_first_iter(trainer.fit_loop, self._track_train_loaders)
             resume.hook_after_setup_data(trainer.fit_loop, self._rng.setup_data_returned)
@@ -296,7 +280,7 @@ class ProgressTracker(TrainBatchHooks, EvaluationHooks):
             )
             # mid-epoch, its data resumes at the checkpoint's position, as fit(ckpt_path=...) would
             if untrained and self.tracker.view.is_mid_epoch and not self.tracker.resume_loaded_again():
-                warn_continues_untrained()
+                inexact.warn_continues_untrained()
         for index, loader in enumerate(loaders):  # Lightning's loops restore a loader's own state
             self.tracker.track_train_loader(loader, index, framework_restores_state=True)
         if not loaded or trainer is None:
@@ -313,18 +297,18 @@ class ProgressTracker(TrainBatchHooks, EvaluationHooks):
         finished = resume.reached_max_steps(trainer, restart.global_step)  # Lightning trains nothing
         self._resumed_untrained = finished
         if finished and self.tracker.view.train.epochs.lifetime.in_flight:
-            warn_epoch_left_open(self.tracker, trainer)
+            inexact.warn_epoch_left_open(self.tracker, trainer)
         epoch_over = restart.epoch_consumed and self.tracker.view.train.epochs.lifetime.in_flight and not finished
         if epoch_over:  # Lightning's next iteration of these loaders is the next epoch, as in the uninterrupted run
             self.tracker.forget_loaded_positions()
         if restart.no_epoch_counted and not finished and self.tracker.view.train.epochs.lifetime.in_flight:
-            warn_epoch_uncounted(self.tracker, restart.epoch_consumed)  # (after a finished fit no epoch is in flight)
+            inexact.warn_epoch_uncounted(self.tracker, restart.epoch_consumed)  # (after a finished fit none is)
         self._close_restored_epoch(restart.closes_epoch, finished)
         view = self.tracker.view
         continues = view.is_mid_epoch and not restart.epoch_consumed
         self._rng.await_build(check, view.epoch_index if continues else None, finished)
         if view.is_mid_epoch and not epoch_over:
-            warn_if_restored_ahead(loaders)
+            inexact.warn_if_restored_ahead(loaders)
         if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
             batch = view.train.batches.epoch.completed
             self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
@@ -395,7 +379,7 @@ class ProgressTracker(TrainBatchHooks, EvaluationHooks):
             except EventOrderError as error:
                 self._anomaly(f"checkpoint: {error}")
             if self.tracker.view.validate.epochs.lifetime.in_flight:
-                warn_saved_in_validation()
+                inexact.warn_saved_in_validation()
         return self.tracker.checkpoint_state_dict()
 
     def _catch_up(self, trainer: pl.Trainer) -> None:
@@ -420,15 +404,15 @@ class ProgressTracker(TrainBatchHooks, EvaluationHooks):
         keep_heartbeat(self.tracker.progress, self._heartbeat)
         gradients = capture_gradients(pl_module.parameters()) if self.tracker.view.is_mid_accumulation else None
         if trainer.world_size > 1:
-            gradients = every_rank(gradients)
+            gradients = rank_parts.every_rank(gradients)
         if gradients is not None:
             checkpoint[GRADIENTS_KEY] = gradients
-        warn_inexact_save(self.tracker, trainer, None if self._combined is None else self._combined.layout)
+        inexact.warn_inexact_save(self.tracker, trainer, None if self._combined is None else self._combined.layout)
 
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        refuse_unread_rank_files(checkpoint.get("callbacks", {}).get(STATE_KEY), self._rank_files)
+        rank_parts.refuse_unread_rank_files(checkpoint.get("callbacks", {}).get(STATE_KEY), self._rank_files)
         if STATE_KEY not in checkpoint.get("callbacks", {}):
             warnings.warn(
                 f"the checkpoint has no progress entry (checkpoint['callbacks'][{STATE_KEY!r}]): progress "
@@ -440,7 +424,7 @@ class ProgressTracker(TrainBatchHooks, EvaluationHooks):
         if trainer.state.fn == _FIT:
             self._restart = resume.restart_of(checkpoint)
             read_heartbeat(self.tracker.progress, self._heartbeat)  # the lost work of the run that saved it
-            self._gradients = own_gradients(checkpoint.get(GRADIENTS_KEY), trainer.global_rank)
+            self._gradients = rank_parts.own_gradients(checkpoint.get(GRADIENTS_KEY), trainer.global_rank)
             self._validation_restart = "finish" if resume.restarts_mid_validation(checkpoint) else "skip"
             self._loggers.rewind(trainer, checkpoint)  # the loggers continue at the checkpoint's step
 
@@ -453,20 +437,20 @@ class ProgressTracker(TrainBatchHooks, EvaluationHooks):
         mapped onto the train loaders, so a fit loads it when Lightning has set them up, still before
         any batch runs (``_elastic``).
         """
-        refuse_unread_rank_files(state_dict, self._rank_files)
+        rank_parts.refuse_unread_rank_files(state_dict, self._rank_files)
         trainer = self._trainer() if self._trainer is not None else None
         self._elastic_entry = None
         self._cut_by = ""  # the loaded record replaces what an exception cut
         if trainer is not None and trainer.state.fn != _FIT:
             if self.tracker.view.run.counts.ready == 0:  # a record of its own goes on: it counts this Trainer's runs
-                load_progress_only(self.tracker, state_dict, trainer.global_rank)
+                rank_parts.load_progress_only(self.tracker, state_dict, trainer.global_rank)
         elif trainer is None or not saved_elsewhere(state_dict):
             self.tracker.load_state_dict(state_dict)
             self._rng.loaded()
             restart, self._validation_restart = self._validation_restart, ""
-            if validation_at_load(self.tracker, restart, state_dict["progress"]) and trainer is not None:
+            if inexact.validation_at_load(self.tracker, restart, state_dict["progress"]) and trainer is not None:
                 self._rng.after_cut = GlobalRng.capture()  # put back when that validation ends
-                warn_validation_reread(self.tracker)
+                inexact.warn_validation_reread(self.tracker)
         else:
             self._elastic_entry = state_dict
         for driver in (self._train, self._validate, self._test, self._predict):
