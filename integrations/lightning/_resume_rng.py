@@ -52,8 +52,8 @@ class ResumeRngChecks:
         self.after_cut: GlobalRng | None = None  # loaded inside a validation batch: see validation_ended
 
     def __getstate__(self) -> dict[str, object]:
-        """Without the weak references (to the trainer, the iterator), which do not pickle."""
-        return {**self.__dict__, "_trainer": _nothing, "_built_iterator": _nothing}
+        """Without the trainer, as the callback's own state (``ProgressTracker.__getstate__``)."""
+        return {**self.__dict__, "_trainer": _nothing}
 
     def loaded(self) -> None:
         """A fit's entry was loaded: remember the RNGs it restored."""
