@@ -13,16 +13,14 @@ SOURCES = sorted([*ROOT.glob("tracker_core/**/*.py"), *ROOT.glob("integrations/*
 
 # Lines of tracker_core/ and integrations/ (`find tracker_core integrations -name '*.py' | xargs wc -l`) on
 # 2026-12-05; issue 26's goal: 11,000.
-LINES = 14_651
+LINES = 14_816
 CLASS_LINES = 400
 FUNCTION_LINES = 60
 # The classes and functions over those limits today, with their length: each to be split (issue 26).
 LONGER = {
     "integrations/accelerate/_progress.py:AcceleratorProgress": 591,
-    "integrations/lightning/_callback.py:ProgressTracker": 919,
-    "integrations/lightning/_callback.py:_track_train_loaders": 76,
 }
-ADAPTER_NAMES = 33  # issue 26's goal: 30
+ADAPTER_NAMES = 30  # issue 26's goal: 30
 
 
 def _lengths() -> dict[str, int]:

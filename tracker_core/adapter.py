@@ -13,7 +13,7 @@ from tracker_core._heartbeat import keep_heartbeat, read_heartbeat
 from tracker_core._logs import rewind_summary_writer
 from tracker_core.checkpoints import _accelerate as accelerate_checkpoint
 from tracker_core.counting._batch_size import batches_in, samples_in
-from tracker_core.counting._dataloaders import begin_dataloader_pass, count_dataloader_batch
+from tracker_core.counting._dataloaders import count_combined_batch
 from tracker_core.counting._optimizer_hooks import count_skipped_steps
 from tracker_core.counting._registry import register_progress
 from tracker_core.counting._resync import (
@@ -21,11 +21,10 @@ from tracker_core.counting._resync import (
     continue_run_scope,
     reenter_evaluation_epoch,
     reenter_last_run,
-    run_scope_bases,
 )
 from tracker_core.counting._scheduler_steps import count_scheduler_steps
 from tracker_core.counting._tokens import TokenCounter
-from tracker_core.data._resume_rng_check import GLOBAL_GENERATORS, ResumeRngCheck
+from tracker_core.data._resume_rng_check import ResumeRngCheck
 from tracker_core.data._rng import GlobalRng
 from tracker_core.display._display import Display
 from tracker_core.distributed._elastic import saved_elsewhere
@@ -43,7 +42,6 @@ from tracker_core.state._model_lifetime import bind_lifetime
 from tracker_core.state._readers import read_mapping
 
 __all__ = [
-    "GLOBAL_GENERATORS",
     "Display",
     "GlobalRng",
     "RankFiles",
@@ -53,11 +51,10 @@ __all__ = [
     "abandon_in_flight",
     "accelerate_checkpoint",
     "batches_in",
-    "begin_dataloader_pass",
     "bind_lifetime",
     "capture_gradients",
     "continue_run_scope",
-    "count_dataloader_batch",
+    "count_combined_batch",
     "count_scheduler_steps",
     "count_skipped_steps",
     "gather_to_writer",
@@ -70,7 +67,6 @@ __all__ = [
     "remove_other_saves",
     "restore_gradients",
     "rewind_summary_writer",
-    "run_scope_bases",
     "samples_in",
     "saved_elsewhere",
     "with_rank_files",

@@ -46,6 +46,14 @@ class StageDriver:
         self.batch_to_start = self.batch_to_complete = self.epoch_to_start = self.epoch_to_complete = False
         self.epoch_to_open = False
 
+    def close_epoch(self) -> None:
+        """Count the epoch in flight as finished without its end hooks; the next one begins without its start
+        hooks (as Lightning closes a restored epoch)."""
+        if self.stage.view.epochs.lifetime.in_flight:
+            self.stage.epoch_processed()
+            self.stage.epoch_completed()
+            self.epoch_to_open = True
+
     def settle(self) -> None:
         """Mark what Lightning marked after the previous hook: completions and starts."""
         if self.batch_to_complete:

@@ -398,7 +398,7 @@ def check_invariants(progress: Progress, parses: bool = True) -> None:
         for tally in tallies:
             assert 0 <= tally.epoch <= tally.run <= tally.lifetime, tally
         if stage.dataloaders:
-            # Steps that read a batch of several dataloaders at once (count_dataloader_batch) count it for
+            # Steps that read a batch of several dataloaders at once (count_combined_batch) count it for
             # each: then the loaders' batches add up to at least the stage's, none beyond it, and in the
             # epoch scope (a loader's pass restarts) none is beyond it.
             combined = sum(d.batches.lifetime for d in stage.dataloaders) > batches.lifetime.processed

@@ -93,22 +93,20 @@ def reenter_evaluation_epoch(progress: Progress, stage: str, state: dict[str, An
     return True
 
 
-def run_scope_bases(stage: StageProgress) -> tuple[int, ...]:
-    """Where the current run scope of ``stage`` began (opaque; for :func:`continue_run_scope`)."""
-    return (stage._epochs.run_base, stage._batches.run_base, *(tally.run_base for tally in stage._tallies()))
+def continue_run_scope(stage: StageProgress, bases: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """Where the current run scope of ``stage`` begins (opaque), after continuing it from ``bases`` if given.
 
-
-def continue_run_scope(stage: StageProgress, bases: tuple[int, ...]) -> None:
-    """The framework counts this run of ``stage`` on from an earlier run whose scope began at ``bases``
-    (Lightning: a fit after validate/test/predict on the same Trainer carries on its fit counters).
-
-    Call it right after ``run_ready``. Tallies that did not exist then (a new dataloader or optimizer)
-    count from zero.
+    ``bases``: the framework counts this run of ``stage`` on from an earlier run whose scope began there (as
+    this function returned it then; Lightning: a fit after validate/test/predict on the same Trainer carries on
+    its fit counters). Call it right after ``run_ready``. Tallies that did not exist then (a new dataloader or
+    optimizer) count from zero.
     """
-    epochs_base, batches_base, *tally_bases = bases
-    stage._epochs.run_base = epochs_base
-    stage._batches.run_base = batches_base
-    for tally, base in zip(stage._tallies(), tally_bases, strict=False):
-        tally.run_base = base
-    for tally in stage._tallies()[len(tally_bases) :]:
-        tally.run_base = 0
+    if bases is not None:
+        epochs_base, batches_base, *tally_bases = bases
+        stage._epochs.run_base = epochs_base
+        stage._batches.run_base = batches_base
+        for tally, base in zip(stage._tallies(), tally_bases, strict=False):
+            tally.run_base = base
+        for tally in stage._tallies()[len(tally_bases) :]:
+            tally.run_base = 0
+    return (stage._epochs.run_base, stage._batches.run_base, *(tally.run_base for tally in stage._tallies()))

@@ -18,9 +18,6 @@ from typing import Any
 from tracker_core._errors import InexactResumeWarning
 from tracker_core.data._rng import GlobalRng
 
-GLOBAL_GENERATORS: tuple[str, ...] = ("torch", "python", "numpy", "devices")
-"""The global generators a check compares, by their keys in ``GlobalRng.to_plain()`` (``devices``: accelerators')."""
-
 
 class ResumeRngCheck:
     """Remembers the global RNGs a load restored; compares them at the points an adapter names; warns once.
@@ -31,6 +28,9 @@ class ResumeRngCheck:
     before the first batch when it continues the saved epoch), and :meth:`forget` where the run
     legitimately draws first (a resume at an epoch boundary: the next epoch's sampler).
     """
+
+    GENERATORS: tuple[str, ...] = ("torch", "python", "numpy", "devices")
+    """The global generators a check compares, by their keys in ``GlobalRng.to_plain()`` (``devices``: accelerators')."""
 
     def __init__(self, load: str) -> None:
         self._load = load
@@ -51,24 +51,24 @@ class ResumeRngCheck:
         self._loaded = None
 
     def moved_since(self, earlier: GlobalRng) -> tuple[str, ...]:
-        """The :data:`GLOBAL_GENERATORS` whose state differs between ``earlier`` and the one remembered at :meth:`loaded`
+        """The :attr:`GENERATORS` whose state differs between ``earlier`` and the one remembered at :meth:`loaded`
         (e.g. those a loader's iterator drew from when it was built in between); empty when spent."""
         loaded = self._loaded
         if loaded is None:
             return ()
         plain = earlier.to_plain()
-        return tuple(name for name in GLOBAL_GENERATORS if plain.get(name) != loaded.get(name))
+        return tuple(name for name in self.GENERATORS if plain.get(name) != loaded.get(name))
 
     def check(
         self,
         where: str,
         *,
         last: bool = False,
-        generators: Collection[str] = GLOBAL_GENERATORS,
+        generators: Collection[str] = GENERATORS,
     ) -> bool:
         """True, with one ``InexactResumeWarning`` saying the RNGs changed ``where``, if they moved since the load.
 
-        ``generators``: compare these of :data:`GLOBAL_GENERATORS`
+        ``generators``: compare these of :attr:`GENERATORS`
         alone (the others may move legitimately by then; none: nothing is compared).
         After a warning, or with ``last``, the check is spent.
         """

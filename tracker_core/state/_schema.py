@@ -190,9 +190,9 @@ def _sums_match(
     parts: Sequence[ScopeCounts], whole: ScopeCounts, key: str, field: str, what: str, combined: bool = False
 ) -> None:
     """``parts`` add up to ``whole`` in each scope. With ``combined`` (steps read a batch of several dataloaders,
-    ``count_dataloader_batch``) batches add up to at least ``whole`` and none is beyond it, in each scope and
+    ``count_combined_batch``) batches add up to at least ``whole`` and none is beyond it, in each scope and
     before the run; in the epoch scope, where a dataloader's counts restart with each pass
-    (``begin_dataloader_pass``), none is beyond it."""
+    (``count_combined_batch``'s ``passes``), none is beyond it."""
     if not parts:
         if any(whole):
             raise ProgressStateError(key, f"no dataloaders, but {whole.lifetime} {what} in lifetime scope")

@@ -1,0 +1,211 @@
+"""The global-RNG checks of a resumed fit: where Lightning's order of iterator builds, hooks and batches lets the
+resumed run's RNGs be compared with the loaded ones (``ResumeRngCheck``), and the draws of an early build undone."""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tracker_core import InexactResumeWarning
+from tracker_core.adapter import GlobalRng, ResumeRngCheck
+from tracker_core.integrations.lightning import _compat as resume
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+
+_SEED_BEFORE = "Trainer.fit(ckpt_path=...)"  # where a resumed fit's RNGs are restored (the RNG check's advice)
+_AT_TRAIN_START = "in an on_train_start hook of the resumed fit, before its first batch"
+_AT_EPOCH_BOUNDARY = (
+    "in an on_train_start or on_train_epoch_start hook of a fit resumed at an epoch boundary (Lightning built "
+    "that epoch's train iterator, which draws from it, before these hooks; the uninterrupted run builds it "
+    "after them, so even a draw both runs make there differs: draw per-epoch values from a torch.Generator "
+    "of your own)"
+)
+
+
+class ResumeRngChecks:
+    """The checks of the RNGs a fit's load restored, from the load to the first batch Lightning runs."""
+
+    def __init__(self) -> None:
+        self.at_setup: GlobalRng | None = None  # after a load, before Lightning's setup_data iter()
+        self._trainer: Callable[[], pl.Trainer | None] = _nothing
+        self._check: ResumeRngCheck | None = None  # a fit loaded: the RNGs it restored, until compared
+        self._epoch = 0  # the epoch the checks below are for (Lightning may go on with the next one)
+        self._where = ""  # what the epoch-run check names
+        self._generators: tuple[str, ...] = ResumeRngCheck.GENERATORS  # those the epoch-run check compares
+        self.setup(None)
+
+    def setup(self, trainer: pl.Trainer | None) -> None:
+        """A new call on ``trainer``: forget the checks a resumed fit that trained nothing left."""
+        self._trainer = _nothing if trainer is None else weakref.ref(trainer)
+        self._at_run: ResumeRngCheck | None = None  # compared when Lightning first runs a train epoch
+        self._at_start: ResumeRngCheck | None = None  # mid-epoch: set up at on_train_start
+        self._unmoved: ResumeRngCheck | None = None  # epoch boundary: the others, before on_train_epoch_start
+        self._boundary = False  # resumed at an epoch boundary: its check is set up at on_train_start
+        self._await_build = False  # a check waits for Lightning's setup_data to build the train iterator
+        self._built: GlobalRng | None = None  # epoch boundary: the RNGs as that build (and prefetch) left them
+        # the train iterator it built (that epoch must read from it), held weakly: Lightning drops it at teardown, and
+        # with it the loader's worker processes
+        self._built_iterator: Callable[[], object] = _nothing
+        self.after_cut: GlobalRng | None = None  # loaded inside a validation batch: see validation_ended
+
+    def __getstate__(self) -> dict[str, object]:
+        """Without the trainer, as the callback's own state (``ProgressTracker.__getstate__``)."""
+        return {**self.__dict__, "_trainer": _nothing}
+
+    def loaded(self) -> None:
+        """A fit's entry was loaded: remember the RNGs it restored."""
+        self._check = ResumeRngCheck(load=_SEED_BEFORE)
+        self._check.loaded()
+
+    def before_first_iter(self) -> ResumeRngCheck | None:
+        """Lightning is about to build the resumed run's train iterator: compare, and remember the RNGs as now."""
+        check, self._check = self._check, None
+        if check is not None:
+            check.check(
+                "between the checkpoint load and Lightning's first train iterator (configure_optimizers, on_fit_start, "
+                "train_dataloader())"
+            )
+        self.at_setup = GlobalRng.capture()
+        return check
+
+    def await_build(self, check: ResumeRngCheck | None, continues_epoch: int | None, finished: bool) -> None:
+        """Set ``check`` up for the iterator Lightning builds next: continuing epoch ``continues_epoch`` mid-way, or
+        (None) beginning the next epoch, unless the resumed fit trains nothing (``finished``)."""
+        if check is None or not check.armed:
+            return
+        if continues_epoch is not None:
+            # nothing draws before the first batch that continues the epoch: compared again once the
+            # start hooks are over (arm_first_batch_check)
+            self._epoch = continues_epoch
+            self._at_start = check
+            self._await_build = True
+        elif not finished:
+            self._boundary = True  # Lightning's iterator of the next epoch drew: see arm_first_batch_check
+            self._await_build = True  # Lightning builds it right after this returns
+
+    def setup_data_returned(self) -> None:
+        """Lightning's ``setup_data`` returned (``hook_after_setup_data``). After a load, the first time: the resumed
+        run's train iterator is built (and, for a loader without a length, its first batch prefetched), no hook
+        ran since. The next time (``_FitLoop.on_advance_start``): every ``on_train_start`` hook ran, no
+        ``on_train_epoch_start`` hook yet (see ``_unmoved_check``)."""
+        trainer = self._trainer()
+        if trainer is None:
+            return
+        if self._unmoved is not None:
+            self._unmoved_check(trainer)
+        if not self._await_build:
+            return
+        self._await_build = False
+        built = resume.train_iterator(trainer.fit_loop)
+        self._built_iterator = _nothing if built is None else weakref.ref(built)
+        if self._boundary:
+            self._built = GlobalRng.capture()
+        check = self._at_start
+        if check is not None and check.moved_since(GlobalRng.capture()):
+            self._at_start = None  # the replay puts the RNGs back: only the prefetch drew since the load
+            warnings.warn(
+                "a train dataloader without a length drew from the global RNG in the main process when Lightning "
+                "prefetched the first batch of the resumed epoch: the saved run had prefetched that batch before "
+                "its checkpoint, with the draws in the checkpoint's RNG state, so the resumed run's data and random "
+                "draws differ from the uninterrupted run. Keep main-process loading free of global-RNG draws (draw "
+                "in worker processes, num_workers > 0)",
+                InexactResumeWarning,
+                stacklevel=2,
+            )
+
+    def train_epoch_start(self, trainer: pl.Trainer) -> None:
+        """If Lightning builds this epoch's iterator after the hooks, as in the uninterrupted run: undo the draws of
+        the one it built in setup_data."""
+        if self.at_setup is not None:
+            rng, self.at_setup = self.at_setup, None
+            if resume.discards_setup_iterator(trainer):
+                self._at_run = None
+                rng.apply()
+
+    def undo_setup_draws(self) -> None:
+        """A resumed fit ended before a batch read the iterator Lightning built in setup_data: undo its draws (a fit
+        continued on this Trainer builds it again, as a resume would)."""
+        if self.at_setup is not None:
+            rng, self.at_setup = self.at_setup, None
+            rng.apply()
+
+    def validation_ended(self) -> None:
+        """The validation a checkpoint cut ended: the RNGs go back to those loaded, as the uninterrupted run had them
+        at the cut (re-building and re-reading its loaders drew from them again)."""
+        rng, self.after_cut = self.after_cut, None
+        if rng is not None:
+            rng.apply()
+            if self.at_setup is not None:  # Lightning may still drop its setup_data iterator: back to these
+                self.at_setup = rng
+
+    def _unmoved_check(self, trainer: pl.Trainer) -> None:
+        """Between the ``on_train_start`` and the ``on_train_epoch_start`` hooks of a fit resumed at an epoch
+        boundary (see ``arm_first_batch_check``): the generators the early iterator did not draw from must still
+        be as at this callback's ``on_train_start`` (the uninterrupted run runs no ``on_train_start`` hook),
+        unless Lightning undoes that iterator's draws at this epoch's start (and with them any in between)."""
+        unmoved, self._unmoved = self._unmoved, None
+        if unmoved is None or trainer.current_epoch != self._epoch or resume.discards_setup_iterator(trainer):
+            return
+        others = tuple(name for name in ResumeRngCheck.GENERATORS if name not in self._generators)
+        unmoved.check(_AT_TRAIN_START, generators=others)
+
+    def arm_first_batch_check(self, trainer: pl.Trainer) -> None:
+        """The resumed fit's ``on_train_start``: set up the comparison of the global RNGs once its start hooks
+        are over, when Lightning first runs a train epoch (``call_before_epoch_run``): after every
+        ``on_train_start`` and ``on_train_epoch_start`` hook, before the loaders read (and, without workers, draw
+        for) a batch, before a cut validation is finished, before the batch transfer hooks and
+        ``on_train_batch_start`` (which may draw at every batch, in both runs).
+
+        Mid-epoch they must still be as loaded (compared now too: callbacks before this one). At an epoch
+        boundary Lightning built the next epoch's iterator (and, without a length, prefetched its first batch)
+        before these hooks, the uninterrupted run after them: they must be as ``setup_data`` left them (compared
+        now: callbacks before this one); then the generators it drew from must stay as they are now until the
+        epoch runs; the others (a draw in ``on_train_epoch_start`` comes out as in the uninterrupted run) until
+        the ``on_train_epoch_start`` hooks.
+        """
+        check, self._at_start = self._at_start, None
+        boundary, self._boundary = self._boundary, False
+        built, self._built = self._built, None
+        compared = ResumeRngCheck.GENERATORS
+        if check is not None:
+            if trainer.current_epoch != self._epoch or check.check(_AT_TRAIN_START):
+                return
+            where = _AT_TRAIN_START
+        elif boundary and self.at_setup is not None:
+            check = ResumeRngCheck(load=_SEED_BEFORE)
+            if built is not None:  # nothing of the user's ran since the build but on_train_start hooks before this
+                check.loaded(built)
+                if check.check(_AT_TRAIN_START):
+                    return
+            check.loaded()
+            compared = check.moved_since(self.at_setup)  # those the iterator drew from
+            where = _AT_EPOCH_BOUNDARY
+            if compared != ResumeRngCheck.GENERATORS:
+                self._unmoved = check
+        else:
+            return
+        self._epoch = trainer.current_epoch
+        self._where = where
+        self._generators = compared
+        if compared:  # none: the iterator drew nothing, so the hooks draw where the uninterrupted run does
+            self._at_run = check
+            resume.call_before_epoch_run(trainer.fit_loop, self._resumed_epoch_runs)
+
+    def _resumed_epoch_runs(self) -> None:
+        """Lightning first runs a train epoch in the resumed fit: the check set up at ``on_train_start``, if it is
+        the epoch it was set up for (Lightning counts an epoch whose batches were all done as finished and starts
+        the next one) and reads the iterator ``setup_data`` built (a new one drew first, as in the uninterrupted
+        run)."""
+        check, self._at_run = self._at_run, None
+        trainer = self._trainer()
+        if check is None or trainer is None or trainer.current_epoch != self._epoch:
+            return
+        if resume.train_iterator(trainer.fit_loop) is self._built_iterator():
+            check.check(self._where, last=True, generators=self._generators)
+
+
+def _nothing() -> None:
+    """What a weak reference to no object returns."""

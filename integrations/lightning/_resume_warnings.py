@@ -1,0 +1,205 @@
+"""The ``InexactResumeWarning``s of the Lightning callback: where a checkpoint or a resume makes Lightning run
+differently from the uninterrupted run, and the record follows Lightning (a validation a checkpoint cut among
+them)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from tracker_core import InexactResumeWarning, Tracker
+from tracker_core.adapter import reenter_evaluation_epoch
+from tracker_core.integrations.lightning import _compat as resume
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+
+    from tracker_core.integrations.lightning._combined_batches import TrainLayout
+
+
+_SAVED_IN_VALIDATION = (
+    "checkpoint saved inside a validation: a fit resumed from it does not go on with that validation where it "
+    "stopped (Lightning re-reads it from its first batch when saved inside a batch, or counts it finished when "
+    "saved between batches), so that validation's batches and metrics differ from the uninterrupted run's "
+    "(docs/lightning.md, Limits)"
+)
+
+
+def warn_inexact_save(tracker: Tracker, trainer: pl.Trainer, layout: TrainLayout | None) -> None:
+    """A fit checkpoint from which Lightning's resume runs differently from the uninterrupted run: say how."""
+    train = tracker.view.train
+    epochs, done = train.epochs.lifetime, train.batches.epoch.processed
+    ended = epochs.ready == epochs.completed > 0 and done > 0  # after the fit: its last epoch is closed
+    if ended and (resume.reached_max_steps(trainer) or done < trainer.num_training_batches):
+        warnings.warn(
+            f"checkpoint saved after a fit that ended (max_steps, or a stop) at batch {done} of epoch "
+            f"{epochs.completed - 1} (0-based): resuming from it, Lightning counts that epoch as finished and "
+            f"goes on at batch {done} of epoch {epochs.completed}, so the resumed run's epochs and train data "
+            "differ from the run that saved it from there",
+            InexactResumeWarning,
+            stacklevel=3,
+        )
+    if tracker.view.is_mid_epoch and layout is not None:
+        _warn_cycled_loaders(tracker, layout)
+    if tracker.view.is_mid_epoch and resume.fetches_in_step(trainer):
+        warnings.warn(
+            "mid-epoch checkpoint of a training_step(dataloader_iter): the batch_idx that Lightning's iterator "
+            "yields restarts at 0 when it resumes (and with accumulate_grad_batches > 1 Lightning zeroes and "
+            "steps gradients by that count), so a step that uses it runs differently from an uninterrupted run",
+            InexactResumeWarning,
+            stacklevel=3,
+        )
+    if resume.on_train_batch_end(trainer) and resume.validation_due(trainer):
+        warnings.warn(
+            "checkpoint saved in on_train_batch_end before a due validation: Lightning skips that "
+            "validation when resuming from it, so the resumed run will not validate there (its "
+            "validation counts and any randomness the validation draws differ from an uninterrupted run)",
+            InexactResumeWarning,
+            stacklevel=3,
+        )
+
+
+def warn_saved_in_validation() -> None:
+    """A fit checkpoint saved inside a validation."""
+    warnings.warn(_SAVED_IN_VALIDATION, InexactResumeWarning, stacklevel=3)
+
+
+def warn_epoch_left_open(tracker: Tracker, trainer: pl.Trainer) -> None:
+    """Resumed at ``max_steps`` inside an epoch: Lightning trains nothing and leaves that epoch open."""
+    epoch = tracker.view.epoch_index
+    warnings.warn(
+        f"resumed at max_steps={trainer.max_steps} inside epoch {epoch} (0-based): Lightning trains nothing more "
+        f"and leaves that epoch open (current_epoch stays {epoch}), where a run that is not interrupted closes "
+        f"it when it reaches max_steps (current_epoch {epoch + 1}); the record follows Lightning. Resumed with a "
+        "larger max_steps, the run continues exactly",
+        InexactResumeWarning,
+        stacklevel=3,
+    )
+
+
+def warn_epoch_uncounted(tracker: Tracker, consumed: bool) -> None:
+    """Resumed inside an epoch that Lightning's counters do not show (``Restart.no_epoch_counted``): the checkpoint of a
+    fit that was itself resumed at an epoch end."""
+    epoch = tracker.view.epoch_index
+    if consumed:
+        tracker.progress.note_anomaly(f"Lightning runs train epoch {epoch} (0-based) again after a resume")
+        what = (
+            f"Lightning counts the epoch finished and runs the next one as epoch {epoch} again (one epoch more "
+            "than an uninterrupted run)"
+        )
+    else:
+        tracker.progress.note_anomaly(f"Lightning numbers train epoch {epoch}'s resumed batches from 0")
+        what = (
+            "Lightning numbers the epoch's remaining batches from batch_idx 0, so what depends on batch_idx "
+            "(accumulate_grad_batches' optimizer steps among them) falls on other batches than in an "
+            "uninterrupted run"
+        )
+    warnings.warn(
+        f"the checkpoint was saved in epoch {epoch} (0-based) by a fit that was itself resumed at an epoch end, "
+        f"whose Lightning loop counters show no epoch in flight: {what}; the record follows Lightning. A fit "
+        "resumed mid-epoch saves correct counters again",
+        InexactResumeWarning,
+        stacklevel=3,
+    )
+
+
+def warn_continues_untrained() -> None:
+    """A fit continues, mid-epoch, a resumed fit that trained nothing: its data starts a new pass."""
+    warnings.warn(
+        "this fit continues, mid-epoch, a fit resumed from a checkpoint that trained nothing (max_steps "
+        "reached): Lightning goes on with that epoch's batch counts, but the train data of this fit "
+        "starts a new pass instead of resuming the checkpoint's position; fit(ckpt_path=...) with the "
+        "larger max_steps resumes exactly",
+        InexactResumeWarning,
+        stacklevel=3,
+    )
+
+
+def warn_if_restored_ahead(loaders: list[object]) -> None:
+    """Lightning prefetches a batch of a train loader without a length and saves a loader's own state after it
+    (its ``state_dict`` / ``load_state_dict``, which Lightning restores): the resumed epoch skips that batch."""
+    for index, loader in enumerate(loaders):
+        if callable(getattr(loader, "load_state_dict", None)) and not _has_length(loader):
+            warnings.warn(
+                f"train dataloader {index} has a state of its own, which Lightning restores, and no length: "
+                "Lightning saved that state after the batch it had prefetched, so the resumed epoch skips it "
+                "(give the loader's dataset a __len__, and Lightning does not prefetch)",
+                InexactResumeWarning,
+                stacklevel=4,
+            )
+
+
+def _has_length(loader: object) -> bool:
+    try:
+        len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
+
+
+def _warn_cycled_loaders(tracker: Tracker, layout: TrainLayout) -> None:
+    """``CombinedLoader(mode="max_size_cycle")`` restarts a shorter loader within the epoch, where its
+    pass ends: unknown for a loader without a length."""
+    mode, _, passes = layout
+    if mode != "max_size_cycle":
+        return
+    read = tracker.view.train.batches.epoch.processed  # each step reads a batch of every loader
+    for index, batches in enumerate(passes):
+        if batches is not None and read >= batches:
+            warnings.warn(
+                f"train dataloader {index} of a CombinedLoader(mode='max_size_cycle') was read to its end in "
+                "this epoch and started over: the position of every loader resumes exactly, but Lightning's "
+                "resumed iterator forgets which loaders had ended and draws from the global RNG where the "
+                "uninterrupted run did not, so later random draws differ",
+                InexactResumeWarning,
+                stacklevel=4,
+            )
+        elif batches is None:
+            warnings.warn(
+                f"train dataloader {index} of a CombinedLoader(mode='max_size_cycle') has no length, so where "
+                "it starts over within the epoch is unknown: this mid-epoch checkpoint may not resume its "
+                "position exactly",
+                InexactResumeWarning,
+                stacklevel=4,
+            )
+
+
+def validation_at_load(tracker: Tracker, restart: str, progress: dict[str, Any]) -> bool:
+    """A fit checkpoint saved inside a validation: follow what Lightning does with that validation.
+
+    Saved inside a validation batch (e.g. ``OnExceptionCheckpoint``), Lightning finishes the
+    validation on resume, counting on from the batches done: so does the record. Saved after a
+    validation batch, Lightning counts the validation as finished without running the rest: the
+    record keeps the batches that ran, closes the validation, and says so. ``restart``: what Lightning does,
+    ``"finish"`` or ``"skip"`` (read from the checkpoint's loops); "" for nothing to follow. True: it finishes it.
+    """
+    if not restart or not reenter_evaluation_epoch(tracker.progress, "validate", progress):
+        return False
+    if restart == "finish":
+        return True  # Lightning finishes it: see warn_validation_reread
+    validate = tracker.progress.validate
+    validate.epoch_processed()
+    validate.epoch_completed()
+    done = tracker.view.validate.batches.epoch.completed
+    message = (
+        f"checkpoint saved during a validation after {done} of its batches: Lightning resumes training "
+        "without running the rest of that validation (it counts it as finished); the record counts the "
+        f"{done} batches that ran"
+    )
+    tracker.progress.note_anomaly(message)
+    warnings.warn(message, InexactResumeWarning, stacklevel=2)
+    return False
+
+
+def warn_validation_reread(tracker: Tracker) -> None:
+    """Loaded inside a validation batch: Lightning finishes that validation on resume, counting on from the
+    batches done but re-reading its data from the first batch of its first loader (the record counts as it
+    does). The caller puts the RNGs loaded now back when that validation ends."""
+    message = (
+        "resumed inside a validation batch: Lightning finishes that validation re-reading its data from the "
+        "first batch of its first loader, so its batches and metrics differ from the uninterrupted run's; the "
+        "training after it continues exactly only if that validation made no global random draw after the "
+        "checkpoint in the uninterrupted run (its last loader's iterator was already built)"
+    )
+    tracker.progress.note_anomaly(message)
+    warnings.warn(message, InexactResumeWarning, stacklevel=2)

@@ -1,0 +1,250 @@
+"""The stage hooks of the Lightning callback (``ProgressTracker`` derives from this class): the per-batch train
+hooks, inline, and the validate, test and predict hooks, guarded (``passenger``); outside a fit each validate,
+test or predict call is a run of its own."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
+
+import torch
+
+from tracker_core import EventOrderError, Tracker
+from tracker_core.adapter import bind_lifetime
+from tracker_core.integrations.lightning._bases import CallbackBase
+from tracker_core.integrations.lightning._combined_batches import CombinedBatches
+from tracker_core.integrations.lightning._resume_rng import ResumeRngChecks
+from tracker_core.integrations.lightning._stage_driver import StageDriver
+
+if TYPE_CHECKING:
+    import weakref
+
+    import pytorch_lightning as pl
+
+_FIT = "fit"  # trainer.state.fn while fitting (Lightning's TrainerFn is a str enum in both packages)
+
+
+_P = ParamSpec("_P")
+
+
+class _NotesAnomalies(Protocol):
+    def _anomaly(self, message: str) -> None: ...
+
+
+_Callback = TypeVar("_Callback", bound=_NotesAnomalies)
+
+
+def passenger(
+    hook: Callable[Concatenate[_Callback, _P], None],
+) -> Callable[Concatenate[_Callback, _P], None]:
+    """A hook that never raises because Lightning ran hooks in an order the record did not expect:
+    the record notes the anomaly (``view.anomalies``) and warns once; Lightning carries on."""
+
+    def guarded(self: _Callback, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        try:
+            hook(self, *args, **kwargs)
+        except EventOrderError as error:
+            self._anomaly(f"{hook.__name__}: {error}")
+
+    functools.update_wrapper(guarded, hook)
+    return guarded
+
+
+class StageHooks(CallbackBase):
+    """Lightning's ``on_train_batch_*``, ``on_before_*`` and ``on_{validation,test,predict}_*`` hooks, for the
+    callback's stage drivers."""
+
+    tracker: Tracker
+    _train: StageDriver
+    _validate: StageDriver
+    _test: StageDriver
+    _predict: StageDriver
+    _combined: CombinedBatches | None  # several train loaders
+    _rng: ResumeRngChecks
+    _trainer: weakref.ref[pl.Trainer] | None
+    _run_begun: bool  # this call's run is counted
+    _anomaly: Callable[[str], None]
+
+    # The per-batch hooks guard inline (a try costs nothing in Python 3.11; a wrapper costs a call)
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        try:
+            self._train.batch_begin(batch)
+        except EventOrderError as error:
+            self._anomaly(f"on_train_batch_start: {error}")
+        if self._combined is not None:
+            self._combined.batch = batch
+        self._rng.at_setup = None  # Lightning iterates the setup_data iterator: its draws stand
+
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+        train = self._train  # the batch's step began: Lightning marked it started (every batch: inline)
+        if train.batch_to_start:
+            train.batch_to_start = False
+            try:
+                train.stage.batch_started()
+            except EventOrderError as error:
+                self._anomaly(f"on_before_backward: {error}")
+
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        train = self._train  # the batch's step began: Lightning marked it started (every batch: inline)
+        if train.batch_to_start:  # also in manual optimization after a plain loss.backward()
+            train.batch_to_start = False
+            try:
+                train.stage.batch_started()
+            except EventOrderError as error:
+                self._anomaly(f"on_before_optimizer_step: {error}")
+
+    def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        train = self._train  # the batch's step began: Lightning marked it started (every batch: inline)
+        if train.batch_to_start:
+            train.batch_to_start = False
+            try:
+                train.stage.batch_started()
+            except EventOrderError as error:
+                self._anomaly(f"on_before_zero_grad: {error}")
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        try:
+            if self._combined is not None:
+                self._combined.batch_end(self._train, batch, self._trainer() if self._trainer is not None else None)
+                return
+            if batch is None and self._no_batch_begun():
+                self._train.batch_of_none()  # the loader yielded None: Lightning ran no start hook and no step
+                return
+            # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
+            self._train.batch_end(0, batch)
+        except EventOrderError as error:
+            self._anomaly(f"on_train_batch_end: {error}")
+
+    def _no_batch_begun(self) -> bool:
+        """No train batch was begun since the last one processed (Lightning ran no ``on_train_batch_start``)."""
+        batches = self.tracker.progress.train.view.batches.lifetime
+        return batches.ready == batches.processed
+
+    def _evaluation_start(self, trainer: pl.Trainer, kind: str) -> None:
+        if trainer.state.fn == _FIT:
+            self._train.settle()  # a train batch ended before this validation
+        else:
+            bind_lifetime(trainer.lightning_module, self.tracker.progress)
+            self.tracker.progress.run_ready(kind)
+            self.tracker.progress.run_started()
+            self._run_begun = True
+
+    def _evaluation_end(self, trainer: pl.Trainer, driver: StageDriver) -> None:
+        driver.settle()
+        if trainer.state.fn != _FIT:
+            self.tracker.progress.run_processed()
+            self.tracker.progress.run_completed()
+
+    @passenger
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._evaluation_start(trainer, "validate")
+
+    @passenger
+    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._validate.epoch_begin()
+
+    @passenger
+    def on_validation_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if not trainer.sanity_checking:
+            self._validate.batch_begin(batch)
+
+    @passenger
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if not trainer.sanity_checking:
+            self._validate.batch_end(dataloader_idx)
+
+    @passenger
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._validate.epoch_end()
+
+    @passenger
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._evaluation_end(trainer, self._validate)
+            self._rng.validation_ended()
+
+    @passenger
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_start(trainer, "test")
+
+    @passenger
+    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._test.epoch_begin()
+
+    @passenger
+    def on_test_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._test.batch_begin(batch)
+
+    @passenger
+    def on_test_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._test.batch_end(dataloader_idx)
+
+    @passenger
+    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._test.epoch_end()
+
+    @passenger
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_end(trainer, self._test)
+
+    @passenger
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_start(trainer, "predict")
+
+    @passenger
+    def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._predict.epoch_begin()
+
+    @passenger
+    def on_predict_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._predict.batch_begin(batch)
+
+    @passenger
+    def on_predict_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._predict.batch_end(dataloader_idx)
+
+    @passenger
+    def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._predict.epoch_end()
+
+    @passenger
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._evaluation_end(trainer, self._predict)
