@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Generator, Iterable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from tracker_core import InexactResumeWarning, Progress, StageProgress
 from tracker_core.adapter import GlobalRng, ResumeRngCheck, TokenCounter, samples_in
-from tracker_core.integrations.accelerate._loops import Evaluation
 from tracker_core.integrations.accelerate._passes import start_from_the_beginning
 
 Batch = TypeVar("Batch")
+
+
+@dataclass(slots=True)
+class Evaluation:
+    """The open evaluation pass (one epoch of ``stage``)."""
+
+    stage: StageProgress
+    loader: int  # dataloader index
+    own_run: bool  # a validate/test/predict run of its own, outside epochs()
+    rng: GlobalRng  # the global RNGs when it began
+    samples: int = -1  # of the batch in the loop body; -1: none
+    batch: Any = None  # the batch in the loop body (its tokens are counted when it ends)
 
 
 class EvaluationPasses:

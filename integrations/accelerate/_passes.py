@@ -111,16 +111,13 @@ class TrainPasses:
         """After ``load_state`` loaded the progress: each loader's saved pass counter, and in the resumed epoch the
         passes already over and the batches each pass skips."""
         view = self._tracker.progress.view
-        self._restored_iterations = {}
-        self._finished = set()
+        saved = {index: iteration for index, iteration in enumerate(iterations) if iteration is not None}
         mapped = elastic.MappedPasses.of(view.resume_mapping, self._loaders)
         self._restored_step = mapped.step if resuming_epoch else None
-        for index, iteration in enumerate(iterations):
-            if iteration is not None and resuming_epoch and mapped.finished.get(index, iteration.finished):
-                self._finished.add(index)
-            if iteration is not None:
-                use_pass = resuming_epoch and iteration.pass_start is not None
-                self._restored_iterations[index] = iteration.pass_start if use_pass else iteration.now  # type: ignore[assignment]
+        self._restored_iterations = {
+            i: it.pass_start if resuming_epoch and it.pass_start is not None else it.now for i, it in saved.items()
+        }
+        self._finished = {i for i, it in saved.items() if resuming_epoch and mapped.finished.get(i, it.finished)}
         dataloaders = view.train.dataloaders
         self._resumed = {i: d.batches.epoch for i, d in enumerate(dataloaders) if resuming_epoch and d.batches.epoch}
         if resuming_epoch:

@@ -19,9 +19,9 @@ Accelerate has no callbacks, so the loops themselves report::
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Literal, TextIO, TypeVar, overload
 
 import torch
@@ -40,17 +40,10 @@ from tracker_core.adapter import (
     TokenCounter,
     batches_in,
     bind_lifetime,
-    capture_gradients,
     count_scheduler_steps,
     count_skipped_steps,
-    keep_heartbeat,
-    read_heartbeat,
-    restore_gradients,
 )
-from tracker_core.adapter import accelerate_checkpoint as checkpoint
 from tracker_core.adapter import register_progress as attach
-from tracker_core.integrations.accelerate import _commit as commit
-from tracker_core.integrations.accelerate import _elastic as elastic
 from tracker_core.integrations.accelerate._compat import (
     prepared_models,
     prepared_optimizers,
@@ -58,15 +51,25 @@ from tracker_core.integrations.accelerate._compat import (
     registered_objects,
 )
 from tracker_core.integrations.accelerate._evaluation import EvaluationPasses
+from tracker_core.integrations.accelerate._files import ProgressFiles
 from tracker_core.integrations.accelerate._fit import Fit
 from tracker_core.integrations.accelerate._loggers import rewind_trackers
-from tracker_core.integrations.accelerate._loops import TrainBatch
 from tracker_core.integrations.accelerate._passes import TrainPasses
 
 __all__ = ["AcceleratorProgress"]
 
 Batch = TypeVar("Batch")
 _REGISTERED_STATE = {"saved_by": "AcceleratorProgress", "file": "progress_tracker_{rank}.pt"}
+
+
+@dataclass(slots=True)
+class TrainBatch:
+    """The batch of one train pass in a loop body (one object per pass, refilled for each batch)."""
+
+    loader: int  # train dataloader index
+    step: int = 0  # accelerator.step when it was fetched
+    processed: bool = False  # a save_state in the loop body counted its step
+    batch: Any = None  # the batch itself (its samples and tokens are counted when it is processed)
 
 
 class AcceleratorProgress:
@@ -101,8 +104,8 @@ class AcceleratorProgress:
         heartbeat: str | os.PathLike[str] | None = None,
     ) -> None:
         self._accelerator = accelerator
-        self._heartbeat = None if heartbeat is None else os.fspath(heartbeat)
         self._tracker = Tracker()
+        self._files = ProgressFiles(accelerator, self._tracker, None if heartbeat is None else os.fspath(heartbeat))
         self._progress = self._tracker.progress
         self._train = self._progress.train
         self._tokens = {
@@ -122,9 +125,6 @@ class AcceleratorProgress:
         self._evaluations = EvaluationPasses(self._progress, self._tokens, self._rng_check)
         self._check_rng_at_pass = False
         self._display: Display | None = None  # set by display(); None: the loops show nothing
-        self._next_save_iteration: int | None = None  # after a load_state
-        # a registered progress's save_state under way: its folder and this process's progress, for state_dict()
-        self._pending: tuple[str, checkpoint.SavedProgress] | None = None
         attach(accelerator, self._progress)
         accelerator.register_save_state_pre_hook(self._on_save)
         accelerator.register_load_state_pre_hook(self._on_load)
@@ -141,7 +141,7 @@ class AcceleratorProgress:
         the loaded one and any newer folder), None before a load. Accelerate's ``load_state`` leaves
         ``project_configuration.iteration`` as it was; set it yourself so the next ``save_state()`` does not fail
         on an existing folder: ``accelerator.project_configuration.iteration = progress.next_save_iteration``."""
-        return self._next_save_iteration
+        return self._files.next_save_iteration
 
     def display(self, stream: TextIO | None = None, terminal: bool | None = None, interval: float = 10.0) -> None:
         """Show the loops' stage, epoch, batch, steps, samples/s and ETA (main process only).
@@ -161,17 +161,7 @@ class AcceleratorProgress:
         ``PATIENCE_S`` at most, never in a barrier), listing the size and CRC-32 of every other file then
         in the folder. A rank whose file did not come is left out of the commit, with a warning: ``load_state``
         refuses the folder (``save_state`` called on the main process only cannot be resumed)."""
-        if self._pending is not None:
-            (directory, saved), self._pending = self._pending, None
-            missing = commit.commit(directory, saved)
-            if missing:
-                warnings.warn(
-                    f"accelerator.save_state({directory!r}): the progress file of rank(s) {missing} did not come "
-                    f"within {commit.PATIENCE_S:g} s (save_state called on the main process only, or those processes "
-                    "failed), so the commit leaves them out and load_state refuses this folder",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
+        self._files.commit()
         return dict(_REGISTERED_STATE)
 
     def load_state_dict(self, state: object) -> None:
@@ -182,7 +172,7 @@ class AcceleratorProgress:
     def __getstate__(self) -> dict[str, Any]:
         """Pickled without the display (it holds a stream); optimizers pickle without torch's step hooks."""
         state = self.__dict__.copy()
-        state.update(_display=None, _hooked_optimizers=0, _pending=None, _check_skips=_no_scaler)
+        state.update(_display=None, _hooked_optimizers=0, _check_skips=_no_scaler)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -211,11 +201,9 @@ class AcceleratorProgress:
         if self._fit is not None:  # a fit still open (entered and never left): it ends as stopped early
             self._end_fit(self._left_early())
         self._evaluations.end_left_open()
-        self._bind_lifetimes()
-        self._progress.run_ready("fit")
-        self._progress.run_started()
+        self._begin_run("fit")
         self._fit = fit
-        keep_heartbeat(self._progress, self._heartbeat)  # a process killed before its first save is recorded
+        self._files.beat()  # a process killed before its first save is recorded
         if self._rng_check.armed:
             self._rng_check.check("between accelerator.load_state and the fit")
             if not self._check_rng_at_pass:  # the next epoch begins: what it draws, the uninterrupted run drew
@@ -242,11 +230,6 @@ class AcceleratorProgress:
         last epoch or in the middle of a train pass, else completed (None)."""
         epoch, max_epochs = self._fit_at
         return "stopped_early" if epoch + 1 < max_epochs or self._passes.left else None
-
-    def _bind_lifetimes(self) -> None:
-        """A run begins: prepared models that carry their lifetime (``track_lifetime``) continue it and carry this record."""
-        for model in prepared_models(self._accelerator):
-            bind_lifetime(model, self._progress)
 
     def _end_train_epoch(self) -> None:
         self._end_train_batch()
@@ -293,10 +276,7 @@ class AcceleratorProgress:
         checkpoint: a loader made by ``accelerator.skip_first_batches`` is refused there (``ValueError``,
         before a batch is fetched).
         """
-        batches = self._train_pass(loader, index, with_index)
-        if self._display is None:
-            return batches
-        return self._display.iterate(batches, "train", batches_in(loader))
+        return self._shown(self._train_pass(loader, index, with_index), "train", loader)
 
     def _begin_pass(self, loader: Iterable[Any], index: int) -> bool:
         """Begin the train pass of dataloader ``index``; False when nothing is left of it (restored after its end)."""
@@ -403,16 +383,19 @@ class AcceleratorProgress:
         return self._evaluation_loop(self._progress.predict, loader, index)
 
     def _evaluation_loop(self, stage: StageProgress, loader: Iterable[Batch], index: int) -> Iterator[Batch]:
-        batches = self._evaluations.run(stage, loader, index, self._begin_run_outside_fit)
-        if self._display is None:
-            return batches
-        return self._display.iterate(batches, stage.name, batches_in(loader))
+        return self._shown(self._evaluations.run(stage, loader, index, self._begin_run), stage.name, loader)
 
-    def _begin_run_outside_fit(self, kind: str) -> bool:
-        """Begin a run of ``kind`` for an evaluation pass outside a fit run; False inside one."""
+    def _shown(self, batches: Iterator[Any], stage: str, loader: Iterable[Any]) -> Iterator[Any]:
+        """The loop's batches, shown by the display if there is one."""
+        return batches if self._display is None else self._display.iterate(batches, stage, batches_in(loader))
+
+    def _begin_run(self, kind: str) -> bool:
+        """Begin a ``kind`` run, unless a fit run is open (False); prepared models that carry their lifetime
+        (``track_lifetime``) continue it and carry this record."""
         if self._fit is not None:
             return False
-        self._bind_lifetimes()
+        for model in prepared_models(self._accelerator):
+            bind_lifetime(model, self._progress)
         self._progress.run_ready(kind)
         self._progress.run_started()
         return True
@@ -447,9 +430,6 @@ class AcceleratorProgress:
                 stacklevel=4,
             )
 
-    def _parameters(self, models: list[torch.nn.Module]) -> list[torch.nn.Parameter]:
-        return [p for model in models for p in model.parameters()]
-
     # checkpoints ---------------------------------------------------------------------------
     def _on_save(self, models: list[torch.nn.Module], weights: list[Any], output_dir: str) -> None:
         batch = self._in_flight
@@ -458,24 +438,14 @@ class AcceleratorProgress:
             self._train.batch_processed_of(batch.batch, batch.loader)
             self._tokens["train"](batch.batch)
             batch.processed = True
-        accelerator = self._accelerator
-        iterations = self._passes.saved_iterations()
         evaluation = self._evaluations.open
-        saved = checkpoint.SavedProgress(
-            world_size=accelerator.num_processes,
-            tracker=self._tracker.state_dict(),
-            gradients=capture_gradients(self._parameters(models)),
-            save_iteration=accelerator.project_configuration.iteration,
-            loader_iterations=iterations,
-            evaluation_rng=None if evaluation is None else (evaluation.stage.name, evaluation.rng),
-            rank=accelerator.process_index,
+        self._files.save(
+            models,
+            output_dir,
+            self._passes.saved_iterations(),
+            None if evaluation is None else (evaluation.stage.name, evaluation.rng),
+            registered=any(obj is self for obj in registered_objects(self._accelerator)),
         )
-        if any(obj is self for obj in registered_objects(accelerator)):
-            self._pending = (output_dir, saved)  # written by state_dict(), once Accelerate's files are
-        else:
-            self._pending = None
-            checkpoint.write(output_dir, saved.rank, saved)
-        keep_heartbeat(self._progress, self._heartbeat)
 
     def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
         """Validate and load before Accelerate loads anything, so a bad file leaves all unchanged.
@@ -489,47 +459,18 @@ class AcceleratorProgress:
         rest (gradients, loader epochs, RNGs) from saved rank ``process_index % saved world size``.
         A loop still open when loading counts nothing more: the loaded run continues in the next loop.
         """
-        accelerator = self._accelerator
-        found = checkpoint.read_checkpoint(input_dir, accelerator.process_index, accelerator.num_processes)
-        saved = found.own
-        entry: dict[str, Any] = saved.tracker
-        if found.ranks is not None:
-            elastic.check_supported(accelerator, len(found.ranks))
-            entry = {**found.ranks[0].tracker, "ranks": [rank.tracker for rank in found.ranks]}
-        parameters = self._parameters(models)
-        previous = capture_gradients(parameters)
-        restore_gradients(parameters, saved.gradients)
-        try:
-            self._tracker.load_state_dict(entry)
-        except BaseException:
-            restore_gradients(parameters, previous)
-            raise
-        read_heartbeat(self._progress, self._heartbeat)  # the lost work of the run that saved it
+        found = self._files.load(models, input_dir)
         self._in_flight, self._fit, self._evaluations.open = None, None, None
-        self._next_save_iteration = _next_save_iteration(accelerator, saved.save_iteration)
         resuming_epoch = self.view.train.epochs.lifetime.in_flight
         if found.ranks is None:  # Accelerate restores the same RNGs after this hook (saved at one instant)
             self._rng_check.loaded()
             self._check_rng_at_pass = resuming_epoch
         else:  # another world size: this rank's RNGs come from another saved rank than Accelerate's file
             self._rng_check.forget()
-        self._evaluations.restored_rng = saved.evaluation_rng
-        self._passes.restore(saved.loader_iterations, resuming_epoch)
-        rewind_trackers(accelerator, self.view.global_step)  # init_trackers' trackers continue at this step
+        self._evaluations.restored_rng = found.own.evaluation_rng
+        self._passes.restore(found.own.loader_iterations, resuming_epoch)
+        rewind_trackers(self._accelerator, self.view.global_step)  # init_trackers' trackers continue at this step
 
 
 def _no_scaler() -> None:
     """The skip check without a GradScaler: AMP skips no step."""
-
-
-def _next_save_iteration(accelerator: Any, loaded: int) -> int:
-    """The number of the next automatically named ``checkpoint_N``: after the loaded one and after
-    any newer folder (one left damaged by a crash, when the run resumed from an older one)."""
-    newest = loaded
-    folder = os.path.join(accelerator.project_dir or "", "checkpoints")
-    if accelerator.project_configuration.automatic_checkpoint_naming and os.path.isdir(folder):
-        for name in os.listdir(folder):
-            match = re.fullmatch(r"checkpoint_(\d+)", name)
-            if match:
-                newest = max(newest, int(match.group(1)))
-    return newest + 1
