@@ -80,8 +80,16 @@ class ProgressFiles:
             )
 
     def load(self, models: list[torch.nn.Module], input_dir: str) -> checkpoint.SavedCheckpoint:
-        """At ``load_state``'s pre-hook: read and check the folder's progress files and load the tracker, with the
-        saved gradients (put back if the load fails); the heartbeat then says what the run that saved it lost."""
+        """At ``load_state``'s pre-hook: validate and load, with the saved gradients, so a bad file leaves all unchanged.
+
+        A committed folder (a registered progress saved it) must be what rank 0's progress file lists: every file
+        there unchanged (``accelerate_checkpoint.commit_problem``); a save cut short or a folder mixing two saves is
+        refused here. Without a commit, this process's file and rank 0's must come from the same save.
+
+        Saved by another number of processes, every saved rank's file is read and the core maps
+        the data position by global samples (``tracker_core/distributed/_elastic.py``); this process takes the
+        rest (gradients, loader epochs, RNGs) from saved rank ``process_index % saved world size``.
+        """
         accelerator = self._accelerator
         found = checkpoint.read_checkpoint(input_dir, accelerator.process_index, accelerator.num_processes)
         entry: dict[str, Any] = found.own.tracker

@@ -44,11 +44,27 @@ class TrainPasses:
 
     def refuse_a_second_skip(self, loader: object, index: int) -> None:
         """In the epoch ``load_state`` resumed, raise ``ValueError`` if ``loader`` was made by
-        ``accelerator.skip_first_batches``: its pass already skips the batches trained before the checkpoint."""
+        ``accelerator.skip_first_batches`` (Accelerate's public ``SkipBatchSampler`` or ``SkipDataLoader``, or a
+        prepared loader with ``skip_batches``): the pass of train dataloader ``index`` already skips the batches
+        trained before the checkpoint."""
         resumed = self._resumed.get(index)
-        if resumed is not None:
-            _refuse_a_second_skip(loader, index, resumed)
-            del self._resumed[index]
+        if resumed is None:
+            return
+        samplers = (getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None))
+        skips = [s.skip_batches for s in samplers if isinstance(s, SkipBatchSampler)]
+        skipping = getattr(loader, "skip_batches", 0)
+        if isinstance(loader, SkipDataLoader) or skipping:
+            skips.append(skipping)
+        if skips:
+            raise ValueError(
+                f"train dataloader {index} was made by accelerator.skip_first_batches (it skips its first "
+                f"{sum(skips)} batches) and given to progress.train() in the epoch accelerator.load_state resumed, "
+                f"where the prepared loader already resumes after the {resumed} batches trained before the "
+                "checkpoint: batches would be skipped twice and never trained, or the position lost. Remove the "
+                "skip_first_batches call and pass the prepared loader: progress.train() yields exactly the batches "
+                "not yet trained. Nothing was trained"
+            )
+        del self._resumed[index]
 
     def begin(self, loader: Iterable[Any], index: int, note: Callable[[str], None]) -> bool:
         """Begin the (tracked) pass of dataloader ``index``; False when nothing is left of it (restored after its end)."""
@@ -156,23 +172,4 @@ def _warn_if_passes_alternate(iterations: list[checkpoint.LoaderIteration | None
             "run's, so optimizer steps can fall on other batches (each loader's samples continue exactly)",
             InexactResumeWarning,
             stacklevel=5,
-        )
-
-
-def _refuse_a_second_skip(loader: object, index: int, resumed: int) -> None:
-    """Raise ``ValueError`` if ``loader`` was made by ``accelerator.skip_first_batches`` (Accelerate's public
-    ``SkipBatchSampler`` or ``SkipDataLoader``, or a prepared loader with ``skip_batches``): the resumed pass of
-    train dataloader ``index`` already skips the ``resumed`` batches trained before the checkpoint."""
-    samplers = (getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None))
-    skips = [s.skip_batches for s in samplers if isinstance(s, SkipBatchSampler)]
-    skipping = getattr(loader, "skip_batches", 0)
-    if isinstance(loader, SkipDataLoader) or skipping:
-        skips.append(skipping)
-    if skips:
-        raise ValueError(
-            f"train dataloader {index} was made by accelerator.skip_first_batches (it skips its first {sum(skips)} "
-            "batches) and given to progress.train() in the epoch accelerator.load_state resumed, where the prepared "
-            f"loader already resumes after the {resumed} batches trained before the checkpoint: batches would be "
-            "skipped twice and never trained, or the position lost. Remove the skip_first_batches call and pass the "
-            "prepared loader: progress.train() yields exactly the batches not yet trained. Nothing was trained"
         )

@@ -1,20 +1,5 @@
-"""Hugging Face Accelerate adapter: one object that counts progress and makes ``save_state`` resume exactly.
-
-Accelerate has no callbacks, so the loops themselves report::
-
-    progress = AcceleratorProgress(accelerator)  # after accelerator.prepare(...)
-    with progress.fit(3) as fit:
-        for epoch in fit.epochs():
-            for index, batch in fit.train(train_loader, with_index=True):
-                with accelerator.accumulate(model):
-                    ...  # forward, backward, optimizer.step(), zero_grad()
-                if want_checkpoint:
-                    accelerator.save_state(path)  # exact mid-epoch resume from here
-            for batch in progress.evaluate(val_loader):
-                ...
-
-``tracker_core.get_progress(accelerator)`` returns the read-only view. See docs/accelerate.md.
-"""
+"""``AcceleratorProgress``: counts an ``accelerate.Accelerator``'s loops, which report to it (Accelerate has no
+callbacks), and makes ``save_state`` resume exactly. See docs/accelerate.md."""
 
 from __future__ import annotations
 
@@ -26,35 +11,16 @@ from typing import Any, Literal, TextIO, TypeVar, overload
 
 import torch
 
-from tracker_core import (
-    EventOrderError,
-    ProgressStateError,
-    ProgressView,
-    StageProgress,
-    Tracker,
-    count_optimizer_steps,
-)
-from tracker_core.adapter import (
-    Display,
-    ResumeRngCheck,
-    TokenCounter,
-    batches_in,
-    bind_lifetime,
-    count_scheduler_steps,
-    count_skipped_steps,
-)
+from tracker_core import EventOrderError, ProgressStateError, ProgressView, StageProgress, Tracker
+from tracker_core.adapter import Display, ResumeRngCheck, TokenCounter, batches_in, bind_lifetime
 from tracker_core.adapter import register_progress as attach
-from tracker_core.integrations.accelerate._compat import (
-    prepared_models,
-    prepared_optimizers,
-    prepared_schedulers,
-    registered_objects,
-)
+from tracker_core.integrations.accelerate._compat import prepared_models, registered_objects
 from tracker_core.integrations.accelerate._evaluation import EvaluationPasses
 from tracker_core.integrations.accelerate._files import ProgressFiles
 from tracker_core.integrations.accelerate._fit import Fit
 from tracker_core.integrations.accelerate._loggers import rewind_trackers
 from tracker_core.integrations.accelerate._passes import TrainPasses
+from tracker_core.integrations.accelerate._steps import hook_optimizers, no_scaler
 
 __all__ = ["AcceleratorProgress"]
 
@@ -113,7 +79,7 @@ class AcceleratorProgress:
             for name in ("train", "validate", "test", "predict")
         }
         self._hooked_optimizers = 0
-        self._check_skips: Callable[[], None] = _no_scaler  # the GradScaler's skip check, once per train batch
+        self._check_skips: Callable[[], None] = no_scaler  # the GradScaler's skip check, once per train batch
         self._fit: Fit | None = None  # the open fit run, None outside one
         self._fit_at = (0, 0)  # the epoch the open fit last began, and its max_epochs
         self._in_flight: TrainBatch | None = None  # the train batch handed to a loop body
@@ -152,7 +118,6 @@ class AcceleratorProgress:
         if self._accelerator.is_main_process:
             self._display = Display(self.view, stream=stream, terminal=terminal, interval=interval)
 
-    # register_for_checkpointing and pickling -----------------------------------------------
     def state_dict(self) -> dict[str, str]:
         """What ``accelerator.register_for_checkpointing(progress)`` stores: only a note saying where the
         progress is. ``save_state`` calls it after writing Accelerate's own files (and the objects registered
@@ -172,7 +137,7 @@ class AcceleratorProgress:
     def __getstate__(self) -> dict[str, Any]:
         """Pickled without the display (it holds a stream); optimizers pickle without torch's step hooks."""
         state = self.__dict__.copy()
-        state.update(_display=None, _hooked_optimizers=0, _check_skips=_no_scaler)
+        state.update(_display=None, _hooked_optimizers=0, _check_skips=no_scaler)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -180,7 +145,6 @@ class AcceleratorProgress:
         self.__dict__.update(state)
         attach(self._accelerator, self._progress)
 
-    # fit -----------------------------------------------------------------------------------
     def fit(self, max_epochs: int) -> Fit:
         """A fit run of ``max_epochs`` train epochs, a context manager (:class:`Fit`)::
 
@@ -252,7 +216,6 @@ class AcceleratorProgress:
         self._progress.run_processed()
         self._progress.run_completed()
 
-    # train passes --------------------------------------------------------------------------
     @overload
     def train(
         self, loader: Iterable[Batch], index: int = 0, *, with_index: Literal[False] = False
@@ -307,8 +270,7 @@ class AcceleratorProgress:
                         self._check_skips()
                         turn(done)  # ends the batch before and begins this one: one call
                     else:
-                        if self._in_flight is not None:  # the batch before, of another pass or processed by a save
-                            self._end_train_batch()
+                        self._end_train_batch()  # the batch before, of another pass or processed by a save
                         train.batch_begin()
                         turn = train.batch_turner(index)  # anew: a load (which makes new counts) leads here
                         mine.processed = False
@@ -369,7 +331,6 @@ class AcceleratorProgress:
             self._tokens["train"](batch.batch)
         batch.batch = None
 
-    # evaluation passes ---------------------------------------------------------------------
     def evaluate(self, loader: Iterable[Batch], index: int = 0) -> Iterator[Batch]:
         """One validation epoch; inside :meth:`fit` it belongs to the fit run, else it is a validate run."""
         return self._evaluation_loop(self._progress.validate, loader, index)
@@ -385,7 +346,7 @@ class AcceleratorProgress:
     def _evaluation_loop(self, stage: StageProgress, loader: Iterable[Batch], index: int) -> Iterator[Batch]:
         return self._shown(self._evaluations.run(stage, loader, index, self._begin_run), stage.name, loader)
 
-    def _shown(self, batches: Iterator[Any], stage: str, loader: Iterable[Any]) -> Iterator[Any]:
+    def _shown(self, batches: Generator[Any, None, None], stage: str, loader: Iterable[Any]) -> Iterator[Any]:
         """The loop's batches, shown by the display if there is one."""
         return batches if self._display is None else self._display.iterate(batches, stage, batches_in(loader))
 
@@ -408,16 +369,11 @@ class AcceleratorProgress:
         """
         self._passes.track(loader, index)
 
-    # wiring ------------------------------------------------------------------------------
     def _hook_optimizers(self) -> None:
-        """Count real steps of prepared optimizers not hooked yet, on the torch optimizer inside each, and from
-        now on (after a load_state restored them) the steps the GradScaler skips and every prepared scheduler's."""
-        inner = [getattr(prepared, "optimizer", prepared) for prepared in prepared_optimizers(self._accelerator)]
-        train, scaler = self._train, self._accelerator.scaler
-        count_optimizer_steps(train, inner[self._hooked_optimizers :], first_index=self._hooked_optimizers)
-        self._hooked_optimizers = len(inner)
-        self._check_skips = _no_scaler if scaler is None else count_skipped_steps(train, scaler, inner)
-        count_scheduler_steps(train, [getattr(s, "scheduler", s) for s in prepared_schedulers(self._accelerator)])
+        """Count the steps of prepared optimizers not hooked yet, and of the GradScaler and schedulers anew."""
+        self._hooked_optimizers, self._check_skips = hook_optimizers(
+            self._accelerator, self._train, self._hooked_optimizers
+        )
 
     def _note(self, message: str) -> None:
         """Record in the progress what the loops could not follow; warn the first time."""
@@ -430,7 +386,6 @@ class AcceleratorProgress:
                 stacklevel=4,
             )
 
-    # checkpoints ---------------------------------------------------------------------------
     def _on_save(self, models: list[torch.nn.Module], weights: list[Any], output_dir: str) -> None:
         batch = self._in_flight
         if batch is not None and not batch.processed:  # saved from the loop body: the batch's step is done
@@ -448,17 +403,8 @@ class AcceleratorProgress:
         )
 
     def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
-        """Validate and load before Accelerate loads anything, so a bad file leaves all unchanged.
-
-        A committed folder (a registered progress saved it) must be what rank 0's progress file lists: every file
-        there unchanged (``accelerate_checkpoint.commit_problem``); a save cut short or a folder mixing two saves is
-        refused here. Without a commit, this process's file and rank 0's must come from the same save.
-
-        Saved by another number of processes, every saved rank's file is read and the core maps
-        the data position by global samples (``tracker_core/distributed/_elastic.py``); this process takes the
-        rest (gradients, loader epochs, RNGs) from saved rank ``process_index % saved world size``.
-        A loop still open when loading counts nothing more: the loaded run continues in the next loop.
-        """
+        """Load the progress (:meth:`ProgressFiles.load`) before Accelerate loads anything; a loop still open counts
+        nothing more: the loaded run continues in the next loop."""
         found = self._files.load(models, input_dir)
         self._in_flight, self._fit, self._evaluations.open = None, None, None
         resuming_epoch = self.view.train.epochs.lifetime.in_flight
@@ -470,7 +416,3 @@ class AcceleratorProgress:
         self._evaluations.restored_rng = found.own.evaluation_rng
         self._passes.restore(found.own.loader_iterations, resuming_epoch)
         rewind_trackers(self._accelerator, self.view.global_step)  # init_trackers' trackers continue at this step
-
-
-def _no_scaler() -> None:
-    """The skip check without a GradScaler: AMP skips no step."""
