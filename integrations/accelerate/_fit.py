@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
@@ -44,9 +44,6 @@ class Fit:
         After ``load_state`` it continues the restored run: an epoch saved mid-way is yielded again
         and its :meth:`train` pass yields only the batches not yet trained.
         """
-        return self._epochs()
-
-    def _epochs(self) -> Generator[int, None, None]:
         owner = self._owner
         if owner._fit is not self:
             owner._note("fit.epochs() was iterated outside its with block: its epochs are not counted")

@@ -1,0 +1,102 @@
+"""The evaluation epochs (validate, test, predict) of an AcceleratorProgress: one open at a time."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tracker_core import InexactResumeWarning, Progress, StageProgress
+from tracker_core.adapter import GlobalRng, ResumeRngCheck, TokenCounter, samples_in
+from tracker_core.integrations.accelerate._passes import start_from_the_beginning
+
+Batch = TypeVar("Batch")
+
+
+@dataclass(slots=True)
+class Evaluation:
+    """The open evaluation pass (one epoch of ``stage``)."""
+
+    stage: StageProgress
+    loader: int  # dataloader index
+    own_run: bool  # a validate/test/predict run of its own, outside epochs()
+    rng: GlobalRng  # the global RNGs when it began
+    samples: int = -1  # of the batch in the loop body; -1: none
+    batch: Any = None  # the batch in the loop body (its tokens are counted when it ends)
+
+
+class EvaluationPasses:
+    """Counts each evaluation epoch's batches and ends the open one when its loop is left or another loop begins."""
+
+    def __init__(self, progress: Progress, tokens: dict[str, TokenCounter], rng_check: ResumeRngCheck) -> None:
+        self._progress = progress
+        self._tokens = tokens
+        self._rng_check = rng_check
+        self.open: Evaluation | None = None  # the open evaluation pass
+        # The global RNGs when the open evaluation epoch began: one saved mid-way restarts from
+        # its first batch after a resume, drawing from these as the uninterrupted run did.
+        self.restored_rng: tuple[str, GlobalRng] | None = None
+
+    def run(
+        self, stage: StageProgress, loader: Iterable[Batch], index: int, begin_run: Callable[[str], bool]
+    ) -> Generator[Batch, None, None]:
+        """One evaluation epoch; ``begin_run(kind)`` begins a run of its own outside a fit (False inside one). It touches
+        no RNG: the run draws what it would draw without the adapter. Its RNGs at the start are kept, so that one
+        saved mid-way (an unfinished evaluation restarts from its first batch after a resume) draws again what it drew."""
+        self.end_left_open()
+        self._rng_check.forget()  # an evaluation before any train pass after a load: its draws are not compared
+        restored, self.restored_rng = self.restored_rng, None
+        if restored is not None and restored[0] == stage.name:
+            restored[1].apply()  # after load_state, whose own RNG file holds the save instant's RNGs
+        own_run = begin_run(stage.name)
+        first_pass = self._progress.view.stage(stage.name).epochs.lifetime.completed == 0
+        if start_from_the_beginning(loader) and (restored is not None or first_pass):
+            warnings.warn(
+                f"{stage.name} dataloader {index} is a StatefulDataLoader that Accelerate's load_state restored "
+                "before this pass, which begins from its first batch: a new iterator draws the global RNG and "
+                "its sampler continues from its restored state, where the saving run used the iterator that "
+                "prepare() built (first pass) or the state when the interrupted evaluation began",
+                InexactResumeWarning,
+                stacklevel=3,
+            )
+        evaluation = Evaluation(stage, index, own_run, GlobalRng.capture())
+        self.open = evaluation
+        stage.epoch_ready()
+        stage.epoch_started()
+        try:
+            for batch in loader:
+                if self.open is evaluation:
+                    stage.batch_begin()
+                    evaluation.samples = samples_in(batch)
+                    evaluation.batch = batch
+                yield batch
+                if self.open is evaluation:
+                    self._end_batch(evaluation)
+        except GeneratorExit:  # the loop body left: the epoch was cut short
+            if self.open is evaluation:
+                self._end(evaluation)
+            raise
+        if self.open is evaluation:
+            self._end(evaluation)
+
+    def end_left_open(self) -> None:
+        """End an evaluation pass left while kept suspended (a frame held by an exception's traceback
+        keeps it open), as a break would, when another loop begins or the fit run ends."""
+        if self.open is not None:
+            self._end(self.open)
+
+    def _end_batch(self, evaluation: Evaluation) -> None:
+        evaluation.stage.batch_end(evaluation.samples, evaluation.loader)
+        self._tokens[evaluation.stage.name](evaluation.batch)
+        evaluation.samples, evaluation.batch = -1, None
+
+    def _end(self, evaluation: Evaluation) -> None:
+        self.open = None
+        if evaluation.samples >= 0:
+            self._end_batch(evaluation)
+        evaluation.stage.epoch_processed()
+        evaluation.stage.epoch_completed()
+        if evaluation.own_run:
+            self._progress.run_processed()
+            self._progress.run_completed()

@@ -1,0 +1,175 @@
+"""The train passes of an AcceleratorProgress's epochs: its prepared train loaders, where each pass began (saved by
+``save_state``) and what ``load_state`` restored of them (Accelerate's pass counters, passes already over)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from accelerate.data_loader import SkipBatchSampler, SkipDataLoader
+
+from tracker_core import InexactResumeWarning, Tracker
+from tracker_core.adapter import accelerate_checkpoint as checkpoint
+from tracker_core.integrations.accelerate import _elastic as elastic
+from tracker_core.integrations.accelerate._compat import create_seedable_generator, drop_iterator
+
+
+class TrainPasses:
+    """The prepared train loaders (by train dataloader index) and their passes in the current epoch."""
+
+    def __init__(self, accelerator: Any, tracker: Tracker) -> None:
+        self._accelerator = accelerator
+        self._tracker = tracker
+        self._loaders: dict[int, Any] = {}  # train dataloader index -> the prepared loader
+        self._pass_start: dict[int, int] = {}  # index -> loader.iteration when its last train pass began
+        self._restored_iterations: dict[int, int] = {}  # index -> loader.iteration to set before the next pass
+        self._finished: set[int] = set()  # restored mid-epoch after the pass yielded its last batch
+        self._begun: set[int] = set()  # train loaders whose pass began in the current epoch
+        self.left: set[int] = set()  # those whose pass the loop left before its end
+        self._resumed: dict[int, int] = {}  # index -> batches its pass in the epoch load_state resumes skips
+        self._restored_step: int | None = None  # accelerator.step after an elastic load, set when the pass begins
+
+    def track(self, loader: object, index: int) -> None:
+        """Position the prepared loader's inner torch DataLoader (a DataLoaderShard only poses as one)."""
+        self._loaders[index] = loader
+        restored = self._restored_iterations.pop(index, None)
+        if restored is not None and hasattr(loader, "iteration"):
+            loader.iteration = restored
+        inner = getattr(loader, "base_dataloader", loader)
+        create_seedable_generator(inner)
+        # use_stateful_dataloader: Accelerate's save_state / load_state keep its StatefulDataLoader's own state
+        restores = bool(getattr(loader, "use_stateful_dataloader", False))
+        self._tracker.track_train_loader(inner, index, framework_restores_state=restores)
+
+    def refuse_a_second_skip(self, loader: object, index: int) -> None:
+        """In the epoch ``load_state`` resumed, raise ``ValueError`` if ``loader`` was made by
+        ``accelerator.skip_first_batches`` (Accelerate's public ``SkipBatchSampler`` or ``SkipDataLoader``, or a
+        prepared loader with ``skip_batches``): the pass of train dataloader ``index`` already skips the batches
+        trained before the checkpoint."""
+        resumed = self._resumed.get(index)
+        if resumed is None:
+            return
+        samplers = (getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None))
+        skips = [s.skip_batches for s in samplers if isinstance(s, SkipBatchSampler)]
+        skipping = getattr(loader, "skip_batches", 0)
+        if isinstance(loader, SkipDataLoader) or skipping:
+            skips.append(skipping)
+        if skips:
+            raise ValueError(
+                f"train dataloader {index} was made by accelerator.skip_first_batches (it skips its first "
+                f"{sum(skips)} batches) and given to progress.train() in the epoch accelerator.load_state resumed, "
+                f"where the prepared loader already resumes after the {resumed} batches trained before the "
+                "checkpoint: batches would be skipped twice and never trained, or the position lost. Remove the "
+                "skip_first_batches call and pass the prepared loader: progress.train() yields exactly the batches "
+                "not yet trained. Nothing was trained"
+            )
+        del self._resumed[index]
+
+    def begin(self, loader: Iterable[Any], index: int, note: Callable[[str], None]) -> bool:
+        """Begin the (tracked) pass of dataloader ``index``; False when nothing is left of it (restored after its end)."""
+        if self._restored_step is not None:  # after Accelerate's load_state restored the old geometry's
+            self._accelerator.step, self._restored_step = self._restored_step, None
+        pass_start = getattr(loader, "iteration", None)
+        if pass_start is not None:
+            self._pass_start[index] = pass_start
+        self._begun.add(index)
+        if index not in self._finished:
+            return True
+        self._finished.discard(index)  # Accelerate's loaders fail on an empty pass (an iterable one raises),
+        inner = getattr(loader, "base_dataloader", loader)  # so only the inner loader runs, to spend its position
+        extra = 0
+        if start_from_the_beginning(loader):  # Accelerate restored its own state at the pass's end
+            iter(inner)  # spends the armed position: built under the checkpoint's RNGs, nothing read
+        else:
+            extra = sum(1 for _ in inner)
+        if extra:
+            note(f"train dataloader {index}, saved at the end of its pass, yielded {extra} more batches")
+        if pass_start is not None:
+            loader.iteration = pass_start + 1  # type: ignore[attr-defined]
+        return False
+
+    def begin_epoch(self) -> None:
+        """A train epoch begins: no pass of it has begun or been left."""
+        self._begun.clear()
+        self.left.clear()
+
+    def end_epoch(self) -> None:
+        """The epoch ends: passes of the resumed epoch that never began begin the next epoch from their start."""
+        if self._resumed or self._finished:
+            self._tracker.forget_loaded_positions()
+        self._resumed.clear()
+        self._finished.clear()
+
+    def saved_iterations(self) -> list[checkpoint.LoaderIteration | None]:
+        """What ``save_state`` keeps of each train loader's pass (None: no pass counter); warns if the loop left
+        a pass of the epoch in flight before its end."""
+        iterations: list[checkpoint.LoaderIteration | None] = []
+        for index in range(max(self._loaders, default=-1) + 1):
+            loader = self._loaders.get(index)
+            now = getattr(loader, "iteration", None)
+            begun = index in self._begun  # else its flags and pass start are the last epoch's
+            finished = begun and bool(getattr(loader, "end_of_dataloader", False))
+            pass_start = self._pass_start.get(index) if begun else None
+            iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished))
+        left = sorted(self.left) if self._tracker.progress.view.train.epochs.lifetime.in_flight else []
+        if left:
+            warnings.warn(
+                f"save_state after the loop left the pass of train dataloader(s) {', '.join(map(str, left))} "
+                "before its end in this epoch: the resumed epoch is re-entered and that pass yields its "
+                "remaining batches (save after the epoch, or before leaving the pass)",
+                InexactResumeWarning,
+                stacklevel=4,
+            )
+        return iterations
+
+    def restore(self, iterations: list[checkpoint.LoaderIteration | None], resuming_epoch: bool) -> None:
+        """After ``load_state`` loaded the progress: each loader's saved pass counter, and in the resumed epoch the
+        passes already over and the batches each pass skips."""
+        view = self._tracker.progress.view
+        saved = {index: iteration for index, iteration in enumerate(iterations) if iteration is not None}
+        mapped = elastic.MappedPasses.of(view.resume_mapping, self._loaders)
+        self._restored_step = mapped.step if resuming_epoch else None
+        self._restored_iterations = {
+            i: it.pass_start if resuming_epoch and it.pass_start is not None else it.now for i, it in saved.items()
+        }
+        self._finished = {i for i, it in saved.items() if resuming_epoch and mapped.finished.get(i, it.finished)}
+        dataloaders = view.train.dataloaders
+        self._resumed = {i: d.batches.epoch for i, d in enumerate(dataloaders) if resuming_epoch and d.batches.epoch}
+        if resuming_epoch:
+            _warn_if_passes_alternate(iterations, self._finished)
+
+
+def start_from_the_beginning(loader: object) -> bool:
+    """Drop a position Accelerate's ``load_state`` gave a StatefulDataLoader used for evaluation.
+
+    Accelerate restores every stateful loader mid-way, but an evaluation interrupted by a
+    checkpoint restarts from its first batch; a restored finished state would also make the
+    next epoch build its iterator twice, drawing the global RNG once more. True if it dropped one.
+    """
+    inner = getattr(loader, "base_dataloader", loader)
+    if getattr(inner, "next_iter_state", None) is None:
+        return False
+    inner.next_iter_state = None  # type: ignore[attr-defined]
+    drop_iterator(inner)
+    return True
+
+
+def _warn_if_passes_alternate(iterations: list[checkpoint.LoaderIteration | None], finished: set[int]) -> None:
+    """Accelerate's ``step`` and its gradient sync at the end of a loader follow the most recently begun of the
+    loaders whose pass is still open, and the resumed passes begin in the order the loop asks for them: with a
+    pass open at the save and another open or still to begin, that order can differ from the saving run's."""
+    open_passes = [
+        i for i, it in enumerate(iterations) if it is not None and it.pass_start is not None and it.now == it.pass_start
+    ]
+    to_begin = [i for i, it in enumerate(iterations) if it is not None and it.pass_start is None and i not in finished]
+    if open_passes and len(open_passes) + len(to_begin) > 1:
+        names = ", ".join(str(i) for i in sorted(open_passes + to_begin))
+        warnings.warn(
+            f"train dataloaders {names} have passes open or still to begin in the resumed epoch: Accelerate's "
+            "step counter and its gradient sync at the end of a loader follow the most recently begun loader, "
+            "and the resumed passes begin in the order the loop asks for them, which can differ from the saving "
+            "run's, so optimizer steps can fall on other batches (each loader's samples continue exactly)",
+            InexactResumeWarning,
+            stacklevel=5,
+        )
