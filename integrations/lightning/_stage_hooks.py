@@ -79,31 +79,23 @@ class StageHooks(CallbackBase):
         self._rng.at_setup = None  # Lightning iterates the setup_data iterator: its draws stand
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
-        train = self._train  # the batch's step began: Lightning marked it started (every batch: inline)
-        if train.batch_to_start:
-            train.batch_to_start = False
-            try:
-                train.stage.batch_started()
-            except EventOrderError as error:
-                self._anomaly(f"on_before_backward: {error}")
+        self._step_began("on_before_backward")
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
-        train = self._train  # the batch's step began: Lightning marked it started (every batch: inline)
-        if train.batch_to_start:  # also in manual optimization after a plain loss.backward()
-            train.batch_to_start = False
-            try:
-                train.stage.batch_started()
-            except EventOrderError as error:
-                self._anomaly(f"on_before_optimizer_step: {error}")
+        self._step_began("on_before_optimizer_step")  # also in manual optimization after a plain loss.backward()
 
     def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
-        train = self._train  # the batch's step began: Lightning marked it started (every batch: inline)
+        self._step_began("on_before_zero_grad")
+
+    def _step_began(self, hook: str) -> None:
+        """The batch's step began: Lightning marked it started (the first of these hooks in a batch marks it)."""
+        train = self._train
         if train.batch_to_start:
             train.batch_to_start = False
             try:
                 train.stage.batch_started()
             except EventOrderError as error:
-                self._anomaly(f"on_before_zero_grad: {error}")
+                self._anomaly(f"{hook}: {error}")
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
