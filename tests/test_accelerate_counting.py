@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,7 +96,10 @@ def test_breaking_out_of_a_train_pass_before_training_undoes_the_batch_in_hand()
     assert progress.view.train.epochs.lifetime.completed == 1
 
 
-def test_a_step_skipped_by_the_grad_scaler_is_counted_apart():
+def _train_with_an_overflow_at_batch_1(save_to: Path | None = None) -> tuple[AcceleratorProgress, Any]:
+    """One epoch of 4 batches whose second loss overflows (the GradScaler skips that step). With ``save_to``:
+    ``save_state`` there from the loop body right after that batch, then the loop is left; also returns the train
+    view at that save."""
     accelerator = fresh_accelerator(Setup(accumulation=1))
     accelerator.scaler = torch.amp.GradScaler("cpu")  # Accelerate makes none on CPU; AMP skips need one
     model = torch.nn.Linear(4, 1)
@@ -102,6 +107,7 @@ def test_a_step_skipped_by_the_grad_scaler_is_counted_apart():
         model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(Indexed(12), batch_size=3)
     )
     progress = AcceleratorProgress(accelerator)
+    at_save = None
     with progress.fit(1) as fit:
         for _epoch in fit.epochs():
             for index, (_ids, x, y) in enumerate(progress.train(loader)):
@@ -110,31 +116,22 @@ def test_a_step_skipped_by_the_grad_scaler_is_counted_apart():
                     accelerator.backward(torch.nn.functional.mse_loss(model(x), y) * overflow)
                     optimizer.step()
                     optimizer.zero_grad()
+                if save_to is not None and index == 1:
+                    accelerator.save_state(str(save_to))
+                    at_save = progress.view.train
+                    break
+    return progress, at_save
+
+
+def test_a_step_skipped_by_the_grad_scaler_is_counted_apart():
+    progress, _ = _train_with_an_overflow_at_batch_1()
     assert progress.view.train.optimizer_steps.lifetime == 3
     assert progress.view.train.optimizer_steps_skipped.lifetime == 1
 
 
 def test_a_step_skipped_in_a_batch_saved_from_the_loop_body_is_in_the_saved_progress(tmp_path):
-    accelerator = fresh_accelerator(Setup(accumulation=1))
-    accelerator.scaler = torch.amp.GradScaler("cpu")
-    model = torch.nn.Linear(4, 1)
-    model, optimizer, loader = accelerator.prepare(
-        model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(Indexed(12), batch_size=3)
-    )
-    progress = AcceleratorProgress(accelerator)
-    with progress.fit(1) as fit:
-        for _epoch in fit.epochs():
-            for index, (_ids, x, y) in enumerate(progress.train(loader)):
-                with accelerator.accumulate(model):
-                    overflow = float("inf") if index == 1 else 1.0
-                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y) * overflow)
-                    optimizer.step()
-                    optimizer.zero_grad()
-                if index == 1:
-                    accelerator.save_state(str(tmp_path / "state"))
-                    saved = progress.view.train
-                    assert (saved.optimizer_steps.lifetime, saved.optimizer_steps_skipped.lifetime) == (1, 1)
-                    break
+    _, saved = _train_with_an_overflow_at_batch_1(save_to=tmp_path / "state")
+    assert (saved.optimizer_steps.lifetime, saved.optimizer_steps_skipped.lifetime) == (1, 1)
 
 
 def test_breaking_out_of_an_evaluation_ends_its_epoch_and_run():
