@@ -118,7 +118,7 @@ class Progress:
 
     def run_completed(self) -> None:
         """The run's end hooks are done."""
-        self.train._scheduler_steps  # noqa: B018 - read now: held weakly, the schedulers may be dropped after the run
+        self.train._read_schedulers()  # now: held weakly, the schedulers may be dropped after the run
         self._runs.mark_completed()
         self._stop_clocks()
         self._where = _RUN_AT[Phase.COMPLETED]
@@ -133,7 +133,7 @@ class Progress:
         (another process's, which the resume settles)."""
         if ended not in (STOPPED_EARLY, INTERRUPTED, CRASHED):
             raise ValueError(f"unknown run ending {ended!r}; expected stopped_early, interrupted or crashed")
-        self.train._scheduler_steps  # noqa: B018 - read now: held weakly, the schedulers may be dropped after the run
+        self.train._read_schedulers()  # now: held weakly, the schedulers may be dropped after the run
         ledger = self._ledger
         if ledger.open_entry is None or ledger.restored_open:
             return

@@ -30,5 +30,5 @@ def count_scheduler_steps(train: TrainStageProgress, schedulers: Sequence[object
         if message not in train._progress._anomalies:
             train._progress.note_anomaly(message)
             warnings.warn(f"tracker-core: {message}; noted in view.anomalies", RuntimeWarning, stacklevel=2)
-    train._scheduler_steps  # noqa: B018 - reading counts what the schedulers stepped until now
+    train._read_schedulers()  # what the schedulers counted until now stepped
     train._schedulers = counted

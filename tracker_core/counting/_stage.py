@@ -301,14 +301,18 @@ class TrainStageProgress(StageProgress):
 
     @property
     def _scheduler_steps(self) -> _Tally:
-        """The scheduler steps, with what the counted schedulers' ``last_epoch`` grew since it was last read."""
+        """The scheduler steps, with what the counted schedulers stepped until now."""
+        self._read_schedulers()
+        return self._scheduler_tally
+
+    def _read_schedulers(self) -> None:
+        """Count what each counted scheduler's ``last_epoch`` grew since it was last read."""
         tally = self._scheduler_tally
         for counted in self._schedulers:
             scheduler = counted[0]()
             now = counted[1] if scheduler is None else scheduler.last_epoch  # dropped: counts nothing more
             tally.total += max(0, now - counted[1])  # went back (its state loaded while counted): on from there
             counted[1] = now
-        return tally
 
     @property
     def stepped_in_batch(self) -> bool:
