@@ -97,8 +97,11 @@ LOADERS: dict[str, Callable[[], DataLoader[Any]]] = {
     "plain-map-2-workers": lambda: DataLoader(_Counted(), batch_size=BATCH, shuffle=True, **_workers(2)),
     "stateful-own-state-iterable-0-workers": lambda: StatefulDataLoader(_Positioned(), batch_size=BATCH),
     "stateful-own-state-iterable-2-workers": lambda: StatefulDataLoader(_Positioned(), batch_size=BATCH, **_workers(2)),
-    "plain-own-state-iterable-0-workers": lambda: DataLoader(_Positioned(), batch_size=BATCH),
 }
+
+
+def _plain_own_state_iterable(workers: int = 0) -> DataLoader[Any]:
+    return DataLoader(_Positioned(), batch_size=BATCH, **_workers(workers))
 
 
 def _ids(batch: Any) -> list[int]:
@@ -161,9 +164,12 @@ def test_a_plain_dataloader_over_an_iterable_without_state_warns_before_reading_
     assert resumed.position.state_dict(batches_consumed=SIZE // BATCH)["fast_forward"] == fast_forward.to_plain()
 
 
-def test_a_plain_dataloader_cannot_reach_its_workers_dataset_state_so_it_reads_again_and_says_why() -> None:
-    build = lambda: DataLoader(_Positioned(), batch_size=BATCH, **_workers(2))  # noqa: E731
-    _expect_reading_again(build, r"\(2 workers\).*StatefulDataLoader can", CONSUMED)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_plain_dataloader_does_not_use_its_datasets_own_state_so_it_reads_again_and_names_the_fix(
+    workers: int,
+) -> None:
+    build = lambda: _plain_own_state_iterable(workers)  # noqa: E731
+    _expect_reading_again(build, rf"\({workers} workers?\).*StatefulDataLoader can", CONSUMED)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -180,8 +186,9 @@ def test_a_resume_that_reads_nothing_again_saves_no_fast_forward() -> None:
 
 @pytest.mark.parametrize("name", ["stateful-map-0-workers", "plain-own-state-iterable-0-workers"])
 def test_a_loaded_state_forgotten_before_the_epoch_lets_the_loader_read_a_whole_epoch(name: str) -> None:
-    state, _ = _checkpoint(LOADERS[name])
-    loader = LOADERS[name]()
+    build = {**LOADERS, "plain-own-state-iterable-0-workers": _plain_own_state_iterable}[name]
+    state, _ = _checkpoint(build)
+    loader = build()
     position = LoaderPosition(loader)
     position.load_state_dict(state)
     position.forget_replay()
