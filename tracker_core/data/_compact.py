@@ -1,22 +1,9 @@
-"""The saved form of RNG snapshots and loader states: each blob short, and related snapshots stored as differences.
+"""Version 2 of RNG snapshots and loader states: each blob a short text, related ones stored as differences.
 
-A global RNG snapshot (``GlobalRng.to_plain``, version 1) becomes version 2: every blob in a
-short text form (``tracker_core/state/_blobs.py``), each relative to a *base* snapshot when
-one is given. A loader state (``LoaderPosition``, version 1) becomes version 2 where
-
-* ``epoch.iterator_rng`` (the global RNGs when the epoch began) is a version 2 snapshot relative to
-  the entry's ``rng`` (the global RNGs at the checkpoint) when the Tracker saves it, else standalone;
-* ``epoch.sampler_rng.torch`` is relative to ``epoch.iterator_rng.torch``, and each
-  ``epoch.sampler_rng.generators`` entry, like ``epoch.loader_generator``, to the same generator
-  in ``generators``: the sampler starts a few draws after the iterator is built;
-* every other generator state is compressed.
-
-So one full snapshot per generator determines the rest. :func:`expand_rng` and
-:func:`expand_loader` give back version 1 (plain base64), which the readers check; anything
-else passes through unchanged for them to refuse. With ``decoded=True`` they give each blob
-stored in a short form as :class:`Decoded` bytes instead of base64 text, which the readers
-(``tracker_core/data/_rng.py``) take as they are: a resume does not encode a blob only to
-decode it again (about 30 us for a torch state).
+docs/schema.md (``train_loaders``) says which state each difference is from. :func:`expand_rng` and
+:func:`expand_loader` give back version 1 for the readers to check; anything else passes through for them to
+refuse. With ``decoded=True`` a short form comes as :class:`Decoded` bytes (or a :class:`Seeded` seed), so a resume
+does not encode a blob only to decode it again.
 """
 
 from __future__ import annotations

@@ -67,8 +67,8 @@ class OwnState(Strategy):
         built before the first epoch, or its persistent workers')."""
         self.site.loader.load_state_dict({})  # type: ignore[attr-defined]
 
-    def arm(self, loader_state: Any) -> None:
-        super().arm(loader_state)
+    def arm(self) -> None:
+        super().arm()
         generators = self.site.chain.generators(self.site.loader.generator).values()
         self._generators = tuple((generator, generator.get_state()) for generator in generators)
 
@@ -80,16 +80,16 @@ class OwnState(Strategy):
             state = self.site.loader.state_dict()  # type: ignore[attr-defined]
         return {"loader_class": class_name(self.site.loader), "loader_state": to_plain(state, "epoch.loader_state")}
 
-    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord, skip: int) -> Any:
+    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
         if "loader_state" not in fields and "loader_class" not in fields:
-            return None
+            return
         loader = self.site.loader
         saved, mine = read_own_state(fields, key), class_name(loader)
         if saved[0] != mine:
             raise ProgressStateError(join_key(key, "loader_class"), f"saved by a {saved[0]}; this loader is a {mine}")
         per_epoch = None if isinstance(loader.dataset, IterableDataset) else len(loader)
         record.state = check_own_state(saved, join_key(key, "loader_state"), loader.num_workers, per_epoch)
-        return None
+        return
 
 
 def _draws_order_lazily(site: Site) -> bool:

@@ -22,10 +22,9 @@ from tracker_core.data._iterable_replay import IterableReplay
 from tracker_core.data._own_state import OwnState
 from tracker_core.data._rng import (
     GlobalRng,
-    capture_global_rng,
     capture_rng_state,
+    preserved_global_rng,
     read_generator_state,
-    restore_global_rng,
     restore_rng_state,
 )
 from tracker_core.data._sampler_replay import SamplerReplay
@@ -53,7 +52,6 @@ class _ParsedState:
     skip: int
     generators: dict[str, tuple[torch.Generator, torch.Tensor]]  # the loader's generators and their saved states
     record: EpochRecord | None
-    loader_state: Any  # what the strategy hands the loader when armed, or None
 
 
 class LoaderPosition:
@@ -200,7 +198,7 @@ class LoaderPosition:
         cursor.epoch = parsed.record
         cursor.replay = None if parsed.record is None else Replay(parsed.record, parsed.skip)
         cursor.awaiting_sampler = False
-        self._strategy.arm(parsed.loader_state)
+        self._strategy.arm()
 
     def _parse(self, state: object) -> _ParsedState:
         header = read_header(expand_loader(state, decoded=True), "", self.kind)
@@ -220,14 +218,12 @@ class LoaderPosition:
         samplers = self._site.chain.samplers()  # walked once for the checks below
         self._check_distributed(header.distributed, "distributed", samplers)
         generators = self._read_generators(fields["generators"], "generators", samplers)
-        record, loader_state = None, None
-        if fields["epoch"] is not None:
-            record, loader_state = self._read_record(fields["epoch"], "epoch", skip)
+        record = None if fields["epoch"] is None else self._read_record(fields["epoch"], "epoch")
         if skip and not self._strategy.has_drawn(record):
             raise ProgressStateError(
                 "batches_consumed", f"must be 0 in a state saved before any batch was drawn, got {skip}"
             )
-        return _ParsedState(skip, generators, record, loader_state)
+        return _ParsedState(skip, generators, record)
 
     def _check_distributed(self, saved: dict[str, Any] | None, key: str, samplers: dict[str, Any]) -> None:
         """A saved sharding (DistributedSampler or batch shards) must match this loader's (when both have one)."""
@@ -252,7 +248,7 @@ class LoaderPosition:
                     "to resume every rank, or at another world size)",
                 )
 
-    def _read_record(self, value: object, key: str, skip: int) -> tuple[EpochRecord, Any]:
+    def _read_record(self, value: object, key: str) -> EpochRecord:
         strategy = self._strategy
         fields = read_mapping(value, key, required=strategy.epoch_keys, optional=strategy.optional_epoch_keys)
         record = EpochRecord()
@@ -265,7 +261,8 @@ class LoaderPosition:
             record.loader_generator = read_generator_state(
                 fields["loader_generator"], join_key(key, "loader_generator"), generator
             )
-        return record, strategy.read_epoch(fields, key, record, skip)
+        strategy.read_epoch(fields, key, record)
+        return record
 
     def _read_generators(
         self, value: object, key: str, samplers: dict[str, Any]
@@ -282,24 +279,20 @@ class LoaderPosition:
         replay = cursor.replay
         if replay is not None:
             return self._replay_epoch(replay)
-        record = EpochRecord(GlobalRng.capture(), _state_of(self.loader.generator))
-        cursor.epoch = record
-        return self._strategy.begin(record)
+        cursor.epoch = EpochRecord(GlobalRng.capture(), _state_of(self.loader.generator))
+        return self._strategy.begin()
 
     def _replay_epoch(self, replay: Replay) -> Any:
         record = replay.record
         self._site.cursor.epoch = record
         loader = self.loader
-        torch_only = not self._strategy.replays_all_global_rngs(replay)
-        saved = capture_global_rng(torch_only=torch_only)
-        try:
+        torch_only = not self._strategy.replays_all_global_rngs()
+        with preserved_global_rng(torch_only=torch_only):
             if record.iterator_rng is not None:
                 record.iterator_rng.apply(torch_only=torch_only)
                 if record.loader_generator is not None and loader.generator is not None:
                     loader.generator.set_state(record.loader_generator)
             return self._strategy.replay(replay)
-        finally:
-            restore_global_rng(saved)
 
     # --- what fixes the order -----------------------------------------------------------
 

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
@@ -283,35 +283,14 @@ def preserved_global_rng(*, torch_only: bool = False) -> Iterator[None]:
     """Run a block, then put the three global generators back as they were before it; with ``torch_only``,
     torch's CPU and device generators alone (for a block that draws from no other: reading or setting
     NumPy's state costs about 0.1 ms each, several times what a resume of a small loader costs)."""
-    saved = capture_global_rng(torch_only=torch_only)
+    if torch_only:
+        saved = GlobalRng(torch.get_rng_state(), (), None, capture_devices())
+    else:
+        saved = GlobalRng.capture()
     try:
         yield
     finally:
-        restore_global_rng(saved)
-
-
-def capture_global_rng(*, torch_only: bool = False) -> GlobalRng | TorchRng:
-    """What :func:`restore_global_rng` puts back: every global generator, or torch's CPU and device ones alone
-    (:func:`preserved_global_rng` without a context manager, for a hot path)."""
-    if torch_only:
-        return TorchRng(torch.get_rng_state(), capture_devices())
-    return GlobalRng.capture()
-
-
-def restore_global_rng(saved: GlobalRng | TorchRng) -> None:
-    if isinstance(saved, GlobalRng):
-        saved.apply()
-        return
-    torch.set_rng_state(saved.torch_state)
-    if saved.devices:
-        apply_devices(saved.devices)
-
-
-class TorchRng(NamedTuple):
-    """Torch's global CPU generator's state and those of initialised accelerators."""
-
-    torch_state: torch.Tensor
-    devices: tuple[DeviceStates, ...]
+        saved.apply(torch_only=torch_only)
 
 
 def capture_rng_state() -> dict[str, Any]:

@@ -51,18 +51,14 @@ class SamplerReplay(Strategy):
     epoch_keys = ("iterator_rng", "loader_generator", "sampler_rng")
     order_depends_on_workers = False  # indices are drawn in the main process
 
-    def begin(self, record: EpochRecord) -> Any:
-        cursor = self.site.cursor
-        cursor.awaiting_sampler = True
+    def begin(self) -> Any:
         return self._build_tapped()
 
     def replay(self, replay: Replay) -> Any:
         # Stays armed: the index sampler replays and skips when it starts (a replay draws nothing in the end).
-        cursor = self.site.cursor
-        cursor.awaiting_sampler = True
         return self._build_tapped()
 
-    def replays_all_global_rngs(self, replay: Replay) -> bool:
+    def replays_all_global_rngs(self) -> bool:
         """Python's and NumPy's global RNGs are replayed too unless every sampler is one of torch's own, which
         draw from none of them (each replay of NumPy's state costs about 0.1 ms)."""
         return not self._torch_samplers_only()
@@ -74,6 +70,7 @@ class SamplerReplay(Strategy):
         return record is not None and record.sampler_rng is not None
 
     def _build_tapped(self) -> Any:
+        self.site.cursor.awaiting_sampler = True
         loader = self.site.loader
         name = "batch_sampler" if loader.batch_sampler is not None else "sampler"
         inner = getattr(loader, name)
@@ -138,10 +135,10 @@ class SamplerReplay(Strategy):
             }
         }
 
-    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord, skip: int) -> Any:
+    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
         if fields["sampler_rng"] is not None:
             record.sampler_rng = self._read_sampler_rng(fields["sampler_rng"], join_key(key, "sampler_rng"))
-        return None
+        return
 
     def _read_sampler_rng(self, value: object, key: str) -> SamplerRng:
         fields = read_mapping(value, key, required=("torch", "generators", "epochs"))
@@ -173,19 +170,7 @@ def _skipped(inner: Iterable[Any], skip: int) -> Iterator[Any]:
     if started is None:
         started = iter(inner.sampler)
         collections.deque(itertools.islice(started, skip * inner.batch_size), maxlen=0)
-    return iter(BatchSampler(_Started(started), inner.batch_size, inner.drop_last))
-
-
-class _Started:
-    """A sampler already under way: ``iter()`` continues ``indices``."""
-
-    __slots__ = ("_indices",)
-
-    def __init__(self, indices: Iterator[Any]) -> None:
-        self._indices = indices
-
-    def __iter__(self) -> Iterator[Any]:
-        return self._indices
+    return iter(BatchSampler(started, inner.batch_size, inner.drop_last))
 
 
 class _SamplerTap:

@@ -34,15 +34,15 @@ class Strategy:
     def __init__(self, site: Site) -> None:
         self.site = site
 
-    def begin(self, record: EpochRecord) -> Any:
-        """Build a new epoch's iterator and note what fixes it into ``record``."""
+    def begin(self) -> Any:
+        """Build a new epoch's iterator (``cursor.epoch`` holds its new record)."""
         return self.site.build()
 
     def replay(self, replay: Replay) -> Any:
         """Build the iterator of the armed epoch, positioned at ``replay.skip``."""
         raise NotImplementedError
 
-    def replays_all_global_rngs(self, replay: Replay) -> bool:
+    def replays_all_global_rngs(self) -> bool:
         """Whether :meth:`replay` runs under all the epoch's global RNGs, Python's and NumPy's too, or under
         torch's alone (what building a loader's iterator draws from, for its base seed)."""
         return True
@@ -51,16 +51,15 @@ class Strategy:
         """The kind's fields of the saved epoch record."""
         return {}
 
-    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord, skip: int) -> Any:
-        """Validate the kind's saved fields into ``record``; return the state to hand the loader (or None)."""
-        return None
+    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
+        """Validate the kind's saved fields into ``record``."""
 
     def has_drawn(self, record: EpochRecord | None) -> bool:
         """Whether ``record`` knows the order of batches already drawn."""
         return record is not None
 
-    def arm(self, loader_state: Any) -> None:
-        """Prepare the loader for its next epoch after a load (``loader_state``: what :meth:`read_epoch` gave)."""
+    def arm(self) -> None:
+        """Prepare the loader for its next epoch after a load."""
         self.drop_iterator()
 
     def drop_iterator(self) -> None:
