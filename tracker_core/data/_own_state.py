@@ -1,14 +1,9 @@
-"""A loader with a public state of its own (``state_dict`` / ``load_state_dict``: torchdata's
-``StatefulDataLoader``, or any loader with that protocol) is positioned by that state, through public calls only.
+"""A loader with a public state of its own (torchdata's ``StatefulDataLoader``, or any loader with ``state_dict`` /
+``load_state_dict``) is positioned by that state, through public calls only (docs/resume.md, docs/design.md).
 
-Where the framework saves and restores that state itself (Lightning's loops, Accelerate's
-``use_stateful_dataloader``), the position saves none of it. Elsewhere (Ignite, a plain loop) a checkpoint
-inside an epoch saves ``loader.state_dict()`` as it is then, and the resume hands it to ``loader.load_state_dict``
-right before the resumed epoch's iterator is built: exact where the loader has yielded just the consumed
-batches (no prefetch). Either way the resumed iterator is built under the global RNGs and the loader's
-generator its epoch began with (a sampler without a state of its own draws the same order again), and they and
-the samplers' generators are then set back as the checkpoint left them: the build takes nothing from the training's random stream. The loader
-puts itself back as it can: what it reads again (torchdata: an iterable without a state of its own) it reads.
+The state is saved and loaded back here, or by the framework (Lightning, Accelerate). The resumed iterator is built
+under the global RNGs and loader generator its epoch began with; they and the samplers' generators are then set back
+as the checkpoint left them, so the build takes nothing from the training's random stream.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Naming user code that moves the global RNGs between a checkpoint load and the first resumed batch.
 
-``Tracker.load_state_dict`` restores the global RNGs to the checkpoint instant. In the
-uninterrupted run nothing draws between that instant and the next batch of the same epoch,
-so the resumed run must reach that batch with the RNGs as loaded. A ``torch.manual_seed``
-after loading (Ignite's own save/resume example has one), or a draw in a start hook that the
-uninterrupted run did not run there, makes every later dropout and augmentation draw differ
-while the progress states still compare equal. :class:`ResumeRngCheck` notices it and warns
-once (``InexactResumeWarning``), naming where.
+The uninterrupted run draws nothing there, so a ``torch.manual_seed`` after loading (Ignite's own save/resume
+example has one), or a draw in a start hook, makes every later random draw differ while the progress states still
+compare equal. :class:`ResumeRngCheck` notices it and warns once (``InexactResumeWarning``), naming where.
 """
 
 from __future__ import annotations
