@@ -29,10 +29,8 @@ class Decoded(bytes):
 
 
 class Seeded(int):
-    """A torch CPU generator's state given by the seed it was just seeded with (the ``"s:"`` form), as
-    ``expand_*(..., decoded=True)`` reads it: every seed below 2**64 is a valid state, and its 5,056 bytes
-    are made only where they are needed (:func:`blob_bytes_of`, :func:`seeded_bytes`); a resume sets a
-    generator to it with ``manual_seed``. Never in saved data."""
+    """A torch CPU generator's state as the seed it was just seeded with (the ``"s:"`` form read with ``decoded``):
+    its 5,056 bytes are made only where needed; a resume sets a generator with ``manual_seed``. Never saved."""
 
 
 def seeded_bytes(seed: Seeded) -> bytes:

@@ -109,9 +109,8 @@ def apply_devices(saved: tuple[DeviceStates, ...]) -> None:
     """Set each saved device kind's generators; a kind this machine lacks, or has another number of, is reported
     with a warning and not applied."""
     for entry in saved:
-        generators = DEVICE_KINDS.get(entry.kind)
-        count = generators.device_count() if generators is not None and generators.is_available() else 0
-        if generators is None or count != len(entry.states):
+        count = _devices_here(entry.kind)
+        if count != len(entry.states):
             here = f"{count} {entry.kind} device(s)" if count else f"no {entry.kind} device"
             warnings.warn(
                 f"the checkpoint holds {entry.kind} generator states of {len(entry.states)} device(s), but this "
@@ -122,7 +121,13 @@ def apply_devices(saved: tuple[DeviceStates, ...]) -> None:
             )
             continue
         for device, state in enumerate(entry.states):
-            generators.set_rng_state(state, device)
+            DEVICE_KINDS[entry.kind].set_rng_state(state, device)
+
+
+def _devices_here(kind: str) -> int:
+    """How many devices of ``kind`` this machine has (0 for a kind unknown here)."""
+    generators = DEVICE_KINDS.get(kind)
+    return generators.device_count() if generators is not None and generators.is_available() else 0
 
 
 def devices_to_plain(saved: tuple[DeviceStates, ...]) -> dict[str, list[str]]:
@@ -131,11 +136,8 @@ def devices_to_plain(saved: tuple[DeviceStates, ...]) -> dict[str, list[str]]:
 
 
 def devices_from_plain(value: object, key: str) -> tuple[DeviceStates, ...]:
-    """Validate ``{kind: [base64, ...]}`` against this machine's devices; change nothing.
-
-    A kind present here must have each state of the size its generator has; a kind absent here, or
-    saved by another number of devices, is only checked for shape (it is reported, not applied).
-    """
+    """Validate ``{kind: [base64, ...]}``, changing nothing: each state of a kind present here must have its
+    generator's size; a kind absent here, or saved by another number of devices, is reported, not applied."""
     if not isinstance(value, Mapping):
         raise ProgressStateError(key, f"expected a mapping of device kinds, got {type(value).__name__}")
     found = []
@@ -146,11 +148,10 @@ def devices_from_plain(value: object, key: str) -> tuple[DeviceStates, ...]:
         if not isinstance(states, list) or not states:
             raise ProgressStateError(kind_key, "expected a non-empty list of base64 states, one per device")
         tensors = tuple(text_to_byte_tensor(state, join_key(kind_key, str(i))) for i, state in enumerate(states))
-        generators = DEVICE_KINDS[kind]
-        count = generators.device_count() if generators.is_available() else 0
+        count = _devices_here(kind)
         if count:
             for i, tensor in enumerate(tensors):
-                size = generators.get_rng_state(i if i < count else 0).numel()
+                size = DEVICE_KINDS[kind].get_rng_state(i if i < count else 0).numel()
                 if tensor.numel() != size:
                     raise ProgressStateError(
                         join_key(kind_key, str(i)), f"a {kind} generator state has {size} bytes, got {tensor.numel()}"
@@ -173,8 +174,7 @@ def device_rng_facts(rng: object) -> list[dict[str, Any]]:
         key = join_key("rng.devices", str(kind))
         if not isinstance(states, list) or not states:
             raise ProgressStateError(key, "expected a non-empty list of base64 states, one per device")
-        generators = DEVICE_KINDS.get(str(kind))
-        here = generators.device_count() if generators is not None and generators.is_available() else 0
+        here = _devices_here(str(kind))
         found.append(
             {
                 "kind": str(kind),

@@ -1,9 +1,6 @@
-"""Torch ``DataLoader`` over an ``IterableDataset``: an epoch resumes by reading again the consumed batches.
-
-The iterator is rebuilt under the noted global RNGs and loader generator (so workers get the same
-seeds), then the consumed batches are read and dropped, with a :class:`SlowResumeWarning` before.
-torchdata's ``StatefulDataLoader`` (kind ``"own_state"``) positions a dataset with a state of its own
-without reading it.
+"""Torch ``DataLoader`` over an ``IterableDataset``: the epoch is rebuilt under its noted seeds (the workers' too)
+and the consumed batches read again (:class:`SlowResumeWarning`). torchdata's ``StatefulDataLoader`` (kind
+``"own_state"``) puts a dataset with a state of its own back without reading it.
 """
 
 from __future__ import annotations

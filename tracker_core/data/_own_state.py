@@ -67,7 +67,7 @@ class OwnState(Strategy):
         generators = self.site.chain.generators(self.site.loader.generator).values()
         self._generators = tuple((generator, generator.get_state()) for generator in generators)
 
-    def epoch_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
+    def epoch_to_plain(self, record: EpochRecord) -> dict[str, Any]:
         if not self.saves_state:
             return {}
         state = record.state  # loaded, its epoch not begun again yet

@@ -66,11 +66,8 @@ class LoaderPosition:
     """
 
     def __init__(self, loader: DataLoader[Any]) -> None:
-        """Hook ``loader`` in place (its iterator hook); iteration keeps its speed.
-
-        Raises ``TypeError`` for a non-DataLoader and ``ValueError`` if the loader already
-        has a position or uses ``in_order=False`` with workers.
-        """
+        """Hook ``loader`` in place (its iterator hook); iteration keeps its speed. ``TypeError`` for a non-DataLoader,
+        ``ValueError`` if the loader already has a position or uses ``in_order=False`` with workers."""
         if not isinstance(loader, DataLoader):
             raise TypeError(f"LoaderPosition needs a torch DataLoader, got {type(loader).__name__}")
         if LoaderPosition.of(loader) is not None:
@@ -126,12 +123,9 @@ class LoaderPosition:
     # --- saving -------------------------------------------------------------------------
 
     def state_dict(self, *, batches_consumed: int) -> dict[str, Any]:
-        """Plain data: what fixed the most recently begun epoch, plus ``batches_consumed``.
-
-        ``batches_consumed`` counts that epoch's batches whose training steps completed;
-        between epochs pass the finished epoch's length. Raises ``ValueError`` if it is
-        negative, above an epoch's length, or nonzero before any batch was drawn.
-        """
+        """Plain data: what fixed the most recently begun epoch, plus ``batches_consumed``, that epoch's batches whose
+        training steps completed (between epochs, the finished epoch's length). ``ValueError`` if it is negative,
+        above an epoch's length, or nonzero before any batch was drawn."""
         return compact_loader(self._plain_state_dict(batches_consumed))
 
     def _plain_state_dict(self, batches_consumed: int) -> dict[str, Any]:
@@ -154,7 +148,7 @@ class LoaderPosition:
             "batches_per_epoch": per_epoch,
             "num_workers": loader.num_workers,
             "generators": {path: tensor_to_text(g.get_state()) for path, g in self._generators().items()},
-            "epoch": None if record is None else self._record_to_plain(record, batches_consumed),
+            "epoch": None if record is None else self._record_to_plain(record),
             "distributed": self.distributed_info(),
         }
         fast_forward = self._site.cursor.fast_forward
@@ -167,23 +161,19 @@ class LoaderPosition:
         loader's batch sharding over a seedable sampler (``tracker_core/distributed/_sharded.py``), or None."""
         return self._site.chain.distributed_info(self.loader.batch_size)
 
-    def _record_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
+    def _record_to_plain(self, record: EpochRecord) -> dict[str, Any]:
         return {
             "iterator_rng": None if record.iterator_rng is None else record.iterator_rng.to_plain(),
             "loader_generator": None if record.loader_generator is None else tensor_to_text(record.loader_generator),
-            **self._strategy.epoch_to_plain(record, batches_consumed),
+            **self._strategy.epoch_to_plain(record),
         }
 
     # --- loading ------------------------------------------------------------------------
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Validate ``state`` fully, then arm the next epoch iteration to resume in it.
-
-        The next ``iter(loader)`` replays the saved epoch's order without its first
-        ``batches_consumed`` batches; later epochs follow as in the uninterrupted run.
-        Sampler generators are restored at once. On a bad state raises
-        ``ProgressStateError`` (key path and problem) and changes nothing.
-        """
+        """Validate ``state`` fully, then arm the next ``iter(loader)`` to replay the saved epoch's order without its
+        first ``batches_consumed`` batches (sampler generators are restored at once; later epochs follow as in the
+        uninterrupted run). On a bad state raises ``ProgressStateError`` (key path and problem), changing nothing."""
         self._apply(self._parse(state))
 
     def forget_replay(self) -> None:

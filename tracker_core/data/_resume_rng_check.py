@@ -62,12 +62,8 @@ class ResumeRngCheck:
         last: bool = False,
         generators: Collection[str] = GENERATORS,
     ) -> bool:
-        """True, with one ``InexactResumeWarning`` saying the RNGs changed ``where``, if they moved since the load.
-
-        ``generators``: compare these of :attr:`GENERATORS`
-        alone (the others may move legitimately by then; none: nothing is compared).
-        After a warning, or with ``last``, the check is spent.
-        """
+        """True, with one ``InexactResumeWarning`` naming ``where``, if the RNGs moved since the load (``generators``:
+        compare these of :attr:`GENERATORS` alone; none: nothing). After a warning, or with ``last``, it is spent."""
         loaded = self._loaded
         if loaded is None:
             return False

@@ -1,8 +1,6 @@
 """Global RNG snapshots: torch CPU, Python ``random``, NumPy (when importable) and initialised accelerators.
 
-``capture_rng_state()`` is what an adapter saves at the checkpoint instant so dropout,
-augmentation etc. continue identically after a resume; ``restore_rng_state(state)``
-validates it fully, then sets all three generators.
+``capture_rng_state()`` gives plain data to save; ``restore_rng_state(state)`` validates it fully, then sets them.
 """
 
 from __future__ import annotations
@@ -56,14 +54,11 @@ _PYTHON_FORMATS = (2, 3)  # the versions Random.setstate reads (2: Python 2's, i
 
 @dataclass(frozen=True)
 class GlobalRng:
-    """The global generators' states, in memory (``capture`` / ``apply``).
+    """The global generators' states, in memory (``capture`` / ``apply``); ``devices``: initialised accelerators'.
 
-    ``devices``: the generators of every initialised accelerator (``tracker_core/data/_device_rng.py``).
-    ``torch_state`` is ``torch.get_rng_state()``, or, read from the short form of a just-seeded state, its
-    seed (:class:`Seeded`), applied with ``manual_seed``: the same generator state, with no 5 KB made.
-    ``python_state`` is ``random.getstate()``, and ``numpy_state`` NumPy's ``get_state()``, except that a state
-    read from plain data keeps their words packed until it is applied: bytes, or the saved base64 text,
-    checked to decode to exactly those bytes. A resume that applies torch's generator alone decodes neither.
+    Read from plain data, ``torch_state`` may be a :class:`Seeded` seed (applied with ``manual_seed``), and Python's
+    and NumPy's words stay packed (bytes, or checked base64 text) until applied: a resume that applies torch's
+    generator alone decodes neither.
     """
 
     torch_state: torch.Tensor | Seeded
@@ -83,12 +78,9 @@ class GlobalRng:
             torch.default_generator.manual_seed(self.torch_state)
         else:
             torch.set_rng_state(self.torch_state)
-        if torch_only:
-            if self.devices:
-                apply_devices(self.devices)
-            return
-        random.setstate(_unpacked(self.python_state))
-        if self.numpy_state is not None:
+        if not torch_only:
+            random.setstate(_unpacked(self.python_state))
+        if not torch_only and self.numpy_state is not None:
             if _np is not None:
                 _np.random.set_state(_numpy_unpacked(self.numpy_state))
             else:

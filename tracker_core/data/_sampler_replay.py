@@ -1,10 +1,8 @@
 """Map-style torch ``DataLoader``: an epoch resumes at its index sampler, so skipped samples are never loaded.
 
-When the iterator is built, the global RNGs and ``loader.generator`` are noted (they give the
-workers' base seed). When the index sampler starts, torch's RNG, the samplers' ``generator``
-states and ``epoch`` (``DistributedSampler``) are noted. A replay re-applies both and drops
-the first ``k`` batches of *indices*: skipped samples are never loaded, also with workers
-(the skip happens before indices are sent to them).
+Noted: the global RNGs and ``loader.generator`` when the iterator is built (the workers' base seed), torch's RNG
+and the samplers' ``generator`` and ``epoch`` when the index sampler starts. A replay re-applies both and drops the
+first ``k`` batches of *indices*, before any is sent to a worker.
 """
 
 from __future__ import annotations
@@ -123,7 +121,7 @@ class SamplerReplay(Strategy):
 
     # --- saved form ----------------------------------------------------------------------
 
-    def epoch_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
+    def epoch_to_plain(self, record: EpochRecord) -> dict[str, Any]:
         rng = record.sampler_rng
         if rng is None:
             return {"sampler_rng": None}
@@ -157,11 +155,9 @@ class SamplerReplay(Strategy):
 
 
 def _skipped(inner: Iterable[Any], skip: int) -> Iterator[Any]:
-    """``inner``'s batches after its first ``skip``. A torch ``BatchSampler`` (its exact type) skips
-    ``skip * batch_size`` of its sampler's indices at C speed and batches the rest as it would have:
-    its batches are consecutive runs of its sampler's indices, so none is built to be dropped; over
-    torch's ``RandomSampler`` the permutation is sliced before it becomes Python ints, so the skip
-    costs the same at any position."""
+    """``inner``'s batches after its first ``skip``. A torch ``BatchSampler`` (its exact type) skips its sampler's
+    indices instead, building no batch to drop; over torch's ``RandomSampler`` the permutation is sliced before it
+    becomes Python ints, so the skip costs the same at any position."""
     if type(inner) is not BatchSampler:
         indices = iter(inner)
         collections.deque(itertools.islice(indices, skip), maxlen=0)
@@ -190,12 +186,9 @@ class _SamplerTap:
 
 
 class _EpochIndices:
-    """One epoch's indices; the first ``next`` lets the strategy note or replay the start.
-
-    ``owner`` is the (weakly held) DataLoader iterator asking for them, when known: after
-    the first ``next`` it is handed the sampler's own indices, so later batches cost
-    nothing here (torch's single-process iterator reads ``_sampler_iter`` on every batch).
-    """
+    """One epoch's indices; the first ``next`` lets the strategy note or replay the start. ``owner``, the
+    DataLoader iterator asking (held weakly), is then handed the sampler's own indices: later batches cost
+    nothing here."""
 
     __slots__ = ("_indices", "_inner", "_strategy", "owner")
 

@@ -1,8 +1,6 @@
-"""A saved train-loader state checked without its loader: everything a file alone can tell.
-
-``LoaderPosition._parse`` adds the checks against the live loader; this reader lets an entry whose loaders
-are registered after the load (Lightning, Ignite), or a file read by ``progress-tracker``, be refused before
-anything is applied. Keys are relative to the loader's state (the Tracker prefixes ``train_loaders.<i>``).
+"""A saved train-loader state checked without its loader, so that an entry whose loaders are registered after the
+load (Lightning, Ignite), or a file ``progress-tracker`` reads, is refused before anything is applied
+(``LoaderPosition._parse`` adds the checks against the live loader). Keys are relative to the loader's state.
 """
 
 from __future__ import annotations

@@ -20,10 +20,8 @@ def is_stateful(obj: object) -> bool:
 class Strategy:
     """One loader kind's way to note an epoch as it begins and to replay it from a batch.
 
-    The front calls :meth:`begin` when an epoch's iterator is built normally (``cursor.epoch``
-    already holds a new record with the global RNGs), and :meth:`replay` when a loaded state is
-    armed (inside a save/restore of the global RNGs, the epoch's iterator RNGs applied). The
-    epoch record's kind-specific fields go through :meth:`epoch_to_plain` and :meth:`read_epoch`.
+    :meth:`replay` runs inside a save/restore of the global RNGs, the epoch's iterator RNGs applied. The epoch
+    record's kind-specific fields go through :meth:`epoch_to_plain` and :meth:`read_epoch`.
     """
 
     kind: ClassVar[LoaderKind]
@@ -47,7 +45,7 @@ class Strategy:
         torch's alone (what building a loader's iterator draws from, for its base seed)."""
         return True
 
-    def epoch_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
+    def epoch_to_plain(self, record: EpochRecord) -> dict[str, Any]:
         """The kind's fields of the saved epoch record."""
         return {}
 

@@ -1,7 +1,5 @@
-"""Every private attribute of torch's data loading that data position touches (none of torchdata's).
-
-Checked when this module is imported: a missing attribute raises ``ImportError`` naming the
-installed version. ``ATTRIBUTES`` lists them all, for the test that they still exist.
+"""Every private attribute of torch's data loading that data position touches (none of torchdata's), checked at
+import: a missing one raises ``ImportError`` naming the installed version. ``ATTRIBUTES`` lists them all.
 """
 
 from __future__ import annotations
@@ -86,11 +84,9 @@ def set_sampler_indices(iterator: Any, indices: Any) -> None:
 
 
 def random_sampler_after(sampler: Any, count: int) -> Iterator[int] | None:
-    """The indices torch's ``RandomSampler`` ``sampler`` yields after its first ``count``, drawn as its ``__iter__``
-    draws them (lazily: the seed and the permutation at the first ``next``, the next permutation, of which it
-    yields nothing, when this one runs out), sliced as a tensor: no skipped index goes through Python. None
-    unless ``sampler`` is exactly a ``RandomSampler`` of one permutation (no replacement, ``num_samples`` the
-    dataset's size) and ``count`` is within it; ``tests/test_stateful_sampler_skip.py`` compares with torch's."""
+    """The indices torch's ``RandomSampler`` yields after its first ``count``, drawn lazily as its ``__iter__`` draws
+    them, the permutation sliced as a tensor (no skipped index goes through Python). None unless ``sampler`` is
+    exactly a ``RandomSampler`` of one permutation and ``count`` is within it (``tests/test_random_sampler_skip.py``)."""
     if type(sampler) is not RandomSampler or sampler.replacement:
         return None
     size = len(sampler.data_source)
