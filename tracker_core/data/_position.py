@@ -269,7 +269,8 @@ class LoaderPosition:
         replay = cursor.replay
         if replay is not None:
             return self._replay_epoch(replay)
-        cursor.epoch = EpochRecord(GlobalRng.capture(), _state_of(self.loader.generator))
+        generator = self.loader.generator
+        cursor.epoch = EpochRecord(GlobalRng.capture(), None if generator is None else generator.get_state())
         return self._strategy.begin()
 
     def _replay_epoch(self, replay: Replay) -> Any:
@@ -304,7 +305,3 @@ def _strategy_for(loader: DataLoader[Any]) -> type[Strategy]:
     if isinstance(loader.dataset, IterableDataset):
         return IterableReplay
     return SamplerReplay
-
-
-def _state_of(generator: torch.Generator | None) -> torch.Tensor | None:
-    return None if generator is None else generator.get_state()
