@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core.data._position import LoaderPosition, SlowResumeWarning
+from tracker_core.data._saved_loader import check_saved_loader
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 
@@ -193,3 +194,13 @@ def test_a_loaded_state_forgotten_before_the_epoch_lets_the_loader_read_a_whole_
     position.load_state_dict(state)
     position.forget_replay()
     assert len(list(loader)) == SIZE // BATCH
+
+
+def test_a_state_saved_with_the_datasets_own_state_by_an_earlier_version_is_read_and_resumes_by_reading_again() -> None:
+    """Earlier versions saved ``epoch.source_state`` for a plain DataLoader at 0 workers; it is accepted and ignored."""
+    state, expected = _checkpoint(_plain_own_state_iterable)
+    state["epoch"]["source_state"] = {"batch": CONSUMED, "dataset": {"position": CONSUMED}, "iterator": None}
+    check_saved_loader(state)
+    with pytest.warns(SlowResumeWarning, match=f"reading again the {CONSUMED} batches"):
+        resumed = _Resumed(_plain_own_state_iterable, state)
+    assert resumed.rest == expected

@@ -88,11 +88,11 @@ def read_header(state: object, key: str, kind: str | None = None) -> Header:
     workers = read_int(fields["num_workers"], join_key(key, "num_workers"), minimum=0)
     distributed = read_distributed(fields["distributed"], join_key(key, "distributed"))
     if "fast_forward" in fields:
-        read_fast_forward(fields["fast_forward"], join_key(key, "fast_forward"))
+        _read_fast_forward(fields["fast_forward"], join_key(key, "fast_forward"))
     return Header(cast("LoaderKind", saved), fields, skip, per_epoch, workers, distributed)
 
 
-def read_fast_forward(value: object, key: str) -> FastForward:
+def _read_fast_forward(value: object, key: str) -> FastForward:
     fields = read_mapping(value, key, required=("batches", "seconds"))
     seconds = fields["seconds"]
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
