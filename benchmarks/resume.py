@@ -10,10 +10,8 @@ every adapter does) and through the loader's native mechanism:
   torchdata's ``load_state_dict``. Lightning resumes a stateful loader by calling that same
   ``load_state_dict`` (it does not skip on its own), so this row is Lightning's figure too;
 * Hugging Face ``datasets.IterableDataset`` (when ``datasets`` is installed; its own
-  ``state_dict``): through a ``StatefulDataLoader`` (torchdata's ``load_state_dict``) and a plain
-  ``DataLoader`` at 0 workers (no native mechanism);
-* a plain ``DataLoader`` over an iterable with its own state (0 workers) has no native
-  mechanism; one over an iterable without state must read again (shown for contrast).
+  ``state_dict``): through a ``StatefulDataLoader`` (torchdata's ``load_state_dict``);
+* a plain ``DataLoader`` over an iterable reads the trained batches again (shown for contrast).
 
 The dataset is built before the clock starts (a fresh one for each resume); the figure is the
 time to build the loader, load the saved position and take the first batch, the median of
@@ -192,8 +190,6 @@ KINDS = [
     Kind("StatefulDataLoader, map-style", Samples, _stateful_map, "torchdata load_state_dict"),
     Kind("StatefulDataLoader, iterable with state", OwnStateStream, _stateful, "torchdata load_state_dict"),
     Kind("StatefulDataLoader, HF IterableDataset", _HuggingFace.dataset, _stateful, "torchdata load_state_dict"),
-    Kind("DataLoader, iterable with state", OwnStateStream, _plain, "", (0,)),
-    Kind("DataLoader, HF IterableDataset", _HuggingFace.dataset, _plain, "", (0,)),
     Kind("DataLoader, iterable without state", Stream, _plain, "", (0,)),
 ]
 

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core.data._position import LoaderPosition, SlowResumeWarning
+from tracker_core.data._saved_loader import check_saved_loader
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 
@@ -97,8 +98,11 @@ LOADERS: dict[str, Callable[[], DataLoader[Any]]] = {
     "plain-map-2-workers": lambda: DataLoader(_Counted(), batch_size=BATCH, shuffle=True, **_workers(2)),
     "stateful-own-state-iterable-0-workers": lambda: StatefulDataLoader(_Positioned(), batch_size=BATCH),
     "stateful-own-state-iterable-2-workers": lambda: StatefulDataLoader(_Positioned(), batch_size=BATCH, **_workers(2)),
-    "plain-own-state-iterable-0-workers": lambda: DataLoader(_Positioned(), batch_size=BATCH),
 }
+
+
+def _plain_own_state_iterable(workers: int = 0) -> DataLoader[Any]:
+    return DataLoader(_Positioned(), batch_size=BATCH, **_workers(workers))
 
 
 def _ids(batch: Any) -> list[int]:
@@ -161,9 +165,12 @@ def test_a_plain_dataloader_over_an_iterable_without_state_warns_before_reading_
     assert resumed.position.state_dict(batches_consumed=SIZE // BATCH)["fast_forward"] == fast_forward.to_plain()
 
 
-def test_a_plain_dataloader_cannot_reach_its_workers_dataset_state_so_it_reads_again_and_says_why() -> None:
-    build = lambda: DataLoader(_Positioned(), batch_size=BATCH, **_workers(2))  # noqa: E731
-    _expect_reading_again(build, r"\(2 workers\).*StatefulDataLoader can", CONSUMED)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_plain_dataloader_does_not_use_its_datasets_own_state_so_it_reads_again_and_names_the_fix(
+    workers: int,
+) -> None:
+    build = lambda: _plain_own_state_iterable(workers)  # noqa: E731
+    _expect_reading_again(build, rf"\({workers} workers?\).*StatefulDataLoader can", CONSUMED)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -180,9 +187,20 @@ def test_a_resume_that_reads_nothing_again_saves_no_fast_forward() -> None:
 
 @pytest.mark.parametrize("name", ["stateful-map-0-workers", "plain-own-state-iterable-0-workers"])
 def test_a_loaded_state_forgotten_before_the_epoch_lets_the_loader_read_a_whole_epoch(name: str) -> None:
-    state, _ = _checkpoint(LOADERS[name])
-    loader = LOADERS[name]()
+    build = {**LOADERS, "plain-own-state-iterable-0-workers": _plain_own_state_iterable}[name]
+    state, _ = _checkpoint(build)
+    loader = build()
     position = LoaderPosition(loader)
     position.load_state_dict(state)
     position.forget_replay()
     assert len(list(loader)) == SIZE // BATCH
+
+
+def test_a_state_saved_with_the_datasets_own_state_by_an_earlier_version_is_read_and_resumes_by_reading_again() -> None:
+    """Earlier versions saved ``epoch.source_state`` for a plain DataLoader at 0 workers; it is accepted and ignored."""
+    state, expected = _checkpoint(_plain_own_state_iterable)
+    state["epoch"]["source_state"] = {"batch": CONSUMED, "dataset": {"position": CONSUMED}, "iterator": None}
+    check_saved_loader(state)
+    with pytest.warns(SlowResumeWarning, match=f"reading again the {CONSUMED} batches"):
+        resumed = _Resumed(_plain_own_state_iterable, state)
+    assert resumed.rest == expected

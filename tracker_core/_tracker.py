@@ -392,4 +392,4 @@ def _parse_loader(position: LoaderPosition, state: dict[str, Any], index: int, r
         parsed = position._parse(state)
     if resume_epoch:
         return parsed
-    return dataclasses.replace(parsed, record=None, loader_state=None)
+    return dataclasses.replace(parsed, record=None)

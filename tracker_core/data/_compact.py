@@ -1,22 +1,9 @@
-"""The saved form of RNG snapshots and loader states: each blob short, and related snapshots stored as differences.
+"""Version 2 of RNG snapshots and loader states: each blob a short text, related ones stored as differences.
 
-A global RNG snapshot (``GlobalRng.to_plain``, version 1) becomes version 2: every blob in a
-short text form (``tracker_core/state/_blobs.py``), each relative to a *base* snapshot when
-one is given. A loader state (``LoaderPosition``, version 1) becomes version 2 where
-
-* ``epoch.iterator_rng`` (the global RNGs when the epoch began) is a version 2 snapshot relative to
-  the entry's ``rng`` (the global RNGs at the checkpoint) when the Tracker saves it, else standalone;
-* ``epoch.sampler_rng.torch`` is relative to ``epoch.iterator_rng.torch``, and each
-  ``epoch.sampler_rng.generators`` entry, like ``epoch.loader_generator``, to the same generator
-  in ``generators``: the sampler starts a few draws after the iterator is built;
-* every other generator state is compressed.
-
-So one full snapshot per generator determines the rest. :func:`expand_rng` and
-:func:`expand_loader` give back version 1 (plain base64), which the readers check; anything
-else passes through unchanged for them to refuse. With ``decoded=True`` they give each blob
-stored in a short form as :class:`Decoded` bytes instead of base64 text, which the readers
-(``tracker_core/data/_rng.py``) take as they are: a resume does not encode a blob only to
-decode it again (about 30 us for a torch state).
+docs/schema.md (``train_loaders``) says which state each difference is from. :func:`expand_rng` and
+:func:`expand_loader` give back version 1 for the readers to check; anything else passes through for them to
+refuse. With ``decoded=True`` a short form comes as :class:`Decoded` bytes (or a :class:`Seeded` seed), so a resume
+does not encode a blob only to decode it again.
 """
 
 from __future__ import annotations
@@ -32,7 +19,7 @@ from tracker_core.state._readers import is_mapping, join_key
 RNG_COMPACT_VERSION = 2
 LOADER_COMPACT_VERSION = 2
 _RNG_BLOBS = (("torch",), ("python", "words"), ("numpy", "keys"))
-_LOADER = ("generator",)  # the loader's own generator among ``generators``
+_LOADER = "generator"  # the loader's own generator among ``generators``
 _SEEDED = "s:"  # a just-seeded torch CPU state's short form (``tracker_core/state/_blobs.py``)
 
 
@@ -42,10 +29,8 @@ class Decoded(bytes):
 
 
 class Seeded(int):
-    """A torch CPU generator's state given by the seed it was just seeded with (the ``"s:"`` form), as
-    ``expand_*(..., decoded=True)`` reads it: every seed below 2**64 is a valid state, and its 5,056 bytes
-    are made only where they are needed (:func:`blob_bytes_of`, :func:`seeded_bytes`); a resume sets a
-    generator to it with ``manual_seed``. Never in saved data."""
+    """A torch CPU generator's state as the seed it was just seeded with (the ``"s:"`` form read with ``decoded``):
+    its 5,056 bytes are made only where needed; a resume sets a generator with ``manual_seed``. Never saved."""
 
 
 def seeded_bytes(seed: Seeded) -> bytes:
@@ -67,7 +52,7 @@ def blob_bytes_of(value: object, key: str, size: int | None = None) -> bytes:
 
 def compact_rng(plain: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A version 1 snapshot as version 2, its blobs relative to the version 1 snapshot ``base`` if given."""
-    out = _copy(plain)
+    out = dict(plain)
     for path in _RNG_BLOBS:
         data = _raw(plain, path)
         if data is not None:
@@ -86,8 +71,6 @@ def expand_rng(value: object, key: str = "", base: Mapping[str, Any] | None = No
         text = _get(value, path)
         if isinstance(text, str) and _is_short(text):  # plain base64 (most Python and NumPy words) stays as it is
             where = join_key(key, ".".join(path))
-            if len(path) > 1:
-                out[path[0]] = dict(out[path[0]])
             _put(out, path, _expanded(text, where, None if base is None else _raw(base, path), decoded))
     out["version"] = 1
     return out
@@ -95,32 +78,17 @@ def expand_rng(value: object, key: str = "", base: Mapping[str, Any] | None = No
 
 def compact_loader(state: Mapping[str, Any], rng: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A version 1 loader state as version 2; ``rng``: the version 1 global snapshot saved beside it, if any."""
-    out = _copy(state)
+    out = dict(state)
     if state.get("version") != 1:
         return out  # "untracked"
     out["version"] = LOADER_COMPACT_VERSION
-    generators = state["generators"]
-    out["generators"] = {path: short_text(blob_bytes(text, "")) for path, text in generators.items()}
     epoch = state["epoch"]
-    if epoch is None:
-        return out
-    compact = out["epoch"] = dict(epoch)
-    iterator = epoch["iterator_rng"]
-    if iterator is not None:
-        compact["iterator_rng"] = compact_rng(iterator, rng)
-    if epoch["loader_generator"] is not None:
-        compact["loader_generator"] = short_text(blob_bytes(epoch["loader_generator"], ""), _raw(generators, _LOADER))
-    sampler = epoch.get("sampler_rng")
-    if sampler is not None:
-        torch_base = None if iterator is None else _raw(iterator, ("torch",))
-        compact["sampler_rng"] = {
-            **sampler,
-            "torch": short_text(blob_bytes(sampler["torch"], ""), torch_base),
-            "generators": {
-                path: short_text(blob_bytes(text, ""), _raw(generators, (path,)))
-                for path, text in sampler["generators"].items()
-            },
-        }
+    if epoch is not None and epoch["iterator_rng"] is not None:
+        out["epoch"] = dict(epoch, iterator_rng=compact_rng(epoch["iterator_rng"], rng))
+    for path, base in _loader_blobs(state):
+        text = _get(state, path)
+        if isinstance(text, str):
+            _put(out, path, short_text(blob_bytes(text, ""), None if base is None else _raw(state, base)))
     return out
 
 
@@ -129,42 +97,32 @@ def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = 
     ``decoded``: short forms as :class:`Decoded` bytes."""
     if not is_mapping(value) or value.get("version") != LOADER_COMPACT_VERSION:
         return value
-    out = _copy(value)
-    out["version"] = 1
-    generators = value.get("generators")
-    if is_mapping(generators):
-        out["generators"] = {
-            path: _expanded(text, join_key(join_key(key, "generators"), str(path)), None, decoded)
-            for path, text in generators.items()
-        }
+    out = dict(value, version=1)
     epoch = value.get("epoch")
-    if not is_mapping(epoch):
-        return out
-    epoch_key = join_key(key, "epoch")
-    expanded = out["epoch"] = dict(epoch)
-    iterator = expand_rng(epoch.get("iterator_rng"), join_key(epoch_key, "iterator_rng"), rng, decoded=decoded)
-    expanded["iterator_rng"] = iterator
-    if isinstance(epoch.get("loader_generator"), str):
-        where = join_key(epoch_key, "loader_generator")
-        base = _raw(out.get("generators"), _LOADER)
-        expanded["loader_generator"] = _expanded(epoch["loader_generator"], where, base, decoded)
-    sampler = epoch.get("sampler_rng")
-    if is_mapping(sampler):
-        sampler_key = join_key(epoch_key, "sampler_rng")
-        plain = expanded["sampler_rng"] = dict(sampler)
-        if isinstance(sampler.get("torch"), str):
-            base = _raw(iterator, ("torch",)) if is_mapping(iterator) else None
-            plain["torch"] = _expanded(sampler["torch"], join_key(sampler_key, "torch"), base, decoded)
-        saved = sampler.get("generators")
-        if is_mapping(saved):
-            generators_key = join_key(sampler_key, "generators")
-            plain["generators"] = {
-                path: _expanded(
-                    text, join_key(generators_key, str(path)), _raw(out.get("generators"), (path,)), decoded
-                )
-                for path, text in saved.items()
-            }
+    if is_mapping(epoch):
+        iterator = expand_rng(epoch.get("iterator_rng"), join_key(key, "epoch.iterator_rng"), rng, decoded=decoded)
+        out["epoch"] = dict(epoch, iterator_rng=iterator)
+    for path, base in _loader_blobs(value):
+        text = _get(out, path)
+        if isinstance(text, str):
+            where = join_key(key, ".".join(map(str, path)))
+            _put(out, path, _expanded(text, where, None if base is None else _raw(out, base), decoded))
     return out
+
+
+def _loader_blobs(state: Mapping[str, Any]) -> list[tuple[tuple[str, ...], tuple[str, ...] | None]]:
+    """The generator states of a loader state (``epoch.iterator_rng`` aside), each by its path and the path of the
+    state it is stored relative to, if any; each base before the states relative to it."""
+    generators = state.get("generators")
+    blobs: list[tuple[tuple[str, ...], tuple[str, ...] | None]] = []
+    if is_mapping(generators):
+        blobs += [(("generators", path), None) for path in generators]
+    blobs.append((("epoch", "loader_generator"), ("generators", _LOADER)))
+    blobs.append((("epoch", "sampler_rng", "torch"), ("epoch", "iterator_rng", "torch")))
+    saved = _get(state, ("epoch", "sampler_rng", "generators"))
+    if is_mapping(saved):
+        blobs += [(("epoch", "sampler_rng", "generators", path), ("generators", path)) for path in saved]
+    return blobs
 
 
 def check_bases(state: object, rng: Mapping[str, Any] | None, key: str) -> None:
@@ -213,15 +171,6 @@ def _is_short(value: object) -> bool:
     return isinstance(value, str) and value[1:2] == ":"
 
 
-def _copy(value: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``value`` and of its nested mappings along the blob paths (the rest is shared)."""
-    out = dict(value)
-    for name in ("python", "numpy"):
-        if is_mapping(out.get(name)):
-            out[name] = dict(out[name])
-    return out
-
-
 def _get(value: Mapping[str, Any], path: tuple[str, ...]) -> object:
     item: object = value
     for name in path:
@@ -232,7 +181,9 @@ def _get(value: Mapping[str, Any], path: tuple[str, ...]) -> object:
 
 
 def _put(value: dict[str, Any], path: tuple[str, ...], text: object) -> None:
+    """Set ``text`` at ``path``, copying the mappings along it (those of the state copied from stay as they are)."""
     for name in path[:-1]:
+        value[name] = dict(value[name])
         value = value[name]
     value[path[-1]] = text
 

@@ -9,6 +9,7 @@ not applied: it stays loadable and inspectable on a CPU-only machine.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,24 +38,22 @@ class _TorchDeviceModule:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self._found: list[Any] = []  # the module once looked up (None: torch has none of this kind)
 
+    @functools.cached_property
     def _module(self) -> Any:
-        """The device module, looked up once: ``get_device_module`` takes microseconds, and every resume
-        asks each kind whether it is initialised."""
-        if not self._found:
-            try:
-                self._found.append(torch.get_device_module(self.kind))
-            except (RuntimeError, AttributeError):
-                self._found.append(None)
-        return self._found[0]
+        """The device module (None: torch has none of this kind), looked up once: that takes microseconds, and
+        every resume asks each kind whether it is initialised."""
+        try:
+            return torch.get_device_module(self.kind)
+        except (RuntimeError, AttributeError):
+            return None
 
     def is_available(self) -> bool:
-        module = self._module()
+        module = self._module
         return module is not None and bool(module.is_available())
 
     def is_initialized(self) -> bool:
-        module = self._module()
+        module = self._module
         if module is None:
             return False
         initialized = getattr(module, "is_initialized", None)  # asked first: it costs a fiftieth of is_available
@@ -63,20 +62,18 @@ class _TorchDeviceModule:
         return self.is_available()
 
     def device_count(self) -> int:
-        module = self._module()
-        return int(module.device_count()) if self.kind != "mps" else 1
+        return int(self._module.device_count()) if self.kind != "mps" else 1
 
     def get_rng_state(self, device: int) -> torch.Tensor:
-        module = self._module()
-        state: torch.Tensor = module.get_rng_state() if self.kind == "mps" else module.get_rng_state(device)
+        state: torch.Tensor = self._module.get_rng_state(*self._device(device))
         return state
 
     def set_rng_state(self, state: torch.Tensor, device: int) -> None:
-        module = self._module()
-        if self.kind == "mps":
-            module.set_rng_state(state)
-        else:
-            module.set_rng_state(state, device)
+        self._module.set_rng_state(state, *self._device(device))
+
+    def _device(self, device: int) -> tuple[int, ...]:
+        """The device argument of the module's RNG calls: none for MPS, which has one device."""
+        return () if self.kind == "mps" else (device,)
 
 
 def _kinds() -> tuple[str, ...]:
@@ -112,9 +109,8 @@ def apply_devices(saved: tuple[DeviceStates, ...]) -> None:
     """Set each saved device kind's generators; a kind this machine lacks, or has another number of, is reported
     with a warning and not applied."""
     for entry in saved:
-        generators = DEVICE_KINDS.get(entry.kind)
-        count = generators.device_count() if generators is not None and generators.is_available() else 0
-        if generators is None or count != len(entry.states):
+        count = _devices_here(entry.kind)
+        if count != len(entry.states):
             here = f"{count} {entry.kind} device(s)" if count else f"no {entry.kind} device"
             warnings.warn(
                 f"the checkpoint holds {entry.kind} generator states of {len(entry.states)} device(s), but this "
@@ -125,7 +121,13 @@ def apply_devices(saved: tuple[DeviceStates, ...]) -> None:
             )
             continue
         for device, state in enumerate(entry.states):
-            generators.set_rng_state(state, device)
+            DEVICE_KINDS[entry.kind].set_rng_state(state, device)
+
+
+def _devices_here(kind: str) -> int:
+    """How many devices of ``kind`` this machine has (0 for a kind unknown here)."""
+    generators = DEVICE_KINDS.get(kind)
+    return generators.device_count() if generators is not None and generators.is_available() else 0
 
 
 def devices_to_plain(saved: tuple[DeviceStates, ...]) -> dict[str, list[str]]:
@@ -134,11 +136,8 @@ def devices_to_plain(saved: tuple[DeviceStates, ...]) -> dict[str, list[str]]:
 
 
 def devices_from_plain(value: object, key: str) -> tuple[DeviceStates, ...]:
-    """Validate ``{kind: [base64, ...]}`` against this machine's devices; change nothing.
-
-    A kind present here must have each state of the size its generator has; a kind absent here, or
-    saved by another number of devices, is only checked for shape (it is reported, not applied).
-    """
+    """Validate ``{kind: [base64, ...]}``, changing nothing: each state of a kind present here must have its
+    generator's size; a kind absent here, or saved by another number of devices, is reported, not applied."""
     if not isinstance(value, Mapping):
         raise ProgressStateError(key, f"expected a mapping of device kinds, got {type(value).__name__}")
     found = []
@@ -149,11 +148,10 @@ def devices_from_plain(value: object, key: str) -> tuple[DeviceStates, ...]:
         if not isinstance(states, list) or not states:
             raise ProgressStateError(kind_key, "expected a non-empty list of base64 states, one per device")
         tensors = tuple(text_to_byte_tensor(state, join_key(kind_key, str(i))) for i, state in enumerate(states))
-        generators = DEVICE_KINDS[kind]
-        count = generators.device_count() if generators.is_available() else 0
+        count = _devices_here(kind)
         if count:
             for i, tensor in enumerate(tensors):
-                size = generators.get_rng_state(i if i < count else 0).numel()
+                size = DEVICE_KINDS[kind].get_rng_state(i if i < count else 0).numel()
                 if tensor.numel() != size:
                     raise ProgressStateError(
                         join_key(kind_key, str(i)), f"a {kind} generator state has {size} bytes, got {tensor.numel()}"
@@ -163,15 +161,9 @@ def devices_from_plain(value: object, key: str) -> tuple[DeviceStates, ...]:
 
 
 def device_rng_facts(rng: object) -> list[dict[str, Any]]:
-    """The accelerator part of a saved entry's ``rng`` (``entry["rng"]``), one item per device kind, as plain data.
-
-    Keys: ``kind`` (``"cuda"``, ...), ``devices`` (how many devices' generators were saved),
-    ``state_bytes`` (each device's generator state, in bytes), ``devices_here`` (this machine's devices
-    of that kind) and ``applied_here`` (True if this machine has as many devices of that kind, so a
-    resume here sets those generators; False: they are reported, not applied, and a resume here
-    warns). Empty when no accelerator was initialised
-    where the entry was saved. ``ProgressStateError`` names the key of a damaged state.
-    """
+    """The accelerator part of a saved entry's ``rng``, one item per device kind, as ``progress-tracker inspect
+    --json`` shows it (docs/cli.md, ``device_rng``; ``devices_here`` too). ``ProgressStateError`` names the key of a
+    damaged state."""
     devices = rng.get("devices") if isinstance(rng, Mapping) else None
     if devices is None:
         return []
@@ -182,8 +174,7 @@ def device_rng_facts(rng: object) -> list[dict[str, Any]]:
         key = join_key("rng.devices", str(kind))
         if not isinstance(states, list) or not states:
             raise ProgressStateError(key, "expected a non-empty list of base64 states, one per device")
-        generators = DEVICE_KINDS.get(str(kind))
-        here = generators.device_count() if generators is not None and generators.is_available() else 0
+        here = _devices_here(str(kind))
         found.append(
             {
                 "kind": str(kind),

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import weakref
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,8 +13,6 @@ from torch.utils.data import DataLoader
 from tracker_core.data._rng import GlobalRng
 from tracker_core.data._samplers import SamplerChain
 from tracker_core.data._torch_compat import build_iterator
-
-KEPT_STATES = 8  # states noted after the most recent batches: frameworks prefetch one or two
 
 
 @dataclass(frozen=True)
@@ -29,30 +26,12 @@ class SamplerRng:
 
 @dataclass
 class EpochRecord:
-    """What fixed one epoch's order, and where the loader's own state stood; fields a kind does not use stay None.
-
-    ``state`` is a position the loader (or its dataset) can be put back to without reading,
-    after ``state_batch`` batches of the epoch; ``later`` holds ``(batch, state)`` noted after
-    each of the most recent batches, so a checkpoint finds the state at the batch it consumed.
-    """
+    """What fixed one epoch's order; fields a kind does not use stay None."""
 
     iterator_rng: GlobalRng | None = None  # None when a persistent-worker iterator was reused
     loader_generator: torch.Tensor | None = None
     sampler_rng: SamplerRng | None = None  # "sampler_replay"; None until the sampler starts
-    state: Any = None
-    state_batch: int = 0
-    later: deque[tuple[int, Any]] = field(default_factory=lambda: deque(maxlen=KEPT_STATES))
-
-    def note(self, batch: int, state: Any) -> None:
-        """The loader's own state after ``batch`` batches of this epoch."""
-        self.later.append((batch, state))
-
-    def state_at(self, batch: int) -> tuple[int, Any]:
-        """``(b, state)`` with ``b`` the batch nearest at or before ``batch`` whose state is known."""
-        for noted, state in reversed(self.later):
-            if noted == batch:
-                return noted, state
-        return self.state_batch, self.state
+    state: Any = None  # "own_state": a loaded loader state, handed to the loader when its epoch is built
 
 
 @dataclass(frozen=True)

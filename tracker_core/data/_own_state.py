@@ -1,14 +1,9 @@
-"""A loader with a public state of its own (``state_dict`` / ``load_state_dict``: torchdata's
-``StatefulDataLoader``, or any loader with that protocol) is positioned by that state, through public calls only.
+"""A loader with a public state of its own (torchdata's ``StatefulDataLoader``, or any loader with ``state_dict`` /
+``load_state_dict``) is positioned by that state, through public calls only (docs/resume.md, docs/design.md).
 
-Where the framework saves and restores that state itself (Lightning's loops, Accelerate's
-``use_stateful_dataloader``), the position saves none of it. Elsewhere (Ignite, a plain loop) a checkpoint
-inside an epoch saves ``loader.state_dict()`` as it is then, and the resume hands it to ``loader.load_state_dict``
-right before the resumed epoch's iterator is built: exact where the loader has yielded just the consumed
-batches (no prefetch). Either way the resumed iterator is built under the global RNGs and the loader's
-generator its epoch began with (a sampler without a state of its own draws the same order again), and they and
-the samplers' generators are then set back as the checkpoint left them: the build takes nothing from the training's random stream. The loader
-puts itself back as it can: what it reads again (torchdata: an iterable without a state of its own) it reads.
+The state is saved and loaded back here, or by the framework (Lightning, Accelerate). The resumed iterator is built
+under the global RNGs and loader generator its epoch began with; they and the samplers' generators are then set back
+as the checkpoint left them, so the build takes nothing from the training's random stream.
 """
 
 from __future__ import annotations
@@ -67,12 +62,12 @@ class OwnState(Strategy):
         built before the first epoch, or its persistent workers')."""
         self.site.loader.load_state_dict({})  # type: ignore[attr-defined]
 
-    def arm(self, loader_state: Any) -> None:
-        super().arm(loader_state)
+    def arm(self) -> None:
+        super().arm()
         generators = self.site.chain.generators(self.site.loader.generator).values()
         self._generators = tuple((generator, generator.get_state()) for generator in generators)
 
-    def epoch_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
+    def epoch_to_plain(self, record: EpochRecord) -> dict[str, Any]:
         if not self.saves_state:
             return {}
         state = record.state  # loaded, its epoch not begun again yet
@@ -80,16 +75,16 @@ class OwnState(Strategy):
             state = self.site.loader.state_dict()  # type: ignore[attr-defined]
         return {"loader_class": class_name(self.site.loader), "loader_state": to_plain(state, "epoch.loader_state")}
 
-    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord, skip: int) -> Any:
+    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
         if "loader_state" not in fields and "loader_class" not in fields:
-            return None
+            return
         loader = self.site.loader
         saved, mine = read_own_state(fields, key), class_name(loader)
         if saved[0] != mine:
             raise ProgressStateError(join_key(key, "loader_class"), f"saved by a {saved[0]}; this loader is a {mine}")
         per_epoch = None if isinstance(loader.dataset, IterableDataset) else len(loader)
         record.state = check_own_state(saved, join_key(key, "loader_state"), loader.num_workers, per_epoch)
-        return None
+        return
 
 
 def _draws_order_lazily(site: Site) -> bool:

@@ -1,12 +1,8 @@
 """Naming user code that moves the global RNGs between a checkpoint load and the first resumed batch.
 
-``Tracker.load_state_dict`` restores the global RNGs to the checkpoint instant. In the
-uninterrupted run nothing draws between that instant and the next batch of the same epoch,
-so the resumed run must reach that batch with the RNGs as loaded. A ``torch.manual_seed``
-after loading (Ignite's own save/resume example has one), or a draw in a start hook that the
-uninterrupted run did not run there, makes every later dropout and augmentation draw differ
-while the progress states still compare equal. :class:`ResumeRngCheck` notices it and warns
-once (``InexactResumeWarning``), naming where.
+The uninterrupted run draws nothing there, so a ``torch.manual_seed`` after loading (Ignite's own save/resume
+example has one), or a draw in a start hook, makes every later random draw differ while the progress states still
+compare equal. :class:`ResumeRngCheck` notices it and warns once (``InexactResumeWarning``), naming where.
 """
 
 from __future__ import annotations
@@ -66,12 +62,8 @@ class ResumeRngCheck:
         last: bool = False,
         generators: Collection[str] = GENERATORS,
     ) -> bool:
-        """True, with one ``InexactResumeWarning`` saying the RNGs changed ``where``, if they moved since the load.
-
-        ``generators``: compare these of :attr:`GENERATORS`
-        alone (the others may move legitimately by then; none: nothing is compared).
-        After a warning, or with ``last``, the check is spent.
-        """
+        """True, with one ``InexactResumeWarning`` naming ``where``, if the RNGs moved since the load (``generators``:
+        compare these of :attr:`GENERATORS` alone; none: nothing). After a warning, or with ``last``, it is spent."""
         loaded = self._loaded
         if loaded is None:
             return False

@@ -1,8 +1,6 @@
 """Global RNG snapshots: torch CPU, Python ``random``, NumPy (when importable) and initialised accelerators.
 
-``capture_rng_state()`` is what an adapter saves at the checkpoint instant so dropout,
-augmentation etc. continue identically after a resume; ``restore_rng_state(state)``
-validates it fully, then sets all three generators.
+``capture_rng_state()`` gives plain data to save; ``restore_rng_state(state)`` validates it fully, then sets them.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
@@ -56,14 +54,12 @@ _PYTHON_FORMATS = (2, 3)  # the versions Random.setstate reads (2: Python 2's, i
 
 @dataclass(frozen=True)
 class GlobalRng:
-    """The global generators' states, in memory (``capture`` / ``apply``).
+    """The global generators' states, in memory (``capture`` / ``apply``): ``torch.get_rng_state()``,
+    ``random.getstate()``, NumPy's ``get_state()`` and those of initialised accelerators (``devices``).
 
-    ``devices``: the generators of every initialised accelerator (``tracker_core/data/_device_rng.py``).
-    ``torch_state`` is ``torch.get_rng_state()``, or, read from the short form of a just-seeded state, its
-    seed (:class:`Seeded`), applied with ``manual_seed``: the same generator state, with no 5 KB made.
-    ``python_state`` is ``random.getstate()``, and ``numpy_state`` NumPy's ``get_state()``, except that a state
-    read from plain data keeps their words packed until it is applied: bytes, or the saved base64 text,
-    checked to decode to exactly those bytes. A resume that applies torch's generator alone decodes neither.
+    Read from plain data, ``torch_state`` may be a :class:`Seeded` seed (applied with ``manual_seed``), and Python's
+    and NumPy's words stay packed (bytes, or checked base64 text) until applied: a resume that applies torch's
+    generator alone decodes neither.
     """
 
     torch_state: torch.Tensor | Seeded
@@ -83,12 +79,9 @@ class GlobalRng:
             torch.default_generator.manual_seed(self.torch_state)
         else:
             torch.set_rng_state(self.torch_state)
-        if torch_only:
-            if self.devices:
-                apply_devices(self.devices)
-            return
-        random.setstate(_unpacked(self.python_state))
-        if self.numpy_state is not None:
+        if not torch_only:
+            random.setstate(_unpacked(self.python_state))
+        if not torch_only and self.numpy_state is not None:
             if _np is not None:
                 _np.random.set_state(_numpy_unpacked(self.numpy_state))
             else:
@@ -283,35 +276,14 @@ def preserved_global_rng(*, torch_only: bool = False) -> Iterator[None]:
     """Run a block, then put the three global generators back as they were before it; with ``torch_only``,
     torch's CPU and device generators alone (for a block that draws from no other: reading or setting
     NumPy's state costs about 0.1 ms each, several times what a resume of a small loader costs)."""
-    saved = capture_global_rng(torch_only=torch_only)
+    if torch_only:
+        saved = GlobalRng(torch.get_rng_state(), (), None, capture_devices())
+    else:
+        saved = GlobalRng.capture()
     try:
         yield
     finally:
-        restore_global_rng(saved)
-
-
-def capture_global_rng(*, torch_only: bool = False) -> GlobalRng | TorchRng:
-    """What :func:`restore_global_rng` puts back: every global generator, or torch's CPU and device ones alone
-    (:func:`preserved_global_rng` without a context manager, for a hot path)."""
-    if torch_only:
-        return TorchRng(torch.get_rng_state(), capture_devices())
-    return GlobalRng.capture()
-
-
-def restore_global_rng(saved: GlobalRng | TorchRng) -> None:
-    if isinstance(saved, GlobalRng):
-        saved.apply()
-        return
-    torch.set_rng_state(saved.torch_state)
-    if saved.devices:
-        apply_devices(saved.devices)
-
-
-class TorchRng(NamedTuple):
-    """Torch's global CPU generator's state and those of initialised accelerators."""
-
-    torch_state: torch.Tensor
-    devices: tuple[DeviceStates, ...]
+        saved.apply(torch_only=torch_only)
 
 
 def capture_rng_state() -> dict[str, Any]:

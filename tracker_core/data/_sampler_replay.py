@@ -1,10 +1,8 @@
 """Map-style torch ``DataLoader``: an epoch resumes at its index sampler, so skipped samples are never loaded.
 
-When the iterator is built, the global RNGs and ``loader.generator`` are noted (they give the
-workers' base seed). When the index sampler starts, torch's RNG, the samplers' ``generator``
-states and ``epoch`` (``DistributedSampler``) are noted. A replay re-applies both and drops
-the first ``k`` batches of *indices*: skipped samples are never loaded, also with workers
-(the skip happens before indices are sent to them).
+Noted: the global RNGs and ``loader.generator`` when the iterator is built (the workers' base seed), torch's RNG
+and the samplers' ``generator`` and ``epoch`` when the index sampler starts. A replay re-applies both and drops the
+first ``k`` batches of *indices*, before any is sent to a worker.
 """
 
 from __future__ import annotations
@@ -51,18 +49,14 @@ class SamplerReplay(Strategy):
     epoch_keys = ("iterator_rng", "loader_generator", "sampler_rng")
     order_depends_on_workers = False  # indices are drawn in the main process
 
-    def begin(self, record: EpochRecord) -> Any:
-        cursor = self.site.cursor
-        cursor.awaiting_sampler = True
+    def begin(self) -> Any:
         return self._build_tapped()
 
     def replay(self, replay: Replay) -> Any:
         # Stays armed: the index sampler replays and skips when it starts (a replay draws nothing in the end).
-        cursor = self.site.cursor
-        cursor.awaiting_sampler = True
         return self._build_tapped()
 
-    def replays_all_global_rngs(self, replay: Replay) -> bool:
+    def replays_all_global_rngs(self) -> bool:
         """Python's and NumPy's global RNGs are replayed too unless every sampler is one of torch's own, which
         draw from none of them (each replay of NumPy's state costs about 0.1 ms)."""
         return not self._torch_samplers_only()
@@ -74,6 +68,7 @@ class SamplerReplay(Strategy):
         return record is not None and record.sampler_rng is not None
 
     def _build_tapped(self) -> Any:
+        self.site.cursor.awaiting_sampler = True
         loader = self.site.loader
         name = "batch_sampler" if loader.batch_sampler is not None else "sampler"
         inner = getattr(loader, name)
@@ -126,7 +121,7 @@ class SamplerReplay(Strategy):
 
     # --- saved form ----------------------------------------------------------------------
 
-    def epoch_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
+    def epoch_to_plain(self, record: EpochRecord) -> dict[str, Any]:
         rng = record.sampler_rng
         if rng is None:
             return {"sampler_rng": None}
@@ -138,10 +133,10 @@ class SamplerReplay(Strategy):
             }
         }
 
-    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord, skip: int) -> Any:
+    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
         if fields["sampler_rng"] is not None:
             record.sampler_rng = self._read_sampler_rng(fields["sampler_rng"], join_key(key, "sampler_rng"))
-        return None
+        return
 
     def _read_sampler_rng(self, value: object, key: str) -> SamplerRng:
         fields = read_mapping(value, key, required=("torch", "generators", "epochs"))
@@ -160,11 +155,9 @@ class SamplerReplay(Strategy):
 
 
 def _skipped(inner: Iterable[Any], skip: int) -> Iterator[Any]:
-    """``inner``'s batches after its first ``skip``. A torch ``BatchSampler`` (its exact type) skips
-    ``skip * batch_size`` of its sampler's indices at C speed and batches the rest as it would have:
-    its batches are consecutive runs of its sampler's indices, so none is built to be dropped; over
-    torch's ``RandomSampler`` the permutation is sliced before it becomes Python ints, so the skip
-    costs the same at any position."""
+    """``inner``'s batches after its first ``skip``. A torch ``BatchSampler`` (its exact type) skips its sampler's
+    indices instead, building no batch to drop; over torch's ``RandomSampler`` the permutation is sliced before it
+    becomes Python ints, so the skip costs the same at any position."""
     if type(inner) is not BatchSampler:
         indices = iter(inner)
         collections.deque(itertools.islice(indices, skip), maxlen=0)
@@ -173,19 +166,7 @@ def _skipped(inner: Iterable[Any], skip: int) -> Iterator[Any]:
     if started is None:
         started = iter(inner.sampler)
         collections.deque(itertools.islice(started, skip * inner.batch_size), maxlen=0)
-    return iter(BatchSampler(_Started(started), inner.batch_size, inner.drop_last))
-
-
-class _Started:
-    """A sampler already under way: ``iter()`` continues ``indices``."""
-
-    __slots__ = ("_indices",)
-
-    def __init__(self, indices: Iterator[Any]) -> None:
-        self._indices = indices
-
-    def __iter__(self) -> Iterator[Any]:
-        return self._indices
+    return iter(BatchSampler(started, inner.batch_size, inner.drop_last))
 
 
 class _SamplerTap:
@@ -205,12 +186,9 @@ class _SamplerTap:
 
 
 class _EpochIndices:
-    """One epoch's indices; the first ``next`` lets the strategy note or replay the start.
-
-    ``owner`` is the (weakly held) DataLoader iterator asking for them, when known: after
-    the first ``next`` it is handed the sampler's own indices, so later batches cost
-    nothing here (torch's single-process iterator reads ``_sampler_iter`` on every batch).
-    """
+    """One epoch's indices; the first ``next`` lets the strategy note or replay the start. ``owner``, the
+    DataLoader iterator asking (held weakly), is then handed the sampler's own indices: later batches cost
+    nothing here."""
 
     __slots__ = ("_indices", "_inner", "_strategy", "owner")
 

@@ -20,11 +20,7 @@ _CHAIN = ("sampler", "batch_sampler")
 
 
 class SamplerChain:
-    """The sampler chain of one loader, kept as it was when the loader was positioned.
-
-    DataLoader forbids reassigning ``sampler`` and ``batch_sampler`` after init, so the chain
-    is walked from the two objects noted here.
-    """
+    """The sampler chain of one loader, walked from its ``sampler`` and ``batch_sampler`` (fixed after init)."""
 
     __slots__ = ("_batch_sampler", "_sampler")
 
@@ -33,13 +29,8 @@ class SamplerChain:
         self._batch_sampler = loader.batch_sampler
 
     def samplers(self) -> dict[str, Any]:
-        """Every sampler reached through ``.sampler`` / ``.batch_sampler``, by path, each once.
-
-        Wrappers nest the user's sampler at any depth (Accelerate's ``BatchSamplerShard``
-        holds the user's ``BatchSampler`` as ``.batch_sampler``, which holds its sampler), so
-        the chain is walked, breadth first; an object met again (e.g. the ``BatchSampler``'s
-        sampler is ``loader.sampler``) keeps its first, shortest path.
-        """
+        """Every sampler reached through ``.sampler`` / ``.batch_sampler`` at any depth (wrappers such as
+        Accelerate's ``BatchSamplerShard`` nest the user's), by path, breadth first: each once, at its shortest path."""
         found: dict[str, Any] = {}
         seen: set[int] = set()
         queue = [("sampler", self._sampler), ("batch_sampler", self._batch_sampler)]

@@ -1,60 +1,82 @@
-"""A saved train-loader state checked without its loader: everything a file alone can tell.
-
-``LoaderPosition._parse`` checks a state against the live loader; this reader checks what
-does not need one (types, bounds, the epoch record, RNG states, a ``StatefulDataLoader``'s
-own layout), so that an entry whose loaders are registered after the load (Lightning, Ignite),
-or a checkpoint file read by ``progress-tracker``, is refused before anything is applied.
-Keys are relative to the loader's state (the Tracker prefixes ``train_loaders.<i>``).
+"""A saved train-loader state checked without its loader, so that an entry whose loaders are registered after the
+load (Lightning, Ignite), or a file ``progress-tracker`` reads, is refused before anything is applied
+(``LoaderPosition._parse`` adds the checks against the live loader). Keys are relative to the loader's state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, cast, get_args
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import expand_loader
-from tracker_core.data._position import (
-    _EPOCH_KEYS,
-    _KINDS,
-    _OPTIONAL_EPOCH_KEYS,
-    _OPTIONAL_STATE_KEYS,
-    _STATE_KEYS,
-    OLD_STATEFUL,
-    STATE_VERSION,
-    LoaderKind,
-    _read_fast_forward,
-)
+from tracker_core.data._epoch import FastForward
+from tracker_core.data._iterable_replay import IterableReplay
+from tracker_core.data._own_state import OwnState
 from tracker_core.data._rng import GlobalRng, read_torch_cpu_state
+from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._samplers import read_distributed
+from tracker_core.data._strategy import LoaderKind, Strategy
 from tracker_core.data._torchdata_state import check_own_state, read_own_state
 from tracker_core.state._codec import text_to_byte_tensor
-from tracker_core.state._readers import join_key, read_int, read_mapping, read_str, shown
+from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, shown
+
+STATE_VERSION = 1  # the form readers check; saved as version 2 (``_compact.py``), which expands to it
+_STATE_KEYS = (
+    "version",
+    "kind",
+    "batches_consumed",
+    "batches_per_epoch",
+    "num_workers",
+    "generators",
+    "epoch",
+    "distributed",
+)
+_OPTIONAL_STATE_KEYS = ("fast_forward",)  # present when the resume before this checkpoint read batches again
+_STRATEGIES: tuple[type[Strategy], ...] = (SamplerReplay, IterableReplay, OwnState)
+_KINDS: tuple[str, ...] = get_args(LoaderKind)
+OLD_STATEFUL = (
+    "'stateful_dataloader' is the kind of an earlier development version, which rewrote torchdata's private "
+    "state; a StatefulDataLoader is now positioned by its own public state (kind 'own_state'), and that saved "
+    "state cannot be read: resume from a checkpoint saved by this version, or restart the epoch"
+)
 
 _ACCELERATOR_GENERATOR_BYTES = 16  # a CUDA/XPU/MPS Philox generator's state: seed and offset
 
 
-def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | None = None) -> None:
-    """Raise ``ProgressStateError`` naming the key for anything wrong in ``state`` that no loader is needed to see.
+@dataclass(frozen=True)
+class Header:
+    """What every tracked loader kind saves, read and checked."""
 
-    ``rng``: the version 1 global snapshot saved beside ``state``, which its ``iterator_rng`` may refer to.
-    """
-    state = expand_loader(state, key, rng)
-    if not isinstance(state, Mapping):
+    kind: LoaderKind
+    fields: Mapping[str, Any]  # the state's top-level fields
+    skip: int  # batches_consumed
+    per_epoch: int | None
+    workers: int
+    distributed: dict[str, Any] | None
+
+
+def read_header(state: object, key: str, kind: str | None = None) -> Header:
+    """Check the top-level fields of an expanded loader state (``kind``: the one the live loader resumes by, if
+    any); the generators and the epoch record are left to the caller."""
+    if not is_mapping(state):
         raise ProgressStateError(key, f"expected a mapping, got {type(state).__name__}")
     if "kind" not in state:
         raise ProgressStateError(join_key(key, "kind"), "missing")
-    kind = read_str(state["kind"], join_key(key, "kind"))
-    if kind == "untracked":
-        read_mapping(state, key, required=("kind",))
-        return
-    if kind == "stateful_dataloader":
+    saved = read_str(state["kind"], join_key(key, "kind"))
+    if saved == "stateful_dataloader":
         raise ProgressStateError(join_key(key, "kind"), OLD_STATEFUL)
-    if kind not in _KINDS:
-        raise ProgressStateError(join_key(key, "kind"), f"unknown kind {shown(kind)}; expected one of {list(_KINDS)}")
+    if saved not in _KINDS:
+        raise ProgressStateError(join_key(key, "kind"), f"unknown kind {shown(saved)}; expected one of {list(_KINDS)}")
+    if kind is not None and saved != kind:
+        raise ProgressStateError(
+            join_key(key, "kind"), f"saved from a {saved!r} loader; this loader resumes by {kind!r}"
+        )
     fields = read_mapping(state, key, required=_STATE_KEYS, optional=_OPTIONAL_STATE_KEYS)
-    if read_int(fields["version"], join_key(key, "version")) != STATE_VERSION:
-        raise ProgressStateError(join_key(key, "version"), "unsupported version; this code reads 1 and 2")
+    version = read_int(fields["version"], join_key(key, "version"))
+    if version != STATE_VERSION:
+        raise ProgressStateError(join_key(key, "version"), f"unsupported version {version}; this code reads 1 and 2")
     skip = read_int(fields["batches_consumed"], join_key(key, "batches_consumed"), minimum=0)
     per_epoch = fields["batches_per_epoch"]
     if per_epoch is not None:
@@ -64,28 +86,49 @@ def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | No
                 join_key(key, "batches_consumed"), f"{skip} exceeds the {per_epoch} batches of an epoch"
             )
     workers = read_int(fields["num_workers"], join_key(key, "num_workers"), minimum=0)
-    read_distributed(fields["distributed"], join_key(key, "distributed"))
+    distributed = read_distributed(fields["distributed"], join_key(key, "distributed"))
     if "fast_forward" in fields:
         _read_fast_forward(fields["fast_forward"], join_key(key, "fast_forward"))
-    _generators(fields["generators"], join_key(key, "generators"))
-    epoch = fields["epoch"]
-    drawn = epoch is not None
-    if epoch is not None:
-        drawn = _epoch(epoch, join_key(key, "epoch"), cast("LoaderKind", kind), workers, per_epoch)
-    if skip and not drawn:
+    return Header(cast("LoaderKind", saved), fields, skip, per_epoch, workers, distributed)
+
+
+def _read_fast_forward(value: object, key: str) -> FastForward:
+    fields = read_mapping(value, key, required=("batches", "seconds"))
+    seconds = fields["seconds"]
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+        raise ProgressStateError(join_key(key, "seconds"), f"expected a number >= 0, got {shown(seconds)}")
+    return FastForward(read_int(fields["batches"], join_key(key, "batches"), minimum=1), float(seconds))
+
+
+def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | None = None) -> None:
+    """Raise ``ProgressStateError`` naming the key for anything wrong in ``state`` that no loader is needed to see.
+
+    ``rng``: the version 1 global snapshot saved beside ``state``, which its ``iterator_rng`` may refer to.
+    """
+    state = expand_loader(state, key, rng)
+    if is_mapping(state) and state.get("kind") == "untracked":
+        read_mapping(state, key, required=("kind",))
+        return
+    header = read_header(state, key)
+    _generators(header.fields["generators"], join_key(key, "generators"))
+    epoch = header.fields["epoch"]
+    drawn = epoch is not None and _epoch(epoch, join_key(key, "epoch"), header)
+    if header.skip and not drawn:
         raise ProgressStateError(
-            join_key(key, "batches_consumed"), f"must be 0 in a state saved before any batch was drawn, got {skip}"
+            join_key(key, "batches_consumed"),
+            f"must be 0 in a state saved before any batch was drawn, got {header.skip}",
         )
 
 
-def _epoch(value: object, key: str, kind: LoaderKind, workers: int, per_epoch: int | None) -> bool:
+def _epoch(value: object, key: str, header: Header) -> bool:
     """Check an epoch record; whether it knows the order of batches already drawn."""
-    fields = read_mapping(value, key, required=_EPOCH_KEYS[kind], optional=_OPTIONAL_EPOCH_KEYS[kind])
+    strategy = next(strategy for strategy in _STRATEGIES if strategy.kind == header.kind)
+    fields = read_mapping(value, key, required=strategy.epoch_keys, optional=strategy.optional_epoch_keys)
     if fields["iterator_rng"] is not None:
         GlobalRng.from_plain(fields["iterator_rng"], join_key(key, "iterator_rng"))
     if fields["loader_generator"] is not None:
         _generator_state(fields["loader_generator"], join_key(key, "loader_generator"))
-    if kind == "sampler_replay":
+    if header.kind == "sampler_replay":
         if fields["sampler_rng"] is None:
             return False
         rng_key = join_key(key, "sampler_rng")
@@ -99,7 +142,7 @@ def _epoch(value: object, key: str, kind: LoaderKind, workers: int, per_epoch: i
         for path, epoch in epochs.items():
             read_int(epoch, join_key(epochs_key, read_str(path, epochs_key)), minimum=0)
     if "loader_state" in fields or "loader_class" in fields:  # "own_state"
-        check_own_state(read_own_state(fields, key), join_key(key, "loader_state"), workers, per_epoch)
+        check_own_state(read_own_state(fields, key), join_key(key, "loader_state"), header.workers, header.per_epoch)
     return True
 
 

@@ -20,10 +20,8 @@ def is_stateful(obj: object) -> bool:
 class Strategy:
     """One loader kind's way to note an epoch as it begins and to replay it from a batch.
 
-    The front calls :meth:`begin` when an epoch's iterator is built normally (``cursor.epoch``
-    already holds a new record with the global RNGs), and :meth:`replay` when a loaded state is
-    armed (inside a save/restore of the global RNGs, the epoch's iterator RNGs applied). The
-    epoch record's kind-specific fields go through :meth:`epoch_to_plain` and :meth:`read_epoch`.
+    :meth:`replay` runs inside a save/restore of the global RNGs, the epoch's iterator RNGs applied. The epoch
+    record's kind-specific fields go through :meth:`epoch_to_plain` and :meth:`read_epoch`.
     """
 
     kind: ClassVar[LoaderKind]
@@ -34,33 +32,32 @@ class Strategy:
     def __init__(self, site: Site) -> None:
         self.site = site
 
-    def begin(self, record: EpochRecord) -> Any:
-        """Build a new epoch's iterator and note what fixes it into ``record``."""
+    def begin(self) -> Any:
+        """Build a new epoch's iterator (``cursor.epoch`` holds its new record)."""
         return self.site.build()
 
     def replay(self, replay: Replay) -> Any:
         """Build the iterator of the armed epoch, positioned at ``replay.skip``."""
         raise NotImplementedError
 
-    def replays_all_global_rngs(self, replay: Replay) -> bool:
+    def replays_all_global_rngs(self) -> bool:
         """Whether :meth:`replay` runs under all the epoch's global RNGs, Python's and NumPy's too, or under
         torch's alone (what building a loader's iterator draws from, for its base seed)."""
         return True
 
-    def epoch_to_plain(self, record: EpochRecord, batches_consumed: int) -> dict[str, Any]:
+    def epoch_to_plain(self, record: EpochRecord) -> dict[str, Any]:
         """The kind's fields of the saved epoch record."""
         return {}
 
-    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord, skip: int) -> Any:
-        """Validate the kind's saved fields into ``record``; return the state to hand the loader (or None)."""
-        return None
+    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
+        """Validate the kind's saved fields into ``record``."""
 
     def has_drawn(self, record: EpochRecord | None) -> bool:
         """Whether ``record`` knows the order of batches already drawn."""
         return record is not None
 
-    def arm(self, loader_state: Any) -> None:
-        """Prepare the loader for its next epoch after a load (``loader_state``: what :meth:`read_epoch` gave)."""
+    def arm(self) -> None:
+        """Prepare the loader for its next epoch after a load."""
         self.drop_iterator()
 
     def drop_iterator(self) -> None:

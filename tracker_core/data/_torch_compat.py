@@ -1,29 +1,23 @@
-"""Every private attribute of torch's data loading that data position touches (none of torchdata's).
-
-Checked when this module is imported: a missing attribute raises ``ImportError`` naming the
-installed version. ``ATTRIBUTES`` lists them all, for the test that they still exist.
+"""Every private attribute of torch's data loading that data position touches (none of torchdata's), checked at
+import: a missing one raises ``ImportError`` naming the installed version. ``ATTRIBUTES`` lists them all.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, RandomSampler
-from torch.utils.data._utils.fetch import _IterableDatasetFetcher
-from torch.utils.data.dataloader import _BaseDataLoaderIter, _SingleProcessDataLoaderIter
+from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 __all__ = [
     "ATTRIBUTES",
     "build_iterator",
     "check_attributes",
-    "fetched_iterable",
     "forget_live_iterator",
     "install_iterator_hook",
     "iterator_hook",
-    "note_each_batch",
     "random_sampler_after",
     "sampler_indices",
     "set_sampler_indices",
@@ -33,12 +27,7 @@ __all__ = [
 ATTRIBUTES: dict[type, tuple[str, ...]] = {
     DataLoader: ("_get_iterator", "_iterator"),
     _BaseDataLoaderIter: ("_sampler_iter",),
-    _SingleProcessDataLoaderIter: ("_dataset_fetcher",),
-    _IterableDatasetFetcher: ("dataset_iter",),
 }
-
-# Attributes this module sets on an iterator whose batches are noted (see note_each_batch).
-_ON_BATCH = "_tracker_core_on_batch"
 
 
 def check_attributes(package: str, version: str, owners: Mapping[Any, tuple[str, ...]]) -> None:
@@ -95,11 +84,9 @@ def set_sampler_indices(iterator: Any, indices: Any) -> None:
 
 
 def random_sampler_after(sampler: Any, count: int) -> Iterator[int] | None:
-    """The indices torch's ``RandomSampler`` ``sampler`` yields after its first ``count``, drawn as its ``__iter__``
-    draws them (lazily: the seed and the permutation at the first ``next``, the next permutation, of which it
-    yields nothing, when this one runs out), sliced as a tensor: no skipped index goes through Python. None
-    unless ``sampler`` is exactly a ``RandomSampler`` of one permutation (no replacement, ``num_samples`` the
-    dataset's size) and ``count`` is within it; ``tests/test_stateful_sampler_skip.py`` compares with torch's."""
+    """The indices torch's ``RandomSampler`` yields after its first ``count``, drawn lazily as its ``__iter__`` draws
+    them, the permutation sliced as a tensor (no skipped index goes through Python). None unless ``sampler`` is
+    exactly a ``RandomSampler`` of one permutation and ``count`` is within it (``tests/test_random_sampler_skip.py``)."""
     if type(sampler) is not RandomSampler or sampler.replacement:
         return None
     size = len(sampler.data_source)
@@ -117,30 +104,6 @@ def _permutation_after(own: torch.Generator | None, size: int, count: int) -> It
         generator = own
     yield from torch.randperm(size, generator=generator)[count:].tolist()
     torch.randperm(size, generator=generator)  # torch's draws it for num_samples % size (here none of it)
-
-
-def fetched_iterable(iterator: Any) -> Any:
-    """The iterator of an IterableDataset a single-process DataLoader iterator reads, or None."""
-    fetcher = getattr(iterator, "_dataset_fetcher", None)
-    return getattr(fetcher, "dataset_iter", None)
-
-
-def note_each_batch(iterator: Any, on_batch: Callable[[Any], None]) -> None:
-    """Call ``on_batch(iterator)`` after each batch it yields. The iterator's class becomes a subclass
-    of its own that does this; the callback is held by the iterator."""
-    base: Any = type(iterator)
-    iterator.__class__ = _noting_type(base)
-    setattr(iterator, _ON_BATCH, on_batch)
-
-
-@functools.cache
-def _noting_type(base: Any) -> type:
-    def __next__(self: Any) -> Any:
-        batch = base.__next__(self)
-        getattr(self, _ON_BATCH)(self)
-        return batch
-
-    return type(base.__name__, (base,), {"__next__": __next__, "__module__": __name__})
 
 
 check_attributes("torch", torch.__version__, ATTRIBUTES)

@@ -1,9 +1,6 @@
-"""A loader's own saved state (kind ``"own_state"``): its class and state read back, and a torchdata
-``StatefulDataLoader``'s layout (torchdata 0.11) checked before torchdata loads it.
-
-torchdata reads a state only when the resumed epoch's iterator is built, too late to refuse it cleanly, so its keys,
-types and bounds are checked here (the parts a sampler or dataset defines only as plain data). A saved state is
-data: no attribute of torchdata's is touched.
+"""A loader's own saved state (kind ``"own_state"``) read back, and a torchdata ``StatefulDataLoader``'s layout
+(torchdata 0.11) checked before torchdata loads it: torchdata reads it only when the resumed iterator is built,
+too late to refuse it cleanly. A saved state is data: no attribute of torchdata's is touched.
 """
 
 from __future__ import annotations
