@@ -34,7 +34,7 @@ import torch
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._rng import GlobalRng
-from tracker_core.state._readers import read_int, read_mapping
+from tracker_core.state._readers import read_int, read_list, read_mapping
 from tracker_core.vocabulary import EVALUATION_STAGES
 
 VERSION = 5  # 5 replaced the CRC-32s of the files Accelerate was about to write (3, 4) by the commit ("folder")
@@ -326,10 +326,8 @@ def _evaluation_rng(value: object) -> tuple[str, GlobalRng] | None:
 
 
 def _loader_iterations(value: object) -> list[LoaderIteration | None]:
-    if not isinstance(value, list):
-        raise ProgressStateError("loader_iterations", f"expected a list, got {type(value).__name__}")
     found: list[LoaderIteration | None] = []
-    for index, item in enumerate(value):
+    for index, item in enumerate(read_list(value, "loader_iterations")):
         key = f"loader_iterations.{index}"
         if item is None:
             found.append(None)
