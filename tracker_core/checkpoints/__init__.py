@@ -5,29 +5,13 @@
     from tracker_core.checkpoints import newest_intact_checkpoint
     trainer.fit(model, ckpt_path=newest_intact_checkpoint("checkpoints/"))
 
-One source of truth for the layouts (the adapters import these constants):
-
-- Lightning ``.ckpt``: ``checkpoint["callbacks"][LIGHTNING_STATE_KEY]`` is the entry, partial
-  gradients of an accumulation window are ``checkpoint[LIGHTNING_GRADIENTS_KEY]``;
-- Ignite ``Checkpoint`` file: the value saved under the user's key for the ``ProgressHandler``
-  is a dict with exactly ``IGNITE_STATE_KEYS``; its ``"progress_tracker"`` is the entry;
-- a plain loop's ``torch.save`` file (the README's layout): ``checkpoint[PLAIN_STATE_KEY]`` is the entry
-  (``Tracker.state_dict()`` or ``Tracker.gathered_state_dict()``);
-- a Lightning checkpoint saved by several processes keeps rank 0's entry and an index under ``"ranks"``;
-  each rank's entry is in ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` beside it
-  (``tracker_core.adapter.write_rank_files``): they are read and checked too;
-- Accelerate ``save_state`` folder: ``progress_tracker_{rank}.pt`` per process
-  (``tracker_core.adapter.accelerate_checkpoint``), whose ``"tracker"`` is the entry.
-
-Files are read with ``torch.load(weights_only=True)``: no pickled code ever runs. No
-framework is imported. Before a file is loaded its integrity is checked: a regular, non-empty
-file (never a FIFO, which would block) whose zip members all match their CRC-32
-(``torch.load(mmap=True)`` checks none). An Accelerate folder must hold each rank's progress
-file, all of one save; a committed one (its progress registered for checkpointing) must be the save
-rank 0's file committed: every file its commit lists there, with the size and CRC-32 recorded
-(``accelerate_checkpoint.commit_problem``); files the commit does not list, and Accelerate's files
-in a folder without a commit, are named in ``unchecked``. See docs/cli.md (``progress-tracker inspect`` /
-``diff`` use the same functions).
+The layouts, defined once here (the adapters import the keys): a Lightning ``.ckpt`` keeps the entry in
+``checkpoint["callbacks"][LIGHTNING_STATE_KEY]`` and an accumulation window's partial gradients in
+``checkpoint[LIGHTNING_GRADIENTS_KEY]``; an Ignite ``ProgressHandler``'s state is a dict with exactly
+``IGNITE_STATE_KEYS``; a plain loop's ``torch.save`` file keeps it in ``checkpoint[PLAIN_STATE_KEY]``; an
+Accelerate ``save_state`` folder in ``progress_tracker_{rank}.pt`` (``tracker_core.adapter.accelerate_checkpoint``).
+No framework is imported, and no pickled code runs. docs/cli.md gives the formats, the integrity checks made
+before a file is loaded and the errors (``progress-tracker inspect`` / ``diff`` use these functions).
 """
 
 from __future__ import annotations
@@ -94,14 +78,10 @@ class CheckpointFileError(ValueError):
 
 @dataclass(frozen=True)
 class ProgressCheckpoint:
-    """The validated progress entries (``Tracker.state_dict()``) of one checkpoint.
+    """The validated progress entries (``Tracker.state_dict()``) of one checkpoint, one per process (index = rank).
 
-    ``format`` is ``"lightning"``, ``"ignite"``, ``"plain"`` (a plain loop's ``checkpoint["progress_tracker"]``)
-    or ``"accelerate"``; ``entries`` has one
-    entry per process (index = rank): one per ``progress_tracker_{rank}.pt`` of an
-    Accelerate folder, the ``"ranks"`` of a file's gathered entry (saved by several
-    processes), else one; ``location`` says where in the checkpoint the entry was found;
-    ``unchecked`` names the parts that could not be checked here, and why.
+    ``format``: ``"lightning"``, ``"ignite"``, ``"plain"`` (a plain loop's) or ``"accelerate"``; ``location``: where
+    in the checkpoint the entry was found; ``unchecked``: the parts that could not be checked here, and why.
     """
 
     path: Path | str  # the URL (a str) of a checkpoint read from an fsspec URL other than file://
@@ -113,20 +93,12 @@ class ProgressCheckpoint:
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> ProgressCheckpoint:
-    """Find the progress entry of a Lightning/Ignite checkpoint file or an Accelerate folder and validate it.
+    """Find the progress entry of a checkpoint file or folder (or its fsspec URL) and validate it.
 
-    Raises :class:`CheckpointFileError` naming the path: missing, not a regular file, empty,
-    truncated or damaged (a zip member's CRC-32), not a torch checkpoint, no progress entry
-    (saying what was looked for), a damaged entry (with the core's ``ProgressStateError``
-    message naming the key), or an Accelerate folder missing a rank's files or mixing saves.
+    Raises :class:`CheckpointFileError` naming the path and the problem (docs/cli.md lists them).
     """
-    if urls.is_url(path):
-        assert isinstance(path, str)
-        local = _local_path(path)
-        if local is None:
-            return _read_url(path)
-        path = local
-    return _read_local(Path(path), None)
+    found = _local_or_url(path)
+    return _read_url(found) if isinstance(found, str) else _read_local(found, None)
 
 
 def _read_local(path: Path, origin: str | None) -> ProgressCheckpoint:
@@ -135,22 +107,15 @@ def _read_local(path: Path, origin: str | None) -> ProgressCheckpoint:
     if mode is not None and stat.S_ISDIR(mode):
         return _read_folder(path)
     fmt, location, entry = _find_entry(path, _load(path))
-    files = _rank_files(path, location, entry, origin)
-    if files is None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("ranks"), dict):  # no index of rank files
         return ProgressCheckpoint(path, fmt, location, _rank_entries(path, location, entry))
+    try:
+        files = RankFiles.of(entry["ranks"], path if origin is None else origin)
+    except ProgressStateError as error:
+        raise CheckpointFileError(f"{path}: damaged progress entry at {location}: {error}") from None
     entries = _rank_entries(path, location, {**entry, "ranks": files})
     where = files.where(0).replace("rank-0.json", "rank-<r>.json")
     return ProgressCheckpoint(path, fmt, f"{location} (each rank's entry in {where})", entries, rank_files=files.folder)
-
-
-def _rank_files(path: Path, location: str, entry: Any, origin: str | None) -> RankFiles | None:
-    """The rank files an entry's index names (None for an entry holding its ranks' entries itself)."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("ranks"), dict):
-        return None
-    try:
-        return RankFiles.of(entry["ranks"], path if origin is None else origin)
-    except ProgressStateError as error:
-        raise CheckpointFileError(f"{path}: damaged progress entry at {location}: {error}") from None
 
 
 @overload
@@ -164,17 +129,10 @@ def newest_intact_checkpoint(paths: str | Iterable[str | os.PathLike[str]]) -> P
 def newest_intact_checkpoint(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Path | str:
     """The newest checkpoint whose progress entry reads and validates: the one to resume from.
 
-    ``paths``: checkpoint files and checkpoint folders (Accelerate ``save_state``, Lightning
-    sharded), or one directory to search recursively (``*.ckpt``, ``*.pt``, ``*.pth`` files and
-    checkpoint folders at any depth, e.g. ``lightning_logs/version_0/checkpoints/``). Newest means
-    the latest modification time, across sub-folders alike (of the newest file inside, for a
-    checkpoint folder; ties by path, numbers compared as numbers). Each
-    newer candidate that is truncated or damaged is skipped with a ``UserWarning`` naming
-    it and why; :class:`CheckpointFileError` if none is intact.
-
-    An fsspec URL (``memory://``, ``s3://``, ...) is searched and read the same way; the chosen
-    checkpoint is then returned as its URL (a ``str``), which Lightning's ``ckpt_path`` takes. A
-    ``file://`` URL is a local path.
+    ``paths``: checkpoint files and folders, or one directory (or fsspec URL) to search recursively. Newest
+    means the latest modification time. Each newer candidate that is damaged is skipped with a ``UserWarning``
+    naming it and why; :class:`CheckpointFileError` if none is intact. A URL's checkpoint comes back as its URL
+    (a ``str``). docs/cli.md gives the search and the order.
     """
     candidates = sorted(_candidates(paths), key=lambda p: (_modified(p), _natural(str(p))), reverse=True)
     skipped: list[str] = []
@@ -290,18 +248,19 @@ def _rank_entries(path: Path, location: str, entry: Any) -> tuple[dict[str, Any]
     if not isinstance(ranks, (list, RankFiles)) or not ranks:
         _validate(path, location, entry)
         return (entry,)
+    entries = []
     for rank in range(len(ranks)):
         try:
-            rank_entry = ranks[rank]
+            entries.append(ranks[rank])
         except ProgressStateError as error:  # a rank file missing or damaged
             raise CheckpointFileError(f"{path}: damaged progress entry at {location}: {error}") from None
-        _validate(path, f"{location}['ranks'][{rank}]", rank_entry)
-    if {key: value for key, value in entry.items() if key != "ranks"} != ranks[0]:
+        _validate(path, f"{location}['ranks'][{rank}]", entries[rank])
+    if {key: value for key, value in entry.items() if key != "ranks"} != entries[0]:
         raise CheckpointFileError(
             f"{path}: damaged progress entry at {location}: its top level is not a copy of ['ranks'][0], "
             "as Tracker.gathered_state_dict() writes it"
         )
-    return tuple(ranks[rank] for rank in range(len(ranks)))
+    return tuple(entries)
 
 
 def _is_handler_state(value: object) -> bool:
@@ -318,10 +277,8 @@ def _validate(path: Path, location: str, entry: object) -> None:
 
 # folders ------------------------------------------------------------------------------------
 def _folder_kind(names: Iterable[str]) -> str | None:
-    """What a checkpoint folder holding ``names`` is: ``"accelerate"`` (a ``save_state`` folder with progress
-    files), ``"sharded"`` (Lightning's ``meta.pt`` beside torch.distributed.checkpoint shards: FSDP or
-    ModelParallel with sharded state dicts), ``"dcp"`` (torch.distributed.checkpoint shards alone),
-    ``"deepspeed"`` (DeepSpeed's ``latest``/``zero_to_fp32.py``), or None (no checkpoint folder)."""
+    """The checkpoint folder ``names`` make (``"accelerate"``, Lightning's ``"sharded"``, torch's ``"dcp"`` alone or
+    ``"deepspeed"``: the marks above), or None."""
     names = set(names)
     if any(_ACCELERATE_PROGRESS_FILE.fullmatch(name) for name in names):
         return "accelerate"
@@ -334,15 +291,11 @@ def _folder_kind(names: Iterable[str]) -> str | None:
     return None
 
 
-def _listed(folder: Path) -> list[str]:
+def _read_folder(folder: Path) -> ProgressCheckpoint:
     try:
-        return sorted(os.listdir(folder))
+        names = sorted(os.listdir(folder))
     except OSError as error:
         raise CheckpointFileError(f"{folder}: cannot be listed ({error.strerror or error})") from None
-
-
-def _read_folder(folder: Path) -> ProgressCheckpoint:
-    names = _listed(folder)
     kind = _folder_kind(names)
     if kind == "sharded":
         return _read_sharded(folder, names)
@@ -362,8 +315,7 @@ def _read_folder(folder: Path) -> ProgressCheckpoint:
 
 
 def _read_sharded(folder: Path, names: list[str]) -> ProgressCheckpoint:
-    """Lightning's sharded checkpoint: the progress entry is in ``meta.pt`` (all but weights and optimizer
-    states, ``torch.save``d by rank 0 after the shards); the shards themselves are not read."""
+    """Lightning's sharded checkpoint: the entry is in ``meta.pt``; the shards themselves are not read."""
     if _DCP_METADATA not in names:
         raise CheckpointFileError(
             f"{folder}: a Lightning sharded checkpoint folder ({_SHARDED_META} plus torch.distributed.checkpoint "
@@ -398,12 +350,9 @@ def _read_accelerate(folder: Path, names: list[str]) -> ProgressCheckpoint:
     if ranks != expected:
         missing = [rank for rank in expected if rank not in ranks]
         extra = [rank for rank in ranks if rank >= world_size]
-        raise CheckpointFileError(
-            f"{folder}: saved by {world_size} process(es), but "
-            + (f"the progress file of rank(s) {missing} is missing" if missing else "")
-            + (" and " if missing and extra else "")
-            + (f"progress files of rank(s) {extra} belong to no rank of that save" if extra else "")
-        )
+        problems = [f"the progress file of rank(s) {missing} is missing"] if missing else []
+        problems += [f"progress files of rank(s) {extra} belong to no rank of that save"] if extra else []
+        raise CheckpointFileError(f"{folder}: saved by {world_size} process(es), but " + " and ".join(problems))
     problem = accelerate_file.commit_problem(str(folder), first)
     if problem is not None:
         raise CheckpointFileError(f"{folder}: {accelerate_file.MIXED}: {problem}")
@@ -456,26 +405,19 @@ def _candidates(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
 def _local_or_url(path: str | os.PathLike[str]) -> Path | str:
     """A local ``Path`` (``file://`` URLs included), or the URL of another fsspec protocol."""
-    if isinstance(path, str) and urls.is_url(path):
-        local = _local_path(path)
-        return path if local is None else local
-    return Path(path)
-
-
-def _local_path(url: str) -> Path | None:
+    if not (isinstance(path, str) and urls.is_url(path)):
+        return Path(path)
     try:
-        return urls.local_path(url)
+        local = urls.local_path(path)
     except urls.UrlProblem as error:
         raise CheckpointFileError(str(error)) from None
+    return path if local is None else local
 
 
 def _read_url(url: str) -> ProgressCheckpoint:
     try:
-        with urls.fetched(url) as local:
-            try:
-                return replace(_read_local(local, url), path=url)
-            except CheckpointFileError as error:
-                raise CheckpointFileError(str(error).replace(str(local), url)) from None
+        with urls.fetched(url, CheckpointFileError) as local:
+            return replace(_read_local(local, url), path=url)
     except urls.UrlProblem as error:
         raise CheckpointFileError(str(error)) from None
 

@@ -1,7 +1,6 @@
 """The progress files written into Accelerate's ``save_state`` folder, one per process, and the folder's commit.
 
-``progress_tracker_{rank}.pt`` holds plain data plus gradient tensors and loads with
-``torch.load(weights_only=True)``; it is written atomically (a temporary file, then a rename)::
+``progress_tracker_{rank}.pt`` loads with ``torch.load(weights_only=True)``; it is written atomically::
 
     {"version": 5,
      "world_size": int,                         # the number of processes that saved (one file each)
@@ -13,18 +12,10 @@
      "evaluation_rng": {"stage": str, "rng": <global RNG snapshot>} | None,  # at an unfinished evaluation's start
      "folder": {path: {"size": int, "crc32": int}, ...} | None}  # rank 0's commit; None: not committed
 
-A progress not registered for checkpointing writes its file in the save pre-hook, before Accelerate's files,
-with no commit (``folder`` None): such a folder loads as its progress files read, Accelerate's files unchecked.
-A registered one commits the save (``integrations/accelerate/_commit.py``): each process writes its file after
-its own Accelerate files, rank 0 last, listing every other file then in the folder (sub-folders included, the
-other ranks' progress files among them) with its size and CRC-32. A committed folder is that one save while each
-listed file is there unchanged (:func:`commit_problem`): a ``save_state`` killed part-way leaves no progress file
-of its own (a new folder) or files that differ from the last commit's. No file name or format of Accelerate's is
-assumed. Files written after the commit (the pickle Accelerate writes of each object registered after the
-progress, its own among them) are not listed (:func:`uncommitted`); each that is a ``torch.save`` archive (a zip,
-which holds a CRC-32 of every member) must be whole: a kill while Accelerate wrote it leaves it cut short. Files of versions 2 to 4 (development
-builds, whose checks predicted Accelerate's files: those CRC-32s are no longer read) load as uncommitted; version 1
-(no ``world_size``) is refused.
+docs/accelerate.md ("How resume works") explains the commit. A committed folder is that save while each file
+it lists is there unchanged (:func:`commit_problem`); the files written after it are not listed (:func:`uncommitted`),
+but each that is a zip (a ``torch.save`` archive) must be whole. Versions 2 to 4 (development builds) load as
+uncommitted; version 1 (no ``world_size``) is refused.
 """
 
 from __future__ import annotations
@@ -43,7 +34,7 @@ import torch
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._rng import GlobalRng
-from tracker_core.state._readers import read_int, read_mapping
+from tracker_core.state._readers import read_int, read_list, read_mapping
 from tracker_core.vocabulary import EVALUATION_STAGES
 
 VERSION = 5  # 5 replaced the CRC-32s of the files Accelerate was about to write (3, 4) by the commit ("folder")
@@ -335,10 +326,8 @@ def _evaluation_rng(value: object) -> tuple[str, GlobalRng] | None:
 
 
 def _loader_iterations(value: object) -> list[LoaderIteration | None]:
-    if not isinstance(value, list):
-        raise ProgressStateError("loader_iterations", f"expected a list, got {type(value).__name__}")
     found: list[LoaderIteration | None] = []
-    for index, item in enumerate(value):
+    for index, item in enumerate(read_list(value, "loader_iterations")):
         key = f"loader_iterations.{index}"
         if item is None:
             found.append(None)

@@ -1,8 +1,6 @@
-"""Checkpoints at fsspec URLs (``memory://``, ``s3://``, ...), as Lightning resumes from them.
+"""Checkpoints at fsspec URLs (``memory://``, ``s3://``, ...), copied into a temporary folder to be read there.
 
-A URL's checkpoint file or folder is copied into a temporary folder, read there with the same checks
-as a local one, and the copy deleted. ``file://`` URLs are local paths. fsspec is installed with torch;
-a protocol needing another package (``s3://``: s3fs) says which.
+docs/cli.md, "Checkpoints at URLs". fsspec is installed with torch; a protocol needing another package says which.
 """
 
 from __future__ import annotations
@@ -34,12 +32,14 @@ def is_url(path: object) -> bool:
 def local_path(url: str) -> Path | None:
     """The local path of a ``file://`` URL, else None."""
     filesystem, path = _filesystem(url)
-    return Path(path) if "file" in _protocols(filesystem) else None
+    protocols = filesystem.protocol  # a str or a tuple of them
+    return Path(path) if "file" in ((protocols,) if isinstance(protocols, str) else protocols) else None
 
 
 @contextlib.contextmanager
-def fetched(url: str) -> Iterator[Path]:
-    """A temporary local copy of the checkpoint file or folder at ``url`` (gone after the block)."""
+def fetched(url: str, errors: type[Exception]) -> Iterator[Path]:
+    """A temporary local copy of the checkpoint file or folder at ``url`` (gone after the block); an ``errors``
+    raised in the block names the URL in place of the copy."""
     filesystem, path = _filesystem(url)
     with tempfile.TemporaryDirectory(prefix="progress-tracker-") as folder:
         local = Path(folder) / (posixpath.basename(path.rstrip("/")) or "checkpoint")
@@ -54,7 +54,10 @@ def fetched(url: str) -> Iterator[Path]:
             raise
         except Exception as error:  # whatever the storage raises: the URL cannot be read
             raise UrlProblem(f"{url}: cannot be read ({type(error).__name__}: {error})") from None
-        yield local
+        try:
+            yield local
+        except errors as error:
+            raise errors(str(error).replace(str(local), url)) from None
 
 
 def candidates(url: str, folder_kind: Callable[[Iterable[str]], str | None], suffixes: tuple[str, ...]) -> list[str]:
@@ -101,11 +104,6 @@ def _modified(filesystem: Any, path: str) -> int:
 
 def _names(filesystem: Any, folder: str) -> list[str]:
     return [posixpath.basename(str(path).rstrip("/")) for path in filesystem.ls(folder, detail=False)]
-
-
-def _protocols(filesystem: Any) -> tuple[str, ...]:
-    protocol = filesystem.protocol
-    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
 def _filesystem(url: str) -> tuple[Any, str]:

@@ -9,15 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tracker_core._version import __version__
 from tracker_core.checkpoints import CheckpointFileError, ProgressCheckpoint, read_checkpoint
 from tracker_core.checkpoints._weights_lifetime import FORMAT as WEIGHTS
 from tracker_core.checkpoints._weights_lifetime import read_weights_lifetime
-from tracker_core.cli._history import add_history_command, print_history
 from tracker_core.data._device_rng import device_rng_facts
+from tracker_core.display._history import history_facts, history_table
 from tracker_core.display._report import progress_facts, progress_table
 
 _FORMATS = {
@@ -36,21 +36,17 @@ _MISSING = object()
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit code."""
-    parser = _parser()
     try:
-        args = parser.parse_args(argv)
+        args = _parser().parse_args(argv)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 2
     try:
         if args.command == "inspect":
             return _inspect(args.path, args.json)
         if args.command == "history":
-            return print_history(_read(args.path), args.json)
+            return _history(args.path, args.json)
         return _diff(args.a, args.b)
-    except CheckpointFileError as error:
-        print(f"progress-tracker: error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:  # e.g. a folder it may not list; the message names the path
+    except (CheckpointFileError, OSError) as error:  # an OSError: e.g. a folder it may not list; it names the path
         print(f"progress-tracker: error: {error}", file=sys.stderr)
         return 2
 
@@ -68,7 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("path", help="checkpoint file or folder, or its fsspec URL (memory://, s3://, ...)")
     inspect.add_argument("--json", action="store_true", help="print plain JSON (all ranks) instead of a table")
-    add_history_command(commands)
+    history = commands.add_parser(
+        "history", help="list the runs the model's checkpoint recorded (how each ended, its lost work) and goodput"
+    )
+    history.add_argument("path", help="checkpoint file or folder, or its fsspec URL (as inspect takes)")
+    history.add_argument("--json", action="store_true", help="print plain JSON instead of a table")
     diff = commands.add_parser("diff", help="print the progress counts that differ between two checkpoints")
     diff.add_argument("a", help="first checkpoint (file or Accelerate folder)")
     diff.add_argument("b", help="second checkpoint; its format may differ from the first's")
@@ -129,6 +129,18 @@ def _inspect(path: str, as_json: bool) -> int:
     return 0
 
 
+def _history(path: str, as_json: bool) -> int:
+    """Print the run ledger of rank 0's progress in the checkpoint at ``path``, and goodput."""
+    checkpoint = _read(path)
+    progress = checkpoint.entries[0]["progress"]
+    if as_json:
+        print(json.dumps({"path": str(checkpoint.path), **history_facts(progress)}, indent=2))
+        return 0
+    print(f"{checkpoint.path}: {checkpoint.location}")
+    print(history_table(progress))
+    return 0
+
+
 def _device_rng_line(kinds: list[dict[str, Any]]) -> str:
     """What the entry holds of the accelerator generators, and whether a resume on this machine applies it."""
     if not kinds:
@@ -175,9 +187,9 @@ def _differences(a: ProgressCheckpoint, b: ProgressCheckpoint) -> list[tuple[str
     found: list[tuple[str, object, object]] = []
     if len(a.entries) != len(b.entries):
         found.append(("ranks", len(a.entries), len(b.entries)))
-    for rank in range(min(len(a.entries), len(b.entries))):
+    for rank, (entry_a, entry_b) in enumerate(zip(a.entries, b.entries, strict=False)):
         prefix = f"rank{rank}." if ranks > 1 else ""
-        flat_a, flat_b = _flat(a.entries[rank]["progress"]), _flat(b.entries[rank]["progress"])
+        flat_a, flat_b = _flat(entry_a["progress"]), _flat(entry_b["progress"])
         for key in sorted(set(flat_a) | set(flat_b)):
             value_a, value_b = flat_a.get(key, _MISSING), flat_b.get(key, _MISSING)
             if value_a != value_b:
@@ -186,19 +198,16 @@ def _differences(a: ProgressCheckpoint, b: ProgressCheckpoint) -> list[tuple[str
 
 
 def _flat(value: object, prefix: str = "") -> dict[str, object]:
-    """Leaves of nested dicts and lists by dotted key (list items by index)."""
+    """Leaves of nested dicts and lists by dotted key (list items by index; an empty one is a leaf)."""
+    items: Iterable[tuple[object, object]] = ()
     if isinstance(value, dict):
-        items = list(value.items())
+        items = value.items()
     elif isinstance(value, list):
-        items = list(enumerate(value))
-    else:
-        return {prefix: value}
-    if not items:
-        return {prefix: value}
+        items = enumerate(value)
     flat: dict[str, object] = {}
     for key, item in items:
         flat.update(_flat(item, f"{prefix}.{key}" if prefix else str(key)))
-    return flat
+    return flat or {prefix: value}
 
 
 def _shown(value: object) -> str:
