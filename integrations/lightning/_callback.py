@@ -1,8 +1,4 @@
-"""PyTorch Lightning adapter: a Callback that keeps the core progress and saves it in Lightning's checkpoint.
-
-Add ``ProgressTracker()`` to ``Trainer(callbacks=[...])``; read progress anywhere with
-``tracker_core.get_progress(trainer)`` (in a LightningModule: ``get_progress(self.trainer)``).
-"""
+"""The ``ProgressTracker`` callback: keeps the core progress of a Trainer and saves it in Lightning's checkpoint."""
 
 from __future__ import annotations
 
@@ -275,9 +271,8 @@ class ProgressTracker(StageHooks):
         untrained, self._resumed_untrained = self._resumed_untrained, False
         if trainer is not None and not loaded:
             # a fit continued after a resumed one that trained nothing
-            self._close_restored_epoch(
-                resume.closes_restored_epoch(trainer.fit_loop), resume.reached_max_steps(trainer)
-            )
+            if resume.closes_restored_epoch(trainer.fit_loop) and not resume.reached_max_steps(trainer):
+                self._train.close_epoch()
             # mid-epoch, its data resumes at the checkpoint's position, as fit(ckpt_path=...) would
             if untrained and self.tracker.view.is_mid_epoch and not self.tracker.resume_loaded_again():
                 inexact.warn_continues_untrained()
@@ -303,7 +298,8 @@ class ProgressTracker(StageHooks):
             self.tracker.forget_loaded_positions()
         if restart.no_epoch_counted and not finished and self.tracker.view.train.epochs.lifetime.in_flight:
             inexact.warn_epoch_uncounted(self.tracker, restart.epoch_consumed)  # (after a finished fit none is)
-        self._close_restored_epoch(restart.closes_epoch, finished)
+        if restart.closes_epoch and not finished:  # Lightning counts it finished and starts the next, without hooks
+            self._train.close_epoch()
         view = self.tracker.view
         continues = view.is_mid_epoch and not restart.epoch_consumed
         self._rng.await_build(check, view.epoch_index if continues else None, finished)
@@ -318,13 +314,6 @@ class ProgressTracker(StageHooks):
         if self._warnings_back is not None:
             self._warnings_back()
             self._warnings_back = None
-
-    def _close_restored_epoch(self, closes: bool, max_steps_reached: bool) -> None:
-        """Where Lightning ``closes`` the restored epoch, it counts it as finished without its end hooks, and starts
-        the next one without its start hooks: so do we. Not while ``max_steps`` is reached: Lightning trains nothing
-        and leaves that epoch open, until a fit on the same Trainer with more steps closes it."""
-        if closes and not max_steps_reached:
-            self._train.close_epoch()
 
     @passenger
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -366,12 +355,8 @@ class ProgressTracker(StageHooks):
 
     # checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The core's plain entry, after catching up with phases Lightning marked before our hook ran.
-
-        With several processes it holds every rank's entry, so the file rank 0 writes resumes
-        each rank exactly: then it is a collective, which Lightning calls on every rank
-        (``Trainer.save_checkpoint``).
-        """
+        """The core's plain entry, after catching up with phases Lightning marked before our hook ran; with several
+        processes every rank's entry, gathered (a collective: Lightning calls it on every rank)."""
         trainer = self._trainer() if self._trainer is not None else None
         if trainer is not None and trainer.state.fn == _FIT:
             try:
@@ -431,11 +416,8 @@ class ProgressTracker(StageHooks):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load the entry (``ProgressStateError`` on damage, before anything runs) and re-arm the hooks.
 
-        ``validate``/``test``/``predict(ckpt_path=...)`` train nothing: only the progress is loaded
-        (this rank's part), neither RNGs nor data positions, and only into a record that has counted no
-        run yet (on a Trainer that already ran, the record goes on counting its runs). An entry saved at another world size is
-        mapped onto the train loaders, so a fit loads it when Lightning has set them up, still before
-        any batch runs (``_elastic``).
+        ``validate``/``test``/``predict(ckpt_path=...)`` load only this rank's progress, into a record that counted
+        no run yet. A fit's entry saved at another world size is loaded once the train loaders exist (``_elastic``).
         """
         rank_parts.refuse_unread_rank_files(state_dict, self._rank_files)
         trainer = self._trainer() if self._trainer is not None else None
