@@ -1,17 +1,6 @@
-"""Each rank's part of the callback's checkpoint entry and partial gradients: gathered to the writer at a save and
-picked out at a load (rank ``rank % W`` of an entry saved at another world size ``W``), and the Trainer's checkpoint
-IO, wrapped so each rank's part can live in its own small file.
-
-With several processes the ``ProgressTracker`` entry rank 0 writes holds every rank's entry. With
-``ProgressTracker(rank_files=True)`` (only then) the callback wraps ``trainer.strategy.checkpoint_io`` at
-``setup`` (before Lightning loads a ``ckpt_path``); rank 0's ``save_checkpoint`` then writes each rank's entry to
-``<checkpoint>.ranks/<save_id>/rank-<r>.json`` and the checkpoint keeps rank 0's entry plus an index
-(``tracker_core.adapter.write_rank_files``), and the partial gradients of an accumulation window go to
-``gradients-<r>.pt`` there (``write_rank_tensors``); every rank's ``load_checkpoint`` puts readers of those
-files in place of the indexes, so a resuming rank reads its own files only. URLs (``s3://``, ...) go
-through fsspec, as Lightning's own IO does. Strategies that write their checkpoint without the
-checkpoint IO (sharded FSDP, DeepSpeed) keep every entry in it, as before.
-"""
+"""Each rank's part of the callback's entry and partial gradients: gathered to the writer at a save, picked out at a
+load (rank ``rank % W`` of an entry saved at world size ``W``); with ``rank_files=True`` the strategy's checkpoint IO
+is wrapped so each part lives in its own file beside the checkpoint (docs/distributed.md, "Rank files")."""
 
 from __future__ import annotations
 
