@@ -181,8 +181,7 @@ class ProgressTracker(StageHooks):
         if self._rank_files:
             rank_parts.wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint
         if stage == _FIT:
-            resume.hook_before_first_iter(trainer.fit_loop, self._track_train_loaders)
-            resume.hook_after_setup_data(trainer.fit_loop, self._rng.setup_data_returned)
+            resume.hook_setup_data(trainer.fit_loop, self._track_train_loaders, self._rng.setup_data_returned)
 
     @passenger
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -255,7 +254,7 @@ class ProgressTracker(StageHooks):
         self._step_hooks = count_optimizer_steps(progress.train, trainer.optimizers)
 
     def _track_train_loaders(self, loaders: list[object]) -> bool:
-        """Lightning set up its train loaders and is about to iterate them (see ``hook_before_first_iter``);
+        """Lightning set up its train loaders and is about to iterate them (see ``hook_setup_data``);
         whether the restored epoch is over, so that Lightning's next iteration begins the next one afresh.
 
         After a load, that may be before Lightning restored its loops (``configure_optimizers`` reading

@@ -162,60 +162,48 @@ def train_layout(fit_loop: _FitLoop) -> tuple[str, list[Any], list[int | None]] 
     return str(combined._mode), keys, passes
 
 
-class _BeforeFirstIter:
-    """``fit_loop._load_combined_loader_states`` replaced on one loop instance; picklable (``torch.save(trainer)``).
+class _SetupDataHooks:
+    """``fit_loop.setup_data`` (``__call__``) and ``fit_loop._load_combined_loader_states`` replaced on one loop
+    instance; picklable (``torch.save(trainer)``). Lightning builds the first epoch's train iterator inside
+    ``setup_data``, before any train hook, right after ``_load_combined_loader_states``."""
 
-    Lightning builds the first epoch's train iterator inside ``_FitLoop.setup_data``, before any train hook,
-    right after this method; its own restore of loaders with a state of their own follows."""
-
-    def __init__(self, fit_loop: _FitLoop, before: Callable[[list[object]], bool]) -> None:
+    def __init__(
+        self, fit_loop: _FitLoop, before_iter: Callable[[list[object]], bool], after: Callable[[], None]
+    ) -> None:
         self.fit_loop = fit_loop
-        self.before = before
-
-    def __call__(self) -> None:
-        fit_loop = self.fit_loop
-        combined = fit_loop._combined_loader
-        loaders = [] if combined is None else list(combined.flattened)
-        restored_epoch_over = bool(loaders) and self.before(loaders)
-        type(fit_loop)._load_combined_loader_states(fit_loop)
-        if restored_epoch_over:  # the loaders' restored states are at that epoch's end: the next begins afresh
-            for loader in loaders:
-                if getattr(loader, "next_iter_state", None) is not None:  # a StatefulDataLoader's, public
-                    loader.next_iter_state = None
-
-
-def hook_before_first_iter(fit_loop: _FitLoop, before: Callable[[list[object]], bool]) -> None:
-    """Call ``before(train_loaders)`` each time Lightning set up the train loaders, before its ``iter()``;
-    it returns whether the restored epoch is over (Lightning then drops the loaders' restored states)."""
-    # getattr, not fit_loop.__dict__: reading __dict__ turns the loop's attributes into a dict for good, and
-    # Lightning reads them on every batch, each read then slower (~6k instructions a batch)
-    current = getattr(fit_loop, "_load_combined_loader_states", None)
-    if isinstance(current, _BeforeFirstIter):
-        current.before = before
-        return
-    fit_loop._load_combined_loader_states = _BeforeFirstIter(fit_loop, before)  # type: ignore[method-assign]
-
-
-class _AfterSetupData:
-    """``fit_loop.setup_data`` replaced on one loop instance; picklable (``torch.save(trainer)``)."""
-
-    def __init__(self, fit_loop: _FitLoop, after: Callable[[], None]) -> None:
-        self.fit_loop = fit_loop
+        self.before_iter = before_iter
         self.after = after
 
     def __call__(self) -> None:
         type(self.fit_loop).setup_data(self.fit_loop)
         self.after()
 
+    def load_combined_loader_states(self) -> None:
+        fit_loop = self.fit_loop
+        combined = fit_loop._combined_loader
+        loaders = [] if combined is None else list(combined.flattened)
+        restored_epoch_over = bool(loaders) and self.before_iter(loaders)
+        type(fit_loop)._load_combined_loader_states(fit_loop)  # restores loaders with a state of their own
+        if restored_epoch_over:  # the loaders' restored states are at that epoch's end: the next begins afresh
+            for loader in loaders:
+                if getattr(loader, "next_iter_state", None) is not None:  # a StatefulDataLoader's, public
+                    loader.next_iter_state = None
 
-def hook_after_setup_data(fit_loop: _FitLoop, after: Callable[[], None]) -> None:
-    """Call ``after()`` each time ``_FitLoop.setup_data`` returned: the train iterator it built (with its draws)
-    exists, and so does the batch it prefetched for a loader without a length; no hook has run since."""
+
+def hook_setup_data(fit_loop: _FitLoop, before_iter: Callable[[list[object]], bool], after: Callable[[], None]) -> None:
+    """Call ``before_iter(train_loaders)`` each time Lightning set up the train loaders, before its ``iter()`` (it
+    returns whether the restored epoch is over: Lightning then drops the loaders' restored states), and ``after()``
+    each time ``setup_data`` returned (the train iterator it built, and a batch it prefetched, exist; no hook has
+    run since)."""
+    # getattr, not fit_loop.__dict__: reading __dict__ turns the loop's attributes into a dict for good, and
+    # Lightning reads them on every batch, each read then slower (~6k instructions a batch)
     current = getattr(fit_loop, "setup_data", None)
-    if isinstance(current, _AfterSetupData):
-        current.after = after
+    if isinstance(current, _SetupDataHooks):
+        current.before_iter, current.after = before_iter, after
         return
-    fit_loop.setup_data = _AfterSetupData(fit_loop, after)  # type: ignore[method-assign]
+    hooks = _SetupDataHooks(fit_loop, before_iter, after)
+    fit_loop.setup_data = hooks  # type: ignore[method-assign]
+    fit_loop._load_combined_loader_states = hooks.load_combined_loader_states  # type: ignore[method-assign]
 
 
 class _BeforeEpochRun:
