@@ -4,6 +4,7 @@ is wrapped so each part lives in its own file beside the checkpoint (docs/distri
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -93,12 +94,9 @@ def wrap_checkpoint_io(trainer: pl.Trainer) -> None:
     """Wrap the strategy's checkpoint IO once; a strategy that refuses another IO keeps its own."""
     strategy = trainer.strategy
     current = strategy.checkpoint_io  # resolves a wrapping IO's default (AsyncCheckpointIO) first
-    if isinstance(current, RankFilesIO):
-        return
-    try:
-        strategy.checkpoint_io = RankFilesIO(current)  # type: ignore[assignment]
-    except TypeError:  # XLA accepts only its own IO
-        return
+    if not isinstance(current, RankFilesIO):
+        with contextlib.suppress(TypeError):  # XLA accepts only its own IO
+            strategy.checkpoint_io = RankFilesIO(current)  # type: ignore[assignment]
 
 
 def refuse_unread_rank_files(entry: object, rank_files: bool) -> None:

@@ -7,7 +7,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from tracker_core import InexactResumeWarning, Tracker
-from tracker_core.adapter import reenter_evaluation_epoch
+from tracker_core.adapter import batches_in, reenter_evaluation_epoch
 from tracker_core.integrations.lightning import _compat as resume
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def warn_if_restored_ahead(loaders: list[object]) -> None:
     """Lightning prefetches a batch of a train loader without a length and saves a loader's own state after it
     (its ``state_dict`` / ``load_state_dict``, which Lightning restores): the resumed epoch skips that batch."""
     for index, loader in enumerate(loaders):
-        if callable(getattr(loader, "load_state_dict", None)) and not _has_length(loader):
+        if callable(getattr(loader, "load_state_dict", None)) and batches_in(loader) is None:
             warnings.warn(
                 f"train dataloader {index} has a state of its own, which Lightning restores, and no length: "
                 "Lightning saved that state after the batch it had prefetched, so the resumed epoch skips it "
@@ -123,14 +123,6 @@ def warn_if_restored_ahead(loaders: list[object]) -> None:
                 InexactResumeWarning,
                 stacklevel=4,
             )
-
-
-def _has_length(loader: object) -> bool:
-    try:
-        len(loader)  # type: ignore[arg-type]
-    except TypeError:
-        return False
-    return True
 
 
 def _warn_cycled_loaders(tracker: Tracker, layout: TrainLayout) -> None:
