@@ -36,12 +36,10 @@ from tracker_core.integrations.lightning._combined_batches import CombinedBatche
 from tracker_core.integrations.lightning._loggers import LoggerRewind
 from tracker_core.integrations.lightning._resume_rng import ResumeRngChecks
 from tracker_core.integrations.lightning._stage_driver import StageDriver
-from tracker_core.integrations.lightning._stage_hooks import StageHooks, passenger
+from tracker_core.integrations.lightning._stage_hooks import _FIT, StageHooks, passenger
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
-
-_FIT = "fit"  # trainer.state.fn while fitting (Lightning's TrainerFn is a str enum in both packages)
 
 __all__ = ["GRADIENTS_KEY", "STATE_KEY", "ProgressTracker"]
 
@@ -55,28 +53,19 @@ A list (one per parameter); with several processes ``{"ranks": [each rank's list
 
 
 class ProgressTracker(StageHooks):
-    """Counts runs, epochs, batches, samples and optimizer steps of every stage; resumes exactly.
+    """Counts runs, epochs, batches, samples and optimizer steps of every stage; resumes exactly (docs/lightning.md).
 
-    A passenger: its hooks never raise because of the order Lightning runs them in, and never
-    change what Lightning trains. Where Lightning carries on in a way its hooks do not say (an
-    exception, a finished fit continued), the record re-synchronises to Lightning's counters,
-    or notes the anomaly (``view.anomalies``) and warns once.
+    A passenger: its hooks never raise because of the order Lightning runs them in, and never change what
+    Lightning trains. Where Lightning carries on in a way its hooks do not say, the record re-synchronises to
+    Lightning's counters, or notes the anomaly (``view.anomalies``) and warns once.
 
-    ``lifetime_from``: the progress entry of an earlier checkpoint
-    (``checkpoint["callbacks"][STATE_KEY]``) whose weights this run starts from without
-    ``ckpt_path``; its lifetime counts continue, the run counts start at zero.
-
-    Each stage counts the tokens of its batches: ``count_tokens(batch)`` (all tokens, or
-    ``(tokens, non_padding_tokens)``) when given, else a batch's ``input_ids`` and ``attention_mask``.
-
-    ``heartbeat``: the path of a file where rank 0 keeps the fit's heartbeat (from ``on_train_start``, at
-    optimizer steps and saves), read when a fit resumes from a checkpoint: the resumed run's ledger then
-    says what the crashed run lost after that checkpoint. None (the default): no file; that loss is ``unknown``.
-
-    ``rank_files``: with several processes, rank 0's checkpoint keeps rank 0's entry and an index, and each
-    rank's entry goes to ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` beside it (the strategy's
-    ``checkpoint_io`` is wrapped, ``_checkpoint_io``); a fit resuming such a checkpoint passes it too. False
-    (the default): rank 0's checkpoint holds every rank's entry and nothing else is written.
+    ``lifetime_from``: the progress entry (``checkpoint["callbacks"][STATE_KEY]``) of the checkpoint whose weights
+    this run starts from without ``ckpt_path``: its lifetime counts continue, the run counts start at zero.
+    ``count_tokens(batch)``: a batch's tokens, or ``(tokens, non_padding_tokens)`` (default: read from its
+    ``input_ids`` and ``attention_mask``). ``heartbeat``: a file where rank 0 keeps the fit's heartbeat, so that a
+    resumed fit's ledger says what the crashed run lost after the checkpoint (None: that loss is ``unknown``).
+    ``rank_files``: with several processes, each rank's entry in its own file beside rank 0's checkpoint
+    (``<checkpoint>.ranks/``), not all in it; a fit resuming such a checkpoint passes it too.
     """
 
     def __init__(
