@@ -142,15 +142,10 @@ class ProgressTracker(StageHooks):
     # pickling (torch.save(trainer), copy.deepcopy(trainer), ddp_spawn) ------------------------
     def __getstate__(self) -> dict[str, Any]:
         """Plain data: the progress state instead of the live record, no trainer reference or optimizer hooks."""
-        state = dict(self.__dict__)
-        for name in ("_train", "_validate", "_test", "_predict"):
-            del state[name]
-        state["tracker"] = self.tracker.progress.state_dict()
-        state["_trainer"] = None
-        state["_step_hooks"] = []
-        state["_train_loaders"] = []
-        state["_warnings_back"] = None
-        return state
+        drivers = ("_train", "_validate", "_test", "_predict")
+        state = {name: value for name, value in self.__dict__.items() if name not in drivers}
+        live: dict[str, object] = {"_trainer": None, "_step_hooks": [], "_train_loaders": [], "_warnings_back": None}
+        return {**state, **live, "tracker": self.tracker.progress.state_dict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         progress = state.pop("tracker")

@@ -115,11 +115,10 @@ class ResumeRngChecks:
 
     def train_epoch_start(self, trainer: pl.Trainer) -> None:
         """If Lightning builds this epoch's iterator anew: undo the draws of the one it built in setup_data."""
-        if self.at_setup is not None:
-            rng, self.at_setup = self.at_setup, None
-            if resume.discards_setup_iterator(trainer):
-                self._at_run = None
-                rng.apply()
+        if self.at_setup is not None and resume.discards_setup_iterator(trainer):
+            self._at_run = None
+            self.undo_setup_draws()
+        self.at_setup = None
 
     def undo_setup_draws(self) -> None:
         """A resumed fit ended before a batch read the iterator Lightning built in setup_data: undo its draws."""
