@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     import pytorch_lightning as pl
     from pytorch_lightning.loops.fit_loop import _FitLoop
 
+    from tracker_core.integrations.lightning._combined_batches import TrainLayout
+
 
 def on_train_batch_end(trainer: pl.Trainer) -> bool:
     """True inside ``on_train_batch_end`` hooks (Lightning marked the batch processed, not completed)."""
@@ -144,10 +146,9 @@ def _no_epoch_counted(epochs: dict[str, int]) -> bool:
     return ready > 0 and ready == started == processed == completed
 
 
-def train_layout(fit_loop: _FitLoop) -> tuple[str, list[Any], list[int | None]] | None:
-    """Several train loaders: the ``CombinedLoader``'s mode, the keys of each loader's part of a combined
-    batch (list indices or dict keys, in ``flattened`` order) and each loader's batches per pass (None
-    if unknown). None for one loader."""
+def train_layout(fit_loop: _FitLoop) -> TrainLayout | None:
+    """Several train loaders: the ``CombinedLoader``'s mode, the keys of each loader's part of a combined batch (in
+    ``flattened`` order) and each loader's batches per pass (None if unknown). None for one loader."""
     combined = fit_loop._combined_loader
     if combined is None or len(combined.flattened) < 2:
         return None
