@@ -1,7 +1,5 @@
-"""PyTorch Lightning adapter: the ``ProgressTracker`` callback and the ``ProgressDisplay`` progress bar.
-
-Both work with ``pytorch_lightning`` and ``lightning.pytorch`` Trainers (they subclass both packages'
-``Callback``/``ProgressBar`` when both are installed).
+"""PyTorch Lightning adapter: the ``ProgressTracker`` callback and the ``ProgressDisplay`` progress bar, for
+``pytorch_lightning`` and ``lightning.pytorch`` Trainers alike.
 
 Add ``ProgressTracker()`` to ``Trainer(callbacks=[...])``; read progress anywhere with
 ``tracker_core.get_progress(trainer)``. See docs/lightning.md.

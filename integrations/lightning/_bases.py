@@ -1,14 +1,9 @@
-"""The Lightning base classes of the callback and the progress bar, for both Lightning packages.
-
-``pytorch_lightning`` and ``lightning.pytorch`` ship the same Trainer under two packages whose
-``Callback`` and ``ProgressBar`` are different classes, and a Trainer checks callbacks against
-its own package's classes (``isinstance`` for progress bars, ``issubclass`` in ``LightningCLI``).
-So the adapter's classes subclass the base of every installed package: one class works with
-either Trainer.
-"""
+"""The base classes of the callback and the progress bar, deriving from those of every installed Lightning package
+(``pytorch_lightning`` and ``lightning.pytorch`` ship different classes; docs/lightning.md, "Both packages")."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from typing import TYPE_CHECKING
 
@@ -19,11 +14,9 @@ def installed() -> list[str]:
     """The installed Lightning packages, ``pytorch_lightning`` first."""
     found = []
     for package in PACKAGES:
-        try:
+        with contextlib.suppress(ImportError):
             importlib.import_module(package)
-        except ImportError:
-            continue
-        found.append(package)
+            found.append(package)
     return found
 
 
@@ -45,16 +38,9 @@ else:
     CallbackBase = _combined("CallbackBase", "callbacks.callback.Callback")
     ProgressBarBase = _combined("ProgressBarBase", "callbacks.progress.progress_bar.ProgressBar")
 
-__all__ = ["PACKAGES", "CallbackBase", "ProgressBarBase", "installed", "misconfiguration", "package_of"]
+__all__ = ["PACKAGES", "CallbackBase", "ProgressBarBase", "installed", "package_of"]
 
 
 def package_of(trainer: object) -> str:
     """The Lightning package ``trainer``'s class comes from."""
     return "lightning.pytorch" if type(trainer).__module__.startswith("lightning.") else "pytorch_lightning"
-
-
-def misconfiguration(trainer: object, message: str) -> Exception:
-    """The ``MisconfigurationException`` of ``trainer``'s package, with ``message``."""
-    module = importlib.import_module(f"{package_of(trainer)}.utilities.exceptions")
-    error: Exception = module.MisconfigurationException(message)
-    return error

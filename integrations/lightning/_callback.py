@@ -1,8 +1,4 @@
-"""PyTorch Lightning adapter: a Callback that keeps the core progress and saves it in Lightning's checkpoint.
-
-Add ``ProgressTracker()`` to ``Trainer(callbacks=[...])``; read progress anywhere with
-``tracker_core.get_progress(trainer)`` (in a LightningModule: ``get_progress(self.trainer)``).
-"""
+"""The ``ProgressTracker`` callback: keeps the core progress of a Trainer and saves it in Lightning's checkpoint."""
 
 from __future__ import annotations
 
@@ -40,12 +36,10 @@ from tracker_core.integrations.lightning._combined_batches import CombinedBatche
 from tracker_core.integrations.lightning._loggers import LoggerRewind
 from tracker_core.integrations.lightning._resume_rng import ResumeRngChecks
 from tracker_core.integrations.lightning._stage_driver import StageDriver
-from tracker_core.integrations.lightning._stage_hooks import StageHooks, passenger
+from tracker_core.integrations.lightning._stage_hooks import _FIT, StageHooks, passenger
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
-
-_FIT = "fit"  # trainer.state.fn while fitting (Lightning's TrainerFn is a str enum in both packages)
 
 __all__ = ["GRADIENTS_KEY", "STATE_KEY", "ProgressTracker"]
 
@@ -59,28 +53,19 @@ A list (one per parameter); with several processes ``{"ranks": [each rank's list
 
 
 class ProgressTracker(StageHooks):
-    """Counts runs, epochs, batches, samples and optimizer steps of every stage; resumes exactly.
+    """Counts runs, epochs, batches, samples and optimizer steps of every stage; resumes exactly (docs/lightning.md).
 
-    A passenger: its hooks never raise because of the order Lightning runs them in, and never
-    change what Lightning trains. Where Lightning carries on in a way its hooks do not say (an
-    exception, a finished fit continued), the record re-synchronises to Lightning's counters,
-    or notes the anomaly (``view.anomalies``) and warns once.
+    A passenger: its hooks never raise because of the order Lightning runs them in, and never change what
+    Lightning trains. Where Lightning carries on in a way its hooks do not say, the record re-synchronises to
+    Lightning's counters, or notes the anomaly (``view.anomalies``) and warns once.
 
-    ``lifetime_from``: the progress entry of an earlier checkpoint
-    (``checkpoint["callbacks"][STATE_KEY]``) whose weights this run starts from without
-    ``ckpt_path``; its lifetime counts continue, the run counts start at zero.
-
-    Each stage counts the tokens of its batches: ``count_tokens(batch)`` (all tokens, or
-    ``(tokens, non_padding_tokens)``) when given, else a batch's ``input_ids`` and ``attention_mask``.
-
-    ``heartbeat``: the path of a file where rank 0 keeps the fit's heartbeat (from ``on_train_start``, at
-    optimizer steps and saves), read when a fit resumes from a checkpoint: the resumed run's ledger then
-    says what the crashed run lost after that checkpoint. None (the default): no file; that loss is ``unknown``.
-
-    ``rank_files``: with several processes, rank 0's checkpoint keeps rank 0's entry and an index, and each
-    rank's entry goes to ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` beside it (the strategy's
-    ``checkpoint_io`` is wrapped, ``_checkpoint_io``); a fit resuming such a checkpoint passes it too. False
-    (the default): rank 0's checkpoint holds every rank's entry and nothing else is written.
+    ``lifetime_from``: the progress entry (``checkpoint["callbacks"][STATE_KEY]``) of the checkpoint whose weights
+    this run starts from without ``ckpt_path``: its lifetime counts continue, the run counts start at zero.
+    ``count_tokens(batch)``: a batch's tokens, or ``(tokens, non_padding_tokens)`` (default: read from its
+    ``input_ids`` and ``attention_mask``). ``heartbeat``: a file where rank 0 keeps the fit's heartbeat, so that a
+    resumed fit's ledger says what the crashed run lost after the checkpoint (None: that loss is ``unknown``).
+    ``rank_files``: with several processes, each rank's entry in its own file beside rank 0's checkpoint
+    (``<checkpoint>.ranks/``), not all in it; a fit resuming such a checkpoint passes it too.
     """
 
     def __init__(
@@ -157,15 +142,10 @@ class ProgressTracker(StageHooks):
     # pickling (torch.save(trainer), copy.deepcopy(trainer), ddp_spawn) ------------------------
     def __getstate__(self) -> dict[str, Any]:
         """Plain data: the progress state instead of the live record, no trainer reference or optimizer hooks."""
-        state = dict(self.__dict__)
-        for name in ("_train", "_validate", "_test", "_predict"):
-            del state[name]
-        state["tracker"] = self.tracker.progress.state_dict()
-        state["_trainer"] = None
-        state["_step_hooks"] = []
-        state["_train_loaders"] = []
-        state["_warnings_back"] = None
-        return state
+        drivers = ("_train", "_validate", "_test", "_predict")
+        state = {name: value for name, value in self.__dict__.items() if name not in drivers}
+        live: dict[str, object] = {"_trainer": None, "_step_hooks": [], "_train_loaders": [], "_warnings_back": None}
+        return {**state, **live, "tracker": self.tracker.progress.state_dict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         progress = state.pop("tracker")
@@ -185,8 +165,7 @@ class ProgressTracker(StageHooks):
         if self._rank_files:
             rank_parts.wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint
         if stage == _FIT:
-            resume.hook_before_first_iter(trainer.fit_loop, self._track_train_loaders)
-            resume.hook_after_setup_data(trainer.fit_loop, self._rng.setup_data_returned)
+            resume.hook_setup_data(trainer.fit_loop, self._track_train_loaders, self._rng.setup_data_returned)
 
     @passenger
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -259,7 +238,7 @@ class ProgressTracker(StageHooks):
         self._step_hooks = count_optimizer_steps(progress.train, trainer.optimizers)
 
     def _track_train_loaders(self, loaders: list[object]) -> bool:
-        """Lightning set up its train loaders and is about to iterate them (see ``hook_before_first_iter``);
+        """Lightning set up its train loaders and is about to iterate them (see ``hook_setup_data``);
         whether the restored epoch is over, so that Lightning's next iteration begins the next one afresh.
 
         After a load, that may be before Lightning restored its loops (``configure_optimizers`` reading
@@ -275,9 +254,8 @@ class ProgressTracker(StageHooks):
         untrained, self._resumed_untrained = self._resumed_untrained, False
         if trainer is not None and not loaded:
             # a fit continued after a resumed one that trained nothing
-            self._close_restored_epoch(
-                resume.closes_restored_epoch(trainer.fit_loop), resume.reached_max_steps(trainer)
-            )
+            if resume.closes_restored_epoch(trainer.fit_loop) and not resume.reached_max_steps(trainer):
+                self._train.close_epoch()
             # mid-epoch, its data resumes at the checkpoint's position, as fit(ckpt_path=...) would
             if untrained and self.tracker.view.is_mid_epoch and not self.tracker.resume_loaded_again():
                 inexact.warn_continues_untrained()
@@ -303,7 +281,8 @@ class ProgressTracker(StageHooks):
             self.tracker.forget_loaded_positions()
         if restart.no_epoch_counted and not finished and self.tracker.view.train.epochs.lifetime.in_flight:
             inexact.warn_epoch_uncounted(self.tracker, restart.epoch_consumed)  # (after a finished fit none is)
-        self._close_restored_epoch(restart.closes_epoch, finished)
+        if restart.closes_epoch and not finished:  # Lightning counts it finished and starts the next, without hooks
+            self._train.close_epoch()
         view = self.tracker.view
         continues = view.is_mid_epoch and not restart.epoch_consumed
         self._rng.await_build(check, view.epoch_index if continues else None, finished)
@@ -318,13 +297,6 @@ class ProgressTracker(StageHooks):
         if self._warnings_back is not None:
             self._warnings_back()
             self._warnings_back = None
-
-    def _close_restored_epoch(self, closes: bool, max_steps_reached: bool) -> None:
-        """Where Lightning ``closes`` the restored epoch, it counts it as finished without its end hooks, and starts
-        the next one without its start hooks: so do we. Not while ``max_steps`` is reached: Lightning trains nothing
-        and leaves that epoch open, until a fit on the same Trainer with more steps closes it."""
-        if closes and not max_steps_reached:
-            self._train.close_epoch()
 
     @passenger
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -366,12 +338,8 @@ class ProgressTracker(StageHooks):
 
     # checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The core's plain entry, after catching up with phases Lightning marked before our hook ran.
-
-        With several processes it holds every rank's entry, so the file rank 0 writes resumes
-        each rank exactly: then it is a collective, which Lightning calls on every rank
-        (``Trainer.save_checkpoint``).
-        """
+        """The core's plain entry, after catching up with phases Lightning marked before our hook ran; with several
+        processes every rank's entry, gathered (a collective: Lightning calls it on every rank)."""
         trainer = self._trainer() if self._trainer is not None else None
         if trainer is not None and trainer.state.fn == _FIT:
             try:
@@ -431,11 +399,8 @@ class ProgressTracker(StageHooks):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load the entry (``ProgressStateError`` on damage, before anything runs) and re-arm the hooks.
 
-        ``validate``/``test``/``predict(ckpt_path=...)`` train nothing: only the progress is loaded
-        (this rank's part), neither RNGs nor data positions, and only into a record that has counted no
-        run yet (on a Trainer that already ran, the record goes on counting its runs). An entry saved at another world size is
-        mapped onto the train loaders, so a fit loads it when Lightning has set them up, still before
-        any batch runs (``_elastic``).
+        ``validate``/``test``/``predict(ckpt_path=...)`` load only this rank's progress, into a record that counted
+        no run yet. A fit's entry saved at another world size is loaded once the train loaders exist (``_elastic``).
         """
         rank_parts.refuse_unread_rank_files(state_dict, self._rank_files)
         trainer = self._trainer() if self._trainer is not None else None

@@ -1,20 +1,10 @@
-"""Each rank's part of the callback's checkpoint entry and partial gradients: gathered to the writer at a save and
-picked out at a load (rank ``rank % W`` of an entry saved at another world size ``W``), and the Trainer's checkpoint
-IO, wrapped so each rank's part can live in its own small file.
-
-With several processes the ``ProgressTracker`` entry rank 0 writes holds every rank's entry. With
-``ProgressTracker(rank_files=True)`` (only then) the callback wraps ``trainer.strategy.checkpoint_io`` at
-``setup`` (before Lightning loads a ``ckpt_path``); rank 0's ``save_checkpoint`` then writes each rank's entry to
-``<checkpoint>.ranks/<save_id>/rank-<r>.json`` and the checkpoint keeps rank 0's entry plus an index
-(``tracker_core.adapter.write_rank_files``), and the partial gradients of an accumulation window go to
-``gradients-<r>.pt`` there (``write_rank_tensors``); every rank's ``load_checkpoint`` puts readers of those
-files in place of the indexes, so a resuming rank reads its own files only. URLs (``s3://``, ...) go
-through fsspec, as Lightning's own IO does. Strategies that write their checkpoint without the
-checkpoint IO (sharded FSDP, DeepSpeed) keep every entry in it, as before.
-"""
+"""Each rank's part of the callback's entry and partial gradients: gathered to the writer at a save, picked out at a
+load (rank ``rank % W`` of an entry saved at world size ``W``); with ``rank_files=True`` the strategy's checkpoint IO
+is wrapped so each part lives in its own file beside the checkpoint (docs/distributed.md, "Rank files")."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -104,12 +94,9 @@ def wrap_checkpoint_io(trainer: pl.Trainer) -> None:
     """Wrap the strategy's checkpoint IO once; a strategy that refuses another IO keeps its own."""
     strategy = trainer.strategy
     current = strategy.checkpoint_io  # resolves a wrapping IO's default (AsyncCheckpointIO) first
-    if isinstance(current, RankFilesIO):
-        return
-    try:
-        strategy.checkpoint_io = RankFilesIO(current)  # type: ignore[assignment]
-    except TypeError:  # XLA accepts only its own IO
-        return
+    if not isinstance(current, RankFilesIO):
+        with contextlib.suppress(TypeError):  # XLA accepts only its own IO
+            strategy.checkpoint_io = RankFilesIO(current)  # type: ignore[assignment]
 
 
 def refuse_unread_rank_files(entry: object, rank_files: bool) -> None:

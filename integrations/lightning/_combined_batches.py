@@ -11,8 +11,7 @@ from tracker_core.integrations.lightning._stage_driver import StageDriver
 if TYPE_CHECKING:
     import pytorch_lightning as pl
 
-TrainLayout = tuple[str, list[Any], list[int | None]]
-"""Several train loaders (``_compat.train_layout``): the ``CombinedLoader`` mode, the keys, each loader's batches."""
+TrainLayout = tuple[str, list[Any], list[int | None]]  # _compat.train_layout: mode, keys, each loader's batches
 
 
 class CombinedBatches:
@@ -23,12 +22,8 @@ class CombinedBatches:
         self.batch: Any = None  # the combined batch in flight
 
     def batch_end(self, train: StageDriver, batch: Any, trainer: pl.Trainer | None) -> None:
-        """The step of ``batch`` ended: each loader with a part in it counts that part.
-
-        In mode ``max_size_cycle`` a shorter loader starts over when its pass ends and the epoch goes
-        on; Lightning prefetches the next batch, so it has started over before this step ends: its
-        epoch-scope counts (the position a checkpoint saves) restart now.
-        """
+        """The step of ``batch`` ended: each loader with a part in it counts that part. In mode ``max_size_cycle`` a
+        loader at its pass's end has started over already (Lightning prefetched): its epoch-scope counts restart."""
         if train.batch_to_complete:
             return  # a checkpoint caught this batch up already
         mode, keys, passes = self.layout

@@ -1,7 +1,5 @@
-"""Every private attribute of Lightning the adapter touches, in one place, checked when imported (for each
-installed Lightning package): what Lightning's restart logic will do with a checkpoint (read from its restored
-loop counters), whether its fit counters carry on, the hook before its first ``iter()`` of the train loaders, and the
-instants a resume's RNG check needs (after ``setup_data``, before a train epoch's run)."""
+"""Every private attribute of Lightning the adapter touches, checked when imported (for each installed package),
+and the rules of Lightning's restart the adapter follows (docs/design.md, "Where we reach into a framework")."""
 
 from __future__ import annotations
 
@@ -15,11 +13,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from tracker_core.integrations._extra import check_attributes
-from tracker_core.integrations.lightning._bases import installed
+from tracker_core.integrations.lightning._bases import installed, package_of
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
     from pytorch_lightning.loops.fit_loop import _FitLoop
+
+    from tracker_core.integrations.lightning._combined_batches import TrainLayout
 
 
 def on_train_batch_end(trainer: pl.Trainer) -> bool:
@@ -42,11 +42,7 @@ def validation_due(trainer: pl.Trainer) -> bool:
 
 
 def fetches_in_step(trainer: pl.Trainer) -> bool:
-    """True if the train step fetches its own batches (``training_step(dataloader_iter)``).
-
-    The ``batch_idx`` that Lightning's iterator yields then restarts at 0 when a run resumes mid-epoch,
-    and with accumulation Lightning picks the batches that zero and step gradients by that count.
-    """
+    """True if the train step fetches its own batches (``training_step(dataloader_iter)``)."""
     fetcher = trainer.fit_loop._data_fetcher
     return type(fetcher).__name__ == "_DataLoaderIterDataFetcher"
 
@@ -58,11 +54,8 @@ def fit_counters_carry_on(trainer: pl.Trainer) -> bool:
 
 
 def restarts_mid_validation(checkpoint: dict[str, Any]) -> bool:
-    """True if Lightning will finish, on resume, a validation that ``checkpoint`` interrupted inside a batch.
-
-    Its rule (``_EvaluationLoop.update_restart_stage``): the saved validation batch counts show a
-    batch started but not processed. Otherwise it counts an interrupted validation as finished.
-    """
+    """True if Lightning will finish, on resume, a validation that ``checkpoint`` cut inside a batch (a batch started
+    but not processed: ``_EvaluationLoop.update_restart_stage``); otherwise it counts that validation finished."""
     loops = checkpoint.get("loops", {}).get("fit_loop", {})
     total = loops.get("epoch_loop.val_loop.batch_progress", {}).get("total", {})
     started = total.get("started", 0)
@@ -70,11 +63,8 @@ def restarts_mid_validation(checkpoint: dict[str, Any]) -> bool:
 
 
 def discards_setup_iterator(trainer: pl.Trainer) -> bool:
-    """In ``on_train_epoch_start``: True if Lightning builds a new train iterator for this epoch.
-
-    After a restart it otherwise keeps iterating the one built in ``setup_data``
-    (``_TrainingEpochLoop.on_run_start``).
-    """
+    """In ``on_train_epoch_start``: True if Lightning builds a new train iterator for this epoch, not going on with
+    the one ``setup_data`` built (``_TrainingEpochLoop.on_run_start``)."""
     fit_loop = trainer.fit_loop
     # Lightning 2.5 has no is_resuming: its epoch loop builds a new iterator unless restarting.
     resuming = getattr(fit_loop, "is_resuming", False)
@@ -94,12 +84,8 @@ _PHASES = ("ready", "started", "processed", "completed")
 
 @dataclasses.dataclass(frozen=True)
 class Restart:
-    """What Lightning's restart does with a fit checkpoint, read from the loop counters it saved.
-
-    Lightning restores its loops only after ``configure_optimizers``, which may already have built the
-    train iterator (``trainer.estimated_stepping_batches`` runs ``setup_data``): so these are read from the
-    checkpoint (``on_load_checkpoint``), not from the loops.
-    """
+    """What Lightning's restart does with a fit checkpoint, read from the loop counters saved in it (Lightning
+    restores its loops after ``configure_optimizers``, which may build the train iterator already)."""
 
     global_step: int
     epoch_consumed: bool  # the restored train epoch had run its last batch: Lightning will not read it further
@@ -115,25 +101,22 @@ def restart_of(checkpoint: dict[str, Any]) -> Restart:
     if not isinstance(fit_loop, dict):
         return Restart(global_step, epoch_consumed=False, closes_epoch=False)
     batches = fit_loop.get("epoch_loop.batch_progress", {})
-    totals = batches.get("total", {})
     epochs = fit_loop.get("epoch_progress", {}).get("total", {})
-    consumed = bool(batches.get("is_last_batch", False)) and _batch_done(totals)
-    uncounted = _no_epoch_counted(epochs)
-    closes = consumed and (_closes_epoch(epochs, totals) or uncounted)
-    return Restart(global_step, epoch_consumed=consumed, closes_epoch=closes, no_epoch_counted=uncounted)
+    return _restart(global_step, bool(batches.get("is_last_batch", False)), batches.get("total", {}), epochs)
 
 
 def closes_restored_epoch(fit_loop: _FitLoop) -> bool:
     """True if Lightning will count the train epoch its loops restored as finished without running its end."""
     batches = fit_loop.epoch_loop.batch_progress
-    totals = batches.total.state_dict()
     epochs = fit_loop.epoch_progress.total.state_dict()
-    return (
-        fit_loop.restarting
-        and batches.is_last_batch
-        and _batch_done(totals)
-        and (_closes_epoch(epochs, totals) or _no_epoch_counted(epochs))
-    )
+    return fit_loop.restarting and _restart(0, batches.is_last_batch, batches.total.state_dict(), epochs).closes_epoch
+
+
+def _restart(global_step: int, is_last_batch: bool, batches: dict[str, int], epochs: dict[str, int]) -> Restart:
+    consumed = is_last_batch and _batch_done(batches)
+    uncounted = _no_epoch_counted(epochs)
+    closes = consumed and (_closes_epoch(epochs, batches) or uncounted)
+    return Restart(global_step, epoch_consumed=consumed, closes_epoch=closes, no_epoch_counted=uncounted)
 
 
 def _batch_done(batches: dict[str, int]) -> bool:
@@ -157,19 +140,15 @@ def _closes_epoch(epochs: dict[str, int], batches: dict[str, int]) -> bool:
 
 
 def _no_epoch_counted(epochs: dict[str, int]) -> bool:
-    """The epoch counters show no epoch in flight: right after a finished fit; but a fit resumed at an epoch end
-    does not count the next epoch's start, so its later checkpoints show none where the record has one. Resumed
-    from such a checkpoint, Lightning starts an epoch afresh: at the epoch's last batch it counts it finished
-    (``_FitLoop.reset``) and runs the next one under its number; mid-epoch it numbers the remaining batches from
-    ``batch_idx`` 0."""
+    """The epoch counters show no epoch in flight: after a finished fit, or in a later checkpoint of a fit resumed
+    at an epoch end (docs/lightning.md, Limits: Lightning then starts an epoch afresh)."""
     ready, started, processed, completed = (epochs.get(phase, 0) for phase in _PHASES)
     return ready > 0 and ready == started == processed == completed
 
 
-def train_layout(fit_loop: _FitLoop) -> tuple[str, list[Any], list[int | None]] | None:
-    """Several train loaders: the ``CombinedLoader``'s mode, the keys of each loader's part of a combined
-    batch (list indices or dict keys, in ``flattened`` order) and each loader's batches per pass (None
-    if unknown). None for one loader."""
+def train_layout(fit_loop: _FitLoop) -> TrainLayout | None:
+    """Several train loaders: the ``CombinedLoader``'s mode, the keys of each loader's part of a combined batch (in
+    ``flattened`` order) and each loader's batches per pass (None if unknown). None for one loader."""
     combined = fit_loop._combined_loader
     if combined is None or len(combined.flattened) < 2:
         return None
@@ -184,63 +163,48 @@ def train_layout(fit_loop: _FitLoop) -> tuple[str, list[Any], list[int | None]] 
     return str(combined._mode), keys, passes
 
 
-class _BeforeFirstIter:
-    """``fit_loop._load_combined_loader_states`` replaced on one loop instance; picklable (``torch.save(trainer)``)."""
+class _SetupDataHooks:
+    """``fit_loop.setup_data`` (``__call__``) and ``fit_loop._load_combined_loader_states`` replaced on one loop
+    instance; picklable (``torch.save(trainer)``). Lightning builds the first epoch's train iterator inside
+    ``setup_data``, before any train hook, right after ``_load_combined_loader_states``."""
 
-    def __init__(self, fit_loop: _FitLoop, before: Callable[[list[object]], bool]) -> None:
+    def __init__(
+        self, fit_loop: _FitLoop, before_iter: Callable[[list[object]], bool], after: Callable[[], None]
+    ) -> None:
         self.fit_loop = fit_loop
-        self.before = before
-
-    def __call__(self) -> None:
-        fit_loop = self.fit_loop
-        combined = fit_loop._combined_loader
-        loaders = [] if combined is None else list(combined.flattened)
-        restored_epoch_over = bool(loaders) and self.before(loaders)
-        type(fit_loop)._load_combined_loader_states(fit_loop)
-        if restored_epoch_over:  # the loaders' restored states are at that epoch's end: the next begins afresh
-            for loader in loaders:
-                if getattr(loader, "next_iter_state", None) is not None:  # a StatefulDataLoader's, public
-                    loader.next_iter_state = None
-
-
-def hook_before_first_iter(fit_loop: _FitLoop, before: Callable[[list[object]], bool]) -> None:
-    """Call ``before(train_loaders)`` each time Lightning set up the train loaders, before its ``iter()``;
-    it returns whether the restored epoch is over (Lightning then drops the loaders' restored states).
-
-    Lightning builds the first epoch's iterator inside ``_FitLoop.setup_data``, before any
-    train hook runs, right after ``_load_combined_loader_states``: that method is replaced on
-    this loop instance. Lightning's own restore of loaders with a state of their own (a ``StatefulDataLoader``)
-    follows: the core leaves their position to it.
-    """
-    # getattr, not fit_loop.__dict__: reading __dict__ turns the loop's attributes into a dict for good, and
-    # Lightning reads them on every batch, each read then slower (~6k instructions a batch)
-    current = getattr(fit_loop, "_load_combined_loader_states", None)
-    if isinstance(current, _BeforeFirstIter):
-        current.before = before
-        return
-    fit_loop._load_combined_loader_states = _BeforeFirstIter(fit_loop, before)  # type: ignore[method-assign]
-
-
-class _AfterSetupData:
-    """``fit_loop.setup_data`` replaced on one loop instance; picklable (``torch.save(trainer)``)."""
-
-    def __init__(self, fit_loop: _FitLoop, after: Callable[[], None]) -> None:
-        self.fit_loop = fit_loop
+        self.before_iter = before_iter
         self.after = after
 
     def __call__(self) -> None:
         type(self.fit_loop).setup_data(self.fit_loop)
         self.after()
 
+    def load_combined_loader_states(self) -> None:
+        fit_loop = self.fit_loop
+        combined = fit_loop._combined_loader
+        loaders = [] if combined is None else list(combined.flattened)
+        restored_epoch_over = bool(loaders) and self.before_iter(loaders)
+        type(fit_loop)._load_combined_loader_states(fit_loop)  # restores loaders with a state of their own
+        if restored_epoch_over:  # the loaders' restored states are at that epoch's end: the next begins afresh
+            for loader in loaders:
+                if getattr(loader, "next_iter_state", None) is not None:  # a StatefulDataLoader's, public
+                    loader.next_iter_state = None
 
-def hook_after_setup_data(fit_loop: _FitLoop, after: Callable[[], None]) -> None:
-    """Call ``after()`` each time ``_FitLoop.setup_data`` returned: the train iterator it built (with its draws)
-    exists, and so does the batch it prefetched for a loader without a length; no hook has run since."""
+
+def hook_setup_data(fit_loop: _FitLoop, before_iter: Callable[[list[object]], bool], after: Callable[[], None]) -> None:
+    """Call ``before_iter(train_loaders)`` each time Lightning set up the train loaders, before its ``iter()`` (it
+    returns whether the restored epoch is over: Lightning then drops the loaders' restored states), and ``after()``
+    each time ``setup_data`` returned (the train iterator it built, and a batch it prefetched, exist; no hook has
+    run since)."""
+    # getattr, not fit_loop.__dict__: reading __dict__ turns the loop's attributes into a dict for good, and
+    # Lightning reads them on every batch, each read then slower (~6k instructions a batch)
     current = getattr(fit_loop, "setup_data", None)
-    if isinstance(current, _AfterSetupData):
-        current.after = after
+    if isinstance(current, _SetupDataHooks):
+        current.before_iter, current.after = before_iter, after
         return
-    fit_loop.setup_data = _AfterSetupData(fit_loop, after)  # type: ignore[method-assign]
+    hooks = _SetupDataHooks(fit_loop, before_iter, after)
+    fit_loop.setup_data = hooks  # type: ignore[method-assign]
+    fit_loop._load_combined_loader_states = hooks.load_combined_loader_states  # type: ignore[method-assign]
 
 
 class _BeforeEpochRun:
@@ -259,10 +223,8 @@ class _BeforeEpochRun:
 
 
 def call_before_epoch_run(fit_loop: _FitLoop, before: Callable[[], None]) -> None:
-    """Call ``before()`` once, when Lightning next starts running a train epoch (``_TrainingEpochLoop.on_run_start``,
-    right after the ``on_train_epoch_start`` hooks, if it runs them): after every start hook of the fit and of the
-    epoch, before Lightning reads a train batch (and, without workers, the loaders draw for it), finishes a
-    validation a checkpoint cut, or runs a batch transfer hook or ``on_train_batch_start``."""
+    """Call ``before()`` once, when Lightning next starts running a train epoch (``_TrainingEpochLoop.on_run_start``):
+    after every start hook of the fit and the epoch, before anything reads or draws for a train batch."""
     fit_loop.epoch_loop.on_run_start = _BeforeEpochRun(fit_loop.epoch_loop, before)  # type: ignore[method-assign]
 
 
@@ -285,11 +247,9 @@ _NOT_RESUMABLE = (
 
 
 def quiet_not_resumable_warning(trainer: pl.Trainer, batch: int, epoch: int) -> Callable[[], None]:
-    """Lightning warns that a plain loader resumed mid-epoch restarts from its first sample; the tracker
-    resumes every tracked loader at its position, so that one warning is ignored until the returned function
-    is called (at the fit's end), and Lightning's log says why."""
-    package = "lightning.pytorch" if type(trainer).__module__.startswith("lightning.") else "pytorch_lightning"
-    logging.getLogger(f"{package}.tracker_core").info(
+    """Ignore Lightning's warning that a plain loader resumed mid-epoch restarts from its first sample (the tracker
+    resumes it at its position) until the returned function is called; Lightning's log says why."""
+    logging.getLogger(f"{package_of(trainer)}.tracker_core").info(
         "tracker_core: the ProgressTracker resumes the train dataloader at batch %d of epoch %d (0-based); "
         "Lightning's warning that the dataloader is not resumable does not apply",
         batch,

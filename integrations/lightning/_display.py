@@ -203,12 +203,9 @@ def _known(batches: int | float) -> int | None:
 
 
 def _run_after_the_tracker(trainer: Any, pl_module: Any, stage: str, bar: ProgressDisplay) -> None:
-    """Put ``bar`` right after the ProgressTracker, so each of its hooks sees that hook's counts; without
-    a tracker, add one right before ``bar`` and set it up (Lightning restores callback states after setup).
-
-    Lightning is iterating ``trainer.callbacks`` to call ``setup``: a new list is
-    assigned rather than the running one changed.
-    """
+    """Put ``bar`` right after the ProgressTracker, so each of its hooks sees that hook's counts; without a tracker,
+    add one right before ``bar`` and set it up (Lightning restores callback states after setup). A new list is
+    assigned: Lightning is iterating ``trainer.callbacks`` to call ``setup``."""
     from tracker_core.integrations.lightning import ProgressTracker
 
     callbacks = list(trainer.callbacks)

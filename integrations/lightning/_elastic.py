@@ -1,11 +1,5 @@
-"""Resume a Lightning checkpoint saved at another world size ("elastic resume", docs/distributed.md).
-
-The core maps the saved position onto the train loader (its ``DistributedSampler`` and batch
-size), so the entry is loaded once Lightning has built its train loaders (``_FitLoop.setup_data``),
-not when Lightning hands it over (``restore_callbacks``, before any loader exists). Lightning
-restored its loop counters of the old geometry in between (``restore_loops``); its restart logic
-reads them only later (``_FitLoop.reset``), so they are moved to the mapped batch position here.
-"""
+"""Resume a Lightning checkpoint saved at another world size, once Lightning has built the train loaders the core
+maps the position onto (docs/lightning.md, "Elastic resume")."""
 
 from __future__ import annotations
 
@@ -49,11 +43,8 @@ def load(tracker: Tracker, entry: dict[str, Any], loaders: list[object], fit_loo
 
 
 def _move_batches(fit_loop: _FitLoop, batches: int) -> None:
-    """Shift Lightning's train batch counters (epoch and total, all phases) so the epoch has done ``batches``.
-
-    Optimizer steps (``global_step``) and ``_batches_that_stepped`` stay: they count steps taken,
-    as the tracker's ``global_step`` does.
-    """
+    """Shift Lightning's train batch counters (epoch and total, all phases) so the epoch has done ``batches``,
+    before its restart logic reads them (``_FitLoop.reset``); the steps taken (``global_step``) stay."""
     progress: Any = fit_loop.epoch_loop.batch_progress
     shift = batches - progress.current.processed
     for counts in (progress.total, progress.current):

@@ -1,15 +1,5 @@
-"""After a resume, the Trainer's loggers continue at the checkpoint's step: what the interrupted run logged later goes.
-
-Lightning logs a train batch at its 0-based index among the batches that stepped, so a fit resumed
-from a checkpoint saved at ``global_step`` N logs its first point at step N; the interrupted process
-logged steps N and later too. ``TensorBoardLogger``: TensorBoard's own purge (``SessionLog.START``
-at step N, as ``purge_step`` writes) makes its readers drop them. ``CSVLogger``: the rows of
-``metrics.csv`` with step < N are kept, the rest go: Lightning's writer deletes the file when it
-opens a folder that holds one, before any callback hook, so the rows are read when Lightning
-assigns the callbacks' ``log`` at the start of ``Trainer._run`` (``loggers_opening``) and written
-back. Any other logger, and a logger that writes the resumed fit into another version than the
-checkpoint's, is named in one warning.
-"""
+"""After a resume, the Trainer's loggers continue at the checkpoint's step: what the interrupted run logged later goes
+(docs/lightning.md, "Loggers after a resume")."""
 
 from __future__ import annotations
 

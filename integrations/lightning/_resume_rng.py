@@ -30,7 +30,6 @@ class ResumeRngChecks:
 
     def __init__(self) -> None:
         self.at_setup: GlobalRng | None = None  # after a load, before Lightning's setup_data iter()
-        self._trainer: Callable[[], pl.Trainer | None] = _nothing
         self._check: ResumeRngCheck | None = None  # a fit loaded: the RNGs it restored, until compared
         self._epoch = 0  # the epoch the checks below are for (Lightning may go on with the next one)
         self._where = ""  # what the epoch-run check names
@@ -39,15 +38,14 @@ class ResumeRngChecks:
 
     def setup(self, trainer: pl.Trainer | None) -> None:
         """A new call on ``trainer``: forget the checks a resumed fit that trained nothing left."""
-        self._trainer = _nothing if trainer is None else weakref.ref(trainer)
+        self._trainer: Callable[[], pl.Trainer | None] = _nothing if trainer is None else weakref.ref(trainer)
         self._at_run: ResumeRngCheck | None = None  # compared when Lightning first runs a train epoch
         self._at_start: ResumeRngCheck | None = None  # mid-epoch: set up at on_train_start
         self._unmoved: ResumeRngCheck | None = None  # epoch boundary: the others, before on_train_epoch_start
         self._boundary = False  # resumed at an epoch boundary: its check is set up at on_train_start
         self._await_build = False  # a check waits for Lightning's setup_data to build the train iterator
         self._built: GlobalRng | None = None  # epoch boundary: the RNGs as that build (and prefetch) left them
-        # the train iterator it built (that epoch must read from it), held weakly: Lightning drops it at teardown, and
-        # with it the loader's worker processes
+        # the train iterator it built (that epoch must read from it), held weakly: Lightning drops it, and its workers
         self._built_iterator: Callable[[], object] = _nothing
         self.after_cut: GlobalRng | None = None  # loaded inside a validation batch: see validation_ended
 
@@ -87,10 +85,9 @@ class ResumeRngChecks:
             self._await_build = True  # Lightning builds it right after this returns
 
     def setup_data_returned(self) -> None:
-        """Lightning's ``setup_data`` returned (``hook_after_setup_data``). After a load, the first time: the resumed
-        run's train iterator is built (and, for a loader without a length, its first batch prefetched), no hook
-        ran since. The next time (``_FitLoop.on_advance_start``): every ``on_train_start`` hook ran, no
-        ``on_train_epoch_start`` hook yet (see ``_unmoved_check``)."""
+        """Lightning's ``setup_data`` returned: after a load, first with the resumed run's train iterator built (and
+        a first batch prefetched), no hook run since; next (``_FitLoop.on_advance_start``) between the
+        ``on_train_start`` and the ``on_train_epoch_start`` hooks (``_unmoved_check``)."""
         trainer = self._trainer()
         if trainer is None:
             return
@@ -117,17 +114,14 @@ class ResumeRngChecks:
             )
 
     def train_epoch_start(self, trainer: pl.Trainer) -> None:
-        """If Lightning builds this epoch's iterator after the hooks, as in the uninterrupted run: undo the draws of
-        the one it built in setup_data."""
-        if self.at_setup is not None:
-            rng, self.at_setup = self.at_setup, None
-            if resume.discards_setup_iterator(trainer):
-                self._at_run = None
-                rng.apply()
+        """If Lightning builds this epoch's iterator anew: undo the draws of the one it built in setup_data."""
+        if self.at_setup is not None and resume.discards_setup_iterator(trainer):
+            self._at_run = None
+            self.undo_setup_draws()
+        self.at_setup = None
 
     def undo_setup_draws(self) -> None:
-        """A resumed fit ended before a batch read the iterator Lightning built in setup_data: undo its draws (a fit
-        continued on this Trainer builds it again, as a resume would)."""
+        """A resumed fit ended before a batch read the iterator Lightning built in setup_data: undo its draws."""
         if self.at_setup is not None:
             rng, self.at_setup = self.at_setup, None
             rng.apply()
@@ -142,10 +136,9 @@ class ResumeRngChecks:
                 self.at_setup = rng
 
     def _unmoved_check(self, trainer: pl.Trainer) -> None:
-        """Between the ``on_train_start`` and the ``on_train_epoch_start`` hooks of a fit resumed at an epoch
-        boundary (see ``arm_first_batch_check``): the generators the early iterator did not draw from must still
-        be as at this callback's ``on_train_start`` (the uninterrupted run runs no ``on_train_start`` hook),
-        unless Lightning undoes that iterator's draws at this epoch's start (and with them any in between)."""
+        """Between the ``on_train_start`` and ``on_train_epoch_start`` hooks of a fit resumed at an epoch boundary: the
+        generators the early iterator did not draw from must be as at this callback's ``on_train_start``, unless
+        Lightning undoes that iterator's draws at this epoch's start."""
         unmoved, self._unmoved = self._unmoved, None
         if unmoved is None or trainer.current_epoch != self._epoch or resume.discards_setup_iterator(trainer):
             return
@@ -153,18 +146,13 @@ class ResumeRngChecks:
         unmoved.check(_AT_TRAIN_START, generators=others)
 
     def arm_first_batch_check(self, trainer: pl.Trainer) -> None:
-        """The resumed fit's ``on_train_start``: set up the comparison of the global RNGs once its start hooks
-        are over, when Lightning first runs a train epoch (``call_before_epoch_run``): after every
-        ``on_train_start`` and ``on_train_epoch_start`` hook, before the loaders read (and, without workers, draw
-        for) a batch, before a cut validation is finished, before the batch transfer hooks and
-        ``on_train_batch_start`` (which may draw at every batch, in both runs).
+        """The resumed fit's ``on_train_start``: compare the global RNGs now (callbacks before this one) and set up
+        their comparison once the start hooks are over, when Lightning first runs a train epoch.
 
-        Mid-epoch they must still be as loaded (compared now too: callbacks before this one). At an epoch
-        boundary Lightning built the next epoch's iterator (and, without a length, prefetched its first batch)
-        before these hooks, the uninterrupted run after them: they must be as ``setup_data`` left them (compared
-        now: callbacks before this one); then the generators it drew from must stay as they are now until the
-        epoch runs; the others (a draw in ``on_train_epoch_start`` comes out as in the uninterrupted run) until
-        the ``on_train_epoch_start`` hooks.
+        Mid-epoch they must still be as loaded. At an epoch boundary Lightning built the next epoch's iterator
+        before these hooks, the uninterrupted run after them: they must be as ``setup_data`` left them; then the
+        generators it drew from must stay so until the epoch runs, the others until the ``on_train_epoch_start``
+        hooks.
         """
         check, self._at_start = self._at_start, None
         boundary, self._boundary = self._boundary, False
@@ -195,10 +183,8 @@ class ResumeRngChecks:
             resume.call_before_epoch_run(trainer.fit_loop, self._resumed_epoch_runs)
 
     def _resumed_epoch_runs(self) -> None:
-        """Lightning first runs a train epoch in the resumed fit: the check set up at ``on_train_start``, if it is
-        the epoch it was set up for (Lightning counts an epoch whose batches were all done as finished and starts
-        the next one) and reads the iterator ``setup_data`` built (a new one drew first, as in the uninterrupted
-        run)."""
+        """Lightning first runs a train epoch in the resumed fit: the check set up at ``on_train_start``, if this is
+        its epoch and it reads the iterator ``setup_data`` built (a new one drew first, as in the uninterrupted run)."""
         check, self._at_run = self._at_run, None
         trainer = self._trainer()
         if check is None or trainer is None or trainer.current_epoch != self._epoch:

@@ -1,6 +1,5 @@
 """The ``InexactResumeWarning``s of the Lightning callback: where a checkpoint or a resume makes Lightning run
-differently from the uninterrupted run, and the record follows Lightning (a validation a checkpoint cut among
-them)."""
+differently from the uninterrupted run, and the record follows Lightning (docs/lightning.md, "Limits")."""
 
 from __future__ import annotations
 
@@ -8,21 +7,13 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from tracker_core import InexactResumeWarning, Tracker
-from tracker_core.adapter import reenter_evaluation_epoch
+from tracker_core.adapter import batches_in, reenter_evaluation_epoch
 from tracker_core.integrations.lightning import _compat as resume
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
 
     from tracker_core.integrations.lightning._combined_batches import TrainLayout
-
-
-_SAVED_IN_VALIDATION = (
-    "checkpoint saved inside a validation: a fit resumed from it does not go on with that validation where it "
-    "stopped (Lightning re-reads it from its first batch when saved inside a batch, or counts it finished when "
-    "saved between batches), so that validation's batches and metrics differ from the uninterrupted run's "
-    "(docs/lightning.md, Limits)"
-)
 
 
 def warn_inexact_save(tracker: Tracker, trainer: pl.Trainer, layout: TrainLayout | None) -> None:
@@ -60,8 +51,14 @@ def warn_inexact_save(tracker: Tracker, trainer: pl.Trainer, layout: TrainLayout
 
 
 def warn_saved_in_validation() -> None:
-    """A fit checkpoint saved inside a validation."""
-    warnings.warn(_SAVED_IN_VALIDATION, InexactResumeWarning, stacklevel=3)
+    warnings.warn(
+        "checkpoint saved inside a validation: a fit resumed from it does not go on with that validation where it "
+        "stopped (Lightning re-reads it from its first batch when saved inside a batch, or counts it finished when "
+        "saved between batches), so that validation's batches and metrics differ from the uninterrupted run's "
+        "(docs/lightning.md, Limits)",
+        InexactResumeWarning,
+        stacklevel=3,
+    )
 
 
 def warn_epoch_left_open(tracker: Tracker, trainer: pl.Trainer) -> None:
@@ -78,8 +75,7 @@ def warn_epoch_left_open(tracker: Tracker, trainer: pl.Trainer) -> None:
 
 
 def warn_epoch_uncounted(tracker: Tracker, consumed: bool) -> None:
-    """Resumed inside an epoch that Lightning's counters do not show (``Restart.no_epoch_counted``): the checkpoint of a
-    fit that was itself resumed at an epoch end."""
+    """Resumed inside an epoch that Lightning's counters do not show (``Restart.no_epoch_counted``)."""
     epoch = tracker.view.epoch_index
     if consumed:
         tracker.progress.note_anomaly(f"Lightning runs train epoch {epoch} (0-based) again after a resume")
@@ -119,7 +115,7 @@ def warn_if_restored_ahead(loaders: list[object]) -> None:
     """Lightning prefetches a batch of a train loader without a length and saves a loader's own state after it
     (its ``state_dict`` / ``load_state_dict``, which Lightning restores): the resumed epoch skips that batch."""
     for index, loader in enumerate(loaders):
-        if callable(getattr(loader, "load_state_dict", None)) and not _has_length(loader):
+        if callable(getattr(loader, "load_state_dict", None)) and batches_in(loader) is None:
             warnings.warn(
                 f"train dataloader {index} has a state of its own, which Lightning restores, and no length: "
                 "Lightning saved that state after the batch it had prefetched, so the resumed epoch skips it "
@@ -127,14 +123,6 @@ def warn_if_restored_ahead(loaders: list[object]) -> None:
                 InexactResumeWarning,
                 stacklevel=4,
             )
-
-
-def _has_length(loader: object) -> bool:
-    try:
-        len(loader)  # type: ignore[arg-type]
-    except TypeError:
-        return False
-    return True
 
 
 def _warn_cycled_loaders(tracker: Tracker, layout: TrainLayout) -> None:
@@ -165,14 +153,9 @@ def _warn_cycled_loaders(tracker: Tracker, layout: TrainLayout) -> None:
 
 
 def validation_at_load(tracker: Tracker, restart: str, progress: dict[str, Any]) -> bool:
-    """A fit checkpoint saved inside a validation: follow what Lightning does with that validation.
-
-    Saved inside a validation batch (e.g. ``OnExceptionCheckpoint``), Lightning finishes the
-    validation on resume, counting on from the batches done: so does the record. Saved after a
-    validation batch, Lightning counts the validation as finished without running the rest: the
-    record keeps the batches that ran, closes the validation, and says so. ``restart``: what Lightning does,
-    ``"finish"`` or ``"skip"`` (read from the checkpoint's loops); "" for nothing to follow. True: it finishes it.
-    """
+    """A fit checkpoint saved inside a validation: the record follows what Lightning does with it, ``restart``
+    (``"finish"`` it, counting on from the batches done, or ``"skip"`` the rest; "": nothing to follow).
+    True: Lightning finishes it."""
     if not restart or not reenter_evaluation_epoch(tracker.progress, "validate", progress):
         return False
     if restart == "finish":
@@ -192,9 +175,7 @@ def validation_at_load(tracker: Tracker, restart: str, progress: dict[str, Any])
 
 
 def warn_validation_reread(tracker: Tracker) -> None:
-    """Loaded inside a validation batch: Lightning finishes that validation on resume, counting on from the
-    batches done but re-reading its data from the first batch of its first loader (the record counts as it
-    does). The caller puts the RNGs loaded now back when that validation ends."""
+    """Loaded inside a validation batch; the caller puts the RNGs loaded now back when that validation ends."""
     message = (
         "resumed inside a validation batch: Lightning finishes that validation re-reading its data from the "
         "first batch of its first loader, so its batches and metrics differ from the uninterrupted run's; the "

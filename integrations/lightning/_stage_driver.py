@@ -1,10 +1,5 @@
-"""Drive one stage of the core model from Lightning's hooks, in step with Lightning's own counters.
-
-Lightning marks a batch ``ready`` before ``on_*_batch_start`` and ``started`` after it,
-``processed`` before ``on_*_batch_end`` and ``completed`` after it (epochs alike). A
-callback sees only the hooks, so the phase Lightning marks *after* a hook is marked here
-lazily, at the next hook (``settle``): every hook then sees the same counts as Lightning.
-"""
+"""Drive one stage of the core model from Lightning's hooks, in step with Lightning's own counters: a phase
+Lightning marks *after* a hook is marked at the next hook (docs/lightning.md, "What is counted at which hook")."""
 
 from __future__ import annotations
 
@@ -90,12 +85,8 @@ class StageDriver:
         self.batch = batch
 
     def batch_end(self, dataloader: int = 0, used: Any = None) -> None:
-        """The batch's step is done; idempotent (a checkpoint may have caught it up already).
-
-        Its samples are read from the batch now (as its tokens are). ``used``: the batch the step
-        used, when not the one given to ``batch_begin`` (``training_step(dataloader_iter)``
-        fetches its batch in the step) or that one's size differs (a part of a combined batch).
-        """
+        """The batch's step is done; idempotent (a checkpoint may have caught it up already). Its samples are counted
+        from ``used`` when given: the batch ``training_step(dataloader_iter)`` fetched, or a combined batch's part."""
         if self.batch_to_complete:
             return
         if self.batch_to_start:

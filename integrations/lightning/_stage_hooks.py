@@ -1,12 +1,11 @@
 """The stage hooks of the Lightning callback (``ProgressTracker`` derives from this class): the per-batch train
-hooks, inline, and the validate, test and predict hooks, guarded (``passenger``); outside a fit each validate,
-test or predict call is a run of its own."""
+hooks, guarded inline, and the validate, test and predict hooks, guarded by ``passenger``."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 
@@ -24,31 +23,21 @@ if TYPE_CHECKING:
 
 _FIT = "fit"  # trainer.state.fn while fitting (Lightning's TrainerFn is a str enum in both packages)
 
-
-_P = ParamSpec("_P")
-
-
-class _NotesAnomalies(Protocol):
-    def _anomaly(self, message: str) -> None: ...
+_Hook = TypeVar("_Hook", bound=Callable[..., None])
 
 
-_Callback = TypeVar("_Callback", bound=_NotesAnomalies)
-
-
-def passenger(
-    hook: Callable[Concatenate[_Callback, _P], None],
-) -> Callable[Concatenate[_Callback, _P], None]:
+def passenger(hook: _Hook) -> _Hook:
     """A hook that never raises because Lightning ran hooks in an order the record did not expect:
     the record notes the anomaly (``view.anomalies``) and warns once; Lightning carries on."""
 
-    def guarded(self: _Callback, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+    @functools.wraps(hook)
+    def guarded(self: StageHooks, /, *args: Any, **kwargs: Any) -> None:
         try:
             hook(self, *args, **kwargs)
         except EventOrderError as error:
             self._anomaly(f"{hook.__name__}: {error}")
 
-    functools.update_wrapper(guarded, hook)
-    return guarded
+    return cast(_Hook, guarded)
 
 
 class StageHooks(CallbackBase):
