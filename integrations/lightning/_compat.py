@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from tracker_core.adapter import batches_in
 from tracker_core.integrations._extra import check_attributes
 from tracker_core.integrations.lightning._bases import installed, package_of
 
@@ -157,7 +158,7 @@ def train_layout(fit_loop: _FitLoop) -> TrainLayout | None:
     limits: list[Any] = list(combined.limits) if combined.limits else [None] * len(keys)
     passes: list[int | None] = []
     for loader, limit in zip(combined.flattened, limits, strict=True):
-        size = len(loader) if hasattr(loader, "__len__") else None
+        size = batches_in(loader)
         unlimited = limit is None or limit == float("inf")
         passes.append(size if unlimited or size is None else min(size, int(limit)))
     return str(combined._mode), keys, passes
