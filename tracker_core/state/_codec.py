@@ -177,10 +177,15 @@ def from_plain(value: Any, key: str = "") -> Any:
     int64/uint64, a blob above ``MAX_BLOB_BYTES`` or a tensor dtype outside ``TENSOR_DTYPES``
     is refused, naming the key.
     """
-    return _from_plain(value, key, 0, [MAX_NODES])
+    return _from_plain(value, key, 0, [MAX_NODES], decode=True)
 
 
-def _from_plain(value: Any, key: str, depth: int, budget: list[int]) -> Any:
+def check_plain(value: object, key: str = "") -> None:
+    """Raise what :func:`from_plain` would raise for ``value``'s plain data, decoding no tag."""
+    _from_plain(value, key, 0, [MAX_NODES], decode=False)
+
+
+def _from_plain(value: Any, key: str, depth: int, budget: list[int], decode: bool) -> Any:
     budget[0] -= 1
     if budget[0] < 0:
         raise ProgressStateError(key, f"more than {MAX_NODES} values in all; a saved state holds far fewer")
@@ -192,18 +197,20 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int]) -> Any:
         raise ProgressStateError(key, f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, list):
         _check_length(value, key)
-        return [_from_plain(item, join_key(key, str(i)), depth + 1, budget) for i, item in enumerate(value)]
+        return [_from_plain(item, join_key(key, str(i)), depth + 1, budget, decode) for i, item in enumerate(value)]
     if not is_mapping(value):
         raise ProgressStateError(key, f"expected plain data, got {_type_name(value)}")
-    if len(value) == 1 and _TENSOR_TAG in value:
+    if decode and len(value) == 1 and _TENSOR_TAG in value:
         return _tensor_from_plain(value[_TENSOR_TAG], join_key(key, _TENSOR_TAG))
-    if len(value) == 1 and _TUPLE_TAG in value:
+    if decode and len(value) == 1 and _TUPLE_TAG in value:
         items = value[_TUPLE_TAG]
         inner = join_key(key, _TUPLE_TAG)
         if not isinstance(items, list):
             raise ProgressStateError(inner, f"expected a list, got {_type_name(items)}")
         _check_length(items, inner)
-        return tuple(_from_plain(item, join_key(inner, str(i)), depth + 1, budget) for i, item in enumerate(items))
+        return tuple(
+            _from_plain(item, join_key(inner, str(i)), depth + 1, budget, decode) for i, item in enumerate(items)
+        )
     _check_length(value, key)
     out: dict[str, Any] = {}
     for name, item in value.items():
@@ -218,37 +225,8 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int]) -> Any:
                 )
             out[name] = item
         else:
-            out[name] = _from_plain(item, join_key(key, name), depth + 1, budget)
+            out[name] = _from_plain(item, join_key(key, name), depth + 1, budget, decode)
     return out
-
-
-def check_plain(value: object, key: str = "") -> None:
-    """Raise what :func:`from_plain` would raise for ``value``, building nothing (no recursion either)."""
-    stack: list[tuple[object, str, int]] = [(value, key, 0)]
-    nodes = 0
-    while stack:
-        item, where, depth = stack.pop()
-        nodes += 1
-        if nodes > MAX_NODES:
-            raise ProgressStateError(where, f"more than {MAX_NODES} values in all; a saved state holds far fewer")
-        if item is None or isinstance(item, (bool, float, str)):
-            continue
-        if isinstance(item, int):
-            _bounded_int(item, where)
-            continue
-        if depth >= MAX_DEPTH:
-            raise ProgressStateError(where, f"nested deeper than {MAX_DEPTH} levels")
-        if isinstance(item, list):
-            _check_length(item, where)
-            stack.extend((child, join_key(where, str(i)), depth + 1) for i, child in enumerate(item))
-        elif isinstance(item, Mapping):
-            _check_length(item, where)
-            for name, child in item.items():
-                if not isinstance(name, str):
-                    raise ProgressStateError(where, f"dict key {shown(name)} is not a str")
-                stack.append((child, join_key(where, name), depth + 1))
-        else:
-            raise ProgressStateError(where, f"expected plain data, got {_type_name(item)}")
 
 
 def _bounded_int(value: int, key: str) -> int:
