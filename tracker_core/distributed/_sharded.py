@@ -1,17 +1,5 @@
-"""Batch-sharded train loaders: recognised in a sampler chain, and what one rank reads of an epoch.
-
-Such a loader draws one order per epoch from a *seedable* sampler, whose order depends on
-``initial_seed + epoch`` and its length only (Accelerate's ``SeedableRandomSampler``, made
-by ``use_seedable_sampler=True``), cuts it into batches of ``b`` with a torch ``BatchSampler``,
-and rank ``r`` of ``W`` takes batches ``r, r + W, r + 2W, ...`` (Accelerate's
-``BatchSamplerShard`` with ``split_batches=False``; with ``even_batches`` the last round is
-filled up from the epoch's start; a world of one has no shard and takes every batch). After
-``k`` batches on every rank, positions ``[0, k * b * W)`` of the order are consumed, as with a
-DistributedSampler, so ``tracker_core/distributed/_elastic.py`` maps both by global samples.
-
-:func:`describe` gives the ``distributed`` field of such a loader's state: the
-DistributedSampler's keys (``num_replicas``, ``rank``, ``seed``, ``shuffle``, ``drop_last``,
-``dataset_size``, ``batch_size``) plus ``SHARDED_KEYS``.
+"""Batch-sharded train loaders (Accelerate's ``BatchSamplerShard`` over a seedable sampler): recognised in a
+sampler chain, and what one rank reads of an epoch (docs/distributed.md, "Batch sharding over a seedable sampler").
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""Across ranks: reduce the whole state in one collective, and name ranks that disagree.
+"""Across ranks: reduce the whole state in one collective, and name ranks that disagree (never per batch).
 
-Works unchanged without a process group (a world of one). Ranks must track the same
-number of dataloaders and optimizers, so their packed states have the same length.
-Never called per batch: each call is one collective.
+Works without a process group (a world of one). Ranks must track the same number of dataloaders and
+optimizers, so their packed states have the same length.
 """
 
 from __future__ import annotations
