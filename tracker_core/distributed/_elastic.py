@@ -61,13 +61,9 @@ def reenters_train_epoch(epochs: PhaseCounts) -> bool:
 
 
 def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
-    """This rank's entry from the saved ``ranks`` (validated here only as far as the mapping reads them).
-
-    At the saved world size only this rank's entry is read; at another, the one it maps from
-    and every rank's train loader positions (their batch counts give the global sample position).
-    ``ranks`` is a list, or the :class:`RankFiles` of a checkpoint whose entries are in files: then
-    only the files of the entries read here are read.
-    """
+    """This rank's entry from the saved ``ranks`` (a list, or :class:`RankFiles`), validated only as far as the
+    mapping reads them: at the saved world size this rank's entry alone; at another, the one it maps from and
+    every rank's train loader positions (from rank files: the writer's summary of them)."""
     if is_index(ranks):
         raise ProgressStateError(
             "ranks",

@@ -119,12 +119,6 @@ def _parse_where(raw: object, key: str) -> tuple[str, str, str] | None:
     return (stage, event, phase)
 
 
-def _parse_kind(raw: object, key: str) -> str:
-    if raw not in _RUN_KINDS:
-        raise ProgressStateError(key, f"unknown run kind {shown(raw)}")
-    return str(raw)
-
-
 def _parse_anomalies(raw: object, key: str) -> list[str]:
     anomalies = read_list(raw, key)
     if len(anomalies) > MAX_ANOMALIES:
@@ -161,8 +155,9 @@ class _Run(Part):
 
     def parse(self, raw: object, key: str) -> tuple[str, PhaseCounts]:
         fields = read_mapping(raw, key, required=("kind", *PHASES))
-        kind = _parse_kind(fields["kind"], f"{key}.kind")
-        return kind, phase_counts({phase: fields[phase] for phase in PHASES}, key)
+        if fields["kind"] not in _RUN_KINDS:
+            raise ProgressStateError(f"{key}.kind", f"unknown run kind {shown(fields['kind'])}")
+        return str(fields["kind"]), phase_counts({phase: fields[phase] for phase in PHASES}, key)
 
     def store(self, owner: Any, attr: str, value: tuple[str, PhaseCounts]) -> None:
         owner._run_kind = value[0]
