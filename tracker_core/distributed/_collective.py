@@ -1,18 +1,10 @@
 """The tracker's collectives return only once the process group's threads are done with the tensors they were given.
 
 A collective's work keeps its tensors after the caller's wait returned, until a thread of the process group
-(gloo's worker, NCCL's watchdog) drops the work. While C++ holds a tensor made in Python, torch keeps a
-reference to its Python object, so that drop takes the GIL. A thread that takes the GIL while the interpreter
-finalizes is ended by CPython (``pthread_exit``) inside the tensor's C++ destructor: ``std::terminate``
-("terminate called without an active exception") and SIGABRT. This happened at the exit of a two-rank Ignite
-run: its last collective was the tracker's (``check_divergence``, a checkpoint's gather), gloo's worker got no
-CPU before the exit, and a DDP model in a reference cycle kept the process group, and its threads, past
-Ignite's ``destroy_process_group()`` until the interpreter's last garbage collection.
-
-:func:`run_collective` waits, with the GIL released, until C++ holds none of the tensors it handed over: its
-hold shows as one reference to each tensor's Python object, dropped under the GIL. Nothing of the tracker's is
-then left for a thread of the process group to free. It waits one second at most: a process group that keeps a
-tensor longer is left to it, and training goes on.
+(gloo's worker, NCCL's watchdog) drops it, taking the GIL to drop the tensors' Python objects. A thread that
+takes the GIL while the interpreter finalizes is ended inside the tensor's C++ destructor: ``std::terminate``
+and SIGABRT at the exit (tests/test_two_rank_exits.py). :func:`run_collective` waits, GIL released, until C++
+holds none of its tensors (one reference each dropped), one second at most.
 """
 
 from __future__ import annotations

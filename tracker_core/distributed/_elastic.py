@@ -1,11 +1,7 @@
 """The entry a rank loads, at any world size, from a checkpoint holding every rank's entry (``_to_writer.py``).
 
-``select(ranks, ...)`` picks this rank's at the saved world size, reading no other rank's; at another world size it maps each train
-loader's mid-epoch position by global samples of its epoch and re-bases the progress to the
-new geometry (see docs/distributed.md). Two shardings map alike (after ``k`` batches of ``b``
-on ``W`` ranks, positions ``[0, k * b * W)`` are consumed): a ``DistributedSampler`` (rank ``r``
-reads positions ``r, r + W, ...``) and batch sharding over a seedable sampler (rank ``r`` reads
-batches ``r, r + W, ...``; ``tracker_core/distributed/_sharded.py``).
+At another world size each train loader's mid-epoch position is mapped by global samples of its epoch and the
+progress re-based to the new geometry (docs/distributed.md, "Elastic resume by samples").
 """
 
 from __future__ import annotations
@@ -65,13 +61,9 @@ def reenters_train_epoch(epochs: PhaseCounts) -> bool:
 
 
 def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
-    """This rank's entry from the saved ``ranks`` (validated here only as far as the mapping reads them).
-
-    At the saved world size only this rank's entry is read; at another, the one it maps from
-    and every rank's train loader positions (their batch counts give the global sample position).
-    ``ranks`` is a list, or the :class:`RankFiles` of a checkpoint whose entries are in files: then
-    only the files of the entries read here are read.
-    """
+    """This rank's entry from the saved ``ranks`` (a list, or :class:`RankFiles`), validated only as far as the
+    mapping reads them: at the saved world size this rank's entry alone; at another, the one it maps from and
+    every rank's train loader positions (from rank files: the writer's summary of them)."""
     if is_index(ranks):
         raise ProgressStateError(
             "ranks",
@@ -142,12 +134,12 @@ def _map_loaders(
     for index, state in enumerate(ranks[source_rank]["train_loaders"]):
         if isinstance(state, dict) and state.get("kind") == "untracked":
             continue
-        found = _map_loader(ranks, summaries, index, loaders.get(index), mapping["world_size"], source_rank)
-        entry["train_loaders"][index] = found.state
-        _rebase(entry["progress"], index, found)
-        mapping["train_loaders"].append(found.record)
-        if found.record["problem"]:
-            problems.append(f"train dataloader {index}: {found.record['problem']}")
+        position = loaders.get(index)
+        state, record = _map_loader(ranks, summaries, index, position, mapping["world_size"], source_rank, entry)
+        entry["train_loaders"][index] = state
+        mapping["train_loaders"].append(record)
+        if record["problem"]:
+            problems.append(f"train dataloader {index}: {record['problem']}")
     return problems
 
 
@@ -158,14 +150,6 @@ def _between_epochs(state: object) -> object:
     return {**state, "batches_per_epoch": None, "distributed": None}
 
 
-@dataclass(frozen=True)
-class _Mapped:
-    state: dict[str, Any]
-    record: dict[str, Any]
-    consumed_batches_before: int  # the source rank's batches_consumed
-    samples: int  # this rank's samples of the epoch at the mapped position
-
-
 def _map_loader(
     ranks: Sequence[Mapping[str, Any]],
     summaries: Sequence[object] | None,
@@ -173,7 +157,10 @@ def _map_loader(
     position: LoaderPosition | None,
     size: int,
     source_rank: int,
-) -> _Mapped:
+    entry: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train loader ``index``'s state mapped to this world size, and the record of it; its counts in ``entry``'s
+    progress are re-based to the mapped position."""
     saved_size = len(ranks)
     key = f"train_loaders.{index}"
     if position is None:
@@ -213,7 +200,8 @@ def _map_loader(
         "exact": not problems,
         "problem": "; ".join(problems),
     }
-    return _Mapped(state, record, source_consumed, _samples_read(mine, resumed))
+    _rebase(entry["progress"], index, resumed - source_consumed, _samples_read(mine, resumed))
+    return state, record
 
 
 def _sharding_of(position: LoaderPosition, key: str, size: int) -> dict[str, Any]:
@@ -293,14 +281,13 @@ def _samples_read(info: Mapping[str, Any], batches: int) -> int:
     return min(batches * int(info["batch_size"]), per_rank)
 
 
-def _rebase(progress: dict[str, Any], index: int, mapped: _Mapped) -> None:
-    """Move the re-entered epoch's counts of loader ``index`` to the mapped position."""
+def _rebase(progress: dict[str, Any], index: int, delta_batches: int, samples: int) -> None:
+    """Move the re-entered epoch's counts of loader ``index`` by ``delta_batches``, to ``samples`` in the epoch."""
     train = progress["stages"]["train"]
     if index >= len(train["dataloaders"]):
         return  # this loader processed nothing yet: the mapped position is 0 as well
     loader = train["dataloaders"][index]
-    delta_batches = mapped.record["batches_consumed"] - mapped.consumed_batches_before
-    delta_samples = mapped.samples - loader["samples"]["epoch"]
+    delta_samples = samples - loader["samples"]["epoch"]
     for scope in Scope:
         loader["batches"][scope] += delta_batches
         loader["samples"][scope] += delta_samples

@@ -30,10 +30,8 @@ def summarize_loaders(ranks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
 
 
 def summarize_loader(ranks: Sequence[Mapping[str, Any]], index: int) -> dict[str, Any]:
-    """Every saved rank's train loader ``index`` checked against the others, reduced to what the mapping reads:
-    rank 0's ``distributed`` field, the batch size, the smallest and largest batch count, the batches the ranks
-    ahead trained beyond the smallest, whether every rank finished its epoch, and each rank's count (up to
-    ``_LISTED`` ranks). Its size does not grow with the number of ranks. ``ProgressStateError`` names the key."""
+    """Every saved rank's train loader ``index`` checked against the others, reduced to what the mapping reads
+    (``SUMMARY_KEYS``; docs/distributed.md, "Rank files"); ``ProgressStateError`` names the key."""
     saved_size = len(ranks)
     consumed: list[int] = []
     first: dict[str, Any] | None = None

@@ -1,26 +1,9 @@
-"""Every rank's entry in its own small file beside the checkpoint; the checkpoint keeps an index.
+"""Every rank's entry in its own small file beside the checkpoint; the checkpoint keeps an index of them.
 
-A gathered entry (``Tracker.gathered_state_dict``: rank 0's entry plus ``"ranks"``, every rank's)
-is split on the writer by :func:`write_rank_files`: rank ``r``'s entry goes to
-``<checkpoint>.ranks/<save_id>/rank-<r>.json`` and ``"ranks"`` becomes an index of constant size::
-
-    {"rank_files": "<checkpoint name>.ranks/<save_id>", "world_size": W, "save_id": "<hex>",
-     "written_in": "<the folder the files were written to>", "loaders": [<summary per train loader>]}
-
-(``rank_files`` relative to the checkpoint's folder). A reader looks, in this order, in
-``<its checkpoint's name>.ranks/<save_id>`` beside the checkpoint (moved or renamed with its ``.ranks``
-folder), in ``rank_files`` beside it (a copy of the checkpoint beside the original, Lightning's
-``last.ckpt``), in ``rank_files`` under each folder an adapter knows the checkpoint may be in (Ignite,
-whose ``Checkpoint.load_objects`` never says which file it loads), then in ``written_in``. Each file holds ``{"save_id", "rank", "world_size", "sha256", "entry"}``, the digest
-over the entry's canonical JSON: a missing, damaged, or copied-in file (another save, another rank)
-is a :class:`ProgressStateError` naming ``ranks.<r>``, raised before anything is applied.
-:func:`with_rank_files` puts a :class:`RankFiles` in place of the index: a sequence that reads a
-rank's file only when that rank's entry is asked for, so a resuming rank reads its own file and no
-other (an elastic resume reads the file of the rank it maps from and the index's ``loaders`` summaries,
-see ``_elastic.select``). A new save writes a
-new ``<save_id>`` folder before the checkpoint and removes the older ones after it
-(:func:`remove_other_saves`): a save cut short leaves the last checkpoint readable. Local paths use
-``os``; a URL (``s3://``, ``memory://``) goes through fsspec, as Lightning's own checkpoint IO does.
+The layout, where a reader looks for the files and what it checks: docs/distributed.md, "Rank files". A new
+save writes a new ``<save_id>`` folder before the checkpoint and removes the older ones after it
+(:func:`remove_other_saves`), so a save cut short leaves the last checkpoint readable. Local paths use ``os``;
+a URL (``s3://``, ``memory://``) goes through fsspec, as Lightning's own checkpoint IO does.
 """
 
 from __future__ import annotations
@@ -32,6 +15,7 @@ import json
 import os
 import posixpath
 import re
+import shutil
 import uuid
 from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
@@ -72,35 +56,36 @@ def write_rank_files(entry: Mapping[str, Any], checkpoint: str | os.PathLike[str
     Call it on the writer before the checkpoint itself is written; after that, :func:`remove_other_saves`.
     """
     ranks = entry["ranks"]
-    save_id = uuid.uuid4().hex
-    relative, folder = _make_save_folder(checkpoint, save_id)
+    index = _new_save(checkpoint, uuid.uuid4().hex, len(ranks))
     for rank, part in enumerate(ranks):
-        body = canonical(part)
         document = {
-            "save_id": save_id,
+            "save_id": index["save_id"],
             "rank": rank,
             "world_size": len(ranks),
-            "sha256": hashlib.sha256(body).hexdigest(),
+            "sha256": hashlib.sha256(canonical(part)).hexdigest(),
             "entry": part,
         }
-        _write(_join(folder, file_name(rank)), json.dumps(document, sort_keys=True, allow_nan=False).encode())
-    index = {
-        "rank_files": relative,
-        "world_size": len(ranks),
-        "save_id": save_id,
-        "written_in": folder,
-        "loaders": summarize_loaders(ranks),  # an elastic resume reads these, not every rank's file
+        text = json.dumps(document, sort_keys=True, allow_nan=False)
+        _write(_join(index["written_in"], file_name(rank)), text.encode())
+    index["loaders"] = summarize_loaders(ranks)  # an elastic resume reads these, not every rank's file
+    return {
+        **{name: value for name, value in entry.items() if name != "ranks"},
+        "ranks": index,
     }
-    return {**{name: value for name, value in entry.items() if name != "ranks"}, "ranks": index}
 
 
-def _make_save_folder(checkpoint: str | os.PathLike[str], save_id: str) -> tuple[str, str]:
-    """Create save ``save_id``'s folder beside ``checkpoint``; return it relative to the checkpoint's folder, and whole."""
+def _new_save(checkpoint: str | os.PathLike[str], save_id: str, world_size: int) -> dict[str, Any]:
+    """Create save ``save_id``'s folder beside ``checkpoint``; return the index of its files."""
     path = os.fspath(checkpoint)
     relative = posixpath.join(_basename(path) + SUFFIX, save_id)
     folder = _join(_dirname(path), relative)
     _makedirs(folder)
-    return relative, folder
+    return {
+        "rank_files": relative,
+        "world_size": world_size,
+        "save_id": save_id,
+        "written_in": folder,
+    }
 
 
 def remove_other_saves(checkpoint: str | os.PathLike[str], keep: str | Collection[str] | None) -> None:
@@ -123,16 +108,16 @@ def remove_other_saves(checkpoint: str | os.PathLike[str], keep: str | Collectio
         return
     for name in os.listdir(root):
         if name not in kept and _SAVE_ID.fullmatch(name):
-            folder = os.path.join(root, name)
-            for file in os.listdir(folder):
-                os.remove(os.path.join(folder, file))
-            os.rmdir(folder)
+            shutil.rmtree(os.path.join(root, name))
     if not kept and not os.listdir(root):
         os.rmdir(root)
 
 
 def with_rank_files(
-    entry: object, checkpoint: str | os.PathLike[str] | None = None, *, folders: Sequence[str | os.PathLike[str]] = ()
+    entry: object,
+    checkpoint: str | os.PathLike[str] | None = None,
+    *,
+    folders: Sequence[str | os.PathLike[str]] = (),
 ) -> object:
     """``entry`` with its index of rank files replaced by a :class:`RankFiles` reading them lazily.
 
@@ -195,13 +180,10 @@ class RankFiles(_LazyRanks[dict[str, Any]]):
         folders: Sequence[str | os.PathLike[str]] = (),
     ) -> RankFiles:
         """The rank files an index (``entry["ranks"]``) names, found as :func:`with_rank_files` says."""
-        if not isinstance(index, Mapping) or set(index) != INDEX_KEYS:
-            raise ProgressStateError("ranks", f"expected an index of rank files with keys {sorted(INDEX_KEYS)}")
-        relative, size, save_id, written_in = _index_fields("ranks", index)
-        summaries = index["loaders"]
+        folder, size, save_id = _find_save(index, INDEX_KEYS, "ranks", checkpoint, folders)
+        summaries = index["loaders"]  # type: ignore[index]
         if not isinstance(summaries, list):
             raise ProgressStateError("ranks.loaders", "expected a list, one summary per train loader")
-        folder = _locate("ranks", relative, save_id, written_in, checkpoint, folders)
         return cls(folder, size, save_id, summaries)
 
     def where(self, rank: int) -> str:
@@ -238,8 +220,18 @@ class RankFiles(_LazyRanks[dict[str, Any]]):
         return entry
 
 
-def _index_fields(key: str, index: Mapping[str, Any]) -> tuple[str, int, str, str]:
-    """``(rank_files, world_size, save_id, written_in)`` of an index, checked; errors name ``key.<field>``."""
+def _find_save(
+    index: object,
+    keys: frozenset[str],
+    key: str,
+    checkpoint: str | os.PathLike[str] | None,
+    folders: Sequence[str | os.PathLike[str]],
+) -> tuple[str, int, str]:
+    """``(folder, world_size, save_id)`` of the save an index with ``keys`` names, checked (errors name ``key``);
+    the folder is the first that exists, in :func:`with_rank_files`'s order (a file missing in it is named
+    when that rank's file is read)."""
+    if not isinstance(index, Mapping) or set(index) != keys:
+        raise ProgressStateError(key, f"expected an index of rank files with keys {sorted(keys)}")
     relative, size, save_id, written_in = (
         index[name] for name in ("rank_files", "world_size", "save_id", "written_in")
     )
@@ -253,19 +245,6 @@ def _index_fields(key: str, index: Mapping[str, Any]) -> tuple[str, int, str, st
         raise ProgressStateError(f"{key}.rank_files", f"does not end in the save id {save_id}")
     if not isinstance(written_in, str) or not written_in.rstrip("/\\").endswith(save_id):
         raise ProgressStateError(f"{key}.written_in", f"expected the folder of save {save_id}")
-    return relative, size, save_id, written_in
-
-
-def _locate(
-    key: str,
-    relative: str,
-    save_id: str,
-    written_in: str,
-    checkpoint: str | os.PathLike[str] | None,
-    folders: Sequence[str | os.PathLike[str]],
-) -> str:
-    """The folder of a save's rank files (the first that exists, in :func:`with_rank_files`'s order; a file
-    missing in it is named when that rank's file is read)."""
     candidates = []
     if checkpoint is not None:
         path = _resolved(os.fspath(checkpoint))
@@ -275,7 +254,7 @@ def _locate(
     candidates.append(written_in)
     for folder in candidates:
         if _exists(folder):
-            return folder
+            return folder, size, save_id
     raise ProgressStateError(
         key,
         f"the rank files of save {save_id} ({relative}, beside the checkpoint) are not found; looked in "
@@ -292,12 +271,12 @@ def write_rank_tensors(
 ) -> dict[str, Any]:
     """``torch.save`` each rank's part (tensors, e.g. partial gradients) to ``<checkpoint>.ranks/<save_id>/<name>-<r>.pt``
     (the folder of :func:`write_rank_files`' save ``save_id``); return the index to keep in the checkpoint instead."""
-    relative, folder = _make_save_folder(checkpoint, save_id)
+    index = _new_save(checkpoint, save_id, len(ranks))
     for rank, part in enumerate(ranks):
         buffer = io.BytesIO()
         torch.save(part, buffer)
-        _write(_join(folder, f"{name}-{rank}.pt"), buffer.getvalue())
-    return {"rank_files": relative, "world_size": len(ranks), "save_id": save_id, "written_in": folder, "name": name}
+        _write(_join(index["written_in"], f"{name}-{rank}.pt"), buffer.getvalue())
+    return {**index, "name": name}
 
 
 class RankTensors(_LazyRanks[Any]):
@@ -319,13 +298,10 @@ class RankTensors(_LazyRanks[Any]):
         key: str = "ranks",
     ) -> RankTensors:
         """The files an index of :func:`write_rank_tensors` names, found as :func:`with_rank_files` says."""
-        if not isinstance(index, Mapping) or set(index) != TENSOR_INDEX_KEYS:
-            raise ProgressStateError(key, f"expected an index of rank files with keys {sorted(TENSOR_INDEX_KEYS)}")
-        relative, size, save_id, written_in = _index_fields(key, index)
-        name = index["name"]
+        folder, size, save_id = _find_save(index, TENSOR_INDEX_KEYS, key, checkpoint, folders)
+        name = index["name"]  # type: ignore[index]
         if not isinstance(name, str) or not re.fullmatch(r"[a-z_]+", name):
             raise ProgressStateError(f"{key}.name", "expected a lowercase name")
-        folder = _locate(key, relative, save_id, written_in, checkpoint, folders)
         return cls(folder, size, save_id, name, key)
 
     def _load(self, rank: int) -> Any:

@@ -1,17 +1,5 @@
-"""Batch-sharded train loaders: recognised in a sampler chain, and what one rank reads of an epoch.
-
-Such a loader draws one order per epoch from a *seedable* sampler, whose order depends on
-``initial_seed + epoch`` and its length only (Accelerate's ``SeedableRandomSampler``, made
-by ``use_seedable_sampler=True``), cuts it into batches of ``b`` with a torch ``BatchSampler``,
-and rank ``r`` of ``W`` takes batches ``r, r + W, r + 2W, ...`` (Accelerate's
-``BatchSamplerShard`` with ``split_batches=False``; with ``even_batches`` the last round is
-filled up from the epoch's start; a world of one has no shard and takes every batch). After
-``k`` batches on every rank, positions ``[0, k * b * W)`` of the order are consumed, as with a
-DistributedSampler, so ``tracker_core/distributed/_elastic.py`` maps both by global samples.
-
-:func:`describe` gives the ``distributed`` field of such a loader's state: the
-DistributedSampler's keys (``num_replicas``, ``rank``, ``seed``, ``shuffle``, ``drop_last``,
-``dataset_size``, ``batch_size``) plus ``SHARDED_KEYS``.
+"""Batch-sharded train loaders (Accelerate's ``BatchSamplerShard`` over a seedable sampler): recognised in a
+sampler chain, and what one rank reads of an epoch (docs/distributed.md, "Batch sharding over a seedable sampler").
 """
 
 from __future__ import annotations
@@ -26,11 +14,9 @@ _SHARD_ATTRIBUTES = ("num_processes", "process_index", "split_batches", "even_ba
 
 
 def describe(samplers: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The batch sharding of a loader whose sampler chain is ``samplers`` (path -> sampler), or None.
-
-    None unless exactly one seedable sampler feeds a torch ``BatchSampler`` that is the
-    loader's ``batch_sampler`` or the one a single shard (without ``split_batches``) wraps.
-    """
+    """The ``distributed`` field of a loader whose sampler chain is ``samplers`` (path -> sampler), or None unless
+    exactly one seedable sampler feeds a torch ``BatchSampler`` that is the loader's ``batch_sampler`` or the
+    one a single shard (without ``split_batches``) wraps."""
     seedable = [s for s in samplers.values() if _is_seedable(s)]
     shards = [s for s in samplers.values() if all(hasattr(s, name) for name in _SHARD_ATTRIBUTES)]
     if len(seedable) != 1 or len(shards) > 1 or any(shard.split_batches for shard in shards):
@@ -57,11 +43,8 @@ def is_batch_sharded(info: Mapping[str, Any]) -> bool:
 
 
 def samples_read(info: Mapping[str, Any], batches: int) -> int:
-    """Samples rank ``info["rank"]`` reads in its first ``batches`` batches of an epoch.
-
-    Every batch is full with ``drop_last`` or ``even_batches``; otherwise the epoch's last
-    batch holds what is left of the order.
-    """
+    """Samples rank ``info["rank"]`` reads in its first ``batches`` batches of an epoch: every batch is full with
+    ``drop_last`` or ``even_batches``, else the epoch's last batch holds what is left of the order."""
     size, batch, world = info["dataset_size"], info["batch_size"], info["num_replicas"]
     full = info["drop_last"] or info["even_batches"]
     indices = (info["rank"] + i * world for i in range(batches))  # this rank's batches in the epoch's order

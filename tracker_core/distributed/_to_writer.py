@@ -1,10 +1,8 @@
 """Every rank's object on one rank (the writer), at a cost per rank that does not grow with the number of ranks.
 
-``torch.distributed.gather_object`` first all-gathers every object's size, so each rank
-receives 8 bytes per rank (128 KB at 16,384 ranks, ten times a tracker entry). Here one
-``all_reduce`` (MAX) of one int gives the longest pickle; each rank pads its own to that
-length behind an 8-byte length and one ``gather`` brings them to the writer: a rank sends
-its own pickle (padded to the longest, entries are alike) and receives 8 bytes.
+``torch.distributed.gather_object`` first all-gathers every object's size (8 bytes per rank to each rank). Here
+one ``all_reduce`` (MAX) gives the longest pickle and one ``gather`` brings them, padded to it behind their
+length, to the writer.
 """
 
 from __future__ import annotations
@@ -32,11 +30,7 @@ def gather_to_writer(obj: Any | None) -> list[Any] | None:
     """
     if not (dist.is_available() and dist.is_initialized()):
         return None if obj is None else [obj]
-    return _gather(b"" if obj is None else pickle.dumps(obj))
-
-
-def _gather(data: bytes) -> list[Any] | None:
-    """On the writer: every rank's ``data`` unpickled (None where it is empty); elsewhere None."""
+    data = b"" if obj is None else pickle.dumps(obj)
     device = _device()
     longest = torch.tensor([len(data)], dtype=torch.int64, device=device)
     run_collective(lambda: dist.all_reduce(longest, op=dist.ReduceOp.MAX), [longest])

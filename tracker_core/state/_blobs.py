@@ -1,15 +1,9 @@
-"""Short text for RNG-state blobs: compressed (``"z:"``) or as the difference from a related blob (``"x:"``).
+"""Short text for RNG-state blobs (docs/schema.md, ``train_loaders``); plain base64 stays valid everywhere.
 
-A torch CPU generator's state is 5,056 bytes, half of them zero (624 32-bit words kept in
-64-bit slots); snapshots of one generator a few draws apart differ in a few bytes. So:
-
-* ``"z:" + base64(zlib(bytes shuffled by 8))``: about 2.6 KB for a torch state instead of 5 KB;
-* ``"x:" + base64(zlib(bytes XOR base))``: a few tens of bytes when ``base`` is a snapshot of
-  the same generator before or after a few draws, never much more than ``"z:"``;
-* ``"s:<seed>"``: a torch CPU generator just seeded with ``manual_seed(seed)``, before any draw.
-
-Plain base64 (no prefix) stays valid everywhere. Which blob is the base is fixed by where a
-text sits (``tracker_core/data/_compact.py``); readers turn every form back into plain base64.
+A torch CPU generator's state is 5,056 bytes, half of them zero, and snapshots of one generator a few draws
+apart differ in a few bytes. So ``"z:"`` is the bytes shuffled by 8 and compressed (about 2.6 KB), ``"x:"``
+the compressed XOR with a related blob (tens of bytes; which blob, ``tracker_core/data/_compact.py`` fixes),
+``"s:<seed>"`` a generator just seeded with ``manual_seed(seed)``. Readers turn every form back into base64.
 """
 
 from __future__ import annotations
@@ -61,20 +55,17 @@ def blob_bytes(value: object, key: str, base: bytes | None = None) -> bytes:
 
 
 def plain_text(value: object, key: str, base: bytes | None = None) -> object:
-    """Any text form as plain base64 (what the state readers take).
-
-    A difference that cannot be applied (damaged, or its ``base`` missing or damaged: the
-    base's own reader names that) and anything not text are returned as they are, for the
-    reader to refuse.
-    """
+    """Any text form as plain base64 (what the state readers take). A difference that cannot be applied
+    (damaged, or its ``base`` missing or damaged: the base's own reader names that) and anything not text
+    are returned as they are, for the reader to refuse."""
     if not isinstance(value, str) or not value.startswith((_COMPRESSED, _DELTA, _SEEDED)):
         return value
-    if value.startswith(_DELTA):
-        try:
-            return bytes_to_text(blob_bytes(value, key, base))
-        except ProgressStateError:
+    try:
+        return bytes_to_text(blob_bytes(value, key, base))
+    except ProgressStateError:
+        if value.startswith(_DELTA):
             return value
-    return bytes_to_text(blob_bytes(value, key, base))
+        raise
 
 
 def _seed_of(data: bytes) -> int | None:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, shown
+from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, shown, type_name
 
 _TENSOR_TAG = "__tensor__"
 _TUPLE_TAG = "__tuple__"
@@ -47,14 +47,10 @@ MAX_NODES = 1_000_000  # values in one decoded state, all levels together
 MAX_BLOB_BYTES = 64 * 2**20  # one base64 blob (a tensor's bytes, an RNG state)
 MAX_TENSOR_DIMS = 16
 _MAX_BLOB_TEXT = 4 * ((MAX_BLOB_BYTES + 2) // 3)
-_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # int64 and uint64 (seeds) values
 _BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # int64 and uint64 (seeds) values
 _SCALARS = frozenset((type(None), bool, float, str))  # exactly these types: from_plain returns them as they are
 _PADDING = ("", "=", "==")  # by the bytes missing from the last group of three
-
-
-def _type_name(value: object) -> str:
-    return type(value).__name__
 
 
 # --- writing ---------------------------------------------------------------------------
@@ -110,20 +106,17 @@ def to_plain(value: Any, key: str = "") -> Any:
                 raise TypeError(f"{key or '<root>'}: dict key {name!r} is reserved for tagging")
             out[name] = to_plain(item, join_key(key, name))
         return out
-    raise TypeError(f"{key or '<root>'}: a {_type_name(value)} cannot be saved as plain data")
+    raise TypeError(f"{key or '<root>'}: a {type_name(value)} cannot be saved as plain data")
 
 
 # --- reading ---------------------------------------------------------------------------
 
 
 def text_to_bytes(value: object, key: str, *, size: int | None = None) -> bytes:
-    """Decode base64 text; ``size`` is the exact byte length required, if any.
-
-    The text's length is checked before decoding: at most ``MAX_BLOB_BYTES`` bytes, and
-    exactly the length ``size`` bytes encode to.
-    """
+    """Decode base64 text; ``size`` is the exact byte length required, if any. The text's length is checked
+    before decoding: at most ``MAX_BLOB_BYTES`` bytes, and exactly the length ``size`` bytes encode to."""
     if not isinstance(value, str):
-        raise ProgressStateError(key, f"expected base64 text, got {_type_name(value)}")
+        raise ProgressStateError(key, f"expected base64 text, got {type_name(value)}")
     expected = None if size is None else 4 * ((size + 2) // 3)
     if expected is not None and len(value) != expected:
         raise ProgressStateError(
@@ -177,10 +170,15 @@ def from_plain(value: Any, key: str = "") -> Any:
     int64/uint64, a blob above ``MAX_BLOB_BYTES`` or a tensor dtype outside ``TENSOR_DTYPES``
     is refused, naming the key.
     """
-    return _from_plain(value, key, 0, [MAX_NODES])
+    return _from_plain(value, key, 0, [MAX_NODES], decode=True)
 
 
-def _from_plain(value: Any, key: str, depth: int, budget: list[int]) -> Any:
+def check_plain(value: object, key: str = "") -> None:
+    """Raise what :func:`from_plain` would raise for ``value``'s plain data, decoding no tag."""
+    _from_plain(value, key, 0, [MAX_NODES], decode=False)
+
+
+def _from_plain(value: Any, key: str, depth: int, budget: list[int], decode: bool) -> Any:
     budget[0] -= 1
     if budget[0] < 0:
         raise ProgressStateError(key, f"more than {MAX_NODES} values in all; a saved state holds far fewer")
@@ -192,18 +190,20 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int]) -> Any:
         raise ProgressStateError(key, f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, list):
         _check_length(value, key)
-        return [_from_plain(item, join_key(key, str(i)), depth + 1, budget) for i, item in enumerate(value)]
+        return [_from_plain(item, join_key(key, str(i)), depth + 1, budget, decode) for i, item in enumerate(value)]
     if not is_mapping(value):
-        raise ProgressStateError(key, f"expected plain data, got {_type_name(value)}")
-    if len(value) == 1 and _TENSOR_TAG in value:
+        raise ProgressStateError(key, f"expected plain data, got {type_name(value)}")
+    if decode and len(value) == 1 and _TENSOR_TAG in value:
         return _tensor_from_plain(value[_TENSOR_TAG], join_key(key, _TENSOR_TAG))
-    if len(value) == 1 and _TUPLE_TAG in value:
+    if decode and len(value) == 1 and _TUPLE_TAG in value:
         items = value[_TUPLE_TAG]
         inner = join_key(key, _TUPLE_TAG)
         if not isinstance(items, list):
-            raise ProgressStateError(inner, f"expected a list, got {_type_name(items)}")
+            raise ProgressStateError(inner, f"expected a list, got {type_name(items)}")
         _check_length(items, inner)
-        return tuple(_from_plain(item, join_key(inner, str(i)), depth + 1, budget) for i, item in enumerate(items))
+        return tuple(
+            _from_plain(item, join_key(inner, str(i)), depth + 1, budget, decode) for i, item in enumerate(items)
+        )
     _check_length(value, key)
     out: dict[str, Any] = {}
     for name, item in value.items():
@@ -218,37 +218,8 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int]) -> Any:
                 )
             out[name] = item
         else:
-            out[name] = _from_plain(item, join_key(key, name), depth + 1, budget)
+            out[name] = _from_plain(item, join_key(key, name), depth + 1, budget, decode)
     return out
-
-
-def check_plain(value: object, key: str = "") -> None:
-    """Raise what :func:`from_plain` would raise for ``value``, building nothing (no recursion either)."""
-    stack: list[tuple[object, str, int]] = [(value, key, 0)]
-    nodes = 0
-    while stack:
-        item, where, depth = stack.pop()
-        nodes += 1
-        if nodes > MAX_NODES:
-            raise ProgressStateError(where, f"more than {MAX_NODES} values in all; a saved state holds far fewer")
-        if item is None or isinstance(item, (bool, float, str)):
-            continue
-        if isinstance(item, int):
-            _bounded_int(item, where)
-            continue
-        if depth >= MAX_DEPTH:
-            raise ProgressStateError(where, f"nested deeper than {MAX_DEPTH} levels")
-        if isinstance(item, list):
-            _check_length(item, where)
-            stack.extend((child, join_key(where, str(i)), depth + 1) for i, child in enumerate(item))
-        elif isinstance(item, Mapping):
-            _check_length(item, where)
-            for name, child in item.items():
-                if not isinstance(name, str):
-                    raise ProgressStateError(where, f"dict key {shown(name)} is not a str")
-                stack.append((child, join_key(where, name), depth + 1))
-        else:
-            raise ProgressStateError(where, f"expected plain data, got {_type_name(item)}")
 
 
 def _bounded_int(value: int, key: str) -> int:
@@ -274,7 +245,7 @@ def _tensor_from_plain(value: object, key: str) -> torch.Tensor:
     shape_key = join_key(key, "shape")
     shape = fields["shape"]
     if not isinstance(shape, list):
-        raise ProgressStateError(shape_key, f"expected a list of ints, got {_type_name(shape)}")
+        raise ProgressStateError(shape_key, f"expected a list of ints, got {type_name(shape)}")
     if len(shape) > MAX_TENSOR_DIMS:
         raise ProgressStateError(shape_key, f"{len(shape)} dimensions; at most {MAX_TENSOR_DIMS}")
     dims = [read_int(dim, join_key(shape_key, str(i)), minimum=0) for i, dim in enumerate(shape)]

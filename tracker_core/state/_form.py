@@ -1,11 +1,9 @@
-"""The parts a saved form is declared with; each knows its one piece of every walk over the form.
+"""The parts a saved form is declared with; each knows its piece of every walk over the form.
 
-A part reads its plain data from a live object (``dump``), validates plain data into a fresh
-parsed value (``parse``, raising ProgressStateError naming the key), writes a parsed value
-onto ``owner.attr`` (``store``; cannot fail), appends its counts to a flat list of ints
-(``pack``), rebuilds its plain data from such a list (``unpack``, taking them in the same order), and names
-each count's key path (``paths``). Parts that hold no count (texts, lists of strings) unpack
-to the live object's own value. ``attr == ""`` means the owner itself.
+``dump`` reads a live object's plain data; ``parse`` validates plain data into a fresh value
+(ProgressStateError naming the key); ``store`` writes a parsed value onto ``owner.attr`` (``attr == ""``:
+the owner itself) and cannot fail. ``pack`` appends the part's counts to the flat list ``reduce_state``
+reduces, ``unpack`` rebuilds its plain data from such a list, ``paths`` names each count's key path.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.counting._counts import PhaseCounts, ScopeCounts, _Phased, _Tally
+from tracker_core.counting._counts import PhaseCounts, _Phased, _Tally
 from tracker_core.state._readers import join_key, read_int, read_list, read_mapping
 from tracker_core.vocabulary import Phase, Scope
 
@@ -123,51 +121,17 @@ class PhaseCount(Part):
 
 
 class TallyCount(Part):
-    """A tally in every scope: ``{"epoch", "run", "lifetime"}``."""
+    """A tally in ``scopes`` (``{scope: n}``, every scope unless given); without the epoch scope, a load sets
+    the tally's epoch base to its run base."""
 
-    def dump(self, live: _Tally) -> dict[str, int]:
-        total = live.total
-        return {"epoch": total - live.epoch_base, "run": total - live.run_base, "lifetime": total}
-
-    def parse(self, raw: object, key: str) -> ScopeCounts:
-        fields = read_mapping(raw, key, required=SCOPES)
-        counts = ScopeCounts(*(read_int(fields[scope], join_key(key, scope), minimum=0) for scope in SCOPES))
-        if counts.epoch > counts.run:
-            raise ProgressStateError(key, f"epoch scope {counts.epoch} above run scope {counts.run}")
-        if counts.run > counts.lifetime:
-            raise ProgressStateError(key, f"run scope {counts.run} above lifetime scope {counts.lifetime}")
-        return counts
-
-    def store(self, owner: Any, attr: str, value: ScopeCounts) -> None:
-        tally: _Tally = _part_of(owner, attr)
-        tally.total = value.lifetime
-        tally.run_base = value.lifetime - value.run
-        tally.epoch_base = value.lifetime - value.epoch
-
-    def pack(self, live: _Tally, out: list[int]) -> None:
-        total = live.total
-        out += (total - live.epoch_base, total - live.run_base, total)
-
-    def unpack(self, live: _Tally, take: Callable[[], int]) -> dict[str, int]:
-        return {"epoch": take(), "run": take(), "lifetime": take()}
-
-    def paths(self, live: _Tally, key: str, out: list[str]) -> None:
-        out += (join_key(key, scope) for scope in SCOPES)
-
-
-class Microseconds(Part):
-    """Wall-clock time in ``scopes`` as whole microseconds (``{scope: n}``) from a tally of them; without
-    the epoch scope, the tally's epoch base follows its run base."""
-
-    def __init__(self, scopes: Sequence[Scope]) -> None:
+    def __init__(self, scopes: Sequence[Scope] = tuple(Scope)) -> None:
         self.scopes = tuple(scope.value for scope in scopes)
-
-    def _scoped(self, live: _Tally) -> list[int]:
-        bases = {Scope.EPOCH.value: live.epoch_base, Scope.RUN.value: live.run_base, Scope.LIFETIME.value: 0}
-        return [live.total - bases[scope] for scope in self.scopes]
+        self._every_scope = self.scopes == SCOPES
 
     def dump(self, live: _Tally) -> dict[str, int]:
-        return dict(zip(self.scopes, self._scoped(live), strict=True))
+        total = live.total
+        dumped = {"epoch": total - live.epoch_base, "run": total - live.run_base, "lifetime": total}
+        return dumped if self._every_scope else {scope: dumped[scope] for scope in self.scopes}
 
     def parse(self, raw: object, key: str) -> dict[str, int]:
         fields = read_mapping(raw, key, required=self.scopes)
@@ -184,9 +148,15 @@ class Microseconds(Part):
         tally.epoch_base = tally.total - value.get(Scope.EPOCH, value[Scope.RUN])
 
     def pack(self, live: _Tally, out: list[int]) -> None:
-        out += self._scoped(live)
+        total = live.total
+        if self._every_scope:
+            out += (total - live.epoch_base, total - live.run_base, total)
+        else:
+            out += self.dump(live).values()
 
     def unpack(self, live: _Tally, take: Callable[[], int]) -> dict[str, int]:
+        if self._every_scope:
+            return {"epoch": take(), "run": take(), "lifetime": take()}
         return {scope: take() for scope in self.scopes}
 
     def paths(self, live: _Tally, key: str, out: list[str]) -> None:

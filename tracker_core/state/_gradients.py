@@ -1,8 +1,5 @@
-"""Partial gradients of an unfinished accumulation window, saved beside the progress entry.
-
-They are tensors, so they go into the framework checkpoint next to the weights, not into
-the plain-data progress entry.
-"""
+"""Partial gradients of an unfinished accumulation window: tensors, saved in the framework checkpoint beside the
+progress entry."""
 
 from __future__ import annotations
 

@@ -84,21 +84,6 @@ def read_entry(raw: object, key: str, last: bool) -> dict[str, Any]:
     return entry
 
 
-def parse_ledger(raw: object, key: str) -> dict[str, Any]:
-    """Validate a saved ledger; raise ProgressStateError naming the first bad key."""
-    fields = read_mapping(raw, key, required=("runs", "earlier"))
-    runs = read_list(fields["runs"], join_key(key, "runs"))
-    if len(runs) > MAX_LEDGER_RUNS:
-        raise ProgressStateError(join_key(key, "runs"), f"{len(runs)} runs; at most {MAX_LEDGER_RUNS} are kept")
-    parsed = [read_entry(run, join_key(key, f"runs.{i}"), i == len(runs) - 1) for i, run in enumerate(runs)]
-    earlier_key = join_key(key, "earlier")
-    earlier = read_mapping(fields["earlier"], earlier_key, required=EARLIER_KEYS)
-    return {
-        "runs": parsed,
-        "earlier": {name: read_int(earlier[name], join_key(earlier_key, name), minimum=0) for name in EARLIER_KEYS},
-    }
-
-
 class LedgerPart(Part):
     """``ledger``, read from and written to the progress's live ledger (``progress._ledger``). It holds
     no count that ``reduce_state`` sums: each rank keeps its own history, and the writer's is saved."""
@@ -109,7 +94,18 @@ class LedgerPart(Part):
         return dumped
 
     def parse(self, raw: object, key: str) -> dict[str, Any]:
-        return parse_ledger(raw, key)
+        """Validate a saved ledger; raise ProgressStateError naming the first bad key."""
+        fields = read_mapping(raw, key, required=("runs", "earlier"))
+        runs = read_list(fields["runs"], join_key(key, "runs"))
+        if len(runs) > MAX_LEDGER_RUNS:
+            raise ProgressStateError(join_key(key, "runs"), f"{len(runs)} runs; at most {MAX_LEDGER_RUNS} are kept")
+        parsed = [read_entry(run, join_key(key, f"runs.{i}"), i == len(runs) - 1) for i, run in enumerate(runs)]
+        earlier_key = join_key(key, "earlier")
+        earlier = read_mapping(fields["earlier"], earlier_key, required=EARLIER_KEYS)
+        return {
+            "runs": parsed,
+            "earlier": {name: read_int(earlier[name], join_key(earlier_key, name), minimum=0) for name in EARLIER_KEYS},
+        }
 
     def store(self, owner: Any, attr: str, value: dict[str, Any]) -> None:
         owner._ledger.load(value)

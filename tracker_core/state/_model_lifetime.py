@@ -1,10 +1,7 @@
-"""A lifetime that lives in the model: progress carried inside the model's own saved weights.
+"""A lifetime that lives in the model (docs/resume.md, "A lifetime that lives in the model").
 
-``track_lifetime(model)`` gives the model one persistent buffer, ``tracker_core_lifetime``: the
-progress state (plain data, as JSON bytes in a ``uint8`` tensor), refreshed whenever
-``model.state_dict()`` is taken. So ``torch.save(model.state_dict())``, Lightning's
-``save_weights_only=True``, Accelerate's ``save_model`` and safetensors all carry it, and a
-new run of any adapter that sees the model continues its lifetime counts (``bind_lifetime``).
+``track_lifetime(model)`` gives the model a persistent buffer holding the progress state as JSON bytes,
+refreshed whenever ``model.state_dict()`` is taken, so every weights-only save carries it.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ def track_lifetime(model: torch.nn.Module) -> None:
     training; idempotent. A model that does not opt in loads such weights with
     ``model.load_state_dict(without_lifetime(weights))``.
     """
-    if BUFFER in dict(model.named_buffers(recurse=False)):
+    if is_tracked(model):
         return
     model.register_buffer(BUFFER, torch.empty(0, dtype=torch.uint8), persistent=True)
     setattr(model, _BINDINGS, [])

@@ -1,9 +1,5 @@
-"""Strict readers of plain data, and the one way error keys get their prefix.
-
-Every reader takes the value and the dotted key path it was found at, and returns it
-typed or raises :class:`ProgressStateError` naming that key. ``keys_under(prefix)``
-names the keys of errors raised inside it from ``prefix`` on, so a reader of a part
-never needs to know where the part sits.
+"""Strict readers of plain data: each takes a value and the dotted key path it was found at, and returns it
+typed or raises :class:`ProgressStateError` naming that key (``keys_under`` prefixes the keys of a part's).
 """
 
 from __future__ import annotations
@@ -31,10 +27,9 @@ SHOWN_DEPTH = 2  # levels of nested lists, tuples and dicts
 
 
 def shown(value: object) -> str:
-    """``value`` as an error message shows it, bounded in size whatever it holds (a hostile entry may hold a
-    value nested thousands of levels deep, or a str of megabytes): its ``repr``, with a str cut to
+    """``value``'s ``repr`` as an error message shows it, bounded whatever a hostile entry holds: a str cut to
     ``SHOWN_CHARS`` characters, an int of 100 bits or more given by its size, the first ``SHOWN_ITEMS`` items
-    of a list, tuple or dict to ``SHOWN_DEPTH`` levels, and any other value given by its type."""
+    of a list, tuple or dict to ``SHOWN_DEPTH`` levels, any other value by its type."""
     return _shown(value, SHOWN_DEPTH)
 
 

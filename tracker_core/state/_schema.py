@@ -1,10 +1,7 @@
-"""The saved form of a Progress, declared once (``FORM``), with its version and migrations.
+"""The saved form of a Progress, declared once (``FORM``, docs/schema.md), with its version and migrations.
 
-``dump`` (``state_dict()``), ``parse`` (full validation), ``apply`` and the flat layout that
-``reduce_state`` packs (``pack``, ``unpack``, ``count_paths``) are walks over that one
-declaration (the parts are in ``_form.py``). Validation happens entirely in :func:`parse`,
-which reads the state without touching any Progress; :func:`apply` then writes it and cannot
-fail, so a bad state changes nothing.
+:func:`dump`, :func:`parse` (every check, touching no Progress), :func:`apply` (cannot fail) and the flat
+layout of ``reduce_state`` (:func:`pack`, :func:`unpack`, :func:`count_paths`) are walks over ``FORM``.
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.counting._counts import PhaseCounts, ScopeCounts, _Tally
+from tracker_core.counting._counts import PhaseCounts, _Tally
 from tracker_core.counting._stage import _DataloaderTallies
 from tracker_core.state._form import (
     PHASES,
@@ -21,7 +18,6 @@ from tracker_core.state._form import (
     Count,
     Field,
     ListOf,
-    Microseconds,
     Part,
     PhaseCount,
     Record,
@@ -47,38 +43,35 @@ def _v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
 
 
 _OVERHEADS = ("checkpoint_save", "checkpoint_restore", "fast_forward")  # timed outside the stages
-_NO_STAGE_TIME = {"epoch": 0, "run": 0, "lifetime": 0}
-_NO_TIME = {"run": 0, "lifetime": 0}
 
 
-def _no_tokens() -> dict[str, dict[str, int]]:
-    return {key: dict.fromkeys(SCOPES, 0) for key in ("tokens", "non_padding_tokens")}
+def _zero_tallies(*keys: str) -> dict[str, dict[str, int]]:
+    return {key: dict.fromkeys(SCOPES, 0) for key in keys}
 
 
 def _v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
-    """Version 3 added wall-clock microseconds (per stage; checkpoint saves, restores, fast-forwards) and
-    tokens per stage: a version-2 state timed and counted neither, so each is 0. Whatever is malformed is
-    left for ``parse`` to name."""
+    """Version 3 added wall-clock microseconds and tokens: 0 in a version-2 state. The migrations leave
+    whatever is malformed for ``parse`` to name."""
     stages = state.get("stages")
     migrated = {**state, "schema_version": 3}
     if isinstance(stages, dict):
         migrated["stages"] = {
-            name: {**stage, **_no_tokens(), "microseconds": dict(_NO_STAGE_TIME)} if isinstance(stage, dict) else stage
+            name: {**stage, **_zero_tallies("tokens", "non_padding_tokens", "microseconds")}
+            if isinstance(stage, dict)
+            else stage
             for name, stage in stages.items()
         }
-    migrated["microseconds"] = {name: dict(_NO_TIME) for name in _OVERHEADS}
+    migrated["microseconds"] = {name: {"run": 0, "lifetime": 0} for name in _OVERHEADS}
     return migrated
 
 
 def _v3_to_v4(state: dict[str, Any]) -> dict[str, Any]:
-    """Version 4 added the run ledger: a version-3 state recorded no run in it, so it is empty (its runs are
-    not guessed; goodput covers the runs recorded since)."""
+    """Version 4 added the run ledger: empty in a version-3 state (its runs are not guessed)."""
     return {**state, "schema_version": 4, "ledger": empty_ledger()}
 
 
 def _v4_to_v5(state: dict[str, Any]) -> dict[str, Any]:
-    """Version 5 added the wall-clock instant each ledger entry opened: a version-4 entry's is unknown, 0.
-    Whatever is malformed is left for ``parse`` to name."""
+    """Version 5 added the instant each ledger entry opened: unknown (0) in a version-4 state."""
     migrated = {**state, "schema_version": 5}
     ledger = state.get("ledger")
     if isinstance(ledger, dict) and isinstance(runs := ledger.get("runs"), list):
@@ -126,12 +119,6 @@ def _parse_where(raw: object, key: str) -> tuple[str, str, str] | None:
     return (stage, event, phase)
 
 
-def _parse_kind(raw: object, key: str) -> str:
-    if raw not in _RUN_KINDS:
-        raise ProgressStateError(key, f"unknown run kind {shown(raw)}")
-    return str(raw)
-
-
 def _parse_anomalies(raw: object, key: str) -> list[str]:
     anomalies = read_list(raw, key)
     if len(anomalies) > MAX_ANOMALIES:
@@ -168,8 +155,9 @@ class _Run(Part):
 
     def parse(self, raw: object, key: str) -> tuple[str, PhaseCounts]:
         fields = read_mapping(raw, key, required=("kind", *PHASES))
-        kind = _parse_kind(fields["kind"], f"{key}.kind")
-        return kind, phase_counts({phase: fields[phase] for phase in PHASES}, key)
+        if fields["kind"] not in _RUN_KINDS:
+            raise ProgressStateError(f"{key}.kind", f"unknown run kind {shown(fields['kind'])}")
+        return str(fields["kind"]), phase_counts({phase: fields[phase] for phase in PHASES}, key)
 
     def store(self, owner: Any, attr: str, value: tuple[str, PhaseCounts]) -> None:
         owner._run_kind = value[0]
@@ -187,33 +175,32 @@ class _Run(Part):
 
 # checks that span several fields ------------------------------------------------------------
 def _sums_match(
-    parts: Sequence[ScopeCounts], whole: ScopeCounts, key: str, field: str, what: str, combined: bool = False
+    parts: Sequence[dict[str, int]], whole: dict[str, int], key: str, field: str, what: str, combined: bool = False
 ) -> None:
     """``parts`` add up to ``whole`` in each scope. With ``combined`` (steps read a batch of several dataloaders,
     ``count_combined_batch``) batches add up to at least ``whole`` and none is beyond it, in each scope and
     before the run; in the epoch scope, where a dataloader's counts restart with each pass
     (``count_combined_batch``'s ``passes``), none is beyond it."""
     if not parts:
-        if any(whole):
-            raise ProgressStateError(key, f"no dataloaders, but {whole.lifetime} {what} in lifetime scope")
+        if any(whole.values()):
+            raise ProgressStateError(key, f"no dataloaders, but {whole[Scope.LIFETIME]} {what} in lifetime scope")
         return
-    for i, scope in enumerate(SCOPES):
-        total = sum(part[i] for part in parts)
+    for scope in SCOPES:
+        total = sum(part[scope] for part in parts)
         at_least = combined and (field == "batches" or scope == Scope.EPOCH)
         if combined and scope == Scope.EPOCH:
-            total = max(total, whole[i])  # only "none beyond the stage" is checked in this scope
-        if total < whole[i] or (total != whole[i] and not at_least):
+            total = max(total, whole[scope])  # only "none beyond the stage" is checked in this scope
+        if total < whole[scope] or (total != whole[scope] and not at_least):
             raise ProgressStateError(
-                key, f"{field} add up to {total} in {scope} scope, but the stage has {whole[i]} {what}"
+                key, f"{field} add up to {total} in {scope} scope, but the stage has {whole[scope]} {what}"
             )
-        if combined and max(part[i] for part in parts) > whole[i]:
+        if combined and max(part[scope] for part in parts) > whole[scope]:
             raise ProgressStateError(
-                key, f"a dataloader has more {field} in {scope} scope than the stage's {whole[i]} {what}"
+                key, f"a dataloader has more {field} in {scope} scope than the stage's {whole[scope]} {what}"
             )
     if combined:  # before this run too: a run rolled back on load must leave no dataloader beyond the stage
-        run, lifetime = SCOPES.index(Scope.RUN), SCOPES.index(Scope.LIFETIME)
-        earlier = whole[lifetime] - whole[run]
-        if max(part[lifetime] - part[run] for part in parts) > earlier:
+        earlier = whole[Scope.LIFETIME] - whole[Scope.RUN]
+        if max(part[Scope.LIFETIME] - part[Scope.RUN] for part in parts) > earlier:
             raise ProgressStateError(
                 key, f"a dataloader has more {field} before this run than the stage's {earlier} {what}"
             )
@@ -224,11 +211,12 @@ def _check_stage(stage: dict[str, Any], key: str) -> None:
     if batches[Scope.LIFETIME].in_flight and not stage["epochs"][Scope.LIFETIME].in_flight:
         raise ProgressStateError(f"{key}.batches.lifetime", "a batch is in flight outside an epoch")
     dataloaders = stage["dataloaders"]
-    processed = ScopeCounts(*(batches[scope].processed for scope in SCOPES))
+    processed = {scope: batches[scope].processed for scope in SCOPES}
     batches_by_loader = [d["batches"] for d in dataloaders]
-    combined = sum(b.lifetime for b in batches_by_loader) > processed.lifetime
+    combined = sum(b[Scope.LIFETIME] for b in batches_by_loader) > processed[Scope.LIFETIME]
     _sums_match(batches_by_loader, processed, f"{key}.dataloaders", "batches", "processed batches", combined)
-    for scope, tokens, non_padding in zip(SCOPES, stage["tokens"], stage["non_padding_tokens"], strict=True):
+    for scope in SCOPES:
+        tokens, non_padding = stage["tokens"][scope], stage["non_padding_tokens"][scope]
         if non_padding > tokens:
             raise ProgressStateError(f"{key}.non_padding_tokens.{scope}", f"{non_padding} above the {tokens} tokens")
     samples_by_loader = [d["samples"] for d in dataloaders]
@@ -285,7 +273,7 @@ _STAGE_FIELDS = (
             _DataloaderTallies,
         ),
     ),
-    Field("microseconds", "_seconds", Microseconds(tuple(Scope))),
+    Field("microseconds", "_seconds", TallyCount()),
 )
 _STAGE = Record(*_STAGE_FIELDS, check=_check_stage)
 _TRAIN_STAGE = Record(
@@ -305,7 +293,7 @@ FORM = Record(
     Field(
         "microseconds",
         "",
-        Record(*(Field(name, f"_{name}_seconds", Microseconds((Scope.RUN, Scope.LIFETIME))) for name in _OVERHEADS)),
+        Record(*(Field(name, f"_{name}_seconds", TallyCount((Scope.RUN, Scope.LIFETIME))) for name in _OVERHEADS)),
     ),
     Field("anomalies", "_anomalies", Value(list, _parse_anomalies)),
     Field("ledger", "", LedgerPart()),
