@@ -1,17 +1,4 @@
-"""PyTorch Ignite adapter: one handler records a trainer and its evaluators, and resumes them exactly.
-
-::
-
-    progress = ProgressHandler()
-    progress.attach(trainer, optimizers=[optimizer])
-    progress.attach(evaluator, stage="validate")
-    checkpoint = Checkpoint({"trainer": trainer, "model": model, "optimizer": optimizer,
-                             "progress": progress}, DiskSaver(...))  # added after attach
-    tracker_core.get_progress(trainer).global_step
-
-See docs/ignite.md for what is counted on which event and how a resume is made exact, also
-at another world size (``attach(trainer, ..., dataloader=train_loader)``, "elastic").
-"""
+"""The ``ProgressHandler``: records a trainer and its evaluators and resumes them exactly (docs/ignite.md)."""
 
 from __future__ import annotations
 
@@ -24,7 +11,7 @@ from typing import Any
 
 import torch
 from ignite.engine import DeterministicEngine, Engine, Events
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import DataLoader
 
 from tracker_core import (
     InexactResumeWarning,
@@ -35,6 +22,7 @@ from tracker_core import (
     count_optimizer_steps,
 )
 from tracker_core.adapter import (
+    ResumeRngCheck,
     abandon_in_flight,
     batches_in,
     bind_lifetime,
@@ -50,11 +38,10 @@ from tracker_core.adapter import (
 from tracker_core.adapter import register_progress as register
 from tracker_core.checkpoints import IGNITE_STATE_KEYS as _STATE_KEYS
 from tracker_core.integrations.ignite._compat import set_batches_into_epoch
-from tracker_core.integrations.ignite._deterministic import deterministic_entry, load_progress
+from tracker_core.integrations.ignite._deterministic import deterministic_entry, inexact_resume, load_progress
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
-from tracker_core.integrations.ignite._events import CountTokens, attach_stage, attach_trainer, settle_for_save
+from tracker_core.integrations.ignite._events import CountTokens, add_handlers, attach_stage, settle_for_save
 from tracker_core.integrations.ignite._loaders import Loaders
-from tracker_core.integrations.ignite._rng_check import RngCheck
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 from tracker_core.integrations.ignite._settle import Anomalies, close_cut
 from tracker_core.integrations.ignite._steps import count_trainer_steps
@@ -89,11 +76,11 @@ class ProgressHandler:
         self._loaded_for_evaluation = False  # saved at another world size, loaded with no trainer attached
         self._anomalies = Anomalies(self._tracker.progress)
         self._loaders = Loaders(self._tracker)
-        self._rng_check = RngCheck()
+        self._rng_check = ResumeRngCheck(load="Checkpoint.load_objects")
         self._checkpoint_path: str | None = None  # loading_from: the file Checkpoint.load_objects loads next
         self._heartbeat = None if heartbeat is None else os.fspath(heartbeat)
         self._deterministic = False  # the trainer is a DeterministicEngine (_deterministic.py)
-        self._deterministic_problem = ""  # why its own mid-epoch resume of its data is inexact, read at STARTED
+        self._deterministic_problem = ""  # why its own mid-epoch resume of its data is inexact, from STARTED
         self._warned_inexact = False  # the DeterministicEngine's warning, once
 
     @property
@@ -155,10 +142,11 @@ class ProgressHandler:
         if dataloader is not None:
             self._tracker.track_train_loader(dataloader)
             self._dataloader = dataloader
-        count_optimizer_steps(self._tracker.progress.train, optimizers)
+        progress = self._tracker.progress
+        count_optimizer_steps(progress.train, optimizers)
         self._several_optimizers = len(optimizers) > 1
         scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
-        count_steps = count_trainer_steps(engine, self._tracker.progress.train, optimizers, scaler, schedulers)
+        count_steps = count_trainer_steps(engine, progress.train, optimizers, scaler, schedulers)
         self._parameters = _distinct_parameters(optimizers)
 
         def started(trainer: Engine) -> None:
@@ -167,14 +155,9 @@ class ProgressHandler:
             self._trainer_started(trainer)
             count_steps()
 
-        attach_trainer(
-            engine,
-            self._tracker,
-            self._loaders,
-            self._anomalies,
-            started,
-            self._count_tokens,
-            track_data=not self._deterministic,
+        loaders = None if self._deterministic else self._loaders  # a DeterministicEngine positions its data itself
+        add_handlers(
+            engine, progress.train, progress, self._anomalies, self._count_tokens, loaders, started, lambda: True
         )
 
     def _check_trainer(self, engine: Engine, dataloader: DataLoader[Any] | None) -> None:
@@ -272,23 +255,17 @@ class ProgressHandler:
     # --- resume ---------------------------------------------------------------------------
 
     def _trainer_started(self, engine: Engine) -> None:
-        """STARTED of the trainer: read the heartbeat of the run a loaded state was saved by, start the run,
-        beat (in the file given as ``heartbeat``; None: no heartbeat, docs/ignite.md)."""
+        """STARTED of the trainer: read the heartbeat of the run a loaded state was saved by, start the run, beat."""
         if self._restored is not None:
             read_heartbeat(self._tracker.progress, self._heartbeat)  # the lost work of the run saved
         if self._deterministic:  # the run's data as given (the engine replaces its DataLoader at the first epoch)
-            self._deterministic_problem = _deterministic_inexact(engine.state.dataloader)
+            self._deterministic_problem = inexact_resume(engine.state.dataloader)
         self._start_run(engine)
         keep_heartbeat(self._tracker.progress, self._heartbeat)
 
     def _start_run(self, engine: Engine) -> None:
-        """Begin, continue or re-enter the fit run, aligning Ignite with a loaded state.
-
-        The fit run is Ignite's state: it begins when Ignite begins at iteration 0, and a
-        ``run()`` that continues Ignite's state (after ``terminate()``, an exception, or a
-        finished run given a larger ``max_epochs``) continues it, so the run's counts stay
-        equal to ``engine.state.iteration`` and ``epoch``.
-        """
+        """Begin, continue or re-enter the fit run, which follows Ignite's state (docs/ignite.md, "The record and
+        ``engine.state``"), aligning Ignite with a loaded state."""
         restored, self._restored = self._restored, None
         track = not self._deterministic  # a DeterministicEngine positions its data itself
         if restored is None:
@@ -309,12 +286,12 @@ class ProgressHandler:
             self._tracker.forget_loaded_positions()
             if track:
                 self._loaders.track(engine.state.dataloader)
-            self._rng_check.first_batch_continues_the_epoch(engine, False)  # a new run: nothing to compare
+            self._rng_check.forget()  # a new run: nothing to compare
             progress.run_ready("fit")
             progress.run_started()
             return
         if track:
-            self._rng_check.started()
+            self._rng_check.check("between Checkpoint.load_objects and the trainer's run()")
             self._loaders.track(engine.state.dataloader)
         if not view.run.counts.in_flight:  # saved at COMPLETED (after terminate(), or max_epochs raised now)
             reenter_last_run(progress, "fit")
@@ -322,10 +299,13 @@ class ProgressHandler:
         progress.run_started()
         if mapped:
             map_engine(engine, view)
-        continues = _align_engine(engine, view, replayed=track)
-        if continues and track and self._loaders.round_robin is not None:
+        continues = _align_engine(engine, view, replayed=track) and track
+        if continues and self._loaders.round_robin is not None:
             self._loaders.round_robin.resume_at(view.train.batches.epoch.completed)
-        self._rng_check.first_batch_continues_the_epoch(engine, continues and track)
+        if continues and self._rng_check.armed:
+            _check_rngs_at_first_batch(engine, self._rng_check)
+        else:  # a resume at an epoch boundary draws legitimately before its first batch (the next epoch's sampler)
+            self._rng_check.forget()
 
     def _continue_or_begin(self, engine: Engine) -> None:
         progress = self._tracker.progress
@@ -369,23 +349,6 @@ class ProgressHandler:
         warnings.warn(problem, InexactResumeWarning, stacklevel=3)
 
 
-def _deterministic_inexact(data: object) -> str:
-    """Why a DeterministicEngine's own mid-epoch resume of ``data`` differs from the run it continues ("" if not)."""
-    if not isinstance(data, DataLoader) or isinstance(getattr(data, "dataset", None), IterableDataset):
-        return (
-            f"the DeterministicEngine's data ({type(data).__name__}) is not a DataLoader over a map-style dataset: "
-            "on resume the engine reads its epoch again from the start after reseeding, which continues at the "
-            "same data only if it yields the same batches every time"
-        )
-    if isinstance(getattr(data, "sampler", None), RandomSampler):  # a subclass may lack what DataLoader sets
-        return (
-            "the DeterministicEngine restores its saved global RNG states before the DataLoader's RandomSampler "
-            "draws the epoch's order (at its first batch): a mid-epoch resume shuffles the rest of that epoch "
-            "otherwise than the interrupted run (a plain Engine with the ProgressHandler resumes it exactly)"
-        )
-    return ""
-
-
 def _distinct_parameters(optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.nn.Parameter]:
     """Each parameter the ``optimizers`` step, once, in the order of their groups."""
     found = {id(p): p for optimizer in optimizers for group in optimizer.param_groups for p in group["params"]}
@@ -393,14 +356,9 @@ def _distinct_parameters(optimizers: Sequence[torch.optim.Optimizer]) -> list[to
 
 
 def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
-    """Make Ignite's own epoch and in-epoch position agree with the loaded progress.
-
-    Ignite derives them from ``iteration`` and ``epoch_length``, which is wrong after a
-    ``terminate_epoch()`` or an elastic mapping, and it skips the EPOCH_COMPLETED of an epoch whose
-    last batch was checkpointed: that event is fired here, so validation and schedulers run as in
-    the uninterrupted run (``replayed``: the tracker armed the data's replay of that epoch, read
-    now). Returns True when the first batch continues the saved epoch.
-    """
+    """Make Ignite's epoch and in-epoch position agree with the loaded progress, and fire the EPOCH_COMPLETED
+    Ignite skips after a checkpoint at an epoch's last batch (``replayed``: the data's replay of that epoch was
+    armed). Returns True when the first batch continues the saved epoch."""
     train = view.train
     epochs = train.epochs.run
     if epochs.in_flight:
@@ -428,16 +386,23 @@ def _start_epoch_at(engine: Engine, batches: int) -> None:
 
 
 def _finish_replayed_epoch(engine: Engine) -> None:
-    """Read the loaded epoch's replay now: it is empty, the epoch's last batch was checkpointed.
-
-    Left armed, it would be Ignite's next ``iter()``: Ignite would find it empty and build
-    another iterator (firing DATALOADER_STOP_ITERATION), and the replay would leave a
-    ``DistributedSampler`` at the saved epoch, undoing the ``set_epoch`` of the next
-    epoch's EPOCH_STARTED handlers (the next epoch would repeat the saved epoch's order).
-    """
+    """Read the loaded epoch's replay now: it is empty, the epoch's last batch was checkpointed. Left armed, it
+    would be Ignite's next ``iter()``, found empty, and would leave a ``DistributedSampler`` at the saved epoch
+    (undoing the next epoch's ``set_epoch``)."""
     data = engine.state.dataloader
     if batches_in(data) != engine.state.epoch_length:
         return
     for loader in data.loaders if isinstance(data, RoundRobin) else (data,):
         if isinstance(loader, DataLoader):
             next(iter(loader), None)
+
+
+def _check_rngs_at_first_batch(engine: Engine, rng_check: ResumeRngCheck) -> None:
+    """Compare the global RNGs with the loaded ones again before the first resumed batch is fetched (fetching
+    may draw, in both runs)."""
+
+    def first_batch(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
+        engine.remove_event_handler(first_batch, Events.GET_BATCH_STARTED)
+        rng_check.check("in a STARTED or EPOCH_STARTED handler of the resumed run", last=True)
+
+    engine.add_event_handler(Events.GET_BATCH_STARTED, first_batch)

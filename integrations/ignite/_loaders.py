@@ -9,14 +9,8 @@ from tracker_core.integrations.ignite._round_robin import RoundRobin
 
 
 class Loaders:
-    """Hands the trainer's data object to ``Tracker.track_train_loader`` at STARTED and each EPOCH_STARTED.
-
-    A loader the core cannot position (a ``DataLoader`` subclass that never called
-    ``DataLoader.__init__``, ``in_order=False`` with workers) is left untracked with one
-    ``InexactResumeWarning``: its epochs restart from their first batch on resume. A loaded
-    checkpoint that does not fit the loader still raises ``ProgressStateError`` at STARTED,
-    before any batch.
-    """
+    """Hands the trainer's data to ``Tracker.track_train_loader`` at STARTED and each EPOCH_STARTED; a loader the
+    core cannot position is left untracked with one ``InexactResumeWarning`` (docs/ignite.md)."""
 
     def __init__(self, tracker: Tracker) -> None:
         self._tracker = tracker

@@ -1,15 +1,5 @@
-"""Each rank's progress entry in its own file beside an Ignite checkpoint (docs/distributed.md "Rank files").
-
-With several processes the ``ProgressHandler``'s entry on the writer holds every rank's entry. A
-``Checkpoint`` whose save handler is a :class:`RankFilesSaver` (a ``DiskSaver`` the user chooses) puts
-each rank's entry in ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` and keeps rank 0's entry and the index
-in the checkpoint (``tracker_core.adapter.write_rank_files``); removing a checkpoint (``n_saved``) removes
-its rank files. Any other save handler keeps every entry in the checkpoint file.
-
-``Checkpoint.load_objects`` never tells the handler which file it loads: the rank files are looked for
-beside the file named by ``ProgressHandler.loading_from(path)`` if given, then where they were written
-(``written_in``).
-"""
+"""Each rank's progress entry in its own file beside an Ignite checkpoint (docs/ignite.md and
+docs/distributed.md, "Rank files")."""
 
 from __future__ import annotations
 
@@ -31,9 +21,8 @@ class RankFilesSaver(DiskSaver):
 
         Checkpoint(to_save, RankFilesSaver("ckpt", require_empty=False))
 
-    On the rank that writes, a ``ProgressHandler`` state holding every rank's entry keeps rank 0's
-    entry and an index; ``<file>.ranks/<save_id>/rank-<r>.json`` holds each rank's. Removing a
-    checkpoint removes its rank files. Keep the ``.ranks`` folder with the checkpoint.
+    The checkpoint keeps rank 0's entry and an index; ``<file>.ranks/<save_id>/rank-<r>.json`` holds each
+    rank's, removed with the checkpoint. Keep the ``.ranks`` folder with the checkpoint.
     """
 
     def __call__(self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None = None) -> None:
