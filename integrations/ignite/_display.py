@@ -17,7 +17,7 @@ MetricNames = Sequence[str] | Literal["all"] | None
 
 class ProgressDisplay:
     """Shows the stage, epoch, batch, steps, samples/s and ETA of engines a ProgressHandler records, and the
-    engine's output and metrics as Ignite's ``ProgressBar`` does.
+    engine's output and metrics as Ignite's ``ProgressBar`` does (docs/display.md).
 
     ::
 
@@ -27,10 +27,8 @@ class ProgressDisplay:
         display.attach(trainer, output_transform=lambda loss: {"loss": loss})
         display.attach(evaluator, metric_names="all")
 
-    On a terminal it draws a live line (with rich); elsewhere it prints a line every
-    ``interval`` seconds and at each epoch end, to ``stream`` (standard output by
-    default). Beside a tqdm bar (Ignite's ``ProgressBar``) it draws no live line and
-    writes its lines between the bar's clear and redraw. Only rank 0 shows anything.
+    On a terminal it draws a live line (with rich); elsewhere it prints a line every ``interval`` seconds
+    and at each epoch end, to ``stream`` (standard output by default). Only rank 0 shows anything.
     """
 
     def __init__(self, stream: TextIO | None = None, terminal: bool | None = None, interval: float = 10.0) -> None:
@@ -114,13 +112,8 @@ def _show(
     sources: dict[str, _Source],
     source: _Source,
 ) -> None:
-    """Register the display's handlers on ``engine``; its stage is read from the view at its first batch.
-
-    A train epoch's line comes as its last batch completes, so before the handlers of its
-    ``EPOCH_COMPLETED`` (evaluations run from there among them), or at ``EPOCH_COMPLETED`` while Ignite
-    does not know the epoch's length yet; an evaluation's line comes at its ``EPOCH_COMPLETED``, after the
-    handlers added before the display (its metrics' ``completed``).
-    """
+    """Register the display's handlers on ``engine``; its stage is read from the view at each epoch's first batch.
+    A train epoch's line comes as its last batch completes (before the evaluations its EPOCH_COMPLETED runs)."""
     stage = [""]  # the stage this engine's running epoch counts as
     shown = [False]  # this epoch's final line was written
 
@@ -129,13 +122,17 @@ def _show(
         shown[0] = False
 
     def iteration_completed(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
+        state = engine.state
         if not stage[0]:
             where = view.where
             stage[0] = where.stage if where is not None else ""
             sources[name or stage[0]] = source
-            _set_totals(display, stage[0], name or stage[0], engine, view)
+            display.set_batches(name or stage[0], state.epoch_length)  # None until Ignite has seen an iterable's end
+            if stage[0] == "train":  # Ignite counts epochs over resumed runs, the display within this run
+                most = state.max_epochs
+                display.set_max_epochs(None if most is None else most - state.epoch + view.train.epochs.run.ready)
         display.update(stage[0], name)
-        length = engine.state.epoch_length
+        length = state.epoch_length
         if stage[0] == "train" and length is not None and view.train.batches.epoch.completed >= length:
             display.epoch_end(stage[0], name)
             shown[0] = True
@@ -149,13 +146,3 @@ def _show(
     engine.add_event_handler(Events.EPOCH_COMPLETED, epoch_completed)
     engine.add_event_handler(Events.COMPLETED, display.close)
     engine.add_event_handler(Events.TERMINATE, display.close)
-
-
-def _set_totals(display: Display, stage: str, name: str, engine: Engine, view: ProgressView) -> None:
-    state = engine.state
-    display.set_batches(name, state.epoch_length)  # None until Ignite has seen an iterable's end
-    if stage == "train":
-        if state.max_epochs is None:
-            display.set_max_epochs(None)
-        else:  # Ignite counts epochs over resumed runs, the display within this run
-            display.set_max_epochs(state.max_epochs - state.epoch + view.train.epochs.run.ready)

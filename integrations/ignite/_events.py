@@ -98,9 +98,9 @@ def _batch_handlers(
 
 
 def _epoch_handlers(
-    stage: StageProgress, anomalies: Anomalies, loaders: Loaders | None
-) -> tuple[EngineHandler, EngineHandler, EngineHandler]:
-    """EPOCH_STARTED, the epoch part of TERMINATE_SINGLE_EPOCH, and EPOCH_COMPLETED."""
+    stage: StageProgress, anomalies: Anomalies, loaders: Loaders | None, batch_terminated: Handler
+) -> tuple[EngineHandler, Callable[[Engine, int], None], EngineHandler]:
+    """EPOCH_STARTED, TERMINATE_SINGLE_EPOCH and EPOCH_COMPLETED."""
 
     def epoch_started(engine: Engine) -> None:
         if loaders is not None:  # the trainer's data: set_data() may have handed over a new loader
@@ -112,7 +112,8 @@ def _epoch_handlers(
             stage.epoch_ready()
         stage.epoch_started()
 
-    def epoch_cut_short(engine: Engine) -> None:
+    def epoch_terminated(engine: Engine, iter_counter: int) -> None:  # Ignite passes the epoch's batch count
+        batch_terminated()
         process_epoch(stage)
         if engine.should_terminate_single_epoch == "skip_epoch_completed" and stage.view.epochs.lifetime.in_flight:
             stage.epoch_completed()
@@ -127,17 +128,20 @@ def _epoch_handlers(
         process_epoch(stage)  # unless TERMINATE_SINGLE_EPOCH or a save did
         stage.epoch_completed()
 
-    return epoch_started, epoch_cut_short, epoch_completed
+    return epoch_started, epoch_terminated, epoch_completed
 
 
-def _run_end_handlers(progress: Progress, owns_run: Callable[[], bool]) -> tuple[EngineHandler, Handler]:
-    """The run part of TERMINATE, and COMPLETED."""
+def _run_end_handlers(
+    progress: Progress, owns_run: Callable[[], bool], batch_terminated: Handler
+) -> tuple[EngineHandler, Handler]:
+    """TERMINATE and COMPLETED."""
 
     def run_processed() -> None:
         if owns_run():
             process_run(progress)
 
     def terminated(engine: Engine) -> None:
+        batch_terminated()
         if owns_run() and progress.view.run.counts.in_flight:
             progress.note_run_end("stopped_early")  # engine.terminate(): the run ends before max_epochs
         if engine.should_terminate == "skip_completed":  # Ignite fires no COMPLETED
@@ -170,17 +174,8 @@ def add_handlers(
     iteration_started, iteration_completed, batch_terminated = _batch_handlers(
         engine, stage, anomalies, count_tokens, loaders
     )
-    epoch_started, epoch_cut_short, epoch_completed = _epoch_handlers(stage, anomalies, loaders)
-    run_terminated, completed = _run_end_handlers(progress, owns_run)
-
-    def epoch_terminated(engine: Engine, iter_counter: int) -> None:  # Ignite passes the epoch's batch count
-        batch_terminated()
-        epoch_cut_short(engine)
-
-    def terminated(engine: Engine) -> None:
-        batch_terminated()
-        run_terminated(engine)
-
+    epoch_started, epoch_terminated, epoch_completed = _epoch_handlers(stage, anomalies, loaders, batch_terminated)
+    terminated, completed = _run_end_handlers(progress, owns_run, batch_terminated)
     on = engine.add_event_handler
     on(Events.STARTED, started)
     on(Events.EPOCH_STARTED, epoch_started)

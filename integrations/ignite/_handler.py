@@ -50,17 +50,13 @@ __all__ = ["ProgressHandler"]
 
 
 class ProgressHandler:
-    """The progress of one training program across its Ignite engines.
+    """The progress of one training program across its Ignite engines (docs/ignite.md).
 
-    Attach it to the trainer (``stage="train"``, with the optimizers whose steps it
-    counts) and to each evaluator or inference engine (``"validate"``, ``"test"``,
-    ``"predict"``). Put it in a ``Checkpoint``'s ``to_save``; loading it with
-    ``Checkpoint.load_objects`` makes the trainer's next ``run()`` continue exactly.
-
-    Each stage counts the tokens of its batches: ``count_tokens(batch)`` (all tokens, or
-    ``(tokens, non_padding_tokens)``) when given, else a batch's ``input_ids`` and ``attention_mask``.
-    ``heartbeat``: the path of a file where rank 0 keeps how far the run got since its last
-    checkpoint, read again by a resume to measure the lost work (docs/ignite.md); None: no heartbeat.
+    Attach it to the trainer and to each evaluator or inference engine, and put it in a ``Checkpoint``'s
+    ``to_save``: ``Checkpoint.load_objects`` then makes the trainer's next ``run()`` continue exactly.
+    ``count_tokens(batch)``: a batch's tokens, all or ``(tokens, non_padding_tokens)`` (default: from its
+    ``input_ids`` and ``attention_mask``). ``heartbeat``: a file where rank 0 keeps how far the run got since
+    its last checkpoint, read by a resume to measure the lost work; None: no heartbeat.
     """
 
     def __init__(
@@ -98,22 +94,16 @@ class ProgressHandler:
         schedulers: Sequence[object] = (),
         model: torch.nn.Module | None = None,
     ) -> None:
-        """Record ``engine`` as stage ``stage``; count ``optimizers``' steps (train only).
+        """Record ``engine`` as stage ``stage`` (docs/ignite.md).
 
-        Steps an AMP ``scaler`` skips are counted as skipped (its scale went down in an iteration); the
-        scaler that ``create_supervised_trainer(scaler=True)`` puts on ``engine.state.scaler`` is found
-        by itself. ``dataloader`` (train only) is the DataLoader the trainer's ``run()`` will
-        get: a checkpoint saved at another world size is mapped onto it when loaded.
-        ``schedulers`` (train only): each firing of an event an Ignite param-scheduler handler given is
-        attached to by now (``LRScheduler``, ``PiecewiseLinear``, ...), and each ``step()`` of a torch LR
-        scheduler the step function calls (its ``last_epoch``), is a scheduler step.
-        ``model`` (any stage): the model the engine runs; if it carries its lifetime
-        (``tracker_core.track_lifetime``), each ``run()`` continues it and its saved weights carry this record.
+        Train only: ``optimizers`` whose steps are counted; an AMP ``scaler`` whose skipped steps are counted
+        (default: ``engine.state.scaler``); the ``dataloader`` the trainer's ``run()`` will get, onto which a
+        checkpoint saved at another world size is mapped; ``schedulers``: Ignite param-scheduler handlers
+        attached to the trainer's events by now, and torch LR schedulers the step function steps. ``model``
+        (any stage): a model carrying its lifetime (``tracker_core.track_lifetime``), continued by each ``run()``.
 
-        Ignite calls handlers in the order they were added: attach before adding your own handlers so
-        they see the record up to date (a ``Checkpoint`` does in any order). A ``DeterministicEngine``
-        trainer positions its data and reseeds the global RNG itself on resume: the handler leaves both
-        to it (docs/ignite.md).
+        Attach before adding your own handlers, so they see the record up to date (a ``Checkpoint`` does in
+        any order). A ``DeterministicEngine`` trainer positions its data and reseeds the global RNG itself.
         """
         if stage not in tuple(Stage):
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(Stage)}")
@@ -152,7 +142,12 @@ class ProgressHandler:
         def started(trainer: Engine) -> None:
             if bind is not None:
                 bind()
-            self._trainer_started(trainer)
+            if self._restored is not None:
+                read_heartbeat(progress, self._heartbeat)  # the lost work of the run saved
+            if self._deterministic:  # the run's data as given (the engine replaces its DataLoader at the first epoch)
+                self._deterministic_problem = inexact_resume(trainer.state.dataloader)
+            self._start_run(trainer)
+            keep_heartbeat(progress, self._heartbeat)
             count_steps()
 
         loaders = None if self._deterministic else self._loaders  # a DeterministicEngine positions its data itself
@@ -207,12 +202,8 @@ class ProgressHandler:
         return {"progress_tracker": entry, "gradients": gradients}
 
     def loading_from(self, checkpoint_path: str | os.PathLike[str]) -> None:
-        """Name the checkpoint file the next ``Checkpoint.load_objects`` loads (Ignite does not tell the handler).
-
-        Needed only for a checkpoint of several processes saved through a ``RankFilesSaver`` and moved
-        away from where it was written: its rank files (``<file>.ranks/``, docs/distributed.md) are then
-        looked for beside it.
-        """
+        """Name the checkpoint file the next ``Checkpoint.load_objects`` loads (Ignite does not tell the handler):
+        needed only for a ``RankFilesSaver``'s checkpoint moved away from where it was written."""
         self._checkpoint_path = os.fspath(checkpoint_path)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -253,15 +244,6 @@ class ProgressHandler:
         self._restored = self._tracker.progress.state_dict()  # this rank's part of a gathered entry
 
     # --- resume ---------------------------------------------------------------------------
-
-    def _trainer_started(self, engine: Engine) -> None:
-        """STARTED of the trainer: read the heartbeat of the run a loaded state was saved by, start the run, beat."""
-        if self._restored is not None:
-            read_heartbeat(self._tracker.progress, self._heartbeat)  # the lost work of the run saved
-        if self._deterministic:  # the run's data as given (the engine replaces its DataLoader at the first epoch)
-            self._deterministic_problem = inexact_resume(engine.state.dataloader)
-        self._start_run(engine)
-        keep_heartbeat(self._tracker.progress, self._heartbeat)
 
     def _start_run(self, engine: Engine) -> None:
         """Begin, continue or re-enter the fit run, which follows Ignite's state (docs/ignite.md, "The record and
