@@ -30,10 +30,7 @@ def deterministic_entry(progress: Progress) -> dict[str, Any]:
 
 
 def load_progress(progress: Progress, entry: object) -> None:
-    """Load this rank's saved progress from ``entry`` (the state of a ``ProgressHandler``), nothing else.
-
-    Raises ``ProgressStateError`` naming the key (under ``progress_tracker``'s entry), changing nothing.
-    """
+    """Load this rank's saved progress from ``entry``, nothing else (``ProgressStateError``: nothing changed)."""
     prefix = ""
     if isinstance(entry, Mapping) and "ranks" in entry:
         ranks = entry["ranks"]

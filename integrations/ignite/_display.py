@@ -13,6 +13,7 @@ from tracker_core import ProgressView, get_progress
 from tracker_core.adapter import Display
 
 MetricNames = Sequence[str] | Literal["all"] | None
+Shown = Callable[[], dict[str, object]]
 
 
 class ProgressDisplay:
@@ -37,7 +38,7 @@ class ProgressDisplay:
         self._interval = interval
         self._view: ProgressView | None = None
         self._display: Display | None = None
-        self._sources: dict[str, _Source] = {}  # line name -> the engine running under it now
+        self._sources: dict[str, Shown] = {}  # line name -> what the engine running under it now shows
 
     def attach(
         self,
@@ -74,75 +75,66 @@ class ProgressDisplay:
                 interval=self._interval,
                 metrics=self._metrics,
             )
-        _show(engine, view, self._display, name, self._sources, _Source(engine, metric_names, output_transform))
+        self._show(engine, view, self._display, name, _source(engine, metric_names, output_transform))
 
     def _metrics(self, name: str) -> dict[str, object]:
         source = self._sources.get(name)
-        return {} if source is None else source.shown()
+        return {} if source is None else source()
+
+    def _show(self, engine: Engine, view: ProgressView, display: Display, name: str | None, source: Shown) -> None:
+        """Register the display's handlers on ``engine``; its stage is read from the view at each epoch's first batch.
+        A train epoch's line comes as its last batch completes (before the evaluations its EPOCH_COMPLETED runs)."""
+        sources = self._sources
+        stage = [""]  # the stage this engine's running epoch counts as
+        shown = [False]  # this epoch's final line was written
+
+        def epoch_started() -> None:
+            stage[0] = ""
+            shown[0] = False
+
+        def iteration_completed(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
+            state = engine.state
+            if not stage[0]:
+                where = view.where
+                stage[0] = where.stage if where is not None else ""
+                sources[name or stage[0]] = source
+                display.set_batches(name or stage[0], state.epoch_length)  # None until Ignite saw an iterable end
+                if stage[0] == "train":  # Ignite counts epochs over resumed runs, the display within this run
+                    most = state.max_epochs
+                    display.set_max_epochs(None if most is None else most - state.epoch + view.train.epochs.run.ready)
+            display.update(stage[0], name)
+            length = state.epoch_length
+            if stage[0] == "train" and length is not None and view.train.batches.epoch.completed >= length:
+                display.epoch_end(stage[0], name)
+                shown[0] = True
+
+        def epoch_completed() -> None:
+            if stage[0] and not shown[0]:
+                display.epoch_end(stage[0], name)
+
+        engine.add_event_handler(Events.EPOCH_STARTED, epoch_started)
+        engine.add_event_handler(Events.ITERATION_COMPLETED, iteration_completed)
+        engine.add_event_handler(Events.EPOCH_COMPLETED, epoch_completed)
+        engine.add_event_handler(Events.COMPLETED, display.close)
+        engine.add_event_handler(Events.TERMINATE, display.close)
 
 
-class _Source:
-    """What one engine shows beside its counts: its transformed output, then the metrics named."""
+def _source(engine: Engine, metric_names: MetricNames, output_transform: Callable[[Any], Any] | None) -> Shown:
+    """What ``engine`` shows beside its counts: its transformed output, then the metrics named."""
+    held = weakref.ref(engine)  # an engine the user drops is freed at once
 
-    def __init__(self, engine: Engine, metric_names: MetricNames, output_transform: Callable[[Any], Any] | None):
-        self._engine = weakref.ref(engine)  # an engine the user drops is freed at once
-        self._metric_names = metric_names
-        self._output_transform = output_transform
-
-    def shown(self) -> dict[str, object]:
-        engine = self._engine()
+    def shown() -> dict[str, object]:
+        engine = held()
         if engine is None:
             return {}
         state = engine.state
         shown: dict[str, object] = {}
-        if self._output_transform is not None and state.output is not None:
-            output = self._output_transform(state.output)
+        if output_transform is not None and state.output is not None:
+            output = output_transform(state.output)
             shown.update(output if isinstance(output, Mapping) else {"output": output})
         metrics = state.metrics
-        names = list(metrics) if self._metric_names == "all" else list(self._metric_names or ())
+        names = list(metrics) if metric_names == "all" else list(metric_names or ())
         shown.update((name, metrics[name]) for name in names if name in metrics)
         return shown
 
-
-def _show(
-    engine: Engine,
-    view: ProgressView,
-    display: Display,
-    name: str | None,
-    sources: dict[str, _Source],
-    source: _Source,
-) -> None:
-    """Register the display's handlers on ``engine``; its stage is read from the view at each epoch's first batch.
-    A train epoch's line comes as its last batch completes (before the evaluations its EPOCH_COMPLETED runs)."""
-    stage = [""]  # the stage this engine's running epoch counts as
-    shown = [False]  # this epoch's final line was written
-
-    def epoch_started() -> None:
-        stage[0] = ""
-        shown[0] = False
-
-    def iteration_completed(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
-        state = engine.state
-        if not stage[0]:
-            where = view.where
-            stage[0] = where.stage if where is not None else ""
-            sources[name or stage[0]] = source
-            display.set_batches(name or stage[0], state.epoch_length)  # None until Ignite has seen an iterable's end
-            if stage[0] == "train":  # Ignite counts epochs over resumed runs, the display within this run
-                most = state.max_epochs
-                display.set_max_epochs(None if most is None else most - state.epoch + view.train.epochs.run.ready)
-        display.update(stage[0], name)
-        length = state.epoch_length
-        if stage[0] == "train" and length is not None and view.train.batches.epoch.completed >= length:
-            display.epoch_end(stage[0], name)
-            shown[0] = True
-
-    def epoch_completed() -> None:
-        if stage[0] and not shown[0]:
-            display.epoch_end(stage[0], name)
-
-    engine.add_event_handler(Events.EPOCH_STARTED, epoch_started)
-    engine.add_event_handler(Events.ITERATION_COMPLETED, iteration_completed)
-    engine.add_event_handler(Events.EPOCH_COMPLETED, epoch_completed)
-    engine.add_event_handler(Events.COMPLETED, display.close)
-    engine.add_event_handler(Events.TERMINATE, display.close)
+    return shown

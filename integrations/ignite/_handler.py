@@ -341,30 +341,20 @@ def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
     """Make Ignite's epoch and in-epoch position agree with the loaded progress, and fire the EPOCH_COMPLETED
     Ignite skips after a checkpoint at an epoch's last batch (``replayed``: the data's replay of that epoch was
     armed). Returns True when the first batch continues the saved epoch."""
-    train = view.train
-    epochs = train.epochs.run
-    if epochs.in_flight:
-        consumed = train.batches.epoch.completed
-        if engine.state.epoch_length is not None and consumed >= engine.state.epoch_length:
-            if replayed:
-                _finish_replayed_epoch(engine)
-            engine.state.epoch = epochs.ready
-            engine.fire_event(Events.EPOCH_COMPLETED)
-            _start_epoch_at(engine, 0)  # the next epoch starts at its first batch
-        else:
-            engine.state.epoch = epochs.completed
-            _start_epoch_at(engine, consumed)  # Ignite's count of this epoch's batches
-            return consumed > 0
-    engine.state.epoch = train.epochs.run.completed
-    _start_epoch_at(engine, 0)
-    return False
-
-
-def _start_epoch_at(engine: Engine, batches: int) -> None:
-    """Make Ignite's next epoch start at its batch ``batches``, where its own derivation says otherwise."""
+    epochs = view.train.epochs.run
+    consumed = view.train.batches.epoch.completed if epochs.in_flight else 0
     length = engine.state.epoch_length
-    if length is None or engine.state.iteration % length != batches:
-        set_batches_into_epoch(engine, batches)
+    if epochs.in_flight and length is not None and consumed >= length:  # checkpointed at the epoch's last batch
+        if replayed:
+            _finish_replayed_epoch(engine)
+        engine.state.epoch = epochs.ready
+        engine.fire_event(Events.EPOCH_COMPLETED)
+        consumed = 0  # the next epoch starts at its first batch
+    engine.state.epoch = view.train.epochs.run.completed
+    length = engine.state.epoch_length
+    if length is None or engine.state.iteration % length != consumed:  # Ignite's own derivation says otherwise
+        set_batches_into_epoch(engine, consumed)
+    return consumed > 0
 
 
 def _finish_replayed_epoch(engine: Engine) -> None:

@@ -22,20 +22,17 @@ class Loaders:
         self.round_robin = data if isinstance(data, RoundRobin) else None
         loaders = data.loaders if isinstance(data, RoundRobin) else (data,)
         for index, loader in enumerate(loaders):
-            self._track(loader, index)
-
-    def _track(self, loader: object, index: int) -> None:
-        if loader is None or id(loader) in self._refused:
-            return
-        try:
-            self._tracker.track_train_loader(loader, index)
-        except ProgressStateError:
-            raise
-        except (AttributeError, TypeError, ValueError) as error:
-            self._refused[id(loader)] = loader
-            warnings.warn(
-                f"the trainer's data ({type(loader).__name__}) cannot be tracked ({error}); it is left "
-                "untracked: a mid-epoch checkpoint resumes its epoch from the first batch",
-                InexactResumeWarning,
-                stacklevel=2,
-            )
+            if loader is None or id(loader) in self._refused:
+                continue
+            try:
+                self._tracker.track_train_loader(loader, index)
+            except ProgressStateError:
+                raise
+            except (AttributeError, TypeError, ValueError) as error:
+                self._refused[id(loader)] = loader
+                warnings.warn(
+                    f"the trainer's data ({type(loader).__name__}) cannot be tracked ({error}); it is left "
+                    "untracked: a mid-epoch checkpoint resumes its epoch from the first batch",
+                    InexactResumeWarning,
+                    stacklevel=2,
+                )
