@@ -17,10 +17,9 @@ _ENTRY_KEYS = ("progress", "train_loaders", "rng")
 
 def deterministic_entry(progress: Progress) -> dict[str, Any]:
     """The entry to save (collective with several processes: the writer gets every rank's under ``ranks``)."""
-    loaders = len(progress.view.train.dataloaders)
     entry = {
         "progress": progress.state_dict(),
-        "train_loaders": [{"kind": "untracked"}] * loaders,
+        "train_loaders": [{"kind": "untracked"}] * len(progress.view.train.dataloaders),
         "rng": GlobalRng.capture().to_plain(),
     }
     if idist.get_world_size() < 2:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Literal, TextIO
 
 import ignite.distributed as idist
@@ -33,9 +34,7 @@ class ProgressDisplay:
     """
 
     def __init__(self, stream: TextIO | None = None, terminal: bool | None = None, interval: float = 10.0) -> None:
-        self._stream = stream
-        self._terminal = terminal
-        self._interval = interval
+        self._new_display = partial(Display, stream=stream, terminal=terminal, interval=interval)
         self._view: ProgressView | None = None
         self._display: Display | None = None
         self._sources: dict[str, Shown] = {}  # line name -> what the engine running under it now shows
@@ -47,13 +46,11 @@ class ProgressDisplay:
         metric_names: MetricNames = None,
         output_transform: Callable[[Any], Any] | None = None,
     ) -> None:
-        """Show ``engine``'s epochs and batches; a ProgressHandler must be attached to it already.
+        """Show ``engine``'s epochs and batches: attach its ProgressHandler before, and the metrics (docs/display.md).
 
-        ``name``: the line's name (default: the stage the handler records it as), e.g. ``"train-eval"``
-        for an evaluator run over the train set. ``metric_names``: names in ``engine.state.metrics``
-        to show, or ``"all"``. ``output_transform``: turns ``engine.state.output`` into a number or a
-        dict of them to show (a number shows as ``output``). As in Ignite's ``ProgressBar``; attach
-        the display after the metrics, so it reads their values of the event it shows.
+        ``name``: the line's name (default: the engine's stage), e.g. ``"train-eval"``. As in Ignite's ``ProgressBar``,
+        ``metric_names``: names in ``engine.state.metrics`` to show, or ``"all"``; ``output_transform``: turns
+        ``engine.state.output`` into a number (shown as ``output``) or a dict of them to show.
         """
         try:
             view = get_progress(engine)
@@ -68,13 +65,7 @@ class ProgressDisplay:
         if idist.get_rank() != 0:
             return
         if self._display is None:
-            self._display = Display(
-                view,
-                stream=self._stream,
-                terminal=self._terminal,
-                interval=self._interval,
-                metrics=self._metrics,
-            )
+            self._display = self._new_display(view, metrics=self._metrics)
         self._show(engine, view, self._display, name, _source(engine, metric_names, output_transform))
 
     def _metrics(self, name: str) -> dict[str, object]:
@@ -85,32 +76,33 @@ class ProgressDisplay:
         """Register the display's handlers on ``engine``; its stage is read from the view at each epoch's first batch.
         A train epoch's line comes as its last batch completes (before the evaluations its EPOCH_COMPLETED runs)."""
         sources = self._sources
-        stage = [""]  # the stage this engine's running epoch counts as
-        shown = [False]  # this epoch's final line was written
+        stage = ""  # the stage this engine's running epoch counts as
+        shown = False  # this epoch's final line was written
 
         def epoch_started() -> None:
-            stage[0] = ""
-            shown[0] = False
+            nonlocal stage, shown
+            stage, shown = "", False
 
         def iteration_completed(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
+            nonlocal stage, shown
             state = engine.state
-            if not stage[0]:
+            if not stage:
                 where = view.where
-                stage[0] = where.stage if where is not None else ""
-                sources[name or stage[0]] = source
-                display.set_batches(name or stage[0], state.epoch_length)  # None until Ignite saw an iterable end
-                if stage[0] == "train":  # Ignite counts epochs over resumed runs, the display within this run
+                stage = where.stage if where is not None else ""
+                sources[name or stage] = source
+                display.set_batches(name or stage, state.epoch_length)  # None until Ignite has seen an iterable's end
+                if stage == "train":  # Ignite counts epochs over resumed runs, the display within this run
                     most = state.max_epochs
                     display.set_max_epochs(None if most is None else most - state.epoch + view.train.epochs.run.ready)
-            display.update(stage[0], name)
+            display.update(stage, name)
             length = state.epoch_length
-            if stage[0] == "train" and length is not None and view.train.batches.epoch.completed >= length:
-                display.epoch_end(stage[0], name)
-                shown[0] = True
+            if stage == "train" and length is not None and view.train.batches.epoch.completed >= length:
+                display.epoch_end(stage, name)
+                shown = True
 
         def epoch_completed() -> None:
-            if stage[0] and not shown[0]:
-                display.epoch_end(stage[0], name)
+            if stage and not shown:
+                display.epoch_end(stage, name)
 
         engine.add_event_handler(Events.EPOCH_STARTED, epoch_started)
         engine.add_event_handler(Events.ITERATION_COMPLETED, iteration_completed)

@@ -45,8 +45,7 @@ def _batch_handlers(
     count_tokens: CountTokens | None,
     loaders: Loaders | None,
 ) -> tuple[Handler, Handler, Handler]:
-    """ITERATION_STARTED, ITERATION_COMPLETED (no arguments: Ignite then resolves no engine) and the batch part
-    of TERMINATE."""
+    """ITERATION_STARTED and ITERATION_COMPLETED (no arguments: Ignite resolves no engine), TERMINATE's batch part."""
     state = engine.state
     tokens = TokenCounter(stage, count_tokens)
 
@@ -168,9 +167,8 @@ def add_handlers(
     started: EngineHandler,
     owns_run: Callable[[], bool],
 ) -> None:
-    """Add the handlers that record ``engine`` as ``stage``, in the order Ignite then calls them: ``started`` at
-    STARTED (it begins the run); ``loaders``: the trainer's, tracked at each EPOCH_STARTED; ``owns_run()``: the
-    run in flight is the one this engine began."""
+    """Add the handlers recording ``engine`` as ``stage``: ``started`` (it begins the run) at STARTED; ``loaders``:
+    the trainer's data, tracked at each EPOCH_STARTED; ``owns_run()``: the run in flight is this engine's."""
     iteration_started, iteration_completed, batch_terminated = _batch_handlers(
         engine, stage, anomalies, count_tokens, loaders
     )
@@ -195,9 +193,8 @@ def attach_stage(
     count_tokens: CountTokens | None = None,
     before_start: Callable[[], object] | None = None,
 ) -> None:
-    """An evaluation or inference engine: its epochs are ``name``'s, in a run of its own when none is in flight
-    (the counts carry over its ``run()`` calls). Its cut epoch and run are closed at its next STARTED, after
-    ``before_start()``."""
+    """An evaluation or inference engine: its epochs are ``name``'s, in a run of its own when none is in flight;
+    what an exception cut is closed at its next STARTED, after ``before_start()``."""
     stage = progress.stage(name)
     own = [False]
 

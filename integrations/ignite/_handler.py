@@ -156,7 +156,7 @@ class ProgressHandler:
         )
 
     def _check_trainer(self, engine: Engine, dataloader: DataLoader[Any] | None) -> None:
-        """Refuse a second trainer, a DataLoader given with a DeterministicEngine, and a trainer after an evaluation load."""
+        """Refuse a second trainer, a DeterministicEngine given a DataLoader, a trainer after an evaluation load."""
         if self._trainer is not None:
             raise ValueError("a trainer is already attached to this ProgressHandler")
         if isinstance(engine, DeterministicEngine) and dataloader is not None:
@@ -182,23 +182,19 @@ class ProgressHandler:
 
     def state_dict(self) -> dict[str, Any]:
         """Plain progress entry plus the partial gradients the next optimizer step would use."""
+        progress = self._tracker.progress
         trainer = None if self._trainer is None else self._trainer()
         if trainer is not None:  # a Checkpoint added before attach runs ahead of the handler's own
-            settle_for_save(trainer, self._tracker.progress.train, self._loaders)
+            settle_for_save(trainer, progress.train, self._loaders)
             self._warn_if_inexact(trainer)
-        # Gradients the next step will add to: an accumulation window, or, with several optimizers,
-        # any gradient left (one that steps less often than another keeps accumulating meanwhile).
+        # Gradients the next step adds to: in an accumulation window, or any left with several optimizers.
         pending = self.view.is_mid_accumulation or (
             self._several_optimizers and any(p.grad is not None and bool(p.grad.any()) for p in self._parameters)
         )
         gradients = capture_gradients(self._parameters) if pending else []
-        # With several processes every rank's entry, so rank 0's file resumes each rank exactly:
-        # a collective, which Checkpoint calls on every rank.
-        if self._deterministic:
-            entry = deterministic_entry(self._tracker.progress)
-        else:
-            entry = self._tracker.checkpoint_state_dict()
-        keep_heartbeat(self._tracker.progress, self._heartbeat)
+        # With several processes every rank's entry (a collective, which Checkpoint calls on every rank).
+        entry = deterministic_entry(progress) if self._deterministic else self._tracker.checkpoint_state_dict()
+        keep_heartbeat(progress, self._heartbeat)
         return {"progress_tracker": entry, "gradients": gradients}
 
     def loading_from(self, checkpoint_path: str | os.PathLike[str]) -> None:
@@ -218,8 +214,7 @@ class ProgressHandler:
         if self._deterministic:  # the progress only: the engine positions its data and sets its RNGs itself
             self._load_with_gradients(state["gradients"], lambda: load_progress(self._tracker.progress, entry))
             return
-        if self._trainer is None and saved_elsewhere(entry):
-            # Evaluation engines only (a trainer is attached before loading): nothing trains, nothing to map.
+        if self._trainer is None and saved_elsewhere(entry):  # evaluators only: nothing trains, nothing to map
             self._tracker.load_for_evaluation(entry)
             self._loaded_for_evaluation = True
             return
@@ -259,11 +254,9 @@ class ProgressHandler:
         view = progress.view
         mapped = view.resume_mapping is not None  # saved at another world size
         check_run_loader(engine, self._dataloader)
-        # Ignite begins anew (iteration 0) when the loaded state was finished.
         completed = view.train.batches.run.completed
         began_anew = engine.state.iteration == 0 if mapped else engine.state.iteration < completed
-        if began_anew and completed:
-            # Ignite found the loaded state finished and began anew: so does the record.
+        if began_anew and completed:  # Ignite found the loaded state finished and began anew: so does the record
             progress.load_lifetime(restored)
             self._tracker.forget_loaded_positions()
             if track:
@@ -292,12 +285,11 @@ class ProgressHandler:
     def _continue_or_begin(self, engine: Engine) -> None:
         progress = self._tracker.progress
         view = progress.view
-        train = progress.train
         # A run still in flight was cut by an exception (Ignite's state.batch is still the cut batch);
         # an epoch still in flight in an ended run was cut by terminate(). Ignite goes on with a new epoch.
-        cut = close_cut(train, samples_in(engine.state.batch)) if view.run.counts.in_flight else ""
+        cut = close_cut(progress.train, samples_in(engine.state.batch)) if view.run.counts.in_flight else ""
         if view.train.epochs.lifetime.in_flight:
-            close_cut(train, 0)
+            close_cut(progress.train, 0)
         if cut:
             self._anomalies.note(f"{cut} (by an exception; Ignite's next run() goes on)")
         if engine.state.iteration == 0:

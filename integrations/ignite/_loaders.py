@@ -20,8 +20,7 @@ class Loaders:
     def track(self, data: object) -> None:
         """Register the trainer's data: a loader as train dataloader 0, a RoundRobin's loaders as 0, 1, ..."""
         self.round_robin = data if isinstance(data, RoundRobin) else None
-        loaders = data.loaders if isinstance(data, RoundRobin) else (data,)
-        for index, loader in enumerate(loaders):
+        for index, loader in enumerate(data.loaders if isinstance(data, RoundRobin) else (data,)):
             if loader is None or id(loader) in self._refused:
                 continue
             try:

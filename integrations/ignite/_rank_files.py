@@ -42,23 +42,22 @@ class RankFilesSaver(DiskSaver):
 def _split(checkpoint: Mapping[str, Any], path: str) -> tuple[Mapping[str, Any], list[str]]:
     """``checkpoint`` with each ProgressHandler state's gathered entry split into rank files, and their save ids."""
     if _is_state(checkpoint):  # Checkpoint saved the handler alone: its state is the whole file
-        state, save_id = _split_state(checkpoint, path)
-        return state, [save_id] if save_id else []
+        return _split_state(checkpoint, path)
     split, save_ids = dict(checkpoint), []
     for key, value in checkpoint.items():
         if _is_state(value):
-            split[key], save_id = _split_state(value, path)
-            save_ids += [save_id] if save_id else []
+            split[key], saved = _split_state(value, path)
+            save_ids += saved
     return split, save_ids
 
 
-def _split_state(state: Mapping[str, Any], path: str) -> tuple[dict[str, Any], str | None]:
+def _split_state(state: Mapping[str, Any], path: str) -> tuple[dict[str, Any], list[str]]:
     entry = state["progress_tracker"]
     ranks = entry.get("ranks") if isinstance(entry, dict) else None
     if not isinstance(ranks, list) or len(ranks) < 2:
-        return dict(state), None
+        return dict(state), []
     index = write_rank_files(entry, path)
-    return {**state, "progress_tracker": index}, index["ranks"]["save_id"]
+    return {**state, "progress_tracker": index}, [index["ranks"]["save_id"]]
 
 
 def _is_state(value: object) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,9 +41,7 @@ class RoundRobin:
     def __iter__(self) -> Iterator[Any]:
         iterators = [iter(loader) for loader in self.loaders]  # a resumed loader yields its remaining batches
         skip, self._skip = self._skip, 0
-        for turn, index in enumerate(_turns([len(loader) for loader in self.loaders])):
-            if turn < skip:
-                continue
+        for index in itertools.islice(_turns([len(loader) for loader in self.loaders]), skip, None):
             try:
                 batch = next(iterators[index])
             except StopIteration:

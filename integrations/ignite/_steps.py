@@ -18,9 +18,8 @@ def count_trainer_steps(
     scaler: torch.amp.GradScaler | None,
     schedulers: Sequence[object],
 ) -> Callable[[], None]:
-    """Count each call of the param-scheduler handlers among ``schedulers`` (by a handler of ours on each of their
-    events) and, with a ``scaler``, skips at each ITERATION_COMPLETED. Returns what to call at each STARTED, once a
-    checkpoint restored the objects: the torch schedulers' and the scaler's counting starts from their state then."""
+    """Count the calls of the param-scheduler handlers among ``schedulers`` and, with a ``scaler``, skips at each
+    ITERATION_COMPLETED. Returns what starts counting the torch schedulers and skips, at STARTED (after a load)."""
     torch_schedulers = [s for s in schedulers if isinstance(s, torch.optim.lr_scheduler.LRScheduler)]
     for handler in (s for s in schedulers if s not in torch_schedulers):
         events = [event for event in Events if callable(handler) and engine.has_event_handler(handler, event)]
