@@ -9,11 +9,7 @@ from tracker_core.integrations._extra import check_attributes
 
 
 def set_batches_into_epoch(engine: Engine, batches: int) -> None:
-    """Make Ignite's next epoch iteration start at its batch ``batches`` (Ignite's ``_init_iter``).
-
-    Needed only where Ignite's own ``iteration % epoch_length`` is not the loaded epoch's batch count
-    (after ``terminate_epoch()``, or an elastic resume): Ignite has no public way to say it.
-    """
+    """Make Ignite's next epoch iteration start at its batch ``batches``: no public way says it (docs/design.md)."""
     engine._init_iter = batches
 
 

@@ -1,12 +1,5 @@
-"""Ignite's ``DeterministicEngine``: the engine positions its data and reseeds the global RNG itself on resume.
-
-The handler counts its events as on any engine, and its checkpoint entry carries the progress only for
-what to load: the entry has the form of every other (``progress``, ``train_loaders``, ``rng``; several
-processes: every rank's under ``ranks``), its train loaders ``untracked`` and its RNGs for reading.
-Loading it sets the progress and nothing else: no train loader is positioned and no global RNG is
-restored, so the engine's own resume (``ReproducibleBatchSampler``, ``manual_seed(seed + epoch)``, its
-saved ``rng_states``) is the only one. It resumes at the saved world size only.
-"""
+"""Ignite's ``DeterministicEngine``, which positions its data and reseeds the global RNG itself on resume: the
+entry carries the progress to load and nothing else to apply (docs/ignite.md, "DeterministicEngine")."""
 
 from __future__ import annotations
 
@@ -14,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import ignite.distributed as idist
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
 from tracker_core import Progress, ProgressStateError
 from tracker_core.adapter import GlobalRng, gather_to_writer, read_mapping
@@ -23,10 +17,9 @@ _ENTRY_KEYS = ("progress", "train_loaders", "rng")
 
 def deterministic_entry(progress: Progress) -> dict[str, Any]:
     """The entry to save (collective with several processes: the writer gets every rank's under ``ranks``)."""
-    loaders = len(progress.view.train.dataloaders)
     entry = {
         "progress": progress.state_dict(),
-        "train_loaders": [{"kind": "untracked"}] * loaders,
+        "train_loaders": [{"kind": "untracked"}] * len(progress.view.train.dataloaders),
         "rng": GlobalRng.capture().to_plain(),
     }
     if idist.get_world_size() < 2:
@@ -36,10 +29,7 @@ def deterministic_entry(progress: Progress) -> dict[str, Any]:
 
 
 def load_progress(progress: Progress, entry: object) -> None:
-    """Load this rank's saved progress from ``entry`` (the state of a ``ProgressHandler``), nothing else.
-
-    Raises ``ProgressStateError`` naming the key (under ``progress_tracker``'s entry), changing nothing.
-    """
+    """Load this rank's saved progress from ``entry``, nothing else (``ProgressStateError``: nothing changed)."""
     prefix = ""
     if isinstance(entry, Mapping) and "ranks" in entry:
         ranks = entry["ranks"]
@@ -60,3 +50,20 @@ def load_progress(progress: Progress, entry: object) -> None:
     except ProgressStateError as error:
         key = ".".join(part for part in (prefix, "progress", error.key) if part)
         raise ProgressStateError(key, error.problem) from None
+
+
+def inexact_resume(data: object) -> str:
+    """Why a DeterministicEngine's own mid-epoch resume of ``data`` differs from the run it continues ("" if not)."""
+    if not isinstance(data, DataLoader) or isinstance(getattr(data, "dataset", None), IterableDataset):
+        return (
+            f"the DeterministicEngine's data ({type(data).__name__}) is not a DataLoader over a map-style dataset: "
+            "on resume the engine reads its epoch again from the start after reseeding, which continues at the "
+            "same data only if it yields the same batches every time"
+        )
+    if isinstance(getattr(data, "sampler", None), RandomSampler):  # a subclass may lack what DataLoader sets
+        return (
+            "the DeterministicEngine restores its saved global RNG states before the DataLoader's RandomSampler "
+            "draws the epoch's order (at its first batch): a mid-epoch resume shuffles the rest of that epoch "
+            "otherwise than the interrupted run (a plain Engine with the ProgressHandler resumes it exactly)"
+        )
+    return ""

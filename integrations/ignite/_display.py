@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Literal, TextIO
 
 import ignite.distributed as idist
@@ -13,11 +14,12 @@ from tracker_core import ProgressView, get_progress
 from tracker_core.adapter import Display
 
 MetricNames = Sequence[str] | Literal["all"] | None
+Shown = Callable[[], dict[str, object]]
 
 
 class ProgressDisplay:
     """Shows the stage, epoch, batch, steps, samples/s and ETA of engines a ProgressHandler records, and the
-    engine's output and metrics as Ignite's ``ProgressBar`` does.
+    engine's output and metrics as Ignite's ``ProgressBar`` does (docs/display.md).
 
     ::
 
@@ -27,19 +29,15 @@ class ProgressDisplay:
         display.attach(trainer, output_transform=lambda loss: {"loss": loss})
         display.attach(evaluator, metric_names="all")
 
-    On a terminal it draws a live line (with rich); elsewhere it prints a line every
-    ``interval`` seconds and at each epoch end, to ``stream`` (standard output by
-    default). Beside a tqdm bar (Ignite's ``ProgressBar``) it draws no live line and
-    writes its lines between the bar's clear and redraw. Only rank 0 shows anything.
+    On a terminal it draws a live line (with rich); elsewhere it prints a line every ``interval`` seconds
+    and at each epoch end, to ``stream`` (standard output by default). Only rank 0 shows anything.
     """
 
     def __init__(self, stream: TextIO | None = None, terminal: bool | None = None, interval: float = 10.0) -> None:
-        self._stream = stream
-        self._terminal = terminal
-        self._interval = interval
+        self._new_display = partial(Display, stream=stream, terminal=terminal, interval=interval)
         self._view: ProgressView | None = None
         self._display: Display | None = None
-        self._sources: dict[str, _Source] = {}  # line name -> the engine running under it now
+        self._sources: dict[str, Shown] = {}  # line name -> what the engine running under it now shows
 
     def attach(
         self,
@@ -48,13 +46,11 @@ class ProgressDisplay:
         metric_names: MetricNames = None,
         output_transform: Callable[[Any], Any] | None = None,
     ) -> None:
-        """Show ``engine``'s epochs and batches; a ProgressHandler must be attached to it already.
+        """Show ``engine``'s epochs and batches: attach its ProgressHandler before, and the metrics (docs/display.md).
 
-        ``name``: the line's name (default: the stage the handler records it as), e.g. ``"train-eval"``
-        for an evaluator run over the train set. ``metric_names``: names in ``engine.state.metrics``
-        to show, or ``"all"``. ``output_transform``: turns ``engine.state.output`` into a number or a
-        dict of them to show (a number shows as ``output``). As in Ignite's ``ProgressBar``; attach
-        the display after the metrics, so it reads their values of the event it shows.
+        ``name``: the line's name (default: the engine's stage), e.g. ``"train-eval"``. As in Ignite's ``ProgressBar``,
+        ``metric_names``: names in ``engine.state.metrics`` to show, or ``"all"``; ``output_transform``: turns
+        ``engine.state.output`` into a number (shown as ``output``) or a dict of them to show.
         """
         try:
             view = get_progress(engine)
@@ -69,93 +65,68 @@ class ProgressDisplay:
         if idist.get_rank() != 0:
             return
         if self._display is None:
-            self._display = Display(
-                view,
-                stream=self._stream,
-                terminal=self._terminal,
-                interval=self._interval,
-                metrics=self._metrics,
-            )
-        _show(engine, view, self._display, name, self._sources, _Source(engine, metric_names, output_transform))
+            self._display = self._new_display(view, metrics=self._metrics)
+        self._show(engine, view, self._display, name, _source(engine, metric_names, output_transform))
 
     def _metrics(self, name: str) -> dict[str, object]:
         source = self._sources.get(name)
-        return {} if source is None else source.shown()
+        return {} if source is None else source()
+
+    def _show(self, engine: Engine, view: ProgressView, display: Display, name: str | None, source: Shown) -> None:
+        """Register the display's handlers on ``engine``; its stage is read from the view at each epoch's first batch.
+        A train epoch's line comes as its last batch completes (before the evaluations its EPOCH_COMPLETED runs)."""
+        sources = self._sources
+        stage = ""  # the stage this engine's running epoch counts as
+        shown = False  # this epoch's final line was written
+
+        def epoch_started() -> None:
+            nonlocal stage, shown
+            stage, shown = "", False
+
+        def iteration_completed(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
+            nonlocal stage, shown
+            state = engine.state
+            if not stage:
+                where = view.where
+                stage = where.stage if where is not None else ""
+                sources[name or stage] = source
+                display.set_batches(name or stage, state.epoch_length)  # None until Ignite has seen an iterable's end
+                if stage == "train":  # Ignite counts epochs over resumed runs, the display within this run
+                    most = state.max_epochs
+                    display.set_max_epochs(None if most is None else most - state.epoch + view.train.epochs.run.ready)
+            display.update(stage, name)
+            length = state.epoch_length
+            if stage == "train" and length is not None and view.train.batches.epoch.completed >= length:
+                display.epoch_end(stage, name)
+                shown = True
+
+        def epoch_completed() -> None:
+            if stage and not shown:
+                display.epoch_end(stage, name)
+
+        engine.add_event_handler(Events.EPOCH_STARTED, epoch_started)
+        engine.add_event_handler(Events.ITERATION_COMPLETED, iteration_completed)
+        engine.add_event_handler(Events.EPOCH_COMPLETED, epoch_completed)
+        engine.add_event_handler(Events.COMPLETED, display.close)
+        engine.add_event_handler(Events.TERMINATE, display.close)
 
 
-class _Source:
-    """What one engine shows beside its counts: its transformed output, then the metrics named."""
+def _source(engine: Engine, metric_names: MetricNames, output_transform: Callable[[Any], Any] | None) -> Shown:
+    """What ``engine`` shows beside its counts: its transformed output, then the metrics named."""
+    held = weakref.ref(engine)  # an engine the user drops is freed at once
 
-    def __init__(self, engine: Engine, metric_names: MetricNames, output_transform: Callable[[Any], Any] | None):
-        self._engine = weakref.ref(engine)  # an engine the user drops is freed at once
-        self._metric_names = metric_names
-        self._output_transform = output_transform
-
-    def shown(self) -> dict[str, object]:
-        engine = self._engine()
+    def shown() -> dict[str, object]:
+        engine = held()
         if engine is None:
             return {}
         state = engine.state
         shown: dict[str, object] = {}
-        if self._output_transform is not None and state.output is not None:
-            output = self._output_transform(state.output)
+        if output_transform is not None and state.output is not None:
+            output = output_transform(state.output)
             shown.update(output if isinstance(output, Mapping) else {"output": output})
         metrics = state.metrics
-        names = list(metrics) if self._metric_names == "all" else list(self._metric_names or ())
+        names = list(metrics) if metric_names == "all" else list(metric_names or ())
         shown.update((name, metrics[name]) for name in names if name in metrics)
         return shown
 
-
-def _show(
-    engine: Engine,
-    view: ProgressView,
-    display: Display,
-    name: str | None,
-    sources: dict[str, _Source],
-    source: _Source,
-) -> None:
-    """Register the display's handlers on ``engine``; its stage is read from the view at its first batch.
-
-    A train epoch's line comes as its last batch completes, so before the handlers of its
-    ``EPOCH_COMPLETED`` (evaluations run from there among them), or at ``EPOCH_COMPLETED`` while Ignite
-    does not know the epoch's length yet; an evaluation's line comes at its ``EPOCH_COMPLETED``, after the
-    handlers added before the display (its metrics' ``completed``).
-    """
-    stage = [""]  # the stage this engine's running epoch counts as
-    shown = [False]  # this epoch's final line was written
-
-    def epoch_started() -> None:
-        stage[0] = ""
-        shown[0] = False
-
-    def iteration_completed(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
-        if not stage[0]:
-            where = view.where
-            stage[0] = where.stage if where is not None else ""
-            sources[name or stage[0]] = source
-            _set_totals(display, stage[0], name or stage[0], engine, view)
-        display.update(stage[0], name)
-        length = engine.state.epoch_length
-        if stage[0] == "train" and length is not None and view.train.batches.epoch.completed >= length:
-            display.epoch_end(stage[0], name)
-            shown[0] = True
-
-    def epoch_completed() -> None:
-        if stage[0] and not shown[0]:
-            display.epoch_end(stage[0], name)
-
-    engine.add_event_handler(Events.EPOCH_STARTED, epoch_started)
-    engine.add_event_handler(Events.ITERATION_COMPLETED, iteration_completed)
-    engine.add_event_handler(Events.EPOCH_COMPLETED, epoch_completed)
-    engine.add_event_handler(Events.COMPLETED, display.close)
-    engine.add_event_handler(Events.TERMINATE, display.close)
-
-
-def _set_totals(display: Display, stage: str, name: str, engine: Engine, view: ProgressView) -> None:
-    state = engine.state
-    display.set_batches(name, state.epoch_length)  # None until Ignite has seen an iterable's end
-    if stage == "train":
-        if state.max_epochs is None:
-            display.set_max_epochs(None)
-        else:  # Ignite counts epochs over resumed runs, the display within this run
-            display.set_max_epochs(state.max_epochs - state.epoch + view.train.epochs.run.ready)
+    return shown

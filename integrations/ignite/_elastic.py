@@ -1,12 +1,5 @@
-"""Ignite's side of a resume from a checkpoint saved at another world size (elastic resume).
-
-The core maps the tracker's entry to this world size onto the trainer's DataLoader and
-re-bases the re-entered epoch's counts (docs/distributed.md); Ignite's loaded ``iteration``
-and ``epoch_length`` are still the saved world size's. The checks here raise before
-anything is trained when the mapping cannot be made; :func:`map_engine` sets Ignite's
-counters from the re-based progress and the DataLoader this run iterates, at ``STARTED``,
-before Ignite derives anything from them.
-"""
+"""Ignite's side of an elastic resume (a checkpoint saved at another world size, docs/ignite.md): the checks
+that raise before anything trains, and Ignite's counters set from the re-based progress at STARTED."""
 
 from __future__ import annotations
 
@@ -42,12 +35,8 @@ def check_run_loader(engine: Engine, dataloader: DataLoader[Any] | None) -> None
 
 
 def map_engine(engine: Engine, view: ProgressView) -> None:
-    """Set Ignite's ``epoch_length`` to this run's loader and ``iteration`` to the re-based batch count.
-
-    Raises ``ValueError``, before any batch runs, if Ignite would then end the run early:
-    it stops when ``iteration >= epoch_length * max_epochs``, which the batches of earlier
-    epochs at the saved (longer) geometry can reach before ``max_epochs`` epochs are done.
-    """
+    """Set Ignite's ``epoch_length`` to this run's loader and ``iteration`` to the re-based batch count; raise
+    ``ValueError`` if Ignite would then stop before ``max_epochs`` (earlier epochs counted more batches)."""
     state = engine.state
     length = batches_in(state.dataloader)
     if length is None:
@@ -66,11 +55,8 @@ def map_engine(engine: Engine, view: ProgressView) -> None:
 
 
 def _last_check(view: ProgressView, iteration: int, length: int, max_epochs: int) -> int:
-    """``iteration`` when Ignite last checks ``_is_done`` before its final epoch (or now, if none is left).
-
-    Each epoch starts only while ``iteration < epoch_length * max_epochs``; the re-entered
-    epoch adds its ``length - consumed`` batches, each later one ``length``.
-    """
+    """``iteration`` when Ignite last checks ``iteration < epoch_length * max_epochs`` before its final epoch
+    (now, if none is left): the re-entered epoch adds ``length - consumed`` batches, each later one ``length``."""
     epochs = view.train.epochs.run
     consumed = view.train.batches.epoch.completed if epochs.in_flight else 0
     later = max_epochs - 1 - epochs.completed  # epochs (the re-entered one too) run before the last check

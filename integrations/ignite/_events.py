@@ -1,33 +1,19 @@
-"""Which Ignite event marks which progress phase, for a trainer and for evaluation engines.
-
-The handlers are added with Ignite's ``add_event_handler`` when an engine is attached, so Ignite
-calls them in the order handlers were added: after the user's handlers added before ``attach``,
-before those added after it. A batch begins in an ITERATION_STARTED handler and ends in an
-ITERATION_COMPLETED handler, both taking no arguments (Ignite then skips resolving its engine
-weakref) and only bumping counters. A ``Checkpoint`` finds the record up to date in any order:
-the handler's ``state_dict()`` first marks what the event Ignite is firing says happened
-(:func:`settle_for_save`).
-
-No handler holds its engine: the others take it as their argument (Ignite keeps a weak reference
-for them), so an engine the user drops is freed at once, with the model its step function holds
-(and a DDP model's process group, which ``destroy_process_group`` then stops).
-
-No handler raises because of the order Ignite fires events in: an event that finds the
-record elsewhere than expected (a batch or epoch cut by an exception, a handler attached
-mid-run) puts the record in line with what Ignite counted and notes the anomaly (``_settle``).
-"""
+"""The handlers that mark an engine's runs, epochs and batches on Ignite's events (docs/ignite.md, "What is
+counted on which event"). None holds its engine (Ignite passes it, held weakly), and none raises for the order
+of Ignite's events: one that finds the record elsewhere puts it where Ignite's counters are and notes it."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
 from ignite.engine import Engine, Events
 
-from tracker_core import EventOrderError, Progress, StageProgress, Tracker
+from tracker_core import EventOrderError, Progress, StageProgress
 from tracker_core.adapter import TokenCounter, samples_in
 from tracker_core.integrations.ignite._loaders import Loaders
-from tracker_core.integrations.ignite._settle import Anomalies, close_cut, close_cut_batch
+from tracker_core.integrations.ignite._settle import Anomalies, close_cut, close_cut_batch, process_epoch, process_run
 
 CountTokens = Callable[[Any], "int | tuple[int, int]"]
 Handler = Callable[[], None]
@@ -35,25 +21,16 @@ EngineHandler = Callable[[Engine], None]
 
 
 def settle_for_save(engine: Engine, stage: StageProgress, loaders: Loaders | None) -> None:
-    """Mark the phase the event Ignite is firing on ``engine`` says is over, before a checkpoint is taken.
-
-    A ``Checkpoint`` added before ``attach`` runs ahead of the handler's own: on ITERATION_COMPLETED
-    the step has run (its update is in the saved weights), so the batch is processed; on
-    EPOCH_COMPLETED every batch of the epoch has, so the epoch is. Nothing else changes.
-    """
-    event = engine.last_event_name
+    """Mark what the event Ignite is firing says is over, for a ``Checkpoint`` that runs ahead of our handlers:
+    at ITERATION_COMPLETED the batch is processed (its step ran), at EPOCH_COMPLETED the epoch."""
     view = stage.view
-    try:
-        if event == Events.ITERATION_COMPLETED:
+    with contextlib.suppress(EventOrderError):  # the record is elsewhere (an anomaly already noted): saved as it is
+        if engine.last_event_name == Events.ITERATION_COMPLETED:
             batches = view.batches.lifetime
             if batches.in_flight and batches.processed == batches.completed:
                 stage.batch_processed_of(engine.state.batch, _dataloader_index(loaders))
-        elif event == Events.EPOCH_COMPLETED:
-            epochs = view.epochs.lifetime
-            if epochs.in_flight and epochs.processed != epochs.started and not view.batches.lifetime.in_flight:
-                stage.epoch_processed()
-    except EventOrderError:  # the record is elsewhere (an anomaly already noted): saved as it is
-        pass
+        elif engine.last_event_name == Events.EPOCH_COMPLETED and not view.batches.lifetime.in_flight:
+            process_epoch(stage)
 
 
 def _dataloader_index(loaders: Loaders | None) -> int:
@@ -68,7 +45,7 @@ def _batch_handlers(
     count_tokens: CountTokens | None,
     loaders: Loaders | None,
 ) -> tuple[Handler, Handler, Handler]:
-    """ITERATION_STARTED, ITERATION_COMPLETED and the batch part of TERMINATE."""
+    """ITERATION_STARTED and ITERATION_COMPLETED (no arguments: Ignite resolves no engine), TERMINATE's batch part."""
     state = engine.state
     tokens = TokenCounter(stage, count_tokens)
 
@@ -120,13 +97,13 @@ def _batch_handlers(
 
 
 def _epoch_handlers(
-    stage: StageProgress, anomalies: Anomalies, begin: EngineHandler | None
-) -> tuple[EngineHandler, EngineHandler, EngineHandler]:
-    """EPOCH_STARTED, the epoch part of TERMINATE_SINGLE_EPOCH, and EPOCH_COMPLETED."""
+    stage: StageProgress, anomalies: Anomalies, loaders: Loaders | None, batch_terminated: Handler
+) -> tuple[EngineHandler, Callable[[Engine, int], None], EngineHandler]:
+    """EPOCH_STARTED, TERMINATE_SINGLE_EPOCH and EPOCH_COMPLETED."""
 
     def epoch_started(engine: Engine) -> None:
-        if begin is not None:
-            begin(engine)
+        if loaders is not None:  # the trainer's data: set_data() may have handed over a new loader
+            loaders.track(engine.state.dataloader)
         try:
             stage.epoch_ready()
         except EventOrderError:
@@ -134,10 +111,9 @@ def _epoch_handlers(
             stage.epoch_ready()
         stage.epoch_started()
 
-    def epoch_cut_short(engine: Engine) -> None:
-        epochs = stage.view.epochs.lifetime
-        if epochs.in_flight and epochs.processed != epochs.started:
-            stage.epoch_processed()
+    def epoch_terminated(engine: Engine, iter_counter: int) -> None:  # Ignite passes the epoch's batch count
+        batch_terminated()
+        process_epoch(stage)
         if engine.should_terminate_single_epoch == "skip_epoch_completed" and stage.view.epochs.lifetime.in_flight:
             stage.epoch_completed()
 
@@ -145,26 +121,26 @@ def _epoch_handlers(
         cut = close_cut_batch(stage, samples_in(engine.state.batch))
         if cut:  # an EXCEPTION_RAISED handler swallowed the exception: Ignite ended the epoch there
             anomalies.note(f"{cut}; Ignite ended the epoch early (an EXCEPTION_RAISED handler handled it)")
-        epochs = stage.view.epochs.lifetime
-        if not epochs.in_flight:
+        if not stage.view.epochs.lifetime.in_flight:
             anomalies.note(f"{stage.name} EPOCH_COMPLETED outside an epoch (ignored)")
             return
-        if epochs.processed != epochs.started:  # else already processed by TERMINATE_SINGLE_EPOCH or a save
-            stage.epoch_processed()
+        process_epoch(stage)  # unless TERMINATE_SINGLE_EPOCH or a save did
         stage.epoch_completed()
 
-    return epoch_started, epoch_cut_short, epoch_completed
+    return epoch_started, epoch_terminated, epoch_completed
 
 
-def _run_end_handlers(progress: Progress, owns_run: Callable[[], bool]) -> tuple[EngineHandler, Handler]:
-    """The run part of TERMINATE, and COMPLETED."""
+def _run_end_handlers(
+    progress: Progress, owns_run: Callable[[], bool], batch_terminated: Handler
+) -> tuple[EngineHandler, Handler]:
+    """TERMINATE and COMPLETED."""
 
     def run_processed() -> None:
-        runs = progress.view.run.counts
-        if owns_run() and runs.in_flight and runs.processed != runs.started:
-            progress.run_processed()
+        if owns_run():
+            process_run(progress)
 
     def terminated(engine: Engine) -> None:
+        batch_terminated()
         if owns_run() and progress.view.run.counts.in_flight:
             progress.note_run_end("stopped_early")  # engine.terminate(): the run ends before max_epochs
         if engine.should_terminate == "skip_completed":  # Ignite fires no COMPLETED
@@ -181,7 +157,7 @@ def _run_end_handlers(progress: Progress, owns_run: Callable[[], bool]) -> tuple
     return terminated, completed
 
 
-def _add_handlers(
+def add_handlers(
     engine: Engine,
     stage: StageProgress,
     progress: Progress,
@@ -189,23 +165,15 @@ def _add_handlers(
     count_tokens: CountTokens | None,
     loaders: Loaders | None,
     started: EngineHandler,
-    begin_epoch: EngineHandler | None,
     owns_run: Callable[[], bool],
 ) -> None:
+    """Add the handlers recording ``engine`` as ``stage``: ``started`` (it begins the run) at STARTED; ``loaders``:
+    the trainer's data, tracked at each EPOCH_STARTED; ``owns_run()``: the run in flight is this engine's."""
     iteration_started, iteration_completed, batch_terminated = _batch_handlers(
         engine, stage, anomalies, count_tokens, loaders
     )
-    epoch_started, epoch_cut_short, epoch_completed = _epoch_handlers(stage, anomalies, begin_epoch)
-    run_terminated, completed = _run_end_handlers(progress, owns_run)
-
-    def epoch_terminated(engine: Engine, iter_counter: int) -> None:  # Ignite passes the epoch's batch count
-        batch_terminated()
-        epoch_cut_short(engine)
-
-    def terminated(engine: Engine) -> None:
-        batch_terminated()
-        run_terminated(engine)
-
+    epoch_started, epoch_terminated, epoch_completed = _epoch_handlers(stage, anomalies, loaders, batch_terminated)
+    terminated, completed = _run_end_handlers(progress, owns_run, batch_terminated)
     on = engine.add_event_handler
     on(Events.STARTED, started)
     on(Events.EPOCH_STARTED, epoch_started)
@@ -217,38 +185,6 @@ def _add_handlers(
     on(Events.COMPLETED, completed)
 
 
-def attach_trainer(
-    engine: Engine,
-    tracker: Tracker,
-    loaders: Loaders,
-    anomalies: Anomalies,
-    started: EngineHandler,
-    count_tokens: CountTokens | None = None,
-    track_data: bool = True,
-) -> None:
-    """The trainer: STARTED begins the fit run (through ``started``), epochs and batches of ``train``.
-
-    ``track_data``: hand the trainer's data to ``loaders`` at each EPOCH_STARTED (not where the
-    engine positions its data itself, as ``DeterministicEngine`` does).
-    """
-
-    def begin_epoch(engine: Engine) -> None:
-        loaders.track(engine.state.dataloader)  # set_data() may have handed over a new loader
-
-    progress = tracker.progress
-    _add_handlers(
-        engine,
-        progress.train,
-        progress,
-        anomalies,
-        count_tokens,
-        loaders,
-        started,
-        begin_epoch if track_data else None,
-        lambda: True,
-    )
-
-
 def attach_stage(
     engine: Engine,
     progress: Progress,
@@ -257,12 +193,8 @@ def attach_stage(
     count_tokens: CountTokens | None = None,
     before_start: Callable[[], object] | None = None,
 ) -> None:
-    """An evaluation or inference engine: its epochs are ``name``'s; a run of its own when none is in flight.
-
-    Ignite resets the engine's state every ``run()``; the counts live in ``progress``
-    and so carry over runs. An epoch an exception cut is closed at the engine's next STARTED.
-    ``before_start`` runs first at each STARTED.
-    """
+    """An evaluation or inference engine: its epochs are ``name``'s, in a run of its own when none is in flight;
+    what an exception cut is closed at its next STARTED, after ``before_start()``."""
     stage = progress.stage(name)
     own = [False]
 
@@ -270,10 +202,8 @@ def attach_stage(
         if before_start is not None:
             before_start()
         cut = close_cut(stage, samples_in(engine.state.batch))
-        runs = progress.view.run.counts
-        if own[0] and runs.in_flight:  # this engine's own run, cut by an exception
-            if runs.processed != runs.started:
-                progress.run_processed()
+        if own[0] and progress.view.run.counts.in_flight:  # this engine's own run, cut by an exception
+            process_run(progress)
             progress.run_completed()
             cut = f"{cut}; the {name} run was cut" if cut else f"the {name} run was cut"
         if cut:
@@ -283,4 +213,4 @@ def attach_stage(
             progress.run_ready(name)
             progress.run_started()
 
-    _add_handlers(engine, stage, progress, anomalies, count_tokens, None, started, None, lambda: own[0])
+    add_handlers(engine, stage, progress, anomalies, count_tokens, None, started, lambda: own[0])

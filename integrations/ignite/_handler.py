@@ -1,17 +1,4 @@
-"""PyTorch Ignite adapter: one handler records a trainer and its evaluators, and resumes them exactly.
-
-::
-
-    progress = ProgressHandler()
-    progress.attach(trainer, optimizers=[optimizer])
-    progress.attach(evaluator, stage="validate")
-    checkpoint = Checkpoint({"trainer": trainer, "model": model, "optimizer": optimizer,
-                             "progress": progress}, DiskSaver(...))  # added after attach
-    tracker_core.get_progress(trainer).global_step
-
-See docs/ignite.md for what is counted on which event and how a resume is made exact, also
-at another world size (``attach(trainer, ..., dataloader=train_loader)``, "elastic").
-"""
+"""The ``ProgressHandler``: records a trainer and its evaluators and resumes them exactly (docs/ignite.md)."""
 
 from __future__ import annotations
 
@@ -24,7 +11,7 @@ from typing import Any
 
 import torch
 from ignite.engine import DeterministicEngine, Engine, Events
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import DataLoader
 
 from tracker_core import (
     InexactResumeWarning,
@@ -35,6 +22,7 @@ from tracker_core import (
     count_optimizer_steps,
 )
 from tracker_core.adapter import (
+    ResumeRngCheck,
     abandon_in_flight,
     batches_in,
     bind_lifetime,
@@ -50,11 +38,10 @@ from tracker_core.adapter import (
 from tracker_core.adapter import register_progress as register
 from tracker_core.checkpoints import IGNITE_STATE_KEYS as _STATE_KEYS
 from tracker_core.integrations.ignite._compat import set_batches_into_epoch
-from tracker_core.integrations.ignite._deterministic import deterministic_entry, load_progress
+from tracker_core.integrations.ignite._deterministic import deterministic_entry, inexact_resume, load_progress
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
-from tracker_core.integrations.ignite._events import CountTokens, attach_stage, attach_trainer, settle_for_save
+from tracker_core.integrations.ignite._events import CountTokens, add_handlers, attach_stage, settle_for_save
 from tracker_core.integrations.ignite._loaders import Loaders
-from tracker_core.integrations.ignite._rng_check import RngCheck
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 from tracker_core.integrations.ignite._settle import Anomalies, close_cut
 from tracker_core.integrations.ignite._steps import count_trainer_steps
@@ -63,17 +50,13 @@ __all__ = ["ProgressHandler"]
 
 
 class ProgressHandler:
-    """The progress of one training program across its Ignite engines.
+    """The progress of one training program across its Ignite engines (docs/ignite.md).
 
-    Attach it to the trainer (``stage="train"``, with the optimizers whose steps it
-    counts) and to each evaluator or inference engine (``"validate"``, ``"test"``,
-    ``"predict"``). Put it in a ``Checkpoint``'s ``to_save``; loading it with
-    ``Checkpoint.load_objects`` makes the trainer's next ``run()`` continue exactly.
-
-    Each stage counts the tokens of its batches: ``count_tokens(batch)`` (all tokens, or
-    ``(tokens, non_padding_tokens)``) when given, else a batch's ``input_ids`` and ``attention_mask``.
-    ``heartbeat``: the path of a file where rank 0 keeps how far the run got since its last
-    checkpoint, read again by a resume to measure the lost work (docs/ignite.md); None: no heartbeat.
+    Attach it to the trainer and to each evaluator or inference engine, and put it in a ``Checkpoint``'s
+    ``to_save``: ``Checkpoint.load_objects`` then makes the trainer's next ``run()`` continue exactly.
+    ``count_tokens(batch)``: a batch's tokens, all or ``(tokens, non_padding_tokens)`` (default: from its
+    ``input_ids`` and ``attention_mask``). ``heartbeat``: a file where rank 0 keeps how far the run got since
+    its last checkpoint, read by a resume to measure the lost work; None: no heartbeat.
     """
 
     def __init__(
@@ -89,11 +72,11 @@ class ProgressHandler:
         self._loaded_for_evaluation = False  # saved at another world size, loaded with no trainer attached
         self._anomalies = Anomalies(self._tracker.progress)
         self._loaders = Loaders(self._tracker)
-        self._rng_check = RngCheck()
+        self._rng_check = ResumeRngCheck(load="Checkpoint.load_objects")
         self._checkpoint_path: str | None = None  # loading_from: the file Checkpoint.load_objects loads next
         self._heartbeat = None if heartbeat is None else os.fspath(heartbeat)
         self._deterministic = False  # the trainer is a DeterministicEngine (_deterministic.py)
-        self._deterministic_problem = ""  # why its own mid-epoch resume of its data is inexact, read at STARTED
+        self._deterministic_problem = ""  # why its own mid-epoch resume of its data is inexact, from STARTED
         self._warned_inexact = False  # the DeterministicEngine's warning, once
 
     @property
@@ -111,22 +94,16 @@ class ProgressHandler:
         schedulers: Sequence[object] = (),
         model: torch.nn.Module | None = None,
     ) -> None:
-        """Record ``engine`` as stage ``stage``; count ``optimizers``' steps (train only).
+        """Record ``engine`` as stage ``stage`` (docs/ignite.md).
 
-        Steps an AMP ``scaler`` skips are counted as skipped (its scale went down in an iteration); the
-        scaler that ``create_supervised_trainer(scaler=True)`` puts on ``engine.state.scaler`` is found
-        by itself. ``dataloader`` (train only) is the DataLoader the trainer's ``run()`` will
-        get: a checkpoint saved at another world size is mapped onto it when loaded.
-        ``schedulers`` (train only): each firing of an event an Ignite param-scheduler handler given is
-        attached to by now (``LRScheduler``, ``PiecewiseLinear``, ...), and each ``step()`` of a torch LR
-        scheduler the step function calls (its ``last_epoch``), is a scheduler step.
-        ``model`` (any stage): the model the engine runs; if it carries its lifetime
-        (``tracker_core.track_lifetime``), each ``run()`` continues it and its saved weights carry this record.
+        Train only: ``optimizers`` whose steps are counted; an AMP ``scaler`` whose skipped steps are counted
+        (default: ``engine.state.scaler``); the ``dataloader`` the trainer's ``run()`` will get, onto which a
+        checkpoint saved at another world size is mapped; ``schedulers``: Ignite param-scheduler handlers
+        attached to the trainer's events by now, and torch LR schedulers the step function steps. ``model``
+        (any stage): a model carrying its lifetime (``tracker_core.track_lifetime``), continued by each ``run()``.
 
-        Ignite calls handlers in the order they were added: attach before adding your own handlers so
-        they see the record up to date (a ``Checkpoint`` does in any order). A ``DeterministicEngine``
-        trainer positions its data and reseeds the global RNG itself on resume: the handler leaves both
-        to it (docs/ignite.md).
+        Attach before adding your own handlers, so they see the record up to date (a ``Checkpoint`` does in
+        any order). A ``DeterministicEngine`` trainer positions its data and reseeds the global RNG itself.
         """
         if stage not in tuple(Stage):
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(Stage)}")
@@ -155,30 +132,31 @@ class ProgressHandler:
         if dataloader is not None:
             self._tracker.track_train_loader(dataloader)
             self._dataloader = dataloader
-        count_optimizer_steps(self._tracker.progress.train, optimizers)
+        progress = self._tracker.progress
+        count_optimizer_steps(progress.train, optimizers)
         self._several_optimizers = len(optimizers) > 1
         scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
-        count_steps = count_trainer_steps(engine, self._tracker.progress.train, optimizers, scaler, schedulers)
+        count_steps = count_trainer_steps(engine, progress.train, optimizers, scaler, schedulers)
         self._parameters = _distinct_parameters(optimizers)
 
         def started(trainer: Engine) -> None:
             if bind is not None:
                 bind()
-            self._trainer_started(trainer)
+            if self._restored is not None:
+                read_heartbeat(progress, self._heartbeat)  # the lost work of the run saved
+            if self._deterministic:  # the run's data as given (the engine replaces its DataLoader at the first epoch)
+                self._deterministic_problem = inexact_resume(trainer.state.dataloader)
+            self._start_run(trainer)
+            keep_heartbeat(progress, self._heartbeat)
             count_steps()
 
-        attach_trainer(
-            engine,
-            self._tracker,
-            self._loaders,
-            self._anomalies,
-            started,
-            self._count_tokens,
-            track_data=not self._deterministic,
+        loaders = None if self._deterministic else self._loaders  # a DeterministicEngine positions its data itself
+        add_handlers(
+            engine, progress.train, progress, self._anomalies, self._count_tokens, loaders, started, lambda: True
         )
 
     def _check_trainer(self, engine: Engine, dataloader: DataLoader[Any] | None) -> None:
-        """Refuse a second trainer, a DataLoader given with a DeterministicEngine, and a trainer after an evaluation load."""
+        """Refuse a second trainer, a DeterministicEngine given a DataLoader, a trainer after an evaluation load."""
         if self._trainer is not None:
             raise ValueError("a trainer is already attached to this ProgressHandler")
         if isinstance(engine, DeterministicEngine) and dataloader is not None:
@@ -204,32 +182,24 @@ class ProgressHandler:
 
     def state_dict(self) -> dict[str, Any]:
         """Plain progress entry plus the partial gradients the next optimizer step would use."""
+        progress = self._tracker.progress
         trainer = None if self._trainer is None else self._trainer()
         if trainer is not None:  # a Checkpoint added before attach runs ahead of the handler's own
-            settle_for_save(trainer, self._tracker.progress.train, self._loaders)
+            settle_for_save(trainer, progress.train, self._loaders)
             self._warn_if_inexact(trainer)
-        # Gradients the next step will add to: an accumulation window, or, with several optimizers,
-        # any gradient left (one that steps less often than another keeps accumulating meanwhile).
+        # Gradients the next step adds to: in an accumulation window, or any left with several optimizers.
         pending = self.view.is_mid_accumulation or (
             self._several_optimizers and any(p.grad is not None and bool(p.grad.any()) for p in self._parameters)
         )
         gradients = capture_gradients(self._parameters) if pending else []
-        # With several processes every rank's entry, so rank 0's file resumes each rank exactly:
-        # a collective, which Checkpoint calls on every rank.
-        if self._deterministic:
-            entry = deterministic_entry(self._tracker.progress)
-        else:
-            entry = self._tracker.checkpoint_state_dict()
-        keep_heartbeat(self._tracker.progress, self._heartbeat)
+        # With several processes every rank's entry (a collective, which Checkpoint calls on every rank).
+        entry = deterministic_entry(progress) if self._deterministic else self._tracker.checkpoint_state_dict()
+        keep_heartbeat(progress, self._heartbeat)
         return {"progress_tracker": entry, "gradients": gradients}
 
     def loading_from(self, checkpoint_path: str | os.PathLike[str]) -> None:
-        """Name the checkpoint file the next ``Checkpoint.load_objects`` loads (Ignite does not tell the handler).
-
-        Needed only for a checkpoint of several processes saved through a ``RankFilesSaver`` and moved
-        away from where it was written: its rank files (``<file>.ranks/``, docs/distributed.md) are then
-        looked for beside it.
-        """
+        """Name the checkpoint file the next ``Checkpoint.load_objects`` loads (Ignite does not tell the handler):
+        needed only for a ``RankFilesSaver``'s checkpoint moved away from where it was written."""
         self._checkpoint_path = os.fspath(checkpoint_path)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -244,8 +214,7 @@ class ProgressHandler:
         if self._deterministic:  # the progress only: the engine positions its data and sets its RNGs itself
             self._load_with_gradients(state["gradients"], lambda: load_progress(self._tracker.progress, entry))
             return
-        if self._trainer is None and saved_elsewhere(entry):
-            # Evaluation engines only (a trainer is attached before loading): nothing trains, nothing to map.
+        if self._trainer is None and saved_elsewhere(entry):  # evaluators only: nothing trains, nothing to map
             self._tracker.load_for_evaluation(entry)
             self._loaded_for_evaluation = True
             return
@@ -271,24 +240,9 @@ class ProgressHandler:
 
     # --- resume ---------------------------------------------------------------------------
 
-    def _trainer_started(self, engine: Engine) -> None:
-        """STARTED of the trainer: read the heartbeat of the run a loaded state was saved by, start the run,
-        beat (in the file given as ``heartbeat``; None: no heartbeat, docs/ignite.md)."""
-        if self._restored is not None:
-            read_heartbeat(self._tracker.progress, self._heartbeat)  # the lost work of the run saved
-        if self._deterministic:  # the run's data as given (the engine replaces its DataLoader at the first epoch)
-            self._deterministic_problem = _deterministic_inexact(engine.state.dataloader)
-        self._start_run(engine)
-        keep_heartbeat(self._tracker.progress, self._heartbeat)
-
     def _start_run(self, engine: Engine) -> None:
-        """Begin, continue or re-enter the fit run, aligning Ignite with a loaded state.
-
-        The fit run is Ignite's state: it begins when Ignite begins at iteration 0, and a
-        ``run()`` that continues Ignite's state (after ``terminate()``, an exception, or a
-        finished run given a larger ``max_epochs``) continues it, so the run's counts stay
-        equal to ``engine.state.iteration`` and ``epoch``.
-        """
+        """Begin, continue or re-enter the fit run, which follows Ignite's state (docs/ignite.md, "The record and
+        ``engine.state``"), aligning Ignite with a loaded state."""
         restored, self._restored = self._restored, None
         track = not self._deterministic  # a DeterministicEngine positions its data itself
         if restored is None:
@@ -300,21 +254,19 @@ class ProgressHandler:
         view = progress.view
         mapped = view.resume_mapping is not None  # saved at another world size
         check_run_loader(engine, self._dataloader)
-        # Ignite begins anew (iteration 0) when the loaded state was finished.
         completed = view.train.batches.run.completed
         began_anew = engine.state.iteration == 0 if mapped else engine.state.iteration < completed
-        if began_anew and completed:
-            # Ignite found the loaded state finished and began anew: so does the record.
+        if began_anew and completed:  # Ignite found the loaded state finished and began anew: so does the record
             progress.load_lifetime(restored)
             self._tracker.forget_loaded_positions()
             if track:
                 self._loaders.track(engine.state.dataloader)
-            self._rng_check.first_batch_continues_the_epoch(engine, False)  # a new run: nothing to compare
+            self._rng_check.forget()  # a new run: nothing to compare
             progress.run_ready("fit")
             progress.run_started()
             return
         if track:
-            self._rng_check.started()
+            self._rng_check.check("between Checkpoint.load_objects and the trainer's run()")
             self._loaders.track(engine.state.dataloader)
         if not view.run.counts.in_flight:  # saved at COMPLETED (after terminate(), or max_epochs raised now)
             reenter_last_run(progress, "fit")
@@ -322,20 +274,22 @@ class ProgressHandler:
         progress.run_started()
         if mapped:
             map_engine(engine, view)
-        continues = _align_engine(engine, view, replayed=track)
-        if continues and track and self._loaders.round_robin is not None:
+        continues = _align_engine(engine, view, replayed=track) and track
+        if continues and self._loaders.round_robin is not None:
             self._loaders.round_robin.resume_at(view.train.batches.epoch.completed)
-        self._rng_check.first_batch_continues_the_epoch(engine, continues and track)
+        if continues and self._rng_check.armed:
+            _check_rngs_at_first_batch(engine, self._rng_check)
+        else:  # a resume at an epoch boundary draws legitimately before its first batch (the next epoch's sampler)
+            self._rng_check.forget()
 
     def _continue_or_begin(self, engine: Engine) -> None:
         progress = self._tracker.progress
         view = progress.view
-        train = progress.train
         # A run still in flight was cut by an exception (Ignite's state.batch is still the cut batch);
         # an epoch still in flight in an ended run was cut by terminate(). Ignite goes on with a new epoch.
-        cut = close_cut(train, samples_in(engine.state.batch)) if view.run.counts.in_flight else ""
+        cut = close_cut(progress.train, samples_in(engine.state.batch)) if view.run.counts.in_flight else ""
         if view.train.epochs.lifetime.in_flight:
-            close_cut(train, 0)
+            close_cut(progress.train, 0)
         if cut:
             self._anomalies.note(f"{cut} (by an exception; Ignite's next run() goes on)")
         if engine.state.iteration == 0:
@@ -369,23 +323,6 @@ class ProgressHandler:
         warnings.warn(problem, InexactResumeWarning, stacklevel=3)
 
 
-def _deterministic_inexact(data: object) -> str:
-    """Why a DeterministicEngine's own mid-epoch resume of ``data`` differs from the run it continues ("" if not)."""
-    if not isinstance(data, DataLoader) or isinstance(getattr(data, "dataset", None), IterableDataset):
-        return (
-            f"the DeterministicEngine's data ({type(data).__name__}) is not a DataLoader over a map-style dataset: "
-            "on resume the engine reads its epoch again from the start after reseeding, which continues at the "
-            "same data only if it yields the same batches every time"
-        )
-    if isinstance(getattr(data, "sampler", None), RandomSampler):  # a subclass may lack what DataLoader sets
-        return (
-            "the DeterministicEngine restores its saved global RNG states before the DataLoader's RandomSampler "
-            "draws the epoch's order (at its first batch): a mid-epoch resume shuffles the rest of that epoch "
-            "otherwise than the interrupted run (a plain Engine with the ProgressHandler resumes it exactly)"
-        )
-    return ""
-
-
 def _distinct_parameters(optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.nn.Parameter]:
     """Each parameter the ``optimizers`` step, once, in the order of their groups."""
     found = {id(p): p for optimizer in optimizers for group in optimizer.param_groups for p in group["params"]}
@@ -393,51 +330,43 @@ def _distinct_parameters(optimizers: Sequence[torch.optim.Optimizer]) -> list[to
 
 
 def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
-    """Make Ignite's own epoch and in-epoch position agree with the loaded progress.
-
-    Ignite derives them from ``iteration`` and ``epoch_length``, which is wrong after a
-    ``terminate_epoch()`` or an elastic mapping, and it skips the EPOCH_COMPLETED of an epoch whose
-    last batch was checkpointed: that event is fired here, so validation and schedulers run as in
-    the uninterrupted run (``replayed``: the tracker armed the data's replay of that epoch, read
-    now). Returns True when the first batch continues the saved epoch.
-    """
-    train = view.train
-    epochs = train.epochs.run
-    if epochs.in_flight:
-        consumed = train.batches.epoch.completed
-        if engine.state.epoch_length is not None and consumed >= engine.state.epoch_length:
-            if replayed:
-                _finish_replayed_epoch(engine)
-            engine.state.epoch = epochs.ready
-            engine.fire_event(Events.EPOCH_COMPLETED)
-            _start_epoch_at(engine, 0)  # the next epoch starts at its first batch
-        else:
-            engine.state.epoch = epochs.completed
-            _start_epoch_at(engine, consumed)  # Ignite's count of this epoch's batches
-            return consumed > 0
-    engine.state.epoch = train.epochs.run.completed
-    _start_epoch_at(engine, 0)
-    return False
-
-
-def _start_epoch_at(engine: Engine, batches: int) -> None:
-    """Make Ignite's next epoch start at its batch ``batches``, where its own derivation says otherwise."""
+    """Make Ignite's epoch and in-epoch position agree with the loaded progress, and fire the EPOCH_COMPLETED
+    Ignite skips after a checkpoint at an epoch's last batch (``replayed``: the data's replay of that epoch was
+    armed). Returns True when the first batch continues the saved epoch."""
+    epochs = view.train.epochs.run
+    consumed = view.train.batches.epoch.completed if epochs.in_flight else 0
     length = engine.state.epoch_length
-    if length is None or engine.state.iteration % length != batches:
-        set_batches_into_epoch(engine, batches)
+    if epochs.in_flight and length is not None and consumed >= length:  # checkpointed at the epoch's last batch
+        if replayed:
+            _finish_replayed_epoch(engine)
+        engine.state.epoch = epochs.ready
+        engine.fire_event(Events.EPOCH_COMPLETED)
+        consumed = 0  # the next epoch starts at its first batch
+    engine.state.epoch = view.train.epochs.run.completed
+    length = engine.state.epoch_length
+    if length is None or engine.state.iteration % length != consumed:  # Ignite's own derivation says otherwise
+        set_batches_into_epoch(engine, consumed)
+    return consumed > 0
 
 
 def _finish_replayed_epoch(engine: Engine) -> None:
-    """Read the loaded epoch's replay now: it is empty, the epoch's last batch was checkpointed.
-
-    Left armed, it would be Ignite's next ``iter()``: Ignite would find it empty and build
-    another iterator (firing DATALOADER_STOP_ITERATION), and the replay would leave a
-    ``DistributedSampler`` at the saved epoch, undoing the ``set_epoch`` of the next
-    epoch's EPOCH_STARTED handlers (the next epoch would repeat the saved epoch's order).
-    """
+    """Read the loaded epoch's replay now: it is empty, the epoch's last batch was checkpointed. Left armed, it
+    would be Ignite's next ``iter()``, found empty, and would leave a ``DistributedSampler`` at the saved epoch
+    (undoing the next epoch's ``set_epoch``)."""
     data = engine.state.dataloader
     if batches_in(data) != engine.state.epoch_length:
         return
     for loader in data.loaders if isinstance(data, RoundRobin) else (data,):
         if isinstance(loader, DataLoader):
             next(iter(loader), None)
+
+
+def _check_rngs_at_first_batch(engine: Engine, rng_check: ResumeRngCheck) -> None:
+    """Compare the global RNGs with the loaded ones again before the first resumed batch is fetched (fetching
+    may draw, in both runs)."""
+
+    def first_batch(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
+        engine.remove_event_handler(first_batch, Events.GET_BATCH_STARTED)
+        rng_check.check("in a STARTED or EPOCH_STARTED handler of the resumed run", last=True)
+
+    engine.add_event_handler(Events.GET_BATCH_STARTED, first_batch)

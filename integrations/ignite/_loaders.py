@@ -9,14 +9,8 @@ from tracker_core.integrations.ignite._round_robin import RoundRobin
 
 
 class Loaders:
-    """Hands the trainer's data object to ``Tracker.track_train_loader`` at STARTED and each EPOCH_STARTED.
-
-    A loader the core cannot position (a ``DataLoader`` subclass that never called
-    ``DataLoader.__init__``, ``in_order=False`` with workers) is left untracked with one
-    ``InexactResumeWarning``: its epochs restart from their first batch on resume. A loaded
-    checkpoint that does not fit the loader still raises ``ProgressStateError`` at STARTED,
-    before any batch.
-    """
+    """Hands the trainer's data to ``Tracker.track_train_loader`` at STARTED and each EPOCH_STARTED; a loader the
+    core cannot position is left untracked with one ``InexactResumeWarning`` (docs/ignite.md)."""
 
     def __init__(self, tracker: Tracker) -> None:
         self._tracker = tracker
@@ -26,22 +20,18 @@ class Loaders:
     def track(self, data: object) -> None:
         """Register the trainer's data: a loader as train dataloader 0, a RoundRobin's loaders as 0, 1, ..."""
         self.round_robin = data if isinstance(data, RoundRobin) else None
-        loaders = data.loaders if isinstance(data, RoundRobin) else (data,)
-        for index, loader in enumerate(loaders):
-            self._track(loader, index)
-
-    def _track(self, loader: object, index: int) -> None:
-        if loader is None or id(loader) in self._refused:
-            return
-        try:
-            self._tracker.track_train_loader(loader, index)
-        except ProgressStateError:
-            raise
-        except (AttributeError, TypeError, ValueError) as error:
-            self._refused[id(loader)] = loader
-            warnings.warn(
-                f"the trainer's data ({type(loader).__name__}) cannot be tracked ({error}); it is left "
-                "untracked: a mid-epoch checkpoint resumes its epoch from the first batch",
-                InexactResumeWarning,
-                stacklevel=2,
-            )
+        for index, loader in enumerate(data.loaders if isinstance(data, RoundRobin) else (data,)):
+            if loader is None or id(loader) in self._refused:
+                continue
+            try:
+                self._tracker.track_train_loader(loader, index)
+            except ProgressStateError:
+                raise
+            except (AttributeError, TypeError, ValueError) as error:
+                self._refused[id(loader)] = loader
+                warnings.warn(
+                    f"the trainer's data ({type(loader).__name__}) cannot be tracked ({error}); it is left "
+                    "untracked: a mid-epoch checkpoint resumes its epoch from the first batch",
+                    InexactResumeWarning,
+                    stacklevel=2,
+                )

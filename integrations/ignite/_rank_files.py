@@ -1,15 +1,5 @@
-"""Each rank's progress entry in its own file beside an Ignite checkpoint (docs/distributed.md "Rank files").
-
-With several processes the ``ProgressHandler``'s entry on the writer holds every rank's entry. A
-``Checkpoint`` whose save handler is a :class:`RankFilesSaver` (a ``DiskSaver`` the user chooses) puts
-each rank's entry in ``<checkpoint>.ranks/<save_id>/rank-<r>.json`` and keeps rank 0's entry and the index
-in the checkpoint (``tracker_core.adapter.write_rank_files``); removing a checkpoint (``n_saved``) removes
-its rank files. Any other save handler keeps every entry in the checkpoint file.
-
-``Checkpoint.load_objects`` never tells the handler which file it loads: the rank files are looked for
-beside the file named by ``ProgressHandler.loading_from(path)`` if given, then where they were written
-(``written_in``).
-"""
+"""Each rank's progress entry in its own file beside an Ignite checkpoint (docs/ignite.md and
+docs/distributed.md, "Rank files")."""
 
 from __future__ import annotations
 
@@ -31,9 +21,8 @@ class RankFilesSaver(DiskSaver):
 
         Checkpoint(to_save, RankFilesSaver("ckpt", require_empty=False))
 
-    On the rank that writes, a ``ProgressHandler`` state holding every rank's entry keeps rank 0's
-    entry and an index; ``<file>.ranks/<save_id>/rank-<r>.json`` holds each rank's. Removing a
-    checkpoint removes its rank files. Keep the ``.ranks`` folder with the checkpoint.
+    The checkpoint keeps rank 0's entry and an index; ``<file>.ranks/<save_id>/rank-<r>.json`` holds each
+    rank's, removed with the checkpoint. Keep the ``.ranks`` folder with the checkpoint.
     """
 
     def __call__(self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None = None) -> None:
@@ -53,23 +42,22 @@ class RankFilesSaver(DiskSaver):
 def _split(checkpoint: Mapping[str, Any], path: str) -> tuple[Mapping[str, Any], list[str]]:
     """``checkpoint`` with each ProgressHandler state's gathered entry split into rank files, and their save ids."""
     if _is_state(checkpoint):  # Checkpoint saved the handler alone: its state is the whole file
-        state, save_id = _split_state(checkpoint, path)
-        return state, [save_id] if save_id else []
+        return _split_state(checkpoint, path)
     split, save_ids = dict(checkpoint), []
     for key, value in checkpoint.items():
         if _is_state(value):
-            split[key], save_id = _split_state(value, path)
-            save_ids += [save_id] if save_id else []
+            split[key], saved = _split_state(value, path)
+            save_ids += saved
     return split, save_ids
 
 
-def _split_state(state: Mapping[str, Any], path: str) -> tuple[dict[str, Any], str | None]:
+def _split_state(state: Mapping[str, Any], path: str) -> tuple[dict[str, Any], list[str]]:
     entry = state["progress_tracker"]
     ranks = entry.get("ranks") if isinstance(entry, dict) else None
     if not isinstance(ranks, list) or len(ranks) < 2:
-        return dict(state), None
+        return dict(state), []
     index = write_rank_files(entry, path)
-    return {**state, "progress_tracker": index}, index["ranks"]["save_id"]
+    return {**state, "progress_tracker": index}, [index["ranks"]["save_id"]]
 
 
 def _is_state(value: object) -> bool:

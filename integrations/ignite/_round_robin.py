@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,11 +19,9 @@ class RoundRobin:
         trainer.run(data, max_epochs=10)
         progress.view.train.dataloaders[1].batches.epoch   # batches of captions_loader this epoch
 
-    A loader that runs out drops out of the turn; the epoch ends when all have (Ignite's
-    ``epoch_length`` is the sum of their lengths). ``last_index`` is the loader the latest
-    batch came from. With a ``ProgressHandler`` each loader is tracked as train dataloader
-    ``i`` (its batches and samples in ``view.train.dataloaders[i]``) and a mid-epoch
-    checkpoint resumes every loader at its own position and the turn where it stopped.
+    A loader that runs out drops out of the turn; the epoch ends when all have. ``last_index`` is the
+    loader the latest batch came from. With a ``ProgressHandler`` each is tracked as train dataloader ``i``
+    and a mid-epoch checkpoint resumes each at its own position and the turn where it stopped.
     """
 
     def __init__(self, *loaders: DataLoader[Any]) -> None:
@@ -42,9 +41,7 @@ class RoundRobin:
     def __iter__(self) -> Iterator[Any]:
         iterators = [iter(loader) for loader in self.loaders]  # a resumed loader yields its remaining batches
         skip, self._skip = self._skip, 0
-        for turn, index in enumerate(_turns([len(loader) for loader in self.loaders])):
-            if turn < skip:
-                continue
+        for index in itertools.islice(_turns([len(loader) for loader in self.loaders]), skip, None):
             try:
                 batch = next(iterators[index])
             except StopIteration:

@@ -1,11 +1,5 @@
-"""Putting the record back in line with Ignite when Ignite carried on in a way no event announced.
-
-Ignite announces an exception only to ``Events.EXCEPTION_RAISED`` handlers, and registering
-one would make Ignite swallow the exception, so the handler registers none. An exception
-(handled by the user or not) therefore shows later, as an event that finds a batch or an
-epoch still in flight. These functions close what was cut the way Ignite counted it, record
-the anomaly in the progress and warn once; they never raise.
-"""
+"""Putting the record back in line with Ignite after an exception it announced to no handler of ours
+(docs/ignite.md, "Nothing Ignite does makes a handler raise"). Nothing here raises."""
 
 from __future__ import annotations
 
@@ -34,30 +28,35 @@ class Anomalies:
 
 
 def close_cut_batch(stage: StageProgress, samples: int) -> str:
-    """End a batch left in flight, as Ignite counted it (its ``iteration`` went up before ITERATION_STARTED).
-
-    Returns what was cut ("" if nothing was in flight).
-    """
-    batches = stage.view.batches.lifetime
-    if not batches.in_flight:
+    """End a batch left in flight, as Ignite counted it; return what was cut ("" if nothing)."""
+    if not stage.view.batches.lifetime.in_flight:
         return ""
     index = stage.view.batches.epoch.ready - 1
     stage.batch_end(samples)
     return f"{stage.name} batch {index} cut by an exception (counted, as Ignite counts its iteration)"
 
 
-def close_cut_epoch(stage: StageProgress) -> str:
-    """Close an epoch left in flight as processed early (Ignite goes on with its next epoch)."""
+def process_epoch(stage: StageProgress) -> None:
+    """Mark the epoch in flight processed unless it already is."""
     epochs = stage.view.epochs.lifetime
-    if not epochs.in_flight:
-        return ""
-    batches = stage.view.batches.epoch.completed
-    if epochs.processed != epochs.started:
+    if epochs.in_flight and epochs.processed != epochs.started:
         stage.epoch_processed()
-    stage.epoch_completed()
-    return f"{stage.name} epoch {epochs.ready - 1} ended after {batches} batches"
+
+
+def process_run(progress: Progress) -> None:
+    """Mark the run in flight processed unless it already is."""
+    runs = progress.view.run.counts
+    if runs.in_flight and runs.processed != runs.started:
+        progress.run_processed()
 
 
 def close_cut(stage: StageProgress, samples: int) -> str:
-    """Close the batch and the epoch left in flight; return what was cut, "" if nothing."""
-    return "; ".join(part for part in (close_cut_batch(stage, samples), close_cut_epoch(stage)) if part)
+    """Close the batch and the epoch left in flight (the epoch as processed early); return what was cut."""
+    cut = close_cut_batch(stage, samples)
+    epochs = stage.view.epochs.lifetime
+    if not epochs.in_flight:
+        return cut
+    ended = f"{stage.name} epoch {epochs.ready - 1} ended after {stage.view.batches.epoch.completed} batches"
+    process_epoch(stage)
+    stage.epoch_completed()
+    return f"{cut}; {ended}" if cut else ended

@@ -1,5 +1,4 @@
-"""The trainer's scheduler and AMP-skipped steps: an Ignite param-scheduler handler's calls by a handler of the
-tracker's own on each event it is attached to; a torch scheduler's and a GradScaler's by ``tracker_core.adapter``."""
+"""The trainer's scheduler and AMP-skipped steps (docs/ignite.md)."""
 
 from __future__ import annotations
 
@@ -19,9 +18,8 @@ def count_trainer_steps(
     scaler: torch.amp.GradScaler | None,
     schedulers: Sequence[object],
 ) -> Callable[[], None]:
-    """Count now each call of the handlers among ``schedulers`` (``ValueError`` for one on no event of ``engine``) and,
-    with a ``scaler``, check for skips at each ITERATION_COMPLETED. Returns what to call at each STARTED, once a
-    checkpoint restored the objects: it counts the torch schedulers' steps and the skips from their state then."""
+    """Count the calls of the param-scheduler handlers among ``schedulers`` and, with a ``scaler``, skips at each
+    ITERATION_COMPLETED. Returns what starts counting the torch schedulers and skips, at STARTED (after a load)."""
     torch_schedulers = [s for s in schedulers if isinstance(s, torch.optim.lr_scheduler.LRScheduler)]
     for handler in (s for s in schedulers if s not in torch_schedulers):
         events = [event for event in Events if callable(handler) and engine.has_event_handler(handler, event)]
