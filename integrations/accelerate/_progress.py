@@ -107,9 +107,7 @@ class AcceleratorProgress:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled without the display (it holds a stream); optimizers pickle without torch's step hooks."""
-        state = self.__dict__.copy()
-        state.update(_display=None, _hooked_optimizers=0, _check_skips=no_scaler)
-        return state
+        return {**self.__dict__, "_display": None, "_hooked_optimizers": 0, "_check_skips": no_scaler}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Register with the unpickled Accelerator; optimizers are hooked again when the next loop begins."""
