@@ -1,7 +1,4 @@
-"""Hugging Face Accelerate adapter: ``AcceleratorProgress`` and its ``Fit`` drive the loops and ride ``save_state``/``load_state``.
-
-See docs/accelerate.md.
-"""
+"""Hugging Face Accelerate adapter: ``AcceleratorProgress`` and its ``Fit`` drive the loops (docs/accelerate.md)."""
 
 from tracker_core.integrations._extra import require
 

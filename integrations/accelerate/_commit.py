@@ -1,16 +1,11 @@
-"""The commit of a ``save_state`` by a progress registered for checkpointing, run in its ``state_dict()``.
-
-Accelerate calls a registered object's ``state_dict()`` on every process once that process wrote its own
-files, with no barrier between the processes. Each process then writes its ``progress_tracker_{rank}.pt``;
-rank 0 waits until every other rank's file of this save is in the folder (a bounded wait, not a barrier: a
-``save_state`` called on the main process only must not hang) and writes its own last, listing the size and
-CRC-32 of every other file then in the folder (``accelerate_checkpoint.folder_files``).
-"""
+"""The commit of a ``save_state`` by a progress registered for checkpointing, run in its ``state_dict()``
+(docs/accelerate.md, "How resume works": rank 0 writes its file last, listing the folder)."""
 
 from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import replace
 
 import torch
@@ -21,19 +16,25 @@ PATIENCE_S = 60.0  # how long rank 0 waits for the other processes' progress fil
 _POLL_S = 0.02
 
 
-def commit(directory: str, saved: checkpoint.SavedProgress) -> list[int]:
-    """Write this process's progress file of the save ``saved``; on rank 0 the commit, listing the folder.
-    Returns the ranks whose file of this save did not come within ``PATIENCE_S`` (rank 0 only): the commit
-    does not list them, so ``load_state`` refuses the folder."""
+def commit(directory: str, saved: checkpoint.SavedProgress) -> None:
+    """Write this process's progress file of the save ``saved``; on rank 0 the commit, listing the folder, and a
+    warning naming the ranks whose file did not come within ``PATIENCE_S`` (``load_state`` refuses the folder)."""
     if saved.rank != 0:
         checkpoint.write(directory, saved.rank, saved)
-        return []
+        return
     missing = _wait_for_ranks(directory, saved)
     files = checkpoint.folder_files(directory)
     for rank in missing:  # an older save's file: not this one's
         files.pop(checkpoint.file_name(rank), None)
     checkpoint.write(directory, 0, replace(saved, folder=files))
-    return missing
+    if missing:
+        warnings.warn(
+            f"accelerator.save_state({directory!r}): the progress file of rank(s) {missing} did not come "
+            f"within {PATIENCE_S:g} s (save_state called on the main process only, or those processes "
+            "failed), so the commit leaves them out and load_state refuses this folder",
+            RuntimeWarning,
+            stacklevel=6,
+        )
 
 
 def _wait_for_ranks(directory: str, saved: checkpoint.SavedProgress) -> list[int]:

@@ -38,11 +38,8 @@ def drop_iterator(loader: Any) -> None:
 
 
 def create_seedable_generator(loader: object) -> None:
-    """Give a ``SeedableRandomSampler`` the generator its first ``iter`` would create.
-
-    It creates it lazily, so a fresh loader would lack a generator its checkpoint has.
-    Harmless: the sampler reseeds it (``initial_seed + epoch``) whenever it starts.
-    """
+    """Give a ``SeedableRandomSampler`` the generator its first ``iter`` would create (and reseeds), so a fresh
+    loader has the generator its checkpoint has."""
     batch_sampler = getattr(loader, "batch_sampler", None)
     for sampler in (getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
         if isinstance(sampler, SeedableRandomSampler) and sampler.generator is None:

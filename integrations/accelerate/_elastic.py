@@ -1,10 +1,8 @@
-"""Loading an Accelerate checkpoint on another number of processes: what is supported, and
-Accelerate's own pass counters after the core mapped the data position (docs/accelerate.md)."""
+"""Loading an Accelerate checkpoint on another number of processes (docs/accelerate.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from tracker_core import ProgressStateError
@@ -30,23 +28,16 @@ def check_supported(accelerator: Any, saved_world_size: int) -> None:
         )
 
 
-@dataclass(frozen=True)
-class MappedPasses:
-    """The re-entered train passes after an elastic load (``view.resume_mapping``)."""
-
-    step: int | None  # accelerator.step (micro-batches of the running pass) to set; None: Accelerate's restore stands
-    finished: dict[int, bool]  # train loader index -> nothing is left of its pass at the new geometry
-
-    @classmethod
-    def of(cls, mapping: Mapping[str, Any] | None, loaders: Mapping[int, Any]) -> MappedPasses:
-        """From the core's mapping record and the prepared train loaders (index -> loader)."""
-        if mapping is None or not mapping["train_loaders"]:
-            return cls(None, {})
-        finished = {}
-        step = 0  # a finished pass ended its dataloader, which reset Accelerate's counter
-        for record in mapping["train_loaders"]:
-            loader = loaders[record["index"]]
-            finished[record["index"]] = record["batches_consumed"] == len(getattr(loader, "base_dataloader", loader))
-            if not finished[record["index"]]:
-                step = record["batches_consumed"]
-        return cls(step, finished)
+def mapped_passes(mapping: Mapping[str, Any] | None, loaders: Mapping[int, Any]) -> tuple[int | None, dict[int, bool]]:
+    """The re-entered train passes after an elastic load (``view.resume_mapping``; ``loaders``: index -> loader):
+    the ``accelerator.step`` to set (None: Accelerate's restore stands) and, by index, whether a pass is over."""
+    if mapping is None or not mapping["train_loaders"]:
+        return None, {}
+    finished = {}
+    step = 0  # a finished pass ended its dataloader, which reset Accelerate's counter
+    for record in mapping["train_loaders"]:
+        loader = loaders[record["index"]]
+        finished[record["index"]] = record["batches_consumed"] == len(getattr(loader, "base_dataloader", loader))
+        if not finished[record["index"]]:
+            step = record["batches_consumed"]
+    return step, finished

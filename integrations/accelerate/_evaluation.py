@@ -34,16 +34,13 @@ class EvaluationPasses:
         self._tokens = tokens
         self._rng_check = rng_check
         self.open: Evaluation | None = None  # the open evaluation pass
-        # The global RNGs when the open evaluation epoch began: one saved mid-way restarts from
-        # its first batch after a resume, drawing from these as the uninterrupted run did.
-        self.restored_rng: tuple[str, GlobalRng] | None = None
+        self.restored_rng: tuple[str, GlobalRng] | None = None  # load_state's: the RNGs a saved evaluation began with
 
     def run(
         self, stage: StageProgress, loader: Iterable[Batch], index: int, begin_run: Callable[[str], bool]
     ) -> Generator[Batch, None, None]:
-        """One evaluation epoch; ``begin_run(kind)`` begins a run of its own outside a fit (False inside one). It touches
-        no RNG: the run draws what it would draw without the adapter. Its RNGs at the start are kept, so that one
-        saved mid-way (an unfinished evaluation restarts from its first batch after a resume) draws again what it drew."""
+        """One evaluation epoch; ``begin_run(kind)`` begins a run of its own outside a fit (False inside one). It
+        touches no RNG; its RNGs at the start are saved, so one saved mid-way restarts drawing what it drew."""
         self.end_left_open()
         self._rng_check.forget()  # an evaluation before any train pass after a load: its draws are not compared
         restored, self.restored_rng = self.restored_rng, None
@@ -74,24 +71,24 @@ class EvaluationPasses:
                 if self.open is evaluation:
                     self._end_batch(evaluation)
         except GeneratorExit:  # the loop body left: the epoch was cut short
-            if self.open is evaluation:
-                self._end(evaluation)
-            raise
-        if self.open is evaluation:
             self._end(evaluation)
+            raise
+        self._end(evaluation)
 
     def end_left_open(self) -> None:
         """End an evaluation pass left while kept suspended (a frame held by an exception's traceback
         keeps it open), as a break would, when another loop begins or the fit run ends."""
-        if self.open is not None:
-            self._end(self.open)
+        self._end(self.open)
 
     def _end_batch(self, evaluation: Evaluation) -> None:
         evaluation.stage.batch_end(evaluation.samples, evaluation.loader)
         self._tokens[evaluation.stage.name](evaluation.batch)
         evaluation.samples, evaluation.batch = -1, None
 
-    def _end(self, evaluation: Evaluation) -> None:
+    def _end(self, evaluation: Evaluation | None) -> None:
+        """End ``evaluation`` if it is the open one."""
+        if evaluation is None or evaluation is not self.open:
+            return
         self.open = None
         if evaluation.samples >= 0:
             self._end_batch(evaluation)

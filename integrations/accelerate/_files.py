@@ -1,12 +1,9 @@
-"""An AcceleratorProgress's files: its progress file in each ``save_state`` folder (with this process's gradients;
-written by the commit of a progress registered for checkpointing), read back and loaded at ``load_state`` before
-Accelerate loads anything, and the fit's heartbeat file."""
+"""An AcceleratorProgress's files: its progress file in each ``save_state`` folder, and the fit's heartbeat."""
 
 from __future__ import annotations
 
 import os
 import re
-import warnings
 from typing import Any
 
 import torch
@@ -64,32 +61,15 @@ class ProgressFiles:
         self.beat()
 
     def commit(self) -> None:
-        """Commit the registered progress's ``save_state`` under way (``_commit.commit``); warn if a rank's file
-        did not come: the commit does not list it, so ``load_state`` refuses the folder."""
-        if self._pending is None:
-            return
-        (directory, saved), self._pending = self._pending, None
-        missing = commit.commit(directory, saved)
-        if missing:
-            warnings.warn(
-                f"accelerator.save_state({directory!r}): the progress file of rank(s) {missing} did not come "
-                f"within {commit.PATIENCE_S:g} s (save_state called on the main process only, or those processes "
-                "failed), so the commit leaves them out and load_state refuses this folder",
-                RuntimeWarning,
-                stacklevel=5,
-            )
+        """Commit the registered progress's ``save_state`` under way (``_commit.commit``)."""
+        if self._pending is not None:
+            (directory, saved), self._pending = self._pending, None
+            commit.commit(directory, saved)
 
     def load(self, models: list[torch.nn.Module], input_dir: str) -> checkpoint.SavedCheckpoint:
-        """At ``load_state``'s pre-hook: validate and load, with the saved gradients, so a bad file leaves all unchanged.
-
-        A committed folder (a registered progress saved it) must be what rank 0's progress file lists: every file
-        there unchanged (``accelerate_checkpoint.commit_problem``); a save cut short or a folder mixing two saves is
-        refused here. Without a commit, this process's file and rank 0's must come from the same save.
-
-        Saved by another number of processes, every saved rank's file is read and the core maps
-        the data position by global samples (``tracker_core/distributed/_elastic.py``); this process takes the
-        rest (gradients, loader epochs, RNGs) from saved rank ``process_index % saved world size``.
-        """
+        """At ``load_state``'s pre-hook: check the folder, validate and load, with the saved gradients, so a bad
+        file leaves all unchanged (docs/accelerate.md, "How resume works" and "Resume on another number of
+        processes")."""
         accelerator = self._accelerator
         found = checkpoint.read_checkpoint(input_dir, accelerator.process_index, accelerator.num_processes)
         entry: dict[str, Any] = found.own.tracker
@@ -116,11 +96,8 @@ def _parameters(models: list[torch.nn.Module]) -> list[torch.nn.Parameter]:
 def _next_save_iteration(accelerator: Any, loaded: int) -> int:
     """The number of the next automatically named ``checkpoint_N``: after the loaded one and after
     any newer folder (one left damaged by a crash, when the run resumed from an older one)."""
-    newest = loaded
     folder = os.path.join(accelerator.project_dir or "", "checkpoints")
-    if accelerator.project_configuration.automatic_checkpoint_naming and os.path.isdir(folder):
-        for name in os.listdir(folder):
-            match = re.fullmatch(r"checkpoint_(\d+)", name)
-            if match:
-                newest = max(newest, int(match.group(1)))
-    return newest + 1
+    automatic = accelerator.project_configuration.automatic_checkpoint_naming
+    names = os.listdir(folder) if automatic and os.path.isdir(folder) else []
+    numbers = [int(match.group(1)) for name in names if (match := re.fullmatch(r"checkpoint_(\d+)", name))]
+    return max([loaded, *numbers]) + 1

@@ -15,9 +15,8 @@ Batch = TypeVar("Batch")
 class Fit:
     """One fit run of ``max_epochs`` train epochs: ``with progress.fit(3) as fit: for epoch in fit.epochs(): ...``.
 
-    Leaving the ``with`` block ends the run in the ledger: completed when every epoch is done, ``stopped_early``
-    when the block is left without an exception before that, ``interrupted`` by a ``KeyboardInterrupt`` (Ctrl-C,
-    or one the program raises itself), ``crashed`` by any other exception. The exception goes on unchanged.
+    Leaving the ``with`` block ends the run in the ledger: completed when every epoch is done, else
+    ``stopped_early``, or ``interrupted`` (``KeyboardInterrupt``) or ``crashed`` (another exception, which goes on).
     """
 
     __slots__ = ("_owner", "max_epochs")
@@ -41,8 +40,7 @@ class Fit:
     def epochs(self) -> Iterator[int]:
         """Yields the 0-based index of each train epoch until ``max_epochs`` are done; the run is then completed.
 
-        After ``load_state`` it continues the restored run: an epoch saved mid-way is yielded again
-        and its :meth:`train` pass yields only the batches not yet trained.
+        After ``load_state`` an epoch saved mid-way is yielded again, its :meth:`train` pass only the batches left.
         """
         owner = self._owner
         if owner._fit is not self:

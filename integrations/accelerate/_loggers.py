@@ -1,11 +1,5 @@
-"""After ``load_state``, the trackers of ``accelerator.init_trackers`` continue at the checkpoint's step.
-
-Accelerate logs at the ``step`` the loop passes to ``accelerator.log``; the adapter takes it to
-be the optimizer steps taken (``progress.view.global_step``, counted after each step): a run
-resumed at step N logs N + 1 first, and the interrupted process logged N + 1 and later too.
-TensorBoard's own purge (``SessionLog.START`` at N + 1, what ``SummaryWriter(purge_step=N + 1)``
-writes) makes its readers drop those. Any other tracker is named in one warning.
-"""
+"""After ``load_state``, the trackers of ``accelerator.init_trackers`` continue at the checkpoint's step
+(docs/accelerate.md, "Trackers after a resume")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The train passes of an AcceleratorProgress's epochs: its prepared train loaders, where each pass began (saved by
-``save_state``) and what ``load_state`` restored of them (Accelerate's pass counters, passes already over)."""
+"""The train passes of an AcceleratorProgress's epochs: its train loaders, their saved and restored pass counters."""
 
 from __future__ import annotations
 
@@ -22,10 +21,9 @@ class TrainPasses:
         self._accelerator = accelerator
         self._tracker = tracker
         self._loaders: dict[int, Any] = {}  # train dataloader index -> the prepared loader
-        self._pass_start: dict[int, int] = {}  # index -> loader.iteration when its last train pass began
+        self._pass_start: dict[int, int | None] = {}  # index -> loader.iteration when its pass of this epoch began
         self._restored_iterations: dict[int, int] = {}  # index -> loader.iteration to set before the next pass
         self._finished: set[int] = set()  # restored mid-epoch after the pass yielded its last batch
-        self._begun: set[int] = set()  # train loaders whose pass began in the current epoch
         self.left: set[int] = set()  # those whose pass the loop left before its end
         self._resumed: dict[int, int] = {}  # index -> batches its pass in the epoch load_state resumes skips
         self._restored_step: int | None = None  # accelerator.step after an elastic load, set when the pass begins
@@ -44,9 +42,7 @@ class TrainPasses:
 
     def refuse_a_second_skip(self, loader: object, index: int) -> None:
         """In the epoch ``load_state`` resumed, raise ``ValueError`` if ``loader`` was made by
-        ``accelerator.skip_first_batches`` (Accelerate's public ``SkipBatchSampler`` or ``SkipDataLoader``, or a
-        prepared loader with ``skip_batches``): the pass of train dataloader ``index`` already skips the batches
-        trained before the checkpoint."""
+        ``accelerator.skip_first_batches``: the pass already skips the batches trained before the checkpoint."""
         resumed = self._resumed.get(index)
         if resumed is None:
             return
@@ -67,23 +63,18 @@ class TrainPasses:
         del self._resumed[index]
 
     def begin(self, loader: Iterable[Any], index: int, note: Callable[[str], None]) -> bool:
-        """Begin the (tracked) pass of dataloader ``index``; False when nothing is left of it (restored after its end)."""
+        """Track ``loader`` and begin its pass; False when nothing is left of it (restored after its end)."""
+        self.track(loader, index)
         if self._restored_step is not None:  # after Accelerate's load_state restored the old geometry's
             self._accelerator.step, self._restored_step = self._restored_step, None
-        pass_start = getattr(loader, "iteration", None)
-        if pass_start is not None:
-            self._pass_start[index] = pass_start
-        self._begun.add(index)
+        pass_start = self._pass_start[index] = getattr(loader, "iteration", None)
         if index not in self._finished:
             return True
         self._finished.discard(index)  # Accelerate's loaders fail on an empty pass (an iterable one raises),
         inner = getattr(loader, "base_dataloader", loader)  # so only the inner loader runs, to spend its position
-        extra = 0
         if start_from_the_beginning(loader):  # Accelerate restored its own state at the pass's end
             iter(inner)  # spends the armed position: built under the checkpoint's RNGs, nothing read
-        else:
-            extra = sum(1 for _ in inner)
-        if extra:
+        elif extra := sum(1 for _ in inner):
             note(f"train dataloader {index}, saved at the end of its pass, yielded {extra} more batches")
         if pass_start is not None:
             loader.iteration = pass_start + 1  # type: ignore[attr-defined]
@@ -91,7 +82,7 @@ class TrainPasses:
 
     def begin_epoch(self) -> None:
         """A train epoch begins: no pass of it has begun or been left."""
-        self._begun.clear()
+        self._pass_start.clear()
         self.left.clear()
 
     def end_epoch(self) -> None:
@@ -108,9 +99,9 @@ class TrainPasses:
         for index in range(max(self._loaders, default=-1) + 1):
             loader = self._loaders.get(index)
             now = getattr(loader, "iteration", None)
-            begun = index in self._begun  # else its flags and pass start are the last epoch's
+            begun = index in self._pass_start  # else its flags are the last epoch's
             finished = begun and bool(getattr(loader, "end_of_dataloader", False))
-            pass_start = self._pass_start.get(index) if begun else None
+            pass_start = self._pass_start.get(index)
             iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished))
         left = sorted(self.left) if self._tracker.progress.view.train.epochs.lifetime.in_flight else []
         if left:
@@ -128,12 +119,12 @@ class TrainPasses:
         passes already over and the batches each pass skips."""
         view = self._tracker.progress.view
         saved = {index: iteration for index, iteration in enumerate(iterations) if iteration is not None}
-        mapped = elastic.MappedPasses.of(view.resume_mapping, self._loaders)
-        self._restored_step = mapped.step if resuming_epoch else None
+        step, finished = elastic.mapped_passes(view.resume_mapping, self._loaders)
+        self._restored_step = step if resuming_epoch else None
         self._restored_iterations = {
             i: it.pass_start if resuming_epoch and it.pass_start is not None else it.now for i, it in saved.items()
         }
-        self._finished = {i for i, it in saved.items() if resuming_epoch and mapped.finished.get(i, it.finished)}
+        self._finished = {i for i, it in saved.items() if resuming_epoch and finished.get(i, it.finished)}
         dataloaders = view.train.dataloaders
         self._resumed = {i: d.batches.epoch for i, d in enumerate(dataloaders) if resuming_epoch and d.batches.epoch}
         if resuming_epoch:
@@ -141,12 +132,8 @@ class TrainPasses:
 
 
 def start_from_the_beginning(loader: object) -> bool:
-    """Drop a position Accelerate's ``load_state`` gave a StatefulDataLoader used for evaluation.
-
-    Accelerate restores every stateful loader mid-way, but an evaluation interrupted by a
-    checkpoint restarts from its first batch; a restored finished state would also make the
-    next epoch build its iterator twice, drawing the global RNG once more. True if it dropped one.
-    """
+    """Drop the position ``load_state`` gave a StatefulDataLoader (an evaluation restarts from its first batch; a
+    pass restored at its end begins the next afresh); True if it dropped one."""
     inner = getattr(loader, "base_dataloader", loader)
     if getattr(inner, "next_iter_state", None) is None:
         return False
@@ -156,9 +143,7 @@ def start_from_the_beginning(loader: object) -> bool:
 
 
 def _warn_if_passes_alternate(iterations: list[checkpoint.LoaderIteration | None], finished: set[int]) -> None:
-    """Accelerate's ``step`` and its gradient sync at the end of a loader follow the most recently begun of the
-    loaders whose pass is still open, and the resumed passes begin in the order the loop asks for them: with a
-    pass open at the save and another open or still to begin, that order can differ from the saving run's."""
+    """Warn when a pass was open at the save and another is open or still to begin (the warning says why)."""
     open_passes = [
         i for i, it in enumerate(iterations) if it is not None and it.pass_start is not None and it.now == it.pass_start
     ]

@@ -1,5 +1,4 @@
-"""``AcceleratorProgress``: counts an ``accelerate.Accelerator``'s loops, which report to it (Accelerate has no
-callbacks), and makes ``save_state`` resume exactly. See docs/accelerate.md."""
+"""``AcceleratorProgress``: counts an ``accelerate.Accelerator``'s loops and makes ``save_state`` resume exactly."""
 
 from __future__ import annotations
 
@@ -41,26 +40,11 @@ class TrainBatch:
 class AcceleratorProgress:
     """Progress of an ``accelerate.Accelerator``'s loops, saved and loaded by its ``save_state``/``load_state``.
 
-    Create it after ``accelerator.prepare(...)``; run the fit in :meth:`fit` and iterate through
-    its ``epochs()`` and ``train()``, and :meth:`evaluate`, :meth:`test` and :meth:`predict`. Optimizer steps
-    are counted on the prepared optimizers' real steps (Accelerate's ``step()`` is a
-    no-op outside a ``sync_gradients`` window). ``save_state`` writes ``progress_tracker_{rank}.pt`` beside
-    Accelerate's files; ``load_state`` validates it before Accelerate loads anything (``ProgressStateError``,
-    nothing loaded). Registered for checkpointing, after your other registered objects
-    (``accelerator.register_for_checkpointing(progress)``), it also commits each save: rank 0's file is written
-    last and lists the folder's files, and ``load_state`` refuses a folder that differs from that list.
-
-    The loops never raise because of the order they are used in: leaving one (``break``, an
-    exception) ends its pass, leaving the ``with`` block ends the fit run, and what the record cannot follow is noted in
-    ``view.anomalies`` with one warning. It pickles (with the Accelerator holding it).
-
-    Each stage counts the tokens of its batches: ``count_tokens(batch)`` (all tokens, or
-    ``(tokens, non_padding_tokens)``) when given, else a batch's ``input_ids`` and ``attention_mask``.
-
-    ``heartbeat``: the path of a file where the main process keeps the fit's heartbeat (from the start of
-    :meth:`fit`, at optimizer steps and at each ``save_state``), read by ``load_state``: the resumed run's
-    ledger then says what the crashed run lost after that checkpoint. None (the default): no file; that loss
-    is ``unknown``.
+    Create it after ``accelerator.prepare(...)``; registered for checkpointing after your other registered objects
+    (recommended), it ends each ``save_state`` with a commit that ``load_state`` checks. Run the fit in :meth:`fit`;
+    evaluate with :meth:`evaluate`, :meth:`test` and :meth:`predict`. ``count_tokens(batch)``: a batch's tokens
+    (all, or ``(tokens, non_padding_tokens)``; default: its ``input_ids`` and ``attention_mask``). ``heartbeat``:
+    the fit's heartbeat file, which ``load_state`` reads to record the work a crash lost. See docs/accelerate.md.
     """
 
     def __init__(
@@ -85,11 +69,9 @@ class AcceleratorProgress:
         self._in_flight: TrainBatch | None = None  # the train batch handed to a loop body
         self._warned = False  # an anomaly warned already
         self._passes = TrainPasses(accelerator, self._tracker)
-        # The global RNGs load_state restored, compared when the fit begins and, if the saved epoch
-        # is resumed, when its first train pass begins (_check_rng_at_pass)
-        self._rng_check = ResumeRngCheck(load="accelerator.load_state")
+        self._rng_check = ResumeRngCheck(load="accelerator.load_state")  # compared when the fit begins
+        self._check_rng_at_pass = False  # and when the first train pass of the resumed epoch begins
         self._evaluations = EvaluationPasses(self._progress, self._tokens, self._rng_check)
-        self._check_rng_at_pass = False
         self._display: Display | None = None  # set by display(); None: the loops show nothing
         attach(accelerator, self._progress)
         accelerator.register_save_state_pre_hook(self._on_save)
@@ -103,29 +85,18 @@ class AcceleratorProgress:
 
     @property
     def next_save_iteration(self) -> int | None:
-        """After ``load_state``: the number automatic checkpoint naming's next ``checkpoint_N`` should take (after
-        the loaded one and any newer folder), None before a load. Accelerate's ``load_state`` leaves
-        ``project_configuration.iteration`` as it was; set it yourself so the next ``save_state()`` does not fail
-        on an existing folder: ``accelerator.project_configuration.iteration = progress.next_save_iteration``."""
+        """After ``load_state`` (None before): the number of the next automatically named ``checkpoint_N``; set
+        ``accelerator.project_configuration.iteration`` to it (docs/accelerate.md, "How resume works")."""
         return self._files.next_save_iteration
 
     def display(self, stream: TextIO | None = None, terminal: bool | None = None, interval: float = 10.0) -> None:
-        """Show the loops' stage, epoch, batch, steps, samples/s and ETA (main process only).
-
-        On a terminal a live line (with rich); elsewhere a line every ``interval`` seconds
-        and at each epoch end, to ``stream`` (standard output by default). See docs/display.md.
-        """
+        """Show the loops' stage, epoch, batch, steps, samples/s and ETA (main process only; docs/display.md)."""
         if self._accelerator.is_main_process:
             self._display = Display(self.view, stream=stream, terminal=terminal, interval=interval)
 
     def state_dict(self) -> dict[str, str]:
-        """What ``accelerator.register_for_checkpointing(progress)`` stores: only a note saying where the
-        progress is. ``save_state`` calls it after writing Accelerate's own files (and the objects registered
-        before this one), and it commits that save: each process writes its ``progress_tracker_{rank}.pt``, and
-        rank 0 its own last, once the other processes' files of this save are in the folder (it waits for them
-        ``PATIENCE_S`` at most, never in a barrier), listing the size and CRC-32 of every other file then
-        in the folder. A rank whose file did not come is left out of the commit, with a warning: ``load_state``
-        refuses the folder (``save_state`` called on the main process only cannot be resumed)."""
+        """What ``register_for_checkpointing(progress)`` stores: a note saying where the progress is. ``save_state``
+        calls it after Accelerate's own files, and it commits the save (docs/accelerate.md, "How resume works")."""
         self._files.commit()
         return dict(_REGISTERED_STATE)
 
@@ -136,9 +107,7 @@ class AcceleratorProgress:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled without the display (it holds a stream); optimizers pickle without torch's step hooks."""
-        state = self.__dict__.copy()
-        state.update(_display=None, _hooked_optimizers=0, _check_skips=no_scaler)
-        return state
+        return {**self.__dict__, "_display": None, "_hooked_optimizers": 0, "_check_skips": no_scaler}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Register with the unpickled Accelerator; optimizers are hooked again when the next loop begins."""
@@ -146,16 +115,7 @@ class AcceleratorProgress:
         attach(self._accelerator, self._progress)
 
     def fit(self, max_epochs: int) -> Fit:
-        """A fit run of ``max_epochs`` train epochs, a context manager (:class:`Fit`)::
-
-            with progress.fit(3) as fit:
-                for epoch in fit.epochs():
-                    for batch in fit.train(train_loader):
-                        ...
-
-        Leaving the ``with`` block ends the run: completed, ``stopped_early``, ``interrupted``
-        (``KeyboardInterrupt``) or ``crashed`` (any other exception) in the run ledger.
-        """
+        """A fit run of ``max_epochs`` train epochs, a context manager: :class:`Fit`."""
         self._hook_optimizers()
         if self._display is not None:
             self._display.set_max_epochs(max_epochs)
@@ -168,10 +128,9 @@ class AcceleratorProgress:
         self._begin_run("fit")
         self._fit = fit
         self._files.beat()  # a process killed before its first save is recorded
-        if self._rng_check.armed:
-            self._rng_check.check("between accelerator.load_state and the fit")
-            if not self._check_rng_at_pass:  # the next epoch begins: what it draws, the uninterrupted run drew
-                self._rng_check.forget()
+        self._rng_check.check("between accelerator.load_state and the fit")  # if one came before
+        if not self._check_rng_at_pass:  # the next epoch begins: what it draws, the uninterrupted run drew
+            self._rng_check.forget()
 
     def _begin_train_epoch(self, epoch: int, max_epochs: int) -> None:
         self._train.epoch_ready()
@@ -183,10 +142,8 @@ class AcceleratorProgress:
         """The ``with`` block of ``fit`` is left: by an exception (``ended``), else before its last epoch or not."""
         if self._fit is not fit:  # completed, or a load_state or another fit took over
             return
-        batch = self._in_flight
-        if ended is not None and batch is not None:  # the exception left the train pass in its body
-            self._passes.left.add(batch.loader)
-            self._end_left_batch(batch)
+        if ended is not None and self._in_flight is not None:  # the exception left the train pass in its body
+            self._leave_pass(self._in_flight)
         self._end_fit(ended or self._left_early())
 
     def _left_early(self) -> str | None:
@@ -198,11 +155,10 @@ class AcceleratorProgress:
     def _end_train_epoch(self) -> None:
         self._end_train_batch()
         self._passes.end_epoch()
-        train = self._train
         epochs = self.view.train.epochs.lifetime
         if epochs.started != epochs.processed:
-            train.epoch_processed()
-            train.epoch_completed()
+            self._train.epoch_processed()
+            self._train.epoch_completed()
 
     def _end_fit(self, ended: str | None = None) -> None:
         """End the fit run: completed, or ``ended`` (``crashed``, ``interrupted``, ``stopped_early``) in the run ledger."""
@@ -229,25 +185,21 @@ class AcceleratorProgress:
     def train(self, loader: Iterable[Batch], index: int = 0, *, with_index: bool = False) -> Iterator[Any]:
         """One train epoch's pass over the prepared ``loader`` (train dataloader number ``index``).
 
-        With ``with_index=True`` it yields ``(batch_index, batch)``: the 0-based index of the
-        batch among this loader's batches of the epoch, counting those trained before a resume
-        (``enumerate`` would restart at 0). A batch is ready and started when fetched,
-        processed and completed when the loop body hands control back or another pass fetches
-        (passes over several loaders may alternate). A ``save_state`` inside the body counts
-        the current batch as processed: save after the batch's step, as Accelerate's examples do.
-        In the epoch ``load_state`` resumed, the pass already skips the batches trained before the
-        checkpoint: a loader made by ``accelerator.skip_first_batches`` is refused there (``ValueError``,
-        before a batch is fetched).
+        ``with_index=True`` yields ``(batch_index, batch)``, counting the loader's batches of the epoch trained
+        before a resume too. A ``save_state`` in the loop body counts the batch as trained: save after its step.
+        In the epoch ``load_state`` resumed, the pass skips the batches already trained, and refuses a loader made
+        by ``accelerator.skip_first_batches`` (``ValueError``). See docs/accelerate.md.
         """
         return self._shown(self._train_pass(loader, index, with_index), "train", loader)
 
     def _begin_pass(self, loader: Iterable[Any], index: int) -> bool:
         """Begin the train pass of dataloader ``index``; False when nothing is left of it (restored after its end)."""
         self._passes.refuse_a_second_skip(loader, index)
-        if self._rng_check.armed:
-            self._first_pass_after_load()
+        if self._check_rng_at_pass:  # it resumes the saved epoch: nothing may have drawn since the load
+            where = "between accelerator.load_state and the first train pass of the resumed epoch"
+            self._rng_check.check(f"{where} (e.g. in the epoch loop's body before it)", last=True)
+        self._rng_check.forget()  # else a new epoch draws first
         self._hook_optimizers()
-        self._passes.track(loader, index)
         return self._passes.begin(loader, index, self._note)
 
     def _train_pass(self, loader: Iterable[Batch], index: int, with_index: bool) -> Generator[Any, None, None]:
@@ -291,24 +243,16 @@ class AcceleratorProgress:
                     yield batch
                 over = True
         except GeneratorExit:  # the loop body left (break, exception)
-            self._end_left_batch(mine)
-            self._passes.left.add(index)
+            self._leave_pass(mine)
             raise
         finally:  # the pass ended, or its loader raised: the last batch's step is over
             if self._in_flight is mine and over:
                 self._end_train_batch()
 
-    def _first_pass_after_load(self) -> None:
-        """The first train pass after ``load_state``: if it resumes the saved epoch, nothing may have drawn
-        since the load (the uninterrupted run went on with the next batch); a new epoch draws first."""
-        if self._check_rng_at_pass:
-            where = "between accelerator.load_state and the first train pass of the resumed epoch"
-            self._rng_check.check(f"{where} (e.g. in the epoch loop's body before it)", last=True)
-        self._rng_check.forget()
-
-    def _end_left_batch(self, mine: TrainBatch) -> None:
-        """End a pass's batch when its loop body left: trained if Accelerate's ``accumulate`` saw it or an
-        optimizer stepped (as after a ``break`` at the end of the body), else undone (its data not consumed)."""
+    def _leave_pass(self, mine: TrainBatch) -> None:
+        """The loop body left a pass: its batch is trained if Accelerate's ``accumulate`` saw it or an optimizer
+        stepped (as after a ``break`` at the end of the body), else undone (its data not consumed)."""
+        self._passes.left.add(mine.loader)
         if self._in_flight is not mine:
             return
         if mine.processed or mine.step != self._accelerator.step or self._train.stepped_in_batch:
@@ -362,11 +306,8 @@ class AcceleratorProgress:
         return True
 
     def track_train_loader(self, loader: object, index: int = 0) -> None:
-        """Make the prepared train ``loader`` (train dataloader number ``index``) resumable mid-epoch.
-
-        :meth:`train` does this itself; call it before ``load_state`` so that a saved loader
-        position that does not fit this loader is refused there, before anything is loaded.
-        """
+        """Make the prepared train ``loader`` (train dataloader number ``index``) resumable mid-epoch, as :meth:`train`
+        does; before ``load_state``, so that a saved position that does not fit it is refused there."""
         self._passes.track(loader, index)
 
     def _hook_optimizers(self) -> None:
