@@ -28,7 +28,6 @@ from tracker_core.data._rng import (
     restore_rng_state,
 )
 from tracker_core.data._sampler_replay import SamplerReplay
-from tracker_core.data._samplers import read_distributed
 from tracker_core.data._saved_loader import STATE_VERSION, read_header
 from tracker_core.data._strategy import LoaderKind, Strategy, is_stateful
 from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook
@@ -39,7 +38,6 @@ __all__ = [
     "LoaderPosition",
     "SlowResumeWarning",
     "capture_rng_state",
-    "read_distributed",
     "restore_rng_state",
 ]
 
