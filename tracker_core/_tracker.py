@@ -13,7 +13,7 @@ from tracker_core._errors import InexactResumeWarning, ProgressStateError
 from tracker_core.counting import _clock
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
-from tracker_core.data._compact import check_bases, compact_loader, compact_rng, expand_loader, expand_rng
+from tracker_core.data._compact import check_bases, compact_rng, expand_loader, expand_rng
 from tracker_core.data._epoch import EpochRecord
 from tracker_core.data._position import LoaderPosition, _ParsedState
 from tracker_core.data._rng import GlobalRng
@@ -137,7 +137,7 @@ class Tracker:
                 consumed = counts[index].batches.total - counts[index].batches.epoch_base
             position = self._loaders.get(index)
             if position is not None:
-                loaders.append(compact_loader(position._plain_state_dict(consumed), rng))
+                loaders.append(position.state_dict(batches_consumed=consumed, rng=rng))
             else:
                 loaders.append({"kind": "untracked"})
                 if consumed and self.view.train.is_mid_epoch:

@@ -399,7 +399,8 @@ def _candidates(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
                 raise CheckpointFileError(str(error)) from None
         if not path.is_dir() or _is_checkpoint_folder(path):
             return [path]
-        return list(_scan(path))
+        found = urls.scan(os.walk(path), _is_checkpoint_folder, _CHECKPOINT_SUFFIXES, os.path.join)
+        return [Path(file) for file in found]  # symbolic links to folders are not followed
     return [_local_or_url(p) for p in paths]
 
 
@@ -422,20 +423,7 @@ def _read_url(url: str) -> ProgressCheckpoint:
         raise CheckpointFileError(str(error)) from None
 
 
-def _scan(root: Path) -> list[Path]:
-    """Checkpoint files (by suffix) and checkpoint folders anywhere under ``root``; a checkpoint folder's
-    own files are not candidates (symbolic links to folders are not followed)."""
-    found: list[Path] = []
-    for folder, subfolders, files in os.walk(root):
-        inside = Path(folder)
-        checkpoint_folders = [name for name in subfolders if _is_checkpoint_folder(inside / name)]
-        found.extend(inside / name for name in checkpoint_folders)
-        subfolders[:] = sorted(name for name in subfolders if name not in checkpoint_folders)
-        found.extend(inside / name for name in files if name.endswith(_CHECKPOINT_SUFFIXES))
-    return found
-
-
-def _is_checkpoint_folder(path: Path) -> bool:
+def _is_checkpoint_folder(path: str | Path) -> bool:
     try:
         return _folder_kind(os.listdir(path)) is not None
     except OSError:

@@ -64,19 +64,35 @@ def candidates(url: str, folder_kind: Callable[[Iterable[str]], str | None], suf
     """The URL itself if it is a file or a checkpoint folder, else the checkpoint files (by suffix) and checkpoint
     folders anywhere under it, as URLs that start with ``url``."""
     filesystem, root = _filesystem(url)
+
+    def is_checkpoint_folder(path: str) -> bool:
+        return folder_kind(_names(filesystem, path)) is not None
+
     try:
-        if not filesystem.isdir(root) or folder_kind(_names(filesystem, root)) is not None:
+        if not filesystem.isdir(root) or is_checkpoint_folder(root):
             return [url]
-        found: list[str] = []
-        for folder, subfolders, files in filesystem.walk(root):
-            inside = [name for name in subfolders if folder_kind(_names(filesystem, posixpath.join(folder, name)))]
-            found.extend(posixpath.join(folder, name) for name in inside)
-            subfolders[:] = sorted(name for name in subfolders if name not in inside)
-            found.extend(posixpath.join(folder, name) for name in files if name.endswith(suffixes))
+        found = scan(filesystem.walk(root), is_checkpoint_folder, suffixes, posixpath.join)
     except Exception as error:  # whatever the storage raises: the URL cannot be listed
         raise UrlProblem(f"{url}: cannot be listed ({type(error).__name__}: {error})") from None
     base = url.rstrip("/")
     return [base + "/" + posixpath.relpath(path, root) for path in found]
+
+
+def scan(
+    walk: Iterable[tuple[str, list[str], list[str]]],
+    is_checkpoint_folder: Callable[[str], bool],
+    suffixes: tuple[str, ...],
+    join: Callable[[str, str], str],
+) -> list[str]:
+    """Checkpoint files (by suffix) and checkpoint folders in ``walk`` (``os.walk``'s form, local or fsspec's);
+    a checkpoint folder's own files are not candidates."""
+    found: list[str] = []
+    for folder, subfolders, files in walk:
+        inside = [name for name in subfolders if is_checkpoint_folder(join(folder, name))]
+        found.extend(join(folder, name) for name in inside)
+        subfolders[:] = sorted(name for name in subfolders if name not in inside)
+        found.extend(join(folder, name) for name in files if name.endswith(suffixes))
+    return found
 
 
 def modified(url: str) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 import tracker_core.checkpoints._urls as urls
 from tracker_core._errors import ProgressStateError
 from tracker_core.checkpoints import CheckpointFileError, ProgressCheckpoint, _load, _local_or_url, _mode
-from tracker_core.state._model_lifetime import BUFFER, lifetimes_in
+from tracker_core.state._model_lifetime import BUFFER, lifetimes_in, train_batches
 
 FORMAT = "weights"
 _WEIGHT_FILE = re.compile(r"(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)")  # Accelerate's save_model
@@ -41,7 +41,7 @@ def _read_local(path: Path) -> ProgressCheckpoint | None:
             found[prefix + location] = state
     if not found:
         return None
-    location = max(found, key=lambda key: _train_batches(found[key]))
+    location = max(found, key=lambda key: train_batches(found[key]))
     described = f"{location} (the model's lifetime, tracker_core.track_lifetime; {len(found)} found)"
     return ProgressCheckpoint(path, FORMAT, described, ({"progress": found[location]},))
 
@@ -98,7 +98,3 @@ def _located(where: str, weights: Mapping[Any, Any], file: Path) -> dict[str, di
         return {f"{where}[{name!r}]": state for name, state in lifetimes_in(named).items()}
     except ProgressStateError as error:
         raise CheckpointFileError(f"{file}: damaged model lifetime at {where}: {error}") from None
-
-
-def _train_batches(state: Mapping[str, Any]) -> int:
-    return int(state["stages"]["train"]["batches"]["lifetime"]["completed"])

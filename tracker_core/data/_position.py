@@ -28,7 +28,6 @@ from tracker_core.data._rng import (
     restore_rng_state,
 )
 from tracker_core.data._sampler_replay import SamplerReplay
-from tracker_core.data._samplers import read_distributed
 from tracker_core.data._saved_loader import STATE_VERSION, read_header
 from tracker_core.data._strategy import LoaderKind, Strategy, is_stateful
 from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook
@@ -39,7 +38,6 @@ __all__ = [
     "LoaderPosition",
     "SlowResumeWarning",
     "capture_rng_state",
-    "read_distributed",
     "restore_rng_state",
 ]
 
@@ -122,14 +120,11 @@ class LoaderPosition:
 
     # --- saving -------------------------------------------------------------------------
 
-    def state_dict(self, *, batches_consumed: int) -> dict[str, Any]:
+    def state_dict(self, *, batches_consumed: int, rng: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Plain data: what fixed the most recently begun epoch, plus ``batches_consumed``, that epoch's batches whose
         training steps completed (between epochs, the finished epoch's length). ``ValueError`` if it is negative,
-        above an epoch's length, or nonzero before any batch was drawn."""
-        return compact_loader(self._plain_state_dict(batches_consumed))
-
-    def _plain_state_dict(self, batches_consumed: int) -> dict[str, Any]:
-        """:meth:`state_dict` in version 1 (plain base64 blobs), before ``tracker_core/data/_compact.py``."""
+        above an epoch's length, or nonzero before any batch was drawn. ``rng``: the global RNG snapshot saved
+        beside it, if any (``tracker_core/data/_compact.py`` writes the epoch's RNG as a delta of it)."""
         if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, int):
             raise TypeError(f"batches_consumed must be an int, got {type(batches_consumed).__name__}")
         if batches_consumed < 0:
@@ -154,7 +149,7 @@ class LoaderPosition:
         fast_forward = self._site.cursor.fast_forward
         if fast_forward is not None:
             state["fast_forward"] = fast_forward.to_plain()
-        return state
+        return compact_loader(state, rng)
 
     def distributed_info(self) -> dict[str, Any] | None:
         """The DistributedSampler in the sampler chain (``DISTRIBUTED_KEYS``); without exactly one, the

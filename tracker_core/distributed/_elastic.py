@@ -16,8 +16,9 @@ import torch.distributed as dist
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.counting._counts import PhaseCounts
-from tracker_core.data._position import LoaderPosition, read_distributed
-from tracker_core.distributed._loader_summary import read_summary, sharding, summarize_loader
+from tracker_core.data._position import LoaderPosition
+from tracker_core.data._samplers import read_distributed
+from tracker_core.distributed._loader_summary import check_same_order, read_summary, summarize_loader
 from tracker_core.distributed._rank_files import RankFiles, is_index
 from tracker_core.distributed._sharded import is_batch_sharded, samples_read
 from tracker_core.state._codec import check_plain
@@ -232,9 +233,11 @@ def _checked_summary(
     if summaries is None:  # every rank's entry at hand: rank 0's against this loader first, then the ranks' agreement
         first = ranks[0].get("train_loaders") if isinstance(ranks[0], Mapping) else None
         if isinstance(first, list) and index < len(first) and isinstance(first[index], Mapping):
-            _check_against(read_distributed(first[index].get("distributed"), first_key), mine, first_key)
+            saved = read_distributed(first[index].get("distributed"), first_key)
+            if saved is not None:  # not mappable: summarize_loader names it
+                check_same_order(saved, mine, first_key, "this loader has")
     summary = summarize_loader(ranks, index) if summaries is None else read_summary(summaries, index, saved_size)
-    _check_against(summary["distributed"], mine, first_key)
+    check_same_order(summary["distributed"], mine, first_key, "this loader has")
     return summary
 
 
@@ -253,19 +256,6 @@ def _uneven_ranks(summary: Mapping[str, Any], saved_size: int) -> list[str]:
         f"ranks saved at different batch counts ({by_rank}); resumed from the smallest, so the "
         f"{summary['ahead'] * summary['batch_size']} samples the ranks ahead had trained are trained again"
     ]
-
-
-def _check_against(saved: Mapping[str, Any] | None, mine: Mapping[str, Any], key: str) -> None:
-    """Rank 0's saved sharding (``key``) agrees with this loader's where a mapping needs it."""
-    if saved is None:
-        return  # not mappable: summarize_loader names it
-    if is_batch_sharded(saved) != is_batch_sharded(mine):
-        raise ProgressStateError(key, f"saved {sharding(saved)}; this loader is {sharding(mine)}")
-    for name in ("seed", "shuffle", "dataset_size"):
-        if saved[name] != mine[name]:
-            raise ProgressStateError(
-                f"{key}.{name}", f"saved with {name}={saved[name]!r}; this loader's sampler has {mine[name]!r}"
-            )
 
 
 def _samples_read(info: Mapping[str, Any], batches: int) -> int:

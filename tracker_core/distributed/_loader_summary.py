@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.data._position import read_distributed
+from tracker_core.data._samplers import read_distributed
 from tracker_core.distributed._sharded import is_batch_sharded
 from tracker_core.state._readers import read_int, read_list, read_mapping
 
@@ -80,8 +80,7 @@ def _check_with_first(
     saved_size: int,
 ) -> None:
     """Rank ``rank``'s loader ``state`` and its sharding ``saved`` agree with rank 0's sharding ``first``."""
-    if is_batch_sharded(saved) != is_batch_sharded(first):
-        raise ProgressStateError(f"{state_key}.distributed", f"saved {sharding(saved)}; rank 0 saved {sharding(first)}")
+    check_same_order(saved, first, f"{state_key}.distributed", "rank 0 saved")
     if is_batch_sharded(saved) and state.get("kind") != "sampler_replay":
         raise ProgressStateError(
             f"{state_key}.kind",
@@ -92,12 +91,6 @@ def _check_with_first(
             f"{state_key}.distributed.rank",
             f"saved by rank {saved['rank']} of {saved['num_replicas']}, listed as rank {rank} of {saved_size}",
         )
-    for name in ("seed", "shuffle", "dataset_size"):
-        if saved[name] != first[name]:
-            raise ProgressStateError(
-                f"{state_key}.distributed.{name}",
-                f"saved with {name}={saved[name]!r}; rank 0 saved {first[name]!r}",
-            )
     if saved["batch_size"] != first["batch_size"]:
         raise ProgressStateError(f"{state_key}.distributed.batch_size", "ranks saved different batch sizes")
 
@@ -138,5 +131,17 @@ def read_summary(summaries: Sequence[object], index: int, saved_size: int) -> di
     }
 
 
-def sharding(info: Mapping[str, Any]) -> str:
-    return "sharded by batches" if is_batch_sharded(info) else "with a DistributedSampler"
+def check_same_order(saved: Mapping[str, Any], other: Mapping[str, Any], key: str, other_name: str) -> None:
+    """The sharding ``saved`` (at ``key``) and ``other`` (``other_name``: "rank 0 saved", "this loader has") shard
+    and order an epoch alike."""
+    if is_batch_sharded(saved) != is_batch_sharded(other):
+        raise ProgressStateError(key, f"saved {_sharding(saved)}; {other_name} {_sharding(other)}")
+    for name in ("seed", "shuffle", "dataset_size"):
+        if saved[name] != other[name]:
+            raise ProgressStateError(
+                f"{key}.{name}", f"saved with {name}={saved[name]!r}; {other_name} {name}={other[name]!r}"
+            )
+
+
+def _sharding(info: Mapping[str, Any]) -> str:
+    return "sharding by batches" if is_batch_sharded(info) else "a DistributedSampler"

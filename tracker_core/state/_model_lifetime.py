@@ -56,8 +56,8 @@ def bind_lifetime(model: torch.nn.Module, progress: Progress) -> bool:
     for module in tracked:
         bindings: list[Progress] = getattr(module, _BINDINGS)
         bindings[:] = [progress]
-    furthest = max((state for state in saved if state is not None), key=_train_batches, default=None)
-    if furthest is None or _train_batches(furthest) <= progress.view.train.batches.lifetime.completed:
+    furthest = max((state for state in saved if state is not None), key=train_batches, default=None)
+    if furthest is None or train_batches(furthest) <= progress.view.train.batches.lifetime.completed:
         return False
     progress.load_lifetime(furthest)
     return True
@@ -99,7 +99,8 @@ def without_lifetime(weights: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in weights.items() if name.rpartition(".")[2] != BUFFER}
 
 
-def _train_batches(state: Mapping[str, Any]) -> int:
+def train_batches(state: Mapping[str, Any]) -> int:
+    """The lifetime's completed train batches: the furthest lifetime has the most."""
     return int(state["stages"]["train"]["batches"]["lifetime"]["completed"])
 
 
