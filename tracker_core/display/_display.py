@@ -1,11 +1,5 @@
-"""A live progress display that reads counts only through a ``ProgressView``.
-
-The framework adapters tell it which stage is running, the totals only they know
-(max epochs, batches per epoch) and, optionally, the metrics their own bars show; every
-count it shows comes from the view. Rates come from rich's progress tasks. On a terminal
-it draws a rich ``Live`` line; elsewhere (CI logs) it prints the same line every
-``interval`` seconds and at every epoch end.
-"""
+"""The live progress display (docs/display.md): every count it shows comes from a ``ProgressView``; the adapter
+tells it the running stage, the totals only the framework knows and, optionally, the metrics to show."""
 
 from __future__ import annotations
 
@@ -88,10 +82,8 @@ def _clock_time(seconds: float) -> str:
 class Display:
     """Shows the progress of ``view``; the adapter calls :meth:`update` after each batch.
 
-    ``terminal``: draw a live line (needs rich) rather than plain lines; ``None``
-    asks ``stream.isatty()``. ``interval``: seconds between plain lines. ``metrics``:
-    called with a line's name when that line is drawn, returns the metrics to show on it
-    (a framework's logged values); what it raises is warned about once and shows nothing.
+    ``terminal``: draw a live line (needs rich; ``None`` asks ``stream.isatty()``), else plain lines every
+    ``interval`` seconds. ``metrics(name)``: the metrics line ``name`` shows (what it raises is warned once).
     """
 
     def __init__(
@@ -142,9 +134,7 @@ class Display:
     def update(self, stage: str, name: str | None = None) -> None:
         """``stage`` is running, shown as ``name`` (default: the stage): redraw or print a line when due
         (cheap otherwise)."""
-        if (name or stage) != self._name:
-            self._switch(stage, name or stage)
-        now = self._clock()
+        now = self._now_on(stage, name or stage)
         if now >= self._sample_due:
             self._measure(now)
             if now >= self._due:
@@ -152,18 +142,9 @@ class Display:
 
     def epoch_end(self, stage: str, name: str | None = None) -> None:
         """An epoch of ``stage`` has done its batches: show its final line (kept on a terminal)."""
-        if (name or stage) != self._name:
-            self._switch(stage, name or stage)
-        now = self._clock()
+        now = self._now_on(stage, name or stage)
         self._measure(now)
-        line = format_status(self._status())
-        if self._live is not None:
-            self._live.stop()
-            self._live.print(line)
-            self._due = now
-        else:
-            self._write(line)
-            self._due = now + self._interval
+        self._show(now, final=True)
 
     def iterate(self, batches: Generator[Batch, None, None], stage: str, per_epoch: int | None) -> Iterator[Batch]:
         """A loop's pass over one epoch of ``stage``, shown after each batch and at its end.
@@ -245,6 +226,12 @@ class Display:
             warnings.warn(f"progress display: reading the metrics failed ({error!r}); none are shown", stacklevel=2)
             return ()
 
+    def _now_on(self, stage: str, name: str) -> float:
+        """The clock, with line ``name`` (of ``stage``) the running one."""
+        if name != self._name:
+            self._switch(stage, name)
+        return self._clock()
+
     def _switch(self, stage: str, name: str) -> None:
         """Another line runs now: the last one's rates are measured up to now and its clock stops."""
         now = self._clock()
@@ -263,14 +250,20 @@ class Display:
             meter.resume()
         self._sample_due = 0.0
 
-    def _show(self, now: float) -> None:
+    def _show(self, now: float, *, final: bool = False) -> None:
+        """Draw the line (``final``: kept on a terminal) or print it, and set when the next is due."""
         status = self._status()
-        if self._live is not None:
-            self._live.show(format_status(status), status.batch, status.batches)
+        line = format_status(status)
+        if self._live is None:
+            self._write(line)
+            self._due = now + self._interval
+        elif final:
+            self._live.stop()
+            self._live.print(line)
             self._due = now
         else:
-            self._write(format_status(status))
-            self._due = now + self._interval
+            self._live.show(line, status.batch, status.batches)
+            self._due = now
 
     def _write(self, line: str) -> None:
         write_line(self._stream, line)
