@@ -187,8 +187,9 @@ class Tracker:
         loaded = self._parse_entry(entry)
         # Everything that needs no loader is valid. A loader part waiting for its loader (registered after
         # the load, as Lightning and Ignite do) is checked against it then: until then, keep what to undo.
+        pending = {index: part for index, part in loaded.parts.items() if index not in loaded.ready}
         undo = None
-        if loaded.pending:
+        if pending:
             undo = _Undo(
                 parse(self.progress.state_dict()),
                 GlobalRng.capture(),
@@ -203,7 +204,7 @@ class Tracker:
             if undo is not None:
                 undo.keep(position)
             position._apply(parsed)
-        self._pending = loaded.pending
+        self._pending = pending
         self._loaded = _LoadedParts(loaded.parts, self.progress.train.view.batches.lifetime.ready)
         self.progress._resume_mapping = loaded.mapping
         self.progress._count_checkpoint_restore(_clock.now_us() - began)
@@ -277,7 +278,6 @@ class Tracker:
                 )
             resume_epoch = reenters_train_epoch(parsed_progress.train_epochs)
             ready = {}
-            pending = {}
             parts = {}
             for index, saved in enumerate(states):
                 check_bases(saved, saved_rng, f"train_loaders.{index}")
@@ -293,12 +293,10 @@ class Tracker:
                     continue
                 parts[index] = (state, resume_epoch)
                 position = self._loaders.get(index)
-                if position is None:
-                    pending[index] = (state, resume_epoch)
-                else:
+                if position is not None:
                     ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
         return _LoadedEntry(
-            parsed_progress, rng, ready, pending, parts, None if selected is None else selected.mapping, problems
+            parsed_progress, rng, ready, parts, None if selected is None else selected.mapping, problems
         )
 
 
@@ -358,7 +356,6 @@ class _LoadedEntry:
     progress: Parsed
     rng: GlobalRng
     ready: dict[int, tuple[LoaderPosition, _ParsedState]]  # loaders registered now
-    pending: dict[int, tuple[dict[str, Any], bool]]  # loaders registered later: (state, resume_epoch)
     parts: dict[int, tuple[dict[str, Any], bool]]  # every tracked loader's (state, resume_epoch)
     mapping: dict[str, Any] | None
     problems: list[str]  # why the resume will not be exact (InexactResumeWarning)

@@ -147,11 +147,8 @@ class Display:
         self._show(now, final=True)
 
     def iterate(self, batches: Generator[Batch, None, None], stage: str, per_epoch: int | None) -> Iterator[Batch]:
-        """A loop's pass over one epoch of ``stage``, shown after each batch and at its end.
-
-        ``batches`` marks a batch processed when asked for the next one (as a tracking
-        loop's generator does): each batch is shown once the next is fetched, or the pass ends.
-        """
+        """A loop's pass over one epoch of ``stage``, shown after each batch and at its end; ``batches`` marks a
+        batch processed when asked for the next one (as a tracking loop's generator does)."""
         self.set_batches(stage, per_epoch)
         self.update(stage)
         try:
