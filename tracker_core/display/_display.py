@@ -134,7 +134,9 @@ class Display:
     def update(self, stage: str, name: str | None = None) -> None:
         """``stage`` is running, shown as ``name`` (default: the stage): redraw or print a line when due
         (cheap otherwise)."""
-        now = self._now_on(stage, name or stage)
+        if (name or stage) != self._name:
+            self._switch(stage, name or stage)
+        now = self._clock()
         if now >= self._sample_due:
             self._measure(now)
             if now >= self._due:
@@ -142,7 +144,9 @@ class Display:
 
     def epoch_end(self, stage: str, name: str | None = None) -> None:
         """An epoch of ``stage`` has done its batches: show its final line (kept on a terminal)."""
-        now = self._now_on(stage, name or stage)
+        if (name or stage) != self._name:
+            self._switch(stage, name or stage)
+        now = self._clock()
         self._measure(now)
         self._show(now, final=True)
 
@@ -222,12 +226,6 @@ class Display:
             self._metrics_failed = True
             warnings.warn(f"progress display: reading the metrics failed ({error!r}); none are shown", stacklevel=2)
             return ()
-
-    def _now_on(self, stage: str, name: str) -> float:
-        """The clock, with line ``name`` (of ``stage``) the running one."""
-        if name != self._name:
-            self._switch(stage, name)
-        return self._clock()
 
     def _switch(self, stage: str, name: str) -> None:
         """Another line runs now: the last one's rates are measured up to now and its clock stops."""
