@@ -26,11 +26,9 @@ from tracker_core.state._schema import Parsed, parse
 
 
 class Tracker:
-    """Progress plus what an exact mid-epoch resume needs, saved and loaded as one entry.
-
-    An adapter owns one Tracker: it drives ``tracker.progress``, registers the train
-    dataloaders with :meth:`track_train_loader`, and stores :meth:`state_dict` in its
-    framework's checkpoint. The entry is plain data: ``{"progress", "train_loaders", "rng"}``.
+    """Progress plus what an exact mid-epoch resume needs, saved and loaded as one entry of plain data
+    (``{"progress", "train_loaders", "rng"}``). An adapter owns one, drives ``tracker.progress``, registers the
+    train dataloaders with :meth:`track_train_loader`, and stores :meth:`state_dict` in the framework's checkpoint.
     """
 
     __slots__ = (

@@ -45,11 +45,9 @@ def abandon_in_flight(progress: Progress, *, reenter: bool) -> str:
 
 
 def reenter_last_run(progress: Progress, kind: str) -> bool:
-    """The framework continues its last run of ``kind`` with its counters carried on: re-open it.
-
-    The next ``run_ready(kind)`` and ``run_started`` then count nothing and the run scope (e.g.
-    ``view.global_step``) continues. Returns False, changing nothing, when the last run is of
-    another kind.
+    """The framework continues its last run of ``kind`` with its counters carried on: re-open it, so the next
+    ``run_ready(kind)`` and ``run_started`` count nothing and the run scope (e.g. ``view.global_step``) continues.
+    False, changing nothing, when the last run is of another kind.
     """
     runs = progress._runs
     if progress._run_kind != kind or runs.ready == 0:
