@@ -4,11 +4,8 @@ from __future__ import annotations
 
 
 class ProgressStateError(ValueError):
-    """A progress state is malformed, truncated, inconsistent or from a newer schema.
-
-    ``key`` is the dotted path of the offending entry (``""`` for the whole state);
-    the message names it and the problem. Raised before anything is changed.
-    """
+    """A progress state is malformed, truncated, inconsistent or from a newer schema; raised before anything is
+    changed. ``key`` is the dotted path of the offending entry (``""`` for the whole state), named in the message."""
 
     def __init__(self, key: str, problem: str) -> None:
         self.key = key
@@ -18,11 +15,8 @@ class ProgressStateError(ValueError):
 
 
 class EventOrderError(RuntimeError):
-    """An event phase was marked out of order (e.g. a batch completed before it was processed).
-
-    Raised by the owner's mutating API; it means the driving loop or adapter has a bug.
-    Nothing is changed when it is raised.
-    """
+    """An event phase was marked out of order (e.g. a batch completed before it was processed): the driving loop
+    or adapter has a bug. Nothing is changed when it is raised."""
 
 
 class InexactResumeWarning(UserWarning):

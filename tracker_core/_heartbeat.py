@@ -1,15 +1,6 @@
-"""The heartbeat: how far a run got after its last checkpoint, so a resume measures what was lost.
-
-Only where the user names a file for it (each adapter's ``heartbeat=`` argument): the tracker writes nothing
-into a folder the framework writes into. Rank 0 keeps in that file the ledger entries it settled or opened
-since the state it loaded (its open one with counts and wall time up to now), rewritten atomically (a
-temporary file beside it, then ``os.replace``) at most every ``every_seconds``. The time is checked at
-optimizer steps (the core counts them anyway), never read per batch otherwise; the file is also written when
-the run ends. A process that resumes with the same file reads it before it writes its own: its ledger
-records the crashed run's lost work, and the entries of processes that resumed from the same checkpoint
-and were killed before they saved one that the resume continues from (docs/schema.md, ``ledger``).
-Without a heartbeat file the lost work of a crashed run is ``unknown``.
-"""
+"""The heartbeat file the user names (``heartbeat=``): how far a run got after its last checkpoint, so a resume
+measures what was lost (docs/schema.md, "The run ledger"). Rank 0 rewrites it atomically when a run starts or
+ends, at saves, and at optimizer steps when due; the clock is never read per batch otherwise."""
 
 from __future__ import annotations
 
@@ -83,9 +74,9 @@ class Heartbeat:
 
 
 def keep_heartbeat(progress: Progress, file: str | os.PathLike[str] | None) -> None:
-    """On rank 0, keep ``progress``'s heartbeat in ``file`` (the path the user gave) and beat now (call it
-    where the run starts and where the adapter saves a checkpoint); on other ranks, or with ``file=None``,
-    nothing. The least time between beats is ``TRACKER_HEARTBEAT_SECONDS`` in the environment (default 30)."""
+    """On rank 0, keep ``progress``'s heartbeat in ``file`` and beat now (call it where the run starts and at
+    each save); on other ranks, or with ``file=None``, nothing. Beats are at least ``TRACKER_HEARTBEAT_SECONDS``
+    apart (environment; default 30)."""
     if file is None or world()[1] != 0:
         return
     current = progress._heartbeat
@@ -95,9 +86,8 @@ def keep_heartbeat(progress: Progress, file: str | os.PathLike[str] | None) -> N
 
 
 def read_heartbeat(progress: Progress, file: str | os.PathLike[str] | None) -> None:
-    """Give ``progress`` the heartbeat ``file`` (the path the user gave) after loading a checkpoint, before the
-    resume re-enters the run: the ledger measures the crashed run's lost work from it. No file (``None``, or
-    none there) leaves the loss ``unknown``; a damaged one warns and is ignored."""
+    """Give ``progress`` the heartbeat in ``file`` after loading a checkpoint, before the resume re-enters the run.
+    No file (``None``, or none there) leaves the lost work ``unknown``; a damaged one warns and is ignored."""
     if file is None:
         return
     file = Path(file)

@@ -1,4 +1,4 @@
-"""Training logs a resume continues: rewind a TensorBoard run to a step, dropping what an interrupted process logged there and later."""
+"""Rewind a TensorBoard run to a step, dropping what an interrupted process logged there and later."""
 
 from __future__ import annotations
 
@@ -10,18 +10,13 @@ from typing import Any
 def rewind_summary_writer(writer: Any, step: int) -> str:
     """Make TensorBoard drop the points of ``writer``'s run at ``step`` or later, logged before now.
 
-    Writes into the writer's current event file (its public ``file_writer``) what
-    ``SummaryWriter(purge_step=step)`` writes when it opens: a ``SessionLog.START`` at ``step``.
-    TensorBoard's readers then discard every tag's events at steps >= ``step`` read before it (the
-    interrupted process's, in the same log folder) and keep all that this writer logs after it. Call
-    it before the resumed run logs anything. ``writer`` is torch's or tensorboardX's ``SummaryWriter``;
-    a closed one gets ``purge_step``, which it writes the same way when it reopens its file.
+    Writes into the writer's event file (its public ``file_writer``) what ``SummaryWriter(purge_step=step)``
+    writes when it opens, a ``SessionLog.START`` at ``step``: TensorBoard's readers then discard the events at
+    steps >= ``step`` read before it. Call it before the resumed run logs anything. ``writer`` is torch's or
+    tensorboardX's ``SummaryWriter``; a closed one gets ``purge_step``, written when it reopens its file.
 
-    Returns what keeps the purge from working, or "": TensorBoard reads a run's event files in
-    the order of their names (the second each writer opened, then host and process id), so a
-    file of the folder named after this writer's (opened in the same second by a higher process
-    id, or under a clock set back) is read after the purge and keeps all its points. This writer's
-    file is the one the purge made grow.
+    Returns what keeps the purge from working, or "": TensorBoard reads a run's event files in the order of
+    their names, so a file named after this writer's (same second, higher process id) keeps all its points.
     """
     event_pb2: Any = _event_protos()
     file_writer = writer.file_writer

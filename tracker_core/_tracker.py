@@ -26,11 +26,9 @@ from tracker_core.state._schema import Parsed, parse
 
 
 class Tracker:
-    """Progress plus what an exact mid-epoch resume needs, saved and loaded as one entry.
-
-    An adapter owns one Tracker: it drives ``tracker.progress``, registers the train
-    dataloaders with :meth:`track_train_loader`, and stores :meth:`state_dict` in its
-    framework's checkpoint. The entry is plain data: ``{"progress", "train_loaders", "rng"}``.
+    """Progress plus what an exact mid-epoch resume needs, saved and loaded as one entry of plain data
+    (``{"progress", "train_loaders", "rng"}``). An adapter owns one, drives ``tracker.progress``, registers the
+    train dataloaders with :meth:`track_train_loader`, and stores :meth:`state_dict` in the framework's checkpoint.
     """
 
     __slots__ = (
@@ -60,17 +58,12 @@ class Tracker:
     def track_train_loader(self, loader: object, index: int = 0, *, framework_restores_state: bool = False) -> None:
         """Make train dataloader number ``index`` resumable mid-epoch, in place.
 
-        Call it before the loader's first epoch is iterated, and again whenever the
-        framework hands over a new loader object; pass the DataLoader the framework really
-        iterates, not a wrapper around it. A loaded state waiting for this loader
-        is validated and armed now. If it does not fit this loader, the whole load is undone
-        (progress, global RNGs and the loaders it armed are as before it), this loader is not
-        registered, and ``ProgressStateError`` names the key. An iterable
-        that is not a torch DataLoader cannot be positioned: a mid-epoch checkpoint of it
-        warns with :class:`InexactResumeWarning`. A loader with its own ``state_dict`` / ``load_state_dict``
-        (torchdata's ``StatefulDataLoader``) is positioned by that state, saved in the entry when the
-        checkpoint is taken (exact where the loader has yielded just the consumed batches) or, with
-        ``framework_restores_state=True``, by the framework that saves and restores it itself.
+        Call it before the loader's first epoch, and again for each new loader object; pass the DataLoader the
+        framework really iterates. A loaded state waiting for this loader is checked and armed now; if it does
+        not fit, the whole load is undone, this loader is not registered and ``ProgressStateError`` names the key.
+        A mid-epoch checkpoint of an iterable that is not a torch DataLoader warns (:class:`InexactResumeWarning`).
+        A loader with its own ``state_dict`` / ``load_state_dict`` (torchdata's ``StatefulDataLoader``) is
+        positioned by that state: saved in the entry, or with ``framework_restores_state=True`` by the framework.
         """
         if not issubclass(type(loader), DataLoader):  # type(): wrappers may fake __class__
             self._loaders.pop(index, None)
@@ -152,15 +145,11 @@ class Tracker:
         return {"progress": self.progress.state_dict(), "train_loaders": loaders, "rng": compact_rng(rng)}
 
     def gathered_state_dict(self) -> dict[str, Any]:
-        """Collective (every rank calls it at the checkpoint): one entry that resumes every rank.
+        """Collective (every rank calls it at the checkpoint): one entry that resumes every rank (docs/distributed.md).
 
-        On rank 0, the writer: its :meth:`state_dict` plus ``"ranks"``, every rank's entry
-        (index = rank), gathered by one ``gather``; on any other rank its own
-        :meth:`state_dict` (a framework that writes on rank 0 only discards it), so a rank
-        sends its own entry and receives 8 bytes. :meth:`load_state_dict` gives each rank its
-        own part of the writer's entry, or maps it at another world size. See docs/distributed.md.
-        In a world of one it still carries ``"ranks"``, so a later run on more processes can
-        map it (elastic resume).
+        On rank 0, the writer: its :meth:`state_dict` plus ``"ranks"``, every rank's entry (index = rank), gathered
+        by one ``gather``, also in a world of one (so a later run on more processes can map it); on any other rank
+        its own :meth:`state_dict`.
         """
         mine = self.state_dict()
         began = _clock.now_us()
@@ -169,11 +158,8 @@ class Tracker:
         return mine if ranks is None else {**ranks[0], "ranks": ranks}
 
     def checkpoint_state_dict(self) -> dict[str, Any]:
-        """The entry to store in a checkpoint: :meth:`gathered_state_dict` when several processes run
-        or a train loader is sharded across ranks (so another world size can map it), else :meth:`state_dict`.
-
-        Collective when several processes run: every rank calls it at the checkpoint.
-        """
+        """The entry to store in a checkpoint: :meth:`gathered_state_dict` (collective) when several processes run
+        or a train loader is sharded across ranks (so another world size can map it), else :meth:`state_dict`."""
         size, _ = world()
         if size > 1 or any(position.distributed_info() is not None for position in self._loaders.values()):
             return self.gathered_state_dict()
@@ -188,21 +174,20 @@ class Tracker:
             position.forget_replay()
 
     def load_state_dict(self, entry: object) -> None:
-        """Resume from an entry: validate all of it, then load progress and RNGs and arm the loaders.
+        """Resume from an entry: validate all of it (a :class:`ProgressStateError` naming the key changes nothing),
+        then load progress and RNGs and arm the loaders (those registered later: by :meth:`track_train_loader`).
 
-        Raises :class:`ProgressStateError` naming the key path and the problem; nothing
-        changes then. Loaders are armed to skip the batches already consumed only when
-        a train epoch is re-entered mid-way; otherwise only their generators are restored.
-        Loaders registered later are checked and armed by :meth:`track_train_loader`.
-        An entry of :meth:`gathered_state_dict` gives this rank its own part; saved at another
-        world size it is mapped (``view.resume_mapping``; ``InexactResumeWarning`` where inexact).
+        Loaders skip the consumed batches only when a train epoch is re-entered mid-way, else only their generators
+        are restored. An entry of :meth:`gathered_state_dict` gives this rank its part; saved at another world size
+        it is mapped (``view.resume_mapping``; ``InexactResumeWarning`` where inexact).
         """
         began = _clock.now_us()
         loaded = self._parse_entry(entry)
         # Everything that needs no loader is valid. A loader part waiting for its loader (registered after
         # the load, as Lightning and Ignite do) is checked against it then: until then, keep what to undo.
+        pending = {index: part for index, part in loaded.parts.items() if index not in loaded.ready}
         undo = None
-        if loaded.pending:
+        if pending:
             undo = _Undo(
                 parse(self.progress.state_dict()),
                 GlobalRng.capture(),
@@ -217,7 +202,7 @@ class Tracker:
             if undo is not None:
                 undo.keep(position)
             position._apply(parsed)
-        self._pending = loaded.pending
+        self._pending = pending
         self._loaded = _LoadedParts(loaded.parts, self.progress.train.view.batches.lifetime.ready)
         self.progress._resume_mapping = loaded.mapping
         self.progress._count_checkpoint_restore(_clock.now_us() - began)
@@ -225,14 +210,11 @@ class Tracker:
             warnings.warn(problem, InexactResumeWarning, stacklevel=2)
 
     def resume_loaded_again(self) -> bool:
-        """Arm the train loaders again at the positions of the last :meth:`load_state_dict`.
-
-        For a framework whose resumed run trained nothing (Lightning's ``fit(ckpt_path=...)`` with
-        ``max_steps`` already reached) and a later run that continues it: the loaders it registers
-        next (:meth:`track_train_loader`, new objects or the same) resume where the loaded entry
-        says, as right after the load. Progress and global RNGs stay as they are. A loader that
-        does not fit its loaded position is read from its start, with an :class:`InexactResumeWarning`.
-        Returns False, changing nothing, if nothing was loaded or a train batch began since the load.
+        """Arm the train loaders registered next at the positions of the last :meth:`load_state_dict`; progress
+        and global RNGs stay as they are. For a resumed run that trained nothing (Lightning's ``fit(ckpt_path=...)``
+        with ``max_steps`` reached) and a later run that continues it. A loader that does not fit its position is
+        read from its start (:class:`InexactResumeWarning`). False, changing nothing, if nothing was loaded or a
+        train batch began since the load.
         """
         loaded = self._loaded
         if loaded is None or self.progress.train.view.batches.lifetime.ready != loaded.batches_ready:
@@ -242,11 +224,8 @@ class Tracker:
         return True
 
     def load_for_evaluation(self, entry: object) -> None:
-        """:meth:`load_state_dict` for a run that trains nothing (validate, test, predict only).
-
-        Saved at another world size, rank ``r`` loads saved rank ``r % W``'s progress and RNGs as
-        they are (nothing to map: no train loader will read); errors name keys under ``ranks.<i>``.
-        """
+        """:meth:`load_state_dict` for a run that trains nothing: saved at another world size, rank ``r`` loads
+        saved rank ``r % W``'s progress and RNGs as they are; errors name keys under ``ranks.<i>``."""
         if not saved_elsewhere(entry):
             self.load_state_dict(entry)
             return
@@ -265,11 +244,8 @@ class Tracker:
         self._pending, self._undo, self._loaded = undo.parts
 
     def validate_state_dict(self, entry: object) -> None:
-        """Raise the :class:`ProgressStateError` that :meth:`load_state_dict` would raise; change nothing.
-
-        Checks the entry against this tracker's registered train loaders; it touches no
-        global state (RNGs) and warns about nothing.
-        """
+        """Raise the :class:`ProgressStateError` that :meth:`load_state_dict` would raise (checked against the
+        registered train loaders); change nothing, global RNGs included, and warn about nothing."""
         self._parse_entry(entry)
 
     def _parse_entry(self, entry: object) -> _LoadedEntry:
@@ -300,7 +276,6 @@ class Tracker:
                 )
             resume_epoch = reenters_train_epoch(parsed_progress.train_epochs)
             ready = {}
-            pending = {}
             parts = {}
             for index, saved in enumerate(states):
                 check_bases(saved, saved_rng, f"train_loaders.{index}")
@@ -316,12 +291,10 @@ class Tracker:
                     continue
                 parts[index] = (state, resume_epoch)
                 position = self._loaders.get(index)
-                if position is None:
-                    pending[index] = (state, resume_epoch)
-                else:
+                if position is not None:
                     ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
         return _LoadedEntry(
-            parsed_progress, rng, ready, pending, parts, None if selected is None else selected.mapping, problems
+            parsed_progress, rng, ready, parts, None if selected is None else selected.mapping, problems
         )
 
 
@@ -381,7 +354,6 @@ class _LoadedEntry:
     progress: Parsed
     rng: GlobalRng
     ready: dict[int, tuple[LoaderPosition, _ParsedState]]  # loaders registered now
-    pending: dict[int, tuple[dict[str, Any], bool]]  # loaders registered later: (state, resume_epoch)
     parts: dict[int, tuple[dict[str, Any], bool]]  # every tracked loader's (state, resume_epoch)
     mapping: dict[str, Any] | None
     problems: list[str]  # why the resume will not be exact (InexactResumeWarning)

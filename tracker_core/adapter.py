@@ -1,12 +1,7 @@
-"""The public API for adapter authors: everything an adapter for a training framework needs from the core.
+"""What an adapter for a training framework needs from the core besides ``tracker_core`` itself (``Tracker``,
+``Progress``, the errors and warnings) and the checkpoint keys of ``tracker_core.checkpoints``.
 
-An adapter owns one :class:`Tracker`, drives its ``tracker.progress`` from the framework's
-events, registers the train loaders with ``Tracker.track_train_loader``, and stores
-``Tracker.checkpoint_state_dict()`` in the framework's checkpoint. docs/adapters.md gives the
-event contract and a worked example on a plain PyTorch loop. The three adapters in
-``tracker_core.integrations`` import nothing else from the core but ``tracker_core`` itself (``Tracker``,
-``Progress``, the errors and warnings: not repeated here) and the checkpoint layout's keys from
-``tracker_core.checkpoints``.
+docs/adapters.md gives the event contract and a worked example on a plain PyTorch loop.
 """
 
 from tracker_core._heartbeat import keep_heartbeat, read_heartbeat

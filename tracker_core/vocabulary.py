@@ -1,9 +1,5 @@
-"""The words of a progress record, defined once: stages, run kinds, event phases, scopes and events.
-
-Each is a :class:`enum.StrEnum`, so a member equals its plain string (``Stage.TRAIN == "train"``)
-and either can be passed where the core takes a name. Saved states and views hold the plain
-strings (``member.value``).
-"""
+"""The words of a progress record, defined once: stages, run kinds, event phases, scopes and events. Each is a
+:class:`enum.StrEnum`: a member equals its plain string (``Stage.TRAIN == "train"``), which states and views hold."""
 
 from __future__ import annotations
 
@@ -34,12 +30,13 @@ class RunKind(StrEnum):
 
 
 class Phase(StrEnum):
-    """The phases of an event, in order; each is a count of the events that reached it."""
+    """The phases of an event, in order: ``ready`` (fetched / about to begin), ``started`` (start hooks done),
+    ``processed`` (step done), ``completed`` (end hooks done); each is a count of the events that reached it."""
 
-    READY = "ready"  # fetched / about to begin
-    STARTED = "started"  # start hooks done
-    PROCESSED = "processed"  # step done
-    COMPLETED = "completed"  # end hooks done
+    READY = "ready"
+    STARTED = "started"
+    PROCESSED = "processed"
+    COMPLETED = "completed"
 
 
 CANCELLED: Final = "cancelled"
@@ -47,11 +44,12 @@ CANCELLED: Final = "cancelled"
 
 
 class Scope(StrEnum):
-    """How far back a count reaches, narrowest first."""
+    """How far back a count reaches, narrowest first: since the stage's current (or last) epoch began, since the
+    current (or last) run began, the model's whole history (carried by checkpoints)."""
 
-    EPOCH = "epoch"  # since the current (or last) epoch of the stage began
-    RUN = "run"  # since the current (or last) run began
-    LIFETIME = "lifetime"  # the model's whole history, carried by checkpoints
+    EPOCH = "epoch"
+    RUN = "run"
+    LIFETIME = "lifetime"
 
 
 class Event(StrEnum):

@@ -1,9 +1,5 @@
-"""The one clock the record reads its seconds from: monotonic, in whole microseconds; and the wall-clock
-instant a ledger entry opens.
-
-Read only at epoch and run boundaries, at checkpoints and at loads, never per batch.
-Microseconds keep every scope an exact integer (a saved second is ``microseconds / 1e6``).
-"""
+"""The record's clocks, in whole microseconds (every scope stays an exact integer): monotonic for durations,
+read at epoch and run boundaries, checkpoints and loads, never per batch; the wall clock when a run opens."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Counters: a phased event count and a plain tally, each with run and epoch baselines.
-
-Only lifetime counts are stored; the run and epoch scopes are the lifetime count
-minus the baseline taken when the run or epoch began, so one increment updates
-every scope and the scopes cannot disagree.
-"""
+"""Counters: a phased event count and a plain tally, each a lifetime count with run and epoch baselines
+(docs/design.md, "Counting")."""
 
 from __future__ import annotations
 

@@ -10,15 +10,10 @@ from tracker_core.counting._stage import StageProgress
 def count_combined_batch(
     stage: StageProgress, parts: Sequence[tuple[int, int]], passes: Sequence[int | None] = ()
 ) -> None:
-    """The batch just processed (``batch_processed``) also held, for each ``(dataloader, samples)`` of ``parts``, a
-    batch of ``samples`` samples from dataloader number ``dataloader``: count each in that dataloader's tallies and
-    the stage's samples.
-
-    For frameworks whose one step reads one batch of each of several dataloaders (Lightning's
-    ``CombinedLoader``): the stage counts one batch, each dataloader its own. ``passes``: each dataloader's
-    batches per pass (None: unknown) where a shorter one starts over within the stage's epoch (Lightning's
-    ``CombinedLoader`` cycles it): a dataloader that has read its pass begins the next, its epoch-scope counts
-    restarting, so they say how far it is through this pass.
+    """The batch just processed (one step reading a batch of each of several dataloaders: Lightning's
+    ``CombinedLoader``) also held, per ``(dataloader, samples)`` of ``parts``, a batch of ``samples`` samples from
+    that dataloader: counted in its tallies and the stage's samples. ``passes``: each dataloader's batches per pass
+    (None: unknown) where a shorter one starts over within the epoch; its epoch-scope counts then restart.
     """
     for dataloader, samples in parts:
         stage._count_samples(samples, dataloader)

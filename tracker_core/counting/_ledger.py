@@ -1,9 +1,5 @@
-"""The live run ledger: one entry per run (or per resumed stretch of a run), kept by ``Progress``.
-
-An entry opens when a run begins or a restored run is re-entered, follows the train stage's
-lifetime counts until it closes, and says how it ended. The clock is read when an entry opens,
-closes or is saved, never per batch. The saved form is ``state/_ledger.py``.
-"""
+"""The live run ledger kept by ``Progress``: one entry per run or resumed stretch of one (docs/schema.md,
+"The run ledger"; saved form: ``state/_ledger.py``). The clock is read when an entry opens, closes or is saved."""
 
 from __future__ import annotations
 
@@ -77,7 +73,7 @@ def unsaved(entry: dict[str, Any]) -> dict[str, Any]:
 def lost_between(saved: dict[str, int], reached: dict[str, int], microseconds: int) -> dict[str, int]:
     """What a process did after the checkpoint it saved ``saved`` counts in: ``reached`` minus ``saved``
     (never below 0), with ``microseconds`` of wall time."""
-    lost = {name: max(0, reached[name] - saved[name]) for name in COUNT_KEYS if name != "microseconds"}
+    lost = {name: max(0, reached[name] - saved[name]) for name in _WORK}
     return {**lost, "microseconds": max(0, microseconds)}
 
 
@@ -167,14 +163,9 @@ class RunLedger:
         return {"run": self._earlier["runs"] + first, "entries": copy.deepcopy(self._runs[first:])}
 
     def _settle_restored(self) -> None:
-        """Close the restored open entry: crashed, or as its heartbeat says, with the work the heartbeat
-        shows after the checkpoint (``unknown`` without a heartbeat of this run).
-
-        The heartbeat holds this entry as its writer last saw it: the process that saved the state
-        (running, or ended after the checkpoint), or a later process that resumed from a checkpoint of
-        this run and saved none that the record now continues from (settled: its end and lost work say
-        how far the run got). That process's own entries follow it: they are taken over, each having
-        lost all its work (``unsaved``)."""
+        """Close the restored open entry: crashed, or as its heartbeat says, with the work the heartbeat shows
+        after the checkpoint (``unknown`` without a heartbeat of this run); the heartbeat writer's later entries
+        are taken over, each having lost all its work (docs/schema.md, "The run ledger")."""
         entry, beat, self._heartbeat = self.open_entry, self._heartbeat, None
         assert entry is not None
         ended = CRASHED

@@ -15,11 +15,8 @@ from tracker_core.counting._stage import TrainStageProgress
 def count_optimizer_steps(
     train: TrainStageProgress, optimizers: Sequence[torch.optim.Optimizer], first_index: int = 0
 ) -> list[RemovableHandle]:
-    """Count each completed ``step()`` of ``optimizers[i]`` as a step of optimizer ``first_index + i``.
-
-    A step that never reaches the optimizer (e.g. skipped by AMP's GradScaler) is not
-    counted here; see :func:`count_skipped_steps`. Remove the returned handles to stop
-    counting.
+    """Count each completed ``step()`` of ``optimizers[i]`` as a step of optimizer ``first_index + i`` (a step
+    AMP's GradScaler skipped never reaches it: :func:`count_skipped_steps`). Remove the handles to stop counting.
     """
     return [
         optimizer.register_step_post_hook(_step_counter(train, first_index + offset))

@@ -95,9 +95,7 @@ class Progress:
         self._stop_clocks()
         self._runs.mark_ready()
         self._run_kind = kind
-        for stage in self._stages():
-            stage._begin_run_scope()
-        self._begin_run_seconds()
+        self._begin_run_scopes()
         self._where = _RUN_AT[Phase.READY]
         self._ledger.begin(kind, self.train)
 
@@ -138,10 +136,10 @@ class Progress:
         if ledger.open_entry is None or ledger.restored_open:
             return
         if ended == STOPPED_EARLY:
-            self._ledger.stop_early()
+            ledger.stop_early()
             return
         self._flush_time()
-        self._ledger.close(ended, self.train)
+        ledger.close(ended, self.train)
         self._beat()
 
     def _beat(self) -> None:
@@ -161,14 +159,8 @@ class Progress:
     def _enter_clock(self, stage: StageProgress) -> None:
         """An epoch of ``stage`` begins: its clock runs, pausing the stage whose epoch it is nested in
         (Lightning validates inside a train epoch)."""
-        now = _clock.now_us()
-        timed = self._timed
-        if timed:
-            timed[-1]._seconds.total += now - self._timed_since
-            if stage in timed:  # its previous epoch never completed
-                timed.remove(stage)
-        timed.append(stage)
-        self._timed_since = now
+        self._leave_clock(stage)  # its previous epoch, if any, never completed
+        self._timed.append(stage)
 
     def _leave_clock(self, stage: StageProgress) -> None:
         """An epoch of ``stage`` completed: its clock stops; the stage it was nested in runs on."""
@@ -199,11 +191,10 @@ class Progress:
         self._flush_time()
         self._timed.clear()
 
-    def _overhead_seconds(self) -> tuple[_Tally, _Tally, _Tally]:
-        return (self._checkpoint_save_seconds, self._checkpoint_restore_seconds, self._fast_forward_seconds)
-
-    def _begin_run_seconds(self) -> None:
-        for tally in self._overhead_seconds():
+    def _begin_run_scopes(self) -> None:
+        for stage in self._stages():
+            stage._begin_run_scope()
+        for tally in (self._checkpoint_save_seconds, self._checkpoint_restore_seconds, self._fast_forward_seconds):
             tally.run_base = tally.epoch_base = tally.total
 
     def _count_checkpoint_save(self, microseconds: int) -> None:
@@ -235,23 +226,15 @@ class Progress:
         return dump(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume exactly from ``state``: validate all of it, then replace the live counts.
-
-        Raises :class:`ProgressStateError` naming the key and the problem, leaving
-        this object unchanged. In-flight events are settled as docs/design.md says:
-        a processed event counts as completed, an unprocessed batch is undone (its
-        data will be read again), an unfinished evaluation epoch restarts, and an
-        unfinished train epoch or run is re-entered by the next ready/started marks.
-        """
+        """Resume exactly from ``state``: validate all of it (a :class:`ProgressStateError` naming the key
+        changes nothing), then replace the live counts, settling in-flight events as docs/design.md says."""
         self._load_parsed(parse(state))
 
     def load_lifetime(self, state: dict[str, Any]) -> None:
         """Carry only the lifetime counts of ``state`` into a new run (e.g. fine-tuning saved weights)."""
         self._load_parsed(parse(state))
         self._close_restored_run()
-        for stage in self._stages():
-            stage._begin_run_scope()
-        self._begin_run_seconds()
+        self._begin_run_scopes()
         self._where = None
 
     def _load_parsed(self, parsed: Parsed) -> None:
@@ -307,13 +290,8 @@ def _settle_stage(stage: StageProgress) -> None:
         if stage.name == Stage.TRAIN:
             epochs.started = epochs.ready
             stage._resuming_epoch = True
-        else:
-            _restart_epoch(stage)
-
-
-def _restart_epoch(stage: StageProgress) -> None:
-    """Drop an unfinished evaluation epoch: it runs again from its first batch."""
-    stage._epochs.set_all(stage._epochs.completed)
-    stage._batches.set_all(stage._batches.epoch_base)
-    for tally in stage._tallies():
-        tally.total = tally.epoch_base
+        else:  # an unfinished evaluation epoch is dropped: it runs again from its first batch
+            epochs.set_all(epochs.completed)
+            batches.set_all(batches.epoch_base)
+            for tally in stage._tallies():
+                tally.total = tally.epoch_base

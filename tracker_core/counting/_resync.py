@@ -1,10 +1,5 @@
-"""Re-synchronise a Progress with a framework that carried on in its own way (an exception, a continued run).
-
-An adapter's hooks must never raise because the framework did something in an unexpected
-order. These operations put the record back where the framework's own counters are, for
-the two situations a framework's hooks alone cannot express: a run cut by an exception,
-and a finished run the framework continues with its counters carried on.
-"""
+"""Re-synchronise a Progress with a framework's own counters where its hooks cannot say what happened: a run cut
+by an exception, a run or evaluation epoch the framework carries on."""
 
 from __future__ import annotations
 
@@ -17,11 +12,10 @@ from tracker_core.counting._stage import StageProgress
 def abandon_in_flight(progress: Progress, *, reenter: bool) -> str:
     """An exception ended the current run: close what was in flight; return what was cut ("" if nothing).
 
-    A processed batch counts as completed (its step happened); an unprocessed one is undone. An
-    unfinished epoch is dropped, not counted (its processed batches stay counted): the next
-    ``epoch_ready`` begins a new one. With ``reenter``, the framework continues this run's counters
-    at its next call of the same kind (Lightning's fit loop does), so the next ``run_ready`` of that
-    kind re-enters the run; otherwise the run is closed and counted.
+    A processed batch counts as completed, an unprocessed one is undone; an unfinished epoch is dropped (its
+    processed batches stay counted). With ``reenter`` (the framework continues this run's counters at its next
+    call of the same kind, as Lightning's fit loop does) the next ``run_ready`` of that kind re-enters the run;
+    otherwise the run is closed and counted.
     """
     cut: list[str] = []
     for stage in (progress.train, progress.validate, progress.test, progress.predict):
@@ -51,11 +45,9 @@ def abandon_in_flight(progress: Progress, *, reenter: bool) -> str:
 
 
 def reenter_last_run(progress: Progress, kind: str) -> bool:
-    """The framework continues its last run of ``kind`` with its counters carried on: re-open it.
-
-    The next ``run_ready(kind)`` and ``run_started`` then count nothing and the run scope (e.g.
-    ``view.global_step``) continues. Returns False, changing nothing, when the last run is of
-    another kind.
+    """The framework continues its last run of ``kind`` with its counters carried on: re-open it, so the next
+    ``run_ready(kind)`` and ``run_started`` count nothing and the run scope (e.g. ``view.global_step``) continues.
+    False, changing nothing, when the last run is of another kind.
     """
     runs = progress._runs
     if progress._run_kind != kind or runs.ready == 0:
@@ -68,13 +60,10 @@ def reenter_last_run(progress: Progress, kind: str) -> bool:
 
 
 def reenter_evaluation_epoch(progress: Progress, stage: str, state: dict[str, Any]) -> bool:
-    """After ``load_state_dict(state)``: continue the evaluation epoch it left unfinished instead of restarting it.
-
-    A load drops an unfinished evaluation epoch (its batches run again). A framework that instead
-    carries on that epoch's counts (Lightning, after a checkpoint taken inside a validation batch)
-    gets the epoch's processed batches back and the epoch re-entered: the next ``epoch_ready`` and
-    ``epoch_started`` count nothing. ``state`` is the (already validated) state just loaded.
-    Returns False, changing nothing, if ``state`` had no unfinished epoch of ``stage``.
+    """After ``load_state_dict(state)``: continue the evaluation epoch of ``stage`` it left unfinished instead of
+    restarting it, for a framework that carries on that epoch's counts (Lightning, after a checkpoint inside a
+    validation batch): its processed batches come back, the next ``epoch_ready``/``epoch_started`` count nothing.
+    False, changing nothing, if ``state`` had no unfinished epoch of ``stage``.
     """
     saved = state["stages"][stage]
     epochs, batches = saved["epochs"]["lifetime"], saved["batches"]["lifetime"]

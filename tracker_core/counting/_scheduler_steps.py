@@ -1,7 +1,5 @@
-"""Count learning-rate scheduler steps from each torch scheduler's own public count of them, ``last_epoch``
-(one more at each ``step()``, ``SequentialLR``'s and ``ReduceLROnPlateau``'s too), whenever the counts are read
-(the view, a save, a scope's start): nothing on the scheduler is called, wrapped or written, nothing read per batch.
-"""
+"""Count learning-rate scheduler steps from each torch scheduler's public ``last_epoch`` (one more at each
+``step()``), read whenever the counts are: nothing on the scheduler is called, wrapped or written."""
 
 from __future__ import annotations
 
@@ -13,13 +11,11 @@ from tracker_core.counting._stage import TrainStageProgress
 
 
 def count_scheduler_steps(train: TrainStageProgress, schedulers: Sequence[object]) -> None:
-    """From now on, count each step of the torch LR ``schedulers`` (the growth of its ``last_epoch``) as a
-    scheduler step of ``train``, instead of those counted until now (``[]`` stops counting).
+    """From now on, count each step of the torch LR ``schedulers`` (the growth of its ``last_epoch``, held weakly)
+    as a scheduler step of ``train``, instead of those counted until now (``[]`` stops counting).
 
-    Call it once the schedulers' state is the one they step on from (after a checkpoint restored it): a load
-    of the progress stops the counting, so a restored ``last_epoch`` is never read as steps. An object without
-    an ``int`` ``last_epoch`` (torch's ``ChainedScheduler``, whose schedulers are private) is not counted: an
-    anomaly names it, with a ``RuntimeWarning`` the first time. Held weakly: one dropped counts nothing more.
+    Call it once a checkpoint restored the schedulers (a load of the progress stops the counting). One without an
+    ``int`` ``last_epoch`` (torch's ``ChainedScheduler``) is not counted: an anomaly names it, warned the first time.
     """
     counted = []
     for scheduler in {id(scheduler): scheduler for scheduler in schedulers}.values():

@@ -28,12 +28,8 @@ class _DataloaderTallies:
 
 
 class StageProgress:
-    """Epochs, batches, samples and per-dataloader counts of one stage.
-
-    Only the loop or adapter that owns the tracker calls these methods; consumers
-    read through :class:`tracker_core.ProgressView`. Each method marks one phase of
-    one event: ``ready`` (fetched / about to begin), ``started`` (start hooks done),
-    ``processed`` (the step is done), ``completed`` (end hooks done).
+    """Epochs, batches, samples and per-dataloader counts of one stage, marked one phase of one event at a time
+    (:class:`tracker_core.Phase`) by the loop or adapter that owns the tracker; consumers read the view.
     """
 
     __slots__ = (
@@ -87,7 +83,10 @@ class StageProgress:
         if self._resuming_epoch:
             return
         self._epochs.mark_ready()
-        self._begin_epoch_scope()
+        self._batches.epoch_base = self._batches.completed
+        self._seconds.begin_epoch()
+        for tally in self._tallies():
+            tally.begin_epoch()
         self._progress._where = self._at[Event.EPOCH, Phase.READY]
 
     def epoch_started(self) -> None:
@@ -236,12 +235,6 @@ class StageProgress:
             tallies.append(dataloader.batches)
             tallies.append(dataloader.samples)
         return tallies
-
-    def _begin_epoch_scope(self) -> None:
-        self._batches.epoch_base = self._batches.completed
-        self._seconds.begin_epoch()
-        for tally in self._tallies():
-            tally.begin_epoch()
 
     def _begin_run_scope(self) -> None:
         """A run begins: its scope starts now. An epoch left open (a run cut short inside it and saved)

@@ -1,11 +1,5 @@
-"""Tokens of a batch: all of them and the non-padding ones, by a user's function or read from the batch.
-
-Read from the batch: ``input_ids`` (all tokens: its number of elements) and ``attention_mask``
-(non-padding tokens: its sum), as mapping keys (a dict, Hugging Face's ``BatchEncoding``) or
-attributes. Without a mask every token counts as non-padding; without ``input_ids`` the mask's
-size is the number of tokens. The mask's sum is kept on its device until a count is read (a
-view, a checkpoint, an epoch's start), so a batch never waits for the accelerator.
-"""
+"""Tokens of a batch, all and non-padding, by a user's function or read from the batch (docs/schema.md,
+``tokens``). A mask's sum stays on its device until a count is read: a batch never waits for the accelerator."""
 
 from __future__ import annotations
 
@@ -61,12 +55,9 @@ def _token_tensors(batch: object) -> tuple[object, object]:
 
 
 class TokenCounter:
-    """Counts the tokens of each processed batch of one stage into its ``tokens`` and
-    ``non_padding_tokens``: by ``count_tokens(batch)`` when given (an int, or ``(tokens,
-    non_padding_tokens)``), else read from the batch's ``input_ids`` and ``attention_mask``.
-
-    A batch type found to carry neither (a tuple of tensors, a tensor) is remembered, so such
-    batches cost one type check each.
+    """Counts the tokens of each processed batch of one stage: by ``count_tokens(batch)`` when given (an int, or
+    ``(tokens, non_padding_tokens)``), else from its ``input_ids`` and ``attention_mask``. A batch type found to
+    carry neither is remembered, so such batches cost one type check each.
     """
 
     __slots__ = ("_count_tokens", "_stage", "_warned", "tokenless_type")

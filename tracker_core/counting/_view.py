@@ -90,6 +90,18 @@ def _read_only(self: object, name: str, value: object = None) -> NoReturn:
     )
 
 
+class _ReadOnly:
+    """Refuses to set or delete attributes; unpickled (pickle's slot state) past that guard."""
+
+    __slots__ = ()
+    __setattr__ = _read_only
+    __delattr__ = _read_only
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        for name, value in state[1].items():
+            object.__setattr__(self, name, value)
+
+
 def _seconds(tally: _Tally) -> ScopeSeconds:
     total = tally.total
     return ScopeSeconds((total - tally.epoch_base) / 1e6, (total - tally.run_base) / 1e6, total / 1e6)
@@ -97,6 +109,10 @@ def _seconds(tally: _Tally) -> ScopeSeconds:
 
 def _run_seconds(tally: _Tally) -> RunSeconds:
     return RunSeconds((tally.total - tally.run_base) / 1e6, tally.total / 1e6)
+
+
+def _rates(counts: ScopeCounts, seconds: ScopeSeconds) -> ScopeRates:
+    return ScopeRates(*(n / s if s > 0 else None for n, s in zip(counts, seconds, strict=True)))
 
 
 def _sum(tallies: list[_Tally]) -> ScopeCounts:
@@ -107,22 +123,14 @@ def _sum(tallies: list[_Tally]) -> ScopeCounts:
     )
 
 
-class StageView:
+class StageView(_ReadOnly):
     """Read-only counts of one stage."""
 
     __slots__ = ("_stage",)
-    __setattr__ = _read_only
-    __delattr__ = _read_only
-
     _stage: StageProgress
 
     def __init__(self, stage: StageProgress) -> None:
         object.__setattr__(self, "_stage", stage)
-
-    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
-        """Unpickled (pickle's slot state) past the read-only guard."""
-        for name, value in state[1].items():
-            object.__setattr__(self, name, value)
 
     @property
     def name(self) -> str:
@@ -168,14 +176,12 @@ class StageView:
     @property
     def samples_per_second(self) -> ScopeRates:
         """Samples per wall-clock second of the stage (``samples / seconds``) in each scope."""
-        samples, seconds = self.samples, self.seconds
-        return ScopeRates(*(n / s if s > 0 else None for n, s in zip(samples, seconds, strict=True)))
+        return _rates(self.samples, self.seconds)
 
     @property
     def tokens_per_second(self) -> ScopeRates:
         """Tokens per wall-clock second of the stage (``tokens / seconds``) in each scope."""
-        tokens, seconds = self.tokens, self.seconds
-        return ScopeRates(*(n / s if s > 0 else None for n, s in zip(tokens, seconds, strict=True)))
+        return _rates(self.tokens, self.seconds)
 
     @property
     def dataloaders(self) -> tuple[DataloaderCounts, ...]:
@@ -238,12 +244,10 @@ class TrainStageView(StageView):
         return self._stage._accumulating_batches
 
 
-class ProgressView:
+class ProgressView(_ReadOnly):
     """Read-only view of a whole Progress; what ``tracker_core.get_progress`` returns."""
 
     __slots__ = ("_progress", "predict", "test", "train", "validate")
-    __setattr__ = _read_only
-    __delattr__ = _read_only
 
     _progress: Progress
     train: TrainStageView
@@ -257,11 +261,6 @@ class ProgressView:
         object.__setattr__(self, "validate", StageView(progress.validate))
         object.__setattr__(self, "test", StageView(progress.test))
         object.__setattr__(self, "predict", StageView(progress.predict))
-
-    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
-        """Unpickled (pickle's slot state) past the read-only guard."""
-        for name, value in state[1].items():
-            object.__setattr__(self, name, value)
 
     def stage(self, name: str) -> StageView:
         """The view of stage ``name`` (train, validate, test or predict)."""

@@ -1,11 +1,5 @@
-"""A live progress display that reads counts only through a ``ProgressView``.
-
-The framework adapters tell it which stage is running, the totals only they know
-(max epochs, batches per epoch) and, optionally, the metrics their own bars show; every
-count it shows comes from the view. Rates come from rich's progress tasks. On a terminal
-it draws a rich ``Live`` line; elsewhere (CI logs) it prints the same line every
-``interval`` seconds and at every epoch end.
-"""
+"""The live progress display (docs/display.md): every count it shows comes from a ``ProgressView``; the adapter
+tells it the running stage, the totals only the framework knows and, optionally, the metrics to show."""
 
 from __future__ import annotations
 
@@ -88,10 +82,8 @@ def _clock_time(seconds: float) -> str:
 class Display:
     """Shows the progress of ``view``; the adapter calls :meth:`update` after each batch.
 
-    ``terminal``: draw a live line (needs rich) rather than plain lines; ``None``
-    asks ``stream.isatty()``. ``interval``: seconds between plain lines. ``metrics``:
-    called with a line's name when that line is drawn, returns the metrics to show on it
-    (a framework's logged values); what it raises is warned about once and shows nothing.
+    ``terminal``: draw a live line (needs rich; ``None`` asks ``stream.isatty()``), else plain lines every
+    ``interval`` seconds. ``metrics(name)``: the metrics line ``name`` shows (what it raises is warned once).
     """
 
     def __init__(
@@ -156,21 +148,11 @@ class Display:
             self._switch(stage, name or stage)
         now = self._clock()
         self._measure(now)
-        line = format_status(self._status())
-        if self._live is not None:
-            self._live.stop()
-            self._live.print(line)
-            self._due = now
-        else:
-            self._write(line)
-            self._due = now + self._interval
+        self._show(now, final=True)
 
     def iterate(self, batches: Generator[Batch, None, None], stage: str, per_epoch: int | None) -> Iterator[Batch]:
-        """A loop's pass over one epoch of ``stage``, shown after each batch and at its end.
-
-        ``batches`` marks a batch processed when asked for the next one (as a tracking
-        loop's generator does): each batch is shown once the next is fetched, or the pass ends.
-        """
+        """A loop's pass over one epoch of ``stage``, shown after each batch and at its end; ``batches`` marks a
+        batch processed when asked for the next one (as a tracking loop's generator does)."""
         self.set_batches(stage, per_epoch)
         self.update(stage)
         try:
@@ -263,14 +245,20 @@ class Display:
             meter.resume()
         self._sample_due = 0.0
 
-    def _show(self, now: float) -> None:
+    def _show(self, now: float, *, final: bool = False) -> None:
+        """Draw the line (``final``: kept on a terminal) or print it, and set when the next is due."""
         status = self._status()
-        if self._live is not None:
-            self._live.show(format_status(status), status.batch, status.batches)
+        line = format_status(status)
+        if self._live is None:
+            self._write(line)
+            self._due = now + self._interval
+        elif final:
+            self._live.stop()
+            self._live.print(line)
             self._due = now
         else:
-            self._write(format_status(status))
-            self._due = now + self._interval
+            self._live.show(line, status.batch, status.batches)
+            self._due = now
 
     def _write(self, line: str) -> None:
         write_line(self._stream, line)

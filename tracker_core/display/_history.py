@@ -12,14 +12,9 @@ _COLUMNS = ("run", "kind", "world", "batch", "accum", "batches", "samples", "ste
 
 
 def history_facts(progress: dict[str, Any]) -> dict[str, Any]:
-    """The ledger of ``progress`` (a ``Progress.state_dict()``, of any schema version) with its totals.
-
-    ``ProgressStateError`` if the state is damaged. Keys: ``runs`` (the ledger entries, each with its
-    ``number`` over the model's life), ``earlier`` (the entries no longer kept, summed),
-    ``productive_seconds`` (train-stage time that the record kept), ``wall_seconds`` (the runs' wall time),
-    ``lost_seconds`` (measured work lost to crashes), ``runs_with_unknown_loss`` and ``goodput``
-    (productive / (wall + lost); None before any time was recorded).
-    """
+    """The ledger of ``progress`` (a ``Progress.state_dict()``, of any schema version) with its totals, as
+    docs/cli.md's ``history --json`` lists them (``goodput``: None before any time was recorded);
+    ``ProgressStateError`` if the state is damaged."""
     ledger = parse(progress).state["ledger"]
     earlier = ledger["earlier"]
     runs = [{"number": earlier["runs"] + i, **entry} for i, entry in enumerate(ledger["runs"])]

@@ -5,33 +5,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-SPEED_WINDOW = 30.0  # seconds of samples rich averages a speed over (its default)
-
 
 class Meter:
-    """Rates from ``rich.progress`` task speeds: the counts gained over the last 30 s of this stage's own time.
-
-    The stage's clock stops while another stage runs (:meth:`pause`/:meth:`resume`), so time
-    spent validating does not lower the train rate. A rate is known from the second measurement
-    that saw the counts grow. Without rich no rate is ever known.
+    """Rates from ``rich.progress`` task speeds: the counts gained over the last 30 s of this stage's own time,
+    which stops while another stage runs (:meth:`pause`/:meth:`resume`). Without rich no rate is known.
     """
 
-    __slots__ = ("_batches", "_clock", "_model", "_paused_at", "_paused_for", "_samples", "_tasks", "_tokens")
+    __slots__ = ("_clock", "_model", "_paused_at", "_paused_for", "_tasks")
 
     def __init__(self, clock: Callable[[], float], samples: int, batches: int, tokens: int) -> None:
         self._clock = clock
         self._paused_at: float | None = None
         self._paused_for = 0.0
         self._model: Any = None
+        self._tasks: list[Any] = []  # rich's tasks of the samples, batches and tokens
         try:
             from rich.progress import Progress
         except ImportError:
             return
         self._model = Progress(get_time=self._stage_time, auto_refresh=False, disable=True)
-        self._samples = self._model.add_task("samples", total=None, completed=samples)
-        self._batches = self._model.add_task("batches", total=None, completed=batches)
-        self._tokens = self._model.add_task("tokens", total=None, completed=tokens)
-        self._tasks = {task.id: task for task in self._model.tasks}
+        for name, count in (("samples", samples), ("batches", batches), ("tokens", tokens)):
+            self._model.add_task(name, total=None, completed=count)
+        self._tasks = self._model.tasks
 
     def _stage_time(self) -> float:
         now = self._clock() if self._paused_at is None else self._paused_at
@@ -50,25 +45,25 @@ class Meter:
 
     def measure(self, samples: int, batches: int, tokens: int) -> None:
         """The stage's lifetime counts now; counts that went back (a checkpoint was loaded) restart the window."""
-        model = self._model
-        if model is None:
-            return
-        counts = ((self._samples, samples), (self._batches, batches), (self._tokens, tokens))
-        went_back = any(count < self._tasks[task].completed for task, count in counts)
+        counts = tuple(zip(self._tasks, (samples, batches, tokens), strict=False))
+        went_back = any(count < task.completed for task, count in counts)
         for task, count in counts:
             if went_back:
-                model.reset(task, completed=count)
+                self._model.reset(task.id, completed=count)
             else:
-                model.update(task, completed=count)
+                self._model.update(task.id, completed=count)
 
     @property
     def samples_per_second(self) -> float | None:
-        return None if self._model is None else self._tasks[self._samples].speed
+        return self._speed(0)
 
     @property
     def batches_per_second(self) -> float | None:
-        return None if self._model is None else self._tasks[self._batches].speed
+        return self._speed(1)
 
     @property
     def tokens_per_second(self) -> float | None:
-        return None if self._model is None else self._tasks[self._tokens].speed
+        return self._speed(2)
+
+    def _speed(self, task: int) -> float | None:
+        return self._tasks[task].speed if self._tasks else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracker_core.counting._progress import Progress
+from tracker_core.counting._view import ProgressView
 from tracker_core.vocabulary import Phase, Scope
 
 
@@ -35,16 +36,14 @@ def taken_at(progress: dict[str, Any]) -> str:
 
 
 def progress_facts(progress: dict[str, Any]) -> dict[str, Any]:
-    """What a resume from ``progress`` (a ``Progress.state_dict()``) starts from, as plain data.
-
-    ``ProgressStateError`` if the state is damaged. Keys: ``taken_at``, ``run_kind``,
-    ``global_step``, ``epoch_index``, ``batches_into_epoch`` (train batches done in the
-    current epoch), ``mid_epoch``, ``mid_accumulation``, ``accumulating_batches``, ``anomalies``
-    (what the record could not follow, oldest first).
-    """
+    """What a resume from ``progress`` (a ``Progress.state_dict()``) starts from, as plain data (docs/cli.md,
+    ``facts``); ``ProgressStateError`` if the state is damaged."""
     loaded = Progress()
     loaded.load_state_dict(progress)
-    view = loaded.view
+    return _facts(progress, loaded.view)
+
+
+def _facts(progress: dict[str, Any], view: ProgressView) -> dict[str, Any]:
     return {
         "taken_at": taken_at(progress),
         "run_kind": progress["run"]["kind"],
@@ -59,18 +58,16 @@ def progress_facts(progress: dict[str, Any]) -> dict[str, Any]:
 
 
 def progress_table(progress: dict[str, Any]) -> str:
-    """Processed epochs and batches (their step done), samples, wall-clock seconds and samples per second,
-    tokens, non-padding tokens and tokens per second (of a stage that counted tokens), optimizer and
-    scheduler steps per stage and scope, then where the state was taken, whether it is
-    mid-epoch / mid-accumulation, the seconds of checkpoint saves, restores and fast-forwards, and the
-    anomalies recorded; ``progress`` is a ``Progress.state_dict()``."""
+    """``progress`` (a ``Progress.state_dict()``) for people: its counts per stage and scope (docs/cli.md,
+    ``inspect``), where it was taken, whether mid-epoch or mid-accumulation, overhead seconds and anomalies."""
     loaded = Progress()
     loaded.load_state_dict(progress)  # migrated: an older state has no times (0)
+    view = loaded.view
     rows = [("stage", "count", *(scope.value for scope in Scope))]
     for name, stage in progress["stages"].items():
         if not stage["batches"]["lifetime"]["ready"] and not stage["epochs"]["lifetime"]["ready"]:
             continue
-        timed = loaded.view.stage(name)
+        timed = view.stage(name)
         rows.append((name, "epochs", *_phased(stage["epochs"])))
         rows.append(("", "batches", *_phased(stage["batches"])))
         rows.append(("", "samples", *_scoped(stage["samples"])))
@@ -90,7 +87,7 @@ def progress_table(progress: dict[str, Any]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * width for width in widths))
-    facts = progress_facts(progress)
+    facts = _facts(progress, view)
     lines.append(f"taken at: {facts['taken_at']}; run: {facts['run_kind'] or '-'}; global step: {facts['global_step']}")
     epoch = f"yes, {_batches(facts['batches_into_epoch'])} into train epoch {facts['epoch_index']} (0-based)"
     accumulation = f"yes, {_batches(facts['accumulating_batches'])} not yet applied by an optimizer step"
@@ -98,7 +95,7 @@ def progress_table(progress: dict[str, Any]) -> str:
         f"mid-epoch: {epoch if facts['mid_epoch'] else 'no'}; "
         f"mid-accumulation: {accumulation if facts['mid_accumulation'] else 'no'}"
     )
-    overhead = loaded.view.overhead_seconds
+    overhead = view.overhead_seconds
     lines.append(
         f"seconds over the lifetime: checkpoint saves {overhead.checkpoint_save.lifetime:.2f}, "
         f"restores {overhead.checkpoint_restore.lifetime:.2f}, "
