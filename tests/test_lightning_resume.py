@@ -260,3 +260,15 @@ def test_checkpoint_at_the_end_of_an_epoch_resumes_exactly(config: str, tmp_path
 @pytest.mark.parametrize("at", [1, BATCHES - 1])
 def test_checkpoint_taken_by_a_callback_running_before_the_tracker_resumes_exactly(at: int, tmp_path: Path) -> None:
     _assert_resumes_exactly("plain-shuffle-accumulate-killer-first", at, tmp_path)
+
+
+def test_checkpoint_of_an_exception_inside_a_training_step_warns_that_a_stateful_loader_resumes_past_that_batch(
+    tmp_path: Path,
+) -> None:
+    """Lightning saves a stateful loader's own state after the batch whose step raised, and restores it."""
+    torch.manual_seed(0)
+    saver = pl.callbacks.OnExceptionCheckpoint(dirpath=tmp_path, filename="cut")
+    fit = trainer([ProgressTracker(), saver], max_epochs=EPOCHS, limit_val_batches=0, enable_checkpointing=True)
+    skipped = "train batch 1 of the epoch.*so the resumed epoch skips it"
+    with pytest.warns(InexactResumeWarning, match=skipped), pytest.raises(RuntimeError, match="crash"):
+        fit.fit(Crashing(crash_at=1), _loader("stateful-shuffle"))

@@ -376,6 +376,7 @@ class ProgressTracker(StageHooks):
         if gradients is not None:
             checkpoint[GRADIENTS_KEY] = gradients
         inexact.warn_inexact_save(self.tracker, trainer, None if self._combined is None else self._combined.layout)
+        inexact.warn_if_cut_batch_restored(trainer, self._train_loaders)
 
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]

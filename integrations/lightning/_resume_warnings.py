@@ -125,6 +125,24 @@ def warn_if_restored_ahead(loaders: list[object]) -> None:
             )
 
 
+def warn_if_cut_batch_restored(trainer: pl.Trainer, loaders: list[object]) -> None:
+    """A checkpoint written inside a train batch's step (an exception there, ``OnExceptionCheckpoint``): Lightning
+    saves a loader's own state after that batch and restores it, so the resumed epoch skips the batch (a loader the
+    tracker positions runs it again)."""
+    batches: Any = trainer.fit_loop.epoch_loop.batch_progress.current  # typed as a tracker without these phases
+    if batches.started == batches.processed:
+        return
+    for index, loader in enumerate(loaders):
+        if callable(getattr(loader, "load_state_dict", None)):
+            warnings.warn(
+                f"checkpoint saved inside the step of train batch {batches.started - 1} of the epoch: train "
+                f"dataloader {index} has a state of its own, which Lightning saved after that batch and restores, "
+                "so the resumed epoch skips it",
+                InexactResumeWarning,
+                stacklevel=3,
+            )
+
+
 def _warn_cycled_loaders(tracker: Tracker, layout: TrainLayout) -> None:
     """``CombinedLoader(mode="max_size_cycle")`` restarts a shorter loader within the epoch, where its
     pass ends: unknown for a loader without a length."""
