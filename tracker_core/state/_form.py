@@ -148,15 +148,9 @@ class TallyCount(Part):
         tally.epoch_base = tally.total - value.get(Scope.EPOCH, value[Scope.RUN])
 
     def pack(self, live: _Tally, out: list[int]) -> None:
-        total = live.total
-        if self._every_scope:
-            out += (total - live.epoch_base, total - live.run_base, total)
-        else:
-            out += self.dump(live).values()
+        out += self.dump(live).values()
 
     def unpack(self, live: _Tally, take: Callable[[], int]) -> dict[str, int]:
-        if self._every_scope:
-            return {"epoch": take(), "run": take(), "lifetime": take()}
         return {scope: take() for scope in self.scopes}
 
     def paths(self, live: _Tally, key: str, out: list[str]) -> None:
