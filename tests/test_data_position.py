@@ -304,6 +304,23 @@ def test_resume_after_k_batches_yields_the_rest_of_that_epoch_then_the_same_next
     assert resumed.draws == [full.draws[SAVED_EPOCH][k:], full.draws[SAVED_EPOCH + 1]]
 
 
+def test_a_state_saved_relative_to_an_rng_snapshot_loads_given_that_snapshot() -> None:
+    setup = BY_NAME["map-shuffled"]
+    _seed_all(0)
+    loader = setup.build()
+    position = LoaderPosition(loader)
+    batches = iter(loader)
+    next(batches), next(batches)
+    rng = _json(capture_rng_state())
+    state = _json(position.state_dict(batches_consumed=2, rng=rng))  # its epoch RNG stored as a delta of rng
+    rest = [torch.as_tensor(batch).reshape(-1).tolist() for batch in batches]
+    _seed_all(12345)
+    fresh = setup.build()
+    LoaderPosition(fresh).load_state_dict(state, rng)
+    restore_rng_state(rng)
+    assert [torch.as_tensor(batch).reshape(-1).tolist() for batch in fresh] == rest
+
+
 @pytest.mark.parametrize("name", ["map-shuffled", "map-shuffled-2-persistent-workers", "iterable", "stateful-shuffled"])
 def test_a_second_checkpoint_inside_the_resumed_epoch_resumes_exactly_too(name: str) -> None:
     setup = BY_NAME[name]

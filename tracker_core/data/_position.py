@@ -165,11 +165,12 @@ class LoaderPosition:
 
     # --- loading ------------------------------------------------------------------------
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any], rng: Mapping[str, Any] | None = None) -> None:
         """Validate ``state`` fully, then arm the next ``iter(loader)`` to replay the saved epoch's order without its
         first ``batches_consumed`` batches (sampler generators are restored at once; later epochs follow as in the
-        uninterrupted run). On a bad state raises ``ProgressStateError`` (key path and problem), changing nothing."""
-        self._apply(self._parse(state))
+        uninterrupted run). ``rng``: the snapshot given to :meth:`state_dict`, if any. On a bad state raises
+        ``ProgressStateError`` (key path and problem), changing nothing."""
+        self._apply(self._parse(state, rng))
 
     def forget_replay(self) -> None:
         """A loaded state is not resumed after all: the next epoch is read whole."""
@@ -185,8 +186,8 @@ class LoaderPosition:
         cursor.awaiting_sampler = False
         self._strategy.arm()
 
-    def _parse(self, state: object) -> _ParsedState:
-        header = read_header(expand_loader(state, decoded=True), "", self.kind)
+    def _parse(self, state: object, rng: Mapping[str, Any] | None = None) -> _ParsedState:
+        header = read_header(expand_loader(state, "", rng, decoded=True), "", self.kind)
         fields, skip = header.fields, header.skip
         if header.per_epoch is not None:
             mine = self._batches_per_epoch()
