@@ -159,9 +159,14 @@ class ProgressHandler:
             keep_heartbeat(progress, self._heartbeat)
             count_steps()
 
-        loaders = None if self._deterministic else self._loaders  # a DeterministicEngine positions its data itself
         add_handlers(
-            engine, progress.train, progress, self._anomalies, self._count_tokens, loaders, started, lambda: True
+            engine,
+            progress.train,
+            progress=progress,
+            anomalies=self._anomalies,
+            count_tokens=self._count_tokens,
+            loaders=None if self._deterministic else self._loaders,  # a DeterministicEngine positions its data itself
+            started=started,
         )
 
     def _check_trainer(self, engine: Engine, dataloader: DataLoader[Any] | None) -> None:
