@@ -186,3 +186,18 @@ def test_a_draw_in_an_epoch_started_handler_of_a_mid_epoch_resume_warns(folder: 
     resumed.trainer.add_event_handler(Events.EPOCH_STARTED, lambda: torch.rand(1))  # not run mid-epoch before
     with pytest.warns(InexactResumeWarning, match="in a STARTED or EPOCH_STARTED handler"):
         resumed.run()
+
+
+@pytest.mark.parametrize("iteration", [6, 8], ids=["mid-epoch", "epoch-end"])
+def test_a_stateful_dataloader_built_after_load_objects_warns_naming_it_and_the_fix(
+    iteration: int, folder: Path
+) -> None:
+    config = Config(stateful=True)
+    _, where = _reference(config, folder)
+    resumed = build(config, seed=1234)
+    Checkpoint.load_objects(resumed.to_save(), str(where / f"{iteration}.pt"))
+    resumed.loader = config.loader()  # StatefulDataLoader(shuffle=True): its sampler draws a seed from the global RNG
+    with pytest.warns(InexactResumeWarning, match="building its StatefulDataLoader after the load") as caught:
+        resumed.run()
+    (warning,) = [w for w in caught if w.category is InexactResumeWarning]  # one, naming the cause and the fix
+    assert str(warning.message).endswith("Build the train loader before Checkpoint.load_objects")

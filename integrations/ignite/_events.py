@@ -160,15 +160,17 @@ def _run_end_handlers(
 def add_handlers(
     engine: Engine,
     stage: StageProgress,
+    *,
     progress: Progress,
     anomalies: Anomalies,
     count_tokens: CountTokens | None,
-    loaders: Loaders | None,
     started: EngineHandler,
-    owns_run: Callable[[], bool],
+    loaders: Loaders | None = None,
+    owns_run: Callable[[], bool] = lambda: True,
 ) -> None:
     """Add the handlers recording ``engine`` as ``stage``: ``started`` (it begins the run) at STARTED; ``loaders``:
-    the trainer's data, tracked at each EPOCH_STARTED; ``owns_run()``: the run in flight is this engine's."""
+    the trainer's data, tracked at each EPOCH_STARTED (None: none); ``owns_run()``: the run in flight is this
+    engine's (default: always, the trainer's)."""
     iteration_started, iteration_completed, batch_terminated = _batch_handlers(
         engine, stage, anomalies, count_tokens, loaders
     )
@@ -213,4 +215,12 @@ def attach_stage(
             progress.run_ready(name)
             progress.run_started()
 
-    add_handlers(engine, stage, progress, anomalies, count_tokens, None, started, lambda: own[0])
+    add_handlers(
+        engine,
+        stage,
+        progress=progress,
+        anomalies=anomalies,
+        count_tokens=count_tokens,
+        started=started,
+        owns_run=lambda: own[0],
+    )

@@ -22,6 +22,7 @@ from tracker_core import (
     count_optimizer_steps,
 )
 from tracker_core.adapter import (
+    GlobalRng,
     ResumeRngCheck,
     abandon_in_flight,
     batches_in,
@@ -41,12 +42,19 @@ from tracker_core.integrations.ignite._compat import set_batches_into_epoch
 from tracker_core.integrations.ignite._deterministic import deterministic_entry, inexact_resume, load_progress
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
 from tracker_core.integrations.ignite._events import CountTokens, add_handlers, attach_stage, settle_for_save
-from tracker_core.integrations.ignite._loaders import Loaders
+from tracker_core.integrations.ignite._loaders import Loaders, builds_drew
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 from tracker_core.integrations.ignite._settle import Anomalies, close_cut
 from tracker_core.integrations.ignite._steps import count_trainer_steps
 
 __all__ = ["ProgressHandler"]
+
+_BUILT_AFTER_LOAD = (
+    "the global RNG state changed between Checkpoint.load_objects and the trainer's run() by exactly the draw of "
+    "building its StatefulDataLoader after the load (a shuffling one draws its sampler's seed from the global RNG "
+    "when constructed): its data order is restored all the same, but the resumed run's dropout, augmentation and "
+    "other random draws now differ from the uninterrupted run. Build the train loader before Checkpoint.load_objects"
+)
 
 
 class ProgressHandler:
@@ -73,6 +81,7 @@ class ProgressHandler:
         self._anomalies = Anomalies(self._tracker.progress)
         self._loaders = Loaders(self._tracker)
         self._rng_check = ResumeRngCheck(load="Checkpoint.load_objects")
+        self._loaded_torch_rng: torch.Tensor | None = None  # torch's global RNG as the last load left it
         self._checkpoint_path: str | None = None  # loading_from: the file Checkpoint.load_objects loads next
         self._heartbeat = None if heartbeat is None else os.fspath(heartbeat)
         self._deterministic = False  # the trainer is a DeterministicEngine (_deterministic.py)
@@ -150,9 +159,14 @@ class ProgressHandler:
             keep_heartbeat(progress, self._heartbeat)
             count_steps()
 
-        loaders = None if self._deterministic else self._loaders  # a DeterministicEngine positions its data itself
         add_handlers(
-            engine, progress.train, progress, self._anomalies, self._count_tokens, loaders, started, lambda: True
+            engine,
+            progress.train,
+            progress=progress,
+            anomalies=self._anomalies,
+            count_tokens=self._count_tokens,
+            loaders=None if self._deterministic else self._loaders,  # a DeterministicEngine positions its data itself
+            started=started,
         )
 
     def _check_trainer(self, engine: Engine, dataloader: DataLoader[Any] | None) -> None:
@@ -221,6 +235,7 @@ class ProgressHandler:
         check_loader_given(entry, self._dataloader)
         self._load_with_gradients(state["gradients"], lambda: self._tracker.load_state_dict(entry))
         self._rng_check.loaded()
+        self._loaded_torch_rng = torch.get_rng_state()
 
     def _load_with_gradients(self, gradients: Any, load: Callable[[], None]) -> None:
         """Put the saved partial gradients back and ``load()`` the entry, or neither (``load`` raising)."""
@@ -266,7 +281,7 @@ class ProgressHandler:
             progress.run_started()
             return
         if track:
-            self._rng_check.check("between Checkpoint.load_objects and the trainer's run()")
+            self._check_rngs_at_run(engine.state.dataloader)
             self._loaders.track(engine.state.dataloader)
         if not view.run.counts.in_flight:  # saved at COMPLETED (after terminate(), or max_epochs raised now)
             reenter_last_run(progress, "fit")
@@ -281,6 +296,15 @@ class ProgressHandler:
             _check_rngs_at_first_batch(engine, self._rng_check)
         else:  # a resume at an epoch boundary draws legitimately before its first batch (the next epoch's sampler)
             self._rng_check.forget()
+
+    def _check_rngs_at_run(self, data: object) -> None:
+        """Warn if the RNGs the load restored moved before ``run()``, naming a train loader built after the load."""
+        loaded, self._loaded_torch_rng = self._loaded_torch_rng, None
+        if self._rng_check.moved_since(GlobalRng.capture()) == ("torch",) and builds_drew(data, loaded):
+            self._rng_check.forget()
+            warnings.warn(_BUILT_AFTER_LOAD, InexactResumeWarning, stacklevel=2)
+        else:
+            self._rng_check.check("between Checkpoint.load_objects and the trainer's run()")
 
     def _continue_or_begin(self, engine: Engine) -> None:
         progress = self._tracker.progress

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import warnings
 
+import torch
+
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 
@@ -35,3 +37,19 @@ class Loaders:
                     InexactResumeWarning,
                     stacklevel=2,
                 )
+
+
+def builds_drew(data: object, loaded: torch.Tensor | None) -> bool:
+    """True when the global torch RNG is ``loaded`` advanced by exactly the draws of building the loaders of ``data``
+    that have their own state: a torchdata ``StatefulDataLoader(shuffle=True)`` draws its sampler's seed from it
+    when constructed (torchdata 0.11, ``stateful_dataloader/sampler.py``, ``RandomSampler.__init__``)."""
+    if loaded is None:
+        return False
+    loaders = data.loaders if isinstance(data, RoundRobin) else (data,)
+    generator, now = torch.Generator(), torch.get_rng_state()
+    generator.set_state(loaded)
+    for _ in (loader for loader in loaders if callable(getattr(loader, "state_dict", None))):
+        torch.empty((), dtype=torch.int64).random_(generator=generator)
+        if torch.equal(generator.get_state(), now):
+            return True
+    return False
