@@ -13,11 +13,11 @@ from tracker_core._errors import InexactResumeWarning, ProgressStateError
 from tracker_core.counting import _clock
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
-from tracker_core.data._compact import check_bases, compact_rng, expand_loader, expand_rng
+from tracker_core.data._compact import check_bases, compact_rng, expand_rng
 from tracker_core.data._epoch import EpochRecord
-from tracker_core.data._position import LoaderPosition, _ParsedState
+from tracker_core.data._position import LoaderPosition, ParsedLoader
 from tracker_core.data._rng import GlobalRng
-from tracker_core.data._saved_loader import check_saved_loader
+from tracker_core.data._saved_loader import SavedLoader, check_saved_loader
 from tracker_core.distributed._elastic import ENTRY_KEYS, reenters_train_epoch, saved_elsewhere, select, world
 from tracker_core.distributed._to_writer import gather_to_writer
 from tracker_core.state._codec import check_plain
@@ -44,7 +44,7 @@ class Tracker:
         self.progress = Progress()
         self._loaders: dict[int, LoaderPosition] = {}
         self._untracked: dict[int, str] = {}  # train dataloaders that are not torch DataLoaders
-        self._pending: dict[int, tuple[dict[str, Any], bool]] = {}  # loaded, waiting for their loader
+        self._pending: dict[int, tuple[SavedLoader, bool]] = {}  # loaded, waiting for their loader
         # What the last load changed, while a loader part of it waits (_pending); None while _pending holds the
         # parts of resume_loaded_again, which changed nothing.
         self._undo: _Undo | None = None
@@ -88,16 +88,15 @@ class Tracker:
             self._undo = None
         self.progress._count_checkpoint_restore(_clock.now_us() - began)
 
-    def _parse_pending(self, position: LoaderPosition, index: int) -> _ParsedState | None:
+    def _parse_pending(self, position: LoaderPosition, index: int) -> ParsedLoader | None:
         """The loaded part waiting for train dataloader ``index``, checked against its ``position``; None if
         none waits, or if the part of :meth:`resume_loaded_again` does not fit (warned). A part of a load that
         does not fit undoes the load and raises ``ProgressStateError``."""
         pending = self._pending.pop(index, None)
         if pending is None:
             return None
-        state, resume_epoch = pending
         try:
-            return _parse_loader(position, state, index, resume_epoch)
+            return _parse_loader(position, *pending, index)
         except ProgressStateError as error:
             if self._undo is not None:
                 self._undo_load(self._undo)
@@ -280,19 +279,20 @@ class Tracker:
             for index, saved in enumerate(states):
                 check_bases(saved, saved_rng, f"train_loaders.{index}")
                 with keys_under(f"train_loaders.{index}"):
-                    state = expand_loader(saved, "", saved_rng)
-                    check_saved_loader(state)  # all of it that needs no loader, also for loaders registered later
-                if state.get("kind") == "untracked":
-                    if resume_epoch and index < parsed_progress.train_dataloaders:
-                        problems.append(
-                            f"train dataloader {index} was not a torch DataLoader when saved: "
-                            "the resumed epoch reads it from its start"
-                        )
-                    continue
-                parts[index] = (state, resume_epoch)
+                    if saved.get("kind") == "untracked":
+                        read_mapping(saved, "", required=("kind",))
+                        if resume_epoch and index < parsed_progress.train_dataloaders:
+                            problems.append(
+                                f"train dataloader {index} was not a torch DataLoader when saved: "
+                                "the resumed epoch reads it from its start"
+                            )
+                        continue
+                    # all of it that needs no loader, also for loaders registered later
+                    checked = check_saved_loader(saved, "", saved_rng)
+                parts[index] = (checked, resume_epoch)
                 position = self._loaders.get(index)
                 if position is not None:
-                    ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
+                    ready[index] = (position, _parse_loader(position, checked, resume_epoch, index))
         return _LoadedEntry(
             parsed_progress, rng, ready, parts, None if selected is None else selected.mapping, problems
         )
@@ -306,7 +306,7 @@ class _Undo:
     rng: GlobalRng  # the global RNGs before the load
     mapping: dict[str, Any] | None  # the resume mapping before the load
     # The tracker's loaded parts before the load: _pending, _undo, _loaded.
-    parts: tuple[dict[int, tuple[dict[str, Any], bool]], _Undo | None, _LoadedParts | None]
+    parts: tuple[dict[int, tuple[SavedLoader, bool]], _Undo | None, _LoadedParts | None]
     armed: list[_Armed] = dataclasses.field(default_factory=list)  # the loaders the load armed, as before it
 
     def keep(self, position: LoaderPosition) -> None:
@@ -343,7 +343,7 @@ class _Armed:
 class _LoadedParts:
     """The loader parts of the last load, which :meth:`Tracker.resume_loaded_again` arms again."""
 
-    parts: dict[int, tuple[dict[str, Any], bool]]  # (state, resume_epoch) per tracked loader
+    parts: dict[int, tuple[SavedLoader, bool]]  # (state, resume_epoch) per tracked loader
     batches_ready: int  # train batches begun (lifetime) right after the load: a later one makes the parts past
 
 
@@ -353,15 +353,12 @@ class _LoadedEntry:
 
     progress: Parsed
     rng: GlobalRng
-    ready: dict[int, tuple[LoaderPosition, _ParsedState]]  # loaders registered now
-    parts: dict[int, tuple[dict[str, Any], bool]]  # every tracked loader's (state, resume_epoch)
+    ready: dict[int, tuple[LoaderPosition, ParsedLoader]]  # loaders registered now
+    parts: dict[int, tuple[SavedLoader, bool]]  # every tracked loader's (state, resume_epoch)
     mapping: dict[str, Any] | None
     problems: list[str]  # why the resume will not be exact (InexactResumeWarning)
 
 
-def _parse_loader(position: LoaderPosition, state: dict[str, Any], index: int, resume_epoch: bool) -> _ParsedState:
+def _parse_loader(position: LoaderPosition, saved: SavedLoader, resume_epoch: bool, index: int) -> ParsedLoader:
     with keys_under(f"train_loaders.{index}"):
-        parsed = position._parse(state)
-    if resume_epoch:
-        return parsed
-    return dataclasses.replace(parsed, record=None)
+        return position._parse(saved, resume_epoch)

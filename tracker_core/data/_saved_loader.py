@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast, get_args
+from typing import Any, cast
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.data._compact import expand_loader
+from tracker_core.data._compact import blob_bytes_of, expand_loader
 from tracker_core.data._epoch import FastForward
 from tracker_core.data._iterable_replay import IterableReplay
 from tracker_core.data._own_state import OwnState
@@ -19,7 +19,6 @@ from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._samplers import read_distributed
 from tracker_core.data._strategy import LoaderKind, Strategy
 from tracker_core.data._torchdata_state import check_own_state, read_own_state
-from tracker_core.state._codec import text_to_byte_tensor
 from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, shown
 
 STATE_VERSION = 1  # the form readers check; saved as version 2 (``_compact.py``), which expands to it
@@ -34,8 +33,9 @@ _STATE_KEYS = (
     "distributed",
 )
 _OPTIONAL_STATE_KEYS = ("fast_forward",)  # present when the resume before this checkpoint read batches again
-_STRATEGIES: tuple[type[Strategy], ...] = (SamplerReplay, IterableReplay, OwnState)
-_KINDS: tuple[str, ...] = get_args(LoaderKind)
+_STRATEGIES: dict[str, type[Strategy]] = {
+    strategy.kind: strategy for strategy in (SamplerReplay, IterableReplay, OwnState)
+}
 OLD_STATEFUL = (
     "'stateful_dataloader' is the kind of an earlier development version, which rewrote torchdata's private "
     "state; a StatefulDataLoader is now positioned by its own public state (kind 'own_state'), and that saved "
@@ -59,7 +59,7 @@ class Header:
 
 def read_header(state: object, key: str, kind: str | None = None) -> Header:
     """Check the top-level fields of an expanded loader state (``kind``: the one the live loader resumes by, if
-    any); the generators and the epoch record are left to the caller."""
+    any); the generators and the epoch record are left to :func:`check_saved_epoch`."""
     if not is_mapping(state):
         raise ProgressStateError(key, f"expected a mapping, got {type(state).__name__}")
     if "kind" not in state:
@@ -67,12 +67,12 @@ def read_header(state: object, key: str, kind: str | None = None) -> Header:
     saved = read_str(state["kind"], join_key(key, "kind"))
     if saved == "stateful_dataloader":
         raise ProgressStateError(join_key(key, "kind"), OLD_STATEFUL)
-    if saved not in _KINDS:
-        raise ProgressStateError(join_key(key, "kind"), f"unknown kind {shown(saved)}; expected one of {list(_KINDS)}")
-    if kind is not None and saved != kind:
+    if saved not in _STRATEGIES:
         raise ProgressStateError(
-            join_key(key, "kind"), f"saved from a {saved!r} loader; this loader resumes by {kind!r}"
+            join_key(key, "kind"), f"unknown kind {shown(saved)}; expected one of {list(_STRATEGIES)}"
         )
+    if kind is not None:
+        check_kind(saved, kind, key)
     fields = read_mapping(state, key, required=_STATE_KEYS, optional=_OPTIONAL_STATE_KEYS)
     version = read_int(fields["version"], join_key(key, "version"))
     if version != STATE_VERSION:
@@ -92,6 +92,14 @@ def read_header(state: object, key: str, kind: str | None = None) -> Header:
     return Header(cast("LoaderKind", saved), fields, skip, per_epoch, workers, distributed)
 
 
+def check_kind(saved: str, kind: str, key: str) -> None:
+    """Refuse a state saved from a loader that resumes by another kind than the live loader's ``kind``."""
+    if saved != kind:
+        raise ProgressStateError(
+            join_key(key, "kind"), f"saved from a {saved!r} loader; this loader resumes by {kind!r}"
+        )
+
+
 def _read_fast_forward(value: object, key: str) -> FastForward:
     fields = read_mapping(value, key, required=("batches", "seconds"))
     seconds = fields["seconds"]
@@ -100,37 +108,49 @@ def _read_fast_forward(value: object, key: str) -> FastForward:
     return FastForward(read_int(fields["batches"], join_key(key, "batches"), minimum=1), float(seconds))
 
 
-def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | None = None) -> None:
+@dataclass(frozen=True)
+class SavedLoader:
+    """A loader state that :func:`check_saved_loader` accepted, for ``LoaderPosition`` to check against its loader."""
+
+    header: Header
+    epoch: Mapping[str, Any] | None  # the epoch record's fields
+    iterator_rng: GlobalRng | None  # the epoch record's, read
+
+
+def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | None = None) -> SavedLoader:
     """Raise ``ProgressStateError`` naming the key for anything wrong in ``state`` that no loader is needed to see.
 
     ``rng``: the version 1 global snapshot saved beside ``state``, which its ``iterator_rng`` may refer to.
     """
-    state = expand_loader(state, key, rng)
-    if is_mapping(state) and state.get("kind") == "untracked":
-        read_mapping(state, key, required=("kind",))
-        return
-    header = read_header(state, key)
+    return check_saved_epoch(read_header(expand_loader(state, key, rng), key), key)
+
+
+def check_saved_epoch(header: Header, key: str = "") -> SavedLoader:
+    """The rest of :func:`check_saved_loader` once the header is read: the generators and the epoch record."""
     _generators(header.fields["generators"], join_key(key, "generators"))
-    epoch = header.fields["epoch"]
-    drawn = epoch is not None and _epoch(epoch, join_key(key, "epoch"), header)
+    epoch, iterator_rng = None, None
+    if header.fields["epoch"] is not None:
+        epoch, iterator_rng = _epoch(header.fields["epoch"], join_key(key, "epoch"), header)
+    # whether the epoch record knows the order of the batches already drawn
+    drawn = epoch is not None and (header.kind != "sampler_replay" or epoch["sampler_rng"] is not None)
     if header.skip and not drawn:
         raise ProgressStateError(
             join_key(key, "batches_consumed"),
             f"must be 0 in a state saved before any batch was drawn, got {header.skip}",
         )
+    return SavedLoader(header, epoch, iterator_rng)
 
 
-def _epoch(value: object, key: str, header: Header) -> bool:
-    """Check an epoch record; whether it knows the order of batches already drawn."""
-    strategy = next(strategy for strategy in _STRATEGIES if strategy.kind == header.kind)
+def _epoch(value: object, key: str, header: Header) -> tuple[Mapping[str, Any], GlobalRng | None]:
+    """Check an epoch record: its fields, and its ``iterator_rng`` read."""
+    strategy = _STRATEGIES[header.kind]
     fields = read_mapping(value, key, required=strategy.epoch_keys, optional=strategy.optional_epoch_keys)
+    iterator_rng = None
     if fields["iterator_rng"] is not None:
-        GlobalRng.from_plain(fields["iterator_rng"], join_key(key, "iterator_rng"))
+        iterator_rng = GlobalRng.from_plain(fields["iterator_rng"], join_key(key, "iterator_rng"))
     if fields["loader_generator"] is not None:
         _generator_state(fields["loader_generator"], join_key(key, "loader_generator"))
-    if header.kind == "sampler_replay":
-        if fields["sampler_rng"] is None:
-            return False
+    if header.kind == "sampler_replay" and fields["sampler_rng"] is not None:
         rng_key = join_key(key, "sampler_rng")
         rng = read_mapping(fields["sampler_rng"], rng_key, required=("torch", "generators", "epochs"))
         read_torch_cpu_state(rng["torch"], join_key(rng_key, "torch"))
@@ -143,7 +163,7 @@ def _epoch(value: object, key: str, header: Header) -> bool:
             read_int(epoch, join_key(epochs_key, read_str(path, epochs_key)), minimum=0)
     if "loader_state" in fields or "loader_class" in fields:  # "own_state"
         check_own_state(read_own_state(fields, key), join_key(key, "loader_state"), header.workers, header.per_epoch)
-    return True
+    return fields, iterator_rng
 
 
 def _generators(value: object, key: str) -> None:
@@ -155,6 +175,5 @@ def _generators(value: object, key: str) -> None:
 
 def _generator_state(value: object, key: str) -> None:
     """A CPU generator's state (checked on a scratch generator) or an accelerator generator's 16 bytes."""
-    state = text_to_byte_tensor(value, key)
-    if state.numel() != _ACCELERATOR_GENERATOR_BYTES:
+    if len(blob_bytes_of(value, key)) != _ACCELERATOR_GENERATOR_BYTES:
         read_torch_cpu_state(value, key)
