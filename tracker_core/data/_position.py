@@ -30,7 +30,6 @@ from tracker_core.data._rng import (
 from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._saved_loader import (
     STATE_VERSION,
-    Header,
     SavedLoader,
     check_kind,
     check_saved_epoch,
@@ -201,14 +200,14 @@ class LoaderPosition:
     def _parse(self, saved: SavedLoader, resume_epoch: bool) -> ParsedLoader:
         """Check a state that ``check_saved_loader`` accepted against this loader (its epoch record dropped unless
         ``resume_epoch``)."""
-        check_kind(saved.header.kind, self.kind, "")
-        return self._parsed(saved, self._check_header(saved.header), resume_epoch)
+        check_kind(saved.kind, self.kind, "")
+        return self._parsed(saved, self._check_header(saved), resume_epoch)
 
     def _parsed(self, saved: SavedLoader, generators: _Generators, resume_epoch: bool) -> ParsedLoader:
         record = None if saved.epoch is None else self._read_record(saved.epoch, saved.iterator_rng, "epoch")
-        return ParsedLoader(saved.header.skip, generators, record if resume_epoch else None)
+        return ParsedLoader(saved.skip, generators, record if resume_epoch else None)
 
-    def _check_header(self, header: Header) -> _Generators:
+    def _check_header(self, header: SavedLoader) -> _Generators:
         """Check a saved state's top-level fields against this loader; its generators and their saved states."""
         if header.per_epoch is not None:
             mine = self._batches_per_epoch()

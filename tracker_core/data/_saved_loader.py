@@ -5,8 +5,8 @@ load (Lightning, Ignite), or a file ``progress-tracker`` reads, is refused befor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from tracker_core._errors import ProgressStateError
@@ -46,8 +46,8 @@ _ACCELERATOR_GENERATOR_BYTES = 16  # a CUDA/XPU/MPS Philox generator's state: se
 
 
 @dataclass(frozen=True)
-class Header:
-    """What every tracked loader kind saves, read and checked."""
+class SavedLoader:
+    """A saved loader state, read and checked without its loader (``LoaderPosition`` checks it against its own)."""
 
     kind: LoaderKind
     fields: Mapping[str, Any]  # the state's top-level fields
@@ -55,9 +55,11 @@ class Header:
     per_epoch: int | None
     workers: int
     distributed: dict[str, Any] | None
+    epoch: Mapping[str, Any] | None = None  # the epoch record's fields, once check_saved_epoch read them
+    iterator_rng: GlobalRng | None = None  # the epoch record's, read
 
 
-def read_header(state: object, key: str, kind: str | None = None) -> Header:
+def read_header(state: object, key: str, kind: str | None = None) -> SavedLoader:
     """Check the top-level fields of an expanded loader state (``kind``: the one the live loader resumes by, if
     any); the generators and the epoch record are left to :func:`check_saved_epoch`."""
     if not is_mapping(state):
@@ -89,7 +91,7 @@ def read_header(state: object, key: str, kind: str | None = None) -> Header:
     distributed = read_distributed(fields["distributed"], join_key(key, "distributed"))
     if "fast_forward" in fields:
         _read_fast_forward(fields["fast_forward"], join_key(key, "fast_forward"))
-    return Header(cast("LoaderKind", saved), fields, skip, per_epoch, workers, distributed)
+    return SavedLoader(cast("LoaderKind", saved), fields, skip, per_epoch, workers, distributed)
 
 
 def check_kind(saved: str, kind: str, key: str) -> None:
@@ -108,15 +110,6 @@ def _read_fast_forward(value: object, key: str) -> FastForward:
     return FastForward(read_int(fields["batches"], join_key(key, "batches"), minimum=1), float(seconds))
 
 
-@dataclass(frozen=True)
-class SavedLoader:
-    """A loader state that :func:`check_saved_loader` accepted, for ``LoaderPosition`` to check against its loader."""
-
-    header: Header
-    epoch: Mapping[str, Any] | None  # the epoch record's fields
-    iterator_rng: GlobalRng | None  # the epoch record's, read
-
-
 def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | None = None) -> SavedLoader:
     """Raise ``ProgressStateError`` naming the key for anything wrong in ``state`` that no loader is needed to see.
 
@@ -125,9 +118,9 @@ def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | No
     return check_saved_epoch(read_header(expand_loader(state, key, rng), key), key)
 
 
-def check_saved_epoch(header: Header, key: str = "") -> SavedLoader:
+def check_saved_epoch(header: SavedLoader, key: str = "") -> SavedLoader:
     """The rest of :func:`check_saved_loader` once the header is read: the generators and the epoch record."""
-    _generators(header.fields["generators"], join_key(key, "generators"))
+    _each(header.fields["generators"], join_key(key, "generators"), _generator_state)
     epoch, iterator_rng = None, None
     if header.fields["epoch"] is not None:
         epoch, iterator_rng = _epoch(header.fields["epoch"], join_key(key, "epoch"), header)
@@ -138,10 +131,10 @@ def check_saved_epoch(header: Header, key: str = "") -> SavedLoader:
             join_key(key, "batches_consumed"),
             f"must be 0 in a state saved before any batch was drawn, got {header.skip}",
         )
-    return SavedLoader(header, epoch, iterator_rng)
+    return replace(header, epoch=epoch, iterator_rng=iterator_rng)
 
 
-def _epoch(value: object, key: str, header: Header) -> tuple[Mapping[str, Any], GlobalRng | None]:
+def _epoch(value: object, key: str, header: SavedLoader) -> tuple[Mapping[str, Any], GlobalRng | None]:
     """Check an epoch record: its fields, and its ``iterator_rng`` read."""
     strategy = _STRATEGIES[header.kind]
     fields = read_mapping(value, key, required=strategy.epoch_keys, optional=strategy.optional_epoch_keys)
@@ -154,23 +147,19 @@ def _epoch(value: object, key: str, header: Header) -> tuple[Mapping[str, Any], 
         rng_key = join_key(key, "sampler_rng")
         rng = read_mapping(fields["sampler_rng"], rng_key, required=("torch", "generators", "epochs"))
         read_torch_cpu_state(rng["torch"], join_key(rng_key, "torch"))
-        _generators(rng["generators"], join_key(rng_key, "generators"))
-        epochs_key = join_key(rng_key, "epochs")
-        epochs = rng["epochs"]
-        if not isinstance(epochs, Mapping):
-            raise ProgressStateError(epochs_key, f"expected a mapping, got {type(epochs).__name__}")
-        for path, epoch in epochs.items():
-            read_int(epoch, join_key(epochs_key, read_str(path, epochs_key)), minimum=0)
+        _each(rng["generators"], join_key(rng_key, "generators"), _generator_state)
+        _each(rng["epochs"], join_key(rng_key, "epochs"), lambda epoch, at: read_int(epoch, at, minimum=0))
     if "loader_state" in fields or "loader_class" in fields:  # "own_state"
         check_own_state(read_own_state(fields, key), join_key(key, "loader_state"), header.workers, header.per_epoch)
     return fields, iterator_rng
 
 
-def _generators(value: object, key: str) -> None:
+def _each(value: object, key: str, check: Callable[[object, str], object]) -> None:
+    """``check(item, its key)`` for each item of a mapping keyed by path."""
     if not isinstance(value, Mapping):
         raise ProgressStateError(key, f"expected a mapping, got {type(value).__name__}")
-    for path, state in value.items():
-        _generator_state(state, join_key(key, read_str(path, key)))
+    for path, item in value.items():
+        check(item, join_key(key, read_str(path, key)))
 
 
 def _generator_state(value: object, key: str) -> None:
