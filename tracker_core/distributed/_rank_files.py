@@ -19,7 +19,7 @@ import shutil
 import uuid
 from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, TypeGuard, TypeVar, overload
 
 import torch
 
@@ -40,7 +40,7 @@ def file_name(rank: int) -> str:
     return f"rank-{rank}.json"
 
 
-def is_index(ranks: object) -> bool:
+def is_index(ranks: object) -> TypeGuard[Mapping[str, Any]]:
     """Whether ``ranks`` (an entry's ``"ranks"``) is the index of rank files rather than the entries."""
     return isinstance(ranks, Mapping) and "rank_files" in ranks
 
