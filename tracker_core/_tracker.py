@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable
 from typing import Any, cast
 
-import torch
 from torch.utils.data import DataLoader
 
 from tracker_core._errors import InexactResumeWarning, ProgressStateError
@@ -14,7 +14,6 @@ from tracker_core.counting import _clock
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
 from tracker_core.data._compact import check_bases, compact_rng, expand_rng
-from tracker_core.data._epoch import EpochRecord
 from tracker_core.data._position import LoaderPosition, ParsedLoader
 from tracker_core.data._rng import GlobalRng
 from tracker_core.data._saved_loader import SavedLoader, check_saved_loader
@@ -83,7 +82,7 @@ class Tracker:
             return
         if self._undo is not None:
             self._undo.keep(position)
-        position._apply(parsed)
+        position.arm(parsed)
         if not self._pending:
             self._undo = None
         self.progress._count_checkpoint_restore(_clock.now_us() - began)
@@ -200,7 +199,7 @@ class Tracker:
         for position, parsed in loaded.ready.values():
             if undo is not None:
                 undo.keep(position)
-            position._apply(parsed)
+            position.arm(parsed)
         self._pending = pending
         self._loaded = _LoadedParts(loaded.parts, self.progress.train.view.batches.lifetime.ready)
         self.progress._resume_mapping = loaded.mapping
@@ -238,8 +237,8 @@ class Tracker:
         self.progress._load_parsed(undo.progress)
         self.progress._resume_mapping = undo.mapping
         undo.rng.apply()
-        for armed in undo.armed:
-            armed.put_back()
+        for put_back in undo.put_back:
+            put_back()
         self._pending, self._undo, self._loaded = undo.parts
 
     def validate_state_dict(self, entry: object) -> None:
@@ -307,36 +306,12 @@ class _Undo:
     mapping: dict[str, Any] | None  # the resume mapping before the load
     # The tracker's loaded parts before the load: _pending, _undo, _loaded.
     parts: tuple[dict[int, tuple[SavedLoader, bool]], _Undo | None, _LoadedParts | None]
-    armed: list[_Armed] = dataclasses.field(default_factory=list)  # the loaders the load armed, as before it
+    # Each loader the load armed: the call that puts it back as before the load.
+    put_back: list[Callable[[], None]] = dataclasses.field(default_factory=list)
 
     def keep(self, position: LoaderPosition) -> None:
-        """Keep what arming ``position`` changes: its generators' states and the epoch it is in."""
-        cursor = position._site.cursor
-        generators = {path: g.get_state() for path, g in position._generators().items()}
-        self.armed.append(_Armed(position, generators, cursor.epoch, cursor.awaiting_sampler))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Armed:
-    """A loader position as it was before a load armed it."""
-
-    position: LoaderPosition
-    generators: dict[str, torch.Tensor]  # each generator's state
-    epoch: EpochRecord | None  # the epoch its cursor was in
-    awaiting_sampler: bool
-
-    def put_back(self) -> None:
-        """Disarm the position, and put back its generators' states and its cursor's epoch (nothing if its
-        loader is gone)."""
-        site = self.position._site
-        if site.loader_or_none() is None:
-            return
-        self.position.forget_replay()
-        generators = self.position._generators()
-        for path, state in self.generators.items():
-            if path in generators:
-                generators[path].set_state(state)
-        site.cursor.epoch, site.cursor.awaiting_sampler = self.epoch, self.awaiting_sampler
+        """Keep what arming ``position`` changes."""
+        self.put_back.append(position.undo_point())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,4 +336,4 @@ class _LoadedEntry:
 
 def _parse_loader(position: LoaderPosition, saved: SavedLoader, resume_epoch: bool, index: int) -> ParsedLoader:
     with keys_under(f"train_loaders.{index}"):
-        return position._parse(saved, resume_epoch)
+        return position.check(saved, resume_epoch)

@@ -181,14 +181,32 @@ class LoaderPosition:
         ``ProgressStateError`` (key path and problem), changing nothing."""
         header = read_header(expand_loader(state, "", rng, decoded=True), "", self.kind)
         generators = self._check_header(header)  # this loader's checks first
-        self._apply(self._parsed(check_saved_epoch(header), generators, resume_epoch=True))
+        self.arm(self._parsed(check_saved_epoch(header), generators, resume_epoch=True))
 
     def forget_replay(self) -> None:
         """A loaded state is not resumed after all: the next epoch is read whole."""
         self._strategy.disarm()
 
-    def _apply(self, parsed: ParsedLoader) -> None:
-        """Arm a state that ``_parse`` accepted; cannot fail."""
+    def undo_point(self) -> Callable[[], None]:
+        """A call that disarms this position and puts back its generators' states and its epoch as they are now
+        (nothing if its loader is gone by then): a load that arms it can be undone."""
+        states = {path: g.get_state() for path, g in self._generators().items()}
+        epoch, awaiting_sampler = self._site.cursor.epoch, self._site.cursor.awaiting_sampler
+
+        def put_back() -> None:
+            if self._site.loader_or_none() is None:
+                return
+            self.forget_replay()
+            generators = self._generators()
+            for path, state in states.items():
+                if path in generators:
+                    generators[path].set_state(state)
+            self._site.cursor.epoch, self._site.cursor.awaiting_sampler = epoch, awaiting_sampler
+
+        return put_back
+
+    def arm(self, parsed: ParsedLoader) -> None:
+        """Arm a state that :meth:`check` accepted; cannot fail."""
         for generator, saved in parsed.generators.values():
             generator.set_state(saved)
         cursor = self._site.cursor
@@ -197,7 +215,7 @@ class LoaderPosition:
         cursor.awaiting_sampler = False
         self._strategy.arm()
 
-    def _parse(self, saved: SavedLoader, resume_epoch: bool) -> ParsedLoader:
+    def check(self, saved: SavedLoader, resume_epoch: bool) -> ParsedLoader:
         """Check a state that ``check_saved_loader`` accepted against this loader (its epoch record dropped unless
         ``resume_epoch``)."""
         check_kind(saved.kind, self.kind, "")
