@@ -95,7 +95,8 @@ class Tracker:
         if pending is None:
             return None
         try:
-            return _parse_loader(position, *pending, index)
+            with keys_under(f"train_loaders.{index}"):
+                return position.check(*pending)
         except ProgressStateError as error:
             if self._undo is not None:
                 self._undo_load(self._undo)
@@ -288,10 +289,10 @@ class Tracker:
                         continue
                     # all of it that needs no loader, also for loaders registered later
                     checked = check_saved_loader(saved, "", saved_rng)
-                parts[index] = (checked, resume_epoch)
-                position = self._loaders.get(index)
-                if position is not None:
-                    ready[index] = (position, _parse_loader(position, checked, resume_epoch, index))
+                    parts[index] = (checked, resume_epoch)
+                    position = self._loaders.get(index)
+                    if position is not None:
+                        ready[index] = (position, position.check(checked, resume_epoch))
         return _LoadedEntry(
             parsed_progress, rng, ready, parts, None if selected is None else selected.mapping, problems
         )
@@ -332,8 +333,3 @@ class _LoadedEntry:
     parts: dict[int, tuple[SavedLoader, bool]]  # every tracked loader's (state, resume_epoch)
     mapping: dict[str, Any] | None
     problems: list[str]  # why the resume will not be exact (InexactResumeWarning)
-
-
-def _parse_loader(position: LoaderPosition, saved: SavedLoader, resume_epoch: bool, index: int) -> ParsedLoader:
-    with keys_under(f"train_loaders.{index}"):
-        return position.check(saved, resume_epoch)
