@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable
 from typing import Any, cast
 
-import torch
 from torch.utils.data import DataLoader
 
 from tracker_core._errors import InexactResumeWarning, ProgressStateError
 from tracker_core.counting import _clock
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
-from tracker_core.data._compact import check_bases, compact_rng, expand_loader, expand_rng
-from tracker_core.data._epoch import EpochRecord
-from tracker_core.data._position import LoaderPosition, _ParsedState
+from tracker_core.data._compact import check_bases, compact_rng, expand_rng
+from tracker_core.data._position import LoaderPosition, ParsedLoader
 from tracker_core.data._rng import GlobalRng
-from tracker_core.data._saved_loader import check_saved_loader
+from tracker_core.data._saved_loader import SavedLoader, check_saved_loader
 from tracker_core.distributed._elastic import ENTRY_KEYS, reenters_train_epoch, saved_elsewhere, select, world
 from tracker_core.distributed._to_writer import gather_to_writer
 from tracker_core.state._codec import check_plain
@@ -44,7 +43,7 @@ class Tracker:
         self.progress = Progress()
         self._loaders: dict[int, LoaderPosition] = {}
         self._untracked: dict[int, str] = {}  # train dataloaders that are not torch DataLoaders
-        self._pending: dict[int, tuple[dict[str, Any], bool]] = {}  # loaded, waiting for their loader
+        self._pending: dict[int, tuple[SavedLoader, bool]] = {}  # loaded, waiting for their loader
         # What the last load changed, while a loader part of it waits (_pending); None while _pending holds the
         # parts of resume_loaded_again, which changed nothing.
         self._undo: _Undo | None = None
@@ -83,21 +82,21 @@ class Tracker:
             return
         if self._undo is not None:
             self._undo.keep(position)
-        position._apply(parsed)
+        position.arm(parsed)
         if not self._pending:
             self._undo = None
         self.progress._count_checkpoint_restore(_clock.now_us() - began)
 
-    def _parse_pending(self, position: LoaderPosition, index: int) -> _ParsedState | None:
+    def _parse_pending(self, position: LoaderPosition, index: int) -> ParsedLoader | None:
         """The loaded part waiting for train dataloader ``index``, checked against its ``position``; None if
         none waits, or if the part of :meth:`resume_loaded_again` does not fit (warned). A part of a load that
         does not fit undoes the load and raises ``ProgressStateError``."""
         pending = self._pending.pop(index, None)
         if pending is None:
             return None
-        state, resume_epoch = pending
         try:
-            return _parse_loader(position, state, index, resume_epoch)
+            with keys_under(f"train_loaders.{index}"):
+                return position.check(*pending)
         except ProgressStateError as error:
             if self._undo is not None:
                 self._undo_load(self._undo)
@@ -201,7 +200,7 @@ class Tracker:
         for position, parsed in loaded.ready.values():
             if undo is not None:
                 undo.keep(position)
-            position._apply(parsed)
+            position.arm(parsed)
         self._pending = pending
         self._loaded = _LoadedParts(loaded.parts, self.progress.train.view.batches.lifetime.ready)
         self.progress._resume_mapping = loaded.mapping
@@ -239,8 +238,8 @@ class Tracker:
         self.progress._load_parsed(undo.progress)
         self.progress._resume_mapping = undo.mapping
         undo.rng.apply()
-        for armed in undo.armed:
-            armed.put_back()
+        for put_back in undo.put_back:
+            put_back()
         self._pending, self._undo, self._loaded = undo.parts
 
     def validate_state_dict(self, entry: object) -> None:
@@ -280,19 +279,20 @@ class Tracker:
             for index, saved in enumerate(states):
                 check_bases(saved, saved_rng, f"train_loaders.{index}")
                 with keys_under(f"train_loaders.{index}"):
-                    state = expand_loader(saved, "", saved_rng)
-                    check_saved_loader(state)  # all of it that needs no loader, also for loaders registered later
-                if state.get("kind") == "untracked":
-                    if resume_epoch and index < parsed_progress.train_dataloaders:
-                        problems.append(
-                            f"train dataloader {index} was not a torch DataLoader when saved: "
-                            "the resumed epoch reads it from its start"
-                        )
-                    continue
-                parts[index] = (state, resume_epoch)
-                position = self._loaders.get(index)
-                if position is not None:
-                    ready[index] = (position, _parse_loader(position, state, index, resume_epoch))
+                    if saved.get("kind") == "untracked":
+                        read_mapping(saved, "", required=("kind",))
+                        if resume_epoch and index < parsed_progress.train_dataloaders:
+                            problems.append(
+                                f"train dataloader {index} was not a torch DataLoader when saved: "
+                                "the resumed epoch reads it from its start"
+                            )
+                        continue
+                    # all of it that needs no loader, also for loaders registered later
+                    checked = check_saved_loader(saved, "", saved_rng)
+                    parts[index] = (checked, resume_epoch)
+                    position = self._loaders.get(index)
+                    if position is not None:
+                        ready[index] = (position, position.check(checked, resume_epoch))
         return _LoadedEntry(
             parsed_progress, rng, ready, parts, None if selected is None else selected.mapping, problems
         )
@@ -306,44 +306,20 @@ class _Undo:
     rng: GlobalRng  # the global RNGs before the load
     mapping: dict[str, Any] | None  # the resume mapping before the load
     # The tracker's loaded parts before the load: _pending, _undo, _loaded.
-    parts: tuple[dict[int, tuple[dict[str, Any], bool]], _Undo | None, _LoadedParts | None]
-    armed: list[_Armed] = dataclasses.field(default_factory=list)  # the loaders the load armed, as before it
+    parts: tuple[dict[int, tuple[SavedLoader, bool]], _Undo | None, _LoadedParts | None]
+    # Each loader the load armed: the call that puts it back as before the load.
+    put_back: list[Callable[[], None]] = dataclasses.field(default_factory=list)
 
     def keep(self, position: LoaderPosition) -> None:
-        """Keep what arming ``position`` changes: its generators' states and the epoch it is in."""
-        cursor = position._site.cursor
-        generators = {path: g.get_state() for path, g in position._generators().items()}
-        self.armed.append(_Armed(position, generators, cursor.epoch, cursor.awaiting_sampler))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Armed:
-    """A loader position as it was before a load armed it."""
-
-    position: LoaderPosition
-    generators: dict[str, torch.Tensor]  # each generator's state
-    epoch: EpochRecord | None  # the epoch its cursor was in
-    awaiting_sampler: bool
-
-    def put_back(self) -> None:
-        """Disarm the position, and put back its generators' states and its cursor's epoch (nothing if its
-        loader is gone)."""
-        site = self.position._site
-        if site.loader_or_none() is None:
-            return
-        self.position.forget_replay()
-        generators = self.position._generators()
-        for path, state in self.generators.items():
-            if path in generators:
-                generators[path].set_state(state)
-        site.cursor.epoch, site.cursor.awaiting_sampler = self.epoch, self.awaiting_sampler
+        """Keep what arming ``position`` changes."""
+        self.put_back.append(position.undo_point())
 
 
 @dataclasses.dataclass(frozen=True)
 class _LoadedParts:
     """The loader parts of the last load, which :meth:`Tracker.resume_loaded_again` arms again."""
 
-    parts: dict[int, tuple[dict[str, Any], bool]]  # (state, resume_epoch) per tracked loader
+    parts: dict[int, tuple[SavedLoader, bool]]  # (state, resume_epoch) per tracked loader
     batches_ready: int  # train batches begun (lifetime) right after the load: a later one makes the parts past
 
 
@@ -353,15 +329,7 @@ class _LoadedEntry:
 
     progress: Parsed
     rng: GlobalRng
-    ready: dict[int, tuple[LoaderPosition, _ParsedState]]  # loaders registered now
-    parts: dict[int, tuple[dict[str, Any], bool]]  # every tracked loader's (state, resume_epoch)
+    ready: dict[int, tuple[LoaderPosition, ParsedLoader]]  # loaders registered now
+    parts: dict[int, tuple[SavedLoader, bool]]  # every tracked loader's (state, resume_epoch)
     mapping: dict[str, Any] | None
     problems: list[str]  # why the resume will not be exact (InexactResumeWarning)
-
-
-def _parse_loader(position: LoaderPosition, state: dict[str, Any], index: int, resume_epoch: bool) -> _ParsedState:
-    with keys_under(f"train_loaders.{index}"):
-        parsed = position._parse(state)
-    if resume_epoch:
-        return parsed
-    return dataclasses.replace(parsed, record=None)

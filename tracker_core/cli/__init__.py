@@ -18,7 +18,7 @@ from tracker_core.checkpoints._weights_lifetime import FORMAT as WEIGHTS
 from tracker_core.checkpoints._weights_lifetime import read_weights_lifetime
 from tracker_core.data._device_rng import device_rng_facts
 from tracker_core.display._history import history_facts, history_table
-from tracker_core.display._report import progress_facts, progress_table
+from tracker_core.display._report import aligned, progress_facts, progress_table
 
 _FORMATS = {
     "lightning": "Lightning checkpoint",
@@ -175,9 +175,7 @@ def _diff(path_a: str, path_b: str) -> int:
         print(f"identical progress ({_label(a)} and {_label(b)})")
         return 0
     rows.insert(0, ("key", str(a.path), str(b.path)))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    print("\n".join(aligned(rows)))
     return 1
 
 

@@ -30,7 +30,7 @@ class ScopeCounts(NamedTuple):
     lifetime: int
 
 
-class _Phased:
+class Phased:
     """Lifetime phase counts of one event kind; at most one event is in flight."""
 
     __slots__ = ("completed", "epoch_base", "name", "processed", "ready", "run_base", "started")
@@ -75,7 +75,7 @@ class _Phased:
         return PhaseCounts(self.ready - base, self.started - base, self.processed - base, self.completed - base)
 
 
-class _Tally:
+class Tally:
     """A lifetime count of one quantity (samples, optimizer steps, ...)."""
 
     __slots__ = ("epoch_base", "run_base", "total")

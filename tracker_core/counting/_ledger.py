@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from tracker_core.counting._stage import TrainStageProgress
 
 
-def train_counts(train: TrainStageProgress) -> dict[str, int]:
+def _train_counts(train: TrainStageProgress) -> dict[str, int]:
     """The train stage's lifetime counts as a ledger entry holds them (time already flushed)."""
     return {
         "batches": train._batches.processed,
@@ -57,20 +57,20 @@ def _of_this_run(beaten: dict[str, Any], entry: dict[str, Any]) -> bool:
     return reached is None or all(reached[name] >= entry["end"][name] for name in _WORK)
 
 
-def unsaved(entry: dict[str, Any]) -> dict[str, Any]:
+def _unsaved(entry: dict[str, Any]) -> dict[str, Any]:
     """``entry`` of a process whose work no checkpoint the record continues from holds: it ends where it
     started, everything it did is lost (added to what it had lost already; idempotent), and a still running
     one crashed."""
     lost = entry["lost"]
     start = entry["start"]
     if lost != UNKNOWN:
-        done = lost_between(start, entry["end"], entry["microseconds"])
+        done = _lost_between(start, entry["end"], entry["microseconds"])
         lost = {name: done[name] + lost[name] for name in COUNT_KEYS}
     ended = CRASHED if entry["ended"] == RUNNING else entry["ended"]
     return {**entry, "end": dict(start), "microseconds": 0, "ended": ended, "lost": lost}
 
 
-def lost_between(saved: dict[str, int], reached: dict[str, int], microseconds: int) -> dict[str, int]:
+def _lost_between(saved: dict[str, int], reached: dict[str, int], microseconds: int) -> dict[str, int]:
     """What a process did after the checkpoint it saved ``saved`` counts in: ``reached`` minus ``saved``
     (never below 0), with ``microseconds`` of wall time."""
     lost = {name: max(0, reached[name] - saved[name]) for name in _WORK}
@@ -123,7 +123,7 @@ class RunLedger:
             self._settle_restored()
         elif self.open_entry is not None:  # this process left it open: the framework never ended it
             self.close(CRASHED, train)
-        counts = train_counts(train)
+        counts = _train_counts(train)
         self._runs.append(
             {
                 "kind": kind,
@@ -178,10 +178,10 @@ class RunLedger:
             reached = _reached(mine)
             if reached is not None:
                 wall = mine["microseconds"] + mine["lost"]["microseconds"] - entry["microseconds"]
-                lost = lost_between(entry["end"], reached, wall)
+                lost = _lost_between(entry["end"], reached, wall)
             if mine["ended"] != RUNNING:
                 ended = mine["ended"]  # it ended after the checkpoint: what it did since is lost all the same
-            later = [unsaved(run) for run in after]
+            later = [_unsaved(run) for run in after]
         entry["ended"], entry["lost"] = ended, lost
         self._runs.extend(later)
         self._restored = False
@@ -208,7 +208,7 @@ class RunLedger:
         entry = self.open_entry
         if entry is None or self._open_since is None:
             return  # a restored entry stays as saved until the resume settles it
-        entry["end"] = end = train_counts(train)
+        entry["end"] = end = _train_counts(train)
         entry["microseconds"] = self._open_us + _clock.now_us() - self._open_since
         start = entry["start"]
         batches, samples, steps = (end[name] - start[name] for name in ("batches", "samples", "steps"))

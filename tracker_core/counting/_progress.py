@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tracker_core.counting import _clock
-from tracker_core.counting._counts import _Phased, _Tally
+from tracker_core.counting._counts import Phased, Tally
 from tracker_core.counting._ledger import RunLedger
 from tracker_core.counting._stage import StageProgress, TrainStageProgress
 from tracker_core.counting._view import ProgressView
@@ -51,7 +51,7 @@ class Progress:
     )
 
     def __init__(self) -> None:
-        self._runs = _Phased("run")
+        self._runs = Phased("run")
         self._run_kind = ""
         self._where: tuple[str, str, str] | None = None
         self._resuming_run = False
@@ -59,9 +59,9 @@ class Progress:
         self._anomalies: list[str] = []
         self._timed: list[StageProgress] = []  # stages with an open epoch, innermost last: its clock runs
         self._timed_since = 0  # the clock (microseconds) when the innermost stage's time was last counted
-        self._checkpoint_save_seconds = _Tally()  # microseconds, as every time tally
-        self._checkpoint_restore_seconds = _Tally()
-        self._fast_forward_seconds = _Tally()
+        self._checkpoint_save_seconds = Tally()  # microseconds, as every time tally
+        self._checkpoint_restore_seconds = Tally()
+        self._fast_forward_seconds = Tally()
         self._ledger = RunLedger()  # one entry per run (docs/schema.md, ``ledger``)
         self._heartbeat: Heartbeat | None = None  # rank 0's, beside the checkpoints (keep_heartbeat)
         self.train = TrainStageProgress(self)
@@ -269,7 +269,7 @@ class Progress:
             else:
                 self._where = (stage_name, event, CANCELLED)
 
-    def _where_counter(self) -> _Phased | None:
+    def _where_counter(self) -> Phased | None:
         """The counter of the event that ``where`` names."""
         if self._where is None:
             return None

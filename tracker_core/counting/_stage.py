@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracker_core._errors import EventOrderError
 from tracker_core.counting._batch_size import samples_in
-from tracker_core.counting._counts import _Phased, _Tally
+from tracker_core.counting._counts import Phased, Tally
 from tracker_core.counting._tokens import _TokenTally
 from tracker_core.vocabulary import CANCELLED, Event, Phase, Stage
 
@@ -17,14 +17,14 @@ if TYPE_CHECKING:
     from tracker_core.counting._view import StageView
 
 
-class _DataloaderTallies:
+class DataloaderTallies:
     """Batches and samples processed from one dataloader of a stage."""
 
     __slots__ = ("batches", "samples")
 
     def __init__(self) -> None:
-        self.batches = _Tally()
-        self.samples = _Tally()
+        self.batches = Tally()
+        self.samples = Tally()
 
 
 class StageProgress:
@@ -53,13 +53,13 @@ class StageProgress:
     def __init__(self, name: Stage, progress: Progress) -> None:
         self.name = name.value
         self._progress = progress
-        self._epochs = _Phased(f"{name} epoch")
-        self._batches = _Phased(f"{name} batch")
-        self._samples = _Tally()
+        self._epochs = Phased(f"{name} epoch")
+        self._batches = Phased(f"{name} batch")
+        self._samples = Tally()
         self._tokens = _TokenTally()  # counted by a TokenCounter or count_tokens
         self._non_padding_tokens = _TokenTally()
-        self._seconds = _Tally()  # wall-clock microseconds inside this stage's epochs (Progress._enter_clock)
-        self._dataloaders: list[_DataloaderTallies] = []
+        self._seconds = Tally()  # wall-clock microseconds inside this stage's epochs (Progress._enter_clock)
+        self._dataloaders: list[DataloaderTallies] = []
         self._resuming_epoch = False
         self._at: dict[tuple[str, str], tuple[str, str, str]] = {
             (event, phase): (self.name, event.value, str(phase))
@@ -210,11 +210,11 @@ class StageProgress:
         self._non_padding_tokens.total += non_padding
 
     # internals ----------------------------------------------------------------
-    def _dataloader(self, index: int) -> _DataloaderTallies:
+    def _dataloader(self, index: int) -> DataloaderTallies:
         """The counts of dataloader number ``index``, made (with any before it) when first asked for."""
         loaders = self._dataloaders
         while len(loaders) <= index:
-            loaders.append(_DataloaderTallies())
+            loaders.append(DataloaderTallies())
         return loaders[index]
 
     def _count_samples(self, samples: int, dataloader: int) -> None:
@@ -228,9 +228,9 @@ class StageProgress:
         tallies.samples.total += samples
         self._samples.total += samples
 
-    def _tallies(self) -> list[_Tally]:
+    def _tallies(self) -> list[Tally]:
         """Every tally of the stage, for scope resets."""
-        tallies: list[_Tally] = [self._samples, self._tokens, self._non_padding_tokens]
+        tallies: list[Tally] = [self._samples, self._tokens, self._non_padding_tokens]
         for dataloader in self._dataloaders:
             tallies.append(dataloader.batches)
             tallies.append(dataloader.samples)
@@ -259,9 +259,9 @@ class TrainStageProgress(StageProgress):
 
     def __init__(self, progress: Progress) -> None:
         super().__init__(Stage.TRAIN, progress)
-        self._optimizer_steps: list[_Tally] = []
-        self._optimizer_steps_skipped: list[_Tally] = []
-        self._scheduler_tally = _Tally()
+        self._optimizer_steps: list[Tally] = []
+        self._optimizer_steps_skipped: list[Tally] = []
+        self._scheduler_tally = Tally()
         self._schedulers: list[list[Any]] = []  # [a scheduler's weakref, its last_epoch read]: count_scheduler_steps
         self._stepped_at = 0  # lifetime batches started when the last optimizer step was taken
 
@@ -293,7 +293,7 @@ class TrainStageProgress(StageProgress):
         self._scheduler_tally.total += 1
 
     @property
-    def _scheduler_steps(self) -> _Tally:
+    def _scheduler_steps(self) -> Tally:
         """The scheduler steps, with what the counted schedulers stepped until now."""
         self._read_schedulers()
         return self._scheduler_tally
@@ -324,13 +324,13 @@ class TrainStageProgress(StageProgress):
         """Set by a load, after the batch counts: the last step was taken ``batches`` processed batches ago."""
         self._stepped_at = self._batches.processed - batches
 
-    def _add_optimizers(self, index: int) -> _Tally:
+    def _add_optimizers(self, index: int) -> Tally:
         while len(self._optimizer_steps) <= index:
-            self._optimizer_steps.append(_Tally())
-            self._optimizer_steps_skipped.append(_Tally())
+            self._optimizer_steps.append(Tally())
+            self._optimizer_steps_skipped.append(Tally())
         return self._optimizer_steps[index]
 
-    def _tallies(self) -> list[_Tally]:
+    def _tallies(self) -> list[Tally]:
         return [
             *super()._tallies(),
             *self._optimizer_steps,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from tracker_core.counting._counts import _Tally
+from tracker_core.counting._counts import Tally
 
 if TYPE_CHECKING:
     from tracker_core.counting._stage import StageProgress
@@ -18,7 +18,7 @@ CountTokens = Callable[[Any], "int | tuple[int, int]"]
 """A user's token count of a batch: all tokens, or ``(tokens, non_padding_tokens)``."""
 
 
-class _TokenTally(_Tally):
+class _TokenTally(Tally):
     """A tally that can also hold a device tensor not yet read (sums of attention masks); reading
     ``total`` adds it in, writing ``total`` drops it."""
 

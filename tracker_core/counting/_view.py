@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
-from tracker_core.counting._counts import PhaseCounts, ScopeCounts, _Tally
+from tracker_core.counting._counts import PhaseCounts, ScopeCounts, Tally
 from tracker_core.vocabulary import Stage
 
 if TYPE_CHECKING:
@@ -102,12 +102,12 @@ class _ReadOnly:
             object.__setattr__(self, name, value)
 
 
-def _seconds(tally: _Tally) -> ScopeSeconds:
+def _seconds(tally: Tally) -> ScopeSeconds:
     total = tally.total
     return ScopeSeconds((total - tally.epoch_base) / 1e6, (total - tally.run_base) / 1e6, total / 1e6)
 
 
-def _run_seconds(tally: _Tally) -> RunSeconds:
+def _run_seconds(tally: Tally) -> RunSeconds:
     return RunSeconds((tally.total - tally.run_base) / 1e6, tally.total / 1e6)
 
 
@@ -115,7 +115,7 @@ def _rates(counts: ScopeCounts, seconds: ScopeSeconds) -> ScopeRates:
     return ScopeRates(*(n / s if s > 0 else None for n, s in zip(counts, seconds, strict=True)))
 
 
-def _sum(tallies: list[_Tally]) -> ScopeCounts:
+def _sum(tallies: list[Tally]) -> ScopeCounts:
     return ScopeCounts(
         sum(t.total - t.epoch_base for t in tallies),
         sum(t.total - t.run_base for t in tallies),

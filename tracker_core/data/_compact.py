@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.state._blobs import blob_bytes, plain_text, short_text
+from tracker_core.state._blobs import blob_bytes, plain_text, seed_in, seeded_state, short_text
 from tracker_core.state._codec import text_to_bytes
 from tracker_core.state._readers import is_mapping, join_key
 
@@ -20,7 +20,6 @@ RNG_COMPACT_VERSION = 2
 LOADER_COMPACT_VERSION = 2
 _RNG_BLOBS = (("torch",), ("python", "words"), ("numpy", "keys"))
 _LOADER = "generator"  # the loader's own generator among ``generators``
-_SEEDED = "s:"  # a just-seeded torch CPU state's short form (``tracker_core/state/_blobs.py``)
 
 
 class Decoded(bytes):
@@ -33,16 +32,11 @@ class Seeded(int):
     its 5,056 bytes are made only where needed; a resume sets a generator with ``manual_seed``. Never saved."""
 
 
-def seeded_bytes(seed: Seeded) -> bytes:
-    """The bytes of the state of a torch CPU generator just seeded with ``seed``."""
-    return blob_bytes(f"{_SEEDED}{int(seed)}", "")
-
-
 def blob_bytes_of(value: object, key: str, size: int | None = None) -> bytes:
     """The bytes of a blob as an expanded state holds it: :class:`Decoded` bytes or a :class:`Seeded` state,
     else base64 text (``size``: the exact length required, if any)."""
     if isinstance(value, Seeded):
-        value = Decoded(seeded_bytes(value))
+        value = Decoded(seeded_state(value))
     if not isinstance(value, Decoded):
         return text_to_bytes(value, key, size=size)
     if size is not None and len(value) != size:
@@ -144,25 +138,13 @@ def _expanded(value: object, key: str, base: bytes | None, decoded: bool) -> obj
     (a difference that cannot be applied stays text either way, for its reader to refuse)."""
     if not decoded or not _is_short(value):
         return plain_text(value, key, base)
-    seed = _seed(value)
+    seed = seed_in(value)
     if seed is not None:
-        return seed
+        return Seeded(seed)
     try:
         return Decoded(blob_bytes(value, key, base))
     except ProgressStateError:
         return plain_text(value, key, base)  # raises as without ``decoded``, or gives the difference back
-
-
-def _seed(text: object) -> Seeded | None:
-    """The seed of an ``"s:"`` text, checked as ``tracker_core/state/_blobs.py`` checks it (decimal digits,
-    below 2**64); None for any other text (its reader decodes it, or refuses it)."""
-    if not isinstance(text, str) or not text.startswith(_SEEDED):
-        return None
-    digits = text[len(_SEEDED) :]
-    if not digits.isascii() or not digits.isdigit() or len(digits) > 20:
-        return None
-    seed = int(digits)
-    return Seeded(seed) if seed < 2**64 else None
 
 
 def _is_short(value: object) -> bool:
@@ -196,7 +178,7 @@ def _raw(value: object, path: tuple[str, ...]) -> bytes | None:
     if isinstance(text, Decoded):
         return text
     if isinstance(text, Seeded):
-        return seeded_bytes(text)
+        return seeded_state(text)
     if not isinstance(text, str):
         return None
     try:

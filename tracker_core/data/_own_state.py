@@ -84,7 +84,6 @@ class OwnState(Strategy):
             raise ProgressStateError(join_key(key, "loader_class"), f"saved by a {saved[0]}; this loader is a {mine}")
         per_epoch = None if isinstance(loader.dataset, IterableDataset) else len(loader)
         record.state = check_own_state(saved, join_key(key, "loader_state"), loader.num_workers, per_epoch)
-        return
 
 
 def _draws_order_lazily(site: Site) -> bool:

@@ -28,7 +28,13 @@ from tracker_core.data._rng import (
     restore_rng_state,
 )
 from tracker_core.data._sampler_replay import SamplerReplay
-from tracker_core.data._saved_loader import STATE_VERSION, read_header
+from tracker_core.data._saved_loader import (
+    STATE_VERSION,
+    SavedLoader,
+    check_kind,
+    check_saved_epoch,
+    read_header,
+)
 from tracker_core.data._strategy import LoaderKind, Strategy, is_stateful
 from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook
 from tracker_core.state._codec import tensor_to_text
@@ -43,12 +49,15 @@ __all__ = [
 
 # Settings that must not change between a save and its resume: the epoch order depends on them.
 _SAME_ORDER_KEYS = ("seed", "shuffle", "dataset_size")
+_Generators = dict[str, tuple[torch.Generator, torch.Tensor]]  # a loader's generators and their saved states
 
 
 @dataclass(frozen=True)
-class _ParsedState:
+class ParsedLoader:
+    """A saved state checked against its loader, ready for ``LoaderPosition`` to arm."""
+
     skip: int
-    generators: dict[str, tuple[torch.Generator, torch.Tensor]]  # the loader's generators and their saved states
+    generators: _Generators
     record: EpochRecord | None
 
 
@@ -170,14 +179,34 @@ class LoaderPosition:
         first ``batches_consumed`` batches (sampler generators are restored at once; later epochs follow as in the
         uninterrupted run). ``rng``: the snapshot given to :meth:`state_dict`, if any. On a bad state raises
         ``ProgressStateError`` (key path and problem), changing nothing."""
-        self._apply(self._parse(state, rng))
+        header = read_header(expand_loader(state, "", rng, decoded=True), "", self.kind)
+        generators = self._check_header(header)  # this loader's checks first
+        self.arm(self._parsed(check_saved_epoch(header), generators, resume_epoch=True))
 
     def forget_replay(self) -> None:
         """A loaded state is not resumed after all: the next epoch is read whole."""
         self._strategy.disarm()
 
-    def _apply(self, parsed: _ParsedState) -> None:
-        """Arm a state that ``_parse`` accepted; cannot fail."""
+    def undo_point(self) -> Callable[[], None]:
+        """A call that disarms this position and puts back its generators' states and its epoch as they are now
+        (nothing if its loader is gone by then): a load that arms it can be undone."""
+        states = {path: g.get_state() for path, g in self._generators().items()}
+        epoch, awaiting_sampler = self._site.cursor.epoch, self._site.cursor.awaiting_sampler
+
+        def put_back() -> None:
+            if self._site.loader_or_none() is None:
+                return
+            self.forget_replay()
+            generators = self._generators()
+            for path, state in states.items():
+                if path in generators:
+                    generators[path].set_state(state)
+            self._site.cursor.epoch, self._site.cursor.awaiting_sampler = epoch, awaiting_sampler
+
+        return put_back
+
+    def arm(self, parsed: ParsedLoader) -> None:
+        """Arm a state that :meth:`check` accepted; cannot fail."""
         for generator, saved in parsed.generators.values():
             generator.set_state(saved)
         cursor = self._site.cursor
@@ -186,9 +215,18 @@ class LoaderPosition:
         cursor.awaiting_sampler = False
         self._strategy.arm()
 
-    def _parse(self, state: object, rng: Mapping[str, Any] | None = None) -> _ParsedState:
-        header = read_header(expand_loader(state, "", rng, decoded=True), "", self.kind)
-        fields, skip = header.fields, header.skip
+    def check(self, saved: SavedLoader, resume_epoch: bool) -> ParsedLoader:
+        """Check a state that ``check_saved_loader`` accepted against this loader (its epoch record dropped unless
+        ``resume_epoch``)."""
+        check_kind(saved.kind, self.kind, "")
+        return self._parsed(saved, self._check_header(saved), resume_epoch)
+
+    def _parsed(self, saved: SavedLoader, generators: _Generators, resume_epoch: bool) -> ParsedLoader:
+        record = None if saved.epoch is None else self._read_record(saved.epoch, saved.iterator_rng, "epoch")
+        return ParsedLoader(saved.skip, generators, record if resume_epoch else None)
+
+    def _check_header(self, header: SavedLoader) -> _Generators:
+        """Check a saved state's top-level fields against this loader; its generators and their saved states."""
         if header.per_epoch is not None:
             mine = self._batches_per_epoch()
             if mine is not None and mine != header.per_epoch:
@@ -203,13 +241,7 @@ class LoaderPosition:
             )
         samplers = self._site.chain.samplers()  # walked once for the checks below
         self._check_distributed(header.distributed, "distributed", samplers)
-        generators = self._read_generators(fields["generators"], "generators", samplers)
-        record = None if fields["epoch"] is None else self._read_record(fields["epoch"], "epoch")
-        if skip and not self._strategy.has_drawn(record):
-            raise ProgressStateError(
-                "batches_consumed", f"must be 0 in a state saved before any batch was drawn, got {skip}"
-            )
-        return _ParsedState(skip, generators, record)
+        return self._read_generators(header.fields["generators"], "generators", samplers)
 
     def _check_distributed(self, saved: dict[str, Any] | None, key: str, samplers: dict[str, Any]) -> None:
         """A saved sharding (DistributedSampler or batch shards) must match this loader's (when both have one)."""
@@ -234,12 +266,8 @@ class LoaderPosition:
                     "to resume every rank, or at another world size)",
                 )
 
-    def _read_record(self, value: object, key: str) -> EpochRecord:
-        strategy = self._strategy
-        fields = read_mapping(value, key, required=strategy.epoch_keys, optional=strategy.optional_epoch_keys)
-        record = EpochRecord()
-        if fields["iterator_rng"] is not None:
-            record.iterator_rng = GlobalRng.from_plain(fields["iterator_rng"], join_key(key, "iterator_rng"))
+    def _read_record(self, fields: Mapping[str, Any], iterator_rng: GlobalRng | None, key: str) -> EpochRecord:
+        record = EpochRecord(iterator_rng)
         if fields["loader_generator"] is not None:
             generator = self.loader.generator
             if generator is None:
@@ -247,12 +275,10 @@ class LoaderPosition:
             record.loader_generator = read_generator_state(
                 fields["loader_generator"], join_key(key, "loader_generator"), generator
             )
-        strategy.read_epoch(fields, key, record)
+        self._strategy.read_epoch(fields, key, record)
         return record
 
-    def _read_generators(
-        self, value: object, key: str, samplers: dict[str, Any]
-    ) -> dict[str, tuple[torch.Generator, torch.Tensor]]:
+    def _read_generators(self, value: object, key: str, samplers: dict[str, Any]) -> _Generators:
         mine = self._site.chain.generators(self.loader.generator, samplers)
         fields = read_mapping(value, key, required=tuple(mine))
         return {path: (g, read_generator_state(fields[path], join_key(key, path), g)) for path, g in mine.items()}

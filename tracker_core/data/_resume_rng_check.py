@@ -1,9 +1,5 @@
-"""Naming user code that moves the global RNGs between a checkpoint load and the first resumed batch.
-
-The uninterrupted run draws nothing there, so a ``torch.manual_seed`` after loading (Ignite's own save/resume
-example has one), or a draw in a start hook, makes every later random draw differ while the progress states still
-compare equal. :class:`ResumeRngCheck` notices it and warns once (``InexactResumeWarning``), naming where.
-"""
+"""Naming user code that moves the global RNGs between a checkpoint load and the first resumed batch (a
+``torch.manual_seed`` after loading, a draw in a start hook): docs/adapters.md."""
 
 from __future__ import annotations
 

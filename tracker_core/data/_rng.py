@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.data._compact import RNG_COMPACT_VERSION, Decoded, Seeded, blob_bytes_of, expand_rng, seeded_bytes
+from tracker_core.data._compact import RNG_COMPACT_VERSION, Decoded, Seeded, blob_bytes_of, expand_rng
 from tracker_core.data._device_rng import (
     DeviceStates,
     apply_devices,
@@ -25,6 +25,7 @@ from tracker_core.data._device_rng import (
     devices_from_plain,
     devices_to_plain,
 )
+from tracker_core.state._blobs import seeded_state
 from tracker_core.state._codec import bytes_to_text, checked_text, tensor_to_text
 from tracker_core.state._readers import (
     INT32_MAX,
@@ -159,7 +160,7 @@ class GlobalRng:
 
 
 def _torch_text(state: torch.Tensor | Seeded) -> str:
-    return bytes_to_text(seeded_bytes(state)) if isinstance(state, Seeded) else tensor_to_text(state)
+    return bytes_to_text(seeded_state(state)) if isinstance(state, Seeded) else tensor_to_text(state)
 
 
 def read_torch_cpu_state(value: object, key: str) -> torch.Tensor:
@@ -276,14 +277,19 @@ def preserved_global_rng(*, torch_only: bool = False) -> Iterator[None]:
     """Run a block, then put the three global generators back as they were before it; with ``torch_only``,
     torch's CPU and device generators alone (for a block that draws from no other: reading or setting
     NumPy's state costs about 0.1 ms each, several times what a resume of a small loader costs)."""
-    if torch_only:
-        saved = GlobalRng(torch.get_rng_state(), (), None, capture_devices())
-    else:
+    if not torch_only:
         saved = GlobalRng.capture()
+        try:
+            yield
+        finally:
+            saved.apply()
+        return
+    torch_state, devices = torch.get_rng_state(), capture_devices()
     try:
         yield
     finally:
-        saved.apply(torch_only=torch_only)
+        torch.set_rng_state(torch_state)
+        apply_devices(devices)
 
 
 def capture_rng_state() -> dict[str, Any]:

@@ -136,7 +136,6 @@ class SamplerReplay(Strategy):
     def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
         if fields["sampler_rng"] is not None:
             record.sampler_rng = self._read_sampler_rng(fields["sampler_rng"], join_key(key, "sampler_rng"))
-        return
 
     def _read_sampler_rng(self, value: object, key: str) -> SamplerRng:
         fields = read_mapping(value, key, required=("torch", "generators", "epochs"))

@@ -1,16 +1,16 @@
 """A saved train-loader state checked without its loader, so that an entry whose loaders are registered after the
 load (Lightning, Ignite), or a file ``progress-tracker`` reads, is refused before anything is applied
-(``LoaderPosition._parse`` adds the checks against the live loader). Keys are relative to the loader's state.
+(``LoaderPosition.check`` adds the checks against the live loader). Keys are relative to the loader's state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, cast, get_args
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, cast
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.data._compact import expand_loader
+from tracker_core.data._compact import blob_bytes_of, expand_loader
 from tracker_core.data._epoch import FastForward
 from tracker_core.data._iterable_replay import IterableReplay
 from tracker_core.data._own_state import OwnState
@@ -19,7 +19,6 @@ from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._samplers import read_distributed
 from tracker_core.data._strategy import LoaderKind, Strategy
 from tracker_core.data._torchdata_state import check_own_state, read_own_state
-from tracker_core.state._codec import text_to_byte_tensor
 from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, shown
 
 STATE_VERSION = 1  # the form readers check; saved as version 2 (``_compact.py``), which expands to it
@@ -34,8 +33,9 @@ _STATE_KEYS = (
     "distributed",
 )
 _OPTIONAL_STATE_KEYS = ("fast_forward",)  # present when the resume before this checkpoint read batches again
-_STRATEGIES: tuple[type[Strategy], ...] = (SamplerReplay, IterableReplay, OwnState)
-_KINDS: tuple[str, ...] = get_args(LoaderKind)
+_STRATEGIES: dict[str, type[Strategy]] = {
+    strategy.kind: strategy for strategy in (SamplerReplay, IterableReplay, OwnState)
+}
 OLD_STATEFUL = (
     "'stateful_dataloader' is the kind of an earlier development version, which rewrote torchdata's private "
     "state; a StatefulDataLoader is now positioned by its own public state (kind 'own_state'), and that saved "
@@ -46,8 +46,8 @@ _ACCELERATOR_GENERATOR_BYTES = 16  # a CUDA/XPU/MPS Philox generator's state: se
 
 
 @dataclass(frozen=True)
-class Header:
-    """What every tracked loader kind saves, read and checked."""
+class SavedLoader:
+    """A saved loader state, read and checked without its loader (``LoaderPosition`` checks it against its own)."""
 
     kind: LoaderKind
     fields: Mapping[str, Any]  # the state's top-level fields
@@ -55,11 +55,13 @@ class Header:
     per_epoch: int | None
     workers: int
     distributed: dict[str, Any] | None
+    epoch: Mapping[str, Any] | None = None  # the epoch record's fields, once check_saved_epoch read them
+    iterator_rng: GlobalRng | None = None  # the epoch record's, read
 
 
-def read_header(state: object, key: str, kind: str | None = None) -> Header:
+def read_header(state: object, key: str, kind: str | None = None) -> SavedLoader:
     """Check the top-level fields of an expanded loader state (``kind``: the one the live loader resumes by, if
-    any); the generators and the epoch record are left to the caller."""
+    any); the generators and the epoch record are left to :func:`check_saved_epoch`."""
     if not is_mapping(state):
         raise ProgressStateError(key, f"expected a mapping, got {type(state).__name__}")
     if "kind" not in state:
@@ -67,12 +69,12 @@ def read_header(state: object, key: str, kind: str | None = None) -> Header:
     saved = read_str(state["kind"], join_key(key, "kind"))
     if saved == "stateful_dataloader":
         raise ProgressStateError(join_key(key, "kind"), OLD_STATEFUL)
-    if saved not in _KINDS:
-        raise ProgressStateError(join_key(key, "kind"), f"unknown kind {shown(saved)}; expected one of {list(_KINDS)}")
-    if kind is not None and saved != kind:
+    if saved not in _STRATEGIES:
         raise ProgressStateError(
-            join_key(key, "kind"), f"saved from a {saved!r} loader; this loader resumes by {kind!r}"
+            join_key(key, "kind"), f"unknown kind {shown(saved)}; expected one of {list(_STRATEGIES)}"
         )
+    if kind is not None:
+        check_kind(saved, kind, key)
     fields = read_mapping(state, key, required=_STATE_KEYS, optional=_OPTIONAL_STATE_KEYS)
     version = read_int(fields["version"], join_key(key, "version"))
     if version != STATE_VERSION:
@@ -89,7 +91,15 @@ def read_header(state: object, key: str, kind: str | None = None) -> Header:
     distributed = read_distributed(fields["distributed"], join_key(key, "distributed"))
     if "fast_forward" in fields:
         _read_fast_forward(fields["fast_forward"], join_key(key, "fast_forward"))
-    return Header(cast("LoaderKind", saved), fields, skip, per_epoch, workers, distributed)
+    return SavedLoader(cast("LoaderKind", saved), fields, skip, per_epoch, workers, distributed)
+
+
+def check_kind(saved: str, kind: str, key: str) -> None:
+    """Refuse a state saved from a loader that resumes by another kind than the live loader's ``kind``."""
+    if saved != kind:
+        raise ProgressStateError(
+            join_key(key, "kind"), f"saved from a {saved!r} loader; this loader resumes by {kind!r}"
+        )
 
 
 def _read_fast_forward(value: object, key: str) -> FastForward:
@@ -100,61 +110,59 @@ def _read_fast_forward(value: object, key: str) -> FastForward:
     return FastForward(read_int(fields["batches"], join_key(key, "batches"), minimum=1), float(seconds))
 
 
-def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | None = None) -> None:
+def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | None = None) -> SavedLoader:
     """Raise ``ProgressStateError`` naming the key for anything wrong in ``state`` that no loader is needed to see.
 
     ``rng``: the version 1 global snapshot saved beside ``state``, which its ``iterator_rng`` may refer to.
     """
-    state = expand_loader(state, key, rng)
-    if is_mapping(state) and state.get("kind") == "untracked":
-        read_mapping(state, key, required=("kind",))
-        return
-    header = read_header(state, key)
-    _generators(header.fields["generators"], join_key(key, "generators"))
-    epoch = header.fields["epoch"]
-    drawn = epoch is not None and _epoch(epoch, join_key(key, "epoch"), header)
+    return check_saved_epoch(read_header(expand_loader(state, key, rng), key), key)
+
+
+def check_saved_epoch(header: SavedLoader, key: str = "") -> SavedLoader:
+    """The rest of :func:`check_saved_loader` once the header is read: the generators and the epoch record."""
+    _each(header.fields["generators"], join_key(key, "generators"), _generator_state)
+    epoch, iterator_rng = None, None
+    if header.fields["epoch"] is not None:
+        epoch, iterator_rng = _epoch(header.fields["epoch"], join_key(key, "epoch"), header)
+    # whether the epoch record knows the order of the batches already drawn
+    drawn = epoch is not None and (header.kind != "sampler_replay" or epoch["sampler_rng"] is not None)
     if header.skip and not drawn:
         raise ProgressStateError(
             join_key(key, "batches_consumed"),
             f"must be 0 in a state saved before any batch was drawn, got {header.skip}",
         )
+    return replace(header, epoch=epoch, iterator_rng=iterator_rng)
 
 
-def _epoch(value: object, key: str, header: Header) -> bool:
-    """Check an epoch record; whether it knows the order of batches already drawn."""
-    strategy = next(strategy for strategy in _STRATEGIES if strategy.kind == header.kind)
+def _epoch(value: object, key: str, header: SavedLoader) -> tuple[Mapping[str, Any], GlobalRng | None]:
+    """Check an epoch record: its fields, and its ``iterator_rng`` read."""
+    strategy = _STRATEGIES[header.kind]
     fields = read_mapping(value, key, required=strategy.epoch_keys, optional=strategy.optional_epoch_keys)
+    iterator_rng = None
     if fields["iterator_rng"] is not None:
-        GlobalRng.from_plain(fields["iterator_rng"], join_key(key, "iterator_rng"))
+        iterator_rng = GlobalRng.from_plain(fields["iterator_rng"], join_key(key, "iterator_rng"))
     if fields["loader_generator"] is not None:
         _generator_state(fields["loader_generator"], join_key(key, "loader_generator"))
-    if header.kind == "sampler_replay":
-        if fields["sampler_rng"] is None:
-            return False
+    if header.kind == "sampler_replay" and fields["sampler_rng"] is not None:
         rng_key = join_key(key, "sampler_rng")
         rng = read_mapping(fields["sampler_rng"], rng_key, required=("torch", "generators", "epochs"))
         read_torch_cpu_state(rng["torch"], join_key(rng_key, "torch"))
-        _generators(rng["generators"], join_key(rng_key, "generators"))
-        epochs_key = join_key(rng_key, "epochs")
-        epochs = rng["epochs"]
-        if not isinstance(epochs, Mapping):
-            raise ProgressStateError(epochs_key, f"expected a mapping, got {type(epochs).__name__}")
-        for path, epoch in epochs.items():
-            read_int(epoch, join_key(epochs_key, read_str(path, epochs_key)), minimum=0)
+        _each(rng["generators"], join_key(rng_key, "generators"), _generator_state)
+        _each(rng["epochs"], join_key(rng_key, "epochs"), lambda epoch, at: read_int(epoch, at, minimum=0))
     if "loader_state" in fields or "loader_class" in fields:  # "own_state"
         check_own_state(read_own_state(fields, key), join_key(key, "loader_state"), header.workers, header.per_epoch)
-    return True
+    return fields, iterator_rng
 
 
-def _generators(value: object, key: str) -> None:
+def _each(value: object, key: str, check: Callable[[object, str], object]) -> None:
+    """``check(item, its key)`` for each item of a mapping keyed by path."""
     if not isinstance(value, Mapping):
         raise ProgressStateError(key, f"expected a mapping, got {type(value).__name__}")
-    for path, state in value.items():
-        _generator_state(state, join_key(key, read_str(path, key)))
+    for path, item in value.items():
+        check(item, join_key(key, read_str(path, key)))
 
 
 def _generator_state(value: object, key: str) -> None:
     """A CPU generator's state (checked on a scratch generator) or an accelerator generator's 16 bytes."""
-    state = text_to_byte_tensor(value, key)
-    if state.numel() != _ACCELERATOR_GENERATOR_BYTES:
+    if len(blob_bytes_of(value, key)) != _ACCELERATOR_GENERATOR_BYTES:
         read_torch_cpu_state(value, key)

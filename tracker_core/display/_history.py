@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracker_core.display._report import aligned
 from tracker_core.state._ledger import UNKNOWN
 from tracker_core.state._schema import parse
 
@@ -67,8 +68,7 @@ def history_table(progress: dict[str, Any]) -> str:
     """:func:`history_facts` as text: a row per run (train counts from start to end in lifetime scope) and goodput."""
     facts = history_facts(progress)
     rows = [list(_COLUMNS), *map(_row, facts["runs"])]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines = aligned(rows)
     if not facts["runs"]:
         lines = ["no runs recorded (the ledger began with schema version 4)"]
     earlier = facts["earlier"]

@@ -45,7 +45,9 @@ class Meter:
 
     def measure(self, samples: int, batches: int, tokens: int) -> None:
         """The stage's lifetime counts now; counts that went back (a checkpoint was loaded) restart the window."""
-        counts = tuple(zip(self._tasks, (samples, batches, tokens), strict=False))
+        if not self._tasks:  # no rich
+            return
+        counts = tuple(zip(self._tasks, (samples, batches, tokens), strict=True))
         went_back = any(count < task.completed for task, count in counts)
         for task, count in counts:
             if went_back:

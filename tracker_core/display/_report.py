@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tracker_core.counting._progress import Progress
@@ -57,6 +58,15 @@ def _facts(progress: dict[str, Any], view: ProgressView) -> dict[str, Any]:
     }
 
 
+def aligned(rows: Sequence[Sequence[str]], *, rule: bool = False) -> list[str]:
+    """``rows`` as lines of left-aligned columns two spaces apart; ``rule``: dashes under the first row."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    if rule:
+        lines.insert(1, "  ".join("-" * width for width in widths))
+    return lines
+
+
 def progress_table(progress: dict[str, Any]) -> str:
     """``progress`` (a ``Progress.state_dict()``) for people: its counts per stage and scope (docs/cli.md,
     ``inspect``), where it was taken, whether mid-epoch or mid-accumulation, overhead seconds and anomalies."""
@@ -84,9 +94,7 @@ def progress_table(progress: dict[str, Any]) -> str:
                 rows.append(("", "steps skipped", *_scoped(skipped)))
             if stage["scheduler_steps"]["lifetime"]:
                 rows.append(("", "scheduler steps", *_scoped(stage["scheduler_steps"])))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
+    lines = aligned(rows, rule=True)
     facts = _facts(progress, view)
     lines.append(f"taken at: {facts['taken_at']}; run: {facts['run_kind'] or '-'}; global step: {facts['global_step']}")
     epoch = f"yes, {_batches(facts['batches_into_epoch'])} into train epoch {facts['epoch_index']} (0-based)"

@@ -1,11 +1,6 @@
-"""The tracker's collectives return only once the process group's threads are done with the tensors they were given.
-
-A collective's work keeps its tensors after the caller's wait returned, until a thread of the process group
-(gloo's worker, NCCL's watchdog) drops it, taking the GIL to drop the tensors' Python objects. A thread that
-takes the GIL while the interpreter finalizes is ended inside the tensor's C++ destructor: ``std::terminate``
-and SIGABRT at the exit (tests/test_two_rank_exits.py). :func:`run_collective` waits, GIL released, until C++
-holds none of its tensors (one reference each dropped), one second at most.
-"""
+"""The tracker's collectives return only once the process group's threads dropped the tensors they were given:
+one dropped while the interpreter finalizes aborts the process (docs/design.md, "Distributed";
+tests/test_two_rank_exits.py)."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def saved_elsewhere(entry: object) -> bool:
     those files) and was saved by another number of processes."""
     ranks = entry.get("ranks") if isinstance(entry, dict) else None
     if is_index(ranks):
-        size = ranks.get("world_size")  # type: ignore[union-attr]
+        size = ranks.get("world_size")
         return type(size) is int and size != world()[0]
     return isinstance(ranks, (list, RankFiles)) and bool(ranks) and len(ranks) != world()[0]
 
@@ -68,7 +68,7 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
     if is_index(ranks):
         raise ProgressStateError(
             "ranks",
-            f"the ranks' entries are in files beside the checkpoint ({ranks['rank_files']!r}, relative to its "  # type: ignore[index]
+            f"the ranks' entries are in files beside the checkpoint ({ranks['rank_files']!r}, relative to its "
             "folder): load it through the adapter, or pass the entry through "
             "tracker_core.adapter.with_rank_files(entry, checkpoint_path) first",
         )

@@ -19,7 +19,7 @@ import shutil
 import uuid
 from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, TypeGuard, TypeVar, overload
 
 import torch
 
@@ -40,7 +40,7 @@ def file_name(rank: int) -> str:
     return f"rank-{rank}.json"
 
 
-def is_index(ranks: object) -> bool:
+def is_index(ranks: object) -> TypeGuard[Mapping[str, Any]]:
     """Whether ``ranks`` (an entry's ``"ranks"``) is the index of rank files rather than the entries."""
     return isinstance(ranks, Mapping) and "rank_files" in ranks
 
@@ -180,8 +180,8 @@ class RankFiles(_LazyRanks[dict[str, Any]]):
         folders: Sequence[str | os.PathLike[str]] = (),
     ) -> RankFiles:
         """The rank files an index (``entry["ranks"]``) names, found as :func:`with_rank_files` says."""
-        folder, size, save_id = _find_save(index, INDEX_KEYS, "ranks", checkpoint, folders)
-        summaries = index["loaders"]  # type: ignore[index]
+        folder, size, save_id, fields = _find_save(index, INDEX_KEYS, "ranks", checkpoint, folders)
+        summaries = fields["loaders"]
         if not isinstance(summaries, list):
             raise ProgressStateError("ranks.loaders", "expected a list, one summary per train loader")
         return cls(folder, size, save_id, summaries)
@@ -226,8 +226,8 @@ def _find_save(
     key: str,
     checkpoint: str | os.PathLike[str] | None,
     folders: Sequence[str | os.PathLike[str]],
-) -> tuple[str, int, str]:
-    """``(folder, world_size, save_id)`` of the save an index with ``keys`` names, checked (errors name ``key``);
+) -> tuple[str, int, str, Mapping[str, Any]]:
+    """``(folder, world_size, save_id, index)`` of the save an index with ``keys`` names, checked (errors name ``key``);
     the folder is the first that exists, in :func:`with_rank_files`'s order (a file missing in it is named
     when that rank's file is read)."""
     if not isinstance(index, Mapping) or set(index) != keys:
@@ -254,7 +254,7 @@ def _find_save(
     candidates.append(written_in)
     for folder in candidates:
         if _exists(folder):
-            return folder, size, save_id
+            return folder, size, save_id, index
     raise ProgressStateError(
         key,
         f"the rank files of save {save_id} ({relative}, beside the checkpoint) are not found; looked in "
@@ -298,8 +298,8 @@ class RankTensors(_LazyRanks[Any]):
         key: str = "ranks",
     ) -> RankTensors:
         """The files an index of :func:`write_rank_tensors` names, found as :func:`with_rank_files` says."""
-        folder, size, save_id = _find_save(index, TENSOR_INDEX_KEYS, key, checkpoint, folders)
-        name = index["name"]  # type: ignore[index]
+        folder, size, save_id, fields = _find_save(index, TENSOR_INDEX_KEYS, key, checkpoint, folders)
+        name = fields["name"]
         if not isinstance(name, str) or not re.fullmatch(r"[a-z_]+", name):
             raise ProgressStateError(f"{key}.name", "expected a lowercase name")
         return cls(folder, size, save_id, name, key)

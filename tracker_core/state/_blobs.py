@@ -43,7 +43,10 @@ def blob_bytes(value: object, key: str, base: bytes | None = None) -> bytes:
     if isinstance(value, str) and value.startswith(_COMPRESSED):
         return _unshuffle(_inflate(value[len(_COMPRESSED) :], key))
     if isinstance(value, str) and value.startswith(_SEEDED):
-        return _seeded_state(value[len(_SEEDED) :], key)
+        seed = seed_in(value)
+        if seed is None:
+            raise ProgressStateError(key, "expected the seed of a torch generator (an integer below 2**64)")
+        return seeded_state(seed)
     if isinstance(value, str) and value.startswith(_DELTA):
         if base is None:
             raise ProgressStateError(key, "a difference from a related RNG state that is missing here")
@@ -73,14 +76,22 @@ def _seed_of(data: bytes) -> int | None:
     if len(data) <= _SEED_BYTES:
         return None
     seed = int.from_bytes(data[:_SEED_BYTES], "little")
-    fresh = torch.Generator().manual_seed(seed).get_state()
-    return seed if len(data) == fresh.numel() and tensor_to_bytes(fresh) == data else None
+    return seed if seeded_state(seed) == data else None
 
 
-def _seeded_state(text: str, key: str) -> bytes:
-    if not text.isascii() or not text.isdigit() or len(text) > 20 or int(text) >= 2**64:
-        raise ProgressStateError(key, "expected the seed of a torch generator (an integer below 2**64)")
-    return tensor_to_bytes(torch.Generator().manual_seed(int(text)).get_state())
+def seed_in(text: object) -> int | None:
+    """The seed of an ``"s:<seed>"`` text (decimal digits, below 2**64), or None for any other value."""
+    if not isinstance(text, str) or not text.startswith(_SEEDED):
+        return None
+    digits = text[len(_SEEDED) :]
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 20 or int(digits) >= 2**64:
+        return None
+    return int(digits)
+
+
+def seeded_state(seed: int) -> bytes:
+    """The state of a torch CPU generator just seeded with ``seed``."""
+    return tensor_to_bytes(torch.Generator().manual_seed(seed).get_state())
 
 
 def _inflate(text: str, key: str) -> bytes:

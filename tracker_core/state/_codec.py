@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import ctypes
 from collections.abc import Mapping
 from typing import Any
@@ -190,7 +191,11 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int], decode: boo
         raise ProgressStateError(key, f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, list):
         _check_length(value, key)
-        return [_from_plain(item, join_key(key, str(i)), depth + 1, budget, decode) for i, item in enumerate(value)]
+        items = (_from_plain(item, join_key(key, str(i)), depth + 1, budget, decode) for i, item in enumerate(value))
+        if decode:
+            return list(items)
+        collections.deque(items, maxlen=0)  # checked, not copied
+        return value
     if not is_mapping(value):
         raise ProgressStateError(key, f"expected plain data, got {type_name(value)}")
     if decode and len(value) == 1 and _TENSOR_TAG in value:
@@ -216,10 +221,11 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int], decode: boo
                 raise ProgressStateError(
                     join_key(key, name), f"more than {MAX_NODES} values in all; a saved state holds far fewer"
                 )
-            out[name] = item
         else:
-            out[name] = _from_plain(item, join_key(key, name), depth + 1, budget, decode)
-    return out
+            item = _from_plain(item, join_key(key, name), depth + 1, budget, decode)
+        if decode:
+            out[name] = item
+    return out if decode else value
 
 
 def _bounded_int(value: int, key: str) -> int:

@@ -14,7 +14,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.counting._counts import PhaseCounts, _Phased, _Tally
+from tracker_core.counting._counts import PhaseCounts, Phased, Tally
 from tracker_core.state._readers import join_key, read_int, read_list, read_mapping
 from tracker_core.vocabulary import Phase, Scope
 
@@ -65,7 +65,7 @@ class PhaseCount(Part):
         self.scopes = tuple(scope.value for scope in scopes)
         self._base_of = tuple((scope, attrgetter(_BASES[scope]) if scope in _BASES else _zero) for scope in self.scopes)
 
-    def dump(self, live: _Phased) -> dict[str, Any]:
+    def dump(self, live: Phased) -> dict[str, Any]:
         ready, started, processed, completed = live.ready, live.started, live.processed, live.completed
         if not self.scopes:
             return {"ready": ready, "started": started, "processed": processed, "completed": completed}
@@ -90,7 +90,7 @@ class PhaseCount(Part):
         return parsed
 
     def store(self, owner: Any, attr: str, value: Any) -> None:
-        counter: _Phased = _part_of(owner, attr)
+        counter: Phased = _part_of(owner, attr)
         if not self.scopes:
             counter.ready, counter.started, counter.processed, counter.completed = value
             return
@@ -99,7 +99,7 @@ class PhaseCount(Part):
         counter.run_base = lifetime.ready - value[Scope.RUN].ready
         counter.epoch_base = lifetime.ready - value.get(Scope.EPOCH, value[Scope.RUN]).ready
 
-    def pack(self, live: _Phased, out: list[int]) -> None:
+    def pack(self, live: Phased, out: list[int]) -> None:
         ready, started, processed, completed = live.ready, live.started, live.processed, live.completed
         if not self.scopes:
             out += (ready, started, processed, completed)
@@ -107,7 +107,7 @@ class PhaseCount(Part):
             base = base_of(live)
             out += (ready - base, started - base, processed - base, completed - base)
 
-    def unpack(self, live: _Phased, take: Callable[[], int]) -> dict[str, Any]:
+    def unpack(self, live: Phased, take: Callable[[], int]) -> dict[str, Any]:
         if not self.scopes:
             return {"ready": take(), "started": take(), "processed": take(), "completed": take()}
         unpacked = {}
@@ -115,7 +115,7 @@ class PhaseCount(Part):
             unpacked[scope] = {"ready": take(), "started": take(), "processed": take(), "completed": take()}
         return unpacked
 
-    def paths(self, live: _Phased, key: str, out: list[str]) -> None:
+    def paths(self, live: Phased, key: str, out: list[str]) -> None:
         for scoped in [join_key(key, scope) for scope in self.scopes] or [key]:
             out += (join_key(scoped, phase) for phase in PHASES)
 
@@ -128,7 +128,7 @@ class TallyCount(Part):
         self.scopes = tuple(scope.value for scope in scopes)
         self._every_scope = self.scopes == SCOPES
 
-    def dump(self, live: _Tally) -> dict[str, int]:
+    def dump(self, live: Tally) -> dict[str, int]:
         total = live.total
         dumped = {"epoch": total - live.epoch_base, "run": total - live.run_base, "lifetime": total}
         return dumped if self._every_scope else {scope: dumped[scope] for scope in self.scopes}
@@ -142,18 +142,18 @@ class TallyCount(Part):
         return parsed
 
     def store(self, owner: Any, attr: str, value: dict[str, int]) -> None:
-        tally: _Tally = _part_of(owner, attr)
+        tally: Tally = _part_of(owner, attr)
         tally.total = value[Scope.LIFETIME]
         tally.run_base = tally.total - value[Scope.RUN]
         tally.epoch_base = tally.total - value.get(Scope.EPOCH, value[Scope.RUN])
 
-    def pack(self, live: _Tally, out: list[int]) -> None:
+    def pack(self, live: Tally, out: list[int]) -> None:
         out += self.dump(live).values()
 
-    def unpack(self, live: _Tally, take: Callable[[], int]) -> dict[str, int]:
+    def unpack(self, live: Tally, take: Callable[[], int]) -> dict[str, int]:
         return {scope: take() for scope in self.scopes}
 
-    def paths(self, live: _Tally, key: str, out: list[str]) -> None:
+    def paths(self, live: Tally, key: str, out: list[str]) -> None:
         out += (join_key(key, scope) for scope in self.scopes)
 
 

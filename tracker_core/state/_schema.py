@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.counting._counts import PhaseCounts, _Tally
-from tracker_core.counting._stage import _DataloaderTallies
+from tracker_core.counting._counts import PhaseCounts, Tally
+from tracker_core.counting._stage import DataloaderTallies
 from tracker_core.state._form import (
     PHASES,
     SCOPES,
@@ -270,7 +270,7 @@ _STAGE_FIELDS = (
         "_dataloaders",
         ListOf(
             Record(Field("batches", "batches", TallyCount()), Field("samples", "samples", TallyCount())),
-            _DataloaderTallies,
+            DataloaderTallies,
         ),
     ),
     Field("microseconds", "_seconds", TallyCount()),
@@ -278,8 +278,8 @@ _STAGE_FIELDS = (
 _STAGE = Record(*_STAGE_FIELDS, check=_check_stage)
 _TRAIN_STAGE = Record(
     *_STAGE_FIELDS,
-    Field("optimizer_steps", "_optimizer_steps", ListOf(TallyCount(), _Tally)),
-    Field("optimizer_steps_skipped", "_optimizer_steps_skipped", ListOf(TallyCount(), _Tally)),
+    Field("optimizer_steps", "_optimizer_steps", ListOf(TallyCount(), Tally)),
+    Field("optimizer_steps_skipped", "_optimizer_steps_skipped", ListOf(TallyCount(), Tally)),
     Field("scheduler_steps", "_scheduler_steps", TallyCount()),
     Field("accumulating_batches", "_accumulating_batches", Count()),
     check=_check_train_stage,
