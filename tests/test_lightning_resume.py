@@ -208,14 +208,15 @@ def test_a_stateful_loader_without_a_length_warns_that_lightnings_own_restore_sk
 
 
 @pytest.mark.parametrize("at", [0, 2, 3, 5])  # validation batches: 0-2 mid-epoch, 3-5 at the epoch end
+@pytest.mark.parametrize("loader", ["plain", "stateful"])
 def test_checkpoint_after_a_validation_batch_resumes_training_exactly_and_says_lightning_skips_the_rest(
-    at: int, tmp_path: Path
+    loader: str, at: int, tmp_path: Path
 ) -> None:
-    straight = _straight("plain-shuffle-validate")
+    straight = _straight(f"{loader}-shuffle-validate")
     path = tmp_path / "mid.ckpt"
-    first = _fit("plain-shuffle-validate-kill-in-validation", seed=0, kill_at=at, path=path)
+    first = _fit(f"{loader}-shuffle-validate-kill-in-validation", seed=0, kill_at=at, path=path)
     with pytest.warns(InexactResumeWarning, match="without running the rest of that validation"):
-        resumed = _fit("plain-shuffle-validate-kill-in-validation", seed=1234, path=path)
+        resumed = _fit(f"{loader}-shuffle-validate-kill-in-validation", seed=1234, path=path)
     assert first.seen + resumed.seen == straight.seen
     assert all(torch.equal(a, b) for a, b in zip(resumed.weights, straight.weights))
     assert resumed.progress["stages"]["train"] == straight.progress["stages"]["train"]
@@ -252,7 +253,9 @@ def test_checkpoint_of_an_exception_inside_a_training_step_resumes_exactly_at_th
     assert without_ledger(resumed.progress) == without_ledger(straight.progress)
 
 
-@pytest.mark.parametrize("config", ["plain-shuffle", "plain-shuffle-validate"])
+@pytest.mark.parametrize(
+    "config", ["plain-shuffle", "plain-shuffle-validate", "stateful-shuffle", "stateful-shuffle-validate"]
+)
 def test_checkpoint_at_the_end_of_an_epoch_resumes_exactly(config: str, tmp_path: Path) -> None:
     _assert_resumes_exactly(config + "-kill-at-epoch-end", 0, tmp_path)
 

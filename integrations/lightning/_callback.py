@@ -238,8 +238,9 @@ class ProgressTracker(StageHooks):
         self._step_hooks = count_optimizer_steps(progress.train, trainer.optimizers)
 
     def _track_train_loaders(self, loaders: list[object]) -> bool:
-        """Lightning set up its train loaders and is about to iterate them (see ``hook_setup_data``);
-        whether the restored epoch is over, so that Lightning's next iteration begins the next one afresh.
+        """Lightning set up its train loaders and is about to iterate them (see ``hook_setup_data``); whether that
+        iteration begins the next epoch (Lightning closes the restored one: ``closes_epoch``). Otherwise a loader state
+        restored at an epoch's end stays: Lightning builds the next epoch later, and its order follows from that state.
 
         After a load, that may be before Lightning restored its loops (``configure_optimizers`` reading
         ``trainer.estimated_stepping_batches``): what its restart will do is read from the checkpoint.
@@ -291,7 +292,7 @@ class ProgressTracker(StageHooks):
         if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
             batch = view.train.batches.epoch.completed
             self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
-        return epoch_over
+        return epoch_over and restart.closes_epoch
 
     def _warnings_as_before(self) -> None:
         if self._warnings_back is not None:

@@ -184,19 +184,18 @@ class _SetupDataHooks:
         fit_loop = self.fit_loop
         combined = fit_loop._combined_loader
         loaders = [] if combined is None else list(combined.flattened)
-        restored_epoch_over = bool(loaders) and self.before_iter(loaders)
+        next_epoch = bool(loaders) and self.before_iter(loaders)
         type(fit_loop)._load_combined_loader_states(fit_loop)  # restores loaders with a state of their own
-        if restored_epoch_over:  # the loaders' restored states are at that epoch's end: the next begins afresh
+        if next_epoch:  # the restored states are at the end of the epoch before: this iteration begins afresh
             for loader in loaders:
                 if getattr(loader, "next_iter_state", None) is not None:  # a StatefulDataLoader's, public
                     loader.next_iter_state = None
 
 
 def hook_setup_data(fit_loop: _FitLoop, before_iter: Callable[[list[object]], bool], after: Callable[[], None]) -> None:
-    """Call ``before_iter(train_loaders)`` each time Lightning set up the train loaders, before its ``iter()`` (it
-    returns whether the restored epoch is over: Lightning then drops the loaders' restored states), and ``after()``
-    each time ``setup_data`` returned (the train iterator it built, and a batch it prefetched, exist; no hook has
-    run since)."""
+    """Call ``before_iter(train_loaders)`` each time Lightning set up the train loaders, before its ``iter()`` (True:
+    it begins the epoch after the restored one, so the loaders' restored states are dropped), and ``after()`` each
+    time ``setup_data`` returned (the train iterator it built, and a batch it prefetched, exist; no hook since)."""
     # getattr, not fit_loop.__dict__: reading __dict__ turns the loop's attributes into a dict for good, and
     # Lightning reads them on every batch, each read then slower (~6k instructions a batch)
     current = getattr(fit_loop, "setup_data", None)
