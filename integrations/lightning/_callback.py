@@ -284,6 +284,7 @@ class ProgressTracker(StageHooks):
             inexact.warn_epoch_uncounted(self.tracker, restart.epoch_consumed)  # (after a finished fit none is)
         if restart.closes_epoch and not finished:  # Lightning counts it finished and starts the next, without hooks
             self._train.close_epoch()
+        inexact.warn_if_cut_batch_restored(restart.cut_batch, loaders)
         view = self.tracker.view
         continues = view.is_mid_epoch and not restart.epoch_consumed
         self._rng.await_build(check, view.epoch_index if continues else None, finished)
@@ -377,7 +378,9 @@ class ProgressTracker(StageHooks):
         if gradients is not None:
             checkpoint[GRADIENTS_KEY] = gradients
         inexact.warn_inexact_save(self.tracker, trainer, None if self._combined is None else self._combined.layout)
-        inexact.warn_if_cut_batch_restored(trainer, self._train_loaders)
+        batches: Any = trainer.fit_loop.epoch_loop.batch_progress.current  # typed as a tracker without these phases
+        cut = batches.started - 1 if batches.started > batches.processed else None
+        inexact.warn_if_cut_batch_restored(cut, self._train_loaders)
 
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
