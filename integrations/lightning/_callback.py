@@ -100,7 +100,6 @@ class ProgressTracker(StageHooks):
         self._validation_restart = ""  # read from a fit checkpoint's loops: see validation_at_load
         self._fit_scope: tuple[int, ...] | None = None  # where the train run scope of this Trainer's fit began
         self._warned = False
-        self._warnings_back: Callable[[], None] | None = None  # see resume.quiet_not_resumable_warning
         self._loggers = LoggerRewind()
 
     @property
@@ -144,7 +143,7 @@ class ProgressTracker(StageHooks):
         """Plain data: the progress state instead of the live record, no trainer reference or optimizer hooks."""
         drivers = ("_train", "_validate", "_test", "_predict")
         state = {name: value for name, value in self.__dict__.items() if name not in drivers}
-        live: dict[str, object] = {"_trainer": None, "_step_hooks": [], "_train_loaders": [], "_warnings_back": None}
+        live: dict[str, object] = {"_trainer": None, "_step_hooks": [], "_train_loaders": []}
         return {**state, **live, "tracker": self.tracker.progress.state_dict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -172,7 +171,6 @@ class ProgressTracker(StageHooks):
         self._remove_step_hooks()
         resume.forget_epoch_run(trainer.fit_loop)  # a fit that ended before the epoch its RNG check waited for
         self._rng.after_cut = None
-        self._warnings_as_before()
         kind = str(getattr(stage, "value", stage))  # Lightning passes its TrainerFn (a str enum)
         if kind != _FIT and not self._run_begun:  # Lightning skipped a loop over zero batches: still a run
             progress = self.tracker.progress
@@ -189,7 +187,6 @@ class ProgressTracker(StageHooks):
         record as it was when the exception struck, as Lightning's loops do.
         """
         self._remove_step_hooks()
-        self._warnings_as_before()
         self.tracker.progress.note_run_end("interrupted" if isinstance(exception, KeyboardInterrupt) else "crashed")
         self._cut_by = f"{type(exception).__name__} in {getattr(trainer.state.fn, 'value', trainer.state.fn)}"
         self._run_begun = False
@@ -292,13 +289,8 @@ class ProgressTracker(StageHooks):
             inexact.warn_if_restored_ahead(loaders)
         if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
             batch = view.train.batches.epoch.completed
-            self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
+            resume.note_loader_resumed(trainer, batch, view.epoch_index)
         return epoch_over and restart.closes_epoch
-
-    def _warnings_as_before(self) -> None:
-        if self._warnings_back is not None:
-            self._warnings_back()
-            self._warnings_back = None
 
     @passenger
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

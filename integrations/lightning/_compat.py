@@ -3,14 +3,11 @@ and the rules of Lightning's restart the adapter follows (docs/design.md, "Where
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import logging
-import re
-import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from tracker_core.adapter import batches_in
 from tracker_core.integrations._extra import check_attributes
@@ -245,28 +242,16 @@ def train_iterator(fit_loop: _FitLoop) -> object:
     return None if combined is None else combined._iterator
 
 
-_NOT_RESUMABLE = (
-    "You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not resumable"
-)
-
-
-def quiet_not_resumable_warning(trainer: pl.Trainer, batch: int, epoch: int) -> Callable[[], None]:
-    """Ignore Lightning's warning that a plain loader resumed mid-epoch restarts from its first sample (the tracker
-    resumes it at its position) until the returned function is called; Lightning's log says why."""
+def note_loader_resumed(trainer: pl.Trainer, batch: int, epoch: int) -> None:
+    """Say in Lightning's log why its warning that a plain loader resumed mid-epoch restarts from its first sample
+    ("your dataloader is not resumable", ``_TrainingEpochLoop.reset``) does not apply: the tracker resumes it at its
+    position. The warning stands (the process's warning filters are the user's)."""
     logging.getLogger(f"{package_of(trainer)}.tracker_core").info(
         "tracker_core: the ProgressTracker resumes the train dataloader at batch %d of epoch %d (0-based); "
         "Lightning's warning that the dataloader is not resumable does not apply",
         batch,
         epoch,
     )
-    warnings.filterwarnings("ignore", message=re.escape(_NOT_RESUMABLE))
-    entry = warnings.filters[0]
-
-    def restore() -> None:
-        with contextlib.suppress(ValueError):  # the filters were replaced meanwhile (catch_warnings)
-            cast(list[object], warnings.filters).remove(entry)
-
-    return restore
 
 
 def _check(package: str) -> None:
