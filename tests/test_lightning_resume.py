@@ -208,14 +208,15 @@ def test_a_stateful_loader_without_a_length_warns_that_lightnings_own_restore_sk
 
 
 @pytest.mark.parametrize("at", [0, 2, 3, 5])  # validation batches: 0-2 mid-epoch, 3-5 at the epoch end
+@pytest.mark.parametrize("loader", ["plain", "stateful"])
 def test_checkpoint_after_a_validation_batch_resumes_training_exactly_and_says_lightning_skips_the_rest(
-    at: int, tmp_path: Path
+    loader: str, at: int, tmp_path: Path
 ) -> None:
-    straight = _straight("plain-shuffle-validate")
+    straight = _straight(f"{loader}-shuffle-validate")
     path = tmp_path / "mid.ckpt"
-    first = _fit("plain-shuffle-validate-kill-in-validation", seed=0, kill_at=at, path=path)
+    first = _fit(f"{loader}-shuffle-validate-kill-in-validation", seed=0, kill_at=at, path=path)
     with pytest.warns(InexactResumeWarning, match="without running the rest of that validation"):
-        resumed = _fit("plain-shuffle-validate-kill-in-validation", seed=1234, path=path)
+        resumed = _fit(f"{loader}-shuffle-validate-kill-in-validation", seed=1234, path=path)
     assert first.seen + resumed.seen == straight.seen
     assert all(torch.equal(a, b) for a, b in zip(resumed.weights, straight.weights))
     assert resumed.progress["stages"]["train"] == straight.progress["stages"]["train"]
@@ -252,7 +253,9 @@ def test_checkpoint_of_an_exception_inside_a_training_step_resumes_exactly_at_th
     assert without_ledger(resumed.progress) == without_ledger(straight.progress)
 
 
-@pytest.mark.parametrize("config", ["plain-shuffle", "plain-shuffle-validate"])
+@pytest.mark.parametrize(
+    "config", ["plain-shuffle", "plain-shuffle-validate", "stateful-shuffle", "stateful-shuffle-validate"]
+)
 def test_checkpoint_at_the_end_of_an_epoch_resumes_exactly(config: str, tmp_path: Path) -> None:
     _assert_resumes_exactly(config + "-kill-at-epoch-end", 0, tmp_path)
 
@@ -262,13 +265,35 @@ def test_checkpoint_taken_by_a_callback_running_before_the_tracker_resumes_exact
     _assert_resumes_exactly("plain-shuffle-accumulate-killer-first", at, tmp_path)
 
 
+_SKIPPED = "train batch 1 of the epoch.*so the resumed epoch skips it"
+
+
+def _cut_inside_step_of_batch_1(tmp_path: Path) -> Crashing:
+    """A fit on a stateful loader whose step of batch 1 raises; ``OnExceptionCheckpoint`` writes ``cut.ckpt``."""
+    torch.manual_seed(0)
+    saver = pl.callbacks.OnExceptionCheckpoint(dirpath=tmp_path, filename="cut")
+    fit = trainer([ProgressTracker(), saver], max_epochs=EPOCHS, limit_val_batches=0, enable_checkpointing=True)
+    cut = Crashing(crash_at=1)
+    with pytest.raises(RuntimeError, match="crash"):
+        fit.fit(cut, _loader("stateful-shuffle"))
+    return cut
+
+
 def test_checkpoint_of_an_exception_inside_a_training_step_warns_that_a_stateful_loader_resumes_past_that_batch(
     tmp_path: Path,
 ) -> None:
     """Lightning saves a stateful loader's own state after the batch whose step raised, and restores it."""
-    torch.manual_seed(0)
-    saver = pl.callbacks.OnExceptionCheckpoint(dirpath=tmp_path, filename="cut")
-    fit = trainer([ProgressTracker(), saver], max_epochs=EPOCHS, limit_val_batches=0, enable_checkpointing=True)
-    skipped = "train batch 1 of the epoch.*so the resumed epoch skips it"
-    with pytest.warns(InexactResumeWarning, match=skipped), pytest.raises(RuntimeError, match="crash"):
-        fit.fit(Crashing(crash_at=1), _loader("stateful-shuffle"))
+    with pytest.warns(InexactResumeWarning, match=_SKIPPED):
+        _cut_inside_step_of_batch_1(tmp_path)
+
+
+def test_resuming_from_a_checkpoint_of_an_exception_inside_a_training_step_warns_that_a_stateful_loader_skips_it(
+    tmp_path: Path,
+) -> None:
+    """The same trade, warned again when a fit resumes from that checkpoint (read from Lightning's saved loops)."""
+    straight = _straight("stateful-shuffle")
+    with pytest.warns(InexactResumeWarning):
+        cut = _cut_inside_step_of_batch_1(tmp_path)
+    with pytest.warns(InexactResumeWarning, match=_SKIPPED):
+        resumed = _fit("stateful-shuffle", seed=1234, path=tmp_path / "cut.ckpt")
+    assert cut.seen + resumed.seen[:1] == [straight.seen[0], straight.seen[2]]  # batch 1 skipped

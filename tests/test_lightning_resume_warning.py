@@ -1,4 +1,5 @@
-"""Lightning's "your dataloader is not resumable" warning, false when the tracker resumes a plain loader."""
+"""Lightning's "your dataloader is not resumable" warning, false when the tracker resumes a plain loader: it stands,
+and Lightning's log says why it does not apply."""
 
 from __future__ import annotations
 
@@ -46,36 +47,47 @@ def _trainer(callbacks: list[pl.Callback]) -> pl.Trainer:
     )
 
 
-def _resumed_mid_epoch(tmp_path: Path, callbacks: list[pl.Callback]) -> tuple[list[str], list[Any]]:
-    """Messages warned while a fit resumes from a checkpoint taken at batch 2 of epoch 2 (0-based 1), and the
-    warning filters about that message left after the fit."""
+class _FiltersInFit(pl.Callback):
+    """Notes the process's warning filters about the message at each train batch of the resumed fit."""
+
+    def __init__(self) -> None:
+        self.filters: list[Any] = []
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        self.filters = [entry for entry in warnings.filters if entry[1] is not None and "resumable" in entry[1].pattern]
+
+
+def _resumed_mid_epoch(tmp_path: Path, callbacks: list[pl.Callback]) -> list[str]:
+    """Messages warned while a fit resumes from a checkpoint taken at batch 2 of epoch 2 (0-based 1)."""
     path = tmp_path / "mid.ckpt"
     with pytest.raises(_Killed):
         _trainer([ProgressTracker(), _SaveThenDie(path)]).fit(Recording(), loader(10, 3))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _trainer(callbacks).fit(Recording(), loader(10, 3), ckpt_path=path)
-        left = [entry for entry in warnings.filters if entry[1] is not None and "resumable" in entry[1].pattern]
-    return [str(warning.message) for warning in caught], left
+    return [str(warning.message) for warning in caught]
 
 
 def test_lightning_warns_its_plain_loader_restarts_when_no_tracker_resumes_it(tmp_path: Path) -> None:
-    assert any(_WARNING in message for message in _resumed_mid_epoch(tmp_path, [])[0])
+    assert any(_WARNING in message for message in _resumed_mid_epoch(tmp_path, []))
 
 
-def test_a_tracked_plain_loader_resumed_mid_epoch_gets_a_log_note_instead_of_the_warning(
+def test_a_tracked_plain_loader_resumed_mid_epoch_keeps_lightnings_warning_and_gets_a_log_note_why_it_does_not_apply(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     note = logging.getLogger("pytorch_lightning.tracker_core")
     note.addHandler(caplog.handler)
     try:
         with caplog.at_level(logging.INFO, logger="pytorch_lightning.tracker_core"):
-            messages, _ = _resumed_mid_epoch(tmp_path, [ProgressTracker()])
+            messages = _resumed_mid_epoch(tmp_path, [ProgressTracker()])
     finally:
         note.removeHandler(caplog.handler)
-    assert not [message for message in messages if _WARNING in message]
+    assert [message for message in messages if _WARNING in message]
     assert "resumes the train dataloader at batch 2 of epoch 1 (0-based)" in caplog.text
+    assert "warning that the dataloader is not resumable does not apply" in caplog.text
 
 
-def test_the_warning_is_ignored_only_during_the_resumed_fit(tmp_path: Path) -> None:
-    assert _resumed_mid_epoch(tmp_path, [ProgressTracker()])[1] == []
+def test_the_tracker_leaves_the_process_warning_filters_as_they_are_during_the_resumed_fit(tmp_path: Path) -> None:
+    filters = _FiltersInFit()
+    _resumed_mid_epoch(tmp_path, [ProgressTracker(), filters])
+    assert filters.filters == []

@@ -100,7 +100,6 @@ class ProgressTracker(StageHooks):
         self._validation_restart = ""  # read from a fit checkpoint's loops: see validation_at_load
         self._fit_scope: tuple[int, ...] | None = None  # where the train run scope of this Trainer's fit began
         self._warned = False
-        self._warnings_back: Callable[[], None] | None = None  # see resume.quiet_not_resumable_warning
         self._loggers = LoggerRewind()
 
     @property
@@ -144,7 +143,7 @@ class ProgressTracker(StageHooks):
         """Plain data: the progress state instead of the live record, no trainer reference or optimizer hooks."""
         drivers = ("_train", "_validate", "_test", "_predict")
         state = {name: value for name, value in self.__dict__.items() if name not in drivers}
-        live: dict[str, object] = {"_trainer": None, "_step_hooks": [], "_train_loaders": [], "_warnings_back": None}
+        live: dict[str, object] = {"_trainer": None, "_step_hooks": [], "_train_loaders": []}
         return {**state, **live, "tracker": self.tracker.progress.state_dict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -172,7 +171,6 @@ class ProgressTracker(StageHooks):
         self._remove_step_hooks()
         resume.forget_epoch_run(trainer.fit_loop)  # a fit that ended before the epoch its RNG check waited for
         self._rng.after_cut = None
-        self._warnings_as_before()
         kind = str(getattr(stage, "value", stage))  # Lightning passes its TrainerFn (a str enum)
         if kind != _FIT and not self._run_begun:  # Lightning skipped a loop over zero batches: still a run
             progress = self.tracker.progress
@@ -189,7 +187,6 @@ class ProgressTracker(StageHooks):
         record as it was when the exception struck, as Lightning's loops do.
         """
         self._remove_step_hooks()
-        self._warnings_as_before()
         self.tracker.progress.note_run_end("interrupted" if isinstance(exception, KeyboardInterrupt) else "crashed")
         self._cut_by = f"{type(exception).__name__} in {getattr(trainer.state.fn, 'value', trainer.state.fn)}"
         self._run_begun = False
@@ -238,8 +235,9 @@ class ProgressTracker(StageHooks):
         self._step_hooks = count_optimizer_steps(progress.train, trainer.optimizers)
 
     def _track_train_loaders(self, loaders: list[object]) -> bool:
-        """Lightning set up its train loaders and is about to iterate them (see ``hook_setup_data``);
-        whether the restored epoch is over, so that Lightning's next iteration begins the next one afresh.
+        """Lightning set up its train loaders and is about to iterate them (see ``hook_setup_data``); whether that
+        iteration begins the next epoch (Lightning closes the restored one: ``closes_epoch``). Otherwise a loader state
+        restored at an epoch's end stays: Lightning builds the next epoch later, and its order follows from that state.
 
         After a load, that may be before Lightning restored its loops (``configure_optimizers`` reading
         ``trainer.estimated_stepping_batches``): what its restart will do is read from the checkpoint.
@@ -283,6 +281,7 @@ class ProgressTracker(StageHooks):
             inexact.warn_epoch_uncounted(self.tracker, restart.epoch_consumed)  # (after a finished fit none is)
         if restart.closes_epoch and not finished:  # Lightning counts it finished and starts the next, without hooks
             self._train.close_epoch()
+        inexact.warn_if_cut_batch_restored(restart.cut_batch, loaders)
         view = self.tracker.view
         continues = view.is_mid_epoch and not restart.epoch_consumed
         self._rng.await_build(check, view.epoch_index if continues else None, finished)
@@ -290,13 +289,8 @@ class ProgressTracker(StageHooks):
             inexact.warn_if_restored_ahead(loaders)
         if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
             batch = view.train.batches.epoch.completed
-            self._warnings_back = resume.quiet_not_resumable_warning(trainer, batch, view.epoch_index)
-        return epoch_over
-
-    def _warnings_as_before(self) -> None:
-        if self._warnings_back is not None:
-            self._warnings_back()
-            self._warnings_back = None
+            resume.note_loader_resumed(trainer, batch, view.epoch_index)
+        return epoch_over and restart.closes_epoch
 
     @passenger
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -376,7 +370,9 @@ class ProgressTracker(StageHooks):
         if gradients is not None:
             checkpoint[GRADIENTS_KEY] = gradients
         inexact.warn_inexact_save(self.tracker, trainer, None if self._combined is None else self._combined.layout)
-        inexact.warn_if_cut_batch_restored(trainer, self._train_loaders)
+        batches: Any = trainer.fit_loop.epoch_loop.batch_progress.current  # typed as a tracker without these phases
+        cut = batches.started - 1 if batches.started > batches.processed else None
+        inexact.warn_if_cut_batch_restored(cut, self._train_loaders)
 
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]

@@ -3,14 +3,11 @@ and the rules of Lightning's restart the adapter follows (docs/design.md, "Where
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import logging
-import re
-import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from tracker_core.adapter import batches_in
 from tracker_core.integrations._extra import check_attributes
@@ -92,6 +89,7 @@ class Restart:
     epoch_consumed: bool  # the restored train epoch had run its last batch: Lightning will not read it further
     closes_epoch: bool  # Lightning counts that epoch finished without its end hooks and starts the next one
     no_epoch_counted: bool = False  # its epoch counters show no epoch in flight (see _no_epoch_counted)
+    cut_batch: int | None = None  # saved inside this batch's step (started, not processed): its index in the epoch
 
 
 def restart_of(checkpoint: dict[str, Any]) -> Restart:
@@ -103,7 +101,10 @@ def restart_of(checkpoint: dict[str, Any]) -> Restart:
         return Restart(global_step, epoch_consumed=False, closes_epoch=False)
     batches = fit_loop.get("epoch_loop.batch_progress", {})
     epochs = fit_loop.get("epoch_progress", {}).get("total", {})
-    return _restart(global_step, bool(batches.get("is_last_batch", False)), batches.get("total", {}), epochs)
+    restart = _restart(global_step, bool(batches.get("is_last_batch", False)), batches.get("total", {}), epochs)
+    current = batches.get("current", {})
+    cut = current.get("started", 0) > current.get("processed", 0)
+    return dataclasses.replace(restart, cut_batch=current["started"] - 1) if cut else restart
 
 
 def closes_restored_epoch(fit_loop: _FitLoop) -> bool:
@@ -184,19 +185,18 @@ class _SetupDataHooks:
         fit_loop = self.fit_loop
         combined = fit_loop._combined_loader
         loaders = [] if combined is None else list(combined.flattened)
-        restored_epoch_over = bool(loaders) and self.before_iter(loaders)
+        next_epoch = bool(loaders) and self.before_iter(loaders)
         type(fit_loop)._load_combined_loader_states(fit_loop)  # restores loaders with a state of their own
-        if restored_epoch_over:  # the loaders' restored states are at that epoch's end: the next begins afresh
+        if next_epoch:  # the restored states are at the end of the epoch before: this iteration begins afresh
             for loader in loaders:
                 if getattr(loader, "next_iter_state", None) is not None:  # a StatefulDataLoader's, public
                     loader.next_iter_state = None
 
 
 def hook_setup_data(fit_loop: _FitLoop, before_iter: Callable[[list[object]], bool], after: Callable[[], None]) -> None:
-    """Call ``before_iter(train_loaders)`` each time Lightning set up the train loaders, before its ``iter()`` (it
-    returns whether the restored epoch is over: Lightning then drops the loaders' restored states), and ``after()``
-    each time ``setup_data`` returned (the train iterator it built, and a batch it prefetched, exist; no hook has
-    run since)."""
+    """Call ``before_iter(train_loaders)`` each time Lightning set up the train loaders, before its ``iter()`` (True:
+    it begins the epoch after the restored one, so the loaders' restored states are dropped), and ``after()`` each
+    time ``setup_data`` returned (the train iterator it built, and a batch it prefetched, exist; no hook since)."""
     # getattr, not fit_loop.__dict__: reading __dict__ turns the loop's attributes into a dict for good, and
     # Lightning reads them on every batch, each read then slower (~6k instructions a batch)
     current = getattr(fit_loop, "setup_data", None)
@@ -242,28 +242,16 @@ def train_iterator(fit_loop: _FitLoop) -> object:
     return None if combined is None else combined._iterator
 
 
-_NOT_RESUMABLE = (
-    "You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not resumable"
-)
-
-
-def quiet_not_resumable_warning(trainer: pl.Trainer, batch: int, epoch: int) -> Callable[[], None]:
-    """Ignore Lightning's warning that a plain loader resumed mid-epoch restarts from its first sample (the tracker
-    resumes it at its position) until the returned function is called; Lightning's log says why."""
+def note_loader_resumed(trainer: pl.Trainer, batch: int, epoch: int) -> None:
+    """Say in Lightning's log why its warning that a plain loader resumed mid-epoch restarts from its first sample
+    ("your dataloader is not resumable", ``_TrainingEpochLoop.reset``) does not apply: the tracker resumes it at its
+    position. The warning stands (the process's warning filters are the user's)."""
     logging.getLogger(f"{package_of(trainer)}.tracker_core").info(
         "tracker_core: the ProgressTracker resumes the train dataloader at batch %d of epoch %d (0-based); "
         "Lightning's warning that the dataloader is not resumable does not apply",
         batch,
         epoch,
     )
-    warnings.filterwarnings("ignore", message=re.escape(_NOT_RESUMABLE))
-    entry = warnings.filters[0]
-
-    def restore() -> None:
-        with contextlib.suppress(ValueError):  # the filters were replaced meanwhile (catch_warnings)
-            cast(list[object], warnings.filters).remove(entry)
-
-    return restore
 
 
 def _check(package: str) -> None:

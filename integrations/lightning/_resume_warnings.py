@@ -125,17 +125,16 @@ def warn_if_restored_ahead(loaders: list[object]) -> None:
             )
 
 
-def warn_if_cut_batch_restored(trainer: pl.Trainer, loaders: list[object]) -> None:
-    """A checkpoint written inside a train batch's step (an exception there, ``OnExceptionCheckpoint``): Lightning
-    saves a loader's own state after that batch and restores it, so the resumed epoch skips the batch (a loader the
-    tracker positions runs it again)."""
-    batches: Any = trainer.fit_loop.epoch_loop.batch_progress.current  # typed as a tracker without these phases
-    if batches.started == batches.processed:
+def warn_if_cut_batch_restored(cut: int | None, loaders: list[object]) -> None:
+    """A checkpoint written inside the step of train batch ``cut`` (an exception there, ``OnExceptionCheckpoint``),
+    warned at its save and at a resume from it: Lightning saves a loader's own state after that batch and restores
+    it, so the resumed epoch skips the batch (a loader the tracker positions runs it again)."""
+    if cut is None:
         return
     for index, loader in enumerate(loaders):
         if callable(getattr(loader, "load_state_dict", None)):
             warnings.warn(
-                f"checkpoint saved inside the step of train batch {batches.started - 1} of the epoch: train "
+                f"checkpoint saved inside the step of train batch {cut} of the epoch: train "
                 f"dataloader {index} has a state of its own, which Lightning saved after that batch and restores, "
                 "so the resumed epoch skips it",
                 InexactResumeWarning,
