@@ -166,3 +166,27 @@ def test_passes_the_resumed_epoch_left_unbegun_run_whole_in_the_next_epoch(tmp_p
         run(config, stop=Stop(epoch=0, n=3), directory=str(tmp_path))
         resumed = _checked(run(config, resume=True, directory=str(tmp_path)))
     assert [batch for batch in resumed.train if batch[0] == 1] == [batch for batch in reference.train if batch[0] == 1]
+
+
+def test_stateful_dataloader_passes_the_resumed_epoch_left_unbegun_begin_the_next_epoch_afresh(tmp_path: Path) -> None:
+    # StatefulDataLoaders prepared with use_stateful_dataloader: load_state gives loaders 1 and 2 their positions in
+    # epoch 0; the resumed loop breaks out of epoch 0 before their passes begin, so epoch 1 must not start there
+    config = Config(
+        train_sizes=(4, 6, 3),
+        batch_size=2,
+        accumulation=2,
+        epochs=2,
+        loader="stateful-own",
+        evaluate=False,
+        break_train=(0, 4),
+    )
+    reference = _checked(run(config))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", InexactResumeWarning)
+        run(config, stop=Stop(epoch=0, n=3), directory=str(tmp_path))
+        resumed = _checked(run(config, resume=True, directory=str(tmp_path), seed_value=5))
+    inexact = [str(w.message) for w in caught if issubclass(w.category, InexactResumeWarning)]
+    assert all("train dataloaders 0, 1, 2 have passes open" in message for message in inexact), inexact
+    assert [batch for batch in resumed.train if batch[0] == 1] == [batch for batch in reference.train if batch[0] == 1]
+    assert _same_weights(resumed, reference)
+    assert resumed.state == reference.state

@@ -86,9 +86,12 @@ class TrainPasses:
         self.left.clear()
 
     def end_epoch(self) -> None:
-        """The epoch ends: passes of the resumed epoch that never began begin the next epoch from their start."""
+        """The epoch ends: passes of the resumed epoch that never began begin the next epoch from their start (a
+        StatefulDataLoader drops the position ``load_state`` gave it; the core restored its generators)."""
         if self._resumed or self._finished:
             self._tracker.forget_loaded_positions()
+        for index in self._resumed:
+            start_from_the_beginning(self._loaders.get(index))
         self._resumed.clear()
         self._finished.clear()
 
