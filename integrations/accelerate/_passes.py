@@ -97,7 +97,7 @@ class TrainPasses:
 
     def saved_iterations(self) -> list[checkpoint.LoaderIteration | None]:
         """What ``save_state`` keeps of each train loader's pass (None: no pass counter); warns if the loop left
-        a pass of the epoch in flight before its end."""
+        a pass of the epoch in flight before its end, or if the resume will warn that passes alternate."""
         iterations: list[checkpoint.LoaderIteration | None] = []
         for index in range(max(self._loaders, default=-1) + 1):
             loader = self._loaders.get(index)
@@ -106,7 +106,10 @@ class TrainPasses:
             finished = begun and bool(getattr(loader, "end_of_dataloader", False))
             pass_start = self._pass_start.get(index)
             iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished))
-        left = sorted(self.left) if self._tracker.progress.view.train.epochs.lifetime.in_flight else []
+        in_epoch = self._tracker.progress.view.train.epochs.lifetime.in_flight
+        if in_epoch:
+            _warn_if_passes_alternate(iterations, {i for i, it in enumerate(iterations) if it and it.finished})
+        left = sorted(self.left) if in_epoch else []
         if left:
             warnings.warn(
                 f"save_state after the loop left the pass of train dataloader(s) {', '.join(map(str, left))} "

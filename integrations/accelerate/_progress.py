@@ -334,12 +334,11 @@ class AcceleratorProgress:
             self._train.batch_processed_of(batch.batch, batch.loader)
             self._tokens["train"](batch.batch)
             batch.processed = True
-        evaluation = self._evaluations.open
         self._files.save(
             models,
             output_dir,
             self._passes.saved_iterations(),
-            None if evaluation is None else (evaluation.stage.name, evaluation.rng),
+            self._evaluations.saved_rng(),
             registered=any(obj is self for obj in registered_objects(self._accelerator)),
         )
 
