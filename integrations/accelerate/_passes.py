@@ -99,25 +99,18 @@ class TrainPasses:
         """What ``save_state`` keeps of each train loader's pass (None: no pass counter); warns if the loop left
         a pass of the epoch in flight before its end, or if the resume will warn that passes alternate."""
         iterations: list[checkpoint.LoaderIteration | None] = []
+        in_epoch = self._tracker.progress.view.train.epochs.lifetime.in_flight
         for index in range(max(self._loaders, default=-1) + 1):
             loader = self._loaders.get(index)
             now = getattr(loader, "iteration", None)
             begun = index in self._pass_start  # else its flags are the last epoch's
             finished = begun and bool(getattr(loader, "end_of_dataloader", False))
             pass_start = self._pass_start.get(index)
-            iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished))
-        in_epoch = self._tracker.progress.view.train.epochs.lifetime.in_flight
+            left = in_epoch and index in self.left
+            iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished, left))
         if in_epoch:
             _warn_if_passes_alternate(iterations, {i for i, it in enumerate(iterations) if it and it.finished})
-        left = sorted(self.left) if in_epoch else []
-        if left:
-            warnings.warn(
-                f"save_state after the loop left the pass of train dataloader(s) {', '.join(map(str, left))} "
-                "before its end in this epoch: the resumed epoch is re-entered and that pass yields its "
-                "remaining batches (save after the epoch, or before leaving the pass)",
-                InexactResumeWarning,
-                stacklevel=4,
-            )
+        _warn_if_a_pass_was_left(sorted(self.left) if in_epoch else [], "save_state after")
         return iterations
 
     def restore(self, iterations: list[checkpoint.LoaderIteration | None], resuming_epoch: bool) -> None:
@@ -135,6 +128,8 @@ class TrainPasses:
         self._resumed = {i: d.batches.epoch for i, d in enumerate(dataloaders) if resuming_epoch and d.batches.epoch}
         if resuming_epoch:
             _warn_if_passes_alternate(iterations, self._finished)
+            left = [i for i, it in saved.items() if it.left]
+            _warn_if_a_pass_was_left(left, "load_state of a checkpoint saved after")
 
 
 def start_from_the_beginning(loader: object) -> bool:
@@ -146,6 +141,18 @@ def start_from_the_beginning(loader: object) -> bool:
     inner.next_iter_state = None  # type: ignore[attr-defined]
     drop_iterator(inner)
     return True
+
+
+def _warn_if_a_pass_was_left(left: list[int], when: str) -> None:
+    """Warn, ``when`` saving or loading, if the loop had left the passes ``left`` of the saved epoch before their end."""
+    if left:
+        warnings.warn(
+            f"{when} the loop left the pass of train dataloader(s) {', '.join(map(str, left))} before its end in "
+            "its epoch: the resumed epoch is re-entered and that pass yields its remaining batches (save after the "
+            "epoch, or before leaving the pass)",
+            InexactResumeWarning,
+            stacklevel=5,
+        )
 
 
 def _warn_if_passes_alternate(iterations: list[checkpoint.LoaderIteration | None], finished: set[int]) -> None:
