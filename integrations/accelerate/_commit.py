@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 import warnings
@@ -33,8 +34,16 @@ def commit(directory: str, saved: checkpoint.SavedProgress) -> None:
             f"within {PATIENCE_S:g} s (save_state called on the main process only, or those processes "
             "failed), so the commit leaves them out and load_state refuses this folder",
             RuntimeWarning,
-            stacklevel=6,
+            stacklevel=_caller_level(),
         )
+
+
+def _caller_level() -> int:
+    """``stacklevel`` of the first caller outside tracker_core and accelerate (``save_state``'s), at any call depth."""
+    for level, frame in enumerate(inspect.stack(0)[1:], start=1):
+        if frame.frame.f_globals.get("__name__", "").partition(".")[0] not in ("tracker_core", "accelerate"):
+            return level
+    return 1
 
 
 def _wait_for_ranks(directory: str, saved: checkpoint.SavedProgress) -> list[int]:

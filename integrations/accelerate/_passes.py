@@ -11,7 +11,7 @@ from accelerate.data_loader import SkipBatchSampler, SkipDataLoader
 from tracker_core import InexactResumeWarning, Tracker
 from tracker_core.adapter import accelerate_checkpoint as checkpoint
 from tracker_core.integrations.accelerate import _elastic as elastic
-from tracker_core.integrations.accelerate._compat import create_seedable_generator, drop_iterator
+from tracker_core.integrations.accelerate._compat import create_seedable_generator, drop_iterator, torch_loader
 
 
 class TrainPasses:
@@ -24,7 +24,7 @@ class TrainPasses:
         self._pass_start: dict[int, int | None] = {}  # index -> loader.iteration when its pass of this epoch began
         self._restored_iterations: dict[int, int] = {}  # index -> loader.iteration to set before the next pass
         self._finished: set[int] = set()  # restored mid-epoch after the pass yielded its last batch
-        self.left: set[int] = set()  # those whose pass the loop left before its end
+        self.left: set[int] = set()  # those whose pass the loop left before its end (:meth:`leave`)
         self._resumed: dict[int, int] = {}  # index -> batches its pass in the epoch load_state resumes skips
         self._restored_step: int | None = None  # accelerator.step after an elastic load, set when the pass begins
 
@@ -34,7 +34,7 @@ class TrainPasses:
         restored = self._restored_iterations.pop(index, None)
         if restored is not None and hasattr(loader, "iteration"):
             loader.iteration = restored
-        inner = getattr(loader, "base_dataloader", loader)
+        inner = torch_loader(loader)
         create_seedable_generator(inner)
         # use_stateful_dataloader: Accelerate's save_state / load_state keep its StatefulDataLoader's own state
         restores = bool(getattr(loader, "use_stateful_dataloader", False))
@@ -71,7 +71,7 @@ class TrainPasses:
         if index not in self._finished:
             return True
         self._finished.discard(index)  # Accelerate's loaders fail on an empty pass (an iterable one raises),
-        inner = getattr(loader, "base_dataloader", loader)  # so only the inner loader runs, to spend its position
+        inner = torch_loader(loader)  # so only the inner loader runs, to spend its position
         if start_from_the_beginning(loader):  # Accelerate restored its own state at the pass's end
             iter(inner)  # spends the armed position: built under the checkpoint's RNGs, nothing read
         elif extra := sum(1 for _ in inner):
@@ -79,6 +79,10 @@ class TrainPasses:
         if pass_start is not None:
             loader.iteration = pass_start + 1  # type: ignore[attr-defined]
         return False
+
+    def leave(self, index: int) -> None:
+        """The loop left the pass of train dataloader ``index`` before its end."""
+        self.left.add(index)
 
     def begin_epoch(self) -> None:
         """A train epoch begins: no pass of it has begun or been left."""
@@ -135,10 +139,10 @@ class TrainPasses:
 def start_from_the_beginning(loader: object) -> bool:
     """Drop the position ``load_state`` gave a StatefulDataLoader (an evaluation restarts from its first batch; a
     pass restored at its end begins the next afresh); True if it dropped one."""
-    inner = getattr(loader, "base_dataloader", loader)
+    inner = torch_loader(loader)
     if getattr(inner, "next_iter_state", None) is None:
         return False
-    inner.next_iter_state = None  # type: ignore[attr-defined]
+    inner.next_iter_state = None
     drop_iterator(inner)
     return True
 
