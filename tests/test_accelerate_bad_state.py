@@ -116,3 +116,9 @@ def test_a_commit_listing_a_path_outside_the_folder_is_refused(tmp_path):
     path = _checkpoint(tmp_path)
     _edit(path, lambda s: s["folder"].update({"../elsewhere.bin": {"size": 1, "crc32": 0}}))
     _assert_load_refused(tmp_path, "folder.../elsewhere.bin")
+
+
+def test_a_left_flag_of_a_train_loader_pass_that_is_not_a_bool_is_refused(tmp_path):
+    path = _checkpoint(tmp_path)
+    _edit(path, lambda s: s["loader_iterations"][0].update(left=1))
+    _assert_load_refused(tmp_path, "loader_iterations.0.left")

@@ -254,3 +254,13 @@ def test_a_save_after_the_train_loop_was_left_early_in_the_epoch_warns_naming_th
     config = Config(break_train=(0, 2))
     with pytest.warns(tracker_core.InexactResumeWarning, match=r"left the pass of train dataloader\(s\) 0"):
         run(config, stop=Stop(0, 1, during_eval=True), directory=str(tmp_path))
+
+
+def test_a_resume_of_a_save_after_the_train_loop_was_left_early_warns_naming_the_loader(tmp_path: Path) -> None:
+    config = Config(break_train=(0, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tracker_core.InexactResumeWarning)  # named at the save (the test above)
+        run(config, stop=Stop(0, 1, during_eval=True), directory=str(tmp_path))
+    left = r"load_state of a checkpoint saved after the loop left the pass of train dataloader\(s\) 0"
+    with pytest.warns(tracker_core.InexactResumeWarning, match=left):
+        run(config, resume=True, directory=str(tmp_path), seed_value=5)

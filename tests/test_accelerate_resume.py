@@ -116,6 +116,14 @@ def test_a_stateful_validation_loader_saved_mid_way_warns_that_its_restart_is_no
         run(SETUPS["stateful"], load_dir=str(tmp_path), seed_value=7)
 
 
+def test_a_save_state_inside_a_stateful_validation_pass_warns_that_its_restart_is_not_exact(tmp_path):
+    # The trade the resume names (the test above), named at the save too.
+    with pytest.warns(
+        InexactResumeWarning, match="save_state inside the pass of validate dataloader 0, a StatefulDataLoader"
+    ):
+        run(SETUPS["stateful"], stop=StopAt(3, validating=True), save_dir=str(tmp_path))
+
+
 @pytest.mark.parametrize("stop", [StopAt(5), StopAt(7), StopAt(3, validating=True)], ids=["mid", "last", "mid-eval"])
 def test_iterable_dataset_behind_accelerates_dispatcher_resumes_exactly(stop, tmp_path):
     # The dataset draws its order from the global torch RNG when iterated: the core replays it.

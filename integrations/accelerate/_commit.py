@@ -33,7 +33,7 @@ def commit(directory: str, saved: checkpoint.SavedProgress) -> None:
             f"within {PATIENCE_S:g} s (save_state called on the main process only, or those processes "
             "failed), so the commit leaves them out and load_state refuses this folder",
             RuntimeWarning,
-            stacklevel=6,
+            stacklevel=6,  # the caller of save_state (save_state -> save_custom_state -> state_dict)
         )
 
 

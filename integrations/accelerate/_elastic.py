@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracker_core import ProgressStateError
+from tracker_core.integrations.accelerate._compat import torch_loader
 
 
 def check_supported(accelerator: Any, saved_world_size: int) -> None:
@@ -37,7 +38,7 @@ def mapped_passes(mapping: Mapping[str, Any] | None, loaders: Mapping[int, Any])
     step = 0  # a finished pass ended its dataloader, which reset Accelerate's counter
     for record in mapping["train_loaders"]:
         loader = loaders[record["index"]]
-        finished[record["index"]] = record["batches_consumed"] == len(getattr(loader, "base_dataloader", loader))
+        finished[record["index"]] = record["batches_consumed"] == len(torch_loader(loader))
         if not finished[record["index"]]:
             step = record["batches_consumed"]
     return step, finished

@@ -22,6 +22,7 @@ class Evaluation:
     loader: int  # dataloader index
     own_run: bool  # a validate/test/predict run of its own, outside epochs()
     rng: GlobalRng  # the global RNGs when it began
+    stateful: bool  # its loader is a StatefulDataLoader whose state save_state saves (use_stateful_dataloader)
     samples: int = -1  # of the batch in the loop body; -1: none
     batch: Any = None  # the batch in the loop body (its tokens are counted when it ends)
 
@@ -57,7 +58,8 @@ class EvaluationPasses:
                 InexactResumeWarning,
                 stacklevel=3,
             )
-        evaluation = Evaluation(stage, index, own_run, GlobalRng.capture())
+        stateful = bool(getattr(loader, "use_stateful_dataloader", False))
+        evaluation = Evaluation(stage, index, own_run, GlobalRng.capture(), stateful)
         self.open = evaluation
         stage.epoch_ready()
         stage.epoch_started()
@@ -74,6 +76,18 @@ class EvaluationPasses:
             self._end(evaluation)
             raise
         self._end(evaluation)
+
+    def saved_rng(self) -> tuple[str, GlobalRng] | None:
+        """What ``save_state`` keeps of the open evaluation, its stage and starting RNGs; warns as its resume will."""
+        evaluation = self.open
+        if evaluation is not None and evaluation.stateful:
+            warnings.warn(
+                f"save_state inside the pass of {evaluation.stage.name} dataloader {evaluation.loader}, a "
+                "StatefulDataLoader whose state Accelerate saves: the resumed pass restarts in another order",
+                InexactResumeWarning,
+                stacklevel=4,
+            )
+        return None if evaluation is None else (evaluation.stage.name, evaluation.rng)
 
     def end_left_open(self) -> None:
         """End an evaluation pass left while kept suspended (a frame held by an exception's traceback

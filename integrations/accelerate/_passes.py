@@ -11,7 +11,7 @@ from accelerate.data_loader import SkipBatchSampler, SkipDataLoader
 from tracker_core import InexactResumeWarning, Tracker
 from tracker_core.adapter import accelerate_checkpoint as checkpoint
 from tracker_core.integrations.accelerate import _elastic as elastic
-from tracker_core.integrations.accelerate._compat import create_seedable_generator, drop_iterator
+from tracker_core.integrations.accelerate._compat import create_seedable_generator, drop_iterator, torch_loader
 
 
 class TrainPasses:
@@ -24,7 +24,7 @@ class TrainPasses:
         self._pass_start: dict[int, int | None] = {}  # index -> loader.iteration when its pass of this epoch began
         self._restored_iterations: dict[int, int] = {}  # index -> loader.iteration to set before the next pass
         self._finished: set[int] = set()  # restored mid-epoch after the pass yielded its last batch
-        self.left: set[int] = set()  # those whose pass the loop left before its end
+        self.left: set[int] = set()  # those whose pass the loop left before its end (:meth:`leave`)
         self._resumed: dict[int, int] = {}  # index -> batches its pass in the epoch load_state resumes skips
         self._restored_step: int | None = None  # accelerator.step after an elastic load, set when the pass begins
 
@@ -34,7 +34,7 @@ class TrainPasses:
         restored = self._restored_iterations.pop(index, None)
         if restored is not None and hasattr(loader, "iteration"):
             loader.iteration = restored
-        inner = getattr(loader, "base_dataloader", loader)
+        inner = torch_loader(loader)
         create_seedable_generator(inner)
         # use_stateful_dataloader: Accelerate's save_state / load_state keep its StatefulDataLoader's own state
         restores = bool(getattr(loader, "use_stateful_dataloader", False))
@@ -71,7 +71,7 @@ class TrainPasses:
         if index not in self._finished:
             return True
         self._finished.discard(index)  # Accelerate's loaders fail on an empty pass (an iterable one raises),
-        inner = getattr(loader, "base_dataloader", loader)  # so only the inner loader runs, to spend its position
+        inner = torch_loader(loader)  # so only the inner loader runs, to spend its position
         if start_from_the_beginning(loader):  # Accelerate restored its own state at the pass's end
             iter(inner)  # spends the armed position: built under the checkpoint's RNGs, nothing read
         elif extra := sum(1 for _ in inner):
@@ -80,38 +80,41 @@ class TrainPasses:
             loader.iteration = pass_start + 1  # type: ignore[attr-defined]
         return False
 
+    def leave(self, index: int) -> None:
+        """The loop left the pass of train dataloader ``index`` before its end."""
+        self.left.add(index)
+
     def begin_epoch(self) -> None:
         """A train epoch begins: no pass of it has begun or been left."""
         self._pass_start.clear()
         self.left.clear()
 
     def end_epoch(self) -> None:
-        """The epoch ends: passes of the resumed epoch that never began begin the next epoch from their start."""
+        """The epoch ends: passes of the resumed epoch that never began begin the next epoch from their start (a
+        StatefulDataLoader drops the position ``load_state`` gave it; the core restored its generators)."""
         if self._resumed or self._finished:
             self._tracker.forget_loaded_positions()
+        for index in self._resumed:
+            start_from_the_beginning(self._loaders.get(index))
         self._resumed.clear()
         self._finished.clear()
 
     def saved_iterations(self) -> list[checkpoint.LoaderIteration | None]:
         """What ``save_state`` keeps of each train loader's pass (None: no pass counter); warns if the loop left
-        a pass of the epoch in flight before its end."""
+        a pass of the epoch in flight before its end, or if the resume will warn that passes alternate."""
         iterations: list[checkpoint.LoaderIteration | None] = []
+        in_epoch = self._tracker.progress.view.train.epochs.lifetime.in_flight
         for index in range(max(self._loaders, default=-1) + 1):
             loader = self._loaders.get(index)
             now = getattr(loader, "iteration", None)
             begun = index in self._pass_start  # else its flags are the last epoch's
             finished = begun and bool(getattr(loader, "end_of_dataloader", False))
             pass_start = self._pass_start.get(index)
-            iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished))
-        left = sorted(self.left) if self._tracker.progress.view.train.epochs.lifetime.in_flight else []
-        if left:
-            warnings.warn(
-                f"save_state after the loop left the pass of train dataloader(s) {', '.join(map(str, left))} "
-                "before its end in this epoch: the resumed epoch is re-entered and that pass yields its "
-                "remaining batches (save after the epoch, or before leaving the pass)",
-                InexactResumeWarning,
-                stacklevel=4,
-            )
+            left = in_epoch and index in self.left
+            iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished, left))
+        if in_epoch:
+            _warn_if_passes_alternate(iterations, {i for i, it in enumerate(iterations) if it and it.finished})
+        _warn_if_a_pass_was_left(sorted(self.left) if in_epoch else [], "save_state after")
         return iterations
 
     def restore(self, iterations: list[checkpoint.LoaderIteration | None], resuming_epoch: bool) -> None:
@@ -129,17 +132,31 @@ class TrainPasses:
         self._resumed = {i: d.batches.epoch for i, d in enumerate(dataloaders) if resuming_epoch and d.batches.epoch}
         if resuming_epoch:
             _warn_if_passes_alternate(iterations, self._finished)
+            left = [i for i, it in saved.items() if it.left]
+            _warn_if_a_pass_was_left(left, "load_state of a checkpoint saved after")
 
 
 def start_from_the_beginning(loader: object) -> bool:
     """Drop the position ``load_state`` gave a StatefulDataLoader (an evaluation restarts from its first batch; a
     pass restored at its end begins the next afresh); True if it dropped one."""
-    inner = getattr(loader, "base_dataloader", loader)
+    inner = torch_loader(loader)
     if getattr(inner, "next_iter_state", None) is None:
         return False
-    inner.next_iter_state = None  # type: ignore[attr-defined]
+    inner.next_iter_state = None
     drop_iterator(inner)
     return True
+
+
+def _warn_if_a_pass_was_left(left: list[int], when: str) -> None:
+    """Warn, ``when`` saving or loading, if the loop had left the passes ``left`` of the saved epoch before their end."""
+    if left:
+        warnings.warn(
+            f"{when} the loop left the pass of train dataloader(s) {', '.join(map(str, left))} before its end in "
+            "its epoch: the resumed epoch is re-entered and that pass yields its remaining batches (save after the "
+            "epoch, or before leaving the pass)",
+            InexactResumeWarning,
+            stacklevel=5,
+        )
 
 
 def _warn_if_passes_alternate(iterations: list[checkpoint.LoaderIteration | None], finished: set[int]) -> None:

@@ -252,7 +252,7 @@ class AcceleratorProgress:
     def _leave_pass(self, mine: TrainBatch) -> None:
         """The loop body left a pass: its batch is trained if Accelerate's ``accumulate`` saw it or an optimizer
         stepped (as after a ``break`` at the end of the body), else undone (its data not consumed)."""
-        self._passes.left.add(mine.loader)
+        self._passes.leave(mine.loader)
         if self._in_flight is not mine:
             return
         if mine.processed or mine.step != self._accelerator.step or self._train.stepped_in_batch:
@@ -334,12 +334,11 @@ class AcceleratorProgress:
             self._train.batch_processed_of(batch.batch, batch.loader)
             self._tokens["train"](batch.batch)
             batch.processed = True
-        evaluation = self._evaluations.open
         self._files.save(
             models,
             output_dir,
             self._passes.saved_iterations(),
-            None if evaluation is None else (evaluation.stage.name, evaluation.rng),
+            self._evaluations.saved_rng(),
             registered=any(obj is self for obj in registered_objects(self._accelerator)),
         )
 

@@ -32,6 +32,7 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import DataLoaderConfiguration
 from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core.integrations.accelerate import AcceleratorProgress
 
@@ -62,7 +63,9 @@ class Config:
     batch_size: int = 3
     accumulation: int = 2
     epochs: int = 2
-    loader: str = "shuffled"  # "shuffled", "sequential", "seedable" (sampler) or "stateful" (torchdata)
+    # "shuffled", "sequential", "seedable" (sampler), "stateful" (use_stateful_dataloader) or "stateful-own" (that,
+    # and the train loaders are StatefulDataLoaders: torchdata's own sampler)
+    loader: str = "shuffled"
     evaluate: bool = True
     break_train: tuple[int, int] | None = None  # the train loop breaks before the next batch's step
     break_eval: tuple[int, int] | None = None
@@ -115,7 +118,7 @@ def fresh_accelerator(config: Config) -> Accelerator:
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     loaders = DataLoaderConfiguration(
-        use_seedable_sampler=config.loader == "seedable", use_stateful_dataloader=config.loader == "stateful"
+        use_seedable_sampler=config.loader == "seedable", use_stateful_dataloader=config.loader.startswith("stateful")
     )
     return Accelerator(cpu=True, gradient_accumulation_steps=config.accumulation, dataloader_config=loaders)
 
@@ -144,12 +147,14 @@ def run(
     seed(seed_value)
     shuffle = config.loader != "sequential"
     loaders = [
-        DataLoader(Offset(size, 1000 * index), batch_size=config.batch_size, shuffle=shuffle)
+        (StatefulDataLoader if config.loader == "stateful-own" else DataLoader)(
+            Offset(size, 1000 * index), batch_size=config.batch_size, shuffle=shuffle
+        )
         for index, size in enumerate(config.train_sizes)
     ]
     # Accelerate restores a seedable sampler but not the loader's iteration (its epoch): a resumed shuffled
     # validation loader would repeat pass 0's order (Accelerate's behaviour, docs/accelerate.md, Limits).
-    val = DataLoader(Offset(7, 10_000), batch_size=3, shuffle=config.loader in ("shuffled", "stateful"))
+    val = DataLoader(Offset(7, 10_000), batch_size=3, shuffle=config.loader not in ("sequential", "seedable"))
     model, optimizer, *prepared = accelerator.prepare(model, optimizer, *loaders, val)
     program = _Program(config, accelerator, model, optimizer, prepared[:-1], prepared[-1], tracked)
     if resume:

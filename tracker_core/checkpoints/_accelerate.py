@@ -8,7 +8,7 @@
      "tracker": <tracker_core.Tracker.state_dict()>,
      "gradients": [Tensor | None, ...],         # partial gradients of an accumulation window
      "save_iteration": int,                     # project_configuration.iteration of this save
-     "loader_iterations": [{"now": int, "pass": int | None, "finished": bool} | None, ...],  # per train loader
+     "loader_iterations": [{"now": int, "pass": int | None, "finished": bool, "left": bool} | None, ...],
      "evaluation_rng": {"stage": str, "rng": <global RNG snapshot>} | None,  # at an unfinished evaluation's start
      "folder": {path: {"size": int, "crc32": int}, ...} | None}  # rank 0's commit; None: not committed
 
@@ -48,6 +48,7 @@ _KEYS = {
     4: (_KEYS_V3, _CRC_KEYS_V4),
     VERSION: ((*_KEYS_V3, "folder"), ()),
 }
+_ITERATION_KEYS = {"now", "pass", "finished"}  # and optionally "left" (written since 2026-12-05)
 _TEMPORARY = ".progress_tracker_{}.pt.partial"
 _CHUNK = 1 << 20
 _ZIP_MAGIC = b"PK\x03\x04"  # how a zip archive (torch.save's format) begins
@@ -60,12 +61,13 @@ NOT_COMMITTED = (
 
 @dataclass(frozen=True)
 class LoaderIteration:
-    """A prepared train loader: its ``iteration`` now and when its last pass began (None before one),
-    and whether that pass had yielded its last batch."""
+    """A prepared train loader: its ``iteration`` now and when its last pass began (None before one), whether that
+    pass had yielded its last batch, and whether the loop left it before its end (``left`` is optional)."""
 
     now: int
     pass_start: int | None
     finished: bool
+    left: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ def write(directory: str, process_index: int, saved: SavedProgress) -> None:
         "gradients": saved.gradients,
         "save_iteration": saved.save_iteration,
         "loader_iterations": [
-            None if it is None else {"now": it.now, "pass": it.pass_start, "finished": it.finished}
+            None if it is None else {"now": it.now, "pass": it.pass_start, "finished": it.finished, "left": it.left}
             for it in saved.loader_iterations
         ],
         "evaluation_rng": None,
@@ -332,10 +334,12 @@ def _loader_iterations(value: object) -> list[LoaderIteration | None]:
         if item is None:
             found.append(None)
             continue
-        if not isinstance(item, dict) or set(item) != {"now", "pass", "finished"}:
-            raise ProgressStateError(key, "expected a dict with keys 'now', 'pass' and 'finished'")
+        if not isinstance(item, dict) or not _ITERATION_KEYS <= set(item) <= {*_ITERATION_KEYS, "left"}:
+            raise ProgressStateError(key, "expected a dict with keys 'now', 'pass', 'finished' and optionally 'left'")
         pass_start = None if item["pass"] is None else read_int(item["pass"], f"{key}.pass", minimum=0)
-        if not isinstance(item["finished"], bool):
-            raise ProgressStateError(f"{key}.finished", f"expected a bool, got {item['finished']!r}")
-        found.append(LoaderIteration(read_int(item["now"], f"{key}.now", minimum=0), pass_start, item["finished"]))
+        for name in ("finished", "left"):
+            if not isinstance(item.get(name, False), bool):
+                raise ProgressStateError(f"{key}.{name}", f"expected a bool, got {item[name]!r}")
+        now = read_int(item["now"], f"{key}.now", minimum=0)
+        found.append(LoaderIteration(now, pass_start, item["finished"], item.get("left", False)))
     return found
