@@ -53,3 +53,40 @@ def test_a_missing_framework_attribute_is_named_with_the_framework_version() -> 
     check_attributes("frameworkx", "9.9", {"Engine": (Engine, ("kept",))})
     with pytest.raises(ImportError, match=r"Engine\.gone, which frameworkx 9\.9 does not have"):
         check_attributes("frameworkx", "9.9", {"Engine": (Engine, ("kept", "gone"))})
+
+
+# Modules and attributes that look into the interpreter (frames, bytecode, the garbage collector, signal handlers).
+_INTROSPECTION_MODULES = {"inspect", "dis", "gc", "signal", "traceback"}
+_INTROSPECTION_ATTRIBUTES = {"_getframe", "f_back", "f_lasti", "f_locals", "f_globals", "co_code", "get_referrers"}
+
+
+def _introspection(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [(node.module or "").split(".")[0]]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr] if node.attr in _INTROSPECTION_ATTRIBUTES else []
+        else:
+            continue
+        found.extend(
+            f"{node.lineno}: {name}" for name in names if name in _INTROSPECTION_MODULES | _INTROSPECTION_ATTRIBUTES
+        )
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted([*(ROOT / "tracker_core").rglob("*.py"), *(ROOT / "integrations").rglob("*.py")]),
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_the_library_looks_into_no_frame_bytecode_garbage_collector_or_signal_handler(path: Path) -> None:
+    assert _introspection(path) == []
+
+
+def test_the_introspection_finder_finds_a_frame_walk(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text("import inspect\nimport sys\n\ndef caller():\n    return sys._getframe(1).f_back\n")
+    assert _introspection(planted) == ["1: inspect", "5: f_back", "5: _getframe"]
