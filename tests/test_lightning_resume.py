@@ -317,3 +317,23 @@ def test_checkpoint_at_the_start_of_a_train_batch_resumes_a_plain_dataloader_exa
 ) -> None:
     """Saved in ``on_train_batch_start`` (the batch fetched, its step not begun): the resumed fit runs that batch."""
     _assert_resumes_exactly(config.replace("shuffle", "shuffle-kill-at-batch-start"), at, tmp_path)
+
+
+def test_checkpoint_at_the_start_of_a_train_batch_warns_that_a_stateful_loader_resumes_past_that_batch(
+    tmp_path: Path,
+) -> None:
+    """Lightning saves a stateful loader's own state after the batch it fetched for ``on_train_batch_start``."""
+    with pytest.warns(InexactResumeWarning, match=_SKIPPED):
+        _fit("stateful-shuffle-kill-at-batch-start", seed=0, kill_at=1, path=tmp_path / "mid.ckpt")
+
+
+def test_resuming_from_a_checkpoint_at_the_start_of_a_train_batch_warns_that_a_stateful_loader_skips_it(
+    tmp_path: Path,
+) -> None:
+    """The same trade, warned again at the resume: Lightning runs the epoch on from the batch after it."""
+    straight = _straight("stateful-shuffle")
+    with pytest.warns(InexactResumeWarning):
+        first = _fit("stateful-shuffle-kill-at-batch-start", seed=0, kill_at=1, path=tmp_path / "mid.ckpt")
+    with pytest.warns(InexactResumeWarning, match=_SKIPPED):
+        resumed = _fit("stateful-shuffle-kill-at-batch-start", seed=1234, path=tmp_path / "mid.ckpt")
+    assert first.seen + resumed.seen[:1] == [straight.seen[0], straight.seen[2]]  # batch 1 skipped
