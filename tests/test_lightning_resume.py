@@ -71,6 +71,16 @@ class KillAtEpochEnd(KillAfter):
         self._count(trainer)
 
 
+class KillAtBatchStart(KillAfter):
+    """Saves at the start of train batch number ``at`` (Lightning has fetched it, not yet run it), then dies."""
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        pass
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        self._count(trainer)
+
+
 @dataclass
 class Outcome:
     seen: list[list[int]]
@@ -96,6 +106,7 @@ def _fit(config: str, seed: int, kill_at: int | None = None, path: Path | None =
     if kill_at is not None:
         assert path is not None
         kill = KillAtEpochEnd if "kill-at-epoch-end" in config else KillAfter
+        kill = KillAtBatchStart if "kill-at-batch-start" in config else kill
         killer = kill(kill_at, path, in_validation="kill-in-validation" in config)
         callbacks.insert(0 if "killer-first" in config else 1, killer)
     accumulate = 3 if "accumulate" in config else 1
@@ -118,7 +129,7 @@ def _straight(config: str) -> Outcome:
 
 
 def _assert_resumes_exactly(config: str, at: int, tmp_path: Path) -> None:
-    straight = _straight(re.sub("-(kill-in-validation|kill-at-epoch-end|killer-first)", "", config))
+    straight = _straight(re.sub("-(kill-in-validation|kill-at-epoch-end|kill-at-batch-start|killer-first)", "", config))
     path = tmp_path / "mid.ckpt"
     first = _fit(config, seed=0, kill_at=at, path=path)
     with warnings.catch_warnings():
@@ -297,3 +308,32 @@ def test_resuming_from_a_checkpoint_of_an_exception_inside_a_training_step_warns
     with pytest.warns(InexactResumeWarning, match=_SKIPPED):
         resumed = _fit("stateful-shuffle", seed=1234, path=tmp_path / "cut.ckpt")
     assert cut.seen + resumed.seen[:1] == [straight.seen[0], straight.seen[2]]  # batch 1 skipped
+
+
+@pytest.mark.parametrize("at", [0, 1, BATCHES - 1, BATCHES + 2])
+@pytest.mark.parametrize("config", ["plain-shuffle", "plain-shuffle-killer-first"])  # the tracker's hook after, before
+def test_checkpoint_at_the_start_of_a_train_batch_resumes_a_plain_dataloader_exactly(
+    config: str, at: int, tmp_path: Path
+) -> None:
+    """Saved in ``on_train_batch_start`` (the batch fetched, its step not begun): the resumed fit runs that batch."""
+    _assert_resumes_exactly(config.replace("shuffle", "shuffle-kill-at-batch-start"), at, tmp_path)
+
+
+def test_checkpoint_at_the_start_of_a_train_batch_warns_that_a_stateful_loader_resumes_past_that_batch(
+    tmp_path: Path,
+) -> None:
+    """Lightning saves a stateful loader's own state after the batch it fetched for ``on_train_batch_start``."""
+    with pytest.warns(InexactResumeWarning, match=_SKIPPED):
+        _fit("stateful-shuffle-kill-at-batch-start", seed=0, kill_at=1, path=tmp_path / "mid.ckpt")
+
+
+def test_resuming_from_a_checkpoint_at_the_start_of_a_train_batch_warns_that_a_stateful_loader_skips_it(
+    tmp_path: Path,
+) -> None:
+    """The same trade, warned again at the resume: Lightning runs the epoch on from the batch after it."""
+    straight = _straight("stateful-shuffle")
+    with pytest.warns(InexactResumeWarning):
+        first = _fit("stateful-shuffle-kill-at-batch-start", seed=0, kill_at=1, path=tmp_path / "mid.ckpt")
+    with pytest.warns(InexactResumeWarning, match=_SKIPPED):
+        resumed = _fit("stateful-shuffle-kill-at-batch-start", seed=1234, path=tmp_path / "mid.ckpt")
+    assert first.seen + resumed.seen[:1] == [straight.seen[0], straight.seen[2]]  # batch 1 skipped

@@ -371,7 +371,7 @@ class ProgressTracker(StageHooks):
             checkpoint[GRADIENTS_KEY] = gradients
         inexact.warn_inexact_save(self.tracker, trainer, None if self._combined is None else self._combined.layout)
         batches: Any = trainer.fit_loop.epoch_loop.batch_progress.current  # typed as a tracker without these phases
-        cut = batches.started - 1 if batches.started > batches.processed else None
+        cut = batches.ready - 1 if batches.ready > batches.processed else None
         inexact.warn_if_cut_batch_restored(cut, self._train_loaders)
 
     def on_load_checkpoint(

@@ -89,7 +89,7 @@ class Restart:
     epoch_consumed: bool  # the restored train epoch had run its last batch: Lightning will not read it further
     closes_epoch: bool  # Lightning counts that epoch finished without its end hooks and starts the next one
     no_epoch_counted: bool = False  # its epoch counters show no epoch in flight (see _no_epoch_counted)
-    cut_batch: int | None = None  # saved inside this batch's step (started, not processed): its index in the epoch
+    cut_batch: int | None = None  # saved with this batch fetched, its step not ended (ready, not processed): its index
 
 
 def restart_of(checkpoint: dict[str, Any]) -> Restart:
@@ -103,8 +103,8 @@ def restart_of(checkpoint: dict[str, Any]) -> Restart:
     epochs = fit_loop.get("epoch_progress", {}).get("total", {})
     restart = _restart(global_step, bool(batches.get("is_last_batch", False)), batches.get("total", {}), epochs)
     current = batches.get("current", {})
-    cut = current.get("started", 0) > current.get("processed", 0)
-    return dataclasses.replace(restart, cut_batch=current["started"] - 1) if cut else restart
+    cut = current.get("ready", 0) > current.get("processed", 0)
+    return dataclasses.replace(restart, cut_batch=current["ready"] - 1) if cut else restart
 
 
 def closes_restored_epoch(fit_loop: _FitLoop) -> bool:

@@ -126,17 +126,17 @@ def warn_if_restored_ahead(loaders: list[object]) -> None:
 
 
 def warn_if_cut_batch_restored(cut: int | None, loaders: list[object]) -> None:
-    """A checkpoint written inside the step of train batch ``cut`` (an exception there, ``OnExceptionCheckpoint``),
-    warned at its save and at a resume from it: Lightning saves a loader's own state after that batch and restores
-    it, so the resumed epoch skips the batch (a loader the tracker positions runs it again)."""
+    """A checkpoint written with train batch ``cut`` fetched, its step not ended (``on_train_batch_start``; an exception
+    in the step, ``OnExceptionCheckpoint``), warned at save and resume: Lightning saves a loader's own state after that
+    batch and restores it, so the resumed epoch skips the batch (a loader the tracker positions runs it again)."""
     if cut is None:
         return
     for index, loader in enumerate(loaders):
         if callable(getattr(loader, "load_state_dict", None)):
             warnings.warn(
-                f"checkpoint saved inside the step of train batch {cut} of the epoch: train "
-                f"dataloader {index} has a state of its own, which Lightning saved after that batch and restores, "
-                "so the resumed epoch skips it",
+                f"checkpoint saved before the step of train batch {cut} of the epoch ended (in on_train_batch_start "
+                f"or inside the step): train dataloader {index} has a state of its own, which Lightning saved after "
+                "that batch and restores, so the resumed epoch skips it",
                 InexactResumeWarning,
                 stacklevel=3,
             )
