@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from accelerate.data_loader import SkipBatchSampler, SkipDataLoader
-from torch.utils.data import RandomSampler
 
 from tracker_core import InexactResumeWarning, Tracker
 from tracker_core.adapter import accelerate_checkpoint as checkpoint
@@ -105,7 +104,6 @@ class TrainPasses:
         a pass of the epoch in flight before its end, or if the resume will warn that passes alternate."""
         iterations: list[checkpoint.LoaderIteration | None] = []
         in_epoch = self._tracker.progress.view.train.epochs.lifetime.in_flight
-        counts = self._tracker.progress.view.train.dataloaders
         for index in range(max(self._loaders, default=-1) + 1):
             loader = self._loaders.get(index)
             now = getattr(loader, "iteration", None)
@@ -114,8 +112,6 @@ class TrainPasses:
             pass_start = self._pass_start.get(index)
             left = in_epoch and index in self.left
             iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished, left))
-            if in_epoch and begun and not finished and index < len(counts) and counts[index].batches.epoch:
-                _warn_if_order_is_drawn_again(index, torch_loader(loader))
         if in_epoch:
             _warn_if_passes_alternate(iterations, {i for i, it in enumerate(iterations) if it and it.finished})
         _warn_if_a_pass_was_left(sorted(self.left) if in_epoch else [], "save_state after")
@@ -149,28 +145,6 @@ def start_from_the_beginning(loader: object) -> bool:
     inner.next_iter_state = None
     drop_iterator(inner)
     return True
-
-
-def _warn_if_order_is_drawn_again(index: int, loader: Any) -> None:
-    """Warn at a save mid-pass, as the resume will (tracker_core/data/_own_state.py), if ``loader`` is a 0-worker
-    StatefulDataLoader whose order comes from torch's ``RandomSampler`` under an index sampler without a state."""
-    index_sampler = loader.sampler if loader.batch_sampler is None else loader.batch_sampler
-    if loader.num_workers or not hasattr(loader, "load_state_dict") or hasattr(index_sampler, "load_state_dict"):
-        return  # with workers, or positioned by the core, or its sampler's state positions it
-    samplers = [loader.sampler, index_sampler]
-    for sampler in samplers:  # and the samplers they draw from, at any depth
-        inner = (getattr(sampler, "sampler", None), getattr(sampler, "batch_sampler", None))
-        samplers += [s for s in inner if s is not None and all(s is not known for known in samplers)]
-    if any(type(sampler) is RandomSampler for sampler in samplers):
-        warnings.warn(
-            f"save_state inside the pass of train dataloader {index}, a StatefulDataLoader at 0 workers whose order "
-            "comes from torch's RandomSampler (no state of its own): the resumed loader draws the epoch's order "
-            "again at its first batch, from the restored global RNG, so the rest of the epoch's order and later "
-            "random draws differ. Prepare a StatefulDataLoader(shuffle=True) (torchdata's sampler has a state) or "
-            "use workers",
-            InexactResumeWarning,
-            stacklevel=5,
-        )
 
 
 def _warn_if_a_pass_was_left(left: list[int], when: str) -> None:
