@@ -109,6 +109,14 @@ def test_a_stateful_dataloader_over_torchs_random_sampler_at_0_workers_warns_tha
         run(SETUPS["stateful"], load_dir=str(tmp_path), seed_value=7)
 
 
+def test_a_save_state_mid_pass_of_a_stateful_dataloader_over_torchs_random_sampler_at_0_workers_warns(tmp_path):
+    # The trade the resume names (the test above), named at the save too.
+    with pytest.warns(
+        InexactResumeWarning, match="^saving .* mid-epoch by its own state: its RandomSampler has no state of its own"
+    ):
+        run(SETUPS["stateful"], stop=StopAt(4), save_dir=str(tmp_path))
+
+
 def test_a_stateful_validation_loader_saved_mid_way_warns_that_its_restart_is_not_exact(tmp_path):
     # Its first pass used the iterator prepare() built; the restarted pass builds another one.
     run(SETUPS["stateful"], stop=StopAt(3, validating=True), save_dir=str(tmp_path))

@@ -39,16 +39,8 @@ class OwnState(Strategy):
         if replay.record.state is not None:
             loader.load_state_dict(replay.record.state)  # type: ignore[attr-defined]
             replay.record.state = None
-        if replay.skip and not loader.num_workers and _draws_order_lazily(self.site):
-            warnings.warn(
-                f"resuming {describe(loader)} mid-epoch by its own state: its RandomSampler has no state of its own, "
-                "so the loader draws the epoch's order again when it reads the first resumed batch, from the global "
-                "RNG as restored, not as the epoch began: the rest of the epoch's order and later random draws differ "
-                "from the uninterrupted run. Give it a sampler with a state (StatefulDataLoader(shuffle=True) builds "
-                "one) or workers",
-                InexactResumeWarning,
-                stacklevel=2,
-            )
+        if replay.skip and self.order_drawn_again():
+            warn_order_drawn_again(loader, "resuming")
         read = isinstance(loader.dataset, IterableDataset) and not is_stateful(loader.dataset)
         why = "its dataset has no state of its own (state_dict / load_state_dict): the loader reads it again"
         with reading_again(cursor, loader, replay.skip if read else 0, why):
@@ -56,6 +48,9 @@ class OwnState(Strategy):
         for generator, state in self._generators:  # the build drew from them (a sampler's load sets its back, and
             generator.set_state(state)  # draws again): as the checkpoint left them
         return iterator
+
+    def order_drawn_again(self) -> bool:
+        return not self.site.loader.num_workers and _draws_order_lazily(self.site)
 
     def drop_iterator(self) -> None:
         """A load, even of an empty state, drops the iterator a StatefulDataLoader keeps (one its ``state_dict()``
@@ -84,6 +79,18 @@ class OwnState(Strategy):
             raise ProgressStateError(join_key(key, "loader_class"), f"saved by a {saved[0]}; this loader is a {mine}")
         per_epoch = None if isinstance(loader.dataset, IterableDataset) else len(loader)
         record.state = check_own_state(saved, join_key(key, "loader_state"), loader.num_workers, per_epoch)
+
+
+def warn_order_drawn_again(loader: Any, doing: str) -> None:
+    """The trade of :meth:`OwnState.order_drawn_again`, named at a mid-epoch save and at its resume."""
+    warnings.warn(
+        f"{doing} {describe(loader)} mid-epoch by its own state: its RandomSampler has no state of its own, so the "
+        "resumed loader draws the epoch's order again when it reads its first batch, from the global RNG as restored, "
+        "not as the epoch began: the rest of the epoch's order and later random draws differ from the uninterrupted "
+        "run. Give it a sampler with a state (StatefulDataLoader(shuffle=True) builds one) or workers",
+        InexactResumeWarning,
+        stacklevel=3,
+    )
 
 
 def _draws_order_lazily(site: Site) -> bool:

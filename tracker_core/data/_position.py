@@ -19,7 +19,7 @@ from tracker_core.data._compact import compact_loader, expand_loader
 from tracker_core.data._epoch import EpochRecord, FastForward, Replay, Site
 from tracker_core.data._fast_forward import SlowResumeWarning
 from tracker_core.data._iterable_replay import IterableReplay
-from tracker_core.data._own_state import OwnState
+from tracker_core.data._own_state import OwnState, warn_order_drawn_again
 from tracker_core.data._rng import (
     GlobalRng,
     capture_rng_state,
@@ -145,6 +145,8 @@ class LoaderPosition:
         if batches_consumed and not self._strategy.has_drawn(record):
             raise ValueError("no batch of an epoch has been drawn yet, so batches_consumed must be 0")
         loader = self.loader
+        if batches_consumed and batches_consumed != per_epoch and self._strategy.order_drawn_again():
+            warn_order_drawn_again(loader, "saving")
         state = {
             "version": STATE_VERSION,
             "kind": self.kind,

@@ -56,6 +56,10 @@ class Strategy:
         """Whether ``record`` knows the order of batches already drawn."""
         return record is not None
 
+    def order_drawn_again(self) -> bool:
+        """Whether a resume inside an epoch draws that epoch's order again instead of continuing it (inexact)."""
+        return False
+
     def arm(self) -> None:
         """Prepare the loader for its next epoch after a load."""
         self.drop_iterator()
