@@ -21,9 +21,8 @@ _HINT = (
 def load(tracker: Tracker, entry: dict[str, Any], loaders: list[object], fit_loop: _FitLoop) -> None:
     """Load ``entry`` mapped onto the registered ``loaders``, then move Lightning's batch counters to match.
 
-    Raises ``ProgressStateError`` before the tracker or Lightning's counters change where the core
-    cannot map the position, or when a restored epoch has several train loaders (Lightning's batch
-    counts one batch of each; the core maps each loader by its own samples).
+    ``ProgressStateError``, nothing changed, where the core cannot map the position, or a restored epoch has several
+    train loaders (Lightning counts one batch of each; the core maps each loader by its own samples).
     """
     if len(loaders) > 1 and fit_loop.restarting:
         raise ProgressStateError(
