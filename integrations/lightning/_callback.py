@@ -260,7 +260,7 @@ class ProgressTracker(StageHooks):
             self._rng.loaded()
         check = self._rng.before_first_iter()  # Lightning is about to build the resumed run's train iterator
         if restart is None:  # loaded without a checkpoint of Lightning's: its loops start afresh
-            restart = resume.Restart(trainer.global_step, epoch_consumed=False, closes_epoch=False)
+            restart = resume.Restart(trainer.global_step)
         finished = resume.reached_max_steps(trainer, restart.global_step)  # Lightning trains nothing
         self._resumed_untrained = finished
         if finished and self.tracker.view.train.epochs.lifetime.in_flight:

@@ -84,8 +84,8 @@ class Restart:
     """What Lightning's restart does with a fit checkpoint, read from the loop counters saved in it."""
 
     global_step: int
-    epoch_consumed: bool  # the restored train epoch had run its last batch: Lightning will not read it further
-    closes_epoch: bool  # Lightning counts that epoch finished without its end hooks and starts the next one
+    epoch_consumed: bool = False  # the restored train epoch had run its last batch: Lightning will not read it further
+    closes_epoch: bool = False  # Lightning counts that epoch finished without its end hooks and starts the next one
     no_epoch_counted: bool = False  # its epoch counters show no epoch in flight (see _no_epoch_counted)
     cut_batch: int | None = None  # saved with this batch fetched, its step not ended (ready, not processed): its index
 
@@ -96,7 +96,7 @@ def restart_of(checkpoint: dict[str, Any]) -> Restart:
     loops = checkpoint.get("loops")
     fit_loop = loops.get("fit_loop") if isinstance(loops, dict) else None
     if not isinstance(fit_loop, dict):
-        return Restart(global_step, epoch_consumed=False, closes_epoch=False)
+        return Restart(global_step)
     batches = fit_loop.get("epoch_loop.batch_progress", {})
     epochs = fit_loop.get("epoch_progress", {}).get("total", {})
     restart = _restart(global_step, bool(batches.get("is_last_batch", False)), batches.get("total", {}), epochs)

@@ -54,7 +54,6 @@ def warn_saved_in_validation() -> None:
 
 
 def warn_epoch_left_open(tracker: Tracker, trainer: pl.Trainer) -> None:
-    """Resumed at ``max_steps`` inside an epoch: Lightning trains nothing and leaves that epoch open."""
     epoch = tracker.view.epoch_index
     _inexact(
         f"resumed at max_steps={trainer.max_steps} inside epoch {epoch} (0-based): Lightning trains nothing more "
@@ -88,7 +87,6 @@ def warn_epoch_uncounted(tracker: Tracker, consumed: bool) -> None:
 
 
 def warn_continues_untrained() -> None:
-    """A fit continues, mid-epoch, a resumed fit that trained nothing: its data starts a new pass."""
     _inexact(
         "this fit continues, mid-epoch, a fit resumed from a checkpoint that trained nothing (max_steps "
         "reached): Lightning goes on with that epoch's batch counts, but the train data of this fit "
@@ -98,8 +96,6 @@ def warn_continues_untrained() -> None:
 
 
 def warn_if_restored_ahead(loaders: list[object]) -> None:
-    """Lightning prefetches a batch of a train loader without a length and saves a loader's own state after it
-    (its ``state_dict`` / ``load_state_dict``, which Lightning restores): the resumed epoch skips that batch."""
     for index, loader in enumerate(loaders):
         if callable(getattr(loader, "load_state_dict", None)) and batches_in(loader) is None:
             _inexact(
@@ -111,9 +107,7 @@ def warn_if_restored_ahead(loaders: list[object]) -> None:
 
 
 def warn_if_cut_batch_restored(cut: int | None, loaders: list[object]) -> None:
-    """A checkpoint written with train batch ``cut`` fetched, its step not ended (``on_train_batch_start``; an exception
-    in the step, ``OnExceptionCheckpoint``), warned at save and resume: Lightning saves a loader's own state after that
-    batch and restores it, so the resumed epoch skips the batch (a loader the tracker positions runs it again)."""
+    """Warned at save and resume: train batch ``cut`` was fetched, its step not ended (None: no such batch)."""
     if cut is None:
         return
     for index, loader in enumerate(loaders):
@@ -126,8 +120,6 @@ def warn_if_cut_batch_restored(cut: int | None, loaders: list[object]) -> None:
 
 
 def _warn_cycled_loaders(tracker: Tracker, layout: TrainLayout) -> None:
-    """``CombinedLoader(mode="max_size_cycle")`` restarts a shorter loader within the epoch, where its
-    pass ends: unknown for a loader without a length."""
     mode, _, passes = layout
     if mode != "max_size_cycle":
         return
