@@ -254,7 +254,7 @@ class ProgressTracker(StageHooks):
             return False
         if self._elastic_entry is not None:
             entry, self._elastic_entry = self._elastic_entry, None
-            elastic.load(self.tracker, entry, loaders, trainer.fit_loop)
+            elastic.load(self.tracker, entry, loaders, trainer)
             self.tracker.progress.run_ready(_FIT)  # re-enter the restored run, as on_fit_start does after a load
             self.tracker.progress.run_started()
             self._rng.loaded()
