@@ -34,7 +34,7 @@ from tracker_core.integrations.lightning import _elastic as elastic
 from tracker_core.integrations.lightning import _resume_warnings as inexact
 from tracker_core.integrations.lightning._combined_batches import CombinedBatches
 from tracker_core.integrations.lightning._loggers import LoggerRewind
-from tracker_core.integrations.lightning._resume_rng import ResumeRngChecks
+from tracker_core.integrations.lightning._resume_rng import ResumeRngChecks, nothing
 from tracker_core.integrations.lightning._stage_driver import StageDriver
 from tracker_core.integrations.lightning._stage_hooks import _FIT, StageHooks, passenger
 
@@ -82,7 +82,7 @@ class ProgressTracker(StageHooks):
                 raise ProgressStateError("progress", "missing: pass checkpoint['callbacks'][STATE_KEY]")
             self.tracker.progress.load_lifetime(lifetime_from["progress"])
         self._drivers()
-        self._trainer: Callable[[], pl.Trainer | None] = _no_trainer
+        self._trainer: Callable[[], pl.Trainer | None] = nothing
         self._step_hooks: list[RemovableHandle] = []
         self._gradients: list[torch.Tensor | None] | None = None  # loaded, restored at on_train_start
         self._loaded = False  # an entry was loaded; Lightning's restart not yet reconciled
@@ -143,7 +143,7 @@ class ProgressTracker(StageHooks):
         """Plain data: the progress state instead of the live record, no trainer reference or optimizer hooks."""
         drivers = ("_train", "_validate", "_test", "_predict")
         state = {name: value for name, value in self.__dict__.items() if name not in drivers}
-        live: dict[str, object] = {"_trainer": _no_trainer, "_step_hooks": [], "_train_loaders": []}
+        live: dict[str, object] = {"_trainer": nothing, "_step_hooks": [], "_train_loaders": []}
         return {**state, **live, "tracker": self.tracker.progress.state_dict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -405,7 +405,3 @@ class ProgressTracker(StageHooks):
             self._elastic_entry = state_dict
         self._reset_drivers()
         self._loaded = self._reenter = trainer is None or trainer.state.fn == _FIT
-
-
-def _no_trainer() -> None:
-    """The callback's trainer before its first setup (or after pickling)."""

@@ -179,8 +179,8 @@ def _known(batches: int | float) -> int | None:
 
 
 def _run_after_the_tracker(trainer: Any, pl_module: Any, stage: str, bar: ProgressDisplay) -> None:
-    """Put ``bar`` right after the ProgressTracker, or add and set up one right before it; in a new list (Lightning is
-    iterating ``trainer.callbacks`` to call ``setup``)."""
+    """Put ``bar`` right after the ProgressTracker, or add one right before it, set up now (Lightning restores callback
+    states after setup); in a new list: Lightning is iterating ``trainer.callbacks`` to call ``setup``."""
     from tracker_core.integrations.lightning import ProgressTracker
 
     callbacks = list(trainer.callbacks)

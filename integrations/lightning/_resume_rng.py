@@ -38,7 +38,7 @@ class ResumeRngChecks:
 
     def setup(self, trainer: pl.Trainer | None) -> None:
         """A new call on ``trainer``: forget the checks a resumed fit that trained nothing left."""
-        self._trainer: Callable[[], pl.Trainer | None] = _nothing if trainer is None else weakref.ref(trainer)
+        self._trainer: Callable[[], pl.Trainer | None] = nothing if trainer is None else weakref.ref(trainer)
         self._at_run: ResumeRngCheck | None = None  # compared when Lightning first runs a train epoch
         self._at_start: ResumeRngCheck | None = None  # mid-epoch: set up at on_train_start
         self._unmoved: ResumeRngCheck | None = None  # epoch boundary: the others, before on_train_epoch_start
@@ -46,12 +46,12 @@ class ResumeRngChecks:
         self._await_build = False  # a check waits for Lightning's setup_data to build the train iterator
         self._built: GlobalRng | None = None  # epoch boundary: the RNGs as that build (and prefetch) left them
         # the train iterator it built (that epoch must read from it), held weakly: Lightning drops it, and its workers
-        self._built_iterator: Callable[[], object] = _nothing
+        self._built_iterator: Callable[[], object] = nothing
         self.after_cut: GlobalRng | None = None  # loaded inside a validation batch: see validation_ended
 
     def __getstate__(self) -> dict[str, object]:
         """Without the trainer (``ProgressTracker.__getstate__``)."""
-        return {**self.__dict__, "_trainer": _nothing}
+        return {**self.__dict__, "_trainer": nothing}
 
     def loaded(self) -> None:
         """A fit's entry was loaded: remember the RNGs it restored."""
@@ -94,7 +94,7 @@ class ResumeRngChecks:
             return
         self._await_build = False
         built = resume.train_iterator(trainer.fit_loop)
-        self._built_iterator = _nothing if built is None else weakref.ref(built)
+        self._built_iterator = nothing if built is None else weakref.ref(built)
         if self._boundary:
             self._built = GlobalRng.capture()
         check = self._at_start
@@ -186,5 +186,5 @@ class ResumeRngChecks:
             check.check(self._where, last=True, generators=self._generators)
 
 
-def _nothing() -> None:
+def nothing() -> None:
     """What a weak reference to no object returns."""
