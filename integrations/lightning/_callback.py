@@ -34,7 +34,7 @@ from tracker_core.integrations.lightning import _elastic as elastic
 from tracker_core.integrations.lightning import _resume_warnings as inexact
 from tracker_core.integrations.lightning._combined_batches import CombinedBatches
 from tracker_core.integrations.lightning._loggers import LoggerRewind
-from tracker_core.integrations.lightning._resume_rng import ResumeRngChecks
+from tracker_core.integrations.lightning._resume_rng import ResumeRngChecks, nothing
 from tracker_core.integrations.lightning._stage_driver import StageDriver
 from tracker_core.integrations.lightning._stage_hooks import _FIT, StageHooks, passenger
 
@@ -46,10 +46,8 @@ __all__ = ["GRADIENTS_KEY", "STATE_KEY", "ProgressTracker"]
 STATE_KEY = LIGHTNING_STATE_KEY
 """Where the progress entry lives: ``checkpoint["callbacks"][STATE_KEY]``."""
 GRADIENTS_KEY = LIGHTNING_GRADIENTS_KEY
-"""Where the partial gradients of an unfinished accumulation window live: ``checkpoint[GRADIENTS_KEY]``.
-
-A list (one per parameter); with several processes ``{"ranks": [each rank's list]}``.
-"""
+"""``checkpoint[GRADIENTS_KEY]``: an unfinished accumulation window's partial gradients, one per parameter (with
+several processes ``{"ranks": [each rank's list]}``)."""
 
 
 class ProgressTracker(StageHooks):
@@ -84,7 +82,7 @@ class ProgressTracker(StageHooks):
                 raise ProgressStateError("progress", "missing: pass checkpoint['callbacks'][STATE_KEY]")
             self.tracker.progress.load_lifetime(lifetime_from["progress"])
         self._drivers()
-        self._trainer: weakref.ref[pl.Trainer] | None = None
+        self._trainer: Callable[[], pl.Trainer | None] = nothing
         self._step_hooks: list[RemovableHandle] = []
         self._gradients: list[torch.Tensor | None] | None = None  # loaded, restored at on_train_start
         self._loaded = False  # an entry was loaded; Lightning's restart not yet reconciled
@@ -117,10 +115,12 @@ class ProgressTracker(StageHooks):
 
     def _drivers(self) -> None:
         progress = self.tracker.progress
-        self._train = StageDriver(progress.train, self._count_tokens)
-        self._validate = StageDriver(progress.validate, self._count_tokens)
-        self._test = StageDriver(progress.test, self._count_tokens)
-        self._predict = StageDriver(progress.predict, self._count_tokens)
+        stages = (progress.train, progress.validate, progress.test, progress.predict)
+        self._train, self._validate, self._test, self._predict = (StageDriver(s, self._count_tokens) for s in stages)
+
+    def _reset_drivers(self) -> None:
+        for driver in (self._train, self._validate, self._test, self._predict):
+            driver.reset()
 
     @property
     def state_key(self) -> str:
@@ -143,7 +143,7 @@ class ProgressTracker(StageHooks):
         """Plain data: the progress state instead of the live record, no trainer reference or optimizer hooks."""
         drivers = ("_train", "_validate", "_test", "_predict")
         state = {name: value for name, value in self.__dict__.items() if name not in drivers}
-        live: dict[str, object] = {"_trainer": None, "_step_hooks": [], "_train_loaders": []}
+        live: dict[str, object] = {"_trainer": nothing, "_step_hooks": [], "_train_loaders": []}
         return {**state, **live, "tracker": self.tracker.progress.state_dict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -181,23 +181,17 @@ class ProgressTracker(StageHooks):
         self._run_begun = False
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        """Note the exception; what it cut is closed at the next call on this Trainer.
-
-        Not now: a checkpoint written after the exception (``OnExceptionCheckpoint``) must hold the
-        record as it was when the exception struck, as Lightning's loops do.
-        """
+        """Note the exception; what it cut is closed at the next call on this Trainer, so that a checkpoint written
+        after it (``OnExceptionCheckpoint``) holds the record as it was, as Lightning's loops do."""
         self._remove_step_hooks()
         self.tracker.progress.note_run_end("interrupted" if isinstance(exception, KeyboardInterrupt) else "crashed")
         self._cut_by = f"{type(exception).__name__} in {getattr(trainer.state.fn, 'value', trainer.state.fn)}"
         self._run_begun = False
 
     def _settle_cut(self) -> None:
-        """A new call on a Trainer whose last call an exception ended: close what it cut.
-
-        A fit's run stays open: Lightning's fit counters carry on at its next fit.
-        """
-        for driver in (self._train, self._validate, self._test, self._predict):
-            driver.reset()
+        """A new call on a Trainer whose last call an exception ended: close what it cut (a fit's run stays open:
+        Lightning's fit counters carry on at its next fit)."""
+        self._reset_drivers()
         cut_by, self._cut_by = self._cut_by, ""
         cut = abandon_in_flight(self.tracker.progress, reenter=cut_by.endswith(f" in {_FIT}"))
         if cut:
@@ -235,14 +229,11 @@ class ProgressTracker(StageHooks):
         self._step_hooks = count_optimizer_steps(progress.train, trainer.optimizers)
 
     def _track_train_loaders(self, loaders: list[object]) -> bool:
-        """Lightning set up its train loaders and is about to iterate them (see ``hook_setup_data``); whether that
-        iteration begins the next epoch (Lightning closes the restored one: ``closes_epoch``). Otherwise a loader state
-        restored at an epoch's end stays: Lightning builds the next epoch later, and its order follows from that state.
-
-        After a load, that may be before Lightning restored its loops (``configure_optimizers`` reading
-        ``trainer.estimated_stepping_batches``): what its restart will do is read from the checkpoint.
+        """Lightning is about to iterate its train loaders (``hook_setup_data``); True if that begins the next epoch
+        (it closes the restored one). After a load this may come before Lightning restored its loops
+        (``trainer.estimated_stepping_batches`` in ``configure_optimizers``): its restart is read from the checkpoint.
         """
-        trainer = self._trainer() if self._trainer is not None else None
+        trainer = self._trainer()
         loaded, self._loaded = self._loaded, False
         restart, self._restart = self._restart, None
         self._train_loaders = list(loaders)
@@ -263,13 +254,13 @@ class ProgressTracker(StageHooks):
             return False
         if self._elastic_entry is not None:
             entry, self._elastic_entry = self._elastic_entry, None
-            elastic.load(self.tracker, entry, loaders, trainer.fit_loop)
+            elastic.load(self.tracker, entry, loaders, trainer)
             self.tracker.progress.run_ready(_FIT)  # re-enter the restored run, as on_fit_start does after a load
             self.tracker.progress.run_started()
             self._rng.loaded()
         check = self._rng.before_first_iter()  # Lightning is about to build the resumed run's train iterator
         if restart is None:  # loaded without a checkpoint of Lightning's: its loops start afresh
-            restart = resume.Restart(trainer.global_step, epoch_consumed=False, closes_epoch=False)
+            restart = resume.Restart(trainer.global_step)
         finished = resume.reached_max_steps(trainer, restart.global_step)  # Lightning trains nothing
         self._resumed_untrained = finished
         if finished and self.tracker.view.train.epochs.lifetime.in_flight:
@@ -332,9 +323,9 @@ class ProgressTracker(StageHooks):
 
     # checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The core's plain entry, after catching up with phases Lightning marked before our hook ran; with several
-        processes every rank's entry, gathered (a collective: Lightning calls it on every rank)."""
-        trainer = self._trainer() if self._trainer is not None else None
+        """The core's entry, caught up with what Lightning marked before our hook ran (with several processes a
+        collective, gathering every rank's)."""
+        trainer = self._trainer()
         if trainer is not None and trainer.state.fn == _FIT:
             try:
                 self._catch_up(trainer)
@@ -394,13 +385,10 @@ class ProgressTracker(StageHooks):
             self._loggers.rewind(trainer, checkpoint)  # the loggers continue at the checkpoint's step
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load the entry (``ProgressStateError`` on damage, before anything runs) and re-arm the hooks.
-
-        ``validate``/``test``/``predict(ckpt_path=...)`` load only this rank's progress, into a record that counted
-        no run yet. A fit's entry saved at another world size is loaded once the train loaders exist (``_elastic``).
-        """
+        """Load the entry (``ProgressStateError`` on damage, before anything runs); an evaluation loads only this
+        rank's progress, a fit's entry of another world size waits for the train loaders (``_elastic``)."""
         rank_parts.refuse_unread_rank_files(state_dict, self._rank_files)
-        trainer = self._trainer() if self._trainer is not None else None
+        trainer = self._trainer()
         self._elastic_entry = None
         self._cut_by = ""  # the loaded record replaces what an exception cut
         if trainer is not None and trainer.state.fn != _FIT:
@@ -415,6 +403,5 @@ class ProgressTracker(StageHooks):
                 inexact.warn_validation_reread(self.tracker)
         else:
             self._elastic_entry = state_dict
-        for driver in (self._train, self._validate, self._test, self._predict):
-            driver.reset()
+        self._reset_drivers()
         self._loaded = self._reenter = trainer is None or trainer.state.fn == _FIT

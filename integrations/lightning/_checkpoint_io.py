@@ -127,12 +127,8 @@ def load_progress_only(tracker: Tracker, entry: object, rank: int) -> None:
 
 
 def every_rank(gradients: list[torch.Tensor | None] | None) -> Any:
-    """On rank 0, the writer: ``{"ranks": [rank 0's gradients, ...]}``; elsewhere this rank's own (collective).
-
-    DDP's ``no_sync`` leaves each rank its own partial sums. Every rank calls it at a fit
-    checkpoint, with None outside an accumulation window: one 8-byte ``all_reduce`` then, and
-    a ``gather`` to the writer only when some rank is inside one (``gather_to_writer``).
-    """
+    """On rank 0, the writer: ``{"ranks": [rank 0's gradients, ...]}`` (DDP's ``no_sync`` leaves each rank its own
+    partial sums); elsewhere this rank's own. A collective: every rank calls it, None outside a window."""
     mine = None if gradients is None else [None if g is None else g.cpu() for g in gradients]
     ranks = gather_to_writer(mine)
     return mine if ranks is None else {"ranks": ranks}

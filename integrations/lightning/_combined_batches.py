@@ -1,5 +1,4 @@
-"""Several train loaders (Lightning's ``CombinedLoader``): one step reads a batch of each, and each loader counts its
-own."""
+"""Several train loaders (Lightning's ``CombinedLoader``): a step reads a batch of each; each loader counts its own."""
 
 from __future__ import annotations
 

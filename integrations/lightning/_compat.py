@@ -61,8 +61,8 @@ def restarts_mid_validation(checkpoint: dict[str, Any]) -> bool:
 
 
 def discards_setup_iterator(trainer: pl.Trainer) -> bool:
-    """In ``on_train_epoch_start``: True if Lightning builds a new train iterator for this epoch, not going on with
-    the one ``setup_data`` built (``_TrainingEpochLoop.on_run_start``)."""
+    """In ``on_train_epoch_start``: True if Lightning builds this epoch's train iterator anew, not reading the one
+    ``setup_data`` built."""
     fit_loop = trainer.fit_loop
     # Lightning 2.5 has no is_resuming: its epoch loop builds a new iterator unless restarting.
     resuming = getattr(fit_loop, "is_resuming", False)
@@ -70,8 +70,7 @@ def discards_setup_iterator(trainer: pl.Trainer) -> bool:
 
 
 def reached_max_steps(trainer: pl.Trainer, global_step: int | None = None) -> bool:
-    """True once ``global_step`` (default: the trainer's) reached ``max_steps``: a fit resumed from here trains
-    nothing more."""
+    """True once ``global_step`` (default: the trainer's) reached ``max_steps``: a fit resumed there trains nothing."""
     max_steps = trainer.max_steps
     step = trainer.global_step if global_step is None else global_step
     return max_steps is not None and max_steps >= 0 and step >= max_steps
@@ -82,12 +81,11 @@ _PHASES = ("ready", "started", "processed", "completed")
 
 @dataclasses.dataclass(frozen=True)
 class Restart:
-    """What Lightning's restart does with a fit checkpoint, read from the loop counters saved in it (Lightning
-    restores its loops after ``configure_optimizers``, which may build the train iterator already)."""
+    """What Lightning's restart does with a fit checkpoint, read from the loop counters saved in it."""
 
     global_step: int
-    epoch_consumed: bool  # the restored train epoch had run its last batch: Lightning will not read it further
-    closes_epoch: bool  # Lightning counts that epoch finished without its end hooks and starts the next one
+    epoch_consumed: bool = False  # the restored train epoch had run its last batch: Lightning will not read it further
+    closes_epoch: bool = False  # Lightning counts that epoch finished without its end hooks and starts the next one
     no_epoch_counted: bool = False  # its epoch counters show no epoch in flight (see _no_epoch_counted)
     cut_batch: int | None = None  # saved with this batch fetched, its step not ended (ready, not processed): its index
 
@@ -98,7 +96,7 @@ def restart_of(checkpoint: dict[str, Any]) -> Restart:
     loops = checkpoint.get("loops")
     fit_loop = loops.get("fit_loop") if isinstance(loops, dict) else None
     if not isinstance(fit_loop, dict):
-        return Restart(global_step, epoch_consumed=False, closes_epoch=False)
+        return Restart(global_step)
     batches = fit_loop.get("epoch_loop.batch_progress", {})
     epochs = fit_loop.get("epoch_progress", {}).get("total", {})
     restart = _restart(global_step, bool(batches.get("is_last_batch", False)), batches.get("total", {}), epochs)
@@ -122,16 +120,14 @@ def _restart(global_step: int, is_last_batch: bool, batches: dict[str, int], epo
 
 
 def _batch_done(batches: dict[str, int]) -> bool:
-    """Lightning restarts after a batch it ran (``_TrainingEpochLoop.update_restart_stage``: on its train batch end,
-    or after it): otherwise (a batch cut inside its step, or one a loader yielded as None, which Lightning marks
-    processed without starting it) it runs that batch again."""
+    """Lightning restarts after the batch (``_TrainingEpochLoop.update_restart_stage``), not running it again: it
+    ran, and was not a batch cut in its step or one a loader yielded as None (processed, never started)."""
     ready, started, processed, completed = (batches.get(phase, 0) for phase in _PHASES)
     return started == ready == processed and completed in (processed - 1, processed)
 
 
 def _closes_epoch(epochs: dict[str, int], batches: dict[str, int]) -> bool:
-    """Lightning's reading (``_FitLoop.reset``) of the epoch and batch totals of a checkpoint saved in
-    ``on_train_batch_end`` of an epoch's last batch: it increments the epoch counters and starts the next epoch."""
+    """Saved in ``on_train_batch_end`` of an epoch's last batch: ``_FitLoop.reset`` closes it, starts the next."""
     ready, started, processed, completed = (epochs.get(phase, 0) for phase in _PHASES)
     return (
         started == ready
@@ -142,15 +138,14 @@ def _closes_epoch(epochs: dict[str, int], batches: dict[str, int]) -> bool:
 
 
 def _no_epoch_counted(epochs: dict[str, int]) -> bool:
-    """The epoch counters show no epoch in flight: after a finished fit, or in a later checkpoint of a fit resumed
-    at an epoch end (docs/lightning.md, Limits: Lightning then starts an epoch afresh)."""
+    """No epoch in flight: after a finished fit, or a fit resumed at an epoch end (docs/lightning.md, Limits)."""
     ready, started, processed, completed = (epochs.get(phase, 0) for phase in _PHASES)
     return ready > 0 and ready == started == processed == completed
 
 
 def train_layout(fit_loop: _FitLoop) -> TrainLayout | None:
-    """Several train loaders: the ``CombinedLoader``'s mode, the keys of each loader's part of a combined batch (in
-    ``flattened`` order) and each loader's batches per pass (None if unknown). None for one loader."""
+    """Several train loaders: the ``CombinedLoader``'s mode, each loader's key in a combined batch and batches per
+    pass (None if unknown). None for one loader."""
     combined = fit_loop._combined_loader
     if combined is None or len(combined.flattened) < 2:
         return None
@@ -167,8 +162,7 @@ def train_layout(fit_loop: _FitLoop) -> TrainLayout | None:
 
 class _SetupDataHooks:
     """``fit_loop.setup_data`` (``__call__``) and ``fit_loop._load_combined_loader_states`` replaced on one loop
-    instance; picklable (``torch.save(trainer)``). Lightning builds the first epoch's train iterator inside
-    ``setup_data``, before any train hook, right after ``_load_combined_loader_states``."""
+    instance; picklable (``torch.save(trainer)``)."""
 
     def __init__(
         self, fit_loop: _FitLoop, before_iter: Callable[[list[object]], bool], after: Callable[[], None]
@@ -194,9 +188,9 @@ class _SetupDataHooks:
 
 
 def hook_setup_data(fit_loop: _FitLoop, before_iter: Callable[[list[object]], bool], after: Callable[[], None]) -> None:
-    """Call ``before_iter(train_loaders)`` each time Lightning set up the train loaders, before its ``iter()`` (True:
-    it begins the epoch after the restored one, so the loaders' restored states are dropped), and ``after()`` each
-    time ``setup_data`` returned (the train iterator it built, and a batch it prefetched, exist; no hook since)."""
+    """Call ``before_iter(train_loaders)`` once Lightning set up the train loaders, before its ``iter()`` builds the
+    epoch's iterator (before any train hook; True: the epoch after the restored one begins, the loaders' restored
+    states are dropped), and ``after()`` each time ``setup_data`` returned."""
     # getattr, not fit_loop.__dict__: reading __dict__ turns the loop's attributes into a dict for good, and
     # Lightning reads them on every batch, each read then slower (~6k instructions a batch)
     current = getattr(fit_loop, "setup_data", None)
@@ -224,8 +218,7 @@ class _BeforeEpochRun:
 
 
 def call_before_epoch_run(fit_loop: _FitLoop, before: Callable[[], None]) -> None:
-    """Call ``before()`` once, when Lightning next starts running a train epoch (``_TrainingEpochLoop.on_run_start``):
-    after every start hook of the fit and the epoch, before anything reads or draws for a train batch."""
+    """Call ``before()`` once, when Lightning next runs a train epoch: after its start hooks, before its batches."""
     fit_loop.epoch_loop.on_run_start = _BeforeEpochRun(fit_loop.epoch_loop, before)  # type: ignore[method-assign]
 
 
@@ -243,9 +236,8 @@ def train_iterator(fit_loop: _FitLoop) -> object:
 
 
 def note_loader_resumed(trainer: pl.Trainer, batch: int, epoch: int) -> None:
-    """Say in Lightning's log why its warning that a plain loader resumed mid-epoch restarts from its first sample
-    ("your dataloader is not resumable", ``_TrainingEpochLoop.reset``) does not apply: the tracker resumes it at its
-    position. The warning stands (the process's warning filters are the user's)."""
+    """Say in Lightning's log that its warning "your dataloader is not resumable" does not apply (the warning stands:
+    the process's warning filters are the user's)."""
     logging.getLogger(f"{package_of(trainer)}.tracker_core").info(
         "tracker_core: the ProgressTracker resumes the train dataloader at batch %d of epoch %d (0-based); "
         "Lightning's warning that the dataloader is not resumable does not apply",
@@ -263,15 +255,7 @@ def _check(package: str) -> None:
         package,
         str(version),
         {
-            "_FitLoop": (
-                fit_loop,
-                (
-                    "_load_combined_loader_states",
-                    "_combined_loader",
-                    "_data_fetcher",
-                    "setup_data",
-                ),
-            ),
+            "_FitLoop": (fit_loop, ("_load_combined_loader_states", "_combined_loader", "_data_fetcher", "setup_data")),
             "_TrainingEpochLoop": (epoch_loop, ("_should_check_val_fx", "on_run_start")),
             "CombinedLoader": (combined, ("_mode", "limits", "_iterator")),
         },

@@ -140,15 +140,7 @@ class ProgressDisplay(ProgressBarBase):
         if not trainer.sanity_checking:
             self._evaluation_start(trainer, "validate", trainer.num_val_batches)
 
-    def on_validation_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
+    def on_validation_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
         if not trainer.sanity_checking:
             self._evaluation_batch_end("validate")
 
@@ -159,15 +151,7 @@ class ProgressDisplay(ProgressBarBase):
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._evaluation_start(trainer, "test", trainer.num_test_batches)
 
-    def on_test_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
+    def on_test_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
         self._evaluation_batch_end("test")
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -176,15 +160,7 @@ class ProgressDisplay(ProgressBarBase):
     def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._evaluation_start(trainer, "predict", trainer.num_predict_batches)
 
-    def on_predict_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
+    def on_predict_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
         self._evaluation_batch_end("predict")
 
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -203,9 +179,8 @@ def _known(batches: int | float) -> int | None:
 
 
 def _run_after_the_tracker(trainer: Any, pl_module: Any, stage: str, bar: ProgressDisplay) -> None:
-    """Put ``bar`` right after the ProgressTracker, so each of its hooks sees that hook's counts; without a tracker,
-    add one right before ``bar`` and set it up (Lightning restores callback states after setup). A new list is
-    assigned: Lightning is iterating ``trainer.callbacks`` to call ``setup``."""
+    """Put ``bar`` right after the ProgressTracker, or add one right before it, set up now (Lightning restores callback
+    states after setup); in a new list: Lightning is iterating ``trainer.callbacks`` to call ``setup``."""
     from tracker_core.integrations.lightning import ProgressTracker
 
     callbacks = list(trainer.callbacks)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from tracker_core import ProgressStateError, Tracker
 
 if TYPE_CHECKING:
-    from pytorch_lightning.loops.fit_loop import _FitLoop
+    import pytorch_lightning as pl
 
 _HINT = (
     "; with Lightning, resume under a distributed strategy (Trainer(strategy='ddp'), also with devices=1): it injects "
@@ -18,14 +18,13 @@ _HINT = (
 )
 
 
-def load(tracker: Tracker, entry: dict[str, Any], loaders: list[object], fit_loop: _FitLoop) -> None:
+def load(tracker: Tracker, entry: dict[str, Any], loaders: list[object], trainer: pl.Trainer) -> None:
     """Load ``entry`` mapped onto the registered ``loaders``, then move Lightning's batch counters to match.
 
-    Raises ``ProgressStateError`` before the tracker or Lightning's counters change where the core
-    cannot map the position, or when a restored epoch has several train loaders (Lightning's batch
-    counts one batch of each; the core maps each loader by its own samples).
+    ``ProgressStateError``, nothing changed, where the core cannot map the position, or a restored epoch has several
+    train loaders (Lightning counts one batch of each; the core maps each loader by its own samples).
     """
-    if len(loaders) > 1 and fit_loop.restarting:
+    if len(loaders) > 1 and trainer.fit_loop.restarting:
         raise ProgressStateError(
             "ranks",
             f"a mid-epoch checkpoint saved at world size {len(entry['ranks'])} resumes at another world size "
@@ -39,13 +38,13 @@ def load(tracker: Tracker, entry: dict[str, Any], loaders: list[object], fit_loo
         raise ProgressStateError(error.key, error.problem + _HINT) from None
     mapping = tracker.view.resume_mapping
     if mapping is not None and mapping["train_loaders"]:
-        _move_batches(fit_loop, tracker.view.train.batches.epoch.processed)
+        _move_batches(trainer, tracker.view.train.batches.epoch.processed)
 
 
-def _move_batches(fit_loop: _FitLoop, batches: int) -> None:
+def _move_batches(trainer: pl.Trainer, batches: int) -> None:
     """Shift Lightning's train batch counters (epoch and total, all phases) so the epoch has done ``batches``,
     before its restart logic reads them (``_FitLoop.reset``); the steps taken (``global_step``) stay."""
-    progress: Any = fit_loop.epoch_loop.batch_progress
+    progress: Any = trainer.fit_loop.epoch_loop.batch_progress
     shift = batches - progress.current.processed
     for counts in (progress.total, progress.current):
         counts.ready += shift

@@ -1,5 +1,5 @@
-"""The global-RNG checks of a resumed fit: where Lightning's order of iterator builds, hooks and batches lets the
-resumed run's RNGs be compared with the loaded ones (``ResumeRngCheck``), and the draws of an early build undone."""
+"""The global-RNG checks of a resumed fit (``ResumeRngCheck``) where Lightning's order of iterator builds, hooks and
+batches allows them, and the draws of an early iterator build undone."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class ResumeRngChecks:
 
     def setup(self, trainer: pl.Trainer | None) -> None:
         """A new call on ``trainer``: forget the checks a resumed fit that trained nothing left."""
-        self._trainer: Callable[[], pl.Trainer | None] = _nothing if trainer is None else weakref.ref(trainer)
+        self._trainer: Callable[[], pl.Trainer | None] = nothing if trainer is None else weakref.ref(trainer)
         self._at_run: ResumeRngCheck | None = None  # compared when Lightning first runs a train epoch
         self._at_start: ResumeRngCheck | None = None  # mid-epoch: set up at on_train_start
         self._unmoved: ResumeRngCheck | None = None  # epoch boundary: the others, before on_train_epoch_start
@@ -46,12 +46,12 @@ class ResumeRngChecks:
         self._await_build = False  # a check waits for Lightning's setup_data to build the train iterator
         self._built: GlobalRng | None = None  # epoch boundary: the RNGs as that build (and prefetch) left them
         # the train iterator it built (that epoch must read from it), held weakly: Lightning drops it, and its workers
-        self._built_iterator: Callable[[], object] = _nothing
+        self._built_iterator: Callable[[], object] = nothing
         self.after_cut: GlobalRng | None = None  # loaded inside a validation batch: see validation_ended
 
     def __getstate__(self) -> dict[str, object]:
-        """Without the trainer, as the callback's own state (``ProgressTracker.__getstate__``)."""
-        return {**self.__dict__, "_trainer": _nothing}
+        """Without the trainer (``ProgressTracker.__getstate__``)."""
+        return {**self.__dict__, "_trainer": nothing}
 
     def loaded(self) -> None:
         """A fit's entry was loaded: remember the RNGs it restored."""
@@ -74,9 +74,7 @@ class ResumeRngChecks:
         (None) beginning the next epoch, unless the resumed fit trains nothing (``finished``)."""
         if check is None or not check.armed:
             return
-        if continues_epoch is not None:
-            # nothing draws before the first batch that continues the epoch: compared again once the
-            # start hooks are over (arm_first_batch_check)
+        if continues_epoch is not None:  # nothing draws before its first batch: compared after the start hooks
             self._epoch = continues_epoch
             self._at_start = check
             self._await_build = True
@@ -85,9 +83,8 @@ class ResumeRngChecks:
             self._await_build = True  # Lightning builds it right after this returns
 
     def setup_data_returned(self) -> None:
-        """Lightning's ``setup_data`` returned: after a load, first with the resumed run's train iterator built (and
-        a first batch prefetched), no hook run since; next (``_FitLoop.on_advance_start``) between the
-        ``on_train_start`` and the ``on_train_epoch_start`` hooks (``_unmoved_check``)."""
+        """Lightning's ``setup_data`` returned: first with the resumed run's train iterator built (a batch
+        prefetched), no hook run since; next between the ``on_train_start`` and ``on_train_epoch_start`` hooks."""
         trainer = self._trainer()
         if trainer is None:
             return
@@ -97,7 +94,7 @@ class ResumeRngChecks:
             return
         self._await_build = False
         built = resume.train_iterator(trainer.fit_loop)
-        self._built_iterator = _nothing if built is None else weakref.ref(built)
+        self._built_iterator = nothing if built is None else weakref.ref(built)
         if self._boundary:
             self._built = GlobalRng.capture()
         check = self._at_start
@@ -127,8 +124,7 @@ class ResumeRngChecks:
             rng.apply()
 
     def validation_ended(self) -> None:
-        """The validation a checkpoint cut ended: the RNGs go back to those loaded, as the uninterrupted run had them
-        at the cut (re-building and re-reading its loaders drew from them again)."""
+        """The validation a checkpoint cut ended: the RNGs go back to those loaded (its re-read drew from them)."""
         rng, self.after_cut = self.after_cut, None
         if rng is not None:
             rng.apply()
@@ -136,9 +132,8 @@ class ResumeRngChecks:
                 self.at_setup = rng
 
     def _unmoved_check(self, trainer: pl.Trainer) -> None:
-        """Between the ``on_train_start`` and ``on_train_epoch_start`` hooks of a fit resumed at an epoch boundary: the
-        generators the early iterator did not draw from must be as at this callback's ``on_train_start``, unless
-        Lightning undoes that iterator's draws at this epoch's start."""
+        """Resumed at an epoch boundary, before the ``on_train_epoch_start`` hooks: the generators the early iterator
+        did not draw from must be as at ``on_train_start`` (unless Lightning drops that iterator)."""
         unmoved, self._unmoved = self._unmoved, None
         if unmoved is None or trainer.current_epoch != self._epoch or resume.discards_setup_iterator(trainer):
             return
@@ -146,13 +141,11 @@ class ResumeRngChecks:
         unmoved.check(_AT_TRAIN_START, generators=others)
 
     def arm_first_batch_check(self, trainer: pl.Trainer) -> None:
-        """The resumed fit's ``on_train_start``: compare the global RNGs now (callbacks before this one) and set up
-        their comparison once the start hooks are over, when Lightning first runs a train epoch.
+        """The resumed fit's ``on_train_start``: compare the global RNGs now and again once the start hooks are over.
 
-        Mid-epoch they must still be as loaded. At an epoch boundary Lightning built the next epoch's iterator
-        before these hooks, the uninterrupted run after them: they must be as ``setup_data`` left them; then the
-        generators it drew from must stay so until the epoch runs, the others until the ``on_train_epoch_start``
-        hooks.
+        Mid-epoch they must still be as loaded. At an epoch boundary (Lightning built the next epoch's iterator
+        before these hooks, the uninterrupted run after them) they must be as ``setup_data`` left them: the
+        generators it drew from until the epoch runs, the others until the ``on_train_epoch_start`` hooks.
         """
         check, self._at_start = self._at_start, None
         boundary, self._boundary = self._boundary, False
@@ -183,8 +176,8 @@ class ResumeRngChecks:
             resume.call_before_epoch_run(trainer.fit_loop, self._resumed_epoch_runs)
 
     def _resumed_epoch_runs(self) -> None:
-        """Lightning first runs a train epoch in the resumed fit: the check set up at ``on_train_start``, if this is
-        its epoch and it reads the iterator ``setup_data`` built (a new one drew first, as in the uninterrupted run)."""
+        """Lightning first runs a train epoch: the check of ``on_train_start``, if this is its epoch and it reads the
+        iterator ``setup_data`` built."""
         check, self._at_run = self._at_run, None
         trainer = self._trainer()
         if check is None or trainer is None or trainer.current_epoch != self._epoch:
@@ -193,5 +186,5 @@ class ResumeRngChecks:
             check.check(self._where, last=True, generators=self._generators)
 
 
-def _nothing() -> None:
+def nothing() -> None:
     """What a weak reference to no object returns."""

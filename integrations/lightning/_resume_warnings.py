@@ -22,55 +22,44 @@ def warn_inexact_save(tracker: Tracker, trainer: pl.Trainer, layout: TrainLayout
     epochs, done = train.epochs.lifetime, train.batches.epoch.processed
     ended = epochs.ready == epochs.completed > 0 and done > 0  # after the fit: its last epoch is closed
     if ended and (resume.reached_max_steps(trainer) or done < trainer.num_training_batches):
-        warnings.warn(
+        _inexact(
             f"checkpoint saved after a fit that ended (max_steps, or a stop) at batch {done} of epoch "
             f"{epochs.completed - 1} (0-based): resuming from it, Lightning counts that epoch as finished and "
             f"goes on at batch {done} of epoch {epochs.completed}, so the resumed run's epochs and train data "
-            "differ from the run that saved it from there",
-            InexactResumeWarning,
-            stacklevel=3,
+            "differ from the run that saved it from there"
         )
     if tracker.view.is_mid_epoch and layout is not None:
         _warn_cycled_loaders(tracker, layout)
     if tracker.view.is_mid_epoch and resume.fetches_in_step(trainer):
-        warnings.warn(
+        _inexact(
             "mid-epoch checkpoint of a training_step(dataloader_iter): the batch_idx that Lightning's iterator "
             "yields restarts at 0 when it resumes (and with accumulate_grad_batches > 1 Lightning zeroes and "
-            "steps gradients by that count), so a step that uses it runs differently from an uninterrupted run",
-            InexactResumeWarning,
-            stacklevel=3,
+            "steps gradients by that count), so a step that uses it runs differently from an uninterrupted run"
         )
     if resume.on_train_batch_end(trainer) and resume.validation_due(trainer):
-        warnings.warn(
+        _inexact(
             "checkpoint saved in on_train_batch_end before a due validation: Lightning skips that "
             "validation when resuming from it, so the resumed run will not validate there (its "
-            "validation counts and any randomness the validation draws differ from an uninterrupted run)",
-            InexactResumeWarning,
-            stacklevel=3,
+            "validation counts and any randomness the validation draws differ from an uninterrupted run)"
         )
 
 
 def warn_saved_in_validation() -> None:
-    warnings.warn(
+    _inexact(
         "checkpoint saved inside a validation: a fit resumed from it does not go on with that validation where it "
         "stopped (Lightning re-reads it from its first batch when saved inside a batch, or counts it finished when "
         "saved between batches), so that validation's batches and metrics differ from the uninterrupted run's "
-        "(docs/lightning.md, Limits)",
-        InexactResumeWarning,
-        stacklevel=3,
+        "(docs/lightning.md, Limits)"
     )
 
 
 def warn_epoch_left_open(tracker: Tracker, trainer: pl.Trainer) -> None:
-    """Resumed at ``max_steps`` inside an epoch: Lightning trains nothing and leaves that epoch open."""
     epoch = tracker.view.epoch_index
-    warnings.warn(
+    _inexact(
         f"resumed at max_steps={trainer.max_steps} inside epoch {epoch} (0-based): Lightning trains nothing more "
         f"and leaves that epoch open (current_epoch stays {epoch}), where a run that is not interrupted closes "
         f"it when it reaches max_steps (current_epoch {epoch + 1}); the record follows Lightning. Resumed with a "
-        "larger max_steps, the run continues exactly",
-        InexactResumeWarning,
-        stacklevel=3,
+        "larger max_steps, the run continues exactly"
     )
 
 
@@ -90,81 +79,65 @@ def warn_epoch_uncounted(tracker: Tracker, consumed: bool) -> None:
             "(accumulate_grad_batches' optimizer steps among them) falls on other batches than in an "
             "uninterrupted run"
         )
-    warnings.warn(
+    _inexact(
         f"the checkpoint was saved in epoch {epoch} (0-based) by a fit that was itself resumed at an epoch end, "
         f"whose Lightning loop counters show no epoch in flight: {what}; the record follows Lightning. A fit "
-        "resumed mid-epoch saves correct counters again",
-        InexactResumeWarning,
-        stacklevel=3,
+        "resumed mid-epoch saves correct counters again"
     )
 
 
 def warn_continues_untrained() -> None:
-    """A fit continues, mid-epoch, a resumed fit that trained nothing: its data starts a new pass."""
-    warnings.warn(
+    _inexact(
         "this fit continues, mid-epoch, a fit resumed from a checkpoint that trained nothing (max_steps "
         "reached): Lightning goes on with that epoch's batch counts, but the train data of this fit "
         "starts a new pass instead of resuming the checkpoint's position; fit(ckpt_path=...) with the "
-        "larger max_steps resumes exactly",
-        InexactResumeWarning,
-        stacklevel=3,
+        "larger max_steps resumes exactly"
     )
 
 
 def warn_if_restored_ahead(loaders: list[object]) -> None:
-    """Lightning prefetches a batch of a train loader without a length and saves a loader's own state after it
-    (its ``state_dict`` / ``load_state_dict``, which Lightning restores): the resumed epoch skips that batch."""
     for index, loader in enumerate(loaders):
         if callable(getattr(loader, "load_state_dict", None)) and batches_in(loader) is None:
-            warnings.warn(
+            _inexact(
                 f"train dataloader {index} has a state of its own, which Lightning restores, and no length: "
                 "Lightning saved that state after the batch it had prefetched, so the resumed epoch skips it "
                 "(give the loader's dataset a __len__, and Lightning does not prefetch)",
-                InexactResumeWarning,
                 stacklevel=4,
             )
 
 
 def warn_if_cut_batch_restored(cut: int | None, loaders: list[object]) -> None:
-    """A checkpoint written with train batch ``cut`` fetched, its step not ended (``on_train_batch_start``; an exception
-    in the step, ``OnExceptionCheckpoint``), warned at save and resume: Lightning saves a loader's own state after that
-    batch and restores it, so the resumed epoch skips the batch (a loader the tracker positions runs it again)."""
+    """Warned at save and resume: train batch ``cut`` was fetched, its step not ended (None: no such batch)."""
     if cut is None:
         return
     for index, loader in enumerate(loaders):
         if callable(getattr(loader, "load_state_dict", None)):
-            warnings.warn(
+            _inexact(
                 f"checkpoint saved before the step of train batch {cut} of the epoch ended (in on_train_batch_start "
                 f"or inside the step): train dataloader {index} has a state of its own, which Lightning saved after "
-                "that batch and restores, so the resumed epoch skips it",
-                InexactResumeWarning,
-                stacklevel=3,
+                "that batch and restores, so the resumed epoch skips it"
             )
 
 
 def _warn_cycled_loaders(tracker: Tracker, layout: TrainLayout) -> None:
-    """``CombinedLoader(mode="max_size_cycle")`` restarts a shorter loader within the epoch, where its
-    pass ends: unknown for a loader without a length."""
     mode, _, passes = layout
     if mode != "max_size_cycle":
         return
     read = tracker.view.train.batches.epoch.processed  # each step reads a batch of every loader
     for index, batches in enumerate(passes):
         if batches is not None and read >= batches:
-            warnings.warn(
+            _inexact(
                 f"train dataloader {index} of a CombinedLoader(mode='max_size_cycle') was read to its end in "
                 "this epoch and started over: the position of every loader resumes exactly, but Lightning's "
                 "resumed iterator forgets which loaders had ended and draws from the global RNG where the "
                 "uninterrupted run did not, so later random draws differ",
-                InexactResumeWarning,
                 stacklevel=4,
             )
         elif batches is None:
-            warnings.warn(
+            _inexact(
                 f"train dataloader {index} of a CombinedLoader(mode='max_size_cycle') has no length, so where "
                 "it starts over within the epoch is unknown: this mid-epoch checkpoint may not resume its "
                 "position exactly",
-                InexactResumeWarning,
                 stacklevel=4,
             )
 
@@ -187,7 +160,7 @@ def validation_at_load(tracker: Tracker, restart: str, progress: dict[str, Any])
         f"{done} batches that ran"
     )
     tracker.progress.note_anomaly(message)
-    warnings.warn(message, InexactResumeWarning, stacklevel=2)
+    _inexact(message, stacklevel=2)
     return False
 
 
@@ -200,4 +173,9 @@ def warn_validation_reread(tracker: Tracker) -> None:
         "checkpoint in the uninterrupted run (its last loader's iterator was already built)"
     )
     tracker.progress.note_anomaly(message)
-    warnings.warn(message, InexactResumeWarning, stacklevel=2)
+    _inexact(message, stacklevel=2)
+
+
+def _inexact(message: str, stacklevel: int = 3) -> None:
+    """Warn ``InexactResumeWarning``, ``stacklevel`` counted from the caller."""
+    warnings.warn(message, InexactResumeWarning, stacklevel=stacklevel + 1)

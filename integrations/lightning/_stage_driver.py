@@ -30,16 +30,13 @@ class StageDriver:
         self.stage = stage
         self.tokens = TokenCounter(stage, count_tokens)
         self.batch: Any = None  # the batch in flight (its tokens are counted when it is processed)
-        self.batch_to_start = False  # Lightning marks it started when its step begins (the callback's on_before_*)
-        self.batch_to_complete = False
-        self.epoch_to_start = False
-        self.epoch_to_complete = False
-        self.epoch_to_open = False  # an epoch begins without its start hook (see ProgressTracker)
+        self.reset()
 
     def reset(self) -> None:
         """Forget pending marks (after a checkpoint was loaded into the stage)."""
-        self.batch_to_start = self.batch_to_complete = self.epoch_to_start = self.epoch_to_complete = False
-        self.epoch_to_open = False
+        self.batch_to_start = False  # Lightning marks it started when its step begins (the callback's on_before_*)
+        self.batch_to_complete = self.epoch_to_start = self.epoch_to_complete = False
+        self.epoch_to_open = False  # an epoch begins without its start hook (see ProgressTracker)
 
     def close_epoch(self) -> None:
         """Count the epoch in flight as finished without its end hooks; the next one begins without its start

@@ -17,8 +17,6 @@ from tracker_core.integrations.lightning._resume_rng import ResumeRngChecks
 from tracker_core.integrations.lightning._stage_driver import StageDriver
 
 if TYPE_CHECKING:
-    import weakref
-
     import pytorch_lightning as pl
 
 _FIT = "fit"  # trainer.state.fn while fitting (Lightning's TrainerFn is a str enum in both packages)
@@ -51,7 +49,7 @@ class StageHooks(CallbackBase):
     _predict: StageDriver
     _combined: CombinedBatches | None  # several train loaders
     _rng: ResumeRngChecks
-    _trainer: weakref.ref[pl.Trainer] | None
+    _trainer: Callable[[], pl.Trainer | None]
     _run_begun: bool  # this call's run is counted
     _anomaly: Callable[[str], None]
 
@@ -91,7 +89,7 @@ class StageHooks(CallbackBase):
     ) -> None:
         try:
             if self._combined is not None:
-                self._combined.batch_end(self._train, batch, self._trainer() if self._trainer is not None else None)
+                self._combined.batch_end(self._train, batch, self._trainer())
                 return
             if batch is None and self._no_batch_begun():
                 self._train.batch_of_none()  # the loader yielded None: Lightning ran no start hook and no step
