@@ -109,10 +109,8 @@ def _read_fast_forward(value: object, key: str) -> FastForward:
 
 
 def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | None = None) -> SavedLoader:
-    """Raise ``ProgressStateError`` naming the key for anything wrong in ``state`` that no loader is needed to see.
-
-    ``rng``: the version 1 global snapshot saved beside ``state``, which its ``iterator_rng`` may refer to.
-    """
+    """Raise ``ProgressStateError`` naming the key for anything wrong in ``state`` that no loader is needed to see
+    (``rng``: the expanded global snapshot saved beside it, which its ``iterator_rng`` may refer to)."""
     return check_saved_epoch(read_header(expand_loader(state, key, rng), key), key)
 
 
