@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,13 +26,6 @@ def _edit(path: Path, change) -> None:
     saved = torch.load(path, weights_only=True)
     change(saved)
     torch.save(saved, path)
-
-
-def _as_version_4(saved: dict[str, Any]) -> None:
-    """What a version 4 file holds: CRC-32s of the files Accelerate was about to write instead of a commit."""
-    saved.pop("folder")
-    keys = ("weights_crc32", "optimizers_crc32", "schedulers_crc32", "dataloaders_crc32", "random_states_crc32")
-    saved.update({key: [] for key in keys}, scaler_crc32=None, version=4)
 
 
 def _assert_load_refused(directory: Path, key: str) -> ProgressStateError:
@@ -96,20 +88,12 @@ def test_a_world_size_below_one_is_refused(tmp_path):
     _assert_load_refused(tmp_path, "world_size")
 
 
-def test_a_version_4_file_from_before_the_commit_loads_as_a_folder_without_one(tmp_path):
-    setup = Setup(samples=13, accumulation=3)
-    stopped = run(setup, stop=StopAt(3), save_dir=str(tmp_path))
-    _edit(tmp_path / "progress_tracker_0.pt", _as_version_4)
-    resumed = run(setup, load_dir=str(tmp_path))
-    reference = run(setup)
-    assert stopped.train_ids + resumed.train_ids == reference.train_ids
-    assert resumed.state == reference.state
-
-
-def test_a_version_1_file_which_records_no_world_size_is_refused_naming_its_version(tmp_path):
+@pytest.mark.parametrize("version", [1, 4])
+def test_a_file_of_a_development_build_is_refused_naming_its_version(tmp_path, version):
+    """Versions 1 to 4 (before the commit) were written by development builds: refused, not read as uncommitted."""
     path = _checkpoint(tmp_path)
-    _edit(path, lambda s: s.update(version=1))
-    assert "version 1 file" in str(_assert_load_refused(tmp_path, "version"))
+    _edit(path, lambda s: s.update(version=version))
+    assert f"version {version} was written by a development build" in str(_assert_load_refused(tmp_path, "version"))
 
 
 def test_a_commit_listing_a_path_outside_the_folder_is_refused(tmp_path):

@@ -50,14 +50,25 @@ def test_an_entry_resumes_the_rest_of_the_epoch_exactly_in_the_short_form() -> N
     assert _rest_of_epoch(entry) == [batch[0].tolist() for batch in iterator]
 
 
-def test_an_entry_saved_in_the_older_plain_base64_form_still_resumes_exactly() -> None:
+def test_an_entry_with_plain_base64_blobs_resumes_exactly() -> None:
     torch.manual_seed(0)
     tracker, _loader, iterator = trained(batches=3)
     entry = tracker.state_dict()
     rng = expand_rng(entry["rng"])
-    older = {**entry, "rng": rng, "train_loaders": [expand_loader(entry["train_loaders"][0], "", rng)]}
-    assert older["rng"]["version"] == 1 and older["train_loaders"][0]["version"] == 1
-    assert _rest_of_epoch(older) == [batch[0].tolist() for batch in iterator]
+    plain = {**entry, "rng": rng, "train_loaders": [expand_loader(entry["train_loaders"][0], "", rng)]}
+    assert plain["rng"]["version"] == 1 and plain["train_loaders"][0]["version"] == 2
+    assert _rest_of_epoch(plain) == [batch[0].tolist() for batch in iterator]
+
+
+def test_a_loader_state_of_version_1_a_development_builds_is_refused() -> None:
+    """Version 1 loader states (development builds, before 0.1.0) are refused, not read."""
+    torch.manual_seed(0)
+    tracker, _loader, _ = trained(batches=3)
+    entry = tracker.state_dict()
+    entry["train_loaders"][0]["version"] = 1
+    with pytest.raises(ProgressStateError, match="development build") as error:
+        Tracker().load_state_dict(entry)
+    assert error.value.key == "train_loaders.0.version"
 
 
 def test_a_loader_position_saved_alone_is_complete_without_the_entrys_rng() -> None:

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from tracker_core import SCHEMA_VERSION, Progress, comparable_state, reduce_state
+from tracker_core import Progress, reduce_state
 from tracker_core.display._report import progress_facts, progress_table
 
 from helpers.core_drive import in_fit_epoch, json_roundtrip
-from helpers.tokens import without_tokens
-
-VERSION_1_STATE = Path(__file__).parent / "data" / "progress_v1.json"
 
 
 def test_a_noted_anomaly_is_in_the_view_oldest_first() -> None:
@@ -78,20 +72,6 @@ def test_reduce_state_reports_this_ranks_anomalies() -> None:
     assert reduce_state(progress)["anomalies"] == ["validation cut by an exception at batch 3"]
 
 
-def test_a_real_version_1_state_migrates_with_no_anomalies_and_the_same_counts() -> None:
-    old = json.loads(VERSION_1_STATE.read_text())
-    assert old["schema_version"] == 1
-    progress = Progress()
-    progress.load_state_dict(old)
-    migrated = progress.state_dict()
-    assert migrated["schema_version"] == SCHEMA_VERSION
-    assert migrated["anomalies"] == []
-    assert progress.view.anomalies == ()
-    assert {
-        k: v for k, v in without_tokens(comparable_state(migrated)).items() if k not in ("schema_version", "anomalies")
-    } == {k: v for k, v in old.items() if k != "schema_version"}
-
-
 def test_progress_facts_list_the_anomalies() -> None:
     progress = in_fit_epoch(batches=1)
     progress.note_anomaly("validation cut by an exception at batch 3")
@@ -108,7 +88,3 @@ def test_progress_table_shows_each_anomaly_on_its_own_line() -> None:
 
 def test_progress_table_says_there_are_no_anomalies() -> None:
     assert progress_table(in_fit_epoch(batches=1).state_dict()).splitlines()[-1] == "anomalies: none"
-
-
-def test_progress_table_reads_a_version_1_state() -> None:
-    assert progress_table(json.loads(VERSION_1_STATE.read_text())).splitlines()[-1] == "anomalies: none"

@@ -8,6 +8,8 @@ Progress exactly as it was.
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -425,72 +427,21 @@ def test_a_state_from_a_newer_schema_version_is_refused_saying_it_is_newer(state
     )
 
 
-@pytest.mark.parametrize("version", [0, -1])
-def test_a_state_from_an_unknown_older_schema_version_is_refused(state, version):
-    assert_rejected(put(state, "schema_version", version), "schema_version", f"unknown schema version {version}")
+@pytest.mark.parametrize("version", [4, 1, 0, -1])
+def test_a_state_from_an_older_schema_version_is_refused_as_a_development_builds(state, version):
+    assert_rejected(
+        put(state, "schema_version", version),
+        "schema_version",
+        f"version {version} was written by a development build",
+        f"reads version {SCHEMA_VERSION} only",
+    )
 
 
-def _as_version_2_with_where_called_last(state: dict[str, Any]) -> dict[str, Any]:
-    """The state in a pretend v2 layout: a pretend v3 renamed ``last`` to ``where``."""
-    old = copy.deepcopy(state)
-    old["last"] = old.pop("where")
-    old["schema_version"] = 2
-    return old
-
-
-def _rename_last_to_where(state: dict[str, Any]) -> dict[str, Any]:
-    new = dict(state)
-    new["where"] = new.pop("last")
-    new["schema_version"] = 3
-    return new
-
-
-def test_an_older_state_loads_through_a_registered_migration(state, monkeypatch):
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
-    monkeypatch.setitem(schema.MIGRATIONS, 2, _rename_last_to_where)
-    progress = Progress()
-    progress.load_state_dict(_as_version_2_with_where_called_last(state))
-    assert progress.state_dict() == {**state, "schema_version": 3}
-
-
-def test_migrations_run_one_version_at_a_time_in_order(state, monkeypatch):
-    applied = []
-
-    def v3_to_v4(old: dict[str, Any]) -> dict[str, Any]:
-        applied.append(old["schema_version"])
-        return {**old, "schema_version": 4}
-
-    def v2_to_v3(old: dict[str, Any]) -> dict[str, Any]:
-        applied.append(old["schema_version"])
-        return _rename_last_to_where(old)
-
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 4)
-    monkeypatch.setitem(schema.MIGRATIONS, 2, v2_to_v3)
-    monkeypatch.setitem(schema.MIGRATIONS, 3, v3_to_v4)
-    progress = Progress()
-    progress.load_state_dict(_as_version_2_with_where_called_last(state))
-    assert applied == [2, 3]
-    assert progress.state_dict() == {**state, "schema_version": 4}
-
-
-def test_a_current_version_state_is_not_migrated(state, monkeypatch):
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
-    monkeypatch.setitem(schema.MIGRATIONS, 2, lambda old: pytest.fail("migrated a current state"))
-    progress = Progress()
-    progress.load_state_dict({**state, "schema_version": 3})
-    assert progress.state_dict() == {**state, "schema_version": 3}
-
-
-def test_an_old_state_with_no_migration_registered_is_refused(state, monkeypatch):
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
-    monkeypatch.delitem(schema.MIGRATIONS, 2, raising=False)
-    assert_rejected(_as_version_2_with_where_called_last(state), "schema_version", "unknown schema version 2")
-
-
-def test_a_migrated_state_is_validated_like_any_other(state, monkeypatch):
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
-    monkeypatch.setitem(schema.MIGRATIONS, 2, lambda old: {**old, "schema_version": 3})  # forgets the rename
-    assert_rejected(_as_version_2_with_where_called_last(state), "where", "missing")
+@pytest.mark.parametrize("name", ["progress_v1.json", "progress_v2.json", "progress_v4.json"])
+def test_a_real_state_of_a_development_build_is_refused_naming_its_version(name):
+    """Versions 1 to 4 were written by development builds before 0.1.0; they are refused, not migrated."""
+    old = json.loads((Path(__file__).parent / "data" / name).read_text())
+    assert_rejected(old, "schema_version", f"version {old['schema_version']} was written by a development build")
 
 
 # anomalies ---------------------------------------------------------------------------

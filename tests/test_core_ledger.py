@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tracker_core import SCHEMA_VERSION, Progress, ProgressStateError
+from tracker_core import Progress, ProgressStateError
 from tracker_core.counting import _clock
-from tracker_core.state._ledger import MAX_LEDGER_RUNS, NOTHING_LOST
+from tracker_core.state._ledger import MAX_LEDGER_RUNS
 
 from helpers.clock import TickingClock
 from helpers.core_drive import in_fit_epoch, json_roundtrip, whole_batch, whole_epoch, whole_run
-
-DATA = Path(__file__).parent / "data"
 
 
 def _ledger(progress: Progress) -> list[dict[str, Any]]:
@@ -136,53 +133,6 @@ def test_the_ledger_survives_json_and_a_weights_only_torch_load() -> None:
     torch.save(state, buffer)
     buffer.seek(0)
     assert torch.load(buffer, weights_only=True)["ledger"] == state["ledger"]
-
-
-def test_a_real_version_1_state_migrates_to_the_current_version_with_an_empty_ledger() -> None:
-    old = json.loads((DATA / "progress_v1.json").read_text())
-    assert old["schema_version"] == 1 and SCHEMA_VERSION == 5
-    progress = Progress()
-    progress.load_state_dict(old)
-    migrated = progress.state_dict()
-    assert migrated["schema_version"] == 5
-    assert migrated["ledger"] == {
-        "runs": [],
-        "earlier": {"runs": 0, "microseconds": 0, "lost_microseconds": 0, "train_microseconds": 0},
-    }
-    assert migrated["stages"]["train"]["batches"] == old["stages"]["train"]["batches"]
-
-
-def test_a_real_version_4_state_migrates_with_its_entries_opened_at_the_unknown_instant_0() -> None:
-    old = json.loads((DATA / "progress_v4.json").read_text())
-    assert old["schema_version"] == 4
-    progress = Progress()
-    progress.load_state_dict(old)
-    migrated = progress.state_dict()
-    assert migrated["schema_version"] == 5
-    assert [entry.pop("opened_unix_microseconds") for entry in migrated["ledger"]["runs"]] == [0, 0]
-    assert migrated["ledger"] == old["ledger"]
-    assert {**migrated, "ledger": None, "schema_version": 4} == {**old, "ledger": None}
-
-
-def test_a_version_4_state_resumed_settles_its_open_run_crashed() -> None:
-    progress = Progress()
-    progress.load_state_dict(json.loads((DATA / "progress_v4.json").read_text()))
-    progress.run_ready("fit")
-    progress.run_started()
-    runs = _ledger(progress)
-    assert [(entry["ended"], entry["lost"]) for entry in runs[:2]] == [
-        ("completed", NOTHING_LOST),
-        ("crashed", "unknown"),
-    ]
-    assert runs[2]["ended"] == "running"
-
-
-def test_a_migrated_open_run_resumed_opens_its_first_ledger_entry() -> None:
-    old = json.loads((DATA / "progress_v2.json").read_text())
-    progress = Progress()
-    progress.load_state_dict(old)
-    whole_run(progress, "validate", epochs=1, batches=1)
-    assert [entry["kind"] for entry in _ledger(progress)] == ["validate"]
 
 
 def _saved() -> dict[str, Any]:

@@ -6,24 +6,20 @@ drives it by hand (``TickingClock``), except where the real one is the point.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from torch.utils.data import DataLoader, IterableDataset
 
-from tracker_core import SCHEMA_VERSION, Progress, ProgressStateError, Tracker
+from tracker_core import Progress, ProgressStateError, Tracker
 from tracker_core.counting import _clock
 from tracker_core.data._fast_forward import SlowResumeWarning
 from tracker_core.display._report import progress_table
 
 from helpers.clock import REAL_NOW_US, TickingClock
 from helpers.core_drive import in_fit_epoch, json_roundtrip, whole_batch
-
-DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture
@@ -196,31 +192,6 @@ def test_a_resume_that_reads_batches_again_records_the_seconds_in_the_progress(
     seconds = resumed.view.overhead_seconds.fast_forward
     assert seconds.lifetime >= 0.003
     assert resumed.state_dict()["progress"]["microseconds"]["fast_forward"]["lifetime"] == round(seconds.lifetime * 1e6)
-
-
-def test_a_real_version_2_state_migrates_with_no_time_and_the_same_counts() -> None:
-    old = json.loads((DATA / "progress_v2.json").read_text())
-    assert old["schema_version"] == 2
-    progress = Progress()
-    progress.load_state_dict(old)
-    migrated = progress.state_dict()
-    assert _only_keys_of(old, migrated) == {**old, "schema_version": SCHEMA_VERSION}
-    assert migrated["microseconds"] == {name: {"run": 0, "lifetime": 0} for name in migrated["microseconds"]}
-    assert all(stage["microseconds"] == {"epoch": 0, "run": 0, "lifetime": 0} for stage in migrated["stages"].values())
-
-
-def _only_keys_of(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """``new`` with only the keys ``old`` has, at the top level and in each stage."""
-    kept = {key: new[key] for key in old}
-    kept["stages"] = {name: {key: new["stages"][name][key] for key in stage} for name, stage in old["stages"].items()}
-    return kept
-
-
-def test_a_real_version_1_state_migrates_through_version_2_with_no_time() -> None:
-    progress = Progress()
-    progress.load_state_dict(json.loads((DATA / "progress_v1.json").read_text()))
-    assert tuple(progress.view.train.seconds) == (0.0, 0.0, 0.0)
-    assert progress.view.overhead_seconds.checkpoint_save.lifetime == 0.0
 
 
 def test_an_epoch_time_above_the_run_time_is_refused_naming_the_key() -> None:

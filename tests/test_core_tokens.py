@@ -3,9 +3,7 @@ saved, migrated, reduced over ranks."""
 
 from __future__ import annotations
 
-import json
 import warnings
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +15,6 @@ from tracker_core.adapter import TokenCounter
 from helpers.core_drive import in_fit_epoch, json_roundtrip, whole_batch
 from helpers.gloo import run_on_two_ranks
 from helpers.tokens import text_batch
-
-VERSION_2_STATE = Path(__file__).parent / "data" / "progress_v2.json"
 
 
 def _counted(progress: Progress, counter: TokenCounter, batch: object) -> None:
@@ -150,17 +146,6 @@ def test_non_padding_tokens_above_tokens_in_a_state_are_refused_naming_the_key()
     with pytest.raises(ProgressStateError, match=r"stages\.train\.non_padding_tokens\.epoch"):
         progress.load_state_dict(state)
     assert progress.view.train.tokens == (0, 0, 0)
-
-
-def test_a_version_2_state_loads_with_no_tokens() -> None:
-    state: dict[str, Any] = json.loads(VERSION_2_STATE.read_text())
-    assert state["schema_version"] == 2
-    progress = Progress()
-    progress.load_state_dict(state)
-    for stage in ("train", "validate", "test", "predict"):
-        assert progress.view.stage(stage).tokens == (0, 0, 0)
-        assert progress.view.stage(stage).non_padding_tokens == (0, 0, 0)
-    assert progress.view.train.batches.lifetime.completed > 0
 
 
 def test_reduce_state_reports_the_tokens_without_a_process_group() -> None:

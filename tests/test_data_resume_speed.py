@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from tracker_core import ProgressStateError
 from tracker_core.data._position import LoaderPosition, SlowResumeWarning
 from tracker_core.data._saved_loader import check_saved_loader
 
@@ -196,11 +197,10 @@ def test_a_loaded_state_forgotten_before_the_epoch_lets_the_loader_read_a_whole_
     assert len(list(loader)) == SIZE // BATCH
 
 
-def test_a_state_saved_with_the_datasets_own_state_by_an_earlier_version_is_read_and_resumes_by_reading_again() -> None:
-    """Earlier versions saved ``epoch.source_state`` for a plain DataLoader at 0 workers; it is accepted and ignored."""
-    state, expected = _checkpoint(_plain_own_state_iterable)
+def test_a_state_saved_with_the_datasets_own_state_by_a_development_build_is_refused() -> None:
+    """Development builds saved ``epoch.source_state`` for a plain DataLoader at 0 workers; 0.1.0 refuses it."""
+    state, _ = _checkpoint(_plain_own_state_iterable)
     state["epoch"]["source_state"] = {"batch": CONSUMED, "dataset": {"position": CONSUMED}, "iterator": None}
-    check_saved_loader(state)
-    with pytest.warns(SlowResumeWarning, match=f"reading again the {CONSUMED} batches"):
-        resumed = _Resumed(_plain_own_state_iterable, state)
-    assert resumed.rest == expected
+    with pytest.raises(ProgressStateError, match="unknown key") as error:
+        check_saved_loader(state)
+    assert error.value.key == "epoch.source_state"

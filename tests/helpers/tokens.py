@@ -9,17 +9,6 @@ import torch
 TOKEN_KEYS = ("tokens", "non_padding_tokens")
 
 
-def without_tokens(state: dict[str, Any]) -> dict[str, Any]:
-    """A progress state without the stages' token counts (what version 2 held, beside the times)."""
-    return {
-        **state,
-        "stages": {
-            name: {key: value for key, value in stage.items() if key not in TOKEN_KEYS}
-            for name, stage in state["stages"].items()
-        },
-    }
-
-
 def text_batch(rows: int = 2, length: int = 5, padding: int = 1) -> dict[str, torch.Tensor]:
     """A tokenizer-like batch: ``input_ids`` of ``rows`` x ``length``, the last ``padding`` of each row padded."""
     mask = torch.ones(rows, length, dtype=torch.long)

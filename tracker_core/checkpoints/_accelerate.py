@@ -14,8 +14,7 @@
 
 docs/accelerate.md ("How resume works") explains the commit. A committed folder is that save while each file
 it lists is there unchanged (:func:`commit_problem`); the files written after it are not listed (:func:`uncommitted`),
-but each that is a zip (a ``torch.save`` archive) must be whole. Versions 2 to 4 (development builds) load as
-uncommitted; version 1 (no ``world_size``) is refused.
+but each that is a zip (a ``torch.save`` archive) must be whole. Only version 5 is read (docs/schema.md).
 """
 
 from __future__ import annotations
@@ -34,21 +33,22 @@ import torch
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._rng import GlobalRng
-from tracker_core.state._readers import read_int, read_list, read_mapping
+from tracker_core.state._readers import read_int, read_list, read_mapping, read_version
 from tracker_core.vocabulary import EVALUATION_STAGES
 
-VERSION = 5  # 5 replaced the CRC-32s of the files Accelerate was about to write (3, 4) by the commit ("folder")
-_KEYS_V2 = ("version", "world_size", "tracker", "gradients", "save_iteration", "loader_iterations", "evaluation_rng")
-_KEYS_V3 = (*_KEYS_V2, "rank")
-_CRC_KEYS_V3 = ("weights_crc32", "optimizers_crc32")  # not read: a file of versions 2 to 4 loads as uncommitted
-_CRC_KEYS_V4 = (*_CRC_KEYS_V3, "schedulers_crc32", "scaler_crc32", "dataloaders_crc32", "random_states_crc32")
-_KEYS = {
-    2: (_KEYS_V2, ()),
-    3: (_KEYS_V3, _CRC_KEYS_V3),
-    4: (_KEYS_V3, _CRC_KEYS_V4),
-    VERSION: ((*_KEYS_V3, "folder"), ()),
-}
-_ITERATION_KEYS = {"now", "pass", "finished"}  # and optionally "left" (written since 2026-12-05)
+VERSION = 5
+_KEYS = (
+    "version",
+    "world_size",
+    "rank",
+    "tracker",
+    "gradients",
+    "save_iteration",
+    "loader_iterations",
+    "evaluation_rng",
+    "folder",
+)
+_ITERATION_KEYS = {"now", "pass", "finished", "left"}
 _TEMPORARY = ".progress_tracker_{}.pt.partial"
 _CHUNK = 1 << 20
 _ZIP_MAGIC = b"PK\x03\x04"  # how a zip archive (torch.save's format) begins
@@ -80,7 +80,7 @@ class SavedProgress:
     save_iteration: int
     loader_iterations: list[LoaderIteration | None]
     evaluation_rng: tuple[str, GlobalRng] | None  # the global RNGs when the unfinished evaluation began
-    rank: int = 0
+    rank: int
     folder: dict[str, tuple[int, int]] | None = None  # rank 0's commit: path -> (size, CRC-32); None in the others
 
 
@@ -271,15 +271,8 @@ def read(directory: str, process_index: int) -> SavedProgress:
     except Exception as exc:  # untrusted bytes: any failure to read them is the file's fault
         reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         raise ProgressStateError("", f"{path} is not a readable progress file ({reason})") from None
-    version = payload.get("version") if isinstance(payload, dict) else None
-    if version == 1:
-        raise ProgressStateError(
-            "version", f"{path} is a version 1 file (a development build), which records no world_size; start anew"
-        )
-    if type(version) is not int or version not in _KEYS:
-        raise ProgressStateError("version", f"unsupported version {version!r:.40}; this code reads 2 to {VERSION}")
-    required, old_crcs = _KEYS[version]
-    payload = dict(read_mapping(payload, "", required=required, optional=old_crcs))
+    read_version(payload.get("version") if isinstance(payload, dict) else None, "version", VERSION)
+    payload = read_mapping(payload, "", required=_KEYS)
     gradients = payload["gradients"]
     if not isinstance(gradients, list) or not all(g is None or isinstance(g, torch.Tensor) for g in gradients):
         raise ProgressStateError("gradients", "expected a list of tensors and None")
@@ -290,8 +283,8 @@ def read(directory: str, process_index: int) -> SavedProgress:
         save_iteration=read_int(payload["save_iteration"], "save_iteration", minimum=0),
         loader_iterations=_loader_iterations(payload["loader_iterations"]),
         evaluation_rng=_evaluation_rng(payload["evaluation_rng"]),
-        rank=read_int(payload.get("rank", process_index), "rank", minimum=0),
-        folder=_folder(payload.get("folder")),
+        rank=read_int(payload["rank"], "rank", minimum=0),
+        folder=_folder(payload["folder"]),
     )
 
 
@@ -334,12 +327,12 @@ def _loader_iterations(value: object) -> list[LoaderIteration | None]:
         if item is None:
             found.append(None)
             continue
-        if not isinstance(item, dict) or not _ITERATION_KEYS <= set(item) <= {*_ITERATION_KEYS, "left"}:
-            raise ProgressStateError(key, "expected a dict with keys 'now', 'pass', 'finished' and optionally 'left'")
+        if not isinstance(item, dict) or set(item) != _ITERATION_KEYS:
+            raise ProgressStateError(key, "expected a dict with keys 'now', 'pass', 'finished' and 'left'")
         pass_start = None if item["pass"] is None else read_int(item["pass"], f"{key}.pass", minimum=0)
         for name in ("finished", "left"):
-            if not isinstance(item.get(name, False), bool):
+            if not isinstance(item[name], bool):
                 raise ProgressStateError(f"{key}.{name}", f"expected a bool, got {item[name]!r}")
         now = read_int(item["now"], f"{key}.now", minimum=0)
-        found.append(LoaderIteration(now, pass_start, item["finished"], item.get("left", False)))
+        found.append(LoaderIteration(now, pass_start, item["finished"], item["left"]))
     return found

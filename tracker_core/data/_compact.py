@@ -1,8 +1,9 @@
-"""Version 2 of RNG snapshots and loader states: each blob a short text, related ones stored as differences.
+"""The short form of RNG snapshots (version 2) and loader states: each blob a short text, related ones stored as
+differences (docs/schema.md, ``train_loaders``, says from which).
 
-docs/schema.md (``train_loaders``) says which state each difference is from. :func:`expand_rng` and
-:func:`expand_loader` give back version 1 for the readers to check; anything else passes through for them to
-refuse. With ``decoded=True`` a short form comes as :class:`Decoded` bytes (or a :class:`Seeded` seed), so a resume
+The readers check the expanded form: :func:`expand_rng` gives a snapshot in version 1 (plain base64),
+:func:`expand_loader` a loader state with plain blobs; anything malformed passes through for them to refuse.
+With ``decoded=True`` a short form comes as :class:`Decoded` bytes (or a :class:`Seeded` seed), so a resume
 does not encode a blob only to decode it again.
 """
 
@@ -17,7 +18,6 @@ from tracker_core.state._codec import text_to_bytes
 from tracker_core.state._readers import is_mapping, join_key
 
 RNG_COMPACT_VERSION = 2
-LOADER_COMPACT_VERSION = 2
 _RNG_BLOBS = (("torch",), ("python", "words"), ("numpy", "keys"))
 _LOADER = "generator"  # the loader's own generator among ``generators``
 
@@ -71,11 +71,8 @@ def expand_rng(value: object, key: str = "", base: Mapping[str, Any] | None = No
 
 
 def compact_loader(state: Mapping[str, Any], rng: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A version 1 loader state as version 2; ``rng``: the version 1 global snapshot saved beside it, if any."""
+    """A loader state with its blobs short; ``rng``: the version 1 global snapshot saved beside it, if any."""
     out = dict(state)
-    if state.get("version") != 1:
-        return out  # "untracked"
-    out["version"] = LOADER_COMPACT_VERSION
     epoch = state["epoch"]
     if epoch is not None and epoch["iterator_rng"] is not None:
         out["epoch"] = dict(epoch, iterator_rng=compact_rng(epoch["iterator_rng"], rng))
@@ -87,11 +84,11 @@ def compact_loader(state: Mapping[str, Any], rng: Mapping[str, Any] | None = Non
 
 
 def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = None, *, decoded: bool = False) -> Any:
-    """A version 2 loader state as version 1; ``rng``: the version 1 global snapshot saved beside it, if any;
+    """A loader state with its blobs plain; ``rng``: the version 1 global snapshot saved beside it, if any;
     ``decoded``: short forms as :class:`Decoded` bytes."""
-    if not is_mapping(value) or value.get("version") != LOADER_COMPACT_VERSION:
+    if not is_mapping(value):
         return value
-    out = dict(value, version=1)
+    out = dict(value)
     epoch = value.get("epoch")
     if is_mapping(epoch):
         iterator = expand_rng(epoch.get("iterator_rng"), join_key(key, "epoch.iterator_rng"), rng, decoded=decoded)
@@ -134,7 +131,7 @@ def check_bases(state: object, rng: Mapping[str, Any] | None, key: str) -> None:
 
 
 def _expanded(value: object, key: str, base: bytes | None, decoded: bool) -> object:
-    """A blob's text in version 1: plain base64, or with ``decoded`` a short form as :class:`Decoded` bytes
+    """A blob's text expanded: plain base64, or with ``decoded`` a short form as :class:`Decoded` bytes
     (a difference that cannot be applied stays text either way, for its reader to refuse)."""
     if not decoded or not _is_short(value):
         return plain_text(value, key, base)

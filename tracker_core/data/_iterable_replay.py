@@ -16,8 +16,6 @@ class IterableReplay(Strategy):
     """Rebuilds the epoch under its noted seeds, then reads and drops the consumed batches."""
 
     kind = "iterable_replay"
-    # Saved by earlier versions (a dataset's own state at 0 workers); read and ignored: the epoch is read again.
-    optional_epoch_keys = ("source_state",)
 
     def replay(self, replay: Replay) -> Any:
         self.site.cursor.replay = None

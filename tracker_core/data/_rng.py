@@ -293,18 +293,11 @@ def preserved_global_rng(*, torch_only: bool = False) -> Iterator[None]:
 
 
 def capture_rng_state() -> dict[str, Any]:
-    """The global RNGs (torch CPU, Python ``random``, NumPy or None) as plain data.
-
-    ``{"version": 1, "torch": <base64>, "python": {...}, "numpy": {...} | None}``;
-    JSON- and ``torch.load(weights_only=True)``-safe.
-    """
+    """The global RNGs as plain data, version 1 (:meth:`GlobalRng.to_plain`: JSON- and ``weights_only``-safe)."""
     return GlobalRng.capture().to_plain()
 
 
 def restore_rng_state(state: Mapping[str, Any]) -> None:
-    """Set the global RNGs from :func:`capture_rng_state` output.
-
-    Validates everything first; on a bad state raises ``ProgressStateError`` naming the
-    key (e.g. ``"python.words"``) and leaves every generator untouched.
-    """
+    """Set the global RNGs from :func:`capture_rng_state` output, all of it validated first: a
+    ``ProgressStateError`` names the key (e.g. ``"python.words"``) and leaves every generator untouched."""
     GlobalRng.from_plain(state).apply()

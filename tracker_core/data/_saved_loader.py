@@ -19,9 +19,9 @@ from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._samplers import read_distributed
 from tracker_core.data._strategy import LoaderKind, Strategy
 from tracker_core.data._torchdata_state import check_own_state, read_own_state
-from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, shown
+from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, read_version, shown
 
-STATE_VERSION = 1  # the form readers check; saved as version 2 (``_compact.py``), which expands to it
+STATE_VERSION = 2  # saved with short blobs (``_compact.py``), checked expanded
 _STATE_KEYS = (
     "version",
     "kind",
@@ -76,9 +76,7 @@ def read_header(state: object, key: str, kind: str | None = None) -> SavedLoader
     if kind is not None:
         check_kind(saved, kind, key)
     fields = read_mapping(state, key, required=_STATE_KEYS, optional=_OPTIONAL_STATE_KEYS)
-    version = read_int(fields["version"], join_key(key, "version"))
-    if version != STATE_VERSION:
-        raise ProgressStateError(join_key(key, "version"), f"unsupported version {version}; this code reads 1 and 2")
+    read_version(fields["version"], join_key(key, "version"), STATE_VERSION)
     skip = read_int(fields["batches_consumed"], join_key(key, "batches_consumed"), minimum=0)
     per_epoch = fields["batches_per_epoch"]
     if per_epoch is not None:
@@ -111,10 +109,8 @@ def _read_fast_forward(value: object, key: str) -> FastForward:
 
 
 def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | None = None) -> SavedLoader:
-    """Raise ``ProgressStateError`` naming the key for anything wrong in ``state`` that no loader is needed to see.
-
-    ``rng``: the version 1 global snapshot saved beside ``state``, which its ``iterator_rng`` may refer to.
-    """
+    """Raise ``ProgressStateError`` naming the key for anything wrong in ``state`` that no loader is needed to see
+    (``rng``: the expanded global snapshot saved beside it, which its ``iterator_rng`` may refer to)."""
     return check_saved_epoch(read_header(expand_loader(state, key, rng), key), key)
 
 

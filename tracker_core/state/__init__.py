@@ -1,1 +1,1 @@
-"""The saved form and its validation: the schema, plain-data readers and codecs, migrations, partial gradients."""
+"""The saved form and its validation: the schema, plain-data readers and codecs, partial gradients."""

@@ -39,7 +39,7 @@ _KINDS = tuple(kind.value for kind in RunKind)
 
 
 def empty_ledger() -> dict[str, Any]:
-    """A ledger that recorded no run (what a state of schema version 3 or older migrates to)."""
+    """A ledger that recorded no run."""
     return {"runs": [], "earlier": dict.fromkeys(EARLIER_KEYS, 0)}
 
 

@@ -117,6 +117,20 @@ def read_int(value: object, key: str, *, minimum: int | None = None, maximum: in
     return value
 
 
+def read_version(value: object, key: str, current: int) -> int:
+    """A saved form's version, which must be ``current``: 0.1.0 reads only what it writes (docs/schema.md)."""
+    version = read_int(value, key)
+    if version > current:
+        raise ProgressStateError(
+            key, f"version {version} was written by a newer progress-tracker; this one reads up to {current}"
+        )
+    if version != current:
+        raise ProgressStateError(
+            key, f"version {version} was written by a development build; this release reads version {current} only"
+        )
+    return version
+
+
 def read_str(value: object, key: str) -> str:
     """A ``str``."""
     if not isinstance(value, str):

@@ -1,4 +1,4 @@
-"""The saved form of a Progress, declared once (``FORM``, docs/schema.md), with its version and migrations.
+"""The saved form of a Progress, declared once (``FORM``, docs/schema.md), with its version.
 
 :func:`dump`, :func:`parse` (every check, touching no Progress), :func:`apply` (cannot fail) and the flat
 layout of ``reduce_state`` (:func:`pack`, :func:`unpack`, :func:`count_paths`) are walks over ``FORM``.
@@ -25,8 +25,8 @@ from tracker_core.state._form import (
     Value,
     phase_counts,
 )
-from tracker_core.state._ledger import LedgerPart, empty_ledger
-from tracker_core.state._readers import read_int, read_list, read_mapping, read_str, shown, type_name
+from tracker_core.state._ledger import LedgerPart
+from tracker_core.state._readers import read_list, read_mapping, read_str, read_version, shown, type_name
 from tracker_core.vocabulary import CANCELLED, Event, RunKind, Scope, Stage
 
 if TYPE_CHECKING:
@@ -35,61 +35,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 5
 MAX_ANOMALIES = 100  # the most recent ones are kept
 MAX_ANOMALY_CHARS = 500  # a longer message is cut to this length
-
-
-def _v1_to_v2(state: dict[str, Any]) -> dict[str, Any]:
-    """Version 2 added the list of anomalies; a version-1 state recorded none."""
-    return {**state, "schema_version": 2, "anomalies": []}
-
-
 _OVERHEADS = ("checkpoint_save", "checkpoint_restore", "fast_forward")  # timed outside the stages
-
-
-def _zero_tallies(*keys: str) -> dict[str, dict[str, int]]:
-    return {key: dict.fromkeys(SCOPES, 0) for key in keys}
-
-
-def _v2_to_v3(state: dict[str, Any]) -> dict[str, Any]:
-    """Version 3 added wall-clock microseconds and tokens: 0 in a version-2 state. The migrations leave
-    whatever is malformed for ``parse`` to name."""
-    stages = state.get("stages")
-    migrated = {**state, "schema_version": 3}
-    if isinstance(stages, dict):
-        migrated["stages"] = {
-            name: {**stage, **_zero_tallies("tokens", "non_padding_tokens", "microseconds")}
-            if isinstance(stage, dict)
-            else stage
-            for name, stage in stages.items()
-        }
-    migrated["microseconds"] = {name: {"run": 0, "lifetime": 0} for name in _OVERHEADS}
-    return migrated
-
-
-def _v3_to_v4(state: dict[str, Any]) -> dict[str, Any]:
-    """Version 4 added the run ledger: empty in a version-3 state (its runs are not guessed)."""
-    return {**state, "schema_version": 4, "ledger": empty_ledger()}
-
-
-def _v4_to_v5(state: dict[str, Any]) -> dict[str, Any]:
-    """Version 5 added the instant each ledger entry opened: unknown (0) in a version-4 state."""
-    migrated = {**state, "schema_version": 5}
-    ledger = state.get("ledger")
-    if isinstance(ledger, dict) and isinstance(runs := ledger.get("runs"), list):
-        migrated["ledger"] = {
-            **ledger,
-            "runs": [{**run, "opened_unix_microseconds": 0} if isinstance(run, dict) else run for run in runs],
-        }
-    return migrated
-
-
-# Each entry turns a state of schema version ``v`` into one of version ``v + 1``.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    1: _v1_to_v2,
-    2: _v2_to_v3,
-    3: _v3_to_v4,
-    4: _v4_to_v5,
-}
-
 _STAGES = tuple(stage.value for stage in Stage)
 _RUN_KINDS = ("", *(kind.value for kind in RunKind))  # "" before the first run
 _WHERE_KEYS = ("stage", "event", "phase")
@@ -133,13 +79,13 @@ def _parse_anomalies(raw: object, key: str) -> list[str]:
 
 
 class _Version(Part):
-    """``schema_version``: written as this code's version; a parsed state is already migrated to it."""
+    """``schema_version``: this code's, the one version :func:`parse` reads (checked there, first)."""
 
     def dump(self, live: object) -> int:
         return SCHEMA_VERSION
 
     def parse(self, raw: object, key: str) -> int:
-        return read_int(raw, key)
+        return SCHEMA_VERSION
 
     def store(self, owner: Any, attr: str, value: Any) -> None:
         """Nothing to write: the live progress has no version."""
@@ -304,7 +250,7 @@ FORM = Record(
 
 # walks -------------------------------------------------------------------------------------------
 class Parsed(NamedTuple):
-    """A state that :func:`parse` accepted, migrated to this version: what :func:`apply` writes."""
+    """A state that :func:`parse` accepted: what :func:`apply` writes."""
 
     state: dict[str, Any]
 
@@ -325,29 +271,14 @@ def dump(progress: Progress) -> dict[str, Any]:
     return FORM.dump(progress)
 
 
-def _migrate(state: dict[str, Any], version: int) -> dict[str, Any]:
-    while version < SCHEMA_VERSION:
-        step = MIGRATIONS.get(version)
-        if step is None:
-            raise ProgressStateError("schema_version", f"unknown schema version {version}")
-        state = step(state)
-        version += 1
-    return state
-
-
 def parse(state: object) -> Parsed:
     """Validate ``state`` completely; raise ProgressStateError naming the first bad key."""
     if not isinstance(state, dict):
         raise ProgressStateError("", f"expected a dict, got {type_name(state)}")
     if "schema_version" not in state:
         raise ProgressStateError("schema_version", "missing")
-    version = read_int(state["schema_version"], "schema_version")
-    if version > SCHEMA_VERSION:
-        raise ProgressStateError(
-            "schema_version",
-            f"version {version} was written by a newer progress-tracker; this one reads up to {SCHEMA_VERSION}",
-        )
-    return Parsed(FORM.parse(_migrate(state, version), ""))
+    read_version(state["schema_version"], "schema_version", SCHEMA_VERSION)  # before the keys of another version
+    return Parsed(FORM.parse(state, ""))
 
 
 def apply(progress: Progress, parsed: Parsed) -> None:
