@@ -32,11 +32,6 @@ def registered_objects(accelerator: Accelerator) -> list[Any]:
     return list(accelerator._custom_objects)
 
 
-def torch_loader(loader: object) -> Any:
-    """The torch DataLoader a prepared ``loader`` iterates (its public ``base_dataloader``; it poses as that one)."""
-    return getattr(loader, "base_dataloader", loader)
-
-
 def drop_iterator(loader: Any) -> None:
     """Forget the iterator a torch DataLoader keeps (persistent workers), so its next epoch is built anew."""
     loader._iterator = None

@@ -252,7 +252,7 @@ class AcceleratorProgress:
     def _leave_pass(self, mine: TrainBatch) -> None:
         """The loop body left a pass: its batch is trained if Accelerate's ``accumulate`` saw it or an optimizer
         stepped (as after a ``break`` at the end of the body), else undone (its data not consumed)."""
-        self._passes.leave(mine.loader)
+        self._passes.left.add(mine.loader)
         if self._in_flight is not mine:
             return
         if mine.processed or mine.step != self._accelerator.step or self._train.stepped_in_batch:

@@ -53,9 +53,5 @@ class RoundRobin:
 
 
 def _turns(lengths: list[int]) -> Iterator[int]:
-    remaining = list(lengths)
-    while any(remaining):
-        for index, left in enumerate(remaining):
-            if left:
-                remaining[index] -= 1
-                yield index
+    for turn in range(max(lengths)):
+        yield from (index for index, length in enumerate(lengths) if turn < length)
