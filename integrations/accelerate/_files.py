@@ -66,9 +66,8 @@ class ProgressFiles:
             commit.commit(directory, saved)
 
     def load(self, models: list[torch.nn.Module], input_dir: str) -> checkpoint.SavedCheckpoint:
-        """At ``load_state``'s pre-hook: check the folder, validate and load, with the saved gradients, so a bad
-        file leaves all unchanged (docs/accelerate.md, "How resume works" and "Resume on another number of
-        processes")."""
+        """At ``load_state``'s pre-hook: check the folder, validate and load with the saved gradients, or change
+        nothing (docs/accelerate.md, "How resume works")."""
         accelerator = self._accelerator
         found = checkpoint.read_checkpoint(input_dir, accelerator.process_index, accelerator.num_processes)
         entry: dict[str, Any] = found.own.tracker
@@ -113,8 +112,7 @@ def _parameters(models: list[torch.nn.Module]) -> list[torch.nn.Parameter]:
 
 
 def _next_save_iteration(accelerator: Any, loaded: int) -> int:
-    """The number of the next automatically named ``checkpoint_N``: after the loaded one and after
-    any newer folder (one left damaged by a crash, when the run resumed from an older one)."""
+    """The next automatic ``checkpoint_N``: after the loaded one and any newer (damaged) folder."""
     folder = os.path.join(accelerator.project_dir or "", "checkpoints")
     automatic = accelerator.project_configuration.automatic_checkpoint_naming
     names = os.listdir(folder) if automatic and os.path.isdir(folder) else []

@@ -1,6 +1,5 @@
-"""The handlers that mark an engine's runs, epochs and batches on Ignite's events (docs/ignite.md, "What is
-counted on which event"). None holds its engine (Ignite passes it, held weakly), and none raises for the order
-of Ignite's events: one that finds the record elsewhere puts it where Ignite's counters are and notes it."""
+"""The handlers that mark an engine's runs, epochs and batches (docs/ignite.md, "What is counted on which event").
+None holds its engine; none raises for the order of Ignite's events (an anomaly is noted instead)."""
 
 from __future__ import annotations
 
