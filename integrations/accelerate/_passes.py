@@ -6,11 +6,12 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from accelerate.data_loader import SkipBatchSampler, SkipDataLoader
+import torch
+from accelerate.data_loader import SeedableRandomSampler, SkipBatchSampler, SkipDataLoader
 
 from tracker_core import InexactResumeWarning, Tracker
 from tracker_core.adapter import accelerate_checkpoint as checkpoint
-from tracker_core.integrations.accelerate._compat import create_seedable_generator, drop_iterator
+from tracker_core.integrations.accelerate._compat import drop_iterator
 
 
 class TrainPasses:
@@ -34,7 +35,7 @@ class TrainPasses:
         if restored is not None and hasattr(loader, "iteration"):
             loader.iteration = restored
         inner = torch_loader(loader)
-        create_seedable_generator(inner)
+        _create_seedable_generator(inner)
         # use_stateful_dataloader: Accelerate's save_state / load_state keep its StatefulDataLoader's own state
         restores = bool(getattr(loader, "use_stateful_dataloader", False))
         self._tracker.track_train_loader(inner, index, framework_restores_state=restores)
@@ -149,6 +150,16 @@ def _mapped_passes(mapping: Mapping[str, Any] | None, loaders: Mapping[int, Any]
         if not finished[index]:
             step = consumed
     return step, finished
+
+
+def _create_seedable_generator(loader: object) -> None:
+    """Give a ``SeedableRandomSampler`` the generator its first ``iter`` would create (and reseeds), so a fresh
+    loader has the generator its checkpoint has."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for sampler in (getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
+        if isinstance(sampler, SeedableRandomSampler) and sampler.generator is None:
+            sampler.generator = torch.Generator()
+            sampler.generator.manual_seed(sampler.initial_seed)
 
 
 def start_from_the_beginning(loader: object) -> bool:
