@@ -1,5 +1,4 @@
-"""The commit of a ``save_state`` by a progress registered for checkpointing, run in its ``state_dict()``
-(docs/accelerate.md, "How resume works": rank 0 writes its file last, listing the folder)."""
+"""The commit of a registered progress's ``save_state`` (docs/accelerate.md, "How resume works")."""
 
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ from typing import Any
 import accelerate
 import torch
 from accelerate.accelerator import Accelerator
-from accelerate.data_loader import SeedableRandomSampler
 
 from tracker_core.integrations._extra import check_attributes
 
@@ -32,24 +31,9 @@ def registered_objects(accelerator: Accelerator) -> list[Any]:
     return list(accelerator._custom_objects)
 
 
-def torch_loader(loader: object) -> Any:
-    """The torch DataLoader a prepared ``loader`` iterates (its public ``base_dataloader``; it poses as that one)."""
-    return getattr(loader, "base_dataloader", loader)
-
-
 def drop_iterator(loader: Any) -> None:
     """Forget the iterator a torch DataLoader keeps (persistent workers), so its next epoch is built anew."""
     loader._iterator = None
-
-
-def create_seedable_generator(loader: object) -> None:
-    """Give a ``SeedableRandomSampler`` the generator its first ``iter`` would create (and reseeds), so a fresh
-    loader has the generator its checkpoint has."""
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    for sampler in (getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
-        if isinstance(sampler, SeedableRandomSampler) and sampler.generator is None:
-            sampler.generator = torch.Generator()
-            sampler.generator.manual_seed(sampler.initial_seed)
 
 
 check_attributes(

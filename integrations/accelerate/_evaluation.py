@@ -90,8 +90,7 @@ class EvaluationPasses:
         return None if evaluation is None else (evaluation.stage.name, evaluation.rng)
 
     def end_left_open(self) -> None:
-        """End an evaluation pass left while kept suspended (a frame held by an exception's traceback
-        keeps it open), as a break would, when another loop begins or the fit run ends."""
+        """End a pass left suspended (e.g. by an exception's traceback), as a break would."""
         self._end(self.open)
 
     def _end_batch(self, evaluation: Evaluation) -> None:

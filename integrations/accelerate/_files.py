@@ -8,11 +8,10 @@ from typing import Any
 
 import torch
 
-from tracker_core import Tracker
+from tracker_core import ProgressStateError, Tracker
 from tracker_core.adapter import GlobalRng, capture_gradients, keep_heartbeat, read_heartbeat, restore_gradients
 from tracker_core.adapter import accelerate_checkpoint as checkpoint
 from tracker_core.integrations.accelerate import _commit as commit
-from tracker_core.integrations.accelerate import _elastic as elastic
 
 
 class ProgressFiles:
@@ -67,14 +66,13 @@ class ProgressFiles:
             commit.commit(directory, saved)
 
     def load(self, models: list[torch.nn.Module], input_dir: str) -> checkpoint.SavedCheckpoint:
-        """At ``load_state``'s pre-hook: check the folder, validate and load, with the saved gradients, so a bad
-        file leaves all unchanged (docs/accelerate.md, "How resume works" and "Resume on another number of
-        processes")."""
+        """At ``load_state``'s pre-hook: check the folder, validate and load with the saved gradients, or change
+        nothing (docs/accelerate.md, "How resume works")."""
         accelerator = self._accelerator
         found = checkpoint.read_checkpoint(input_dir, accelerator.process_index, accelerator.num_processes)
         entry: dict[str, Any] = found.own.tracker
         if found.ranks is not None:
-            elastic.check_supported(accelerator, len(found.ranks))
+            _check_elastic(accelerator, len(found.ranks))
             entry = {**found.ranks[0].tracker, "ranks": [rank.tracker for rank in found.ranks]}
         parameters = _parameters(models)
         previous = capture_gradients(parameters)
@@ -89,13 +87,32 @@ class ProgressFiles:
         return found
 
 
+def _check_elastic(accelerator: Any, saved_world_size: int) -> None:
+    """Raise ``ProgressStateError`` (key ``world_size``) unless Accelerate shards every train loader by
+    whole batches over one seedable order, the geometry the core maps (``tracker_core/distributed/_sharded.py``)."""
+    needs = []
+    if not accelerator.use_seedable_sampler:
+        needs.append("DataLoaderConfiguration(use_seedable_sampler=True) (one order per epoch at any world size)")
+    if accelerator.split_batches:
+        needs.append("split_batches=False")
+    if accelerator.dispatch_batches:
+        needs.append("dispatch_batches off (no DataLoaderDispatcher)")
+    if accelerator.use_stateful_dataloader:
+        needs.append("use_stateful_dataloader=False")
+    if needs:
+        raise ProgressStateError(
+            "world_size",
+            f"saved by {saved_world_size} processes, loading on {accelerator.num_processes}: an elastic resume "
+            f"through Accelerate needs {'; '.join(needs)}. Nothing was loaded",
+        )
+
+
 def _parameters(models: list[torch.nn.Module]) -> list[torch.nn.Parameter]:
     return [p for model in models for p in model.parameters()]
 
 
 def _next_save_iteration(accelerator: Any, loaded: int) -> int:
-    """The number of the next automatically named ``checkpoint_N``: after the loaded one and after
-    any newer folder (one left damaged by a crash, when the run resumed from an older one)."""
+    """The next automatic ``checkpoint_N``: after the loaded one and any newer (damaged) folder."""
     folder = os.path.join(accelerator.project_dir or "", "checkpoints")
     automatic = accelerator.project_configuration.automatic_checkpoint_naming
     names = os.listdir(folder) if automatic and os.path.isdir(folder) else []

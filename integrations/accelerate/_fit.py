@@ -32,10 +32,8 @@ class Fit:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        if exc_type is None:
-            self._owner._leave_fit(self, None)
-        else:
-            self._owner._leave_fit(self, "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "crashed")
+        ended = None if exc_type is None else "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "crashed"
+        self._owner._leave_fit(self, ended)
 
     def epochs(self) -> Iterator[int]:
         """Yields the 0-based index of each train epoch until ``max_epochs`` are done; the run is then completed.

@@ -1,5 +1,4 @@
-"""After ``load_state``, the trackers of ``accelerator.init_trackers`` continue at the checkpoint's step
-(docs/accelerate.md, "Trackers after a resume")."""
+"""``init_trackers``' trackers continue at the checkpoint's step (docs/accelerate.md, "Trackers after a resume")."""
 
 from __future__ import annotations
 

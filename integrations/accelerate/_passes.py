@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from accelerate.data_loader import SkipBatchSampler, SkipDataLoader
+import torch
+from accelerate.data_loader import SeedableRandomSampler, SkipBatchSampler, SkipDataLoader
 
 from tracker_core import InexactResumeWarning, Tracker
 from tracker_core.adapter import accelerate_checkpoint as checkpoint
-from tracker_core.integrations.accelerate import _elastic as elastic
-from tracker_core.integrations.accelerate._compat import create_seedable_generator, drop_iterator, torch_loader
+from tracker_core.integrations.accelerate._compat import drop_iterator
 
 
 class TrainPasses:
@@ -24,7 +24,7 @@ class TrainPasses:
         self._pass_start: dict[int, int | None] = {}  # index -> loader.iteration when its pass of this epoch began
         self._restored_iterations: dict[int, int] = {}  # index -> loader.iteration to set before the next pass
         self._finished: set[int] = set()  # restored mid-epoch after the pass yielded its last batch
-        self.left: set[int] = set()  # those whose pass the loop left before its end (:meth:`leave`)
+        self.left: set[int] = set()  # those whose pass the loop left before its end
         self._resumed: dict[int, int] = {}  # index -> batches its pass in the epoch load_state resumes skips
         self._restored_step: int | None = None  # accelerator.step after an elastic load, set when the pass begins
 
@@ -35,7 +35,7 @@ class TrainPasses:
         if restored is not None and hasattr(loader, "iteration"):
             loader.iteration = restored
         inner = torch_loader(loader)
-        create_seedable_generator(inner)
+        _create_seedable_generator(inner)
         # use_stateful_dataloader: Accelerate's save_state / load_state keep its StatefulDataLoader's own state
         restores = bool(getattr(loader, "use_stateful_dataloader", False))
         self._tracker.track_train_loader(inner, index, framework_restores_state=restores)
@@ -80,10 +80,6 @@ class TrainPasses:
             loader.iteration = pass_start + 1  # type: ignore[attr-defined]
         return False
 
-    def leave(self, index: int) -> None:
-        """The loop left the pass of train dataloader ``index`` before its end."""
-        self.left.add(index)
-
     def begin_epoch(self) -> None:
         """A train epoch begins: no pass of it has begun or been left."""
         self._pass_start.clear()
@@ -122,7 +118,7 @@ class TrainPasses:
         passes already over and the batches each pass skips."""
         view = self._tracker.progress.view
         saved = {index: iteration for index, iteration in enumerate(iterations) if iteration is not None}
-        step, finished = elastic.mapped_passes(view.resume_mapping, self._loaders)
+        step, finished = _mapped_passes(view.resume_mapping, self._loaders)
         self._restored_step = step if resuming_epoch else None
         self._restored_iterations = {
             i: it.pass_start if resuming_epoch and it.pass_start is not None else it.now for i, it in saved.items()
@@ -134,6 +130,36 @@ class TrainPasses:
             _warn_if_passes_alternate(iterations, self._finished)
             left = [i for i, it in saved.items() if it.left]
             _warn_if_a_pass_was_left(left, "load_state of a checkpoint saved after")
+
+
+def torch_loader(loader: object) -> Any:
+    """The torch DataLoader a prepared ``loader`` iterates (its ``base_dataloader``; it poses as that one)."""
+    return getattr(loader, "base_dataloader", loader)
+
+
+def _mapped_passes(mapping: Mapping[str, Any] | None, loaders: Mapping[int, Any]) -> tuple[int | None, dict[int, bool]]:
+    """After an elastic load (``view.resume_mapping``): the ``accelerator.step`` to set (None: Accelerate's restore
+    stands) and, by train dataloader index, whether its re-entered pass is over."""
+    if mapping is None or not mapping["train_loaders"]:
+        return None, {}
+    finished = {}
+    step = 0  # a finished pass ended its dataloader, which reset Accelerate's counter
+    for record in mapping["train_loaders"]:
+        index, consumed = record["index"], record["batches_consumed"]
+        finished[index] = consumed == len(torch_loader(loaders[index]))
+        if not finished[index]:
+            step = consumed
+    return step, finished
+
+
+def _create_seedable_generator(loader: object) -> None:
+    """Give a ``SeedableRandomSampler`` the generator its first ``iter`` would create (and reseeds), so a fresh
+    loader has the generator its checkpoint has."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for sampler in (getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
+        if isinstance(sampler, SeedableRandomSampler) and sampler.generator is None:
+            sampler.generator = torch.Generator()
+            sampler.generator.manual_seed(sampler.initial_seed)
 
 
 def start_from_the_beginning(loader: object) -> bool:

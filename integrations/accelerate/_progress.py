@@ -147,8 +147,7 @@ class AcceleratorProgress:
         self._end_fit(ended or self._left_early())
 
     def _left_early(self) -> str | None:
-        """How the open fit run ends when its block is left without an exception: ``stopped_early`` before its
-        last epoch or in the middle of a train pass, else completed (None)."""
+        """``stopped_early`` if the fit is left before its last epoch or inside a train pass, else None."""
         epoch, max_epochs = self._fit_at
         return "stopped_early" if epoch + 1 < max_epochs or self._passes.left else None
 
@@ -193,7 +192,7 @@ class AcceleratorProgress:
         return self._shown(self._train_pass(loader, index, with_index), "train", loader)
 
     def _begin_pass(self, loader: Iterable[Any], index: int) -> bool:
-        """Begin the train pass of dataloader ``index``; False when nothing is left of it (restored after its end)."""
+        """Begin the train pass of dataloader ``index``; False when nothing is left of it."""
         self._passes.refuse_a_second_skip(loader, index)
         if self._check_rng_at_pass:  # it resumes the saved epoch: nothing may have drawn since the load
             where = "between accelerator.load_state and the first train pass of the resumed epoch"
@@ -250,9 +249,9 @@ class AcceleratorProgress:
                 self._end_train_batch()
 
     def _leave_pass(self, mine: TrainBatch) -> None:
-        """The loop body left a pass: its batch is trained if Accelerate's ``accumulate`` saw it or an optimizer
-        stepped (as after a ``break`` at the end of the body), else undone (its data not consumed)."""
-        self._passes.leave(mine.loader)
+        """The loop body left a pass: its batch is trained if a save, ``accumulate`` or an optimizer step saw it,
+        else undone (its data not consumed)."""
+        self._passes.left.add(mine.loader)
         if self._in_flight is not mine:
             return
         if mine.processed or mine.step != self._accelerator.step or self._train.stepped_in_batch:
@@ -262,7 +261,6 @@ class AcceleratorProgress:
             self._train.cancel_batch()
 
     def _end_train_batch(self) -> None:
-        """End the train batch in flight, if any."""
         batch = self._in_flight
         if batch is None:
             return
@@ -291,12 +289,10 @@ class AcceleratorProgress:
         return self._shown(self._evaluations.run(stage, loader, index, self._begin_run), stage.name, loader)
 
     def _shown(self, batches: Generator[Any, None, None], stage: str, loader: Iterable[Any]) -> Iterator[Any]:
-        """The loop's batches, shown by the display if there is one."""
         return batches if self._display is None else self._display.iterate(batches, stage, batches_in(loader))
 
     def _begin_run(self, kind: str) -> bool:
-        """Begin a ``kind`` run, unless a fit run is open (False); prepared models that carry their lifetime
-        (``track_lifetime``) continue it and carry this record."""
+        """Begin a ``kind`` run unless a fit is open (False), continuing the prepared models' ``track_lifetime``."""
         if self._fit is not None:
             return False
         for model in prepared_models(self._accelerator):
@@ -311,13 +307,12 @@ class AcceleratorProgress:
         self._passes.track(loader, index)
 
     def _hook_optimizers(self) -> None:
-        """Count the steps of prepared optimizers not hooked yet, and of the GradScaler and schedulers anew."""
         self._hooked_optimizers, self._check_skips = hook_optimizers(
             self._accelerator, self._train, self._hooked_optimizers
         )
 
     def _note(self, message: str) -> None:
-        """Record in the progress what the loops could not follow; warn the first time."""
+        """Note what the loops could not follow (``view.anomalies``); warn the first time."""
         self._progress.note_anomaly(message)
         if not self._warned:
             self._warned = True
@@ -343,8 +338,7 @@ class AcceleratorProgress:
         )
 
     def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
-        """Load the progress (:meth:`ProgressFiles.load`) before Accelerate loads anything; a loop still open counts
-        nothing more: the loaded run continues in the next loop."""
+        """Load the progress before Accelerate loads anything; a loop still open counts nothing more."""
         found = self._files.load(models, input_dir)
         self._in_flight, self._fit, self._evaluations.open = None, None, None
         resuming_epoch = self.view.train.epochs.lifetime.in_flight

@@ -1,5 +1,4 @@
-"""What counts the steps of an Accelerator's prepared objects: the optimizers' real steps (torch's step hooks), the
-GradScaler's skipped steps and the schedulers' steps."""
+"""Counting the steps of an Accelerator's prepared optimizers, GradScaler and schedulers."""
 
 from __future__ import annotations
 
@@ -12,9 +11,8 @@ from tracker_core.integrations.accelerate._compat import prepared_optimizers, pr
 
 
 def hook_optimizers(accelerator: Any, train: TrainStageProgress, hooked: int) -> tuple[int, Callable[[], None]]:
-    """Count real steps of the prepared optimizers after the first ``hooked``, on the torch optimizer inside each,
-    and from now on (after a load_state restored them) every prepared scheduler's. Returns how many optimizers are
-    hooked and the check of the steps the GradScaler skips, to call once per train batch."""
+    """Count the real steps of the prepared optimizers after the first ``hooked``, and from now on every prepared
+    scheduler's. Returns how many optimizers are hooked and the GradScaler's skip check, once per train batch."""
     inner = [getattr(prepared, "optimizer", prepared) for prepared in prepared_optimizers(accelerator)]
     count_optimizer_steps(train, inner[hooked:], first_index=hooked)
     scaler = accelerator.scaler

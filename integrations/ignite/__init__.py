@@ -1,5 +1,4 @@
-"""PyTorch Ignite adapter: the ``ProgressHandler``, the ``ProgressDisplay`` handler, ``RoundRobin``
-(several train loaders in one epoch) and ``RankFilesSaver`` (each rank's entry in its own file). See docs/ignite.md."""
+"""PyTorch Ignite adapter: ``ProgressHandler``, ``ProgressDisplay``, ``RoundRobin``, ``RankFilesSaver`` (docs/ignite.md)."""
 
 from tracker_core.integrations._extra import require
 

@@ -1,5 +1,4 @@
-"""Ignite's ``DeterministicEngine``, which positions its data and reseeds the global RNG itself on resume: the
-entry carries the progress to load and nothing else to apply (docs/ignite.md, "DeterministicEngine")."""
+"""A ``DeterministicEngine`` trainer's entry: its progress only (docs/ignite.md, "DeterministicEngine")."""
 
 from __future__ import annotations
 

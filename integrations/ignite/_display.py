@@ -19,15 +19,7 @@ Shown = Callable[[], dict[str, object]]
 
 class ProgressDisplay:
     """Shows the stage, epoch, batch, steps, samples/s and ETA of engines a ProgressHandler records, and the
-    engine's output and metrics as Ignite's ``ProgressBar`` does (docs/display.md).
-
-    ::
-
-        progress.attach(trainer, optimizers=[optimizer])  # ProgressHandler first
-        progress.attach(evaluator, stage="validate")
-        display = ProgressDisplay()
-        display.attach(trainer, output_transform=lambda loss: {"loss": loss})
-        display.attach(evaluator, metric_names="all")
+    engine's output and metrics as Ignite's ``ProgressBar`` does (docs/display.md has an example).
 
     On a terminal it draws a live line (with rich); elsewhere it prints a line every ``interval`` seconds
     and at each epoch end, to ``stream`` (standard output by default). Only rank 0 shows anything.

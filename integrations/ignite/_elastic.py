@@ -1,5 +1,4 @@
-"""Ignite's side of an elastic resume (a checkpoint saved at another world size, docs/ignite.md): the checks
-that raise before anything trains, and Ignite's counters set from the re-based progress at STARTED."""
+"""Ignite's side of an elastic resume (docs/ignite.md, "Resuming at another world size")."""
 
 from __future__ import annotations
 

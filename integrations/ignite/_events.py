@@ -1,6 +1,5 @@
-"""The handlers that mark an engine's runs, epochs and batches on Ignite's events (docs/ignite.md, "What is
-counted on which event"). None holds its engine (Ignite passes it, held weakly), and none raises for the order
-of Ignite's events: one that finds the record elsewhere puts it where Ignite's counters are and notes it."""
+"""The handlers that mark an engine's runs, epochs and batches (docs/ignite.md, "What is counted on which event").
+None holds its engine; none raises for the order of Ignite's events (an anomaly is noted instead)."""
 
 from __future__ import annotations
 
@@ -38,14 +37,15 @@ def _dataloader_index(loaders: Loaders | None) -> int:
     return 0 if round_robin is None else round_robin.last_index
 
 
-def _batch_handlers(
+def _add_batch_handlers(
     engine: Engine,
     stage: StageProgress,
     anomalies: Anomalies,
     count_tokens: CountTokens | None,
     loaders: Loaders | None,
-) -> tuple[Handler, Handler, Handler]:
-    """ITERATION_STARTED and ITERATION_COMPLETED (no arguments: Ignite resolves no engine), TERMINATE's batch part."""
+) -> Handler:
+    """Add ITERATION_STARTED and ITERATION_COMPLETED (no arguments: Ignite resolves no engine); return the batch
+    part of TERMINATE."""
     state = engine.state
     tokens = TokenCounter(stage, count_tokens)
 
@@ -93,13 +93,15 @@ def _batch_handlers(
         if batches.ready != batches.completed and batches.processed == batches.completed:
             stage.cancel_batch()  # terminated from ITERATION_STARTED: the step never ran
 
-    return iteration_started, iteration_completed, batch_terminated
+    engine.add_event_handler(Events.ITERATION_STARTED, iteration_started)
+    engine.add_event_handler(Events.ITERATION_COMPLETED, iteration_completed)
+    return batch_terminated
 
 
-def _epoch_handlers(
-    stage: StageProgress, anomalies: Anomalies, loaders: Loaders | None, batch_terminated: Handler
-) -> tuple[EngineHandler, Callable[[Engine, int], None], EngineHandler]:
-    """EPOCH_STARTED, TERMINATE_SINGLE_EPOCH and EPOCH_COMPLETED."""
+def _add_epoch_handlers(
+    engine: Engine, stage: StageProgress, anomalies: Anomalies, loaders: Loaders | None, batch_terminated: Handler
+) -> None:
+    """Add EPOCH_STARTED, TERMINATE_SINGLE_EPOCH and EPOCH_COMPLETED."""
 
     def epoch_started(engine: Engine) -> None:
         if loaders is not None:  # the trainer's data: set_data() may have handed over a new loader
@@ -127,13 +129,15 @@ def _epoch_handlers(
         process_epoch(stage)  # unless TERMINATE_SINGLE_EPOCH or a save did
         stage.epoch_completed()
 
-    return epoch_started, epoch_terminated, epoch_completed
+    engine.add_event_handler(Events.EPOCH_STARTED, epoch_started)
+    engine.add_event_handler(Events.TERMINATE_SINGLE_EPOCH, epoch_terminated)
+    engine.add_event_handler(Events.EPOCH_COMPLETED, epoch_completed)
 
 
-def _run_end_handlers(
-    progress: Progress, owns_run: Callable[[], bool], batch_terminated: Handler
-) -> tuple[EngineHandler, Handler]:
-    """TERMINATE and COMPLETED."""
+def _add_run_end_handlers(
+    engine: Engine, progress: Progress, owns_run: Callable[[], bool], batch_terminated: Handler
+) -> None:
+    """Add TERMINATE and COMPLETED."""
 
     def run_processed() -> None:
         if owns_run():
@@ -154,7 +158,8 @@ def _run_end_handlers(
         if owns_run() and runs.completed != runs.processed:
             progress.run_completed()
 
-    return terminated, completed
+    engine.add_event_handler(Events.TERMINATE, terminated)
+    engine.add_event_handler(Events.COMPLETED, completed)
 
 
 def add_handlers(
@@ -171,20 +176,10 @@ def add_handlers(
     """Add the handlers recording ``engine`` as ``stage``: ``started`` (it begins the run) at STARTED; ``loaders``:
     the trainer's data, tracked at each EPOCH_STARTED (None: none); ``owns_run()``: the run in flight is this
     engine's (default: always, the trainer's)."""
-    iteration_started, iteration_completed, batch_terminated = _batch_handlers(
-        engine, stage, anomalies, count_tokens, loaders
-    )
-    epoch_started, epoch_terminated, epoch_completed = _epoch_handlers(stage, anomalies, loaders, batch_terminated)
-    terminated, completed = _run_end_handlers(progress, owns_run, batch_terminated)
-    on = engine.add_event_handler
-    on(Events.STARTED, started)
-    on(Events.EPOCH_STARTED, epoch_started)
-    on(Events.ITERATION_STARTED, iteration_started)
-    on(Events.ITERATION_COMPLETED, iteration_completed)
-    on(Events.TERMINATE_SINGLE_EPOCH, epoch_terminated)
-    on(Events.EPOCH_COMPLETED, epoch_completed)
-    on(Events.TERMINATE, terminated)
-    on(Events.COMPLETED, completed)
+    engine.add_event_handler(Events.STARTED, started)
+    batch_terminated = _add_batch_handlers(engine, stage, anomalies, count_tokens, loaders)
+    _add_epoch_handlers(engine, stage, anomalies, loaders, batch_terminated)
+    _add_run_end_handlers(engine, progress, owns_run, batch_terminated)
 
 
 def attach_stage(

@@ -386,8 +386,7 @@ def _finish_replayed_epoch(engine: Engine) -> None:
 
 
 def _check_rngs_at_first_batch(engine: Engine, rng_check: ResumeRngCheck) -> None:
-    """Compare the global RNGs with the loaded ones again before the first resumed batch is fetched (fetching
-    may draw, in both runs)."""
+    """Compare the global RNGs with the loaded ones again before the first resumed batch is fetched."""
 
     def first_batch(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
         engine.remove_event_handler(first_batch, Events.GET_BATCH_STARTED)

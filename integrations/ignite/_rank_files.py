@@ -1,5 +1,4 @@
-"""Each rank's progress entry in its own file beside an Ignite checkpoint (docs/ignite.md and
-docs/distributed.md, "Rank files")."""
+"""Each rank's progress entry in its own file beside an Ignite checkpoint (docs/distributed.md, "Rank files")."""
 
 from __future__ import annotations
 

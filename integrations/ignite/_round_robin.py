@@ -10,14 +10,7 @@ from torch.utils.data import DataLoader
 
 
 class RoundRobin:
-    """Give ``trainer.run()`` batches of several DataLoaders in turn: one of each, then again.
-
-    ::
-
-        data = RoundRobin(images_loader, captions_loader)
-        progress.attach(trainer, optimizers=[optimizer])
-        trainer.run(data, max_epochs=10)
-        progress.view.train.dataloaders[1].batches.epoch   # batches of captions_loader this epoch
+    """Give ``trainer.run()`` batches of several DataLoaders in turn: one of each, then again (docs/ignite.md).
 
     A loader that runs out drops out of the turn; the epoch ends when all have. ``last_index`` is the
     loader the latest batch came from. With a ``ProgressHandler`` each is tracked as train dataloader ``i``
@@ -53,9 +46,5 @@ class RoundRobin:
 
 
 def _turns(lengths: list[int]) -> Iterator[int]:
-    remaining = list(lengths)
-    while any(remaining):
-        for index, left in enumerate(remaining):
-            if left:
-                remaining[index] -= 1
-                yield index
+    for turn in range(max(lengths)):
+        yield from (index for index, length in enumerate(lengths) if turn < length)

@@ -1,5 +1,4 @@
-"""Putting the record back in line with Ignite after an exception it announced to no handler of ours
-(docs/ignite.md, "Nothing Ignite does makes a handler raise"). Nothing here raises."""
+"""Putting the record back in line with Ignite after an exception our handlers did not see. Nothing here raises."""
 
 from __future__ import annotations
 
