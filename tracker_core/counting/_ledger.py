@@ -143,9 +143,7 @@ class RunLedger:
 
     def resume(self, kind: str, train: TrainStageProgress) -> None:
         """A restored run is re-entered: the process that saved it did not end it; a new entry opens."""
-        if self.restored_open:
-            self._settle_restored()
-        if self.open_entry is None:
+        if self.restored_open or self.open_entry is None:
             self.begin(kind, train)
 
     def note_heartbeat(self, beat: dict[str, Any]) -> None:

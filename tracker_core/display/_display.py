@@ -107,16 +107,14 @@ class Display:
         self._meters: dict[str, Meter] = {}
         self._stages: dict[str, str] = {}  # line name -> the view's stage it counts
         self._name = ""
-        self._live: LiveLine | None = None
         if terminal is None:
             terminal = self._stream.isatty()
         try:
             import rich  # noqa: F401
         except ImportError:
-            self._write(_NO_RICH)
+            write_line(self._stream, _NO_RICH)
             terminal = False
-        if terminal:
-            self._live = LiveLine(self._stream)
+        self._live = LiveLine(self._stream) if terminal else None
         self._sample_due = 0.0
         self._due = clock() + (0.0 if self._live is not None else interval)
 
@@ -134,8 +132,7 @@ class Display:
     def update(self, stage: str, name: str | None = None) -> None:
         """``stage`` is running, shown as ``name`` (default: the stage): redraw or print a line when due
         (cheap otherwise)."""
-        if (name or stage) != self._name:
-            self._switch(stage, name or stage)
+        self._switch(stage, name or stage)
         now = self._clock()
         if now >= self._sample_due:
             self._measure(now)
@@ -144,8 +141,7 @@ class Display:
 
     def epoch_end(self, stage: str, name: str | None = None) -> None:
         """An epoch of ``stage`` has done its batches: show its final line (kept on a terminal)."""
-        if (name or stage) != self._name:
-            self._switch(stage, name or stage)
+        self._switch(stage, name or stage)
         now = self._clock()
         self._measure(now)
         self._show(now, final=True)
@@ -173,7 +169,7 @@ class Display:
         if self._live is not None:
             self._live.print(text)
         else:
-            self._write(text)
+            write_line(self._stream, text)
 
     # reading the view ------------------------------------------------------------------
     def _measure(self, now: float) -> None:
@@ -228,7 +224,10 @@ class Display:
             return ()
 
     def _switch(self, stage: str, name: str) -> None:
-        """Another line runs now: the last one's rates are measured up to now and its clock stops."""
+        """If line ``name`` is another line than the last, it runs now: the last one's rates are measured up to
+        now and its clock stops."""
+        if name == self._name:
+            return
         now = self._clock()
         if self._name:
             self._measure(now)
@@ -250,15 +249,12 @@ class Display:
         status = self._status()
         line = format_status(status)
         if self._live is None:
-            self._write(line)
+            write_line(self._stream, line)
             self._due = now + self._interval
-        elif final:
+            return
+        self._due = now
+        if final:
             self._live.stop()
             self._live.print(line)
-            self._due = now
         else:
             self._live.show(line, status.batch, status.batches)
-            self._due = now
-
-    def _write(self, line: str) -> None:
-        write_line(self._stream, line)

@@ -49,11 +49,9 @@ class Meter:
             return
         counts = tuple(zip(self._tasks, (samples, batches, tokens), strict=True))
         went_back = any(count < task.completed for task, count in counts)
+        set_count = self._model.reset if went_back else self._model.update
         for task, count in counts:
-            if went_back:
-                self._model.reset(task.id, completed=count)
-            else:
-                self._model.update(task.id, completed=count)
+            set_count(task.id, completed=count)
 
     @property
     def samples_per_second(self) -> float | None:
