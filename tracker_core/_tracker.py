@@ -55,14 +55,13 @@ class Tracker:
         return self.progress.view
 
     def track_train_loader(self, loader: object, index: int = 0, *, framework_restores_state: bool = False) -> None:
-        """Make train dataloader number ``index`` resumable mid-epoch, in place.
+        """Make train dataloader number ``index`` (the one the framework iterates) resumable mid-epoch, in place,
+        before its first epoch and again for each new loader object (docs/adapters.md, step 4).
 
-        Call it before the loader's first epoch, and again for each new loader object; pass the DataLoader the
-        framework really iterates. A loaded state waiting for this loader is checked and armed now; if it does
-        not fit, the whole load is undone, this loader is not registered and ``ProgressStateError`` names the key.
-        A mid-epoch checkpoint of an iterable that is not a torch DataLoader warns (:class:`InexactResumeWarning`).
-        A loader with its own ``state_dict`` / ``load_state_dict`` (torchdata's ``StatefulDataLoader``) is
-        positioned by that state: saved in the entry, or with ``framework_restores_state=True`` by the framework.
+        A loaded state waiting for this loader is checked and armed now; one that does not fit undoes the whole
+        load and raises ``ProgressStateError`` naming the key. ``framework_restores_state``: the framework saves
+        and restores a ``StatefulDataLoader``'s own state (else the entry holds it). An iterable that is not a torch
+        DataLoader is not positioned: a mid-epoch save warns (:class:`InexactResumeWarning`).
         """
         if not issubclass(type(loader), DataLoader):  # type(): wrappers may fake __class__
             self._loaders.pop(index, None)
@@ -88,9 +87,9 @@ class Tracker:
         self.progress._count_checkpoint_restore(_clock.now_us() - began)
 
     def _parse_pending(self, position: LoaderPosition, index: int) -> ParsedLoader | None:
-        """The loaded part waiting for train dataloader ``index``, checked against its ``position``; None if
-        none waits, or if the part of :meth:`resume_loaded_again` does not fit (warned). A part of a load that
-        does not fit undoes the load and raises ``ProgressStateError``."""
+        """The loaded part waiting for train dataloader ``index``, checked against its ``position``; None if none
+        waits or a part of :meth:`resume_loaded_again` does not fit (warned). A load's part that does not fit
+        undoes the load and raises."""
         pending = self._pending.pop(index, None)
         if pending is None:
             return None
@@ -124,9 +123,7 @@ class Tracker:
         rng = GlobalRng.capture().to_plain()
         loaders: list[dict[str, Any]] = []
         for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
-            consumed = 0
-            if in_epoch and index < len(counts):
-                consumed = counts[index].batches.total - counts[index].batches.epoch_base
+            consumed = counts[index].batches.scopes().epoch if in_epoch and index < len(counts) else 0
             position = self._loaders.get(index)
             if position is not None:
                 loaders.append(position.state_dict(batches_consumed=consumed, rng=rng))
@@ -144,11 +141,8 @@ class Tracker:
         return {"progress": self.progress.state_dict(), "train_loaders": loaders, "rng": compact_rng(rng)}
 
     def gathered_state_dict(self) -> dict[str, Any]:
-        """Collective (every rank calls it at the checkpoint): one entry that resumes every rank (docs/distributed.md).
-
-        On rank 0, the writer: its :meth:`state_dict` plus ``"ranks"``, every rank's entry (index = rank), gathered
-        by one ``gather``, also in a world of one (so a later run on more processes can map it); on any other rank
-        its own :meth:`state_dict`.
+        """Collective (every rank calls it at the checkpoint): on rank 0 its :meth:`state_dict` plus ``"ranks"``,
+        every rank's entry (index = rank), also in a world of one; elsewhere :meth:`state_dict` (docs/distributed.md).
         """
         mine = self.state_dict()
         began = _clock.now_us()
@@ -209,11 +203,9 @@ class Tracker:
             warnings.warn(problem, InexactResumeWarning, stacklevel=2)
 
     def resume_loaded_again(self) -> bool:
-        """Arm the train loaders registered next at the positions of the last :meth:`load_state_dict`; progress
-        and global RNGs stay as they are. For a resumed run that trained nothing (Lightning's ``fit(ckpt_path=...)``
-        with ``max_steps`` reached) and a later run that continues it. A loader that does not fit its position is
-        read from its start (:class:`InexactResumeWarning`). False, changing nothing, if nothing was loaded or a
-        train batch began since the load.
+        """Arm the train loaders registered next at the positions of the last :meth:`load_state_dict`, for a
+        resumed run that trained nothing and a later run that continues it (docs/adapters.md). False, changing
+        nothing, if nothing was loaded or a train batch began since the load.
         """
         loaded = self._loaded
         if loaded is None or self.progress.train.view.batches.lifetime.ready != loaded.batches_ready:
