@@ -17,7 +17,7 @@ from tracker_core.data._compact import check_bases, compact_rng, expand_rng
 from tracker_core.data._position import LoaderPosition, ParsedLoader
 from tracker_core.data._rng import GlobalRng
 from tracker_core.data._saved_loader import SavedLoader, check_saved_loader
-from tracker_core.distributed._elastic import ENTRY_KEYS, reenters_train_epoch, saved_elsewhere, select, world
+from tracker_core.distributed._elastic import ENTRY_KEYS, Selected, reenters_train_epoch, saved_elsewhere, select, world
 from tracker_core.distributed._to_writer import gather_to_writer
 from tracker_core.state._codec import check_plain
 from tracker_core.state._readers import keys_under, read_mapping
@@ -240,18 +240,17 @@ class Tracker:
         self._parse_entry(entry)
 
     def _parse_entry(self, entry: object) -> _LoadedEntry:
-        has_ranks = isinstance(entry, dict) and "ranks" in entry
         # Bounded (depth, lengths, 64-bit ints) before anything recurses over it; of "ranks", ``select``
         # checks the parts it reads, so a rank's cost does not grow with the number of ranks.
-        check_plain(
-            {n: v for n, v in entry.items() if n != "ranks"} if isinstance(entry, dict) and has_ranks else entry
-        )
-        entry = read_mapping(entry, "", required=(*ENTRY_KEYS, "ranks") if has_ranks else ENTRY_KEYS)
-        selected = select(entry["ranks"], self._loaders) if has_ranks else None
-        if selected is not None:
-            entry = selected.entry
-        problems = [] if selected is None else [f"elastic resume: {problem}" for problem in selected.problems]
-        with keys_under("" if selected is None else selected.key_prefix):
+        if isinstance(entry, dict) and "ranks" in entry:
+            check_plain({n: v for n, v in entry.items() if n != "ranks"})
+            selected = select(read_mapping(entry, "", required=(*ENTRY_KEYS, "ranks"))["ranks"], self._loaders)
+        else:
+            check_plain(entry)
+            selected = Selected(dict(read_mapping(entry, "", required=ENTRY_KEYS)), None, [])
+        entry = selected.entry
+        problems = [f"elastic resume: {problem}" for problem in selected.problems]
+        with keys_under(selected.key_prefix):
             with keys_under("progress"):
                 parsed_progress = parse(entry["progress"])
             with keys_under("rng"):
@@ -285,9 +284,7 @@ class Tracker:
                     position = self._loaders.get(index)
                     if position is not None:
                         ready[index] = (position, position.check(checked, resume_epoch))
-        return _LoadedEntry(
-            parsed_progress, rng, ready, parts, None if selected is None else selected.mapping, problems
-        )
+        return _LoadedEntry(parsed_progress, rng, ready, parts, selected.mapping, problems)
 
 
 @dataclasses.dataclass
