@@ -104,9 +104,9 @@ class Display:
         self._metrics_failed = False
         self._max_epochs: int | None = None
         self._batches: dict[str, int | None] = {}
-        self._meters: dict[str, Meter] = {}
-        self._stages: dict[str, str] = {}  # line name -> the view's stage it counts
-        self._name = ""
+        self._meters: dict[str, Meter] = {}  # per line name
+        self._name = ""  # the current line
+        self._stage = ""  # the view's stage it counts
         if terminal is None:
             terminal = self._stream.isatty()
         try:
@@ -172,52 +172,52 @@ class Display:
             write_line(self._stream, text)
 
     # reading the view ------------------------------------------------------------------
+    def _counts(self) -> tuple[int, int, int]:
+        """What a meter measures: the current stage's lifetime samples, processed batches and tokens."""
+        stage = self._view.stage(self._stage)
+        return stage.samples.lifetime, stage.batches.lifetime.processed, stage.tokens.lifetime
+
     def _measure(self, now: float) -> None:
-        stage = self._view.stage(self._stages[self._name])
-        self._meters[self._name].measure(
-            stage.samples.lifetime, stage.batches.lifetime.processed, stage.tokens.lifetime
-        )
+        self._meters[self._name].measure(*self._counts())
         self._sample_due = now + _SAMPLE_EVERY
 
     def _status(self) -> Status:
         """The current line's status, at the rates measured last."""
-        view = self._view
-        name = self._name
-        meter = self._meters[name]
-        stage = view.stage(self._stages[name])
+        view, meter = self._view, self._meters[self._name]
+        stage = view.stage(self._stage)
         done = stage.batches.epoch.processed
         fit = view.run.kind == "fit"
         epoch = view.train.epochs.run.ready if fit else None
-        total = self._batches.get(name)
+        total = self._batches.get(self._name)
         return Status(
-            stage=name,
+            stage=self._name,
             epoch=epoch,
             max_epochs=self._max_epochs if fit else None,
             batch=done,
             batches=total,
             steps=view.global_step if fit else None,
             samples_per_second=meter.samples_per_second,
-            eta=self._eta(self._stages[name], done, total, epoch, meter.batches_per_second),
-            metrics=self._shown_metrics(name),
+            eta=self._eta(done, total, epoch, meter.batches_per_second),
+            metrics=self._shown_metrics(),
             tokens_per_second=meter.tokens_per_second if stage.tokens.lifetime else None,
         )
 
-    def _eta(self, stage: str, done: int, total: int | None, epoch: int | None, rate: float | None) -> float | None:
+    def _eta(self, done: int, total: int | None, epoch: int | None, rate: float | None) -> float | None:
         """Seconds left at ``rate`` batches/s: of the fit's train batches, or of an evaluation epoch."""
         if total is None or not rate:
             return None
         remaining = max(total - done, 0)
-        if stage == "train":
+        if self._stage == "train":
             if self._max_epochs is None or epoch is None:
                 return None
             remaining += max(self._max_epochs - epoch, 0) * total
         return remaining / rate
 
-    def _shown_metrics(self, name: str) -> tuple[tuple[str, str], ...]:
+    def _shown_metrics(self) -> tuple[tuple[str, str], ...]:
         if self._metrics is None or self._metrics_failed:
             return ()
         try:
-            return tuple((str(key), format_metric(value)) for key, value in self._metrics(name).items())
+            return tuple((str(key), format_metric(value)) for key, value in self._metrics(self._name).items())
         except Exception as error:  # a user's metric or transform must not stop the training
             self._metrics_failed = True
             warnings.warn(f"progress display: reading the metrics failed ({error!r}); none are shown", stacklevel=2)
@@ -232,14 +232,10 @@ class Display:
         if self._name:
             self._measure(now)
             self._meters[self._name].pause()
-        self._name = name
-        self._stages[name] = stage
+        self._name, self._stage = name, stage
         meter = self._meters.get(name)
         if meter is None:
-            view = self._view.stage(stage)
-            self._meters[name] = Meter(
-                self._clock, view.samples.lifetime, view.batches.lifetime.processed, view.tokens.lifetime
-            )
+            self._meters[name] = Meter(self._clock, *self._counts())
         else:
             meter.resume()
         self._sample_due = 0.0
