@@ -166,9 +166,7 @@ class RunLedger:
         are taken over, each having lost all its work (docs/schema.md, "The run ledger")."""
         entry, beat, self._heartbeat = self.open_entry, self._heartbeat, None
         assert entry is not None
-        ended = CRASHED
-        lost: dict[str, int] | str = UNKNOWN
-        later: list[dict[str, Any]] = []
+        entry["ended"], entry["lost"] = CRASHED, UNKNOWN
         at = self.ordinal - beat["run"] if beat is not None else -1  # this entry's place among the beat's
         beaten: list[dict[str, Any]] = beat["entries"][at:] if beat is not None and at >= 0 else []
         if beaten and _of_this_run(beaten[0], entry):
@@ -176,12 +174,10 @@ class RunLedger:
             reached = _reached(mine)
             if reached is not None:
                 wall = mine["microseconds"] + mine["lost"]["microseconds"] - entry["microseconds"]
-                lost = _lost_between(entry["end"], reached, wall)
+                entry["lost"] = _lost_between(entry["end"], reached, wall)
             if mine["ended"] != RUNNING:
-                ended = mine["ended"]  # it ended after the checkpoint: what it did since is lost all the same
-            later = [_unsaved(run) for run in after]
-        entry["ended"], entry["lost"] = ended, lost
-        self._runs.extend(later)
+                entry["ended"] = mine["ended"]  # it ended after the checkpoint: what it did since is lost all the same
+            self._runs.extend(_unsaved(run) for run in after)
         self._restored = False
         self._drop_oldest()
 
