@@ -196,10 +196,10 @@ class Display:
             batch=done,
             batches=total,
             steps=view.global_step if fit else None,
-            samples_per_second=meter.samples_per_second,
-            eta=self._eta(done, total, epoch, meter.batches_per_second),
+            samples_per_second=meter.speed("samples"),
+            eta=self._eta(done, total, epoch, meter.speed("batches")),
             metrics=self._shown_metrics(),
-            tokens_per_second=meter.tokens_per_second if stage.tokens.lifetime else None,
+            tokens_per_second=meter.speed("tokens") if stage.tokens.lifetime else None,
         )
 
     def _eta(self, done: int, total: int | None, epoch: int | None, rate: float | None) -> float | None:
