@@ -22,7 +22,7 @@ def _batches(count: int) -> str:
     return f"{count} batch" if count == 1 else f"{count} batches"
 
 
-def _rounded(values: tuple[float | None, ...], digits: int) -> list[str]:
+def _rounded(values: Sequence[float | None], digits: int) -> list[str]:
     return ["-" if value is None else f"{value:.{digits}f}" for value in values]
 
 
@@ -80,12 +80,12 @@ def progress_table(progress: dict[str, Any]) -> str:
         rows.append((name, "epochs", *_phased(stage["epochs"])))
         rows.append(("", "batches", *_phased(stage["batches"])))
         rows.append(("", "samples", *_scoped(stage["samples"])))
-        rows.append(("", "seconds", *_rounded(tuple(timed.seconds), 2)))
-        rows.append(("", "samples/s", *_rounded(tuple(timed.samples_per_second), 1)))
+        rows.append(("", "seconds", *_rounded(timed.seconds, 2)))
+        rows.append(("", "samples/s", *_rounded(timed.samples_per_second, 1)))
         if timed.tokens.lifetime:  # from the loaded view: an older state has no tokens
             rows.append(("", "tokens", *map(str, timed.tokens)))
             rows.append(("", "non-padding tokens", *map(str, timed.non_padding_tokens)))
-            rows.append(("", "tokens/s", *_rounded(tuple(timed.tokens_per_second), 1)))
+            rows.append(("", "tokens/s", *_rounded(timed.tokens_per_second, 1)))
         if "optimizer_steps" in stage:
             rows.append(("", "optimizer steps", *_scoped(_summed(stage["optimizer_steps"]))))
             skipped = _summed(stage["optimizer_steps_skipped"])
