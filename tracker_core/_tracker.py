@@ -153,8 +153,7 @@ class Tracker:
     def checkpoint_state_dict(self) -> dict[str, Any]:
         """The entry to store in a checkpoint: :meth:`gathered_state_dict` (collective) when several processes run
         or a train loader is sharded across ranks (so another world size can map it), else :meth:`state_dict`."""
-        size, _ = world()
-        if size > 1 or any(position.distributed_info() is not None for position in self._loaders.values()):
+        if world()[0] > 1 or any(position.distributed_info() is not None for position in self._loaders.values()):
             return self.gathered_state_dict()
         return self.state_dict()
 
