@@ -168,11 +168,8 @@ class Tracker:
     def load_state_dict(self, entry: object) -> None:
         """Resume from an entry: validate all of it (a :class:`ProgressStateError` naming the key changes nothing),
         then load progress and RNGs and arm the loaders (those registered later: by :meth:`track_train_loader`).
-
-        Loaders skip the consumed batches only when a train epoch is re-entered mid-way, else only their generators
-        are restored. An entry of :meth:`gathered_state_dict` gives this rank its part; saved at another world size
-        it is mapped (``view.resume_mapping``; ``InexactResumeWarning`` where inexact).
-        """
+        An entry of :meth:`gathered_state_dict` gives this rank its part, mapped from another world size
+        (``view.resume_mapping``; ``InexactResumeWarning`` where inexact; docs/distributed.md)."""
         began = _clock.now_us()
         loaded = self._parse_entry(entry)
         # Everything that needs no loader is valid. A loader part waiting for its loader (registered after
