@@ -85,7 +85,6 @@ class RunLedger:
         "_earlier",
         "_heartbeat",
         "_open_since",
-        "_open_us",
         "_restored",
         "_runs",
         "_stopping_early",
@@ -96,7 +95,6 @@ class RunLedger:
         self._runs: list[dict[str, Any]] = empty["runs"]
         self._earlier: dict[str, int] = empty["earlier"]
         self._open_since: int | None = None  # the clock when this process opened the last entry
-        self._open_us = 0  # wall microseconds the open entry had before ``_open_since``
         self._restored = False  # the open entry was loaded: another process ran it
         self._stopping_early = False
         self._heartbeat: dict[str, Any] | None = None  # the last beat read beside the loaded state's checkpoint
@@ -138,7 +136,7 @@ class RunLedger:
                 "lost": dict(NOTHING_LOST),
             }
         )
-        self._open_since, self._open_us, self._restored, self._stopping_early = _clock.now_us(), 0, False, False
+        self._open_since, self._restored, self._stopping_early = _clock.now_us(), False, False
         self._drop_oldest()
 
     def resume(self, kind: str, train: TrainStageProgress) -> None:
@@ -203,7 +201,7 @@ class RunLedger:
         if entry is None or self._open_since is None:
             return  # a restored entry stays as saved until the resume settles it
         entry["end"] = end = _train_counts(train)
-        entry["microseconds"] = self._open_us + _clock.now_us() - self._open_since
+        entry["microseconds"] = _clock.now_us() - self._open_since
         start = entry["start"]
         batches, samples, steps = (end[name] - start[name] for name in ("batches", "samples", "steps"))
         if batches:
@@ -228,6 +226,6 @@ class RunLedger:
         """Replace the ledger with a parsed one; its open entry waits for the resume to settle it."""
         self._runs = copy.deepcopy(ledger["runs"])
         self._earlier = dict(ledger["earlier"])
-        self._open_since, self._open_us, self._stopping_early = None, 0, False
+        self._open_since, self._stopping_early = None, False
         self._restored = self.open_entry is not None
         self._base = self.ordinal if self._restored else self.ordinal + 1
