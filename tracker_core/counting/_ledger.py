@@ -183,16 +183,16 @@ class RunLedger:
         """The open run was told to stop before its limits: it ends ``stopped_early`` when it completes."""
         self._stopping_early = True
 
-    def close(self, ended: str, train: TrainStageProgress, lost: dict[str, int] | str | None = None) -> None:
-        """The open entry ends: ``ended`` (``completed`` becomes ``stopped_early`` after :meth:`stop_early`);
-        ``lost`` replaces its lost work (None: nothing lost)."""
+    def close(self, ended: str, train: TrainStageProgress) -> None:
+        """The open entry ends: ``ended`` (``completed`` becomes ``stopped_early`` after :meth:`stop_early`),
+        having lost nothing."""
         entry = self.open_entry
         if entry is None:
             return
         self.update(train)
         if ended == COMPLETED and self._stopping_early:
             ended = STOPPED_EARLY
-        entry["ended"], entry["lost"] = ended, dict(NOTHING_LOST) if lost is None else lost
+        entry["ended"], entry["lost"] = ended, dict(NOTHING_LOST)
         self._open_since, self._restored, self._stopping_early = None, False, False
 
     def update(self, train: TrainStageProgress) -> None:
