@@ -291,11 +291,8 @@ class ProgressView(_ReadOnly):
         """Seconds of checkpoint saves and restores (the tracker's part of them) and of fast-forwards
         (a resume reading already-trained batches again), in run and lifetime scope."""
         p = self._progress
-        return OverheadSeconds(
-            _run_seconds(p._checkpoint_save_seconds),
-            _run_seconds(p._checkpoint_restore_seconds),
-            _run_seconds(p._fast_forward_seconds),
-        )
+        tallies = (p._checkpoint_save_seconds, p._checkpoint_restore_seconds, p._fast_forward_seconds)
+        return OverheadSeconds(*map(_run_seconds, tallies))
 
     @property
     def global_step(self) -> int:
