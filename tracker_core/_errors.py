@@ -10,8 +10,7 @@ class ProgressStateError(ValueError):
     def __init__(self, key: str, problem: str) -> None:
         self.key = key
         self.problem = problem
-        where = key if key else "<root>"
-        super().__init__(f"progress state {where!r}: {problem}")
+        super().__init__(f"progress state {key or '<root>'!r}: {problem}")
 
 
 class EventOrderError(RuntimeError):

@@ -39,15 +39,11 @@ def _event_file_sizes(folder: str) -> dict[str, int]:
 
 
 def _files_read_after(folder: str, before: dict[str, int]) -> str:
+    """The event files read after the one file the purge grew (``before``: the sizes before it), as a problem."""
     after = _event_file_sizes(folder)
     grown = [name for name, size in after.items() if size != before.get(name)]
-    if len(grown) != 1:
-        return ""
-    (own,) = grown
-    later = sorted(name for name in after if name > own)
-    if not later:
-        return ""
-    return f"TensorBoard reads {', '.join(later)} after this run's {own} (the purge) in {folder}"
+    later = sorted(name for name in after if len(grown) == 1 and name > grown[0])
+    return f"TensorBoard reads {', '.join(later)} after this run's {grown[0]} (the purge) in {folder}" if later else ""
 
 
 def _event_protos() -> Any:

@@ -17,7 +17,7 @@ from tracker_core.data._compact import check_bases, compact_rng, expand_rng
 from tracker_core.data._position import LoaderPosition, ParsedLoader
 from tracker_core.data._rng import GlobalRng
 from tracker_core.data._saved_loader import SavedLoader, check_saved_loader
-from tracker_core.distributed._elastic import ENTRY_KEYS, reenters_train_epoch, saved_elsewhere, select, world
+from tracker_core.distributed._elastic import ENTRY_KEYS, Selected, reenters_train_epoch, saved_elsewhere, select, world
 from tracker_core.distributed._to_writer import gather_to_writer
 from tracker_core.state._codec import check_plain
 from tracker_core.state._readers import keys_under, read_mapping
@@ -55,14 +55,13 @@ class Tracker:
         return self.progress.view
 
     def track_train_loader(self, loader: object, index: int = 0, *, framework_restores_state: bool = False) -> None:
-        """Make train dataloader number ``index`` resumable mid-epoch, in place.
+        """Make train dataloader number ``index`` (the one the framework iterates) resumable mid-epoch, in place,
+        before its first epoch and again for each new loader object (docs/adapters.md, step 4).
 
-        Call it before the loader's first epoch, and again for each new loader object; pass the DataLoader the
-        framework really iterates. A loaded state waiting for this loader is checked and armed now; if it does
-        not fit, the whole load is undone, this loader is not registered and ``ProgressStateError`` names the key.
-        A mid-epoch checkpoint of an iterable that is not a torch DataLoader warns (:class:`InexactResumeWarning`).
-        A loader with its own ``state_dict`` / ``load_state_dict`` (torchdata's ``StatefulDataLoader``) is
-        positioned by that state: saved in the entry, or with ``framework_restores_state=True`` by the framework.
+        A loaded state waiting for this loader is checked and armed now; one that does not fit undoes the whole
+        load and raises ``ProgressStateError`` naming the key. ``framework_restores_state``: the framework saves
+        and restores a ``StatefulDataLoader``'s own state (else the entry holds it). An iterable that is not a torch
+        DataLoader is not positioned: a mid-epoch save warns (:class:`InexactResumeWarning`).
         """
         if not issubclass(type(loader), DataLoader):  # type(): wrappers may fake __class__
             self._loaders.pop(index, None)
@@ -88,9 +87,9 @@ class Tracker:
         self.progress._count_checkpoint_restore(_clock.now_us() - began)
 
     def _parse_pending(self, position: LoaderPosition, index: int) -> ParsedLoader | None:
-        """The loaded part waiting for train dataloader ``index``, checked against its ``position``; None if
-        none waits, or if the part of :meth:`resume_loaded_again` does not fit (warned). A part of a load that
-        does not fit undoes the load and raises ``ProgressStateError``."""
+        """The loaded part waiting for train dataloader ``index``, checked against its ``position``; None if none
+        waits or a part of :meth:`resume_loaded_again` does not fit (warned). A load's part that does not fit
+        undoes the load and raises."""
         pending = self._pending.pop(index, None)
         if pending is None:
             return None
@@ -124,9 +123,7 @@ class Tracker:
         rng = GlobalRng.capture().to_plain()
         loaders: list[dict[str, Any]] = []
         for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
-            consumed = 0
-            if in_epoch and index < len(counts):
-                consumed = counts[index].batches.total - counts[index].batches.epoch_base
+            consumed = counts[index].batches.scopes().epoch if in_epoch and index < len(counts) else 0
             position = self._loaders.get(index)
             if position is not None:
                 loaders.append(position.state_dict(batches_consumed=consumed, rng=rng))
@@ -144,11 +141,8 @@ class Tracker:
         return {"progress": self.progress.state_dict(), "train_loaders": loaders, "rng": compact_rng(rng)}
 
     def gathered_state_dict(self) -> dict[str, Any]:
-        """Collective (every rank calls it at the checkpoint): one entry that resumes every rank (docs/distributed.md).
-
-        On rank 0, the writer: its :meth:`state_dict` plus ``"ranks"``, every rank's entry (index = rank), gathered
-        by one ``gather``, also in a world of one (so a later run on more processes can map it); on any other rank
-        its own :meth:`state_dict`.
+        """Collective (every rank calls it at the checkpoint): on rank 0 its :meth:`state_dict` plus ``"ranks"``,
+        every rank's entry (index = rank), also in a world of one; elsewhere :meth:`state_dict` (docs/distributed.md).
         """
         mine = self.state_dict()
         began = _clock.now_us()
@@ -159,8 +153,7 @@ class Tracker:
     def checkpoint_state_dict(self) -> dict[str, Any]:
         """The entry to store in a checkpoint: :meth:`gathered_state_dict` (collective) when several processes run
         or a train loader is sharded across ranks (so another world size can map it), else :meth:`state_dict`."""
-        size, _ = world()
-        if size > 1 or any(position.distributed_info() is not None for position in self._loaders.values()):
+        if world()[0] > 1 or any(position.distributed_info() is not None for position in self._loaders.values()):
             return self.gathered_state_dict()
         return self.state_dict()
 
@@ -175,11 +168,8 @@ class Tracker:
     def load_state_dict(self, entry: object) -> None:
         """Resume from an entry: validate all of it (a :class:`ProgressStateError` naming the key changes nothing),
         then load progress and RNGs and arm the loaders (those registered later: by :meth:`track_train_loader`).
-
-        Loaders skip the consumed batches only when a train epoch is re-entered mid-way, else only their generators
-        are restored. An entry of :meth:`gathered_state_dict` gives this rank its part; saved at another world size
-        it is mapped (``view.resume_mapping``; ``InexactResumeWarning`` where inexact).
-        """
+        An entry of :meth:`gathered_state_dict` gives this rank its part, mapped from another world size
+        (``view.resume_mapping``; ``InexactResumeWarning`` where inexact; docs/distributed.md)."""
         began = _clock.now_us()
         loaded = self._parse_entry(entry)
         # Everything that needs no loader is valid. A loader part waiting for its loader (registered after
@@ -209,11 +199,9 @@ class Tracker:
             warnings.warn(problem, InexactResumeWarning, stacklevel=2)
 
     def resume_loaded_again(self) -> bool:
-        """Arm the train loaders registered next at the positions of the last :meth:`load_state_dict`; progress
-        and global RNGs stay as they are. For a resumed run that trained nothing (Lightning's ``fit(ckpt_path=...)``
-        with ``max_steps`` reached) and a later run that continues it. A loader that does not fit its position is
-        read from its start (:class:`InexactResumeWarning`). False, changing nothing, if nothing was loaded or a
-        train batch began since the load.
+        """Arm the train loaders registered next at the positions of the last :meth:`load_state_dict`, for a
+        resumed run that trained nothing and a later run that continues it (docs/adapters.md). False, changing
+        nothing, if nothing was loaded or a train batch began since the load.
         """
         loaded = self._loaded
         if loaded is None or self.progress.train.view.batches.lifetime.ready != loaded.batches_ready:
@@ -248,18 +236,17 @@ class Tracker:
         self._parse_entry(entry)
 
     def _parse_entry(self, entry: object) -> _LoadedEntry:
-        has_ranks = isinstance(entry, dict) and "ranks" in entry
         # Bounded (depth, lengths, 64-bit ints) before anything recurses over it; of "ranks", ``select``
         # checks the parts it reads, so a rank's cost does not grow with the number of ranks.
-        check_plain(
-            {n: v for n, v in entry.items() if n != "ranks"} if isinstance(entry, dict) and has_ranks else entry
-        )
-        entry = read_mapping(entry, "", required=(*ENTRY_KEYS, "ranks") if has_ranks else ENTRY_KEYS)
-        selected = select(entry["ranks"], self._loaders) if has_ranks else None
-        if selected is not None:
-            entry = selected.entry
-        problems = [] if selected is None else [f"elastic resume: {problem}" for problem in selected.problems]
-        with keys_under("" if selected is None else selected.key_prefix):
+        if isinstance(entry, dict) and "ranks" in entry:
+            check_plain({n: v for n, v in entry.items() if n != "ranks"})
+            selected = select(read_mapping(entry, "", required=(*ENTRY_KEYS, "ranks"))["ranks"], self._loaders)
+        else:
+            check_plain(entry)
+            selected = Selected(dict(read_mapping(entry, "", required=ENTRY_KEYS)), None, [])
+        entry = selected.entry
+        problems = [f"elastic resume: {problem}" for problem in selected.problems]
+        with keys_under(selected.key_prefix):
             with keys_under("progress"):
                 parsed_progress = parse(entry["progress"])
             with keys_under("rng"):
@@ -293,9 +280,7 @@ class Tracker:
                     position = self._loaders.get(index)
                     if position is not None:
                         ready[index] = (position, position.check(checked, resume_epoch))
-        return _LoadedEntry(
-            parsed_progress, rng, ready, parts, None if selected is None else selected.mapping, problems
-        )
+        return _LoadedEntry(parsed_progress, rng, ready, parts, selected.mapping, problems)
 
 
 @dataclasses.dataclass

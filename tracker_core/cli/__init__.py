@@ -135,9 +135,8 @@ def _history(path: str, as_json: bool) -> int:
     progress = checkpoint.entries[0]["progress"]
     if as_json:
         print(json.dumps({"path": str(checkpoint.path), **history_facts(progress)}, indent=2))
-        return 0
-    print(f"{checkpoint.path}: {checkpoint.location}")
-    print(history_table(progress))
+    else:
+        print(f"{checkpoint.path}: {checkpoint.location}\n{history_table(progress)}")
     return 0
 
 
@@ -147,18 +146,14 @@ def _device_rng_line(kinds: list[dict[str, Any]]) -> str:
         return "device RNG: none saved (no accelerator was initialised)"
     parts = []
     for kind in kinds:
-        sizes = sorted(set(kind["state_bytes"]))
-        size = f"{sizes[0]} bytes each" if len(sizes) == 1 else f"{'/'.join(map(str, kind['state_bytes']))} bytes"
-        here = kind.get("devices_here", 0)
-        where = (
-            "applied on resume here"
-            if kind["applied_here"]
-            else f"reported, not applied: this machine has {here or 'no'} {kind['kind']} device"
-            + ("s" if here > 1 else "")
-            + " (a resume here warns)"
-        )
+        sizes, here, name = kind["state_bytes"], kind["devices_here"], kind["kind"]
+        size = f"{sizes[0]} bytes each" if len(set(sizes)) == 1 else f"{'/'.join(map(str, sizes))} bytes"
         devices = "1 device" if kind["devices"] == 1 else f"{kind['devices']} devices"
-        parts.append(f"{kind['kind']}, {devices}, generator state {size}; {where}")
+        where = "applied on resume here"
+        if not kind["applied_here"]:
+            machine = f"{here or 'no'} {name} device{'s' if here > 1 else ''}"
+            where = f"reported, not applied: this machine has {machine} (a resume here warns)"
+        parts.append(f"{name}, {devices}, generator state {size}; {where}")
     return "device RNG: " + "; ".join(parts)
 
 

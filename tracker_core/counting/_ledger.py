@@ -85,7 +85,6 @@ class RunLedger:
         "_earlier",
         "_heartbeat",
         "_open_since",
-        "_open_us",
         "_restored",
         "_runs",
         "_stopping_early",
@@ -96,7 +95,6 @@ class RunLedger:
         self._runs: list[dict[str, Any]] = empty["runs"]
         self._earlier: dict[str, int] = empty["earlier"]
         self._open_since: int | None = None  # the clock when this process opened the last entry
-        self._open_us = 0  # wall microseconds the open entry had before ``_open_since``
         self._restored = False  # the open entry was loaded: another process ran it
         self._stopping_early = False
         self._heartbeat: dict[str, Any] | None = None  # the last beat read beside the loaded state's checkpoint
@@ -138,14 +136,12 @@ class RunLedger:
                 "lost": dict(NOTHING_LOST),
             }
         )
-        self._open_since, self._open_us, self._restored, self._stopping_early = _clock.now_us(), 0, False, False
+        self._open_since, self._restored, self._stopping_early = _clock.now_us(), False, False
         self._drop_oldest()
 
     def resume(self, kind: str, train: TrainStageProgress) -> None:
         """A restored run is re-entered: the process that saved it did not end it; a new entry opens."""
-        if self.restored_open:
-            self._settle_restored()
-        if self.open_entry is None:
+        if self.restored_open or self.open_entry is None:
             self.begin(kind, train)
 
     def note_heartbeat(self, beat: dict[str, Any]) -> None:
@@ -168,9 +164,7 @@ class RunLedger:
         are taken over, each having lost all its work (docs/schema.md, "The run ledger")."""
         entry, beat, self._heartbeat = self.open_entry, self._heartbeat, None
         assert entry is not None
-        ended = CRASHED
-        lost: dict[str, int] | str = UNKNOWN
-        later: list[dict[str, Any]] = []
+        entry["ended"], entry["lost"] = CRASHED, UNKNOWN
         at = self.ordinal - beat["run"] if beat is not None else -1  # this entry's place among the beat's
         beaten: list[dict[str, Any]] = beat["entries"][at:] if beat is not None and at >= 0 else []
         if beaten and _of_this_run(beaten[0], entry):
@@ -178,12 +172,10 @@ class RunLedger:
             reached = _reached(mine)
             if reached is not None:
                 wall = mine["microseconds"] + mine["lost"]["microseconds"] - entry["microseconds"]
-                lost = _lost_between(entry["end"], reached, wall)
+                entry["lost"] = _lost_between(entry["end"], reached, wall)
             if mine["ended"] != RUNNING:
-                ended = mine["ended"]  # it ended after the checkpoint: what it did since is lost all the same
-            later = [_unsaved(run) for run in after]
-        entry["ended"], entry["lost"] = ended, lost
-        self._runs.extend(later)
+                entry["ended"] = mine["ended"]  # it ended after the checkpoint: what it did since is lost all the same
+            self._runs.extend(_unsaved(run) for run in after)
         self._restored = False
         self._drop_oldest()
 
@@ -191,16 +183,16 @@ class RunLedger:
         """The open run was told to stop before its limits: it ends ``stopped_early`` when it completes."""
         self._stopping_early = True
 
-    def close(self, ended: str, train: TrainStageProgress, lost: dict[str, int] | str | None = None) -> None:
-        """The open entry ends: ``ended`` (``completed`` becomes ``stopped_early`` after :meth:`stop_early`);
-        ``lost`` replaces its lost work (None: nothing lost)."""
+    def close(self, ended: str, train: TrainStageProgress) -> None:
+        """The open entry ends: ``ended`` (``completed`` becomes ``stopped_early`` after :meth:`stop_early`),
+        having lost nothing."""
         entry = self.open_entry
         if entry is None:
             return
         self.update(train)
         if ended == COMPLETED and self._stopping_early:
             ended = STOPPED_EARLY
-        entry["ended"], entry["lost"] = ended, dict(NOTHING_LOST) if lost is None else lost
+        entry["ended"], entry["lost"] = ended, dict(NOTHING_LOST)
         self._open_since, self._restored, self._stopping_early = None, False, False
 
     def update(self, train: TrainStageProgress) -> None:
@@ -209,7 +201,7 @@ class RunLedger:
         if entry is None or self._open_since is None:
             return  # a restored entry stays as saved until the resume settles it
         entry["end"] = end = _train_counts(train)
-        entry["microseconds"] = self._open_us + _clock.now_us() - self._open_since
+        entry["microseconds"] = _clock.now_us() - self._open_since
         start = entry["start"]
         batches, samples, steps = (end[name] - start[name] for name in ("batches", "samples", "steps"))
         if batches:
@@ -234,6 +226,6 @@ class RunLedger:
         """Replace the ledger with a parsed one; its open entry waits for the resume to settle it."""
         self._runs = copy.deepcopy(ledger["runs"])
         self._earlier = dict(ledger["earlier"])
-        self._open_since, self._open_us, self._stopping_early = None, 0, False
+        self._open_since, self._stopping_early = None, False
         self._restored = self.open_entry is not None
         self._base = self.ordinal if self._restored else self.ordinal + 1

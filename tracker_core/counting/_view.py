@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from tracker_core.counting._counts import PhaseCounts, ScopeCounts, Tally
@@ -103,24 +104,20 @@ class _ReadOnly:
 
 
 def _seconds(tally: Tally) -> ScopeSeconds:
-    total = tally.total
-    return ScopeSeconds((total - tally.epoch_base) / 1e6, (total - tally.run_base) / 1e6, total / 1e6)
+    return ScopeSeconds(*(microseconds / 1e6 for microseconds in tally.scopes()))
 
 
 def _run_seconds(tally: Tally) -> RunSeconds:
-    return RunSeconds((tally.total - tally.run_base) / 1e6, tally.total / 1e6)
+    return RunSeconds(*_seconds(tally)[1:])
 
 
 def _rates(counts: ScopeCounts, seconds: ScopeSeconds) -> ScopeRates:
     return ScopeRates(*(n / s if s > 0 else None for n, s in zip(counts, seconds, strict=True)))
 
 
-def _sum(tallies: list[Tally]) -> ScopeCounts:
-    return ScopeCounts(
-        sum(t.total - t.epoch_base for t in tallies),
-        sum(t.total - t.run_base for t in tallies),
-        sum(t.total for t in tallies),
-    )
+def _sum(counts: Iterable[ScopeCounts]) -> ScopeCounts:
+    """``counts`` added up scope by scope (zeros when there are none)."""
+    return ScopeCounts(*map(sum, zip(ScopeCounts(0, 0, 0), *counts, strict=True)))
 
 
 class StageView(_ReadOnly):
@@ -216,7 +213,7 @@ class TrainStageView(StageView):
     @property
     def optimizer_steps(self) -> ScopeCounts:
         """Steps taken by all optimizers together."""
-        return _sum(self._stage._optimizer_steps)
+        return _sum(self.optimizer_steps_by_optimizer)
 
     @property
     def optimizer_steps_by_optimizer(self) -> tuple[ScopeCounts, ...]:
@@ -226,7 +223,7 @@ class TrainStageView(StageView):
     @property
     def optimizer_steps_skipped(self) -> ScopeCounts:
         """Steps skipped by all optimizers together (e.g. AMP overflow), not in optimizer_steps."""
-        return _sum(self._stage._optimizer_steps_skipped)
+        return _sum(self.optimizer_steps_skipped_by_optimizer)
 
     @property
     def optimizer_steps_skipped_by_optimizer(self) -> tuple[ScopeCounts, ...]:
@@ -294,11 +291,8 @@ class ProgressView(_ReadOnly):
         """Seconds of checkpoint saves and restores (the tracker's part of them) and of fast-forwards
         (a resume reading already-trained batches again), in run and lifetime scope."""
         p = self._progress
-        return OverheadSeconds(
-            _run_seconds(p._checkpoint_save_seconds),
-            _run_seconds(p._checkpoint_restore_seconds),
-            _run_seconds(p._fast_forward_seconds),
-        )
+        tallies = (p._checkpoint_save_seconds, p._checkpoint_restore_seconds, p._fast_forward_seconds)
+        return OverheadSeconds(*map(_run_seconds, tallies))
 
     @property
     def global_step(self) -> int:
@@ -328,12 +322,12 @@ class ProgressView(_ReadOnly):
     @property
     def total_batches(self) -> ScopeCounts:
         """Batches processed by all four stages together."""
-        return ScopeCounts(*(sum(s.batches[i].processed for s in self._stages()) for i in range(3)))
+        return _sum(ScopeCounts(*(phases.processed for phases in s.batches)) for s in self._stages())
 
     @property
     def total_samples(self) -> ScopeCounts:
         """Samples processed by all four stages together."""
-        return ScopeCounts(*(sum(s.samples[i] for s in self._stages()) for i in range(3)))
+        return _sum(s.samples for s in self._stages())
 
     def _stages(self) -> tuple[StageView, ...]:
         return (self.train, self.validate, self.test, self.predict)

@@ -104,19 +104,17 @@ class Display:
         self._metrics_failed = False
         self._max_epochs: int | None = None
         self._batches: dict[str, int | None] = {}
-        self._meters: dict[str, Meter] = {}
-        self._stages: dict[str, str] = {}  # line name -> the view's stage it counts
-        self._name = ""
-        self._live: LiveLine | None = None
+        self._meters: dict[str, Meter] = {}  # per line name
+        self._name = ""  # the current line
+        self._stage = ""  # the view's stage it counts
         if terminal is None:
             terminal = self._stream.isatty()
         try:
             import rich  # noqa: F401
         except ImportError:
-            self._write(_NO_RICH)
+            write_line(self._stream, _NO_RICH)
             terminal = False
-        if terminal:
-            self._live = LiveLine(self._stream)
+        self._live = LiveLine(self._stream) if terminal else None
         self._sample_due = 0.0
         self._due = clock() + (0.0 if self._live is not None else interval)
 
@@ -134,8 +132,7 @@ class Display:
     def update(self, stage: str, name: str | None = None) -> None:
         """``stage`` is running, shown as ``name`` (default: the stage): redraw or print a line when due
         (cheap otherwise)."""
-        if (name or stage) != self._name:
-            self._switch(stage, name or stage)
+        self._switch(stage, name or stage)
         now = self._clock()
         if now >= self._sample_due:
             self._measure(now)
@@ -144,8 +141,7 @@ class Display:
 
     def epoch_end(self, stage: str, name: str | None = None) -> None:
         """An epoch of ``stage`` has done its batches: show its final line (kept on a terminal)."""
-        if (name or stage) != self._name:
-            self._switch(stage, name or stage)
+        self._switch(stage, name or stage)
         now = self._clock()
         self._measure(now)
         self._show(now, final=True)
@@ -173,74 +169,73 @@ class Display:
         if self._live is not None:
             self._live.print(text)
         else:
-            self._write(text)
+            write_line(self._stream, text)
 
     # reading the view ------------------------------------------------------------------
+    def _counts(self) -> tuple[int, int, int]:
+        """What a meter measures: the current stage's lifetime samples, processed batches and tokens."""
+        stage = self._view.stage(self._stage)
+        return stage.samples.lifetime, stage.batches.lifetime.processed, stage.tokens.lifetime
+
     def _measure(self, now: float) -> None:
-        stage = self._view.stage(self._stages[self._name])
-        self._meters[self._name].measure(
-            stage.samples.lifetime, stage.batches.lifetime.processed, stage.tokens.lifetime
-        )
+        self._meters[self._name].measure(*self._counts())
         self._sample_due = now + _SAMPLE_EVERY
 
     def _status(self) -> Status:
         """The current line's status, at the rates measured last."""
-        view = self._view
-        name = self._name
-        meter = self._meters[name]
-        stage = view.stage(self._stages[name])
+        view, meter = self._view, self._meters[self._name]
+        stage = view.stage(self._stage)
         done = stage.batches.epoch.processed
         fit = view.run.kind == "fit"
         epoch = view.train.epochs.run.ready if fit else None
-        total = self._batches.get(name)
+        total = self._batches.get(self._name)
         return Status(
-            stage=name,
+            stage=self._name,
             epoch=epoch,
             max_epochs=self._max_epochs if fit else None,
             batch=done,
             batches=total,
             steps=view.global_step if fit else None,
-            samples_per_second=meter.samples_per_second,
-            eta=self._eta(self._stages[name], done, total, epoch, meter.batches_per_second),
-            metrics=self._shown_metrics(name),
-            tokens_per_second=meter.tokens_per_second if stage.tokens.lifetime else None,
+            samples_per_second=meter.speed("samples"),
+            eta=self._eta(done, total, epoch, meter.speed("batches")),
+            metrics=self._shown_metrics(),
+            tokens_per_second=meter.speed("tokens") if stage.tokens.lifetime else None,
         )
 
-    def _eta(self, stage: str, done: int, total: int | None, epoch: int | None, rate: float | None) -> float | None:
+    def _eta(self, done: int, total: int | None, epoch: int | None, rate: float | None) -> float | None:
         """Seconds left at ``rate`` batches/s: of the fit's train batches, or of an evaluation epoch."""
         if total is None or not rate:
             return None
         remaining = max(total - done, 0)
-        if stage == "train":
+        if self._stage == "train":
             if self._max_epochs is None or epoch is None:
                 return None
             remaining += max(self._max_epochs - epoch, 0) * total
         return remaining / rate
 
-    def _shown_metrics(self, name: str) -> tuple[tuple[str, str], ...]:
+    def _shown_metrics(self) -> tuple[tuple[str, str], ...]:
         if self._metrics is None or self._metrics_failed:
             return ()
         try:
-            return tuple((str(key), format_metric(value)) for key, value in self._metrics(name).items())
+            return tuple((str(key), format_metric(value)) for key, value in self._metrics(self._name).items())
         except Exception as error:  # a user's metric or transform must not stop the training
             self._metrics_failed = True
             warnings.warn(f"progress display: reading the metrics failed ({error!r}); none are shown", stacklevel=2)
             return ()
 
     def _switch(self, stage: str, name: str) -> None:
-        """Another line runs now: the last one's rates are measured up to now and its clock stops."""
+        """If line ``name`` is another line than the last, it runs now: the last one's rates are measured up to
+        now and its clock stops."""
+        if name == self._name:
+            return
         now = self._clock()
         if self._name:
             self._measure(now)
             self._meters[self._name].pause()
-        self._name = name
-        self._stages[name] = stage
+        self._name, self._stage = name, stage
         meter = self._meters.get(name)
         if meter is None:
-            view = self._view.stage(stage)
-            self._meters[name] = Meter(
-                self._clock, view.samples.lifetime, view.batches.lifetime.processed, view.tokens.lifetime
-            )
+            self._meters[name] = Meter(self._clock, *self._counts())
         else:
             meter.resume()
         self._sample_due = 0.0
@@ -250,15 +245,12 @@ class Display:
         status = self._status()
         line = format_status(status)
         if self._live is None:
-            self._write(line)
+            write_line(self._stream, line)
             self._due = now + self._interval
-        elif final:
+            return
+        self._due = now
+        if final:
             self._live.stop()
             self._live.print(line)
-            self._due = now
         else:
             self._live.show(line, status.batch, status.batches)
-            self._due = now
-
-    def _write(self, line: str) -> None:
-        write_line(self._stream, line)

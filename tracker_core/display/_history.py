@@ -36,10 +36,6 @@ def history_facts(progress: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _span(run: dict[str, Any], name: str) -> str:
-    return f"{run['start'][name]}->{run['end'][name]}"
-
-
 def _lost(lost: dict[str, int] | str) -> str:
     if lost == UNKNOWN:
         return "unknown (no heartbeat file; pass heartbeat=PATH to measure it)"
@@ -57,7 +53,7 @@ def _row(run: dict[str, Any]) -> list[str]:
         str(run["world_size"]),
         str(run["global_batch_size"] or "-"),
         str(run["accumulation"] or "-"),
-        *(_span(run, name) for name in ("batches", "samples", "steps", "tokens")),
+        *(f"{run['start'][name]}->{run['end'][name]}" for name in ("batches", "samples", "steps", "tokens")),
         f"{run['microseconds'] / 1e6:.1f}s",
         run["ended"],
         _lost(run["lost"]),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+_COUNTED = ("samples", "batches", "tokens")  # what a meter's rich tasks count, in order
+
 
 class Meter:
     """Rates from ``rich.progress`` task speeds: the counts gained over the last 30 s of this stage's own time,
@@ -24,7 +26,7 @@ class Meter:
         except ImportError:
             return
         self._model = Progress(get_time=self._stage_time, auto_refresh=False, disable=True)
-        for name, count in (("samples", samples), ("batches", batches), ("tokens", tokens)):
+        for name, count in zip(_COUNTED, (samples, batches, tokens), strict=True):
             self._model.add_task(name, total=None, completed=count)
         self._tasks = self._model.tasks
 
@@ -49,23 +51,10 @@ class Meter:
             return
         counts = tuple(zip(self._tasks, (samples, batches, tokens), strict=True))
         went_back = any(count < task.completed for task, count in counts)
+        set_count = self._model.reset if went_back else self._model.update
         for task, count in counts:
-            if went_back:
-                self._model.reset(task.id, completed=count)
-            else:
-                self._model.update(task.id, completed=count)
+            set_count(task.id, completed=count)
 
-    @property
-    def samples_per_second(self) -> float | None:
-        return self._speed(0)
-
-    @property
-    def batches_per_second(self) -> float | None:
-        return self._speed(1)
-
-    @property
-    def tokens_per_second(self) -> float | None:
-        return self._speed(2)
-
-    def _speed(self, task: int) -> float | None:
-        return self._tasks[task].speed if self._tasks else None
+    def speed(self, counted: str) -> float | None:
+        """``counted`` (``"samples"``, ``"batches"`` or ``"tokens"``) per second; None without rich or a rate."""
+        return self._tasks[_COUNTED.index(counted)].speed if self._tasks else None

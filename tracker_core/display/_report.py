@@ -22,7 +22,7 @@ def _batches(count: int) -> str:
     return f"{count} batch" if count == 1 else f"{count} batches"
 
 
-def _rounded(values: tuple[float | None, ...], digits: int) -> list[str]:
+def _rounded(values: Sequence[float | None], digits: int) -> list[str]:
     return ["-" if value is None else f"{value:.{digits}f}" for value in values]
 
 
@@ -30,23 +30,24 @@ def _summed(items: list[dict[str, int]]) -> dict[str, int]:
     return {s: sum(item[s] for item in items) for s in Scope}
 
 
-def taken_at(progress: dict[str, Any]) -> str:
-    """The last event phase marked before the state was taken, e.g. ``"train batch processed"``."""
-    where = progress["where"]
-    return " ".join(filter(None, where.values())) if where else "nothing happened yet"
+def _loaded(progress: dict[str, Any]) -> ProgressView:
+    """The view of ``progress`` loaded (migrated: an older state has no times, 0); ``ProgressStateError`` if the
+    state is damaged."""
+    loaded = Progress()
+    loaded.load_state_dict(progress)
+    return loaded.view
 
 
 def progress_facts(progress: dict[str, Any]) -> dict[str, Any]:
     """What a resume from ``progress`` (a ``Progress.state_dict()``) starts from, as plain data (docs/cli.md,
     ``facts``); ``ProgressStateError`` if the state is damaged."""
-    loaded = Progress()
-    loaded.load_state_dict(progress)
-    return _facts(progress, loaded.view)
+    return _facts(progress, _loaded(progress))
 
 
 def _facts(progress: dict[str, Any], view: ProgressView) -> dict[str, Any]:
+    where = progress["where"]  # the last event phase marked, e.g. "train batch processed"
     return {
-        "taken_at": taken_at(progress),
+        "taken_at": " ".join(filter(None, where.values())) if where else "nothing happened yet",
         "run_kind": progress["run"]["kind"],
         "global_step": view.global_step,
         "epoch_index": view.epoch_index,
@@ -70,9 +71,7 @@ def aligned(rows: Sequence[Sequence[str]], *, rule: bool = False) -> list[str]:
 def progress_table(progress: dict[str, Any]) -> str:
     """``progress`` (a ``Progress.state_dict()``) for people: its counts per stage and scope (docs/cli.md,
     ``inspect``), where it was taken, whether mid-epoch or mid-accumulation, overhead seconds and anomalies."""
-    loaded = Progress()
-    loaded.load_state_dict(progress)  # migrated: an older state has no times (0)
-    view = loaded.view
+    view = _loaded(progress)
     rows = [("stage", "count", *(scope.value for scope in Scope))]
     for name, stage in progress["stages"].items():
         if not stage["batches"]["lifetime"]["ready"] and not stage["epochs"]["lifetime"]["ready"]:
@@ -81,12 +80,12 @@ def progress_table(progress: dict[str, Any]) -> str:
         rows.append((name, "epochs", *_phased(stage["epochs"])))
         rows.append(("", "batches", *_phased(stage["batches"])))
         rows.append(("", "samples", *_scoped(stage["samples"])))
-        rows.append(("", "seconds", *_rounded(tuple(timed.seconds), 2)))
-        rows.append(("", "samples/s", *_rounded(tuple(timed.samples_per_second), 1)))
+        rows.append(("", "seconds", *_rounded(timed.seconds, 2)))
+        rows.append(("", "samples/s", *_rounded(timed.samples_per_second, 1)))
         if timed.tokens.lifetime:  # from the loaded view: an older state has no tokens
             rows.append(("", "tokens", *map(str, timed.tokens)))
             rows.append(("", "non-padding tokens", *map(str, timed.non_padding_tokens)))
-            rows.append(("", "tokens/s", *_rounded(tuple(timed.tokens_per_second), 1)))
+            rows.append(("", "tokens/s", *_rounded(timed.tokens_per_second, 1)))
         if "optimizer_steps" in stage:
             rows.append(("", "optimizer steps", *_scoped(_summed(stage["optimizer_steps"]))))
             skipped = _summed(stage["optimizer_steps_skipped"])
