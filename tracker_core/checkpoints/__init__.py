@@ -356,7 +356,7 @@ def _read_accelerate(folder: Path, names: list[str]) -> ProgressCheckpoint:
             raise CheckpointFileError(f"{folder}: {accelerate_file.MIXED}: {problem}")
         _validate(file, "['tracker']", saved.tracker)
         entries.append(saved.tracker)
-    unchecked = (_NO_COMMIT,)
+    unchecked: tuple[str, ...] = (_NO_COMMIT,)
     if first.folder is not None:
         unchecked = tuple(f"{path} {_AFTER_COMMIT}" for path in accelerate_file.uncommitted(str(folder), first))
     return ProgressCheckpoint(folder, "accelerate", "progress_tracker_<rank>.pt['tracker']", tuple(entries), unchecked)

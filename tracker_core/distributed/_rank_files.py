@@ -278,16 +278,9 @@ class RankTensors(_LazyRanks[Any]):
         self.key = key
 
     @classmethod
-    def of(
-        cls,
-        index: object,
-        checkpoint: str | os.PathLike[str] | None = None,
-        *,
-        folders: Sequence[str | os.PathLike[str]] = (),
-        key: str = "ranks",
-    ) -> RankTensors:
+    def of(cls, index: object, checkpoint: str | os.PathLike[str] | None, *, key: str) -> RankTensors:
         """The files an index of :func:`write_rank_tensors` names, found as :func:`with_rank_files` says."""
-        folder, size, save_id, fields = _find_save(index, TENSOR_INDEX_KEYS, key, checkpoint, folders)
+        folder, size, save_id, fields = _find_save(index, TENSOR_INDEX_KEYS, key, checkpoint, ())
         name = fields["name"]
         if not isinstance(name, str) or not re.fullmatch(r"[a-z_]+", name):
             raise ProgressStateError(f"{key}.name", "expected a lowercase name")
