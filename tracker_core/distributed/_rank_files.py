@@ -139,14 +139,11 @@ class _LazyRanks(Sequence[_Part]):
     def __getitem__(self, index: slice) -> list[_Part]: ...
     def __getitem__(self, index: int | slice) -> _Part | list[_Part]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self.world_size))]
-        if index < 0:
-            index += self.world_size
-        if not 0 <= index < self.world_size:
-            raise IndexError(index)
-        if index not in self._read:
-            self._read[index] = self._load(index)
-        return self._read[index]
+            return [self[rank] for rank in range(self.world_size)[index]]
+        rank = range(self.world_size)[index]  # a negative index, or IndexError, as a list's
+        if rank not in self._read:
+            self._read[rank] = self._load(rank)
+        return self._read[rank]
 
     @abstractmethod
     def _load(self, rank: int) -> _Part:
