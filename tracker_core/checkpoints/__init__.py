@@ -85,10 +85,8 @@ class ProgressCheckpoint:
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> ProgressCheckpoint:
-    """Find the progress entry of a checkpoint file or folder (or its fsspec URL) and validate it.
-
-    Raises :class:`CheckpointFileError` naming the path and the problem (docs/cli.md lists them).
-    """
+    """Find the progress entry of a checkpoint file or folder (or its fsspec URL) and validate it; a
+    :class:`CheckpointFileError` names the path and the problem (docs/cli.md lists them)."""
     found = _local_or_url(path)
     return _read_url(found) if isinstance(found, str) else _read_local(found, None)
 
