@@ -1,17 +1,7 @@
-"""Where each framework's checkpoint keeps the progress entry, and reading it back without the framework.
-
-::
-
-    from tracker_core.checkpoints import newest_intact_checkpoint
-    trainer.fit(model, ckpt_path=newest_intact_checkpoint("checkpoints/"))
-
-The layouts, defined once here (the adapters import the keys): a Lightning ``.ckpt`` keeps the entry in
-``checkpoint["callbacks"][LIGHTNING_STATE_KEY]`` and an accumulation window's partial gradients in
-``checkpoint[LIGHTNING_GRADIENTS_KEY]``; an Ignite ``ProgressHandler``'s state is a dict with exactly
-``IGNITE_STATE_KEYS``; a plain loop's ``torch.save`` file keeps it in ``checkpoint[PLAIN_STATE_KEY]``; an
-Accelerate ``save_state`` folder in ``progress_tracker_{rank}.pt`` (``tracker_core.adapter.accelerate_checkpoint``).
-No framework is imported, and no pickled code runs. docs/cli.md gives the formats, the integrity checks made
-before a file is loaded and the errors (``progress-tracker inspect`` / ``diff`` use these functions).
+"""Reading the progress entry back from a checkpoint without its framework (no pickled code runs), and the
+layouts' keys the adapters import: a Lightning checkpoint's ``["callbacks"][LIGHTNING_STATE_KEY]`` (partial
+gradients under ``[LIGHTNING_GRADIENTS_KEY]``), an Ignite handler's state of exactly ``IGNITE_STATE_KEYS``, a
+plain loop's ``[PLAIN_STATE_KEY]``. docs/cli.md gives the formats, the checks made before loading and the errors.
 """
 
 from __future__ import annotations
@@ -62,6 +52,10 @@ _NO_COMMIT = (
     "Accelerate's files (the folder has no commit: the AcceleratorProgress that saved it was not registered for "
     "checkpointing, accelerator.register_for_checkpointing(progress), so only its progress files are checked)"
 )
+_AFTER_COMMIT = (
+    "(not in the folder when the save committed: written after it, by an object registered for checkpointing after "
+    "the progress or by something else)"
+)
 _LOOKED_FOR = (
     f"looked for checkpoint['callbacks'][{LIGHTNING_STATE_KEY!r}] (Lightning ProgressTracker) and for a value "
     f"with keys {', '.join(map(repr, IGNITE_STATE_KEYS))} (Ignite ProgressHandler) and for "
@@ -70,10 +64,8 @@ _LOOKED_FOR = (
 
 
 class CheckpointFileError(ValueError):
-    """A checkpoint cannot be used: missing, truncated, without a progress entry, or with a damaged one.
-
-    The message names the file or folder and what is wrong.
-    """
+    """A checkpoint cannot be used (missing, truncated, without a progress entry, or with a damaged one); the
+    message names the file or folder and what is wrong."""
 
 
 @dataclass(frozen=True)
@@ -93,10 +85,8 @@ class ProgressCheckpoint:
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> ProgressCheckpoint:
-    """Find the progress entry of a checkpoint file or folder (or its fsspec URL) and validate it.
-
-    Raises :class:`CheckpointFileError` naming the path and the problem (docs/cli.md lists them).
-    """
+    """Find the progress entry of a checkpoint file or folder (or its fsspec URL) and validate it; a
+    :class:`CheckpointFileError` names the path and the problem (docs/cli.md lists them)."""
     found = _local_or_url(path)
     return _read_url(found) if isinstance(found, str) else _read_local(found, None)
 
@@ -127,13 +117,10 @@ def newest_intact_checkpoint(paths: str | Iterable[str | os.PathLike[str]]) -> P
 
 
 def newest_intact_checkpoint(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> Path | str:
-    """The newest checkpoint whose progress entry reads and validates: the one to resume from.
-
-    ``paths``: checkpoint files and folders, or one directory (or fsspec URL) to search recursively. Newest
-    means the latest modification time. Each newer candidate that is damaged is skipped with a ``UserWarning``
-    naming it and why; :class:`CheckpointFileError` if none is intact. A URL's checkpoint comes back as its URL
-    (a ``str``). docs/cli.md gives the search and the order.
-    """
+    """The newest checkpoint (by modification time) whose progress entry reads and validates: the one to resume
+    from. ``paths``: checkpoint files and folders, or one directory (or fsspec URL) to search recursively. Each
+    newer damaged candidate is skipped with a ``UserWarning`` naming it and why; :class:`CheckpointFileError` if
+    none is intact. A URL's checkpoint comes back as its URL (a ``str``); docs/cli.md gives the search."""
     candidates = sorted(_candidates(paths), key=lambda p: (_modified(p), _natural(str(p))), reverse=True)
     skipped: list[str] = []
     for candidate in candidates:
@@ -367,15 +354,9 @@ def _read_accelerate(folder: Path, names: list[str]) -> ProgressCheckpoint:
             raise CheckpointFileError(f"{folder}: {accelerate_file.MIXED}: {problem}")
         _validate(file, "['tracker']", saved.tracker)
         entries.append(saved.tracker)
-    unchecked = (
-        tuple(
-            f"{path} (not in the folder when the save committed: written after it, by an object registered for "
-            "checkpointing after the progress or by something else)"
-            for path in accelerate_file.uncommitted(str(folder), first)
-        )
-        if first.folder is not None
-        else (_NO_COMMIT,)
-    )
+    unchecked: tuple[str, ...] = (_NO_COMMIT,)
+    if first.folder is not None:
+        unchecked = tuple(f"{path} {_AFTER_COMMIT}" for path in accelerate_file.uncommitted(str(folder), first))
     return ProgressCheckpoint(folder, "accelerate", "progress_tracker_<rank>.pt['tracker']", tuple(entries), unchecked)
 
 

@@ -1,7 +1,5 @@
-"""Checkpoints at fsspec URLs (``memory://``, ``s3://``, ...), copied into a temporary folder to be read there.
-
-docs/cli.md, "Checkpoints at URLs". fsspec is installed with torch; a protocol needing another package says which.
-"""
+"""Checkpoints at fsspec URLs (``memory://``, ``s3://``, ...), copied into a temporary folder to be read there
+(docs/cli.md, "Checkpoints at URLs")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The lifetime a model's weights carry (``tracker_core.track_lifetime``), read from a weights-only file or the
-folder of Accelerate's ``save_model`` when a path holds no trainer checkpoint (docs/cli.md, "Weights only")."""
+"""The lifetime a model's weights carry (``tracker_core.track_lifetime``), read where a path holds no trainer
+checkpoint (docs/cli.md, "Weights only")."""
 
 from __future__ import annotations
 
@@ -21,10 +21,9 @@ _WEIGHT_FILE = re.compile(r"(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bi
 
 
 def read_weights_lifetime(path: str | os.PathLike[str]) -> ProgressCheckpoint | None:
-    """The furthest lifetime in the weights at ``path`` (a file, an Accelerate ``save_model`` folder or
-    their URL) as a checkpoint of format ``"weights"`` with one entry, ``{"progress": state}``; None
-    if ``path`` holds no lifetime (or no weights). ``CheckpointFileError`` naming the file and the
-    buffer if a lifetime is damaged, or a safetensors file is cut short."""
+    """The furthest lifetime in the weights at ``path`` (a file, an Accelerate ``save_model`` folder or their
+    URL) as a checkpoint of format ``"weights"`` with one entry, ``{"progress": state}``; None if there is none.
+    ``CheckpointFileError`` names the file if a lifetime or a safetensors file is damaged."""
     found = _local_or_url(path)
     return _read_url(found) if isinstance(found, str) else _read_local(found)
 
@@ -85,11 +84,9 @@ def _safetensors_lifetimes(file: Path) -> dict[str, dict[str, Any]]:
         with safe_open(str(file), framework="pt") as tensors:
             names = tensors.keys()  # only the lifetime buffers are read
             lifetimes = {name: tensors.get_tensor(name) for name in names if name.rpartition(".")[2] == BUFFER}
-            return _located("weights", lifetimes, file)
-    except CheckpointFileError:
-        raise
     except Exception as error:  # untrusted bytes (cut short, a bad header): whatever safetensors raises
         raise CheckpointFileError(f"{file}: damaged safetensors file ({type(error).__name__}: {error})") from None
+    return _located("weights", lifetimes, file)
 
 
 def _located(where: str, weights: Mapping[Any, Any], file: Path) -> dict[str, dict[str, Any]]:

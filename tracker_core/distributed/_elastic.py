@@ -1,8 +1,5 @@
-"""The entry a rank loads, at any world size, from a checkpoint holding every rank's entry (``_to_writer.py``).
-
-At another world size each train loader's mid-epoch position is mapped by global samples of its epoch and the
-progress re-based to the new geometry (docs/distributed.md, "Elastic resume by samples").
-"""
+"""The entry a rank loads, at any world size, from a checkpoint holding every rank's entry (docs/distributed.md,
+"Elastic resume by samples": another world size maps each train loader's position by global samples)."""
 
 from __future__ import annotations
 
@@ -36,7 +33,7 @@ class Selected:
     entry: dict[str, Any]
     mapping: dict[str, Any] | None
     problems: list[str]
-    key_prefix: str = ""  # where ``entry`` (mapped: the rank it was built from) sits in the saved entry ("ranks.1")
+    key_prefix: str  # where ``entry`` (mapped: the rank it was built from) sits in the saved entry ("ranks.1")
 
 
 def world() -> tuple[int, int]:
@@ -62,9 +59,8 @@ def reenters_train_epoch(epochs: PhaseCounts) -> bool:
 
 
 def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
-    """This rank's entry from the saved ``ranks`` (a list, or :class:`RankFiles`), validated only as far as the
-    mapping reads them: at the saved world size this rank's entry alone; at another, the one it maps from and
-    every rank's train loader positions (from rank files: the writer's summary of them)."""
+    """This rank's entry from the saved ``ranks`` (a list, or :class:`RankFiles`), validated as far as it is read:
+    at the saved world size this rank's entry; at another, the source rank's and every rank's loader positions."""
     if is_index(ranks):
         raise ProgressStateError(
             "ranks",
@@ -107,10 +103,9 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
 
 
 def _read_for_mapping(ranks: Sequence[Any], summaries: Sequence[object] | None, source_rank: int) -> None:
-    """Check what a mapping reads: the source rank's entry, and every rank's train loaders without ``summaries``."""
+    """Check what a mapping reads: the source rank's entry, and every rank's train loaders unless the writer
+    summarised them (``summaries``: rank files, of which only the source rank's is read)."""
     check_plain(ranks[source_rank], f"ranks.{source_rank}")
-    # Every rank's entry (in memory); else (rank files) the writer summarised every rank's loader positions, and
-    # the source rank's file alone is read.
     for index in range(len(ranks)) if summaries is None else (source_rank,):
         read_mapping(ranks[index], f"ranks.{index}", required=ENTRY_KEYS)
         check_plain(ranks[index]["train_loaders"], f"ranks.{index}.train_loaders")

@@ -30,18 +30,38 @@ def summarize_loaders(ranks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
 
 
 def summarize_loader(ranks: Sequence[Mapping[str, Any]], index: int) -> dict[str, Any]:
-    """Every saved rank's train loader ``index`` checked against the others, reduced to what the mapping reads
+    """Every saved rank's train loader ``index`` checked against rank 0's, reduced to what the mapping reads
     (``SUMMARY_KEYS``; docs/distributed.md, "Rank files"); ``ProgressStateError`` names the key."""
-    saved_size = len(ranks)
     consumed: list[int] = []
     first: dict[str, Any] | None = None
     finished = True
     for rank, entry in enumerate(ranks):
-        state_key = f"ranks.{rank}.train_loaders.{index}"
-        state, saved = _saved_sharding(entry, state_key, index)
+        key = f"ranks.{rank}.train_loaders.{index}"
+        states = entry["train_loaders"]
+        if not isinstance(states, list) or index >= len(states) or not isinstance(states[index], dict):
+            raise ProgressStateError(key, "missing: every rank must save the same train loaders")
+        state = states[index]
+        saved = read_distributed(state.get("distributed"), f"{key}.distributed")
+        if saved is None or saved["batch_size"] is None:
+            raise ProgressStateError(
+                f"{key}.distributed",
+                "saved without a DistributedSampler and a batch_size, or batch sharding over a seedable sampler: "
+                "its position cannot be mapped",
+            )
         first = saved if first is None else first
-        _check_with_first(state, saved, first, state_key, rank, saved_size)
-        consumed.append(read_int(state.get("batches_consumed"), f"{state_key}.batches_consumed", minimum=0))
+        check_same_order(saved, first, f"{key}.distributed", "rank 0 saved")
+        if is_batch_sharded(saved) and state.get("kind") != "sampler_replay":
+            raise ProgressStateError(
+                f"{key}.kind", "a batch-sharded position is mapped by replaying its sampler: 'sampler_replay' only"
+            )
+        if (saved["num_replicas"], saved["rank"]) != (len(ranks), rank):
+            raise ProgressStateError(
+                f"{key}.distributed.rank",
+                f"saved by rank {saved['rank']} of {saved['num_replicas']}, listed as rank {rank} of {len(ranks)}",
+            )
+        if saved["batch_size"] != first["batch_size"]:
+            raise ProgressStateError(f"{key}.distributed.batch_size", "ranks saved different batch sizes")
+        consumed.append(read_int(state.get("batches_consumed"), f"{key}.batches_consumed", minimum=0))
         finished = finished and consumed[-1] == state.get("batches_per_epoch")
     assert first is not None  # ranks is not empty
     return {
@@ -51,48 +71,8 @@ def summarize_loader(ranks: Sequence[Mapping[str, Any]], index: int) -> dict[str
         "consumed_max": max(consumed),
         "ahead": sum(consumed) - min(consumed) * len(consumed),
         "finished": finished,
-        "consumed": consumed if saved_size <= _LISTED else None,
+        "consumed": consumed if len(ranks) <= _LISTED else None,
     }
-
-
-def _saved_sharding(entry: Mapping[str, Any], state_key: str, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A saved rank's train loader ``index`` (under ``state_key``) and its sharding, refused where it cannot be mapped."""
-    states = entry["train_loaders"]
-    if not isinstance(states, list) or index >= len(states) or not isinstance(states[index], dict):
-        raise ProgressStateError(state_key, "missing: every rank must save the same train loaders")
-    state = states[index]
-    saved = read_distributed(state.get("distributed"), f"{state_key}.distributed")
-    if saved is None or saved["batch_size"] is None:
-        raise ProgressStateError(
-            f"{state_key}.distributed",
-            "saved without a DistributedSampler and a batch_size, or batch sharding over a seedable sampler: "
-            "its position cannot be mapped",
-        )
-    return state, saved
-
-
-def _check_with_first(
-    state: Mapping[str, Any],
-    saved: Mapping[str, Any],
-    first: Mapping[str, Any],
-    state_key: str,
-    rank: int,
-    saved_size: int,
-) -> None:
-    """Rank ``rank``'s loader ``state`` and its sharding ``saved`` agree with rank 0's sharding ``first``."""
-    check_same_order(saved, first, f"{state_key}.distributed", "rank 0 saved")
-    if is_batch_sharded(saved) and state.get("kind") != "sampler_replay":
-        raise ProgressStateError(
-            f"{state_key}.kind",
-            "a batch-sharded position is mapped by replaying its sampler: 'sampler_replay' only",
-        )
-    if (saved["num_replicas"], saved["rank"]) != (saved_size, rank):
-        raise ProgressStateError(
-            f"{state_key}.distributed.rank",
-            f"saved by rank {saved['rank']} of {saved['num_replicas']}, listed as rank {rank} of {saved_size}",
-        )
-    if saved["batch_size"] != first["batch_size"]:
-        raise ProgressStateError(f"{state_key}.distributed.batch_size", "ranks saved different batch sizes")
 
 
 def read_summary(summaries: Sequence[object], index: int, saved_size: int) -> dict[str, Any]:

@@ -1,10 +1,5 @@
-"""Every rank's entry in its own small file beside the checkpoint; the checkpoint keeps an index of them.
-
-The layout, where a reader looks for the files and what it checks: docs/distributed.md, "Rank files". A new
-save writes a new ``<save_id>`` folder before the checkpoint and removes the older ones after it
-(:func:`remove_other_saves`), so a save cut short leaves the last checkpoint readable. Local paths use ``os``;
-a URL (``s3://``, ``memory://``) goes through fsspec, as Lightning's own checkpoint IO does.
-"""
+"""Every rank's entry in its own small file beside the checkpoint, which keeps an index of them: the layout,
+where a reader looks and what it checks are in docs/distributed.md, "Rank files"."""
 
 from __future__ import annotations
 
@@ -51,10 +46,8 @@ def canonical(entry: object) -> bytes:
 
 
 def write_rank_files(entry: Mapping[str, Any], checkpoint: str | os.PathLike[str]) -> dict[str, Any]:
-    """Write each rank's part of the gathered ``entry`` beside ``checkpoint``; return the entry with the index.
-
-    Call it on the writer before the checkpoint itself is written; after that, :func:`remove_other_saves`.
-    """
+    """Write each rank's part of the gathered ``entry`` in a new save's folder beside ``checkpoint``; return the
+    entry with the index. Call it before the checkpoint is written, :func:`remove_other_saves` after."""
     ranks = entry["ranks"]
     index = _new_save(checkpoint, uuid.uuid4().hex, len(ranks))
     for rank, part in enumerate(ranks):
@@ -119,12 +112,9 @@ def with_rank_files(
     *,
     folders: Sequence[str | os.PathLike[str]] = (),
 ) -> object:
-    """``entry`` with its index of rank files replaced by a :class:`RankFiles` reading them lazily.
-
-    ``checkpoint``: the path (or URL) the checkpoint was read from, None if unknown; ``folders``: other
-    folders the checkpoint may be in (looked in after ``checkpoint``'s, before the folder the files were
-    written to). Any other entry is returned as it is. A malformed index, or rank files found nowhere,
-    raise ``ProgressStateError`` naming ``ranks``.
+    """``entry`` with its index of rank files replaced by a :class:`RankFiles` reading them lazily; any other
+    entry as it is. ``checkpoint``: the path (or URL) it was read from, if known; ``folders``: other folders to
+    look in. A malformed index, or files found nowhere, raise ``ProgressStateError`` naming ``ranks``.
     """
     if not isinstance(entry, Mapping) or not is_index(entry.get("ranks")):
         return entry
@@ -149,14 +139,11 @@ class _LazyRanks(Sequence[_Part]):
     def __getitem__(self, index: slice) -> list[_Part]: ...
     def __getitem__(self, index: int | slice) -> _Part | list[_Part]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self.world_size))]
-        if index < 0:
-            index += self.world_size
-        if not 0 <= index < self.world_size:
-            raise IndexError(index)
-        if index not in self._read:
-            self._read[index] = self._load(index)
-        return self._read[index]
+            return [self[rank] for rank in range(self.world_size)[index]]
+        rank = range(self.world_size)[index]  # a negative index, or IndexError, as a list's
+        if rank not in self._read:
+            self._read[rank] = self._load(rank)
+        return self._read[rank]
 
     @abstractmethod
     def _load(self, rank: int) -> _Part:
@@ -227,9 +214,8 @@ def _find_save(
     checkpoint: str | os.PathLike[str] | None,
     folders: Sequence[str | os.PathLike[str]],
 ) -> tuple[str, int, str, Mapping[str, Any]]:
-    """``(folder, world_size, save_id, index)`` of the save an index with ``keys`` names, checked (errors name ``key``);
-    the folder is the first that exists, in :func:`with_rank_files`'s order (a file missing in it is named
-    when that rank's file is read)."""
+    """``(folder, world_size, save_id, index)`` of the save an index with ``keys`` names, checked (errors name
+    ``key``); the folder is the first that exists (docs/distributed.md, "Rank files", gives the order)."""
     if not isinstance(index, Mapping) or set(index) != keys:
         raise ProgressStateError(key, f"expected an index of rank files with keys {sorted(keys)}")
     relative, size, save_id, written_in = (
@@ -289,16 +275,9 @@ class RankTensors(_LazyRanks[Any]):
         self.key = key
 
     @classmethod
-    def of(
-        cls,
-        index: object,
-        checkpoint: str | os.PathLike[str] | None = None,
-        *,
-        folders: Sequence[str | os.PathLike[str]] = (),
-        key: str = "ranks",
-    ) -> RankTensors:
+    def of(cls, index: object, checkpoint: str | os.PathLike[str] | None, *, key: str) -> RankTensors:
         """The files an index of :func:`write_rank_tensors` names, found as :func:`with_rank_files` says."""
-        folder, size, save_id, fields = _find_save(index, TENSOR_INDEX_KEYS, key, checkpoint, folders)
+        folder, size, save_id, fields = _find_save(index, TENSOR_INDEX_KEYS, key, checkpoint, ())
         name = fields["name"]
         if not isinstance(name, str) or not re.fullmatch(r"[a-z_]+", name):
             raise ProgressStateError(f"{key}.name", "expected a lowercase name")

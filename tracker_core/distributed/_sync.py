@@ -1,8 +1,5 @@
 """Across ranks: reduce the whole state in one collective, and name ranks that disagree (never per batch).
-
-Works without a process group (a world of one). Ranks must track the same number of dataloaders and
-optimizers, so their packed states have the same length.
-"""
+Works without a process group; ranks must track as many dataloaders and optimizers (docs/distributed.md)."""
 
 from __future__ import annotations
 
@@ -31,11 +28,9 @@ def reduce_state(progress: Progress | ProgressView, op: str = "sum") -> dict[str
     """Every count of ``progress`` reduced over all ranks (``sum``, ``min`` or ``max``), in state_dict layout.
 
     Takes the Progress or its view (``tracker_core.get_progress(obj)``). With ``sum``,
-    ``stages.train.samples.run`` is the samples of this run over all ranks. The result is
-    a report, not a state to load: ``where``, ``run.kind`` and ``anomalies`` are this rank's. Times
-    (``microseconds``) reduce with the same op: ``max`` gives the slowest rank's wall clock.
-    One ``all_reduce`` of one int64 tensor packed straight from the live counters, in the flat
-    layout the schema declares (``state._schema.pack``/``unpack``).
+    ``stages.train.samples.run`` is the samples of this run over all ranks. A report, not a state to load:
+    ``where``, ``run.kind`` and ``anomalies`` are this rank's; times reduce with the same op (``max``: the
+    slowest rank's). One ``all_reduce`` of the counts packed in the schema's flat layout.
     """
     if op not in _OPS:
         raise ValueError(f"unknown reduce op {op!r}; expected sum, min or max")
@@ -53,8 +48,8 @@ _BUFFERS: dict[int, tuple[bytearray, torch.Tensor, Struct]] = {}
 
 
 def _buffer(length: int) -> tuple[bytearray, torch.Tensor, Struct]:
-    """Bytes, an int64 tensor sharing them, and the struct packing ``length`` counts into them, kept per length
-    (gloo reduces a tensor it has seen ~10% faster; nothing is copied in or out of torch)."""
+    """Bytes, an int64 tensor sharing them and the struct packing ``length`` counts, kept per length (gloo
+    reduces a tensor it has seen ~10% faster)."""
     buffer = _BUFFERS.get(length)
     if buffer is None:
         values = bytearray(8 * length)
@@ -89,9 +84,8 @@ def check_divergence(
 ) -> list[Divergence]:
     """The counts among ``keys`` (state_dict key paths) whose value is not the same on every rank.
 
-    Takes the Progress or its view. One all_gather. Call it where every rank is sure to
-    arrive (e.g. each epoch's end, or before a checkpoint), to learn of uneven data before
-    a rank waits forever in a gradient collective.
+    Takes the Progress or its view. One all_gather: call it where every rank arrives (an epoch's end, before
+    a checkpoint) to learn of uneven data before a rank waits forever in a gradient collective.
     """
     live = _progress_of(progress)
     paths = count_paths(live)

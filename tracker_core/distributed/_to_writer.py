@@ -1,9 +1,5 @@
-"""Every rank's object on one rank (the writer), at a cost per rank that does not grow with the number of ranks.
-
-``torch.distributed.gather_object`` first all-gathers every object's size (8 bytes per rank to each rank). Here
-one ``all_reduce`` (MAX) gives the longest pickle and one ``gather`` brings them, padded to it behind their
-length, to the writer.
-"""
+"""Every rank's object on the writer, at a cost per rank that does not grow with the number of ranks (unlike
+``gather_object``, which all-gathers every object's size first)."""
 
 from __future__ import annotations
 
@@ -23,10 +19,8 @@ _WRITER = 0  # the rank that writes the checkpoint file (Lightning's and Ignite'
 def gather_to_writer(obj: Any | None) -> list[Any] | None:
     """On the writer (rank 0): every rank's ``obj`` (None where a rank had none), index = rank; elsewhere None.
 
-    Collective: every rank calls it, with None when it has nothing to send. The 8-byte
-    ``all_reduce`` says whether any rank has something: when none has, it returns None
-    everywhere and nothing more is sent; else one ``gather`` to the writer: a rank sends its own
-    ``obj`` (pickled, padded to the longest) and receives 8 bytes, whatever the number of ranks.
+    Collective: every rank calls it, with None when it has nothing to send. One 8-byte ``all_reduce`` (MAX)
+    finds the longest pickle (0: None everywhere, nothing more sent); one ``gather`` brings each, padded to it.
     """
     if not (dist.is_available() and dist.is_initialized()):
         return None if obj is None else [obj]
