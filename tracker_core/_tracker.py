@@ -243,7 +243,7 @@ class Tracker:
             selected = select(read_mapping(entry, "", required=(*ENTRY_KEYS, "ranks"))["ranks"], self._loaders)
         else:
             check_plain(entry)
-            selected = Selected(dict(read_mapping(entry, "", required=ENTRY_KEYS)), None, [])
+            selected = Selected(dict(read_mapping(entry, "", required=ENTRY_KEYS)), None, [], "")
         entry = selected.entry
         problems = [f"elastic resume: {problem}" for problem in selected.problems]
         with keys_under(selected.key_prefix):
