@@ -239,18 +239,14 @@ class ProgressHandler:
 
     def _load_with_gradients(self, gradients: Any, load: Callable[[], None]) -> None:
         """Put the saved partial gradients back and ``load()`` the entry, or neither (``load`` raising)."""
-        if gradients and not self._parameters:
+        if not gradients:
+            load()
+        elif not self._parameters:
             raise ProgressStateError(
                 "gradients", "partial gradients were saved: attach the trainer with its optimizers before loading"
             )
-        previous = capture_gradients(self._parameters)
-        if gradients:
-            restore_gradients(self._parameters, gradients)
-        try:
-            load()
-        except Exception:
-            restore_gradients(self._parameters, previous)
-            raise
+        else:
+            restore_gradients(self._parameters, gradients, then=load)
         self._restored = self._tracker.progress.state_dict()  # this rank's part of a gathered entry
 
     # --- resume ---------------------------------------------------------------------------
