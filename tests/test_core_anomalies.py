@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from tracker_core import Progress, reduce_state
@@ -37,6 +39,21 @@ def test_only_the_last_100_anomalies_are_kept() -> None:
     for i in range(105):
         progress.note_anomaly(f"anomaly {i}")
     assert progress.view.anomalies == tuple(f"anomaly {i}" for i in range(5, 105))
+
+
+def test_an_adapters_first_anomaly_warns_naming_its_framework_and_the_later_ones_do_not() -> None:
+    progress = Progress()
+    progress.note_anomaly("not warned: no framework named")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        progress.note_anomaly("batch began out of order", framework="Ignite")
+        progress.note_anomaly("a second one", framework="Ignite")
+    assert [str(w.message) for w in caught] == [
+        "tracker-core (Ignite): batch began out of order; recorded in view.anomalies (further anomalies are "
+        "recorded without a warning)"
+    ]
+    assert caught[0].category is RuntimeWarning
+    assert len(progress.view.anomalies) == 3
 
 
 def test_a_long_anomaly_is_cut_to_500_characters_marked_as_cut() -> None:

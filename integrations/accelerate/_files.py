@@ -74,14 +74,7 @@ class ProgressFiles:
         if found.ranks is not None:
             _check_elastic(accelerator, len(found.ranks))
             entry = {**found.ranks[0].tracker, "ranks": [rank.tracker for rank in found.ranks]}
-        parameters = _parameters(models)
-        previous = capture_gradients(parameters)
-        restore_gradients(parameters, found.own.gradients)
-        try:
-            self._tracker.load_state_dict(entry)
-        except BaseException:
-            restore_gradients(parameters, previous)
-            raise
+        restore_gradients(_parameters(models), found.own.gradients, then=lambda: self._tracker.load_state_dict(entry))
         read_heartbeat(self._tracker.progress, self._heartbeat)  # the lost work of the run that saved it
         self.next_save_iteration = _next_save_iteration(accelerator, found.own.save_iteration)
         return found

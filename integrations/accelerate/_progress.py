@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO, TypeVar, overload
@@ -67,7 +66,6 @@ class AcceleratorProgress:
         self._fit: Fit | None = None  # the open fit run, None outside one
         self._fit_at = (0, 0)  # the epoch the open fit last began, and its max_epochs
         self._in_flight: TrainBatch | None = None  # the train batch handed to a loop body
-        self._warned = False  # an anomaly warned already
         self._passes = TrainPasses(accelerator, self._tracker)
         self._rng_check = ResumeRngCheck(load="accelerator.load_state")  # compared when the fit begins
         self._check_rng_at_pass = False  # and when the first train pass of the resumed epoch begins
@@ -313,14 +311,7 @@ class AcceleratorProgress:
 
     def _note(self, message: str) -> None:
         """Note what the loops could not follow (``view.anomalies``); warn the first time."""
-        self._progress.note_anomaly(message)
-        if not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"AcceleratorProgress: {message}. Noted in view.anomalies (later ones are noted without a warning)",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+        self._progress.note_anomaly(message, framework="Accelerate")
 
     def _on_save(self, models: list[torch.nn.Module], weights: list[Any], output_dir: str) -> None:
         batch = self._in_flight

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ignite.engine import Engine, Events
@@ -12,11 +13,12 @@ from ignite.engine import Engine, Events
 from tracker_core import EventOrderError, Progress, StageProgress
 from tracker_core.adapter import TokenCounter, samples_in
 from tracker_core.integrations.ignite._loaders import Loaders
-from tracker_core.integrations.ignite._settle import Anomalies, close_cut, close_cut_batch, process_epoch, process_run
+from tracker_core.integrations.ignite._settle import close_cut, close_cut_batch, process_epoch, process_run
 
 CountTokens = Callable[[Any], "int | tuple[int, int]"]
 Handler = Callable[[], None]
 EngineHandler = Callable[[Engine], None]
+Note = Callable[[str], None]  # notes an anomaly (view.anomalies), the first one warned
 
 
 def settle_for_save(engine: Engine, stage: StageProgress, loaders: Loaders | None) -> None:
@@ -40,7 +42,7 @@ def _dataloader_index(loaders: Loaders | None) -> int:
 def _add_batch_handlers(
     engine: Engine,
     stage: StageProgress,
-    anomalies: Anomalies,
+    note: Note,
     count_tokens: CountTokens | None,
     loaders: Loaders | None,
 ) -> Handler:
@@ -61,7 +63,7 @@ def _add_batch_handlers(
             stage.epoch_ready()
             stage.epoch_started()
             cut = cut or f"{stage.name} batch began outside an epoch (an epoch was opened)"
-        anomalies.note(cut or f"{stage.name} batch began out of order")
+        note(cut or f"{stage.name} batch began out of order")
         stage.batch_begin()
 
     def iteration_completed() -> None:
@@ -86,7 +88,7 @@ def _add_batch_handlers(
             stage.epoch_started()
         stage.batch_begin()
         stage.batch_end(samples_in(ended), _dataloader_index(loaders))
-        anomalies.note(f"{stage.name} batch {state.iteration} ended without its ITERATION_STARTED (counted)")
+        note(f"{stage.name} batch {state.iteration} ended without its ITERATION_STARTED (counted)")
 
     def batch_terminated() -> None:
         batches = stage.view.batches.lifetime
@@ -99,7 +101,7 @@ def _add_batch_handlers(
 
 
 def _add_epoch_handlers(
-    engine: Engine, stage: StageProgress, anomalies: Anomalies, loaders: Loaders | None, batch_terminated: Handler
+    engine: Engine, stage: StageProgress, note: Note, loaders: Loaders | None, batch_terminated: Handler
 ) -> None:
     """Add EPOCH_STARTED, TERMINATE_SINGLE_EPOCH and EPOCH_COMPLETED."""
 
@@ -109,7 +111,7 @@ def _add_epoch_handlers(
         try:
             stage.epoch_ready()
         except EventOrderError:
-            anomalies.note(close_cut(stage, samples_in(engine.state.batch)) + "; a new epoch started")
+            note(close_cut(stage, samples_in(engine.state.batch)) + "; a new epoch started")
             stage.epoch_ready()
         stage.epoch_started()
 
@@ -122,9 +124,9 @@ def _add_epoch_handlers(
     def epoch_completed(engine: Engine) -> None:
         cut = close_cut_batch(stage, samples_in(engine.state.batch))
         if cut:  # an EXCEPTION_RAISED handler swallowed the exception: Ignite ended the epoch there
-            anomalies.note(f"{cut}; Ignite ended the epoch early (an EXCEPTION_RAISED handler handled it)")
+            note(f"{cut}; Ignite ended the epoch early (an EXCEPTION_RAISED handler handled it)")
         if not stage.view.epochs.lifetime.in_flight:
-            anomalies.note(f"{stage.name} EPOCH_COMPLETED outside an epoch (ignored)")
+            note(f"{stage.name} EPOCH_COMPLETED outside an epoch (ignored)")
             return
         process_epoch(stage)  # unless TERMINATE_SINGLE_EPOCH or a save did
         stage.epoch_completed()
@@ -167,7 +169,6 @@ def add_handlers(
     stage: StageProgress,
     *,
     progress: Progress,
-    anomalies: Anomalies,
     count_tokens: CountTokens | None,
     started: EngineHandler,
     loaders: Loaders | None = None,
@@ -177,8 +178,9 @@ def add_handlers(
     the trainer's data, tracked at each EPOCH_STARTED (None: none); ``owns_run()``: the run in flight is this
     engine's (default: always, the trainer's)."""
     engine.add_event_handler(Events.STARTED, started)
-    batch_terminated = _add_batch_handlers(engine, stage, anomalies, count_tokens, loaders)
-    _add_epoch_handlers(engine, stage, anomalies, loaders, batch_terminated)
+    note = partial(progress.note_anomaly, framework="Ignite")
+    batch_terminated = _add_batch_handlers(engine, stage, note, count_tokens, loaders)
+    _add_epoch_handlers(engine, stage, note, loaders, batch_terminated)
     _add_run_end_handlers(engine, progress, owns_run, batch_terminated)
 
 
@@ -186,7 +188,6 @@ def attach_stage(
     engine: Engine,
     progress: Progress,
     name: str,
-    anomalies: Anomalies,
     count_tokens: CountTokens | None = None,
     before_start: Callable[[], object] | None = None,
 ) -> None:
@@ -204,7 +205,7 @@ def attach_stage(
             progress.run_completed()
             cut = f"{cut}; the {name} run was cut" if cut else f"the {name} run was cut"
         if cut:
-            anomalies.note(f"{cut} (by an exception, seen at the next run)")
+            progress.note_anomaly(f"{cut} (by an exception, seen at the next run)", framework="Ignite")
         own[0] = not progress.view.run.counts.in_flight
         if own[0]:
             progress.run_ready(name)
@@ -214,7 +215,6 @@ def attach_stage(
         engine,
         stage,
         progress=progress,
-        anomalies=anomalies,
         count_tokens=count_tokens,
         started=started,
         owns_run=lambda: own[0],

@@ -44,7 +44,7 @@ from tracker_core.integrations.ignite._elastic import check_loader_given, check_
 from tracker_core.integrations.ignite._events import CountTokens, add_handlers, attach_stage, settle_for_save
 from tracker_core.integrations.ignite._loaders import Loaders, builds_drew
 from tracker_core.integrations.ignite._round_robin import RoundRobin
-from tracker_core.integrations.ignite._settle import Anomalies, close_cut
+from tracker_core.integrations.ignite._settle import close_cut
 from tracker_core.integrations.ignite._steps import count_trainer_steps
 
 __all__ = ["ProgressHandler"]
@@ -78,7 +78,6 @@ class ProgressHandler:
         self._dataloader: DataLoader[Any] | None = None  # the trainer's, if given to attach()
         self._restored: dict[str, Any] | None = None  # loaded progress, until the trainer's next STARTED
         self._loaded_for_evaluation = False  # saved at another world size, loaded with no trainer attached
-        self._anomalies = Anomalies(self._tracker.progress)
         self._loaders = Loaders(self._tracker)
         self._rng_check = ResumeRngCheck(load="Checkpoint.load_objects")
         self._loaded_torch_rng: torch.Tensor | None = None  # torch's global RNG as the last load left it
@@ -122,7 +121,7 @@ class ProgressHandler:
         elif optimizers or schedulers or scaler is not None or dataloader is not None:
             raise ValueError("optimizers, schedulers, a scaler and a dataloader belong to the train engine only")
         else:
-            attach_stage(engine, self._tracker.progress, stage, self._anomalies, self._count_tokens, bind)
+            attach_stage(engine, self._tracker.progress, stage, self._count_tokens, bind)
         register(engine, self._tracker.progress)
 
     def _attach_trainer(
@@ -163,7 +162,6 @@ class ProgressHandler:
             engine,
             progress.train,
             progress=progress,
-            anomalies=self._anomalies,
             count_tokens=self._count_tokens,
             loaders=None if self._deterministic else self._loaders,  # a DeterministicEngine positions its data itself
             started=started,
@@ -239,18 +237,14 @@ class ProgressHandler:
 
     def _load_with_gradients(self, gradients: Any, load: Callable[[], None]) -> None:
         """Put the saved partial gradients back and ``load()`` the entry, or neither (``load`` raising)."""
-        if gradients and not self._parameters:
+        if not gradients:
+            load()
+        elif not self._parameters:
             raise ProgressStateError(
                 "gradients", "partial gradients were saved: attach the trainer with its optimizers before loading"
             )
-        previous = capture_gradients(self._parameters)
-        if gradients:
-            restore_gradients(self._parameters, gradients)
-        try:
-            load()
-        except Exception:
-            restore_gradients(self._parameters, previous)
-            raise
+        else:
+            restore_gradients(self._parameters, gradients, then=load)
         self._restored = self._tracker.progress.state_dict()  # this rank's part of a gathered entry
 
     # --- resume ---------------------------------------------------------------------------
@@ -315,14 +309,15 @@ class ProgressHandler:
         if view.train.epochs.lifetime.in_flight:
             close_cut(progress.train, 0)
         if cut:
-            self._anomalies.note(f"{cut} (by an exception; Ignite's next run() goes on)")
+            progress.note_anomaly(f"{cut} (by an exception; Ignite's next run() goes on)", framework="Ignite")
         if engine.state.iteration == 0:
             if view.run.counts.in_flight:
                 abandon_in_flight(progress, reenter=False)
         elif not reenter_last_run(progress, "fit"):
-            self._anomalies.note(
+            progress.note_anomaly(
                 f"Ignite continued its state at iteration {engine.state.iteration} after a {view.run.kind} run: "
-                "this fit run's counts start at 0"
+                "this fit run's counts start at 0",
+                framework="Ignite",
             )
         progress.run_ready("fit")
         progress.run_started()

@@ -2,28 +2,7 @@
 
 from __future__ import annotations
 
-import warnings
-
 from tracker_core import Progress, StageProgress
-
-
-class Anomalies:
-    """Notes what the record could not follow in the progress (``view.anomalies``); the first one warns."""
-
-    def __init__(self, progress: Progress) -> None:
-        self._progress = progress
-        self._warned = False
-
-    def note(self, message: str) -> None:
-        self._progress.note_anomaly(message)
-        if not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"tracker-core (Ignite): {message}; recorded in the progress (view.anomalies), "
-                "further anomalies are recorded without a warning",
-                RuntimeWarning,
-                stacklevel=4,
-            )
 
 
 def close_cut_batch(stage: StageProgress, samples: int) -> str:

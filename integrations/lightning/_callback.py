@@ -97,7 +97,6 @@ class ProgressTracker(StageHooks):
         self._cut_by = ""  # an exception ended the last call: what, and in which call (settled at the next call)
         self._validation_restart = ""  # read from a fit checkpoint's loops: see validation_at_load
         self._fit_scope: tuple[int, ...] | None = None  # where the train run scope of this Trainer's fit began
-        self._warned = False
         self._loggers = LoggerRewind()
 
     @property
@@ -128,15 +127,7 @@ class ProgressTracker(StageHooks):
 
     def _anomaly(self, message: str) -> None:
         """Record what the counts could not follow; warn the first time only."""
-        self.tracker.progress.note_anomaly(message)
-        if not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"progress record: {message}; recorded in get_progress(trainer).anomalies (further anomalies "
-                "are recorded there without a warning)",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+        self.tracker.progress.note_anomaly(message, framework="Lightning")
 
     # pickling (torch.save(trainer), copy.deepcopy(trainer), ddp_spawn) ------------------------
     def __getstate__(self) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from tracker_core.counting import _clock
@@ -31,6 +32,7 @@ class Progress:
 
     __slots__ = (
         "_anomalies",
+        "_anomaly_warned",
         "_checkpoint_restore_seconds",
         "_checkpoint_save_seconds",
         "_fast_forward_seconds",
@@ -57,6 +59,7 @@ class Progress:
         self._resuming_run = False
         self._resume_mapping: dict[str, Any] | None = None  # set by Tracker.load_state_dict (docs/distributed.md)
         self._anomalies: list[str] = []
+        self._anomaly_warned = False  # an adapter's anomaly warned already
         self._timed: list[StageProgress] = []  # stages with an open epoch, innermost last: its clock runs
         self._timed_since = 0  # the clock (microseconds) when the innermost stage's time was last counted
         self._checkpoint_save_seconds = Tally()  # microseconds, as every time tally
@@ -210,15 +213,24 @@ class Progress:
         self._fast_forward_seconds.total += max(0, round(seconds * 1_000_000))
 
     # anomalies ---------------------------------------------------------------
-    def note_anomaly(self, message: str) -> None:
+    def note_anomaly(self, message: str, framework: str = "") -> None:
         """Record what happened that the counts could not follow, e.g. "validation cut by an exception
-        at batch 3". Saved with the state; the last 100 are kept, each cut to 500 characters."""
+        at batch 3". Saved with the state; the last 100 are kept, each cut to 500 characters. An adapter
+        names its ``framework``: the first anomaly it notes also warns (``RuntimeWarning``)."""
         if not isinstance(message, str):
             raise TypeError(f"an anomaly is a str, got {type(message).__name__}")
         if len(message) > MAX_ANOMALY_CHARS:
             message = message[: MAX_ANOMALY_CHARS - 3] + "..."
         self._anomalies.append(message)
         del self._anomalies[:-MAX_ANOMALIES]
+        if framework and not self._anomaly_warned:
+            self._anomaly_warned = True
+            warnings.warn(
+                f"tracker-core ({framework}): {message}; recorded in view.anomalies (further anomalies are "
+                "recorded without a warning)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     # state --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

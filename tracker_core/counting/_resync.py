@@ -18,7 +18,7 @@ def abandon_in_flight(progress: Progress, *, reenter: bool) -> str:
     otherwise the run is closed and counted.
     """
     cut: list[str] = []
-    for stage in (progress.train, progress.validate, progress.test, progress.predict):
+    for stage in progress._stages():
         batches, epochs = stage._batches, stage._epochs
         if batches.processed != batches.completed:
             batches.set_all(batches.processed)

@@ -3,7 +3,7 @@ progress entry."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -15,8 +15,13 @@ def capture_gradients(parameters: Iterable[torch.nn.Parameter]) -> list[torch.Te
     return [None if p.grad is None else p.grad.detach().clone() for p in parameters]
 
 
-def restore_gradients(parameters: Iterable[torch.nn.Parameter], saved: Sequence[torch.Tensor | None]) -> None:
-    """Put saved gradients back; validate all first (``ProgressStateError`` names the index), then set."""
+def restore_gradients(
+    parameters: Iterable[torch.nn.Parameter],
+    saved: Sequence[torch.Tensor | None],
+    then: Callable[[], object] | None = None,
+) -> None:
+    """Put saved gradients back; validate all first (``ProgressStateError`` names the index), then set. ``then``:
+    called next (the progress's load), and if it raises, the gradients from before are put back."""
     params = list(parameters)
     if not isinstance(saved, (list, tuple)):
         raise ProgressStateError("gradients", f"expected a list, got {type(saved).__name__}")
@@ -32,5 +37,16 @@ def restore_gradients(parameters: Iterable[torch.nn.Parameter], saved: Sequence[
                 f"gradients.{index}",
                 f"shape {tuple(grad.shape)} {grad.dtype} does not fit the parameter's {tuple(param.shape)} {param.dtype}",
             )
-    for param, grad in zip(params, saved, strict=True):
+    previous = capture_gradients(params) if then is not None else []
+    _set(params, saved)
+    if then is not None:
+        try:
+            then()
+        except BaseException:
+            _set(params, previous)
+            raise
+
+
+def _set(params: list[torch.nn.Parameter], gradients: Sequence[torch.Tensor | None]) -> None:
+    for param, grad in zip(params, gradients, strict=True):
         param.grad = None if grad is None else grad.detach().clone().to(param.device)
