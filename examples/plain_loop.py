@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +45,6 @@ class LoopProgress:
         self._parameters = list(model.parameters())
         self._samples: int | None = None  # samples of the batch in the loop body; None: no batch in flight
         self._processed = False  # that batch was already marked processed (by state_dict)
-        self._warned = False
         self._schedulers = list(schedulers)  # counted from each run's start: after a load restored them
         count_optimizer_steps(self.tracker.progress.train, optimizers)  # torch's step hooks: steps that happen
         register_progress(self, self.tracker.progress)  # tracker_core.get_progress(loop) finds it
@@ -81,7 +79,9 @@ class LoopProgress:
                 train.batch_ready()
                 train.batch_started()
             except EventOrderError as error:  # the first law: note it, never raise into the loop
-                self._note(f"a batch came outside an epoch of epochs() ({error})")
+                self.tracker.progress.note_anomaly(
+                    f"a batch came outside an epoch of epochs() ({error})", "LoopProgress"
+                )
             else:
                 self._samples, self._processed = samples_in(batch), False
             yield batch
@@ -110,12 +110,6 @@ class LoopProgress:
         self.tracker.validate_state_dict(state["tracker"])
         restore_gradients(self._parameters, state["gradients"])  # checks all of them, then sets
         self.tracker.load_state_dict(state["tracker"])  # cannot fail now: progress, RNGs, loader position
-
-    def _note(self, message: str) -> None:
-        self.tracker.progress.note_anomaly(message)
-        if not self._warned:
-            self._warned = True
-            warnings.warn(f"LoopProgress: {message}; noted in view.anomalies", RuntimeWarning, stacklevel=3)
 
 
 # The training program -----------------------------------------------------------------------------
