@@ -25,7 +25,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import ProgressStateError
-from tracker_core.data._position import LoaderPosition, SlowResumeWarning
+from tracker_core.data._fast_forward import SlowResumeWarning
+from tracker_core.data._position import LoaderPosition
 from tracker_core.data._saved_loader import check_saved_loader
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")

@@ -17,16 +17,9 @@ from torch.utils.data import DataLoader, IterableDataset
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import compact_loader, expand_loader
 from tracker_core.data._epoch import EpochRecord, FastForward, Replay, Site
-from tracker_core.data._fast_forward import SlowResumeWarning
 from tracker_core.data._iterable_replay import IterableReplay
 from tracker_core.data._own_state import OwnState, warn_order_drawn_again
-from tracker_core.data._rng import (
-    GlobalRng,
-    capture_rng_state,
-    preserved_global_rng,
-    read_generator_state,
-    restore_rng_state,
-)
+from tracker_core.data._rng import GlobalRng, preserved_global_rng, read_generator_state
 from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._saved_loader import (
     STATE_VERSION,
@@ -38,14 +31,7 @@ from tracker_core.data._saved_loader import (
 from tracker_core.data._strategy import LoaderKind, Strategy, is_stateful
 from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook
 from tracker_core.state._codec import tensor_to_text
-from tracker_core.state._readers import join_key, read_mapping
-
-__all__ = [
-    "LoaderPosition",
-    "SlowResumeWarning",
-    "capture_rng_state",
-    "restore_rng_state",
-]
+from tracker_core.state._readers import join_key
 
 # Settings that must not change between a save and its resume: the epoch order depends on them.
 _SAME_ORDER_KEYS = ("seed", "shuffle", "dataset_size")
@@ -243,7 +229,9 @@ class LoaderPosition:
             )
         samplers = self._site.chain.samplers()  # walked once for the checks below
         self._check_distributed(header.distributed, "distributed", samplers)
-        return self._read_generators(header.fields["generators"], "generators", samplers)
+        return self._site.chain.read_generator_states(
+            header.fields["generators"], "generators", self.loader.generator, samplers
+        )
 
     def _check_distributed(self, saved: dict[str, Any] | None, key: str, samplers: dict[str, Any]) -> None:
         """A saved sharding (DistributedSampler or batch shards) must match this loader's (when both have one)."""
@@ -279,11 +267,6 @@ class LoaderPosition:
             )
         self._strategy.read_epoch(fields, key, record)
         return record
-
-    def _read_generators(self, value: object, key: str, samplers: dict[str, Any]) -> _Generators:
-        mine = self._site.chain.generators(self.loader.generator, samplers)
-        fields = read_mapping(value, key, required=tuple(mine))
-        return {path: (g, read_generator_state(fields[path], join_key(key, path), g)) for path, g in mine.items()}
 
     # --- the hook -----------------------------------------------------------------------
 

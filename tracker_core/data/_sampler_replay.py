@@ -24,7 +24,7 @@ from torch.utils.data import (
 )
 
 from tracker_core.data._epoch import EpochRecord, Replay, SamplerRng
-from tracker_core.data._rng import preserved_global_rng, read_generator_state, read_torch_cpu_state
+from tracker_core.data._rng import preserved_global_rng, read_torch_cpu_state
 from tracker_core.data._strategy import Strategy
 from tracker_core.data._torch_compat import random_sampler_after, sampler_indices, set_sampler_indices
 from tracker_core.state._codec import tensor_to_text
@@ -140,12 +140,10 @@ class SamplerReplay(Strategy):
     def _read_sampler_rng(self, value: object, key: str) -> SamplerRng:
         fields = read_mapping(value, key, required=("torch", "generators", "epochs"))
         torch_state = read_torch_cpu_state(fields["torch"], join_key(key, "torch"))
-        mine = self.site.chain.generators(self.site.loader.generator)
-        generators_key = join_key(key, "generators")
-        saved = read_mapping(fields["generators"], generators_key, required=tuple(mine))
-        generators = {
-            path: read_generator_state(saved[path], join_key(generators_key, path), g) for path, g in mine.items()
-        }
+        saved = self.site.chain.read_generator_states(
+            fields["generators"], join_key(key, "generators"), self.site.loader.generator
+        )
+        generators = {path: state for path, (_, state) in saved.items()}
         owners = self.site.chain.epoch_owners()
         epochs_key = join_key(key, "epochs")
         saved_epochs = read_mapping(fields["epochs"], epochs_key, required=tuple(owners))

@@ -45,29 +45,18 @@ def check_own_state(saved: tuple[str, Mapping[str, Any]], key: str, workers: int
     return state
 
 
-# torchdata 0.11 StatefulDataLoader layouts (num_workers == 0, and > 0)
-_SINGLE_KEYS = (
+# torchdata 0.11 StatefulDataLoader layouts (num_workers == 0, and > 0): the main process's keys, and the rest
+_MAIN_KEYS = (
     "_index_sampler_state",
     "_sampler_iter_state",
     "_sampler_iter_yielded",
-    "_num_yielded",
     "_IterableDataset_len_called",
     "_shared_seed",
-    "fetcher_state",
-    "dataset_state",
-    "_iterator_finished",
 )
+_SINGLE_KEYS = (*_MAIN_KEYS, "_num_yielded", "fetcher_state", "dataset_state", "_iterator_finished")
 _MULTI_KEYS = ("_snapshot", "_steps_since_snapshot", "_iterator_finished")
 _SNAPSHOT_KEYS = ("_snapshot_step", "_last_yielded_worker_id", "_main_snapshot", "_worker_snapshots")
-_MAIN_SNAPSHOT_KEYS = (
-    "_num_workers",
-    "_sampler_iter_state",
-    "_index_sampler_state",
-    "_sampler_iter_yielded",
-    "_IterableDataset_len_called",
-    "_shared_seed",
-    "_base_seed",
-)
+_MAIN_SNAPSHOT_KEYS = (*_MAIN_KEYS, "_num_workers", "_base_seed")
 _WORKER_KEYS = ("worker_id", "dataset_state", "fetcher_state")
 
 
