@@ -1,9 +1,5 @@
 """A loader with a public state of its own (torchdata's ``StatefulDataLoader``, or any loader with ``state_dict`` /
 ``load_state_dict``) is positioned by that state, through public calls only (docs/resume.md, docs/design.md).
-
-The state is saved and loaded back here, or by the framework (Lightning, Accelerate). The resumed iterator is built
-under the global RNGs and loader generator its epoch began with; they and the samplers' generators are then set back
-as the checkpoint left them, so the build takes nothing from the training's random stream.
 """
 
 from __future__ import annotations
@@ -25,7 +21,9 @@ from tracker_core.state._readers import join_key
 
 
 class OwnState(Strategy):
-    """Leaves the position to the loader's own state: saved and loaded back here, or by the framework."""
+    """Leaves the position to the loader's own state: saved and loaded back here, or by the framework (Lightning,
+    Accelerate). The resumed iterator is built under the RNGs its epoch began with; the order's generators are then
+    set back as the checkpoint left them, so the build takes nothing from the training's random stream."""
 
     kind = "own_state"
     optional_epoch_keys = ("loader_class", "loader_state")

@@ -49,12 +49,9 @@ class SamplerReplay(Strategy):
     epoch_keys = ("iterator_rng", "loader_generator", "sampler_rng")
     order_depends_on_workers = False  # indices are drawn in the main process
 
-    def begin(self) -> Any:
-        return self._build_tapped()
-
     def replay(self, replay: Replay) -> Any:
         # Stays armed: the index sampler replays and skips when it starts (a replay draws nothing in the end).
-        return self._build_tapped()
+        return self.begin()
 
     def replays_all_global_rngs(self) -> bool:
         """Python's and NumPy's global RNGs are replayed too unless every sampler is one of torch's own, which
@@ -67,7 +64,7 @@ class SamplerReplay(Strategy):
     def has_drawn(self, record: EpochRecord | None) -> bool:
         return record is not None and record.sampler_rng is not None
 
-    def _build_tapped(self) -> Any:
+    def begin(self) -> Any:
         self.site.cursor.awaiting_sampler = True
         loader = self.site.loader
         name = "batch_sampler" if loader.batch_sampler is not None else "sampler"
