@@ -9,7 +9,7 @@ import functools
 import warnings
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 
@@ -48,20 +48,14 @@ class _TorchDeviceModule:
         return module is not None and bool(module.is_available())
 
     def is_initialized(self) -> bool:
-        module = self._module
-        if module is None:
-            return False
-        initialized = getattr(module, "is_initialized", None)  # asked first: it costs a fiftieth of is_available
-        if initialized is not None and not initialized():
-            return False
-        return self.is_available()
+        initialized = getattr(self._module, "is_initialized", None)  # asked first: a fiftieth of is_available's cost
+        return (initialized is None or bool(initialized())) and self.is_available()
 
     def device_count(self) -> int:
         return int(self._module.device_count()) if self.kind != "mps" else 1
 
     def get_rng_state(self, device: int) -> torch.Tensor:
-        state: torch.Tensor = self._module.get_rng_state(*self._device(device))
-        return state
+        return cast("torch.Tensor", self._module.get_rng_state(*self._device(device)))
 
     def set_rng_state(self, state: torch.Tensor, device: int) -> None:
         self._module.set_rng_state(state, *self._device(device))

@@ -1,8 +1,7 @@
 """Map-style torch ``DataLoader``: an epoch resumes at its index sampler, so skipped samples are never loaded.
 
-Noted: the global RNGs and ``loader.generator`` when the iterator is built (the workers' base seed), torch's RNG
-and the samplers' ``generator`` and ``epoch`` when the index sampler starts. A replay re-applies both and drops the
-first ``k`` batches of *indices*, before any is sent to a worker.
+Noted when the index sampler starts: torch's RNG and the samplers' ``generator`` and ``epoch``. A replay re-applies
+them and drops the first ``k`` batches of *indices*, before any is sent to a worker.
 """
 
 from __future__ import annotations
@@ -54,8 +53,7 @@ class SamplerReplay(Strategy):
         return self.begin()
 
     def replays_all_global_rngs(self) -> bool:
-        """Python's and NumPy's global RNGs are replayed too unless every sampler is one of torch's own, which
-        draw from none of them (each replay of NumPy's state costs about 0.1 ms)."""
+        """Unless every sampler is one of torch's own, which draw from neither (a NumPy replay costs about 0.1 ms)."""
         return not self._torch_samplers_only()
 
     def _torch_samplers_only(self) -> bool:

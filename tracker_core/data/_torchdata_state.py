@@ -112,7 +112,8 @@ def _sampler_iter_state(value: object, key: str) -> None:
     if value is None:
         return
     if not isinstance(value, Mapping) or not value:  # torchdata saves a Stateful sampler's state_dict(), else None
-        raise ProgressStateError(key, f"expected None or a sampler's non-empty state, got {_short(value)}")
+        shown = "an empty mapping" if isinstance(value, Mapping) else f"a {type(value).__name__}"
+        raise ProgressStateError(key, f"expected None or a sampler's non-empty state, got {shown}")
     if {"samples_yielded", "sampler_state", "sampler_iter_state"} & set(value):
         fields = read_mapping(
             value, key, required=("samples_yielded",), optional=("sampler_state", "sampler_iter_state")
@@ -150,7 +151,3 @@ def _batch_count(value: object, key: str, per_epoch: int | None) -> None:
 def _bool(value: object, key: str) -> None:
     if not isinstance(value, bool):
         raise ProgressStateError(key, f"expected a bool, got {type(value).__name__}")
-
-
-def _short(value: object) -> str:
-    return "an empty mapping" if isinstance(value, Mapping) else f"a {type(value).__name__}"
