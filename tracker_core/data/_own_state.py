@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import IterableDataset, RandomSampler
 
 from tracker_core._errors import InexactResumeWarning, ProgressStateError
-from tracker_core.data._epoch import EpochRecord, Replay, Site
+from tracker_core.data._epoch import EpochRecord, Replay
 from tracker_core.data._fast_forward import describe, reading_again
 from tracker_core.data._strategy import Strategy, is_stateful
 from tracker_core.data._torchdata_state import check_own_state, class_name, read_own_state
@@ -48,7 +48,14 @@ class OwnState(Strategy):
         return iterator
 
     def order_drawn_again(self) -> bool:
-        return not self.site.loader.num_workers and _draws_order_lazily(self.site)
+        """At 0 workers, an order from torch's own ``RandomSampler`` under an index sampler without a state of its
+        own: the loader positions it by drawing it again, lazily, at the first batch it reads."""
+        loader = self.site.loader
+        if loader.num_workers:
+            return False
+        index_sampler = loader.sampler if loader.batch_sampler is None else loader.batch_sampler
+        samplers = self.site.chain.samplers().values()
+        return not is_stateful(index_sampler) and any(type(s) is RandomSampler for s in samplers)
 
     def drop_iterator(self) -> None:
         """A load, even of an empty state, drops the iterator a StatefulDataLoader keeps (one its ``state_dict()``
@@ -89,11 +96,3 @@ def warn_order_drawn_again(loader: Any, doing: str) -> None:
         InexactResumeWarning,
         stacklevel=3,
     )
-
-
-def _draws_order_lazily(site: Site) -> bool:
-    """Whether a 0-worker loader's order comes from torch's own ``RandomSampler`` under an index sampler without a
-    state of its own: the loader positions it by reading it again, lazily, at the first batch it reads."""
-    loader = site.loader
-    index_sampler = loader.sampler if loader.batch_sampler is None else loader.batch_sampler
-    return not is_stateful(index_sampler) and any(type(s) is RandomSampler for s in site.chain.samplers().values())

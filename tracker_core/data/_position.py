@@ -168,7 +168,7 @@ class LoaderPosition:
 
     def forget_replay(self) -> None:
         """A loaded state is not resumed after all: the next epoch is read whole."""
-        self._strategy.disarm()
+        self._site.cursor.replay = None
 
     def undo_point(self) -> Callable[[], None]:
         """A call that disarms this position and puts back its generators' states and its epoch as they are now

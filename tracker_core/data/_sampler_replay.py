@@ -129,21 +129,18 @@ class SamplerReplay(Strategy):
         }
 
     def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
-        if fields["sampler_rng"] is not None:
-            record.sampler_rng = self._read_sampler_rng(fields["sampler_rng"], join_key(key, "sampler_rng"))
-
-    def _read_sampler_rng(self, value: object, key: str) -> SamplerRng:
-        fields = read_mapping(value, key, required=("torch", "generators", "epochs"))
-        torch_state = read_torch_cpu_state(fields["torch"], join_key(key, "torch"))
-        saved = self.site.chain.read_generator_states(
-            fields["generators"], join_key(key, "generators"), self.site.loader.generator
-        )
-        generators = {path: state for path, (_, state) in saved.items()}
-        owners = self.site.chain.epoch_owners()
+        if fields["sampler_rng"] is None:
+            return
+        key = join_key(key, "sampler_rng")
+        rng = read_mapping(fields["sampler_rng"], key, required=("torch", "generators", "epochs"))
+        torch_state = read_torch_cpu_state(rng["torch"], join_key(key, "torch"))
+        chain = self.site.chain
+        saved = chain.read_generator_states(rng["generators"], join_key(key, "generators"), self.site.loader.generator)
+        owners = chain.epoch_owners()
         epochs_key = join_key(key, "epochs")
-        saved_epochs = read_mapping(fields["epochs"], epochs_key, required=tuple(owners))
+        saved_epochs = read_mapping(rng["epochs"], epochs_key, required=tuple(owners))
         epochs = {path: read_int(saved_epochs[path], join_key(epochs_key, path), minimum=0) for path in owners}
-        return SamplerRng(torch_state, generators, epochs)
+        record.sampler_rng = SamplerRng(torch_state, {path: state for path, (_, state) in saved.items()}, epochs)
 
 
 def _skipped(inner: Iterable[Any], skip: int) -> Iterator[Any]:

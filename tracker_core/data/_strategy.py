@@ -64,7 +64,3 @@ class Strategy:
     def drop_iterator(self) -> None:
         """Drop an iterator the loader keeps (persistent workers), so its next epoch is built anew."""
         forget_live_iterator(self.site.loader)
-
-    def disarm(self) -> None:
-        """Undo :meth:`arm`: the next epoch is read whole."""
-        self.site.cursor.replay = None
