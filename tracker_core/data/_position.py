@@ -279,7 +279,7 @@ class LoaderPosition:
         record = replay.record
         self._site.cursor.epoch = record
         loader = self.loader
-        torch_only = not self._strategy.replays_all_global_rngs()
+        torch_only = self._strategy.replays_torch_rng_only()
         with preserved_global_rng(torch_only=torch_only):
             if record.iterator_rng is not None:
                 record.iterator_rng.apply(torch_only=torch_only)

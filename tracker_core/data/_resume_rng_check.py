@@ -50,17 +50,13 @@ class ResumeRngCheck:
     def check(self, where: str, *, last: bool = False, generators: Collection[str] = GENERATORS) -> bool:
         """True, with one ``InexactResumeWarning`` naming ``where``, if ``generators`` moved since the load. After a
         warning, or with ``last``, it is spent."""
-        loaded = self._loaded
-        if loaded is None:
+        if self._loaded is None:
             return False
-        if last:
+        moved = bool(generators) and any(name in generators for name in self.moved_since(GlobalRng.capture()))
+        if last or moved:
             self._loaded = None
-        if not generators:
+        if not moved:
             return False
-        plain = GlobalRng.capture().to_plain()
-        if all(plain.get(name) == loaded.get(name) for name in generators):
-            return False
-        self._loaded = None
         warnings.warn(
             f"the global RNG state changed {where} (e.g. torch.manual_seed): the checkpoint restored it, "
             "and the resumed run's dropout, augmentation and other random draws now differ from the "

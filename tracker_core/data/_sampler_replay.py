@@ -52,11 +52,8 @@ class SamplerReplay(Strategy):
         # Stays armed: the index sampler replays and skips when it starts (a replay draws nothing in the end).
         return self.begin()
 
-    def replays_all_global_rngs(self) -> bool:
-        """Unless every sampler is one of torch's own, which draw from neither (a NumPy replay costs about 0.1 ms)."""
-        return not self._torch_samplers_only()
-
-    def _torch_samplers_only(self) -> bool:
+    def replays_torch_rng_only(self) -> bool:
+        """When every sampler is one of torch's own, which draw from neither (a NumPy replay costs about 0.1 ms)."""
         return all(type(sampler) in _TORCH_SAMPLERS for sampler in self.site.chain.samplers().values())
 
     def has_drawn(self, record: EpochRecord | None) -> bool:
@@ -90,7 +87,7 @@ class SamplerReplay(Strategy):
             cursor.epoch = EpochRecord()  # a reused persistent-worker iterator began an epoch
         cursor.awaiting_sampler = False
         if replay is not None and replay.record.sampler_rng is not None:
-            with preserved_global_rng(torch_only=self._torch_samplers_only()):
+            with preserved_global_rng(torch_only=self.replays_torch_rng_only()):
                 self._apply_sampler_rng(replay.record.sampler_rng)
                 indices = _skipped(inner, replay.skip)
                 # Samplers draw lazily (RandomSampler seeds itself on its first next), so

@@ -37,10 +37,10 @@ class Strategy:
         the epoch's iterator RNGs applied)."""
         raise NotImplementedError
 
-    def replays_all_global_rngs(self) -> bool:
-        """Whether :meth:`replay` runs under all the epoch's global RNGs, Python's and NumPy's too, or under
-        torch's alone (what building a loader's iterator draws from, for its base seed)."""
-        return True
+    def replays_torch_rng_only(self) -> bool:
+        """Whether :meth:`replay` runs under the epoch's torch RNG alone (what building a loader's iterator draws
+        from, for its base seed), not under Python's and NumPy's too."""
+        return False
 
     def epoch_to_plain(self, record: EpochRecord) -> dict[str, Any]:
         """The kind's fields of the saved epoch record."""
