@@ -76,9 +76,8 @@ class SamplerChain:
         return owners
 
     def distributed_info(self, batch_size: int | None, samplers: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        """The DistributedSampler in the chain (``DISTRIBUTED_KEYS``); without exactly one, the batch
-        sharding over a seedable sampler (``tracker_core/distributed/_sharded.py``), or None (``samplers``:
-        what :meth:`samplers` just gave, if at hand)."""
+        """The DistributedSampler in the chain (``DISTRIBUTED_KEYS``); without exactly one, the batch sharding
+        over a seedable sampler (``distributed/_sharded.py``), or None. ``samplers``: as for :meth:`generators`."""
         samplers = self.samplers() if samplers is None else samplers
         found = [s for s in samplers.values() if isinstance(s, DistributedSampler)]
         if len(found) != 1:

@@ -18,8 +18,7 @@ ATTRIBUTES: dict[type, tuple[str, ...]] = {
 
 
 def check_attributes(package: str, version: str, owners: Mapping[Any, tuple[str, ...]]) -> None:
-    """Raise ``ImportError`` naming ``package version`` if an attribute of ``owners`` (classes or
-    modules) is gone."""
+    """Raise ``ImportError`` naming ``package version`` if an attribute of ``owners`` (classes, modules) is gone."""
     missing = [
         f"{owner.__name__}.{name}"
         for owner, names in owners.items()

@@ -1,6 +1,5 @@
-"""A loader's own saved state (kind ``"own_state"``) read back, and a torchdata ``StatefulDataLoader``'s layout
-(torchdata 0.11) checked before torchdata loads it: torchdata reads it only when the resumed iterator is built,
-too late to refuse it cleanly. A saved state is data: no attribute of torchdata's is touched.
+"""A loader's own saved state (kind ``"own_state"``) read back, and a torchdata 0.11 ``StatefulDataLoader``'s layout
+checked as data before torchdata loads it, which is only when the resumed iterator is built: too late to refuse it.
 """
 
 from __future__ import annotations
