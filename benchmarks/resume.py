@@ -51,7 +51,8 @@ from accelerate.data_loader import skip_first_batches
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tracker_core.data._position import LoaderPosition, SlowResumeWarning
+from tracker_core.data._fast_forward import SlowResumeWarning
+from tracker_core.data._position import LoaderPosition
 
 SAMPLES = 64_000
 BATCH = 32

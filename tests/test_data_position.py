@@ -40,7 +40,8 @@ from torch.utils.data import (
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.data._position import LoaderPosition, capture_rng_state, restore_rng_state
+from tracker_core.data._position import LoaderPosition
+from tracker_core.data._rng import capture_rng_state, restore_rng_state
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 

@@ -27,7 +27,8 @@ import torch
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tracker_core.data._position import LoaderPosition, SlowResumeWarning
+from tracker_core.data._fast_forward import SlowResumeWarning
+from tracker_core.data._position import LoaderPosition
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 

@@ -1,19 +1,15 @@
-"""Accelerator generators (CUDA, XPU, MPS, and the accelerator ``torch.accelerator`` reports): captured per
-device beside the CPU ones, validated, applied.
-
-On a GPU, dropout and random augmentation draw from the device generators, so a resume is exact only if
-they continue too. Only initialised device kinds are captured (capturing would otherwise initialise
-them). A state saved on a device this machine lacks (or by another number of devices) is kept and reported,
-not applied: it stays loadable and inspectable on a CPU-only machine.
+"""Accelerator generators (CUDA, XPU, MPS, and the accelerator ``torch.accelerator`` reports), one state per device:
+captured for initialised kinds only (capturing would initialise them), validated, applied. A state saved on a device
+this machine lacks, or by another number of devices, is kept and reported, not applied (docs/resume.md).
 """
 
 from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 
@@ -41,8 +37,7 @@ class _TorchDeviceModule:
 
     @functools.cached_property
     def _module(self) -> Any:
-        """The device module (None: torch has none of this kind), looked up once: that takes microseconds, and
-        every resume asks each kind whether it is initialised."""
+        """The device module, or None; looked up once, as every resume asks each kind whether it is initialised."""
         try:
             return torch.get_device_module(self.kind)
         except (RuntimeError, AttributeError):
@@ -53,20 +48,14 @@ class _TorchDeviceModule:
         return module is not None and bool(module.is_available())
 
     def is_initialized(self) -> bool:
-        module = self._module
-        if module is None:
-            return False
-        initialized = getattr(module, "is_initialized", None)  # asked first: it costs a fiftieth of is_available
-        if initialized is not None and not initialized():
-            return False
-        return self.is_available()
+        initialized = getattr(self._module, "is_initialized", None)  # asked first: a fiftieth of is_available's cost
+        return (initialized is None or bool(initialized())) and self.is_available()
 
     def device_count(self) -> int:
         return int(self._module.device_count()) if self.kind != "mps" else 1
 
     def get_rng_state(self, device: int) -> torch.Tensor:
-        state: torch.Tensor = self._module.get_rng_state(*self._device(device))
-        return state
+        return cast("torch.Tensor", self._module.get_rng_state(*self._device(device)))
 
     def set_rng_state(self, state: torch.Tensor, device: int) -> None:
         self._module.set_rng_state(state, *self._device(device))
@@ -138,15 +127,8 @@ def devices_to_plain(saved: tuple[DeviceStates, ...]) -> dict[str, list[str]]:
 def devices_from_plain(value: object, key: str) -> tuple[DeviceStates, ...]:
     """Validate ``{kind: [base64, ...]}``, changing nothing: each state of a kind present here must have its
     generator's size; a kind absent here, or saved by another number of devices, is reported, not applied."""
-    if not isinstance(value, Mapping):
-        raise ProgressStateError(key, f"expected a mapping of device kinds, got {type(value).__name__}")
     found = []
-    for kind, states in value.items():
-        kind_key = join_key(key, str(kind))
-        if kind not in DEVICE_KINDS:
-            raise ProgressStateError(kind_key, f"unknown device kind; expected one of {sorted(DEVICE_KINDS)}")
-        if not isinstance(states, list) or not states:
-            raise ProgressStateError(kind_key, "expected a non-empty list of base64 states, one per device")
+    for kind, kind_key, states in _saved_kinds(value, key, known=DEVICE_KINDS):
         tensors = tuple(text_to_byte_tensor(state, join_key(kind_key, str(i))) for i, state in enumerate(states))
         count = _devices_here(kind)
         if count:
@@ -156,28 +138,22 @@ def devices_from_plain(value: object, key: str) -> tuple[DeviceStates, ...]:
                     raise ProgressStateError(
                         join_key(kind_key, str(i)), f"a {kind} generator state has {size} bytes, got {tensor.numel()}"
                     )
-        found.append(DeviceStates(str(kind), tensors))
+        found.append(DeviceStates(kind, tensors))
     return tuple(found)
 
 
 def device_rng_facts(rng: object) -> list[dict[str, Any]]:
     """The accelerator part of a saved entry's ``rng``, one item per device kind, as ``progress-tracker inspect
-    --json`` shows it (docs/cli.md, ``device_rng``; ``devices_here`` too). ``ProgressStateError`` names the key of a
-    damaged state."""
+    --json`` shows it (docs/cli.md, ``device_rng``). ``ProgressStateError`` names the key of a damaged state."""
     devices = rng.get("devices") if isinstance(rng, Mapping) else None
     if devices is None:
         return []
-    if not isinstance(devices, Mapping):
-        raise ProgressStateError("rng.devices", f"expected a mapping of device kinds, got {type(devices).__name__}")
     found = []
-    for kind, states in devices.items():
-        key = join_key("rng.devices", str(kind))
-        if not isinstance(states, list) or not states:
-            raise ProgressStateError(key, "expected a non-empty list of base64 states, one per device")
-        here = _devices_here(str(kind))
+    for kind, key, states in _saved_kinds(devices, "rng.devices"):
+        here = _devices_here(kind)
         found.append(
             {
-                "kind": str(kind),
+                "kind": kind,
                 "devices": len(states),
                 "state_bytes": [len(text_to_bytes(state, join_key(key, str(i)))) for i, state in enumerate(states)],
                 "devices_here": here,
@@ -185,3 +161,16 @@ def device_rng_facts(rng: object) -> list[dict[str, Any]]:
             }
         )
     return found
+
+
+def _saved_kinds(value: object, key: str, known: Collection[str] | None = None) -> Iterator[tuple[str, str, list[Any]]]:
+    """Each saved device kind (one of ``known``, if given), its key and its non-empty list of states."""
+    if not isinstance(value, Mapping):
+        raise ProgressStateError(key, f"expected a mapping of device kinds, got {type(value).__name__}")
+    for kind, states in value.items():
+        kind_key = join_key(key, str(kind))
+        if known is not None and kind not in known:
+            raise ProgressStateError(kind_key, f"unknown device kind; expected one of {sorted(known)}")
+        if not isinstance(states, list) or not states:
+            raise ProgressStateError(kind_key, "expected a non-empty list of base64 states, one per device")
+        yield str(kind), kind_key, states

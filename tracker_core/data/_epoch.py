@@ -49,9 +49,6 @@ class FastForward:
     batches: int
     seconds: float
 
-    def to_plain(self) -> dict[str, Any]:
-        return {"batches": self.batches, "seconds": self.seconds}
-
 
 @dataclass
 class Cursor:
@@ -75,8 +72,6 @@ def _gone() -> None:
 class Site:
     """The loader a strategy works on (held weakly) and how to build its iterators."""
 
-    __slots__ = ("_loader_ref", "_previous_hook", "chain", "cursor")
-
     def __init__(self, loader: DataLoader[Any], previous_hook: Any) -> None:
         # The loader holds its position (through its iterator hook); the position holds the
         # loader weakly, so no reference cycle keeps a loader and its workers alive.
@@ -90,19 +85,11 @@ class Site:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled with the loader itself (pickle keeps the cycle), so a pickled loader keeps its position."""
-        return {
-            "loader": self._loader_ref(),
-            "previous_hook": self._previous_hook,
-            "chain": self.chain,
-            "cursor": self.cursor,
-        }
+        return {**self.__dict__, "_loader_ref": self._loader_ref()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        loader = state["loader"]
-        self._loader_ref = _gone if loader is None else weakref.ref(loader)
-        self._previous_hook = state["previous_hook"]
-        self.chain = state["chain"]
-        self.cursor = state["cursor"]
+        loader = state.pop("_loader_ref")
+        self.__dict__.update(state, _loader_ref=_gone if loader is None else weakref.ref(loader))
 
     @property
     def loader(self) -> DataLoader[Any]:

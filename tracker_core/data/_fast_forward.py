@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import warnings
 from collections.abc import Iterator
@@ -49,12 +50,10 @@ def reading_again(cursor: Cursor, loader: DataLoader[Any], batches: int, why: st
 
 def drop_batches(iterator: Any, count: int) -> None:
     """Read and drop ``count`` batches; ``ProgressStateError`` if the loader ends before."""
-    for done in range(count):
-        try:
-            next(iterator)
-        except StopIteration:
-            raise ProgressStateError(
-                "batches_consumed",
-                f"the loader ended after {done} of the {count} consumed batches to read again; "
-                "its data differ from the checkpointed run",
-            ) from None
+    done = sum(1 for _ in itertools.islice(iterator, count))
+    if done < count:
+        raise ProgressStateError(
+            "batches_consumed",
+            f"the loader ended after {done} of the {count} consumed batches to read again; "
+            "its data differ from the checkpointed run",
+        )

@@ -1,7 +1,4 @@
-"""Torch ``DataLoader`` over an ``IterableDataset``: the epoch is rebuilt under its noted seeds (the workers' too)
-and the consumed batches read again (:class:`SlowResumeWarning`). torchdata's ``StatefulDataLoader`` (kind
-``"own_state"``) puts a dataset with a state of its own back without reading it.
-"""
+"""Torch ``DataLoader`` over an ``IterableDataset``: the consumed batches are read again (``SlowResumeWarning``)."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ from tracker_core.data._strategy import Strategy, is_stateful
 
 
 class IterableReplay(Strategy):
-    """Rebuilds the epoch under its noted seeds, then reads and drops the consumed batches."""
+    """Rebuilds the epoch under its noted seeds (the workers' too), then reads and drops the consumed batches."""
 
     kind = "iterable_replay"
 

@@ -1,9 +1,5 @@
 """A loader with a public state of its own (torchdata's ``StatefulDataLoader``, or any loader with ``state_dict`` /
 ``load_state_dict``) is positioned by that state, through public calls only (docs/resume.md, docs/design.md).
-
-The state is saved and loaded back here, or by the framework (Lightning, Accelerate). The resumed iterator is built
-under the global RNGs and loader generator its epoch began with; they and the samplers' generators are then set back
-as the checkpoint left them, so the build takes nothing from the training's random stream.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ import torch
 from torch.utils.data import IterableDataset, RandomSampler
 
 from tracker_core._errors import InexactResumeWarning, ProgressStateError
-from tracker_core.data._epoch import EpochRecord, Replay, Site
+from tracker_core.data._epoch import EpochRecord, Replay
 from tracker_core.data._fast_forward import describe, reading_again
 from tracker_core.data._strategy import Strategy, is_stateful
 from tracker_core.data._torchdata_state import check_own_state, class_name, read_own_state
@@ -25,7 +21,9 @@ from tracker_core.state._readers import join_key
 
 
 class OwnState(Strategy):
-    """Leaves the position to the loader's own state: saved and loaded back here, or by the framework."""
+    """Leaves the position to the loader's own state: saved and loaded back here, or by the framework (Lightning,
+    Accelerate). The resumed iterator is built under the RNGs its epoch began with; the order's generators are then
+    set back as the checkpoint left them, so the build takes nothing from the training's random stream."""
 
     kind = "own_state"
     optional_epoch_keys = ("loader_class", "loader_state")
@@ -50,7 +48,14 @@ class OwnState(Strategy):
         return iterator
 
     def order_drawn_again(self) -> bool:
-        return not self.site.loader.num_workers and _draws_order_lazily(self.site)
+        """At 0 workers, an order from torch's own ``RandomSampler`` under an index sampler without a state of its
+        own: the loader positions it by drawing it again, lazily, at the first batch it reads."""
+        loader = self.site.loader
+        if loader.num_workers:
+            return False
+        index_sampler = loader.sampler if loader.batch_sampler is None else loader.batch_sampler
+        samplers = self.site.chain.samplers().values()
+        return not is_stateful(index_sampler) and any(type(s) is RandomSampler for s in samplers)
 
     def drop_iterator(self) -> None:
         """A load, even of an empty state, drops the iterator a StatefulDataLoader keeps (one its ``state_dict()``
@@ -91,11 +96,3 @@ def warn_order_drawn_again(loader: Any, doing: str) -> None:
         InexactResumeWarning,
         stacklevel=3,
     )
-
-
-def _draws_order_lazily(site: Site) -> bool:
-    """Whether a 0-worker loader's order comes from torch's own ``RandomSampler`` under an index sampler without a
-    state of its own: the loader positions it by reading it again, lazily, at the first batch it reads."""
-    loader = site.loader
-    index_sampler = loader.sampler if loader.batch_sampler is None else loader.batch_sampler
-    return not is_stateful(index_sampler) and any(type(s) is RandomSampler for s in site.chain.samplers().values())

@@ -1,14 +1,12 @@
-"""Make a DataLoader resumable at a batch position, in place ("data position is progress").
-
-This front keeps what every loader kind shares; one strategy per kind (the state's ``kind``: ``_sampler_replay.py``,
-``_iterable_replay.py``, ``_own_state.py``) notes and replays an epoch. How each kind resumes, and what cannot be
-exact: docs/resume.md, "How the train loader gets back to its batch" and "Common to all".
+"""Make a DataLoader resumable at a batch position, in place ("data position is progress"): this front keeps what
+every loader kind shares, one ``Strategy`` per kind notes and replays an epoch (docs/resume.md, "How the train loader
+gets back to its batch").
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,16 +15,9 @@ from torch.utils.data import DataLoader, IterableDataset
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import compact_loader, expand_loader
 from tracker_core.data._epoch import EpochRecord, FastForward, Replay, Site
-from tracker_core.data._fast_forward import SlowResumeWarning
 from tracker_core.data._iterable_replay import IterableReplay
 from tracker_core.data._own_state import OwnState, warn_order_drawn_again
-from tracker_core.data._rng import (
-    GlobalRng,
-    capture_rng_state,
-    preserved_global_rng,
-    read_generator_state,
-    restore_rng_state,
-)
+from tracker_core.data._rng import GlobalRng, preserved_global_rng, read_generator_state
 from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._saved_loader import (
     STATE_VERSION,
@@ -38,21 +29,13 @@ from tracker_core.data._saved_loader import (
 from tracker_core.data._strategy import LoaderKind, Strategy, is_stateful
 from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook
 from tracker_core.state._codec import tensor_to_text
-from tracker_core.state._readers import join_key, read_mapping
-
-__all__ = [
-    "LoaderPosition",
-    "SlowResumeWarning",
-    "capture_rng_state",
-    "restore_rng_state",
-]
 
 # Settings that must not change between a save and its resume: the epoch order depends on them.
 _SAME_ORDER_KEYS = ("seed", "shuffle", "dataset_size")
 _Generators = dict[str, tuple[torch.Generator, torch.Tensor]]  # a loader's generators and their saved states
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ParsedLoader:
     """A saved state checked against its loader, ready for ``LoaderPosition`` to arm."""
 
@@ -123,8 +106,7 @@ class LoaderPosition:
         return self._site.cursor.fast_forward
 
     def report_fast_forwards(self, record: Callable[[float], None]) -> None:
-        """Call ``record(seconds)`` after each resume that reads already-trained batches again
-        (a tracker records them in its progress). Not kept by a copy of the loader."""
+        """Call ``record(seconds)`` after each resume that reads already-trained batches again (not kept by a copy)."""
         self._site.cursor.on_fast_forward = record
 
     # --- saving -------------------------------------------------------------------------
@@ -159,12 +141,11 @@ class LoaderPosition:
         }
         fast_forward = self._site.cursor.fast_forward
         if fast_forward is not None:
-            state["fast_forward"] = fast_forward.to_plain()
+            state["fast_forward"] = dataclasses.asdict(fast_forward)
         return compact_loader(state, rng)
 
     def distributed_info(self) -> dict[str, Any] | None:
-        """The DistributedSampler in the sampler chain (``DISTRIBUTED_KEYS``); without exactly one, the
-        loader's batch sharding over a seedable sampler (``tracker_core/distributed/_sharded.py``), or None."""
+        """The loader's sharding, as ``SamplerChain.distributed_info`` gives it, or None."""
         return self._site.chain.distributed_info(self.loader.batch_size)
 
     def _record_to_plain(self, record: EpochRecord) -> dict[str, Any]:
@@ -187,7 +168,7 @@ class LoaderPosition:
 
     def forget_replay(self) -> None:
         """A loaded state is not resumed after all: the next epoch is read whole."""
-        self._strategy.disarm()
+        self._site.cursor.replay = None
 
     def undo_point(self) -> Callable[[], None]:
         """A call that disarms this position and puts back its generators' states and its epoch as they are now
@@ -224,7 +205,7 @@ class LoaderPosition:
         return self._parsed(saved, self._check_header(saved), resume_epoch)
 
     def _parsed(self, saved: SavedLoader, generators: _Generators, resume_epoch: bool) -> ParsedLoader:
-        record = None if saved.epoch is None else self._read_record(saved.epoch, saved.iterator_rng, "epoch")
+        record = None if saved.epoch is None else self._read_record(saved.epoch, saved.iterator_rng)
         return ParsedLoader(saved.skip, generators, record if resume_epoch else None)
 
     def _check_header(self, header: SavedLoader) -> _Generators:
@@ -242,10 +223,12 @@ class LoaderPosition:
                 f"saved with {header.workers} workers; this loader has {workers}, and its order depends on it",
             )
         samplers = self._site.chain.samplers()  # walked once for the checks below
-        self._check_distributed(header.distributed, "distributed", samplers)
-        return self._read_generators(header.fields["generators"], "generators", samplers)
+        self._check_distributed(header.distributed, samplers)
+        return self._site.chain.read_generator_states(
+            header.fields["generators"], "generators", self.loader.generator, samplers
+        )
 
-    def _check_distributed(self, saved: dict[str, Any] | None, key: str, samplers: dict[str, Any]) -> None:
+    def _check_distributed(self, saved: dict[str, Any] | None, samplers: dict[str, Any]) -> None:
         """A saved sharding (DistributedSampler or batch shards) must match this loader's (when both have one)."""
         if saved is None:
             return
@@ -255,35 +238,30 @@ class LoaderPosition:
         for name in _SAME_ORDER_KEYS:
             if saved[name] != mine[name]:
                 raise ProgressStateError(
-                    join_key(key, name),
+                    f"distributed.{name}",
                     f"saved with {name}={saved[name]!r}; this loader's sampler has {mine[name]!r}, "
                     "so the epoch's order differs",
                 )
         for name in ("num_replicas", "rank"):
             if saved[name] != mine[name]:
                 raise ProgressStateError(
-                    join_key(key, name),
+                    f"distributed.{name}",
                     f"saved by rank {saved['rank']} of {saved['num_replicas']}; this loader is rank "
                     f"{mine['rank']} of {mine['num_replicas']} (save with Tracker.gathered_state_dict() "
                     "to resume every rank, or at another world size)",
                 )
 
-    def _read_record(self, fields: Mapping[str, Any], iterator_rng: GlobalRng | None, key: str) -> EpochRecord:
+    def _read_record(self, fields: Mapping[str, Any], iterator_rng: GlobalRng | None) -> EpochRecord:
         record = EpochRecord(iterator_rng)
         if fields["loader_generator"] is not None:
             generator = self.loader.generator
             if generator is None:
-                raise ProgressStateError(join_key(key, "loader_generator"), "this loader has no generator")
+                raise ProgressStateError("epoch.loader_generator", "this loader has no generator")
             record.loader_generator = read_generator_state(
-                fields["loader_generator"], join_key(key, "loader_generator"), generator
+                fields["loader_generator"], "epoch.loader_generator", generator
             )
-        self._strategy.read_epoch(fields, key, record)
+        self._strategy.read_epoch(fields, "epoch", record)
         return record
-
-    def _read_generators(self, value: object, key: str, samplers: dict[str, Any]) -> _Generators:
-        mine = self._site.chain.generators(self.loader.generator, samplers)
-        fields = read_mapping(value, key, required=tuple(mine))
-        return {path: (g, read_generator_state(fields[path], join_key(key, path), g)) for path, g in mine.items()}
 
     # --- the hook -----------------------------------------------------------------------
 
@@ -301,7 +279,7 @@ class LoaderPosition:
         record = replay.record
         self._site.cursor.epoch = record
         loader = self.loader
-        torch_only = not self._strategy.replays_all_global_rngs()
+        torch_only = self._strategy.replays_torch_rng_only()
         with preserved_global_rng(torch_only=torch_only):
             if record.iterator_rng is not None:
                 record.iterator_rng.apply(torch_only=torch_only)

@@ -12,13 +12,10 @@ from tracker_core.data._rng import GlobalRng
 
 
 class ResumeRngCheck:
-    """Remembers the global RNGs a load restored; compares them at the points an adapter names; warns once.
+    """Remembers the global RNGs a load restored, compares them where the adapter says, warns once.
 
-    ``load`` names the call the user should seed before (``"Checkpoint.load_objects"``). The
-    adapter calls :meth:`loaded` right after ``Tracker.load_state_dict``, :meth:`check` where the
-    resumed run must still hold the loaded RNGs (``last=True`` at the last such point, e.g.
-    before the first batch when it continues the saved epoch), and :meth:`forget` where the run
-    legitimately draws first (a resume at an epoch boundary: the next epoch's sampler).
+    ``load`` names the call to seed before (``"Checkpoint.load_objects"``); docs/adapters.md says where an adapter
+    calls :meth:`loaded`, :meth:`check` and :meth:`forget`.
     """
 
     GENERATORS: tuple[str, ...] = ("torch", "python", "numpy", "devices")
@@ -34,8 +31,8 @@ class ResumeRngCheck:
         return self._loaded is not None
 
     def loaded(self, state: GlobalRng | None = None) -> None:
-        """A checkpoint was just loaded: remember the RNG states the core restored (``state``: these instead
-        of the live ones, e.g. as the train iterator's build after the load left them)."""
+        """A checkpoint was just loaded: remember the live RNG states (or ``state``, e.g. as an iterator's build
+        after the load left them)."""
         self._loaded = (GlobalRng.capture() if state is None else state).to_plain()
 
     def forget(self) -> None:
@@ -43,34 +40,23 @@ class ResumeRngCheck:
         self._loaded = None
 
     def moved_since(self, earlier: GlobalRng) -> tuple[str, ...]:
-        """The :attr:`GENERATORS` whose state differs between ``earlier`` and the one remembered at :meth:`loaded`
-        (e.g. those a loader's iterator drew from when it was built in between); empty when spent."""
+        """The :attr:`GENERATORS` whose state differs between ``earlier`` and the one remembered; empty when spent."""
         loaded = self._loaded
         if loaded is None:
             return ()
         plain = earlier.to_plain()
         return tuple(name for name in self.GENERATORS if plain.get(name) != loaded.get(name))
 
-    def check(
-        self,
-        where: str,
-        *,
-        last: bool = False,
-        generators: Collection[str] = GENERATORS,
-    ) -> bool:
-        """True, with one ``InexactResumeWarning`` naming ``where``, if the RNGs moved since the load (``generators``:
-        compare these of :attr:`GENERATORS` alone; none: nothing). After a warning, or with ``last``, it is spent."""
-        loaded = self._loaded
-        if loaded is None:
+    def check(self, where: str, *, last: bool = False, generators: Collection[str] = GENERATORS) -> bool:
+        """True, with one ``InexactResumeWarning`` naming ``where``, if ``generators`` moved since the load. After a
+        warning, or with ``last``, it is spent."""
+        if self._loaded is None:
             return False
-        if last:
+        moved = bool(generators) and any(name in generators for name in self.moved_since(GlobalRng.capture()))
+        if last or moved:
             self._loaded = None
-        if not generators:
+        if not moved:
             return False
-        plain = GlobalRng.capture().to_plain()
-        if all(plain.get(name) == loaded.get(name) for name in generators):
-            return False
-        self._loaded = None
         warnings.warn(
             f"the global RNG state changed {where} (e.g. torch.manual_seed): the checkpoint restored it, "
             "and the resumed run's dropout, augmentation and other random draws now differ from the "

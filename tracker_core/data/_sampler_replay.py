@@ -1,8 +1,7 @@
 """Map-style torch ``DataLoader``: an epoch resumes at its index sampler, so skipped samples are never loaded.
 
-Noted: the global RNGs and ``loader.generator`` when the iterator is built (the workers' base seed), torch's RNG
-and the samplers' ``generator`` and ``epoch`` when the index sampler starts. A replay re-applies both and drops the
-first ``k`` batches of *indices*, before any is sent to a worker.
+Noted when the index sampler starts: torch's RNG and the samplers' ``generator`` and ``epoch``. A replay re-applies
+them and drops the first ``k`` batches of *indices*, before any is sent to a worker.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from torch.utils.data import (
 )
 
 from tracker_core.data._epoch import EpochRecord, Replay, SamplerRng
-from tracker_core.data._rng import preserved_global_rng, read_generator_state, read_torch_cpu_state
+from tracker_core.data._rng import preserved_global_rng, read_torch_cpu_state
 from tracker_core.data._strategy import Strategy
 from tracker_core.data._torch_compat import random_sampler_after, sampler_indices, set_sampler_indices
 from tracker_core.state._codec import tensor_to_text
@@ -49,25 +48,18 @@ class SamplerReplay(Strategy):
     epoch_keys = ("iterator_rng", "loader_generator", "sampler_rng")
     order_depends_on_workers = False  # indices are drawn in the main process
 
-    def begin(self) -> Any:
-        return self._build_tapped()
-
     def replay(self, replay: Replay) -> Any:
         # Stays armed: the index sampler replays and skips when it starts (a replay draws nothing in the end).
-        return self._build_tapped()
+        return self.begin()
 
-    def replays_all_global_rngs(self) -> bool:
-        """Python's and NumPy's global RNGs are replayed too unless every sampler is one of torch's own, which
-        draw from none of them (each replay of NumPy's state costs about 0.1 ms)."""
-        return not self._torch_samplers_only()
-
-    def _torch_samplers_only(self) -> bool:
+    def replays_torch_rng_only(self) -> bool:
+        """When every sampler is one of torch's own, which draw from neither (a NumPy replay costs about 0.1 ms)."""
         return all(type(sampler) in _TORCH_SAMPLERS for sampler in self.site.chain.samplers().values())
 
     def has_drawn(self, record: EpochRecord | None) -> bool:
         return record is not None and record.sampler_rng is not None
 
-    def _build_tapped(self) -> Any:
+    def begin(self) -> Any:
         self.site.cursor.awaiting_sampler = True
         loader = self.site.loader
         name = "batch_sampler" if loader.batch_sampler is not None else "sampler"
@@ -95,7 +87,7 @@ class SamplerReplay(Strategy):
             cursor.epoch = EpochRecord()  # a reused persistent-worker iterator began an epoch
         cursor.awaiting_sampler = False
         if replay is not None and replay.record.sampler_rng is not None:
-            with preserved_global_rng(torch_only=self._torch_samplers_only()):
+            with preserved_global_rng(torch_only=self.replays_torch_rng_only()):
                 self._apply_sampler_rng(replay.record.sampler_rng)
                 indices = _skipped(inner, replay.skip)
                 # Samplers draw lazily (RandomSampler seeds itself on its first next), so
@@ -134,23 +126,18 @@ class SamplerReplay(Strategy):
         }
 
     def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
-        if fields["sampler_rng"] is not None:
-            record.sampler_rng = self._read_sampler_rng(fields["sampler_rng"], join_key(key, "sampler_rng"))
-
-    def _read_sampler_rng(self, value: object, key: str) -> SamplerRng:
-        fields = read_mapping(value, key, required=("torch", "generators", "epochs"))
-        torch_state = read_torch_cpu_state(fields["torch"], join_key(key, "torch"))
-        mine = self.site.chain.generators(self.site.loader.generator)
-        generators_key = join_key(key, "generators")
-        saved = read_mapping(fields["generators"], generators_key, required=tuple(mine))
-        generators = {
-            path: read_generator_state(saved[path], join_key(generators_key, path), g) for path, g in mine.items()
-        }
-        owners = self.site.chain.epoch_owners()
+        if fields["sampler_rng"] is None:
+            return
+        key = join_key(key, "sampler_rng")
+        rng = read_mapping(fields["sampler_rng"], key, required=("torch", "generators", "epochs"))
+        torch_state = read_torch_cpu_state(rng["torch"], join_key(key, "torch"))
+        chain = self.site.chain
+        saved = chain.read_generator_states(rng["generators"], join_key(key, "generators"), self.site.loader.generator)
+        owners = chain.epoch_owners()
         epochs_key = join_key(key, "epochs")
-        saved_epochs = read_mapping(fields["epochs"], epochs_key, required=tuple(owners))
+        saved_epochs = read_mapping(rng["epochs"], epochs_key, required=tuple(owners))
         epochs = {path: read_int(saved_epochs[path], join_key(epochs_key, path), minimum=0) for path in owners}
-        return SamplerRng(torch_state, generators, epochs)
+        record.sampler_rng = SamplerRng(torch_state, {path: state for path, (_, state) in saved.items()}, epochs)
 
 
 def _skipped(inner: Iterable[Any], skip: int) -> Iterator[Any]:

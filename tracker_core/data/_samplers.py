@@ -8,6 +8,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from tracker_core._errors import ProgressStateError
+from tracker_core.data._rng import read_generator_state
 from tracker_core.distributed._sharded import SHARDED_KEYS
 from tracker_core.distributed._sharded import describe as describe_batch_sharding
 from tracker_core.state._readers import INT64_MAX, UINT64_MAX, join_key, read_int, read_mapping, shown
@@ -57,6 +58,14 @@ class SamplerChain:
                 found[path] = generator
         return found
 
+    def read_generator_states(
+        self, value: object, key: str, loader_generator: torch.Generator | None, samplers: dict[str, Any] | None = None
+    ) -> dict[str, tuple[torch.Generator, torch.Tensor]]:
+        """Saved states of :meth:`generators`, each checked against its generator: ``{path: (generator, state)}``."""
+        mine = self.generators(loader_generator, samplers)
+        fields = read_mapping(value, key, required=tuple(mine))
+        return {path: (g, read_generator_state(fields[path], join_key(key, path), g)) for path, g in mine.items()}
+
     def epoch_owners(self) -> dict[str, Any]:
         """Samplers with an int ``epoch`` (DistributedSampler) by path, e.g. ``{"sampler.epoch": s}``."""
         owners = {}
@@ -67,9 +76,8 @@ class SamplerChain:
         return owners
 
     def distributed_info(self, batch_size: int | None, samplers: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        """The DistributedSampler in the chain (``DISTRIBUTED_KEYS``); without exactly one, the batch
-        sharding over a seedable sampler (``tracker_core/distributed/_sharded.py``), or None (``samplers``:
-        what :meth:`samplers` just gave, if at hand)."""
+        """The DistributedSampler in the chain (``DISTRIBUTED_KEYS``); without exactly one, the batch sharding
+        over a seedable sampler (``distributed/_sharded.py``), or None. ``samplers``: as for :meth:`generators`."""
         samplers = self.samplers() if samplers is None else samplers
         found = [s for s in samplers.values() if isinstance(s, DistributedSampler)]
         if len(found) != 1:

@@ -18,11 +18,7 @@ def is_stateful(obj: object) -> bool:
 
 
 class Strategy:
-    """One loader kind's way to note an epoch as it begins and to replay it from a batch.
-
-    :meth:`replay` runs inside a save/restore of the global RNGs, the epoch's iterator RNGs applied. The epoch
-    record's kind-specific fields go through :meth:`epoch_to_plain` and :meth:`read_epoch`.
-    """
+    """One loader kind's way to note an epoch as it begins and to replay it from a batch."""
 
     kind: ClassVar[LoaderKind]
     epoch_keys: ClassVar[tuple[str, ...]] = ("iterator_rng", "loader_generator")
@@ -37,13 +33,14 @@ class Strategy:
         return self.site.build()
 
     def replay(self, replay: Replay) -> Any:
-        """Build the iterator of the armed epoch, positioned at ``replay.skip``."""
+        """Build the iterator of the armed epoch, positioned at ``replay.skip`` (the global RNGs are saved around it,
+        the epoch's iterator RNGs applied)."""
         raise NotImplementedError
 
-    def replays_all_global_rngs(self) -> bool:
-        """Whether :meth:`replay` runs under all the epoch's global RNGs, Python's and NumPy's too, or under
-        torch's alone (what building a loader's iterator draws from, for its base seed)."""
-        return True
+    def replays_torch_rng_only(self) -> bool:
+        """Whether :meth:`replay` runs under the epoch's torch RNG alone (what building a loader's iterator draws
+        from, for its base seed), not under Python's and NumPy's too."""
+        return False
 
     def epoch_to_plain(self, record: EpochRecord) -> dict[str, Any]:
         """The kind's fields of the saved epoch record."""
@@ -65,9 +62,5 @@ class Strategy:
         self.drop_iterator()
 
     def drop_iterator(self) -> None:
-        """Drop an iterator the loader keeps (persistent workers), so its next epoch is built, and seen, anew."""
+        """Drop an iterator the loader keeps (persistent workers), so its next epoch is built anew."""
         forget_live_iterator(self.site.loader)
-
-    def disarm(self) -> None:
-        """Undo :meth:`arm`: the next epoch is read whole."""
-        self.site.cursor.replay = None

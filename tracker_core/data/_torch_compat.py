@@ -1,6 +1,5 @@
-"""Every private attribute of torch's data loading that data position touches (none of torchdata's), checked at
-import: a missing one raises ``ImportError`` naming the installed version. ``ATTRIBUTES`` lists them all.
-"""
+"""Every private attribute of torch's data loading that data position touches (``ATTRIBUTES``; none of torchdata's),
+checked at import: a missing one raises ``ImportError`` naming the installed version."""
 
 from __future__ import annotations
 
@@ -11,18 +10,6 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-__all__ = [
-    "ATTRIBUTES",
-    "build_iterator",
-    "check_attributes",
-    "forget_live_iterator",
-    "install_iterator_hook",
-    "iterator_hook",
-    "random_sampler_after",
-    "sampler_indices",
-    "set_sampler_indices",
-]
-
 # Owner -> the private attributes (class attributes, or assigned in the owner's __init__) used here.
 ATTRIBUTES: dict[type, tuple[str, ...]] = {
     DataLoader: ("_get_iterator", "_iterator"),
@@ -31,8 +18,7 @@ ATTRIBUTES: dict[type, tuple[str, ...]] = {
 
 
 def check_attributes(package: str, version: str, owners: Mapping[Any, tuple[str, ...]]) -> None:
-    """Raise ``ImportError`` naming ``package version`` if an attribute of ``owners`` (classes or
-    modules) is gone."""
+    """Raise ``ImportError`` naming ``package version`` if an attribute of ``owners`` (classes, modules) is gone."""
     missing = [
         f"{owner.__name__}.{name}"
         for owner, names in owners.items()

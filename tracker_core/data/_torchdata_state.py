@@ -1,6 +1,5 @@
-"""A loader's own saved state (kind ``"own_state"``) read back, and a torchdata ``StatefulDataLoader``'s layout
-(torchdata 0.11) checked before torchdata loads it: torchdata reads it only when the resumed iterator is built,
-too late to refuse it cleanly. A saved state is data: no attribute of torchdata's is touched.
+"""A loader's own saved state (kind ``"own_state"``) read back, and a torchdata 0.11 ``StatefulDataLoader``'s layout
+checked as data before torchdata loads it, which is only when the resumed iterator is built: too late to refuse it.
 """
 
 from __future__ import annotations
@@ -45,29 +44,18 @@ def check_own_state(saved: tuple[str, Mapping[str, Any]], key: str, workers: int
     return state
 
 
-# torchdata 0.11 StatefulDataLoader layouts (num_workers == 0, and > 0)
-_SINGLE_KEYS = (
+# torchdata 0.11 StatefulDataLoader layouts (num_workers == 0, and > 0): the main process's keys, and the rest
+_MAIN_KEYS = (
     "_index_sampler_state",
     "_sampler_iter_state",
     "_sampler_iter_yielded",
-    "_num_yielded",
     "_IterableDataset_len_called",
     "_shared_seed",
-    "fetcher_state",
-    "dataset_state",
-    "_iterator_finished",
 )
+_SINGLE_KEYS = (*_MAIN_KEYS, "_num_yielded", "fetcher_state", "dataset_state", "_iterator_finished")
 _MULTI_KEYS = ("_snapshot", "_steps_since_snapshot", "_iterator_finished")
 _SNAPSHOT_KEYS = ("_snapshot_step", "_last_yielded_worker_id", "_main_snapshot", "_worker_snapshots")
-_MAIN_SNAPSHOT_KEYS = (
-    "_num_workers",
-    "_sampler_iter_state",
-    "_index_sampler_state",
-    "_sampler_iter_yielded",
-    "_IterableDataset_len_called",
-    "_shared_seed",
-    "_base_seed",
-)
+_MAIN_SNAPSHOT_KEYS = (*_MAIN_KEYS, "_num_workers", "_base_seed")
 _WORKER_KEYS = ("worker_id", "dataset_state", "fetcher_state")
 
 
@@ -123,7 +111,8 @@ def _sampler_iter_state(value: object, key: str) -> None:
     if value is None:
         return
     if not isinstance(value, Mapping) or not value:  # torchdata saves a Stateful sampler's state_dict(), else None
-        raise ProgressStateError(key, f"expected None or a sampler's non-empty state, got {_short(value)}")
+        shown = "an empty mapping" if isinstance(value, Mapping) else f"a {type(value).__name__}"
+        raise ProgressStateError(key, f"expected None or a sampler's non-empty state, got {shown}")
     if {"samples_yielded", "sampler_state", "sampler_iter_state"} & set(value):
         fields = read_mapping(
             value, key, required=("samples_yielded",), optional=("sampler_state", "sampler_iter_state")
@@ -161,7 +150,3 @@ def _batch_count(value: object, key: str, per_epoch: int | None) -> None:
 def _bool(value: object, key: str) -> None:
     if not isinstance(value, bool):
         raise ProgressStateError(key, f"expected a bool, got {type(value).__name__}")
-
-
-def _short(value: object) -> str:
-    return "an empty mapping" if isinstance(value, Mapping) else f"a {type(value).__name__}"
