@@ -602,6 +602,7 @@ BAD_RNG_STATES = [
     ("truncated-python-words", _set("python/words", _B64_SHORT), "python.words"),
     ("negative-numpy-pos", _set("numpy/pos", -1), "numpy.pos"),
     ("newer-version", _set("version", 3), "version"),
+    ("development-build-version", _set("version", 1), "version"),
 ]
 
 
@@ -617,6 +618,14 @@ def test_a_bad_rng_state_raises_naming_its_key_and_leaves_every_generator_as_it_
         restore_rng_state(bad)
     assert caught.value.key == key
     assert _draws() == expected
+
+
+def test_an_rng_snapshot_of_version_1_written_by_a_development_build_is_refused() -> None:
+    saved = capture_rng_state()
+    assert saved["version"] == 2
+    with pytest.raises(ProgressStateError, match="written by a development build") as caught:
+        restore_rng_state({**saved, "version": 1})
+    assert caught.value.key == "version"
 
 
 def test_after_its_first_batch_a_single_process_iterator_takes_indices_straight_from_the_sampler() -> None:

@@ -23,6 +23,7 @@ from tracker_core.data._own_state import OwnState, warn_order_drawn_again
 from tracker_core.data._rng import (
     GlobalRng,
     capture_rng_state,
+    expanded,
     preserved_global_rng,
     read_generator_state,
     restore_rng_state,
@@ -169,7 +170,7 @@ class LoaderPosition:
 
     def _record_to_plain(self, record: EpochRecord) -> dict[str, Any]:
         return {
-            "iterator_rng": None if record.iterator_rng is None else record.iterator_rng.to_plain(),
+            "iterator_rng": None if record.iterator_rng is None else expanded(record.iterator_rng),
             "loader_generator": None if record.loader_generator is None else tensor_to_text(record.loader_generator),
             **self._strategy.epoch_to_plain(record),
         }
@@ -181,7 +182,7 @@ class LoaderPosition:
         first ``batches_consumed`` batches (sampler generators are restored at once; later epochs follow as in the
         uninterrupted run). ``rng``: the snapshot given to :meth:`state_dict`, if any. On a bad state raises
         ``ProgressStateError`` (key path and problem), changing nothing."""
-        header = read_header(expand_loader(state, "", rng, decoded=True), "", self.kind)
+        header = read_header(expand_loader(state, "", rng), "", self.kind)
         generators = self._check_header(header)  # this loader's checks first
         self.arm(self._parsed(check_saved_epoch(header), generators, resume_epoch=True))
 
