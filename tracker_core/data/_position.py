@@ -20,14 +20,7 @@ from tracker_core.data._epoch import EpochRecord, FastForward, Replay, Site
 from tracker_core.data._fast_forward import SlowResumeWarning
 from tracker_core.data._iterable_replay import IterableReplay
 from tracker_core.data._own_state import OwnState, warn_order_drawn_again
-from tracker_core.data._rng import (
-    GlobalRng,
-    capture_rng_state,
-    expanded,
-    preserved_global_rng,
-    read_generator_state,
-    restore_rng_state,
-)
+from tracker_core.data._rng import GlobalRng, expanded, preserved_global_rng, read_generator_state
 from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._saved_loader import (
     STATE_VERSION,
@@ -41,12 +34,7 @@ from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook
 from tracker_core.state._codec import tensor_to_text
 from tracker_core.state._readers import join_key, read_mapping
 
-__all__ = [
-    "LoaderPosition",
-    "SlowResumeWarning",
-    "capture_rng_state",
-    "restore_rng_state",
-]
+__all__ = ["LoaderPosition", "SlowResumeWarning"]
 
 # Settings that must not change between a save and its resume: the epoch order depends on them.
 _SAME_ORDER_KEYS = ("seed", "shuffle", "dataset_size")

@@ -279,14 +279,3 @@ def preserved_global_rng(*, torch_only: bool = False) -> Iterator[None]:
     finally:
         torch.set_rng_state(torch_state)
         apply_devices(devices)
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """The global RNGs as plain data (:meth:`GlobalRng.to_plain`: JSON- and ``weights_only``-safe)."""
-    return GlobalRng.capture().to_plain()
-
-
-def restore_rng_state(state: Mapping[str, Any]) -> None:
-    """Set the global RNGs from :func:`capture_rng_state` output, all of it validated first: a
-    ``ProgressStateError`` names the key (e.g. ``"python.words"``) and leaves every generator untouched."""
-    GlobalRng.from_plain(state).apply()
