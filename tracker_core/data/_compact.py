@@ -137,13 +137,12 @@ def _expanded(text: str, key: str, base: bytes | None) -> object:
     return text if data is None else Decoded(data)
 
 
-def _get(value: Mapping[str, Any], path: tuple[str, ...]) -> object:
-    item: object = value
+def _get(value: object, path: tuple[str, ...]) -> object:
     for name in path:
-        if not is_mapping(item):
+        if not is_mapping(value):
             return None
-        item = item.get(name)
-    return item
+        value = value.get(name)
+    return value
 
 
 def _put(value: dict[str, Any], path: tuple[str, ...], text: object) -> None:
@@ -156,16 +155,10 @@ def _put(value: dict[str, Any], path: tuple[str, ...], text: object) -> None:
 
 def _raw(value: object, path: tuple[str, ...]) -> bytes | None:
     """The bytes of the blob at ``path`` of a snapshot or mapping, or None where there is none readable."""
-    if not is_mapping(value):
-        return None
     text = _get(value, path)
-    if isinstance(text, Decoded):
-        return text
-    if isinstance(text, Seeded):
-        return seeded_state(text)
-    if not isinstance(text, str):
-        return None
+    if isinstance(text, (Decoded, Seeded)):
+        return blob_bytes_of(text, "")
     try:
-        return blob_bytes(text, "")
+        return blob_bytes(text, "") if isinstance(text, str) else None
     except ProgressStateError:  # a damaged base: the text relative to it is refused as missing its base
         return None
