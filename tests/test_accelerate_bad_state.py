@@ -106,3 +106,18 @@ def test_a_left_flag_of_a_train_loader_pass_that_is_not_a_bool_is_refused(tmp_pa
     path = _checkpoint(tmp_path)
     _edit(path, lambda s: s["loader_iterations"][0].update(left=1))
     _assert_load_refused(tmp_path, "loader_iterations.0.left")
+
+
+def test_an_evaluation_rng_of_version_1_a_development_builds_is_refused(tmp_path):
+    from tracker_core.checkpoints._accelerate import SavedProgress, file_name, read, write
+    from tracker_core.data._rng import GlobalRng
+
+    saved = SavedProgress(1, {}, [], 0, [], ("validate", GlobalRng.capture()), 0)
+    write(str(tmp_path), 0, saved)
+    assert read(str(tmp_path), 0).evaluation_rng[1].to_plain() == saved.evaluation_rng[1].to_plain()
+    path = tmp_path / file_name(0)
+    assert torch.load(path, weights_only=True)["evaluation_rng"]["rng"]["version"] == 2
+    _edit(path, lambda s: s["evaluation_rng"]["rng"].update(version=1))
+    with pytest.raises(ProgressStateError, match="written by a development build") as error:
+        read(str(tmp_path), 0)
+    assert error.value.key == "evaluation_rng.rng.version"

@@ -17,7 +17,7 @@ from torch.utils.data import TensorDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import ProgressStateError, Tracker
-from tracker_core.data._rng import capture_rng_state, restore_rng_state
+from tracker_core.data._rng import GlobalRng
 from tracker_core.state._codec import (
     MAX_BLOB_BYTES,
     MAX_DEPTH,
@@ -116,11 +116,11 @@ def test_check_plain_names_a_non_plain_value_and_a_non_str_key() -> None:
 
 
 def test_a_numpy_rng_position_past_its_624_words_is_refused_and_changes_nothing() -> None:
-    state = capture_rng_state()
+    state = GlobalRng.capture().to_plain()
     state["numpy"]["pos"] = 100_000
     before = np.random.get_state()
     with pytest.raises(ProgressStateError, match="must be <= 624") as raised:
-        restore_rng_state(state)
+        GlobalRng.from_plain(state).apply()
     assert raised.value.key == "numpy.pos"
     assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), before))
     np.random.random()  # still draws

@@ -3,7 +3,7 @@
 The resume tests drive 3 epochs like a framework does: one batch prefetched ahead of the
 training step, and one draw per step from each global RNG (torch, random, numpy: "dropout").
 After every step of epoch 2 they save ``state_dict(batches_consumed=k)`` and
-``capture_rng_state()``. A fresh loader, built under another seed, then loads each state
+``GlobalRng.capture().to_plain()``. A fresh loader, built under another seed, then loads each state
 (after a JSON round trip). It must yield the rest of epoch 2 and all of epoch 3 as the
 uninterrupted run did, while the per-step draws continue identically.
 """
@@ -41,7 +41,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._position import LoaderPosition
-from tracker_core.data._rng import capture_rng_state, restore_rng_state
+from tracker_core.data._rng import GlobalRng
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 
@@ -242,7 +242,7 @@ def _train(
         ahead = [next(batches, None)] if setup.prefetch else []
 
         def save(count: int) -> None:
-            run.saved[count] = (position.state_dict(batches_consumed=count), capture_rng_state())
+            run.saved[count] = (position.state_dict(batches_consumed=count), GlobalRng.capture().to_plain())
 
         if epoch == save_in:
             save(consumed)
@@ -278,7 +278,7 @@ def _resume(setup: _Setup, k: int, saved: tuple[dict[str, Any], dict[str, Any]],
     position = LoaderPosition(loader)
     state, rng = saved
     position.load_state_dict(_json(state))
-    restore_rng_state(_json(rng))
+    GlobalRng.from_plain(_json(rng)).apply()
     return _train(setup, loader, position, range(SAVED_EPOCH, EPOCHS), consumed_before=k, **options)
 
 
@@ -312,13 +312,13 @@ def test_a_state_saved_relative_to_an_rng_snapshot_loads_given_that_snapshot() -
     position = LoaderPosition(loader)
     batches = iter(loader)
     next(batches), next(batches)
-    rng = _json(capture_rng_state())
+    rng = _json(GlobalRng.capture().to_plain())
     state = _json(position.state_dict(batches_consumed=2, rng=rng))  # its epoch RNG stored as a delta of rng
     rest = [torch.as_tensor(batch).reshape(-1).tolist() for batch in batches]
     _seed_all(12345)
     fresh = setup.build()
     LoaderPosition(fresh).load_state_dict(state, rng)
-    restore_rng_state(rng)
+    GlobalRng.from_plain(rng).apply()
     assert [torch.as_tensor(batch).reshape(-1).tolist() for batch in fresh] == rest
 
 
@@ -338,13 +338,13 @@ def test_a_state_saved_before_the_first_epoch_restores_the_loaders_own_generator
     _seed_all(0)
     loader = setup.build()
     position = LoaderPosition(loader)
-    saved = (position.state_dict(batches_consumed=0), capture_rng_state())
+    saved = (position.state_dict(batches_consumed=0), GlobalRng.capture().to_plain())
     full = _train(setup, loader, position, range(2))
     _seed_all(12345)
     loader = setup.build()
     position = LoaderPosition(loader)
     position.load_state_dict(_json(saved[0]))
-    restore_rng_state(_json(saved[1]))
+    GlobalRng.from_plain(_json(saved[1])).apply()
     assert _train(setup, loader, position, range(2)).batches == full.batches
 
 
@@ -355,12 +355,12 @@ def test_a_state_saved_between_iter_and_the_first_batch_resumes_exactly() -> Non
     position = LoaderPosition(loader)
     _train(setup, loader, position, range(1))
     batches = iter(loader)  # the sampler has not drawn its seed yet
-    saved = (position.state_dict(batches_consumed=0), capture_rng_state())
+    saved = (position.state_dict(batches_consumed=0), GlobalRng.capture().to_plain())
     expected = [torch.as_tensor(b).tolist() for b in batches]
     _seed_all(12345)
     loader = setup.build()
     LoaderPosition(loader).load_state_dict(_json(saved[0]))
-    restore_rng_state(_json(saved[1]))
+    GlobalRng.from_plain(_json(saved[1])).apply()
     assert [torch.as_tensor(b).tolist() for b in loader] == expected
 
 
@@ -585,13 +585,13 @@ def _draws() -> list[float]:
     return [torch.rand(()).item(), random.random(), float(np.random.rand()), random.gauss(0.0, 1.0)]
 
 
-def test_restore_rng_state_continues_the_torch_python_and_numpy_streams() -> None:
+def test_a_restored_rng_snapshot_continues_the_torch_python_and_numpy_streams() -> None:
     _seed_all(3)
     random.gauss(0.0, 1.0)  # leaves a cached gaussian in Python's state
-    saved = capture_rng_state()
+    saved = GlobalRng.capture().to_plain()
     expected = _draws()
     _seed_all(4)
-    restore_rng_state(_json(saved))
+    GlobalRng.from_plain(_json(saved)).apply()
     assert _draws() == expected
 
 
@@ -603,6 +603,7 @@ BAD_RNG_STATES = [
     ("truncated-python-words", _set("python/words", _B64_SHORT), "python.words"),
     ("negative-numpy-pos", _set("numpy/pos", -1), "numpy.pos"),
     ("newer-version", _set("version", 3), "version"),
+    ("development-build-version", _set("version", 1), "version"),
 ]
 
 
@@ -610,14 +611,22 @@ BAD_RNG_STATES = [
 def test_a_bad_rng_state_raises_naming_its_key_and_leaves_every_generator_as_it_was(
     mutate: Callable[[dict[str, Any]], Any], key: str
 ) -> None:
-    bad = mutate(capture_rng_state())
+    bad = mutate(GlobalRng.capture().to_plain())
     _seed_all(6)
     expected = _draws()
     _seed_all(6)
     with pytest.raises(ProgressStateError) as caught:
-        restore_rng_state(bad)
+        GlobalRng.from_plain(bad).apply()
     assert caught.value.key == key
     assert _draws() == expected
+
+
+def test_an_rng_snapshot_of_version_1_written_by_a_development_build_is_refused() -> None:
+    saved = GlobalRng.capture().to_plain()
+    assert saved["version"] == 2
+    with pytest.raises(ProgressStateError, match="written by a development build") as caught:
+        GlobalRng.from_plain({**saved, "version": 1}).apply()
+    assert caught.value.key == "version"
 
 
 def test_after_its_first_batch_a_single_process_iterator_takes_indices_straight_from_the_sampler() -> None:

@@ -13,13 +13,13 @@ import struct
 import pytest
 
 from tracker_core import ProgressStateError
-from tracker_core.data._rng import capture_rng_state, restore_rng_state
+from tracker_core.data._rng import GlobalRng
 
 WORDS = 625  # 624 words + position
 
 
 def _state_with(fmt: int, position: int) -> dict[str, object]:
-    state = capture_rng_state()
+    state = GlobalRng.capture().to_plain()
     words = list(struct.unpack(f"<{WORDS}I", base64.b64decode(state["python"]["words"])))
     words[-1] = position
     state["python"] = {
@@ -45,19 +45,19 @@ def _python_takes(fmt: int, position: int) -> bool:
 def test_a_python_state_is_refused_exactly_when_random_setstate_refuses_it(fmt: int, position: int) -> None:
     state = _state_with(fmt, position)
     if _python_takes(fmt, position):
-        restore_rng_state(state)
+        GlobalRng.from_plain(state).apply()
         assert random.getstate()[1][-1] == position
     else:
         with pytest.raises(ProgressStateError) as caught:
-            restore_rng_state(state)
+            GlobalRng.from_plain(state).apply()
         assert caught.value.key == "python"
 
 
 def test_a_restored_python_state_continues_the_stream() -> None:
     random.seed(7)
     random.random()
-    state = capture_rng_state()
+    state = GlobalRng.capture().to_plain()
     expected = [random.random() for _ in range(5)]
     random.seed(8)
-    restore_rng_state(state)
+    GlobalRng.from_plain(state).apply()
     assert [random.random() for _ in range(5)] == expected

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tracker_core import ProgressStateError
-from tracker_core.data._rng import GlobalRng, capture_rng_state
+from tracker_core.data._rng import GlobalRng
 from tracker_core.state._codec import checked_text, text_to_bytes
 
 SIZES = (0, 1, 2, 3, 4, 5, 2496, 2500)
@@ -54,7 +54,7 @@ def test_checked_text_refuses_what_is_not_text_as_the_decoder_does() -> None:
 
 def test_a_state_read_with_its_words_as_text_continues_every_stream_and_saves_the_same_text() -> None:
     np = pytest.importorskip("numpy")
-    saved = capture_rng_state()
+    saved = GlobalRng.capture().to_plain()
     expected = (random.random(), float(np.random.random()), float(torch.rand(())))
     random.seed(1)
     np.random.seed(1)
@@ -66,7 +66,7 @@ def test_a_state_read_with_its_words_as_text_continues_every_stream_and_saves_th
 
 def test_damaged_words_are_refused_when_read_naming_their_key() -> None:
     pytest.importorskip("numpy")
-    saved = capture_rng_state()
+    saved = GlobalRng.capture().to_plain()
     for part, name in (("python", "words"), ("numpy", "keys")):
         damaged = {**saved, part: {**saved[part], name: "*" + saved[part][name][1:]}}
         with pytest.raises(ProgressStateError) as caught:

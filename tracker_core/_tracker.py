@@ -15,7 +15,7 @@ from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
 from tracker_core.data._compact import check_bases, compact_rng, expand_rng
 from tracker_core.data._position import LoaderPosition, ParsedLoader
-from tracker_core.data._rng import GlobalRng
+from tracker_core.data._rng import GlobalRng, expanded
 from tracker_core.data._saved_loader import SavedLoader, check_saved_loader
 from tracker_core.distributed._elastic import ENTRY_KEYS, Selected, reenters_train_epoch, saved_elsewhere, select, world
 from tracker_core.distributed._to_writer import gather_to_writer
@@ -120,7 +120,7 @@ class Tracker:
         # Outside a train epoch a load restores only generators (nothing is replayed), and the
         # framework may already have built the next epoch's iterator: nothing of it is consumed.
         in_epoch = reenters_train_epoch(train._epochs.lifetime())
-        rng = GlobalRng.capture().to_plain()
+        rng = expanded(GlobalRng.capture())
         loaders: list[dict[str, Any]] = []
         for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
             consumed = counts[index].batches.scopes().epoch if in_epoch and index < len(counts) else 0

@@ -62,12 +62,12 @@ NOT_COMMITTED = (
 @dataclass(frozen=True)
 class LoaderIteration:
     """A prepared train loader: its ``iteration`` now and when its last pass began (None before one), whether that
-    pass had yielded its last batch, and whether the loop left it before its end (``left`` is optional)."""
+    pass had yielded its last batch, and whether the loop left it before its end."""
 
     now: int
     pass_start: int | None
     finished: bool
-    left: bool = False
+    left: bool
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from tracker_core.data._compact import compact_loader, expand_loader
 from tracker_core.data._epoch import EpochRecord, FastForward, Replay, Site
 from tracker_core.data._iterable_replay import IterableReplay
 from tracker_core.data._own_state import OwnState, warn_order_drawn_again
-from tracker_core.data._rng import GlobalRng, preserved_global_rng, read_generator_state
+from tracker_core.data._rng import GlobalRng, expanded, preserved_global_rng, read_generator_state
 from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._saved_loader import (
     STATE_VERSION,
@@ -150,7 +150,7 @@ class LoaderPosition:
 
     def _record_to_plain(self, record: EpochRecord) -> dict[str, Any]:
         return {
-            "iterator_rng": None if record.iterator_rng is None else record.iterator_rng.to_plain(),
+            "iterator_rng": None if record.iterator_rng is None else expanded(record.iterator_rng),
             "loader_generator": None if record.loader_generator is None else tensor_to_text(record.loader_generator),
             **self._strategy.epoch_to_plain(record),
         }
@@ -162,7 +162,7 @@ class LoaderPosition:
         first ``batches_consumed`` batches (sampler generators are restored at once; later epochs follow as in the
         uninterrupted run). ``rng``: the snapshot given to :meth:`state_dict`, if any. On a bad state raises
         ``ProgressStateError`` (key path and problem), changing nothing."""
-        header = read_header(expand_loader(state, "", rng, decoded=True), "", self.kind)
+        header = read_header(expand_loader(state, "", rng), "", self.kind)
         generators = self._check_header(header)  # this loader's checks first
         self.arm(self._parsed(check_saved_epoch(header), generators, resume_epoch=True))
 

@@ -8,7 +8,7 @@ from collections.abc import Collection
 from typing import Any
 
 from tracker_core._errors import InexactResumeWarning
-from tracker_core.data._rng import GlobalRng
+from tracker_core.data._rng import GlobalRng, expanded
 
 
 class ResumeRngCheck:
@@ -19,7 +19,7 @@ class ResumeRngCheck:
     """
 
     GENERATORS: tuple[str, ...] = ("torch", "python", "numpy", "devices")
-    """The global generators a check compares, by their keys in ``GlobalRng.to_plain()`` (``devices``: accelerators')."""
+    """The global generators a check compares, by their keys in a saved snapshot (``devices``: accelerators')."""
 
     def __init__(self, load: str) -> None:
         self._load = load
@@ -33,7 +33,7 @@ class ResumeRngCheck:
     def loaded(self, state: GlobalRng | None = None) -> None:
         """A checkpoint was just loaded: remember the live RNG states (or ``state``, e.g. as an iterator's build
         after the load left them)."""
-        self._loaded = (GlobalRng.capture() if state is None else state).to_plain()
+        self._loaded = expanded(GlobalRng.capture() if state is None else state)
 
     def forget(self) -> None:
         """Nothing more to compare (a new run, or the next draw is one the uninterrupted run made too)."""
@@ -44,7 +44,7 @@ class ResumeRngCheck:
         loaded = self._loaded
         if loaded is None:
             return ()
-        plain = earlier.to_plain()
+        plain = expanded(earlier)
         return tuple(name for name in self.GENERATORS if plain.get(name) != loaded.get(name))
 
     def check(self, where: str, *, last: bool = False, generators: Collection[str] = GENERATORS) -> bool:

@@ -1,7 +1,5 @@
-"""Global RNG snapshots: torch CPU, Python ``random``, NumPy (when importable) and initialised accelerators.
-
-``capture_rng_state()`` gives plain data to save; ``restore_rng_state(state)`` validates it fully, then sets them.
-"""
+"""Global RNG snapshots: torch CPU, Python ``random``, NumPy (when importable) and initialised accelerators;
+saved as version 2, the one form read (docs/schema.md, ``rng``)."""
 
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ from typing import Any
 import torch
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.data._compact import RNG_COMPACT_VERSION, Decoded, Seeded, blob_bytes_of, expand_rng
+from tracker_core.data._compact import RNG_VERSION, Decoded, Seeded, blob_bytes_of, compact_rng, expand_rng
 from tracker_core.data._device_rng import (
     DeviceStates,
     apply_devices,
@@ -26,7 +24,7 @@ from tracker_core.data._device_rng import (
     devices_to_plain,
 )
 from tracker_core.state._blobs import seeded_state
-from tracker_core.state._codec import bytes_to_text, checked_text, tensor_to_text
+from tracker_core.state._codec import checked_text, tensor_to_bytes
 from tracker_core.state._readers import (
     INT32_MAX,
     join_key,
@@ -34,6 +32,7 @@ from tracker_core.state._readers import (
     read_int,
     read_mapping,
     read_str,
+    read_version,
     shown,
 )
 
@@ -43,7 +42,6 @@ try:
 except ImportError:  # pragma: no cover - numpy is optional
     _np = None
 
-RNG_STATE_VERSION = 1
 _MT_WORDS = 625  # Python's Mersenne Twister state: 624 words + position
 _NP_WORDS = 624
 _NP_ALGORITHM = "MT19937"  # the only one NumPy's global RandomState has
@@ -95,43 +93,13 @@ class GlobalRng:
             apply_devices(self.devices)
 
     def to_plain(self) -> dict[str, Any]:
-        """``{"version", "torch", "python", "numpy"}`` with base64 blobs (``numpy`` may be None), plus
-        ``"devices"`` (``{kind: [state per device]}``) when an accelerator was initialised."""
-        fmt, words, gauss_next = self.python_state
-        python = {
-            "format": fmt,
-            "words": bytes_to_text(
-                _bytes(words) if isinstance(words, (bytes, str)) else struct.pack(f"<{_MT_WORDS}I", *words)
-            ),
-            "gauss_next": gauss_next,
-        }
-        numpy = None
-        if self.numpy_state is not None:
-            algorithm, keys, pos, has_gauss, cached_gaussian = self.numpy_state[:5]
-            numpy = {
-                "algorithm": str(algorithm),
-                "keys": bytes_to_text(
-                    _bytes(keys) if isinstance(keys, (bytes, str)) else _np.asarray(keys, dtype="<u4").tobytes()
-                ),
-                "pos": int(pos),
-                "has_gauss": int(has_gauss),
-                "cached_gaussian": float(cached_gaussian),
-            }
-        plain = {
-            "version": RNG_STATE_VERSION,
-            "torch": _torch_text(self.torch_state),
-            "python": python,
-            "numpy": numpy,
-        }
-        if self.devices:
-            plain["devices"] = devices_to_plain(self.devices)
-        return plain
+        """``{"version": 2, "torch", "python", "numpy"}`` (``numpy`` may be None), plus ``"devices"``
+        (``{kind: [state per device]}``) when an accelerator was initialised; each blob a short text."""
+        return compact_rng(expanded(self))
 
     @classmethod
     def from_plain(cls, state: object, key: str = "") -> GlobalRng:
-        """Validate fully (each part is tried on a scratch generator), changing nothing.
-
-        Reads version 1 and its short form, version 2 (``tracker_core/data/_compact.py``)."""
+        """Validate fully (each part is tried on a scratch generator), changing nothing; only version 2 is read."""
         state = expand_rng(state, key)
         # Each common case is checked inline, the reader called only for the rest (it names the problem): a
         # resume reads three of these mappings and eight numbers.
@@ -140,14 +108,8 @@ class GlobalRng:
             if type(state) is dict and state.keys() == _SNAPSHOT_KEYS
             else read_mapping(state, key, required=("version", "torch", "python", "numpy"), optional=("devices",))
         )
-        version = fields["version"]
-        if version is not RNG_STATE_VERSION:
-            version = read_int(version, join_key(key, "version"))
-        if version != RNG_STATE_VERSION:
-            raise ProgressStateError(
-                join_key(key, "version"),
-                f"unsupported version {version}; this code reads {RNG_STATE_VERSION} and {RNG_COMPACT_VERSION}",
-            )
+        if fields["version"] is not RNG_VERSION:
+            read_version(fields["version"], join_key(key, "version"), RNG_VERSION)
         torch_state = fields["torch"]
         if not isinstance(torch_state, Seeded):  # a seed below 2**64 is valid (checked by expand_rng)
             torch_state = read_torch_cpu_state(torch_state, join_key(key, "torch"))
@@ -159,8 +121,35 @@ class GlobalRng:
         return cls(torch_state, python_state, numpy_state, devices)
 
 
-def _torch_text(state: torch.Tensor | Seeded) -> str:
-    return bytes_to_text(seeded_state(state)) if isinstance(state, Seeded) else tensor_to_text(state)
+def expanded(rng: GlobalRng) -> dict[str, Any]:
+    """``rng`` as :meth:`GlobalRng.to_plain` saves it but with its blobs as bytes (``tracker_core/data/_compact.py``):
+    what a loader state's snapshot is compacted from, and what ``ResumeRngCheck`` compares."""
+    fmt, words, gauss_next = rng.python_state
+    packed_words = _bytes(words) if isinstance(words, (bytes, str)) else struct.pack(f"<{_MT_WORDS}I", *words)
+    numpy = None
+    if rng.numpy_state is not None:
+        algorithm, keys, pos, has_gauss, cached_gaussian = rng.numpy_state[:5]
+        numpy = {
+            "algorithm": str(algorithm),
+            "keys": Decoded(
+                _bytes(keys) if isinstance(keys, (bytes, str)) else _np.asarray(keys, dtype="<u4").tobytes()
+            ),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        }
+    torch_state = rng.torch_state
+    plain = {
+        "version": RNG_VERSION,
+        "torch": Decoded(
+            seeded_state(torch_state) if isinstance(torch_state, Seeded) else tensor_to_bytes(torch_state)
+        ),
+        "python": {"format": fmt, "words": Decoded(packed_words), "gauss_next": gauss_next},
+        "numpy": numpy,
+    }
+    if rng.devices:
+        plain["devices"] = devices_to_plain(rng.devices)
+    return plain
 
 
 def read_torch_cpu_state(value: object, key: str) -> torch.Tensor:
@@ -290,14 +279,3 @@ def preserved_global_rng(*, torch_only: bool = False) -> Iterator[None]:
     finally:
         torch.set_rng_state(torch_state)
         apply_devices(devices)
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """The global RNGs as plain data, version 1 (:meth:`GlobalRng.to_plain`: JSON- and ``weights_only``-safe)."""
-    return GlobalRng.capture().to_plain()
-
-
-def restore_rng_state(state: Mapping[str, Any]) -> None:
-    """Set the global RNGs from :func:`capture_rng_state` output, all of it validated first: a
-    ``ProgressStateError`` names the key (e.g. ``"python.words"``) and leaves every generator untouched."""
-    GlobalRng.from_plain(state).apply()

@@ -3,7 +3,7 @@
 A torch CPU generator's state is 5,056 bytes, half of them zero, and snapshots of one generator a few draws
 apart differ in a few bytes. So ``"z:"`` is the bytes shuffled by 8 and compressed (about 2.6 KB), ``"x:"``
 the compressed XOR with a related blob (tens of bytes; which blob, ``tracker_core/data/_compact.py`` fixes),
-``"s:<seed>"`` a generator just seeded with ``manual_seed(seed)``. Readers turn every form back into base64.
+``"s:<seed>"`` a generator just seeded with ``manual_seed(seed)``. Readers turn every form back into bytes.
 """
 
 from __future__ import annotations
@@ -57,17 +57,16 @@ def blob_bytes(value: object, key: str, base: bytes | None = None) -> bytes:
     return text_to_bytes(value, key)
 
 
-def plain_text(value: object, key: str, base: bytes | None = None) -> object:
-    """Any text form as plain base64 (what the state readers take). A difference that cannot be applied
-    (damaged, or its ``base`` missing or damaged: the base's own reader names that) and anything not text
-    are returned as they are, for the reader to refuse."""
-    if not isinstance(value, str) or not value.startswith((_COMPRESSED, _DELTA, _SEEDED)):
-        return value
+def short_bytes(value: str, key: str, base: bytes | None = None) -> bytes | None:
+    """The bytes of a short text form; None for plain base64 and for a difference that cannot be applied
+    (damaged, or its ``base`` missing or damaged: the base's own reader names that), left for the reader."""
+    if not value.startswith((_COMPRESSED, _DELTA, _SEEDED)):
+        return None
     try:
-        return bytes_to_text(blob_bytes(value, key, base))
+        return blob_bytes(value, key, base)
     except ProgressStateError:
         if value.startswith(_DELTA):
-            return value
+            return None
         raise
 
 
