@@ -79,9 +79,8 @@ class LoopProgress:
                 train.batch_ready()
                 train.batch_started()
             except EventOrderError as error:  # the first law: note it, never raise into the loop
-                self.tracker.progress.note_anomaly(
-                    f"a batch came outside an epoch of epochs() ({error})", "LoopProgress"
-                )
+                message = f"a batch came outside an epoch of epochs() ({error})"
+                self.tracker.progress.note_anomaly(message, "LoopProgress")
             else:
                 self._samples, self._processed = samples_in(batch), False
             yield batch
