@@ -17,25 +17,20 @@ def require(module: str, extra: str) -> ModuleType:
 
 
 def check_attributes(framework: str, version: str, owners: dict[str, tuple[type, tuple[str, ...]]]) -> None:
-    """Raise ``ImportError`` naming ``framework version`` if an attribute the adapter relies on is gone.
+    """Raise ``ImportError`` naming ``framework version`` if a class attribute the adapter relies on is gone.
 
-    ``owners`` maps a display name (e.g. ``"Engine"``) to a class and the attribute names a compat
-    module touches: each must be a class attribute or be assigned in the class's ``__init__``.
+    ``owners`` maps a display name (e.g. ``"_FitLoop"``) to a class and the class attributes a compat module
+    touches. Attributes an instance gets in ``__init__`` are listed in the module's ``INSTANCE_ATTRIBUTES``
+    and checked on real instances by ``tests/test_compat_instances.py``.
     """
     missing = [
         f"{name}.{attribute}"
         for name, (owner, attributes) in owners.items()
         for attribute in attributes
-        if not hasattr(owner, attribute) and attribute not in _assigned_in_init(owner)
+        if not hasattr(owner, attribute)
     ]
     if missing:
         raise ImportError(
             f"tracker-core's {framework} adapter relies on {', '.join(missing)}, which {framework} {version} "
             "does not have: install a version in the range tracker-core declares"
         )
-
-
-def _assigned_in_init(owner: type) -> tuple[str, ...]:
-    init = getattr(owner, "__init__", None)
-    code = getattr(init, "__code__", None)
-    return tuple(code.co_names) if code is not None else ()

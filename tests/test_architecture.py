@@ -47,8 +47,7 @@ def test_each_framework_compat_module_finds_every_attribute_it_touches(framework
 
 def test_a_missing_framework_attribute_is_named_with_the_framework_version() -> None:
     class Engine:
-        def __init__(self) -> None:
-            self.kept = 1
+        kept = 1
 
     check_attributes("frameworkx", "9.9", {"Engine": (Engine, ("kept",))})
     with pytest.raises(ImportError, match=r"Engine\.gone, which frameworkx 9\.9 does not have"):
@@ -57,7 +56,17 @@ def test_a_missing_framework_attribute_is_named_with_the_framework_version() -> 
 
 # Modules and attributes that look into the interpreter (frames, bytecode, the garbage collector, signal handlers).
 _INTROSPECTION_MODULES = {"inspect", "dis", "gc", "signal", "traceback"}
-_INTROSPECTION_ATTRIBUTES = {"_getframe", "f_back", "f_lasti", "f_locals", "f_globals", "co_code", "get_referrers"}
+_INTROSPECTION_ATTRIBUTES = {
+    "_getframe",
+    "f_back",
+    "f_lasti",
+    "f_locals",
+    "f_globals",
+    "__code__",
+    "co_code",
+    "co_names",
+    "get_referrers",
+}
 
 
 def _introspection(path: Path) -> list[str]:
@@ -68,7 +77,9 @@ def _introspection(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom):
             names = [(node.module or "").split(".")[0]]
         elif isinstance(node, ast.Attribute):
-            names = [node.attr] if node.attr in _INTROSPECTION_ATTRIBUTES else []
+            names = [node.attr]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value] if node.value in _INTROSPECTION_ATTRIBUTES else []  # getattr(obj, "__code__")
         else:
             continue
         found.extend(
@@ -88,5 +99,7 @@ def test_the_library_looks_into_no_frame_bytecode_garbage_collector_or_signal_ha
 
 def test_the_introspection_finder_finds_a_frame_walk(tmp_path: Path) -> None:
     planted = tmp_path / "planted.py"
-    planted.write_text("import inspect\nimport sys\n\ndef caller():\n    return sys._getframe(1).f_back\n")
-    assert _introspection(planted) == ["1: inspect", "5: f_back", "5: _getframe"]
+    planted.write_text(
+        'import inspect\nimport sys\n\ndef caller():\n    return sys._getframe(1).f_back, getattr(caller, "__code__")\n'
+    )
+    assert sorted(_introspection(planted)) == ["1: inspect", "5: __code__", "5: _getframe", "5: f_back"]

@@ -1,14 +1,11 @@
-"""Every private attribute of Accelerate (and of the loaders it prepares) the adapter touches, checked when imported."""
+"""Every private attribute of Accelerate (and of the loaders it prepares) the adapter touches (docs/design.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import accelerate
 import torch
 from accelerate.accelerator import Accelerator
-
-from tracker_core.integrations._extra import check_attributes
 
 
 def prepared_optimizers(accelerator: Accelerator) -> list[Any]:
@@ -36,11 +33,9 @@ def drop_iterator(loader: Any) -> None:
     loader._iterator = None
 
 
-check_attributes(
-    "accelerate",
-    accelerate.__version__,
-    {
-        "Accelerator": (Accelerator, ("_models", "_optimizers", "_schedulers", "_custom_objects")),
-        "torch DataLoader": (torch.utils.data.DataLoader, ("_iterator",)),
-    },
-)
+# The private attributes instances get in __init__, by class: checked on real instances by tests/test_compat_instances.py
+# (Accelerate's are all instance attributes: nothing to check at import).
+INSTANCE_ATTRIBUTES: dict[type, tuple[str, ...]] = {
+    Accelerator: ("_models", "_optimizers", "_schedulers", "_custom_objects"),
+    torch.utils.data.DataLoader: ("_iterator",),
+}
