@@ -227,11 +227,10 @@ def read_checkpoint(directory: str, process_index: int, world_size: int) -> Save
         raise ProgressStateError("", f"{directory}: {MIXED}: {problem}; nothing was loaded")
     if first.world_size == world_size:
         found = SavedCheckpoint(first if process_index == 0 else read(directory, process_index), None)
-        others = [found.own]
     else:
         ranks = [first, *(read(directory, rank) for rank in range(1, first.world_size))]
-        found, others = SavedCheckpoint(ranks[process_index % first.world_size], ranks), ranks
-    for saved in others:
+        found = SavedCheckpoint(ranks[process_index % first.world_size], ranks)
+    for saved in found.ranks or [found.own]:
         problem = other_save(first, saved)
         if problem is not None:
             raise ProgressStateError("", f"{directory}: {MIXED}: {problem}; nothing was loaded")
