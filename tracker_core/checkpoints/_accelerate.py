@@ -12,9 +12,7 @@
      "evaluation_rng": {"stage": str, "rng": <global RNG snapshot>} | None,  # at an unfinished evaluation's start
      "folder": {path: {"size": int, "crc32": int}, ...} | None}  # rank 0's commit; None: not committed
 
-docs/accelerate.md ("How resume works") explains the commit. A committed folder is that save while each file
-it lists is there unchanged (:func:`commit_problem`); the files written after it are not listed (:func:`uncommitted`),
-but each that is a zip (a ``torch.save`` archive) must be whole. Only version 5 is read (docs/schema.md).
+The commit is explained in docs/accelerate.md ("How resume works"). Only version 5 is read (docs/schema.md).
 """
 
 from __future__ import annotations
@@ -136,9 +134,8 @@ def folder_files(directory: str) -> dict[str, tuple[int, int]]:
 
 
 def commit_problem(directory: str, commit: SavedProgress) -> str | None:
-    """Why ``directory`` is not the save rank 0's file ``commit`` committed, or None (also when it holds no
-    commit): a listed file missing, not a regular file, or with other bytes, or the commit not listing another
-    rank's progress file."""
+    """Why ``directory`` is not the save that rank 0's file ``commit`` committed, or None (also without a commit);
+    a file written after the commit must be whole if it is a zip."""
     files = commit.folder
     if files is None:
         return None
@@ -173,8 +170,7 @@ def commit_problem(directory: str, commit: SavedProgress) -> str | None:
 
 
 def _archive_problem(path: str) -> str | None:
-    """Why the file at ``path``, a zip archive (as ``torch.save`` writes), is not whole, or None (also for a file
-    of another format: not checked)."""
+    """Why the zip archive (``torch.save``'s format) at ``path`` is not whole, or None (also for another format)."""
     try:
         with open(path, "rb") as stream:
             if stream.read(4) != _ZIP_MAGIC:
@@ -187,8 +183,7 @@ def _archive_problem(path: str) -> str | None:
 
 
 def uncommitted(directory: str, commit: SavedProgress) -> list[str]:
-    """The files under ``directory`` the commit does not list (written after it, or by something else):
-    not covered. The tracker's own files are not among them."""
+    """The files under ``directory`` that the commit does not list (written after it, or by something else)."""
     listed = commit.folder or {}
     return [path for path in _files_under(directory) if path not in listed]
 
@@ -224,20 +219,18 @@ class SavedCheckpoint:
 
 
 def read_checkpoint(directory: str, process_index: int, world_size: int) -> SavedCheckpoint:
-    """Rank 0's file, whose commit (if any) the folder must match, then this process's file if the checkpoint was
-    saved at ``world_size``, else every saved rank's file; without a commit each must come from rank 0's save.
-    ``ProgressStateError`` before anything is loaded."""
+    """Rank 0's file, whose commit (if any) the folder must match, then this process's file, or every saved rank's
+    if saved at another ``world_size``, each from rank 0's save; ``ProgressStateError`` otherwise."""
     first = read(directory, 0)
     problem = commit_problem(directory, first)
     if problem is not None:
         raise ProgressStateError("", f"{directory}: {MIXED}: {problem}; nothing was loaded")
     if first.world_size == world_size:
         found = SavedCheckpoint(first if process_index == 0 else read(directory, process_index), None)
-        others = [found.own]
     else:
         ranks = [first, *(read(directory, rank) for rank in range(1, first.world_size))]
-        found, others = SavedCheckpoint(ranks[process_index % first.world_size], ranks), ranks
-    for saved in others:
+        found = SavedCheckpoint(ranks[process_index % first.world_size], ranks)
+    for saved in found.ranks or [found.own]:
         problem = other_save(first, saved)
         if problem is not None:
             raise ProgressStateError("", f"{directory}: {MIXED}: {problem}; nothing was loaded")
@@ -245,8 +238,7 @@ def read_checkpoint(directory: str, process_index: int, world_size: int) -> Save
 
 
 def other_save(first: SavedProgress, saved: SavedProgress) -> str | None:
-    """Why ``saved`` (a rank's file) does not come from the save that wrote rank 0's ``first``, or None; a committed
-    folder lists every rank's file, so only an uncommitted one can mix them."""
+    """Why ``saved`` (a rank's file) does not come from the save that wrote rank 0's ``first``, or None."""
     if (saved.world_size, saved.save_iteration) == (first.world_size, first.save_iteration):
         return None
     return (
