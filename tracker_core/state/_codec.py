@@ -149,12 +149,14 @@ def checked_text(value: object, key: str, size: int) -> str | bytes:
     return text_to_bytes(value, key, size=size)
 
 
+def bytes_to_tensor(data: bytes, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+    """A 1-d CPU tensor of ``dtype`` over a copy of ``data``."""
+    return torch.frombuffer(bytearray(data), dtype=dtype) if data else torch.empty(0, dtype=dtype)
+
+
 def text_to_byte_tensor(value: object, key: str, *, size: int | None = None) -> torch.Tensor:
     """A ``uint8`` CPU tensor from base64 text (the form RNG states take)."""
-    data = text_to_bytes(value, key, size=size)
-    if not data:
-        return torch.empty(0, dtype=torch.uint8)
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    return bytes_to_tensor(text_to_bytes(value, key, size=size))
 
 
 def from_plain(value: Any, key: str = "") -> Any:
@@ -251,6 +253,4 @@ def _tensor_from_plain(value: object, key: str) -> torch.Tensor:
     data = text_to_bytes(fields["data"], join_key(key, "data"), size=size)
     if dtype == torch.bool and data.strip(b"\x00\x01"):
         raise ProgressStateError(join_key(key, "data"), "a bool tensor holds bytes other than 0 and 1")
-    if size == 0:
-        return torch.empty(dims, dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(dims)
+    return bytes_to_tensor(data, dtype).reshape(dims)

@@ -90,13 +90,11 @@ class PhaseCount(Part):
 
     def store(self, owner: Any, attr: str, value: Any) -> None:
         counter: Phased = _part_of(owner, attr)
-        if not self.scopes:
-            counter.ready, counter.started, counter.processed, counter.completed = value
-            return
-        lifetime: PhaseCounts = value[Scope.LIFETIME]
+        lifetime: PhaseCounts = value[Scope.LIFETIME] if self.scopes else value
         counter.ready, counter.started, counter.processed, counter.completed = lifetime
-        counter.run_base = lifetime.ready - value[Scope.RUN].ready
-        counter.epoch_base = lifetime.ready - value.get(Scope.EPOCH, value[Scope.RUN]).ready
+        if self.scopes:
+            counter.run_base = lifetime.ready - value[Scope.RUN].ready
+            counter.epoch_base = lifetime.ready - value.get(Scope.EPOCH, value[Scope.RUN]).ready
 
     def pack(self, live: Phased, out: list[int]) -> None:
         ready, started, processed, completed = live.ready, live.started, live.processed, live.completed
