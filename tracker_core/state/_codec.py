@@ -10,38 +10,32 @@ from __future__ import annotations
 import base64
 import binascii
 import collections
-import ctypes
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, shown, type_name
+from tracker_core.state._readers import (
+    INT64_MIN,
+    UINT64_MAX,
+    is_mapping,
+    join_key,
+    read_int,
+    read_list,
+    read_mapping,
+    read_str,
+    shown,
+    type_name,
+)
 
 _TENSOR_TAG = "__tensor__"
 _TUPLE_TAG = "__tuple__"
 
 # What a saved state can legitimately hold: plain numbers. Quantized, complex, sub-byte,
 # float8 and other exotic dtypes are refused (torch.frombuffer with some of them corrupts memory).
-TENSOR_DTYPES: dict[str, torch.dtype] = {
-    str(dtype).removeprefix("torch."): dtype
-    for dtype in (
-        torch.bool,
-        torch.uint8,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.uint16,
-        torch.uint32,
-        torch.uint64,
-        torch.float16,
-        torch.bfloat16,
-        torch.float32,
-        torch.float64,
-    )
-}
+_DTYPE_NAMES = "bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 bfloat16 float32 float64"
+TENSOR_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in _DTYPE_NAMES.split()}
 MAX_DEPTH = 64  # nesting of dicts and lists in decoded plain data
 MAX_LIST_LENGTH = 100_000  # items of one list or dict
 MAX_NODES = 1_000_000  # values in one decoded state, all levels together
@@ -49,7 +43,6 @@ MAX_BLOB_BYTES = 64 * 2**20  # one base64 blob (a tensor's bytes, an RNG state)
 MAX_TENSOR_DIMS = 16
 _MAX_BLOB_TEXT = 4 * ((MAX_BLOB_BYTES + 2) // 3)
 _BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # int64 and uint64 (seeds) values
 _SCALARS = frozenset((type(None), bool, float, str))  # exactly these types: from_plain returns them as they are
 _PADDING = ("", "=", "==")  # by the bytes missing from the last group of three
 
@@ -63,10 +56,11 @@ def bytes_to_text(data: bytes) -> str:
 
 
 def tensor_to_bytes(tensor: torch.Tensor) -> bytes:
-    """The raw bytes of a tensor (copied to CPU, contiguous), in about a microsecond."""
-    flat = tensor.detach().to("cpu").contiguous()
-    size = flat.numel() * flat.element_size()
-    return ctypes.string_at(flat.data_ptr(), size) if size else b""
+    """The raw bytes of a tensor on any device, in any layout, copied through a tensor over a bytearray."""
+    out = bytearray(tensor.nbytes)
+    if out:  # torch.frombuffer refuses an empty buffer
+        torch.frombuffer(out, dtype=tensor.dtype).copy_(tensor.reshape(-1))
+    return bytes(out)
 
 
 def tensor_to_text(tensor: torch.Tensor) -> str:
@@ -155,12 +149,14 @@ def checked_text(value: object, key: str, size: int) -> str | bytes:
     return text_to_bytes(value, key, size=size)
 
 
+def bytes_to_tensor(data: bytes, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
+    """A 1-d CPU tensor of ``dtype`` over a copy of ``data``."""
+    return torch.frombuffer(bytearray(data), dtype=dtype) if data else torch.empty(0, dtype=dtype)
+
+
 def text_to_byte_tensor(value: object, key: str, *, size: int | None = None) -> torch.Tensor:
     """A ``uint8`` CPU tensor from base64 text (the form RNG states take)."""
-    data = text_to_bytes(value, key, size=size)
-    if not data:
-        return torch.empty(0, dtype=torch.uint8)
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    return bytes_to_tensor(text_to_bytes(value, key, size=size))
 
 
 def from_plain(value: Any, key: str = "") -> Any:
@@ -186,7 +182,9 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int], decode: boo
     if value is None or isinstance(value, (bool, float, str)):
         return value
     if isinstance(value, int):
-        return _bounded_int(value, key)
+        if not INT64_MIN <= value <= UINT64_MAX:  # int64, and uint64 for seeds
+            raise ProgressStateError(key, f"{shown(value)} does not fit 64 bits")
+        return value
     if depth >= MAX_DEPTH:
         raise ProgressStateError(key, f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, list):
@@ -201,13 +199,11 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int], decode: boo
     if decode and len(value) == 1 and _TENSOR_TAG in value:
         return _tensor_from_plain(value[_TENSOR_TAG], join_key(key, _TENSOR_TAG))
     if decode and len(value) == 1 and _TUPLE_TAG in value:
-        items = value[_TUPLE_TAG]
         inner = join_key(key, _TUPLE_TAG)
-        if not isinstance(items, list):
-            raise ProgressStateError(inner, f"expected a list, got {type_name(items)}")
-        _check_length(items, inner)
+        tagged = read_list(value[_TUPLE_TAG], inner)
+        _check_length(tagged, inner)
         return tuple(
-            _from_plain(item, join_key(inner, str(i)), depth + 1, budget, decode) for i, item in enumerate(items)
+            _from_plain(item, join_key(inner, str(i)), depth + 1, budget, decode) for i, item in enumerate(tagged)
         )
     _check_length(value, key)
     out: dict[str, Any] = {}
@@ -215,7 +211,7 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int], decode: boo
         if not isinstance(name, str):
             raise ProgressStateError(key, f"dict key {shown(name)} is not a str")
         kind = type(item)
-        if kind in _SCALARS or (kind is int and _INT_MIN <= item <= _INT_MAX):  # most values: no call, no key
+        if kind in _SCALARS or (kind is int and INT64_MIN <= item <= UINT64_MAX):  # most values: no call, no key
             budget[0] -= 1
             if budget[0] < 0:
                 raise ProgressStateError(
@@ -226,12 +222,6 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int], decode: boo
         if decode:
             out[name] = item
     return out if decode else value
-
-
-def _bounded_int(value: int, key: str) -> int:
-    if not _INT_MIN <= value <= _INT_MAX:
-        raise ProgressStateError(key, f"{shown(value)} does not fit 64 bits")
-    return value
 
 
 def _check_length(value: list[Any] | Mapping[Any, Any], key: str) -> None:
@@ -263,6 +253,4 @@ def _tensor_from_plain(value: object, key: str) -> torch.Tensor:
     data = text_to_bytes(fields["data"], join_key(key, "data"), size=size)
     if dtype == torch.bool and data.strip(b"\x00\x01"):
         raise ProgressStateError(join_key(key, "data"), "a bool tensor holds bytes other than 0 and 1")
-    if size == 0:
-        return torch.empty(dims, dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(dims)
+    return bytes_to_tensor(data, dtype).reshape(dims)

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.counting._counts import PhaseCounts, Phased, Tally
-from tracker_core.state._readers import join_key, read_int, read_list, read_mapping
+from tracker_core.state._readers import join_key, read_counts, read_int, read_list, read_mapping
 from tracker_core.vocabulary import Phase, Scope
 
 PHASES = tuple(phase.value for phase in Phase)
@@ -63,12 +63,11 @@ class PhaseCount(Part):
 
     def __init__(self, scopes: Sequence[Scope] = ()) -> None:
         self.scopes = tuple(scope.value for scope in scopes)
-        self._base_of = tuple((scope, attrgetter(_BASES[scope]) if scope in _BASES else _zero) for scope in self.scopes)
+        bases = tuple((scope, attrgetter(_BASES[scope]) if scope in _BASES else _zero) for scope in self.scopes)
+        self._base_of = bases or (("", _zero),)  # no scopes: the lifetime alone, its phases not under a scope key
 
     def dump(self, live: Phased) -> dict[str, Any]:
         ready, started, processed, completed = live.ready, live.started, live.processed, live.completed
-        if not self.scopes:
-            return {"ready": ready, "started": started, "processed": processed, "completed": completed}
         dumped = {}
         for scope, base_of in self._base_of:
             base = base_of(live)
@@ -78,7 +77,7 @@ class PhaseCount(Part):
                 "processed": processed - base,
                 "completed": completed - base,
             }
-        return dumped
+        return dumped if self.scopes else dumped[""]
 
     def parse(self, raw: object, key: str) -> PhaseCounts | dict[str, PhaseCounts]:
         if not self.scopes:
@@ -91,29 +90,23 @@ class PhaseCount(Part):
 
     def store(self, owner: Any, attr: str, value: Any) -> None:
         counter: Phased = _part_of(owner, attr)
-        if not self.scopes:
-            counter.ready, counter.started, counter.processed, counter.completed = value
-            return
-        lifetime: PhaseCounts = value[Scope.LIFETIME]
+        lifetime: PhaseCounts = value[Scope.LIFETIME] if self.scopes else value
         counter.ready, counter.started, counter.processed, counter.completed = lifetime
-        counter.run_base = lifetime.ready - value[Scope.RUN].ready
-        counter.epoch_base = lifetime.ready - value.get(Scope.EPOCH, value[Scope.RUN]).ready
+        if self.scopes:
+            counter.run_base = lifetime.ready - value[Scope.RUN].ready
+            counter.epoch_base = lifetime.ready - value.get(Scope.EPOCH, value[Scope.RUN]).ready
 
     def pack(self, live: Phased, out: list[int]) -> None:
         ready, started, processed, completed = live.ready, live.started, live.processed, live.completed
-        if not self.scopes:
-            out += (ready, started, processed, completed)
         for _, base_of in self._base_of:
             base = base_of(live)
             out += (ready - base, started - base, processed - base, completed - base)
 
     def unpack(self, live: Phased, take: Callable[[], int]) -> dict[str, Any]:
-        if not self.scopes:
-            return {"ready": take(), "started": take(), "processed": take(), "completed": take()}
         unpacked = {}
-        for scope in self.scopes:
+        for scope, _ in self._base_of:
             unpacked[scope] = {"ready": take(), "started": take(), "processed": take(), "completed": take()}
-        return unpacked
+        return unpacked if self.scopes else unpacked[""]
 
     def paths(self, live: Phased, key: str, out: list[str]) -> None:
         for scoped in [join_key(key, scope) for scope in self.scopes] or [key]:
@@ -134,8 +127,7 @@ class TallyCount(Part):
         return dumped if self._every_scope else {scope: dumped[scope] for scope in self.scopes}
 
     def parse(self, raw: object, key: str) -> dict[str, int]:
-        fields = read_mapping(raw, key, required=self.scopes)
-        parsed = {scope: read_int(fields[scope], join_key(key, scope), minimum=0) for scope in self.scopes}
+        parsed = read_counts(raw, key, self.scopes)
         for inner, outer in pairwise(self.scopes):
             if parsed[inner] > parsed[outer]:
                 raise ProgressStateError(key, f"{inner} scope {parsed[inner]} above {outer} scope {parsed[outer]}")
@@ -191,15 +183,13 @@ class Record(Part):
         self.fields = fields
         self.keys = tuple(field.key for field in fields)
         self.check = check
-        # per field: its key, how to get its live part, and the part's bound walk (looked up once, here)
-        self._dumps = tuple((key, attrgetter(attr) if attr else _same, part.dump) for key, attr, part in fields)
-        self._packs = tuple((attrgetter(attr) if attr else _same, part.pack) for _, attr, part in fields)
-        self._unpacks = tuple((key, attrgetter(attr) if attr else _same, part.unpack) for key, attr, part in fields)
+        # per field: its key, how to get its live part, and the part (a loop, not a comprehension: no frame per call)
+        self._walk = tuple((key, attrgetter(attr) if attr else _same, part) for key, attr, part in fields)
 
     def dump(self, live: Any) -> dict[str, Any]:
         dumped = {}
-        for key, get, dump in self._dumps:  # a loop, not a comprehension: no frame per call
-            dumped[key] = dump(get(live))
+        for key, get, part in self._walk:
+            dumped[key] = part.dump(get(live))
         return dumped
 
     def parse(self, raw: object, key: str) -> dict[str, Any]:
@@ -215,18 +205,18 @@ class Record(Part):
             part.store(live, field_attr, value[key])
 
     def pack(self, live: Any, out: list[int]) -> None:
-        for get, pack in self._packs:
-            pack(get(live), out)
+        for _, get, part in self._walk:
+            part.pack(get(live), out)
 
     def unpack(self, live: Any, take: Callable[[], int]) -> dict[str, Any]:
         unpacked = {}
-        for key, get, unpack in self._unpacks:
-            unpacked[key] = unpack(get(live), take)
+        for key, get, part in self._walk:
+            unpacked[key] = part.unpack(get(live), take)
         return unpacked
 
     def paths(self, live: Any, key: str, out: list[str]) -> None:
-        for name, attr, part in self.fields:
-            part.paths(getattr(live, attr) if attr else live, join_key(key, name), out)
+        for name, get, part in self._walk:
+            part.paths(get(live), join_key(key, name), out)
 
 
 class ListOf(Part):
@@ -280,8 +270,7 @@ class Value(Part):
 
 def phase_counts(value: object, key: str) -> PhaseCounts:
     """Phase counts in order (``ready >= started >= processed >= completed``), at most one event in flight."""
-    fields = read_mapping(value, key, required=PHASES)
-    counts = PhaseCounts(*(read_int(fields[phase], join_key(key, phase), minimum=0) for phase in PHASES))
+    counts = PhaseCounts(*read_counts(value, key, PHASES).values())
     for before, after in pairwise(PHASES):
         if getattr(counts, before) < getattr(counts, after):
             raise ProgressStateError(

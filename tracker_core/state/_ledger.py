@@ -9,7 +9,7 @@ from typing import Any
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.state._form import Part
-from tracker_core.state._readers import join_key, read_int, read_list, read_mapping, read_str, shown
+from tracker_core.state._readers import join_key, read_counts, read_int, read_list, read_mapping, read_str, shown
 from tracker_core.vocabulary import RunKind
 
 MAX_LEDGER_RUNS = 100  # the most recent runs are kept; older ones are summed into ``earlier``
@@ -43,12 +43,6 @@ def empty_ledger() -> dict[str, Any]:
     return {"runs": [], "earlier": dict.fromkeys(EARLIER_KEYS, 0)}
 
 
-def read_counts(raw: object, key: str) -> dict[str, int]:
-    """``{"batches", "samples", "steps", "tokens", "microseconds"}``, each a non-negative int."""
-    fields = read_mapping(raw, key, required=COUNT_KEYS)
-    return {name: read_int(fields[name], join_key(key, name), minimum=0) for name in COUNT_KEYS}
-
-
 def read_entry(raw: object, key: str, last: bool) -> dict[str, Any]:
     """One ledger entry; ``last``: it may still be running."""
     fields = read_mapping(raw, key, required=ENTRY_KEYS)
@@ -56,14 +50,10 @@ def read_entry(raw: object, key: str, last: bool) -> dict[str, Any]:
     if kind not in _KINDS:
         raise ProgressStateError(join_key(key, "kind"), f"unknown run kind {shown(kind)}")
     entry: dict[str, Any] = {"kind": str(kind)}
-    entry["opened_unix_microseconds"] = read_int(
-        fields["opened_unix_microseconds"], join_key(key, "opened_unix_microseconds"), minimum=0
-    )
-    entry["world_size"] = read_int(fields["world_size"], join_key(key, "world_size"), minimum=1)
-    for name in ("global_batch_size", "accumulation"):
-        entry[name] = read_int(fields[name], join_key(key, name), minimum=0)
-    start = read_counts(fields["start"], join_key(key, "start"))
-    end = read_counts(fields["end"], join_key(key, "end"))
+    for name in ("opened_unix_microseconds", "world_size", "global_batch_size", "accumulation"):
+        entry[name] = read_int(fields[name], join_key(key, name), minimum=1 if name == "world_size" else 0)
+    start = read_counts(fields["start"], join_key(key, "start"), COUNT_KEYS)
+    end = read_counts(fields["end"], join_key(key, "end"), COUNT_KEYS)
     for name in COUNT_KEYS:
         if end[name] < start[name]:
             raise ProgressStateError(join_key(key, f"end.{name}"), f"{end[name]} below the start's {start[name]}")
@@ -77,7 +67,7 @@ def read_entry(raw: object, key: str, last: bool) -> dict[str, Any]:
     entry["ended"] = ended
     lost = fields["lost"]
     if lost != UNKNOWN:
-        lost = read_counts(lost, join_key(key, "lost"))
+        lost = read_counts(lost, join_key(key, "lost"), COUNT_KEYS)
     if ended == RUNNING and lost != NOTHING_LOST:
         raise ProgressStateError(join_key(key, "lost"), "a run still running has lost nothing yet; expected 0 counts")
     entry["lost"] = lost
@@ -100,12 +90,8 @@ class LedgerPart(Part):
         if len(runs) > MAX_LEDGER_RUNS:
             raise ProgressStateError(join_key(key, "runs"), f"{len(runs)} runs; at most {MAX_LEDGER_RUNS} are kept")
         parsed = [read_entry(run, join_key(key, f"runs.{i}"), i == len(runs) - 1) for i, run in enumerate(runs)]
-        earlier_key = join_key(key, "earlier")
-        earlier = read_mapping(fields["earlier"], earlier_key, required=EARLIER_KEYS)
-        return {
-            "runs": parsed,
-            "earlier": {name: read_int(earlier[name], join_key(earlier_key, name), minimum=0) for name in EARLIER_KEYS},
-        }
+        earlier = read_counts(fields["earlier"], join_key(key, "earlier"), EARLIER_KEYS)
+        return {"runs": parsed, "earlier": earlier}
 
     def store(self, owner: Any, attr: str, value: dict[str, Any]) -> None:
         owner._ledger.load(value)

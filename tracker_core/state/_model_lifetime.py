@@ -14,6 +14,7 @@ import torch
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.counting._progress import Progress
+from tracker_core.state._codec import bytes_to_tensor, tensor_to_bytes
 
 BUFFER = "tracker_core_lifetime"
 """The buffer's name in ``model.state_dict()`` (after any prefix the model's parents add)."""
@@ -70,7 +71,7 @@ def read_lifetime(buffer: object, key: str) -> dict[str, Any] | None:
     if buffer.numel() == 0:
         return None
     try:
-        state = json.loads(bytes(buffer.tolist()).decode("utf-8"))
+        state = json.loads(tensor_to_bytes(buffer).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as error:
         raise ProgressStateError(key, f"not the JSON of a progress state ({error})") from None
     Progress().load_state_dict(state)  # validates fully; raises ProgressStateError naming the key
@@ -109,7 +110,7 @@ def _refresh(module: torch.nn.Module, prefix: str, keep_vars: bool) -> None:
     bindings: list[Progress] = getattr(module, _BINDINGS)
     if bindings:
         data = json.dumps(bindings[0].state_dict(), separators=(",", ":")).encode("utf-8")
-        setattr(module, BUFFER, torch.frombuffer(bytearray(data), dtype=torch.uint8))
+        setattr(module, BUFFER, bytes_to_tensor(data))
 
 
 def _fit_incoming(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:

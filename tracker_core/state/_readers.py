@@ -5,7 +5,7 @@ typed or raises :class:`ProgressStateError` naming that key (``keys_under`` pref
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeGuard
 
@@ -26,14 +26,10 @@ SHOWN_ITEMS = 4  # of a list, tuple or dict
 SHOWN_DEPTH = 2  # levels of nested lists, tuples and dicts
 
 
-def shown(value: object) -> str:
+def shown(value: object, depth: int = SHOWN_DEPTH) -> str:
     """``value``'s ``repr`` as an error message shows it, bounded whatever a hostile entry holds: a str cut to
     ``SHOWN_CHARS`` characters, an int of 100 bits or more given by its size, the first ``SHOWN_ITEMS`` items
-    of a list, tuple or dict to ``SHOWN_DEPTH`` levels, any other value by its type."""
-    return _shown(value, SHOWN_DEPTH)
-
-
-def _shown(value: object, depth: int) -> str:
+    of a list, tuple or dict to ``depth`` levels, any other value by its type."""
     if value is None or isinstance(value, bool):
         return repr(value)
     if isinstance(value, float):
@@ -45,11 +41,11 @@ def _shown(value: object, depth: int) -> str:
         return cut if len(value) <= SHOWN_CHARS else f"{cut}... ({len(value)} characters)"
     if type(value) is list or type(value) is tuple:
         brackets = "[]" if type(value) is list else "()"
-        items = [_shown(item, depth - 1) for item in value[:SHOWN_ITEMS]] if depth else []
+        items = [shown(item, depth - 1) for item in value[:SHOWN_ITEMS]] if depth else []
     elif type(value) is dict:
         brackets = "{}"
         pairs = itertools.islice(value.items(), SHOWN_ITEMS if depth else 0)
-        items = [f"{_shown(name, depth - 1)}: {_shown(item, depth - 1)}" for name, item in pairs]
+        items = [f"{shown(name, depth - 1)}: {shown(item, depth - 1)}" for name, item in pairs]
     else:
         return f"{type_name(value)} object"
     if len(value) > len(items):
@@ -115,6 +111,12 @@ def read_int(value: object, key: str, *, minimum: int | None = None, maximum: in
     if minimum is not None and value < minimum:
         raise ProgressStateError(key, f"must be >= {minimum}, got {value}")
     return value
+
+
+def read_counts(value: object, key: str, names: Sequence[str]) -> dict[str, int]:
+    """A mapping of exactly ``names``, each a non-negative ``int``, in that order."""
+    fields = read_mapping(value, key, required=names)
+    return {name: read_int(fields[name], join_key(key, name), minimum=0) for name in names}
 
 
 def read_version(value: object, key: str, current: int) -> int:

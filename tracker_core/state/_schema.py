@@ -133,10 +133,9 @@ def _sums_match(
         return
     for scope in SCOPES:
         total = sum(part[scope] for part in parts)
-        at_least = combined and (field == "batches" or scope == Scope.EPOCH)
-        if combined and scope == Scope.EPOCH:
-            total = max(total, whole[scope])  # only "none beyond the stage" is checked in this scope
-        if total < whole[scope] or (total != whole[scope] and not at_least):
+        at_least = combined and field == "batches"
+        summed = not (combined and scope == Scope.EPOCH)  # else only "none beyond the stage" is checked
+        if summed and (total < whole[scope] or (total != whole[scope] and not at_least)):
             raise ProgressStateError(
                 key, f"{field} add up to {total} in {scope} scope, but the stage has {whole[scope]} {what}"
             )
