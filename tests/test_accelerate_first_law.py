@@ -224,8 +224,18 @@ def test_the_registered_state_only_says_where_the_progress_is_saved() -> None:
         Config(loader="seedable", epochs=3),
         Config(break_train=(0, 2), break_eval=(1, 1)),
         Config(raise_train=(1, 1)),
+        Config(loader="stateful", epochs=2),
+        Config(loader="stateful-own", epochs=2),
     ],
-    ids=["shuffled-dropout-validation", "two-loaders", "seedable-sampler", "breaks", "exception"],
+    ids=[
+        "shuffled-dropout-validation",
+        "two-loaders",
+        "seedable-sampler",
+        "breaks",
+        "exception",
+        "use-stateful-dataloader",
+        "stateful-dataloader",
+    ],
 )
 def test_a_run_with_the_adapter_trains_bit_identically_to_the_run_without_it(config: Config) -> None:
     tracked = run(config)

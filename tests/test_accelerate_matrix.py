@@ -116,9 +116,8 @@ def test_the_view_agrees_with_accelerate_and_a_resume_is_exact(
 ) -> None:
     reference = _checked(run(config))
     plain = run(config, tracked=False)
-    if config.loader != "stateful":  # the core drops the iterator prepare() built (see docs/accelerate.md)
-        assert (reference.train, reference.val, reference.rng_draws) == (plain.train, plain.val, plain.rng_draws)
-        assert _same_weights(reference, plain)
+    assert (reference.train, reference.val, reference.rng_draws) == (plain.train, plain.val, plain.rng_draws)
+    assert _same_weights(reference, plain)
     if stop is None:
         return
     with warnings.catch_warnings(record=True) as caught:

@@ -117,6 +117,18 @@ def test_a_save_state_mid_pass_of_a_stateful_dataloader_over_torchs_random_sampl
         run(SETUPS["stateful"], stop=StopAt(4), save_dir=str(tmp_path))
 
 
+def test_a_first_epoch_read_from_the_iterator_prepare_built_over_torchs_random_sampler_warns_at_save_and_resume(
+    tmp_path,
+):
+    # prepare() builds an iterator (state_dict() does), and the first epoch reads it, tracked or not: its order
+    # was drawn then, unseen by the tracker, and a resume with workers draws it again from the restored RNGs.
+    message = "mid-epoch by its own state: its RandomSampler has no state of its own"
+    with pytest.warns(InexactResumeWarning, match=f"^saving .* {message}"):
+        run(SETUPS["stateful-2-workers"], stop=StopAt(1), save_dir=str(tmp_path))
+    with pytest.warns(InexactResumeWarning, match=f"^resuming .* {message}"):
+        run(SETUPS["stateful-2-workers"], load_dir=str(tmp_path), seed_value=7)
+
+
 def test_a_stateful_validation_loader_saved_mid_way_warns_that_its_restart_is_not_exact(tmp_path):
     # Its first pass used the iterator prepare() built; the restarted pass builds another one.
     run(SETUPS["stateful"], stop=StopAt(3, validating=True), save_dir=str(tmp_path))

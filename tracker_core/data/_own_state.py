@@ -37,7 +37,7 @@ class OwnState(Strategy):
         if replay.record.state is not None:
             loader.load_state_dict(replay.record.state)  # type: ignore[attr-defined]
             replay.record.state = None
-        if replay.skip and self.order_drawn_again():
+        if replay.skip and self.order_drawn_again(replay.record):
             warn_order_drawn_again(loader, "resuming")
         read = isinstance(loader.dataset, IterableDataset) and not is_stateful(loader.dataset)
         why = "its dataset has no state of its own (state_dict / load_state_dict): the loader reads it again"
@@ -47,15 +47,22 @@ class OwnState(Strategy):
             generator.set_state(state)  # draws again): as the checkpoint left them
         return iterator
 
-    def order_drawn_again(self) -> bool:
-        """At 0 workers, an order from torch's own ``RandomSampler`` under an index sampler without a state of its
-        own: the loader positions it by drawing it again, lazily, at the first batch it reads."""
+    def has_drawn(self, record: EpochRecord | None) -> bool:
+        """Always: the loader's state knows its position, even in an epoch this position did not see begin."""
+        return True
+
+    def order_drawn_again(self, record: EpochRecord | None) -> bool:
+        """An order from torch's own ``RandomSampler`` under an index sampler without a state of its own, which the
+        loader positions by drawing it again: at 0 workers, or in an epoch whose starting RNGs ``record`` lacks."""
         loader = self.site.loader
-        if loader.num_workers:
+        if loader.num_workers and (record is None or record.iterator_rng is not None):
             return False
         index_sampler = loader.sampler if loader.batch_sampler is None else loader.batch_sampler
         samplers = self.site.chain.samplers().values()
         return not is_stateful(index_sampler) and any(type(s) is RandomSampler for s in samplers)
+
+    def install(self) -> None:
+        """Keeps an iterator built before (``state_dict()`` builds one): a new one would draw the global RNG."""
 
     def drop_iterator(self) -> None:
         """A load, even of an empty state, drops the iterator a StatefulDataLoader keeps (one its ``state_dict()``
@@ -90,9 +97,10 @@ def warn_order_drawn_again(loader: Any, doing: str) -> None:
     """The trade of :meth:`OwnState.order_drawn_again`, named at a mid-epoch save and at its resume."""
     warnings.warn(
         f"{doing} {describe(loader)} mid-epoch by its own state: its RandomSampler has no state of its own, so the "
-        "resumed loader draws the epoch's order again when it reads its first batch, from the global RNG as restored, "
-        "not as the epoch began: the rest of the epoch's order and later random draws differ from the uninterrupted "
-        "run. Give it a sampler with a state (StatefulDataLoader(shuffle=True) builds one) or workers",
+        "resumed loader draws the epoch's order again, from the global RNG as restored, not as the epoch began (at 0 "
+        "workers; with workers, an epoch read from an iterator built before the tracker saw it, e.g. by prepare()): "
+        "the rest of the epoch's order and later random draws differ from the uninterrupted run. Give it a sampler "
+        "with a state (StatefulDataLoader(shuffle=True) builds one)",
         InexactResumeWarning,
         stacklevel=3,
     )

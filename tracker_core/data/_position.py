@@ -66,7 +66,7 @@ class LoaderPosition:
             raise ValueError("in_order=False with workers yields batches in a racy order; it cannot resume exactly")
         self._site = Site(loader, iterator_hook(loader))
         self._strategy = _strategy_for(loader)(self._site)
-        self._strategy.drop_iterator()
+        self._strategy.install()
         install_iterator_hook(loader, self._begin_iteration)
 
     @classmethod
@@ -126,8 +126,10 @@ class LoaderPosition:
         record = self._site.cursor.epoch
         if batches_consumed and not self._strategy.has_drawn(record):
             raise ValueError("no batch of an epoch has been drawn yet, so batches_consumed must be 0")
+        if record is None and batches_consumed:  # read from an iterator built before this position (own state)
+            record = EpochRecord()
         loader = self.loader
-        if batches_consumed and batches_consumed != per_epoch and self._strategy.order_drawn_again():
+        if batches_consumed and batches_consumed != per_epoch and self._strategy.order_drawn_again(record):
             warn_order_drawn_again(loader, "saving")
         state = {
             "version": STATE_VERSION,

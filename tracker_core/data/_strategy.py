@@ -53,9 +53,13 @@ class Strategy:
         """Whether ``record`` knows the order of batches already drawn."""
         return record is not None
 
-    def order_drawn_again(self) -> bool:
-        """Whether a resume inside an epoch draws that epoch's order again instead of continuing it (inexact)."""
+    def order_drawn_again(self, record: EpochRecord | None) -> bool:
+        """Whether a resume inside the epoch of ``record`` draws its order again instead of continuing it (inexact)."""
         return False
+
+    def install(self) -> None:
+        """The position is installed: drop a live iterator, so the next epoch is built, and seen, through it."""
+        self.drop_iterator()
 
     def arm(self) -> None:
         """Prepare the loader for its next epoch after a load."""
