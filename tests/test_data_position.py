@@ -39,7 +39,7 @@ from torch.utils.data import (
 )
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tracker_core._errors import ProgressStateError
+from tracker_core._errors import InexactResumeWarning, ProgressStateError
 from tracker_core.data._position import LoaderPosition
 from tracker_core.data._rng import GlobalRng
 
@@ -128,6 +128,13 @@ def _nested_distributed() -> DataLoader[Any]:
     return DataLoader(dataset, batch_sampler=_EveryOtherBatch(BatchSampler(sampler, 2, drop_last=False)))
 
 
+def _over_torchs_random_sampler(*, persistent_workers: bool) -> DataLoader[Any]:
+    """A StatefulDataLoader whose order torch's own RandomSampler draws (no state of its own), with 2 workers."""
+    data = _Indexed(10)
+    sampler = RandomSampler(data)
+    return StatefulDataLoader(data, batch_size=3, sampler=sampler, num_workers=2, persistent_workers=persistent_workers)
+
+
 SETUPS = [
     _Setup("map-in-order", lambda: DataLoader(_Indexed(11), batch_size=3), 4, shuffled=False),
     _Setup("map-shuffled", lambda: DataLoader(_Indexed(13), batch_size=4, shuffle=True), 4, shuffled=True),
@@ -184,6 +191,13 @@ SETUPS = [
         "stateful-shuffled-2-persistent-workers",
         lambda: StatefulDataLoader(_Indexed(10), batch_size=4, shuffle=True, num_workers=2, persistent_workers=True),
         3,
+        shuffled=True,
+        prefetch=False,
+    ),
+    _Setup(
+        "stateful-torch-sampler-2-workers",
+        lambda: _over_torchs_random_sampler(persistent_workers=False),
+        4,
         shuffled=True,
         prefetch=False,
     ),
@@ -303,6 +317,37 @@ def test_resume_after_k_batches_yields_the_rest_of_that_epoch_then_the_same_next
     assert full.batches[SAVED_EPOCH][:k] + resumed.batches[0] == full.batches[SAVED_EPOCH]
     assert resumed.batches[1] == full.batches[SAVED_EPOCH + 1]
     assert resumed.draws == [full.draws[SAVED_EPOCH][k:], full.draws[SAVED_EPOCH + 1]]
+
+
+def test_persistent_workers_over_torchs_random_sampler_warn_at_a_save_and_its_resume_in_a_later_epoch() -> None:
+    # Their iterator is reset for each later epoch, drawing its order from the global RNG unseen by the position;
+    # the resume draws it again from the RNG as restored.
+    setup = _Setup(
+        "persistent", lambda: _over_torchs_random_sampler(persistent_workers=True), 4, shuffled=True, prefetch=False
+    )
+    message = "mid-epoch by its own state: its RandomSampler has no state of its own"
+    with pytest.warns(InexactResumeWarning, match=f"^saving .* {message}"):
+        saved = _train(setup, *_positioned(setup), range(EPOCHS), save_in=SAVED_EPOCH).saved[2]
+    with pytest.warns(InexactResumeWarning, match=f"^resuming .* {message}"):
+        _resume(setup, 2, saved)
+
+
+def test_persistent_workers_over_torchs_random_sampler_resume_their_first_epoch_exactly() -> None:
+    setup = _Setup(
+        "persistent", lambda: _over_torchs_random_sampler(persistent_workers=True), 4, shuffled=True, prefetch=False
+    )
+    _seed_all(0)
+    full = _train(setup, *_positioned(setup), range(1), save_in=0)
+    _seed_all(12345)
+    loader, position = _positioned(setup)
+    position.load_state_dict(_json(full.saved[2][0]))
+    GlobalRng.from_plain(_json(full.saved[2][1])).apply()
+    assert [batch.tolist() for batch in itertools.islice(loader, 2)] == full.batches[0][2:]
+
+
+def _positioned(setup: _Setup) -> tuple[DataLoader[Any], LoaderPosition]:
+    loader = setup.build()
+    return loader, LoaderPosition(loader)
 
 
 def test_a_state_saved_relative_to_an_rng_snapshot_loads_given_that_snapshot() -> None:

@@ -59,10 +59,12 @@ class Cursor:
     awaiting_sampler: bool = False  # an iterator was built; its sampler has not started
     fast_forward: FastForward | None = None  # the last resume's, when it read batches again
     on_fast_forward: Callable[[float], None] | None = None  # told the seconds of each; not pickled
+    indices: Callable[[], object] | None = None  # weakly, the index iterator of the epoch seen last; not pickled
 
     def __getstate__(self) -> dict[str, Any]:
-        """A copy (pickle, deepcopy) tells no one: the callback belongs to the tracker of the original."""
-        return {**self.__dict__, "on_fast_forward": None}
+        """A copy (pickle, deepcopy) tells no one (the callback belongs to the tracker of the original) and cannot
+        tell a later epoch from the one seen last."""
+        return {**self.__dict__, "on_fast_forward": None, "indices": None}
 
 
 def _gone() -> None:

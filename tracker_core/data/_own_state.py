@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,7 @@ from tracker_core._errors import InexactResumeWarning, ProgressStateError
 from tracker_core.data._epoch import EpochRecord, Replay
 from tracker_core.data._fast_forward import describe, reading_again
 from tracker_core.data._strategy import Strategy, is_stateful
+from tracker_core.data._torch_compat import live_iterator, sampler_indices
 from tracker_core.data._torchdata_state import check_own_state, class_name, read_own_state
 from tracker_core.state._codec import to_plain
 from tracker_core.state._readers import join_key
@@ -29,6 +31,9 @@ class OwnState(Strategy):
     optional_epoch_keys = ("loader_class", "loader_state")
     saves_state = True  # False: the framework saves and restores the loader's state
     _generators: tuple[tuple[torch.Generator, torch.Tensor], ...] = ()  # the order's generators, as the load left them
+
+    def begin(self) -> Any:
+        return self._noted(self.site.build())
 
     def replay(self, replay: Replay) -> Any:
         cursor = self.site.cursor
@@ -45,7 +50,26 @@ class OwnState(Strategy):
             iterator = self.site.build()
         for generator, state in self._generators:  # the build drew from them (a sampler's load sets its back, and
             generator.set_state(state)  # draws again): as the checkpoint left them
+        return self._noted(iterator)
+
+    def _noted(self, iterator: Any) -> Any:
+        """Note the index iterator of the epoch ``iterator`` begins: persistent workers reset that iterator for each
+        later epoch, drawing a new one, unseen here."""
+        try:
+            self.site.cursor.indices = weakref.ref(sampler_indices(iterator))
+        except TypeError:  # no index iterator, or one without weak references: later epochs cannot be told apart
+            self.site.cursor.indices = None
         return iterator
+
+    def saved_record(self, record: EpochRecord | None, batches_consumed: int) -> EpochRecord | None:
+        """Without starting RNGs for an epoch this position did not see begin: read from an iterator built before
+        it (``state_dict()`` builds one) or one its persistent workers reset for a later epoch."""
+        if record is None:
+            return EpochRecord() if batches_consumed else None
+        live, indices = live_iterator(self.site.loader), self.site.cursor.indices
+        if indices is None or live is None or sampler_indices(live) is indices():
+            return record
+        return EpochRecord()
 
     def has_drawn(self, record: EpochRecord | None) -> bool:
         """Always: the loader's state knows its position, even in an epoch this position did not see begin."""

@@ -126,8 +126,7 @@ class LoaderPosition:
         record = self._site.cursor.epoch
         if batches_consumed and not self._strategy.has_drawn(record):
             raise ValueError("no batch of an epoch has been drawn yet, so batches_consumed must be 0")
-        if record is None and batches_consumed:  # read from an iterator built before this position (own state)
-            record = EpochRecord()
+        record = self._strategy.saved_record(record, batches_consumed)
         loader = self.loader
         if batches_consumed and batches_consumed != per_epoch and self._strategy.order_drawn_again(record):
             warn_order_drawn_again(loader, "saving")

@@ -53,6 +53,10 @@ class Strategy:
         """Whether ``record`` knows the order of batches already drawn."""
         return record is not None
 
+    def saved_record(self, record: EpochRecord | None, batches_consumed: int) -> EpochRecord | None:
+        """The record a checkpoint saves of the most recently begun epoch, ``record`` (None: none began)."""
+        return record
+
     def order_drawn_again(self, record: EpochRecord | None) -> bool:
         """Whether a resume inside the epoch of ``record`` draws its order again instead of continuing it (inexact)."""
         return False

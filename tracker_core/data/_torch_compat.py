@@ -47,6 +47,11 @@ def build_iterator(loader: DataLoader[Any]) -> Any:
     return type(loader)._get_iterator(loader)
 
 
+def live_iterator(loader: DataLoader[Any]) -> Any:
+    """The iterator a loader keeps (persistent workers, or one ``StatefulDataLoader.state_dict()`` built), or None."""
+    return loader._iterator
+
+
 def forget_live_iterator(loader: DataLoader[Any]) -> None:
     """Drop a kept iterator (persistent workers) so the next epoch is built, and seen, anew."""
     loader._iterator = None
