@@ -52,10 +52,7 @@ several processes ``{"ranks": [each rank's list]}``)."""
 
 class ProgressTracker(StageHooks):
     """Counts runs, epochs, batches, samples and optimizer steps of every stage; resumes exactly (docs/lightning.md).
-
-    A passenger: its hooks never raise because of the order Lightning runs them in, and never change what
-    Lightning trains. Where Lightning carries on in a way its hooks do not say, the record re-synchronises to
-    Lightning's counters, or notes the anomaly (``view.anomalies``) and warns once.
+    A passenger: its hooks never raise over Lightning's hook order nor change what it trains (``view.anomalies``).
 
     ``lifetime_from``: the progress entry (``checkpoint["callbacks"][STATE_KEY]``) of the checkpoint whose weights
     this run starts from without ``ckpt_path``: its lifetime counts continue, the run counts start at zero.

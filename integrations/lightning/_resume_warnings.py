@@ -121,10 +121,8 @@ def warn_if_restored_ahead(loaders: list[object]) -> None:
 
 def warn_if_cut_batch_restored(cut: int | None, loaders: list[object]) -> None:
     """Warned at save and resume: train batch ``cut`` was fetched, its step not ended (None: no such batch)."""
-    if cut is None:
-        return
     for index, loader in enumerate(loaders):
-        if callable(getattr(loader, "load_state_dict", None)):
+        if cut is not None and callable(getattr(loader, "load_state_dict", None)):
             _inexact(
                 f"checkpoint saved before the step of train batch {cut} of the epoch ended (in on_train_batch_start "
                 f"or inside the step): train dataloader {index} has a state of its own, which Lightning saved after "
