@@ -103,11 +103,10 @@ class ProgressDisplay(ProgressBarBase):
         self._close()
 
     # validate / test / predict -------------------------------------------------------------
-    def _evaluation_start(self, trainer: pl.Trainer, stage: str, batches: int | float | list[int | float]) -> None:
+    def _evaluation_start(self, trainer: pl.Trainer, stage: str, batches: list[int | float]) -> None:
         display = self._shown(trainer)
         if display is not None:
-            counts = batches if isinstance(batches, list) else [batches]
-            display.set_batches(stage, _known(sum(counts)))
+            display.set_batches(stage, _known(sum(batches)))
             display.update(stage)
 
     def _evaluation_batch_end(self, stage: str) -> None:
