@@ -52,10 +52,7 @@ several processes ``{"ranks": [each rank's list]}``)."""
 
 class ProgressTracker(StageHooks):
     """Counts runs, epochs, batches, samples and optimizer steps of every stage; resumes exactly (docs/lightning.md).
-
-    A passenger: its hooks never raise because of the order Lightning runs them in, and never change what
-    Lightning trains. Where Lightning carries on in a way its hooks do not say, the record re-synchronises to
-    Lightning's counters, or notes the anomaly (``view.anomalies``) and warns once.
+    A passenger: its hooks never raise over Lightning's hook order nor change what it trains (``view.anomalies``).
 
     ``lifetime_from``: the progress entry (``checkpoint["callbacks"][STATE_KEY]``) of the checkpoint whose weights
     this run starts from without ``ckpt_path``: its lifetime counts continue, the run counts start at zero.
@@ -149,8 +146,12 @@ class ProgressTracker(StageHooks):
         self._trainer = weakref.ref(trainer)
         self._run_begun = False
         self._rng.setup(trainer)
-        if self._cut_by:
-            self._settle_cut()
+        if self._cut_by:  # an exception ended the last call: close what it cut (a fit's run stays open)
+            self._reset_drivers()
+            cut_by, self._cut_by = self._cut_by, ""
+            cut = abandon_in_flight(self.tracker.progress, reenter=cut_by.endswith(f" in {_FIT}"))
+            if cut:
+                self.tracker.progress.note_anomaly(f"{cut_by} cut: {cut}")
         attach(trainer, self.tracker.progress)
         if self._rank_files:
             rank_parts.wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint
@@ -178,15 +179,6 @@ class ProgressTracker(StageHooks):
         self.tracker.progress.note_run_end("interrupted" if isinstance(exception, KeyboardInterrupt) else "crashed")
         self._cut_by = f"{type(exception).__name__} in {getattr(trainer.state.fn, 'value', trainer.state.fn)}"
         self._run_begun = False
-
-    def _settle_cut(self) -> None:
-        """A new call on a Trainer whose last call an exception ended: close what it cut (a fit's run stays open:
-        Lightning's fit counters carry on at its next fit)."""
-        self._reset_drivers()
-        cut_by, self._cut_by = self._cut_by, ""
-        cut = abandon_in_flight(self.tracker.progress, reenter=cut_by.endswith(f" in {_FIT}"))
-        if cut:
-            self.tracker.progress.note_anomaly(f"{cut_by} cut: {cut}")
 
     def _remove_step_hooks(self) -> None:
         for handle in self._step_hooks:
@@ -220,10 +212,9 @@ class ProgressTracker(StageHooks):
         self._step_hooks = count_optimizer_steps(progress.train, trainer.optimizers)
 
     def _track_train_loaders(self, loaders: list[object]) -> bool:
-        """Lightning is about to iterate its train loaders (``hook_setup_data``); True if that begins the next epoch
-        (it closes the restored one). After a load this may come before Lightning restored its loops
-        (``trainer.estimated_stepping_batches`` in ``configure_optimizers``): its restart is read from the checkpoint.
-        """
+        """Lightning is about to iterate its train loaders (``hook_setup_data``); True if that begins the next epoch.
+        After a load this may come before Lightning restored its loops (``estimated_stepping_batches`` read in
+        ``configure_optimizers``): its restart is read from the checkpoint."""
         trainer = self._trainer()
         loaded, self._loaded = self._loaded, False
         restart, self._restart = self._restart, None
@@ -254,12 +245,13 @@ class ProgressTracker(StageHooks):
             restart = resume.Restart(trainer.global_step)
         finished = resume.reached_max_steps(trainer, restart.global_step)  # Lightning trains nothing
         self._resumed_untrained = finished
-        if finished and self.tracker.view.train.epochs.lifetime.in_flight:
+        in_flight = self.tracker.view.train.epochs.lifetime.in_flight
+        if finished and in_flight:
             inexact.warn_epoch_left_open(self.tracker, trainer)
-        epoch_over = restart.epoch_consumed and self.tracker.view.train.epochs.lifetime.in_flight and not finished
+        epoch_over = restart.epoch_consumed and in_flight and not finished
         if epoch_over:  # Lightning's next iteration of these loaders is the next epoch, as in the uninterrupted run
             self.tracker.forget_loaded_positions()
-        if restart.no_epoch_counted and not finished and self.tracker.view.train.epochs.lifetime.in_flight:
+        if restart.no_epoch_counted and not finished and in_flight:
             inexact.warn_epoch_uncounted(self.tracker, restart.epoch_consumed)  # (after a finished fit none is)
         if restart.closes_epoch and not finished:  # Lightning counts it finished and starts the next, without hooks
             self._train.close_epoch()

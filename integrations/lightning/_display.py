@@ -14,16 +14,9 @@ if TYPE_CHECKING:
 
 
 class ProgressDisplay(ProgressBarBase):
-    """Lightning's progress bar, showing the tracker's stage, epoch, batch, steps, samples/s and ETA, then
-    the metrics logged with ``self.log(..., prog_bar=True)`` (``get_metrics``, as Lightning's own bars).
-
-    It shows the record of the ``tracker_core.integrations.lightning.ProgressTracker`` among the
-    callbacks, or adds one at setup when there is none (``Trainer(callbacks=[ProgressDisplay()])``);
-    it runs right after the tracker, so it sees each hook's counts. Each train epoch's line comes
-    before the lines of the validation that ends it. On a terminal it draws a live line (with
-    rich); elsewhere it prints a line every ``interval`` seconds and at each epoch end, to
-    ``stream`` (standard output by default).
-    """
+    """Lightning's progress bar: the live display of the ``ProgressTracker`` among the callbacks (one is added at
+    setup when there is none), then ``get_metrics`` as Lightning's own bars. On a terminal a live line; elsewhere a
+    line every ``interval`` seconds and at each epoch end, to ``stream`` (default stdout). docs/display.md."""
 
     def __init__(self, stream: TextIO | None = None, terminal: bool | None = None, interval: float = 10.0) -> None:
         super().__init__()
@@ -110,11 +103,10 @@ class ProgressDisplay(ProgressBarBase):
         self._close()
 
     # validate / test / predict -------------------------------------------------------------
-    def _evaluation_start(self, trainer: pl.Trainer, stage: str, batches: int | float | list[int | float]) -> None:
+    def _evaluation_start(self, trainer: pl.Trainer, stage: str, batches: list[int | float]) -> None:
         display = self._shown(trainer)
         if display is not None:
-            counts = batches if isinstance(batches, list) else [batches]
-            display.set_batches(stage, _known(sum(counts)))
+            display.set_batches(stage, _known(sum(batches)))
             display.update(stage)
 
     def _evaluation_batch_end(self, stage: str) -> None:

@@ -28,8 +28,21 @@ def warn_inexact_save(tracker: Tracker, trainer: pl.Trainer, layout: TrainLayout
             f"goes on at batch {done} of epoch {epochs.completed}, so the resumed run's epochs and train data "
             "differ from the run that saved it from there"
         )
-    if tracker.view.is_mid_epoch and layout is not None:
-        _warn_cycled_loaders(tracker, layout)
+    if tracker.view.is_mid_epoch and layout is not None and layout[0] == "max_size_cycle":
+        for index, batches in enumerate(layout[2]):
+            if batches is not None and done >= batches:  # each step reads a batch of every loader
+                _inexact(
+                    f"train dataloader {index} of a CombinedLoader(mode='max_size_cycle') was read to its end in "
+                    "this epoch and started over: the position of every loader resumes exactly, but Lightning's "
+                    "resumed iterator forgets which loaders had ended and draws from the global RNG where the "
+                    "uninterrupted run did not, so later random draws differ"
+                )
+            elif batches is None:
+                _inexact(
+                    f"train dataloader {index} of a CombinedLoader(mode='max_size_cycle') has no length, so where "
+                    "it starts over within the epoch is unknown: this mid-epoch checkpoint may not resume its "
+                    "position exactly"
+                )
     if tracker.view.is_mid_epoch and resume.fetches_in_step(trainer):
         _inexact(
             "mid-epoch checkpoint of a training_step(dataloader_iter): the batch_idx that Lightning's iterator "
@@ -108,37 +121,12 @@ def warn_if_restored_ahead(loaders: list[object]) -> None:
 
 def warn_if_cut_batch_restored(cut: int | None, loaders: list[object]) -> None:
     """Warned at save and resume: train batch ``cut`` was fetched, its step not ended (None: no such batch)."""
-    if cut is None:
-        return
     for index, loader in enumerate(loaders):
-        if callable(getattr(loader, "load_state_dict", None)):
+        if cut is not None and callable(getattr(loader, "load_state_dict", None)):
             _inexact(
                 f"checkpoint saved before the step of train batch {cut} of the epoch ended (in on_train_batch_start "
                 f"or inside the step): train dataloader {index} has a state of its own, which Lightning saved after "
                 "that batch and restores, so the resumed epoch skips it"
-            )
-
-
-def _warn_cycled_loaders(tracker: Tracker, layout: TrainLayout) -> None:
-    mode, _, passes = layout
-    if mode != "max_size_cycle":
-        return
-    read = tracker.view.train.batches.epoch.processed  # each step reads a batch of every loader
-    for index, batches in enumerate(passes):
-        if batches is not None and read >= batches:
-            _inexact(
-                f"train dataloader {index} of a CombinedLoader(mode='max_size_cycle') was read to its end in "
-                "this epoch and started over: the position of every loader resumes exactly, but Lightning's "
-                "resumed iterator forgets which loaders had ended and draws from the global RNG where the "
-                "uninterrupted run did not, so later random draws differ",
-                stacklevel=4,
-            )
-        elif batches is None:
-            _inexact(
-                f"train dataloader {index} of a CombinedLoader(mode='max_size_cycle') has no length, so where "
-                "it starts over within the epoch is unknown: this mid-epoch checkpoint may not resume its "
-                "position exactly",
-                stacklevel=4,
             )
 
 

@@ -90,12 +90,10 @@ class StageHooks(CallbackBase):
         try:
             if self._combined is not None:
                 self._combined.batch_end(self._train, batch, self._trainer())
-                return
-            if batch is None and self._no_batch_begun():
+            elif batch is None and self._no_batch_begun():
                 self._train.batch_of_none()  # the loader yielded None: Lightning ran no start hook and no step
-                return
-            # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
-            self._train.batch_end(0, batch)
+            else:  # training_step(dataloader_iter) fetches its own batch: Lightning passes that one here
+                self._train.batch_end(0, batch)
         except EventOrderError as error:
             self._anomaly(f"on_train_batch_end: {error}")
 
