@@ -19,7 +19,7 @@ import torch
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.distributed._loader_summary import summarize_loaders
-from tracker_core.state._readers import shown
+from tracker_core.state._readers import read_int
 
 _INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in", "loaders"})
 _TENSOR_INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in", "name"})
@@ -201,13 +201,10 @@ def _find_save(
     ``key``); the folder is the first that exists (docs/distributed.md, "Rank files", gives the order)."""
     if not isinstance(index, Mapping) or set(index) != keys:
         raise ProgressStateError(key, f"expected an index of rank files with keys {sorted(keys)}")
-    relative, size, save_id, written_in = (
-        index[name] for name in ("rank_files", "world_size", "save_id", "written_in")
-    )
+    relative, save_id, written_in = index["rank_files"], index["save_id"], index["written_in"]
     if not isinstance(save_id, str) or not _SAVE_ID.fullmatch(save_id):
         raise ProgressStateError(f"{key}.save_id", "expected 32 hexadecimal digits")
-    if type(size) is not int or size < 1:
-        raise ProgressStateError(f"{key}.world_size", f"expected a positive int, got {shown(size)}")
+    size = read_int(index["world_size"], f"{key}.world_size", minimum=1)
     if not isinstance(relative, str) or posixpath.isabs(relative) or ".." in relative.split("/"):
         raise ProgressStateError(f"{key}.rank_files", "expected a folder relative to the checkpoint's folder")
     if not relative.endswith("/" + save_id):
