@@ -1,8 +1,6 @@
-"""Reading the progress entry back from a checkpoint without its framework (no pickled code runs), and the
-layouts' keys the adapters import: a Lightning checkpoint's ``["callbacks"][LIGHTNING_STATE_KEY]`` (partial
-gradients under ``[LIGHTNING_GRADIENTS_KEY]``), an Ignite handler's state of exactly ``IGNITE_STATE_KEYS``, a
-plain loop's ``[PLAIN_STATE_KEY]``. docs/cli.md gives the formats, the checks made before loading and the errors.
-"""
+"""Reading the progress entry back from a checkpoint without its framework (no pickled code runs), and the keys
+of each framework's layout that the adapters import. docs/cli.md gives the formats, the checks made before loading
+and the errors."""
 
 from __future__ import annotations
 

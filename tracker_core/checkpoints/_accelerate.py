@@ -1,18 +1,5 @@
-"""The progress files written into Accelerate's ``save_state`` folder, one per process, and the folder's commit.
-
-``progress_tracker_{rank}.pt`` loads with ``torch.load(weights_only=True)``; it is written atomically::
-
-    {"version": 5,
-     "world_size": int,                         # the number of processes that saved (one file each)
-     "rank": int,                               # the process that wrote this file
-     "tracker": <tracker_core.Tracker.state_dict()>,
-     "gradients": [Tensor | None, ...],         # partial gradients of an accumulation window
-     "save_iteration": int,                     # project_configuration.iteration of this save
-     "loader_iterations": [{"now": int, "pass": int | None, "finished": bool, "left": bool} | None, ...],
-     "evaluation_rng": {"stage": str, "rng": <global RNG snapshot>} | None,  # at an unfinished evaluation's start
-     "folder": {path: {"size": int, "crc32": int}, ...} | None}  # rank 0's commit; None: not committed
-
-The commit is explained in docs/accelerate.md ("How resume works"). Only version 5 is read (docs/schema.md).
+"""The progress files written into Accelerate's ``save_state`` folder, one per process, and the folder's commit:
+the format is in docs/schema.md ("Accelerate's progress file"), the commit in docs/accelerate.md ("How resume works").
 """
 
 from __future__ import annotations
@@ -293,10 +280,8 @@ def _folder(value: object) -> dict[str, tuple[int, int]] | None:
             raise ProgressStateError(key, "expected a path inside the folder")
         if not isinstance(record, dict) or set(record) != {"size", "crc32"}:
             raise ProgressStateError(key, "expected a dict with keys 'size' and 'crc32'")
-        crc = record["crc32"]
-        if type(crc) is not int or not 0 <= crc < 2**32:
-            raise ProgressStateError(f"{key}.crc32", "expected a CRC-32 value")
-        found[path] = (read_int(record["size"], f"{key}.size", minimum=0), crc)
+        size = read_int(record["size"], f"{key}.size", minimum=0)
+        found[path] = (size, read_int(record["crc32"], f"{key}.crc32", minimum=0, maximum=2**32 - 1))
     return found
 
 

@@ -64,7 +64,8 @@ def candidates(url: str, folder_kind: Callable[[Iterable[str]], str | None], suf
     filesystem, root = _filesystem(url)
 
     def is_checkpoint_folder(path: str) -> bool:
-        return folder_kind(_names(filesystem, path)) is not None
+        names = [posixpath.basename(str(child).rstrip("/")) for child in filesystem.ls(path, detail=False)]
+        return folder_kind(names) is not None
 
     try:
         if not filesystem.isdir(root) or is_checkpoint_folder(root):
@@ -114,10 +115,6 @@ def _modified(filesystem: Any, path: str) -> int:
     if isinstance(value, str):
         return int(datetime.fromisoformat(value).timestamp() * 1e9)
     return int(float(value) * 1e9)
-
-
-def _names(filesystem: Any, folder: str) -> list[str]:
-    return [posixpath.basename(str(path).rstrip("/")) for path in filesystem.ls(folder, detail=False)]
 
 
 def _filesystem(url: str) -> tuple[Any, str]:

@@ -10,7 +10,6 @@ import json
 import os
 import posixpath
 import re
-import shutil
 import uuid
 from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
@@ -20,19 +19,16 @@ import torch
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.distributed._loader_summary import summarize_loaders
-from tracker_core.state._readers import shown
+from tracker_core.state._readers import read_int
 
-INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in", "loaders"})
-SUFFIX = ".ranks"
+_INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in", "loaders"})
+_TENSOR_INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in", "name"})
+_RANK_FILE = "rank-{}.json"
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 _SAVE_ID = re.compile(r"[0-9a-f]{32}")
 _FILE_KEYS = frozenset({"save_id", "rank", "world_size", "sha256", "entry"})
 _Part = TypeVar("_Part")
-MAX_FILE_BYTES = 64 << 20  # an entry is tens of KB; never read a huge file into memory
-
-
-def file_name(rank: int) -> str:
-    return f"rank-{rank}.json"
+_MAX_FILE_BYTES = 64 << 20  # an entry is tens of KB; never read a huge file into memory
 
 
 def is_index(ranks: object) -> TypeGuard[Mapping[str, Any]]:
@@ -40,7 +36,7 @@ def is_index(ranks: object) -> TypeGuard[Mapping[str, Any]]:
     return isinstance(ranks, Mapping) and "rank_files" in ranks
 
 
-def canonical(entry: object) -> bytes:
+def _canonical(entry: object) -> bytes:
     """The entry's JSON the digest is taken over: sorted keys, no spaces, no NaN."""
     return json.dumps(entry, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
@@ -55,26 +51,23 @@ def write_rank_files(entry: Mapping[str, Any], checkpoint: str | os.PathLike[str
             "save_id": index["save_id"],
             "rank": rank,
             "world_size": len(ranks),
-            "sha256": hashlib.sha256(canonical(part)).hexdigest(),
+            "sha256": hashlib.sha256(_canonical(part)).hexdigest(),
             "entry": part,
         }
         text = json.dumps(document, sort_keys=True, allow_nan=False)
-        _write(_join(index["written_in"], file_name(rank)), text.encode())
+        _write(_join(index["written_in"], _RANK_FILE.format(rank)), text.encode())
     index["loaders"] = summarize_loaders(ranks)  # an elastic resume reads these, not every rank's file
-    return {
-        **{name: value for name, value in entry.items() if name != "ranks"},
-        "ranks": index,
-    }
+    return {**entry, "ranks": index}
 
 
 def _new_save(checkpoint: str | os.PathLike[str], save_id: str, world_size: int) -> dict[str, Any]:
     """Create save ``save_id``'s folder beside ``checkpoint``; return the index of its files."""
-    path = os.fspath(checkpoint)
-    relative = posixpath.join(_basename(path) + SUFFIX, save_id)
-    folder = _join(_dirname(path), relative)
-    _makedirs(folder)
+    root = _ranks_root(os.fspath(checkpoint))
+    folder = _join(root, save_id)
+    filesystem, where = _storage(folder)
+    filesystem.makedirs(where, exist_ok=True)
     return {
-        "rank_files": relative,
+        "rank_files": posixpath.join(os.path.basename(root), save_id),
         "world_size": world_size,
         "save_id": save_id,
         "written_in": folder,
@@ -85,25 +78,15 @@ def remove_other_saves(checkpoint: str | os.PathLike[str], keep: str | Collectio
     """Remove the ``<save_id>`` folders under ``<checkpoint>.ranks`` other than ``keep`` (one save id, several,
     or None: all)."""
     kept = {keep} if isinstance(keep, str) else set(keep or ())
-    path = os.fspath(checkpoint)
-    root = path + SUFFIX
-    if _is_url(path):
-        filesystem, where = _filesystem(root)
-        if not filesystem.exists(where):
-            return
-        for name in [posixpath.basename(p.rstrip("/")) for p in filesystem.ls(where, detail=False)]:
-            if name not in kept and _SAVE_ID.fullmatch(name):
-                filesystem.rm(posixpath.join(where, name), recursive=True)
-        if not kept and not filesystem.ls(where, detail=False):
-            filesystem.rm(where, recursive=True)
+    filesystem, root = _storage(_ranks_root(os.fspath(checkpoint)))
+    if not filesystem.isdir(root):
         return
-    if not os.path.isdir(root):
-        return
-    for name in os.listdir(root):
+    for path in filesystem.ls(root, detail=False):
+        name = posixpath.basename(path.rstrip("/"))
         if name not in kept and _SAVE_ID.fullmatch(name):
-            shutil.rmtree(os.path.join(root, name))
-    if not kept and not os.listdir(root):
-        os.rmdir(root)
+            filesystem.rm(posixpath.join(root, name), recursive=True)
+    if not kept and not filesystem.ls(root, detail=False):
+        filesystem.rm(root, recursive=True)
 
 
 def with_rank_files(
@@ -167,7 +150,7 @@ class RankFiles(_LazyRanks[dict[str, Any]]):
         folders: Sequence[str | os.PathLike[str]] = (),
     ) -> RankFiles:
         """The rank files an index (``entry["ranks"]``) names, found as :func:`with_rank_files` says."""
-        folder, size, save_id, fields = _find_save(index, INDEX_KEYS, "ranks", checkpoint, folders)
+        folder, size, save_id, fields = _find_save(index, _INDEX_KEYS, "ranks", checkpoint, folders)
         summaries = fields["loaders"]
         if not isinstance(summaries, list):
             raise ProgressStateError("ranks.loaders", "expected a list, one summary per train loader")
@@ -175,7 +158,7 @@ class RankFiles(_LazyRanks[dict[str, Any]]):
 
     def where(self, rank: int) -> str:
         """The path (or URL) of rank ``rank``'s file."""
-        return _join(self.folder, file_name(rank))
+        return _join(self.folder, _RANK_FILE.format(rank))
 
     def _load(self, rank: int) -> dict[str, Any]:
         key = f"ranks.{rank}"
@@ -197,7 +180,7 @@ class RankFiles(_LazyRanks[dict[str, Any]]):
             )
         entry = document["entry"]
         try:
-            digest = hashlib.sha256(canonical(entry)).hexdigest()
+            digest = hashlib.sha256(_canonical(entry)).hexdigest()
         except (TypeError, ValueError):
             digest = ""
         if digest != document["sha256"]:
@@ -218,13 +201,10 @@ def _find_save(
     ``key``); the folder is the first that exists (docs/distributed.md, "Rank files", gives the order)."""
     if not isinstance(index, Mapping) or set(index) != keys:
         raise ProgressStateError(key, f"expected an index of rank files with keys {sorted(keys)}")
-    relative, size, save_id, written_in = (
-        index[name] for name in ("rank_files", "world_size", "save_id", "written_in")
-    )
+    relative, save_id, written_in = index["rank_files"], index["save_id"], index["written_in"]
     if not isinstance(save_id, str) or not _SAVE_ID.fullmatch(save_id):
         raise ProgressStateError(f"{key}.save_id", "expected 32 hexadecimal digits")
-    if type(size) is not int or size < 1:
-        raise ProgressStateError(f"{key}.world_size", f"expected a positive int, got {shown(size)}")
+    size = read_int(index["world_size"], f"{key}.world_size", minimum=1)
     if not isinstance(relative, str) or posixpath.isabs(relative) or ".." in relative.split("/"):
         raise ProgressStateError(f"{key}.rank_files", "expected a folder relative to the checkpoint's folder")
     if not relative.endswith("/" + save_id):
@@ -233,13 +213,13 @@ def _find_save(
         raise ProgressStateError(f"{key}.written_in", f"expected the folder of save {save_id}")
     candidates = []
     if checkpoint is not None:
-        path = _resolved(os.fspath(checkpoint))
-        candidates.append(_join(_dirname(path), posixpath.join(_basename(path) + SUFFIX, save_id)))
-        candidates.append(_join(_dirname(path), relative))
+        root = _ranks_root(_resolved(os.fspath(checkpoint)))
+        candidates += [_join(root, save_id), _join(os.path.dirname(root), relative)]
     candidates += [_join(_resolved(os.fspath(folder)), relative) for folder in folders]
     candidates.append(written_in)
     for folder in candidates:
-        if _exists(folder):
+        filesystem, where = _storage(folder)
+        if filesystem.exists(where):
             return folder, size, save_id, index
     raise ProgressStateError(
         key,
@@ -247,9 +227,6 @@ def _find_save(
         + ", ".join(dict.fromkeys(candidates))
         + ": keep the checkpoint's '.ranks' folder with it",
     )
-
-
-TENSOR_INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in", "name"})
 
 
 def write_rank_tensors(
@@ -277,7 +254,7 @@ class RankTensors(_LazyRanks[Any]):
     @classmethod
     def of(cls, index: object, checkpoint: str | os.PathLike[str] | None, *, key: str) -> RankTensors:
         """The files an index of :func:`write_rank_tensors` names, found as :func:`with_rank_files` says."""
-        folder, size, save_id, fields = _find_save(index, TENSOR_INDEX_KEYS, key, checkpoint, ())
+        folder, size, save_id, fields = _find_save(index, _TENSOR_INDEX_KEYS, key, checkpoint, ())
         name = fields["name"]
         if not isinstance(name, str) or not re.fullmatch(r"[a-z_]+", name):
             raise ProgressStateError(f"{key}.name", "expected a lowercase name")
@@ -293,83 +270,58 @@ class RankTensors(_LazyRanks[Any]):
             raise ProgressStateError(f"{self.key}.{rank}", f"{path}: damaged ({first_line})") from None
 
 
-# storage: os for local paths, fsspec for URLs -----------------------------------------------------------
+# storage: fsspec's filesystems (installed with torch), its local one for a local path ---------------------------
 def _is_url(path: str) -> bool:
     return _URL.match(path) is not None and not path.startswith("file://")
 
 
-def _filesystem(url: str) -> tuple[Any, str]:
-    fsspec: Any = importlib.import_module("fsspec")  # installed with torch, untyped; only URLs need it
-    filesystem, path = fsspec.core.url_to_fs(url)
-    return filesystem, str(path)
+def _storage(path: str) -> tuple[Any, str]:
+    """The filesystem holding ``path``, and the path on it."""
+    fsspec: Any = importlib.import_module("fsspec")  # untyped
+    if not _is_url(path):
+        return fsspec.filesystem("file"), path
+    filesystem, where = fsspec.core.url_to_fs(path)
+    return filesystem, str(where)
 
 
 def _resolved(path: str) -> str:
     """A local path with its links resolved (Lightning's ``save_last="link"`` links ``last.ckpt``)."""
-    if path.startswith("file://"):
-        path = path[len("file://") :]
+    path = path.removeprefix("file://")
     return path if _is_url(path) else os.path.realpath(path)
 
 
-def _dirname(path: str) -> str:
-    return posixpath.dirname(path.rstrip("/")) if _is_url(path) else os.path.dirname(os.path.abspath(path))
-
-
-def _basename(path: str) -> str:
-    return posixpath.basename(path.rstrip("/")) if _is_url(path) else os.path.basename(path.rstrip(os.sep))
+def _ranks_root(checkpoint: str) -> str:
+    """``<checkpoint>.ranks``: a URL, or an absolute local path."""
+    return (checkpoint.rstrip("/") if _is_url(checkpoint) else os.path.abspath(checkpoint)) + ".ranks"
 
 
 def _join(folder: str, relative: str) -> str:
     return posixpath.join(folder, relative) if _is_url(folder) else os.path.join(folder, *relative.split("/"))
 
 
-def _exists(path: str) -> bool:
-    if _is_url(path):
-        filesystem, where = _filesystem(path)
-        return bool(filesystem.exists(where))
-    return os.path.exists(path)
-
-
-def _makedirs(folder: str) -> None:
-    if _is_url(folder):
-        filesystem, where = _filesystem(folder)
-        filesystem.makedirs(where, exist_ok=True)
-    else:
-        os.makedirs(folder, exist_ok=True)
-
-
 def _write(path: str, data: bytes) -> None:
+    """Write ``data`` at ``path``: a local file through a temporary one and ``os.replace``."""
+    filesystem, where = _storage(path)
     if _is_url(path):
-        filesystem, where = _filesystem(path)
-        with filesystem.open(where, "wb") as stream:
-            stream.write(data)
+        filesystem.pipe_file(where, data)
         return
-    partial = path + ".tmp"
-    with open(partial, "wb") as stream:
-        stream.write(data)
-    os.replace(partial, path)
+    filesystem.pipe_file(where + ".tmp", data)
+    os.replace(where + ".tmp", where)
 
 
 def _read(path: str, key: str, save_id: str) -> bytes:
-    missing = (
-        f"{path}: missing (the rank files of save {save_id} belong beside the checkpoint, in its "
-        "'.ranks' folder: move or copy that folder with the checkpoint)"
-    )
     try:
-        if _is_url(path):
-            filesystem, where = _filesystem(path)
-            if not filesystem.exists(where):
-                raise ProgressStateError(key, missing)
-            if filesystem.size(where) > MAX_FILE_BYTES:
-                raise ProgressStateError(key, f"{path}: larger than {MAX_FILE_BYTES} bytes; not read")
-            data: bytes = filesystem.cat_file(where)
-            return data
-        if not os.path.isfile(path):
-            raise ProgressStateError(key, missing)
-        if os.path.getsize(path) > MAX_FILE_BYTES:
-            raise ProgressStateError(key, f"{path}: larger than {MAX_FILE_BYTES} bytes; not read")
-        with open(path, "rb") as stream:
-            return stream.read()
+        filesystem, where = _storage(path)
+        if not filesystem.isfile(where):
+            raise ProgressStateError(
+                key,
+                f"{path}: missing (the rank files of save {save_id} belong beside the checkpoint, in its "
+                "'.ranks' folder: move or copy that folder with the checkpoint)",
+            )
+        if filesystem.size(where) > _MAX_FILE_BYTES:
+            raise ProgressStateError(key, f"{path}: larger than {_MAX_FILE_BYTES} bytes; not read")
+        data: bytes = filesystem.cat_file(where)
+        return data
     except ProgressStateError:
         raise
     except Exception as error:  # whatever the storage raises: the file cannot be read
