@@ -17,7 +17,6 @@ from tracker_core.integrations.ignite._settle import close_cut, close_cut_batch,
 
 CountTokens = Callable[[Any], "int | tuple[int, int]"]
 Handler = Callable[[], None]
-EngineHandler = Callable[[Engine], None]
 Note = Callable[[str], None]  # notes an anomaly (view.anomalies), the first one warned
 
 
@@ -141,24 +140,21 @@ def _add_run_end_handlers(
 ) -> None:
     """Add TERMINATE and COMPLETED."""
 
-    def run_processed() -> None:
-        if owns_run():
-            process_run(progress)
-
     def terminated(engine: Engine) -> None:
         batch_terminated()
         if owns_run() and progress.view.run.counts.in_flight:
             progress.note_run_end("stopped_early")  # engine.terminate(): the run ends before max_epochs
         if engine.should_terminate == "skip_completed":  # Ignite fires no COMPLETED
             completed()
-        else:
-            run_processed()
+        elif owns_run():
+            process_run(progress)
 
     def completed() -> None:
-        run_processed()
-        runs = progress.view.run.counts
-        if owns_run() and runs.completed != runs.processed:
-            progress.run_completed()
+        if owns_run():
+            process_run(progress)
+            runs = progress.view.run.counts
+            if runs.completed != runs.processed:
+                progress.run_completed()
 
     engine.add_event_handler(Events.TERMINATE, terminated)
     engine.add_event_handler(Events.COMPLETED, completed)
@@ -170,7 +166,7 @@ def add_handlers(
     *,
     progress: Progress,
     count_tokens: CountTokens | None,
-    started: EngineHandler,
+    started: Callable[[Engine], None],
     loaders: Loaders | None = None,
     owns_run: Callable[[], bool] = lambda: True,
 ) -> None:

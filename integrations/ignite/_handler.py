@@ -145,7 +145,9 @@ class ProgressHandler:
         self._several_optimizers = len(optimizers) > 1
         scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
         count_steps = count_trainer_steps(engine, progress.train, optimizers, scaler, schedulers)
-        self._parameters = _distinct_parameters(optimizers)
+        # Each parameter the optimizers step, once, in the order of their groups.
+        found = {id(p): p for optimizer in optimizers for group in optimizer.param_groups for p in group["params"]}
+        self._parameters = list(found.values())
 
         def started(trainer: Engine) -> None:
             if bind is not None:
@@ -223,35 +225,33 @@ class ProgressHandler:
                 raise ProgressStateError(key, "missing")
         path, self._checkpoint_path = self._checkpoint_path, None
         entry = with_rank_files(state["progress_tracker"], path)
-        if self._deterministic:  # the progress only: the engine positions its data and sets its RNGs itself
-            self._load_with_gradients(state["gradients"], lambda: load_progress(self._tracker.progress, entry))
-            return
         if self._trainer is None and saved_elsewhere(entry):  # evaluators only: nothing trains, nothing to map
             self._tracker.load_for_evaluation(entry)
             self._loaded_for_evaluation = True
             return
-        check_loader_given(entry, self._dataloader)
-        self._load_with_gradients(state["gradients"], lambda: self._tracker.load_state_dict(entry))
-        self._rng_check.loaded()
-        self._loaded_torch_rng = torch.get_rng_state()
-
-    def _load_with_gradients(self, gradients: Any, load: Callable[[], None]) -> None:
-        """Put the saved partial gradients back and ``load()`` the entry, or neither (``load`` raising)."""
-        if not gradients:
+        if self._deterministic:  # the progress only: the engine positions its data and sets its RNGs itself
+            load = partial(load_progress, self._tracker.progress, entry)
+        else:
+            check_loader_given(entry, self._dataloader)
+            load = partial(self._tracker.load_state_dict, entry)
+        # The saved partial gradients are put back and the entry loaded, or neither (load raising).
+        if not state["gradients"]:
             load()
         elif not self._parameters:
             raise ProgressStateError(
                 "gradients", "partial gradients were saved: attach the trainer with its optimizers before loading"
             )
         else:
-            restore_gradients(self._parameters, gradients, then=load)
+            restore_gradients(self._parameters, state["gradients"], then=load)
         self._restored = self._tracker.progress.state_dict()  # this rank's part of a gathered entry
+        if not self._deterministic:
+            self._rng_check.loaded()
+            self._loaded_torch_rng = torch.get_rng_state()
 
     # --- resume ---------------------------------------------------------------------------
 
     def _start_run(self, engine: Engine) -> None:
-        """Begin, continue or re-enter the fit run, which follows Ignite's state (docs/ignite.md, "The record and
-        ``engine.state``"), aligning Ignite with a loaded state."""
+        """Begin, continue or re-enter the fit run, following Ignite's state (docs/ignite.md, ``engine.state``)."""
         restored, self._restored = self._restored, None
         track = not self._deterministic  # a DeterministicEngine positions its data itself
         if restored is None:
@@ -334,7 +334,7 @@ class ProgressHandler:
                 f"DataLoader ({length}): Ignite then carries one loader iterator across epochs, and a "
                 "mid-epoch checkpoint cannot resume at the same data position"
             )
-        elif self._deterministic and self._deterministic_problem:
+        elif self._deterministic_problem:  # set for a DeterministicEngine only
             problem = self._deterministic_problem
         else:
             return
@@ -342,16 +342,9 @@ class ProgressHandler:
         warnings.warn(problem, InexactResumeWarning, stacklevel=3)
 
 
-def _distinct_parameters(optimizers: Sequence[torch.optim.Optimizer]) -> list[torch.nn.Parameter]:
-    """Each parameter the ``optimizers`` step, once, in the order of their groups."""
-    found = {id(p): p for optimizer in optimizers for group in optimizer.param_groups for p in group["params"]}
-    return list(found.values())
-
-
 def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
-    """Make Ignite's epoch and in-epoch position agree with the loaded progress, and fire the EPOCH_COMPLETED
-    Ignite skips after a checkpoint at an epoch's last batch (``replayed``: the data's replay of that epoch was
-    armed). Returns True when the first batch continues the saved epoch."""
+    """Make Ignite's epoch and in-epoch position agree with the loaded progress, firing the EPOCH_COMPLETED Ignite
+    skips after a checkpoint at an epoch's last batch. True when the first batch continues the saved epoch."""
     epochs = view.train.epochs.run
     consumed = view.train.batches.epoch.completed if epochs.in_flight else 0
     length = engine.state.epoch_length
@@ -369,9 +362,8 @@ def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
 
 
 def _finish_replayed_epoch(engine: Engine) -> None:
-    """Read the loaded epoch's replay now: it is empty, the epoch's last batch was checkpointed. Left armed, it
-    would be Ignite's next ``iter()``, found empty, and would leave a ``DistributedSampler`` at the saved epoch
-    (undoing the next epoch's ``set_epoch``)."""
+    """Read the loaded epoch's empty replay now: left for Ignite's next ``iter()``, it would leave a
+    ``DistributedSampler`` at the saved epoch (undoing the next epoch's ``set_epoch``)."""
     data = engine.state.dataloader
     if batches_in(data) != engine.state.epoch_length:
         return

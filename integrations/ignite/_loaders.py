@@ -41,8 +41,7 @@ class Loaders:
 
 def builds_drew(data: object, loaded: torch.Tensor | None) -> bool:
     """True when the global torch RNG is ``loaded`` advanced by exactly the draws of building the loaders of ``data``
-    that have their own state: a torchdata ``StatefulDataLoader(shuffle=True)`` draws its sampler's seed from it
-    when constructed (torchdata 0.11, ``stateful_dataloader/sampler.py``, ``RandomSampler.__init__``)."""
+    that have their own state (a ``StatefulDataLoader(shuffle=True)`` draws its sampler's seed: docs/ignite.md)."""
     if loaded is None:
         return False
     loaders = data.loaders if isinstance(data, RoundRobin) else (data,)

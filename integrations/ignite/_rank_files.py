@@ -14,15 +14,9 @@ from tracker_core.checkpoints import IGNITE_STATE_KEYS
 
 
 class RankFilesSaver(DiskSaver):
-    """A ``DiskSaver`` (same arguments) that writes each rank's progress entry to its own file beside the checkpoint.
-
-    ::
-
-        Checkpoint(to_save, RankFilesSaver("ckpt", require_empty=False))
-
-    The checkpoint keeps rank 0's entry and an index; ``<file>.ranks/<save_id>/rank-<r>.json`` holds each
-    rank's, removed with the checkpoint. Keep the ``.ranks`` folder with the checkpoint.
-    """
+    """A ``DiskSaver`` (same arguments) that writes each rank's progress entry to its own file beside the checkpoint,
+    ``<file>.ranks/<save_id>/rank-<r>.json``, removed with it; the checkpoint keeps rank 0's entry and an index.
+    Keep the ``.ranks`` folder with the checkpoint (docs/ignite.md, docs/distributed.md "Rank files")."""
 
     def __call__(self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None = None) -> None:
         path = os.path.join(self.dirname, filename)
