@@ -283,7 +283,7 @@ def test_ignite_handler_lines_beside_ignites_tqdm_progress_bar_each_start_a_scre
 
 def test_ignite_handler_needs_a_progress_handler_on_the_engine_first() -> None:
     with pytest.raises(
-        ValueError, match=r"attach an tracker_core\.integrations\.ignite\.ProgressHandler to this engine"
+        ValueError, match=r"attach a tracker_core\.integrations\.ignite\.ProgressHandler to this engine"
     ):
         IgniteDisplay().attach(Engine(lambda engine, batch: None))
 

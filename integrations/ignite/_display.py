@@ -48,7 +48,7 @@ class ProgressDisplay:
             view = get_progress(engine)
         except LookupError:
             raise ValueError(
-                "attach an tracker_core.integrations.ignite.ProgressHandler to this engine before the ProgressDisplay: "
+                "attach a tracker_core.integrations.ignite.ProgressHandler to this engine before the ProgressDisplay: "
                 "the display shows the progress it records"
             ) from None
         if self._view is not None and view is not self._view:
