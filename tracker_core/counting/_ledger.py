@@ -149,8 +149,7 @@ class RunLedger:
     def _settle_restored(self) -> None:
         """Close the restored open entry as its heartbeat shows, else crashed with ``unknown`` loss; the
         heartbeat writer's later entries follow it (docs/schema.md, "The run ledger")."""
-        entry, beat, self._heartbeat = self.open_entry, self._heartbeat, None
-        assert entry is not None
+        entry, beat, self._heartbeat = self._runs[-1], self._heartbeat, None
         entry["ended"], entry["lost"] = CRASHED, UNKNOWN
         at = self.ordinal - beat["run"] if beat is not None else -1  # this entry's place among the beat's
         beaten: list[dict[str, Any]] = beat["entries"][at:] if beat is not None and at >= 0 else []
