@@ -37,12 +37,8 @@ class Phased:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.ready = 0
-        self.started = 0
-        self.processed = 0
-        self.completed = 0
-        self.run_base = 0
-        self.epoch_base = 0
+        self.set_all(0)
+        self.run_base = self.epoch_base = 0
 
     def mark_ready(self) -> None:
         if self.ready != self.completed:
@@ -82,8 +78,7 @@ class Tally:
 
     def __init__(self) -> None:
         self.total = 0
-        self.run_base = 0
-        self.epoch_base = 0
+        self.run_base = self.epoch_base = 0
 
     def scopes(self) -> ScopeCounts:
         return ScopeCounts(self.total - self.epoch_base, self.total - self.run_base, self.total)

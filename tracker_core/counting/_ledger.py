@@ -44,23 +44,18 @@ def _reached(beaten: dict[str, Any]) -> dict[str, int] | None:
     return None if lost == UNKNOWN else {name: beaten["end"][name] + lost[name] for name in _WORK}
 
 
-_IDENTITY = ("kind", "opened_unix_microseconds", "start")  # what a beat's entry and the restored one share
-
-
 def _of_this_run(beaten: dict[str, Any], entry: dict[str, Any]) -> bool:
-    """A beat's entry is the restored ``entry`` as a process that ran it last saw it: the same kind, opening
-    instant and start (two fresh runs in one folder start alike), and not behind the checkpoint (every save
-    beats, so a beat that saw less is another run's)."""
-    if any(beaten[name] != entry[name] for name in _IDENTITY):
+    """A beat's entry is the restored ``entry``: the same kind, opening instant and start, and not behind the
+    checkpoint (every save beats; docs/schema.md, "The run ledger")."""
+    if any(beaten[name] != entry[name] for name in ("kind", "opened_unix_microseconds", "start")):
         return False
     reached = _reached(beaten)
     return reached is None or all(reached[name] >= entry["end"][name] for name in _WORK)
 
 
 def _unsaved(entry: dict[str, Any]) -> dict[str, Any]:
-    """``entry`` of a process whose work no checkpoint the record continues from holds: it ends where it
-    started, everything it did is lost (added to what it had lost already; idempotent), and a still running
-    one crashed."""
+    """``entry`` of a process whose work no checkpoint this record continues from holds: it ends where it
+    started, all it did is lost (added to what it had lost already; idempotent), and a running one crashed."""
     lost = entry["lost"]
     start = entry["start"]
     if lost != UNKNOWN:
@@ -71,8 +66,7 @@ def _unsaved(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _lost_between(saved: dict[str, int], reached: dict[str, int], microseconds: int) -> dict[str, int]:
-    """What a process did after the checkpoint it saved ``saved`` counts in: ``reached`` minus ``saved``
-    (never below 0), with ``microseconds`` of wall time."""
+    """What a process did after the checkpoint holding ``saved``: ``reached - saved``, ``microseconds`` (each >= 0)."""
     lost = {name: max(0, reached[name] - saved[name]) for name in _WORK}
     return {**lost, "microseconds": max(0, microseconds)}
 
@@ -85,9 +79,9 @@ class RunLedger:
         "_earlier",
         "_heartbeat",
         "_open_since",
-        "_restored",
         "_runs",
         "_stopping_early",
+        "restored_open",
     )
 
     def __init__(self) -> None:
@@ -95,7 +89,7 @@ class RunLedger:
         self._runs: list[dict[str, Any]] = empty["runs"]
         self._earlier: dict[str, int] = empty["earlier"]
         self._open_since: int | None = None  # the clock when this process opened the last entry
-        self._restored = False  # the open entry was loaded: another process ran it
+        self.restored_open = False  # the open entry was loaded: another process ran it, a resume settles it
         self._stopping_early = False
         self._heartbeat: dict[str, Any] | None = None  # the last beat read beside the loaded state's checkpoint
         self._base = 0  # the ordinal of the first entry the loaded state did not hold settled: what a beat carries
@@ -104,11 +98,6 @@ class RunLedger:
     def open_entry(self) -> dict[str, Any] | None:
         """The last entry if it is still running."""
         return self._runs[-1] if self._runs and self._runs[-1]["ended"] == RUNNING else None
-
-    @property
-    def restored_open(self) -> bool:
-        """The open entry came from a loaded state (a resume settles how it ended)."""
-        return self._restored and self.open_entry is not None
 
     @property
     def ordinal(self) -> int:
@@ -136,7 +125,7 @@ class RunLedger:
                 "lost": dict(NOTHING_LOST),
             }
         )
-        self._open_since, self._restored, self._stopping_early = _clock.now_us(), False, False
+        self._open_since, self.restored_open, self._stopping_early = _clock.now_us(), False, False
         self._drop_oldest()
 
     def resume(self, kind: str, train: TrainStageProgress) -> None:
@@ -149,9 +138,8 @@ class RunLedger:
         self._heartbeat = beat
 
     def snapshot(self, train: TrainStageProgress) -> dict[str, Any] | None:
-        """What a heartbeat holds: the entries this process settled or opened since the state it loaded (all of
-        its own without one; the open one brought up to now) and the ordinal of the first; None before this
-        process's first run or while a restored entry waits for its resume (this process has not run it)."""
+        """What a heartbeat holds (docs/schema.md, "The run ledger"), the open entry brought up to now; None
+        before this process's first run or while a restored entry waits for its resume."""
         self.update(train)
         first = max(0, self._base - self._earlier["runs"])
         if first >= len(self._runs) or self.restored_open:
@@ -159,11 +147,9 @@ class RunLedger:
         return {"run": self._earlier["runs"] + first, "entries": copy.deepcopy(self._runs[first:])}
 
     def _settle_restored(self) -> None:
-        """Close the restored open entry: crashed, or as its heartbeat says, with the work the heartbeat shows
-        after the checkpoint (``unknown`` without a heartbeat of this run); the heartbeat writer's later entries
-        are taken over, each having lost all its work (docs/schema.md, "The run ledger")."""
-        entry, beat, self._heartbeat = self.open_entry, self._heartbeat, None
-        assert entry is not None
+        """Close the restored open entry as its heartbeat shows, else crashed with ``unknown`` loss; the
+        heartbeat writer's later entries follow it (docs/schema.md, "The run ledger")."""
+        entry, beat, self._heartbeat = self._runs[-1], self._heartbeat, None
         entry["ended"], entry["lost"] = CRASHED, UNKNOWN
         at = self.ordinal - beat["run"] if beat is not None else -1  # this entry's place among the beat's
         beaten: list[dict[str, Any]] = beat["entries"][at:] if beat is not None and at >= 0 else []
@@ -176,8 +162,6 @@ class RunLedger:
             if mine["ended"] != RUNNING:
                 entry["ended"] = mine["ended"]  # it ended after the checkpoint: what it did since is lost all the same
             self._runs.extend(_unsaved(run) for run in after)
-        self._restored = False
-        self._drop_oldest()
 
     def stop_early(self) -> None:
         """The open run was told to stop before its limits: it ends ``stopped_early`` when it completes."""
@@ -193,7 +177,7 @@ class RunLedger:
         if ended == COMPLETED and self._stopping_early:
             ended = STOPPED_EARLY
         entry["ended"], entry["lost"] = ended, dict(NOTHING_LOST)
-        self._open_since, self._restored, self._stopping_early = None, False, False
+        self._open_since, self.restored_open, self._stopping_early = None, False, False
 
     def update(self, train: TrainStageProgress) -> None:
         """Bring the open entry this process runs up to ``train``'s counts and the clock."""
@@ -227,5 +211,5 @@ class RunLedger:
         self._runs = copy.deepcopy(ledger["runs"])
         self._earlier = dict(ledger["earlier"])
         self._open_since, self._stopping_early = None, False
-        self._restored = self.open_entry is not None
-        self._base = self.ordinal if self._restored else self.ordinal + 1
+        self.restored_open = self.open_entry is not None
+        self._base = self.ordinal if self.restored_open else self.ordinal + 1

@@ -28,9 +28,8 @@ class DataloaderTallies:
 
 
 class StageProgress:
-    """Epochs, batches, samples and per-dataloader counts of one stage, marked one phase of one event at a time
-    (:class:`tracker_core.Phase`) by the loop or adapter that owns the tracker; consumers read the view.
-    """
+    """Epochs, batches, samples and per-dataloader counts of one stage, marked one :class:`tracker_core.Phase`
+    at a time by the loop or adapter that owns the tracker; consumers read the view."""
 
     __slots__ = (
         "_at",
@@ -66,10 +65,8 @@ class StageProgress:
             for event in (Event.EPOCH, Event.BATCH)
             for phase in (*Phase, CANCELLED)
         }
-        self._at_batch_ready = self._at[Event.BATCH, Phase.READY]
-        self._at_batch_started = self._at[Event.BATCH, Phase.STARTED]
-        self._at_batch_processed = self._at[Event.BATCH, Phase.PROCESSED]
-        self._at_batch_completed = self._at[Event.BATCH, Phase.COMPLETED]
+        at_batch = (self._at[Event.BATCH, phase] for phase in Phase)  # read per batch: one attribute each
+        self._at_batch_ready, self._at_batch_started, self._at_batch_processed, self._at_batch_completed = at_batch
 
     @property
     def view(self) -> StageView:
@@ -218,8 +215,7 @@ class StageProgress:
         return loaders[index]
 
     def _count_samples(self, samples: int, dataloader: int) -> None:
-        """A batch of ``samples`` samples from dataloader number ``dataloader``: count it in that dataloader's
-        batches and samples and in the stage's samples (the stage's batches are phase marks)."""
+        """Count a batch of ``samples`` samples in dataloader ``dataloader``'s tallies and the stage's samples."""
         if samples < 0 or dataloader < 0:
             raise ValueError(f"{self.name} batch: samples and dataloader must be >= 0, got {samples}, {dataloader}")
         loaders = self._dataloaders
@@ -230,11 +226,8 @@ class StageProgress:
 
     def _tallies(self) -> list[Tally]:
         """Every tally of the stage, for scope resets."""
-        tallies: list[Tally] = [self._samples, self._tokens, self._non_padding_tokens]
-        for dataloader in self._dataloaders:
-            tallies.append(dataloader.batches)
-            tallies.append(dataloader.samples)
-        return tallies
+        per_loader = [tally for loader in self._dataloaders for tally in (loader.batches, loader.samples)]
+        return [self._samples, self._tokens, self._non_padding_tokens, *per_loader]
 
     def _begin_run_scope(self) -> None:
         """A run begins: its scope starts now. An epoch left open (a run cut short inside it and saved)
@@ -283,8 +276,7 @@ class TrainStageProgress(StageProgress):
         """Optimizer number ``optimizer`` skipped a step (e.g. AMP found inf/nan gradients)."""
         if optimizer < 0:
             raise ValueError(f"optimizer index must be >= 0, got {optimizer}")
-        if optimizer >= len(self._optimizer_steps):
-            self._add_optimizers(optimizer)
+        self._add_optimizers(optimizer)
         self._optimizer_steps_skipped[optimizer].total += 1
         self._stepped_at = self._batches.started
 

@@ -60,9 +60,7 @@ class RunSeconds(NamedTuple):
 
 
 class OverheadSeconds(NamedTuple):
-    """Seconds spent outside the stages: the tracker building checkpoint entries (loader positions, RNGs,
-    the gather across ranks; not the framework's file writing), restoring them, and resumes reading
-    already-trained batches again (fast-forward)."""
+    """Seconds spent outside the stages (docs/schema.md, the root ``microseconds``)."""
 
     checkpoint_save: RunSeconds
     checkpoint_restore: RunSeconds
@@ -107,10 +105,6 @@ def _seconds(tally: Tally) -> ScopeSeconds:
     return ScopeSeconds(*(microseconds / 1e6 for microseconds in tally.scopes()))
 
 
-def _run_seconds(tally: Tally) -> RunSeconds:
-    return RunSeconds(*_seconds(tally)[1:])
-
-
 def _rates(counts: ScopeCounts, seconds: ScopeSeconds) -> ScopeRates:
     return ScopeRates(*(n / s if s > 0 else None for n, s in zip(counts, seconds, strict=True)))
 
@@ -153,8 +147,7 @@ class StageView(_ReadOnly):
 
     @property
     def tokens(self) -> ScopeCounts:
-        """Tokens of the processed batches (``input_ids``' elements or the ``count_tokens`` function's count),
-        in epoch, run and lifetime scope."""
+        """Tokens of the processed batches (docs/schema.md, ``tokens``), in epoch, run and lifetime scope."""
         return self._stage._tokens.scopes()
 
     @property
@@ -164,9 +157,7 @@ class StageView(_ReadOnly):
 
     @property
     def seconds(self) -> ScopeSeconds:
-        """Wall-clock seconds inside the stage's epochs (less the epochs of other stages nested in them),
-        in epoch, run and lifetime scope. Counted at epoch boundaries and checkpoints; across a
-        resume, the time the stopped process was gone is not counted."""
+        """Wall-clock seconds inside the stage's epochs, per scope (docs/schema.md, ``microseconds``)."""
         self._stage._progress._flush_time()
         return _seconds(self._stage._seconds)
 
@@ -255,9 +246,8 @@ class ProgressView(_ReadOnly):
     def __init__(self, progress: Progress) -> None:
         object.__setattr__(self, "_progress", progress)
         object.__setattr__(self, "train", TrainStageView(progress.train))
-        object.__setattr__(self, "validate", StageView(progress.validate))
-        object.__setattr__(self, "test", StageView(progress.test))
-        object.__setattr__(self, "predict", StageView(progress.predict))
+        for name in ("validate", "test", "predict"):
+            object.__setattr__(self, name, StageView(progress.stage(name)))
 
     def stage(self, name: str) -> StageView:
         """The view of stage ``name`` (train, validate, test or predict)."""
@@ -288,11 +278,10 @@ class ProgressView(_ReadOnly):
 
     @property
     def overhead_seconds(self) -> OverheadSeconds:
-        """Seconds of checkpoint saves and restores (the tracker's part of them) and of fast-forwards
-        (a resume reading already-trained batches again), in run and lifetime scope."""
+        """Seconds of the tracker's checkpoint saves and restores and of resumes' fast-forwards, per scope."""
         p = self._progress
         tallies = (p._checkpoint_save_seconds, p._checkpoint_restore_seconds, p._fast_forward_seconds)
-        return OverheadSeconds(*map(_run_seconds, tallies))
+        return OverheadSeconds(*(RunSeconds(*_seconds(tally)[1:]) for tally in tallies))
 
     @property
     def global_step(self) -> int:
