@@ -225,6 +225,17 @@ def test_rank_files_at_an_fsspec_url_are_written_and_read_through_fsspec() -> No
     remove_other_saves(url, None)
 
 
+def test_rank_files_of_a_file_url_are_written_beside_the_checkpoint_and_read_back(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}/checkpoint.ckpt"
+    gathered = _gathered(2)
+    split = write_rank_files(gathered, url)
+
+    entry = with_rank_files(split, url)
+
+    assert (tmp_path / "checkpoint.ckpt.ranks").is_dir()
+    assert list(entry["ranks"]) == gathered["ranks"]
+
+
 def _resume_from_files(folder: str, rank: int) -> dict[str, Any]:
     """Rank ``rank`` of 2 saves (the writer writes the rank files), then resumes reading its own file only."""
     import torch.distributed as dist

@@ -291,7 +291,8 @@ def _resolved(path: str) -> str:
 
 
 def _ranks_root(checkpoint: str) -> str:
-    """``<checkpoint>.ranks``: a URL, or an absolute local path."""
+    """``<checkpoint>.ranks``: a URL, or an absolute local path (also for a ``file://`` URL)."""
+    checkpoint = checkpoint.removeprefix("file://")
     return (checkpoint.rstrip("/") if _is_url(checkpoint) else os.path.abspath(checkpoint)) + ".ranks"
 
 
