@@ -42,9 +42,7 @@ class Tracker:
         self._loaders: dict[int, LoaderPosition] = {}
         self._untracked: dict[int, str] = {}  # train dataloaders that are not torch DataLoaders
         self._pending: dict[int, tuple[SavedLoader, bool]] = {}  # loaded, waiting for their loader
-        # What the last load changed, while a loader part of it waits (_pending); None while _pending holds the
-        # parts of resume_loaded_again, which changed nothing.
-        self._undo: _Undo | None = None
+        self._undo: _Undo | None = None  # the last load's changes while a part waits; None for resume_loaded_again
         self._loaded: _LoadedParts | None = None  # the last load's loader parts (see resume_loaded_again)
 
     @property
