@@ -20,14 +20,6 @@ if TYPE_CHECKING:
     from tracker_core.counting._progress import Progress
 
 _FORMAT = "tracker_core.heartbeat"
-_EVERY_SECONDS = "TRACKER_HEARTBEAT_SECONDS"  # environment: the least time between beats (default 30)
-
-
-def _every_seconds() -> float:
-    try:
-        return max(0.0, float(os.environ.get(_EVERY_SECONDS, "30")))
-    except ValueError:
-        return 30.0
 
 
 class HeartbeatWarning(UserWarning):
@@ -35,20 +27,18 @@ class HeartbeatWarning(UserWarning):
 
 
 class Heartbeat:
-    """Writes ``progress``'s ledger ``snapshot()`` to ``file`` at most every ``every_seconds``."""
+    """Writes ``progress``'s ledger ``snapshot()`` to ``file`` at most every ``TRACKER_HEARTBEAT_SECONDS``."""
 
-    __slots__ = ("_due", "_every", "_file", "_progress")
+    __slots__ = ("_due", "_every", "_progress", "file")
 
-    def __init__(self, progress: Progress, file: str | os.PathLike[str], every_seconds: float) -> None:
+    def __init__(self, progress: Progress, file: str | os.PathLike[str]) -> None:
         self._progress = progress
-        self._file = Path(file)
-        self._every = every_seconds
+        self.file = Path(file)
+        try:
+            self._every = max(0.0, float(os.environ.get("TRACKER_HEARTBEAT_SECONDS", "30")))
+        except ValueError:
+            self._every = 30.0
         self._due = 0.0  # time.monotonic() when the next beat is due
-
-    @property
-    def file(self) -> Path:
-        """Where the beats go."""
-        return self._file
 
     def tick(self) -> None:
         """An optimizer step was taken: beat if one is due (one clock read)."""
@@ -63,14 +53,14 @@ class Heartbeat:
         snapshot = progress._ledger.snapshot(progress.train)
         if snapshot is None:
             return
-        temporary = self._file.with_name(f".{self._file.name}.{os.getpid()}.tmp")
+        temporary = self.file.with_name(f".{self.file.name}.{os.getpid()}.tmp")
         try:
-            self._file.parent.mkdir(parents=True, exist_ok=True)
+            self.file.parent.mkdir(parents=True, exist_ok=True)
             temporary.write_text(json.dumps({"format": _FORMAT, **snapshot}))
-            os.replace(temporary, self._file)
+            os.replace(temporary, self.file)
         except OSError as error:
             progress._heartbeat = None
-            warnings.warn(f"cannot write the heartbeat {self._file}: {error}; no more beats", HeartbeatWarning, 2)
+            warnings.warn(f"cannot write the heartbeat {self.file}: {error}; no more beats", HeartbeatWarning, 2)
 
 
 def keep_heartbeat(progress: Progress, file: str | os.PathLike[str] | None) -> None:
@@ -81,7 +71,7 @@ def keep_heartbeat(progress: Progress, file: str | os.PathLike[str] | None) -> N
         return
     current = progress._heartbeat
     if current is None or current.file != Path(file):
-        progress._heartbeat = current = Heartbeat(progress, file, _every_seconds())
+        progress._heartbeat = current = Heartbeat(progress, file)
     current.beat()
 
 
@@ -92,18 +82,15 @@ def read_heartbeat(progress: Progress, file: str | os.PathLike[str] | None) -> N
         return
     file = Path(file)
     try:
-        raw = json.loads(file.read_text())
+        beat = _parse(json.loads(file.read_text()))
     except FileNotFoundError:
         return
+    except ProgressStateError as error:  # a ValueError: before the clause that catches those
+        warnings.warn(f"damaged heartbeat {file}: {error}; lost work stays unknown", HeartbeatWarning, 2)
     except (OSError, ValueError) as error:
         warnings.warn(f"cannot read the heartbeat {file}: {error}; lost work stays unknown", HeartbeatWarning, 2)
-        return
-    try:
-        beat = _parse(raw)
-    except ProgressStateError as error:
-        warnings.warn(f"damaged heartbeat {file}: {error}; lost work stays unknown", HeartbeatWarning, 2)
-        return
-    progress._ledger.note_heartbeat(beat)
+    else:
+        progress._ledger.note_heartbeat(beat)
 
 
 def _parse(raw: object) -> dict[str, Any]:

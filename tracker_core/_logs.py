@@ -18,7 +18,10 @@ def rewind_summary_writer(writer: Any, step: int) -> str:
     Returns what keeps the purge from working, or "": TensorBoard reads a run's event files in the order of
     their names, so a file named after this writer's (same second, higher process id) keeps all its points.
     """
-    event_pb2: Any = _event_protos()
+    try:  # TensorBoard's event protos, else tensorboardX's (where only it is installed)
+        event_pb2: Any = importlib.import_module("tensorboard.compat.proto.event_pb2")
+    except ImportError:
+        event_pb2 = importlib.import_module("tensorboardX.proto.event_pb2")
     file_writer = writer.file_writer
     if file_writer is None:
         writer.purge_step = step
@@ -31,24 +34,11 @@ def rewind_summary_writer(writer: Any, step: int) -> str:
         event_pb2.Event(step=step, session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START))
     )
     file_writer.flush()
-    return _files_read_after(folder, before)
-
-
-def _event_file_sizes(folder: str) -> dict[str, int]:
-    return {entry.name: entry.stat().st_size for entry in os.scandir(folder) if "tfevents" in entry.name}
-
-
-def _files_read_after(folder: str, before: dict[str, int]) -> str:
-    """The event files read after the one file the purge grew (``before``: the sizes before it), as a problem."""
     after = _event_file_sizes(folder)
-    grown = [name for name, size in after.items() if size != before.get(name)]
+    grown = [name for name, size in after.items() if size != before.get(name)]  # the file the purge went to
     later = sorted(name for name in after if len(grown) == 1 and name > grown[0])
     return f"TensorBoard reads {', '.join(later)} after this run's {grown[0]} (the purge) in {folder}" if later else ""
 
 
-def _event_protos() -> Any:
-    """TensorBoard's event protos (tensorboardX's where only it is installed), imported when needed."""
-    try:
-        return importlib.import_module("tensorboard.compat.proto.event_pb2")
-    except ImportError:
-        return importlib.import_module("tensorboardX.proto.event_pb2")
+def _event_file_sizes(folder: str) -> dict[str, int]:
+    return {entry.name: entry.stat().st_size for entry in os.scandir(folder) if "tfevents" in entry.name}

@@ -26,9 +26,7 @@ from tracker_core.state._schema import Parsed, parse
 
 class Tracker:
     """Progress plus what an exact mid-epoch resume needs, saved and loaded as one entry of plain data
-    (``{"progress", "train_loaders", "rng"}``). An adapter owns one, drives ``tracker.progress``, registers the
-    train dataloaders with :meth:`track_train_loader`, and stores :meth:`state_dict` in the framework's checkpoint.
-    """
+    (``{"progress", "train_loaders", "rng"}``; docs/adapters.md says how an adapter drives it)."""
 
     __slots__ = (
         "_loaded",
@@ -44,9 +42,7 @@ class Tracker:
         self._loaders: dict[int, LoaderPosition] = {}
         self._untracked: dict[int, str] = {}  # train dataloaders that are not torch DataLoaders
         self._pending: dict[int, tuple[SavedLoader, bool]] = {}  # loaded, waiting for their loader
-        # What the last load changed, while a loader part of it waits (_pending); None while _pending holds the
-        # parts of resume_loaded_again, which changed nothing.
-        self._undo: _Undo | None = None
+        self._undo: _Undo | None = None  # the last load's changes while a part waits; None for resume_loaded_again
         self._loaded: _LoadedParts | None = None  # the last load's loader parts (see resume_loaded_again)
 
     @property
@@ -55,14 +51,10 @@ class Tracker:
         return self.progress.view
 
     def track_train_loader(self, loader: object, index: int = 0, *, framework_restores_state: bool = False) -> None:
-        """Make train dataloader number ``index`` (the one the framework iterates) resumable mid-epoch, in place,
-        before its first epoch and again for each new loader object (docs/adapters.md, step 4).
-
-        A loaded state waiting for this loader is checked and armed now; one that does not fit undoes the whole
-        load and raises ``ProgressStateError`` naming the key. ``framework_restores_state``: the framework saves
-        and restores a ``StatefulDataLoader``'s own state (else the entry holds it). An iterable that is not a torch
-        DataLoader is not positioned: a mid-epoch save warns (:class:`InexactResumeWarning`).
-        """
+        """Make train dataloader ``index`` resumable mid-epoch, in place (docs/adapters.md, step 4). A loaded part
+        waiting for it is checked and armed now; one that does not fit undoes the load and raises
+        ``ProgressStateError``. ``framework_restores_state``: the framework restores a ``StatefulDataLoader``'s own
+        state. An iterable that is not a torch DataLoader is not positioned (a mid-epoch save warns)."""
         if not issubclass(type(loader), DataLoader):  # type(): wrappers may fake __class__
             self._loaders.pop(index, None)
             self._untracked[index] = type(loader).__name__
@@ -87,9 +79,8 @@ class Tracker:
         self.progress._count_checkpoint_restore(_clock.now_us() - began)
 
     def _parse_pending(self, position: LoaderPosition, index: int) -> ParsedLoader | None:
-        """The loaded part waiting for train dataloader ``index``, checked against its ``position``; None if none
-        waits or a part of :meth:`resume_loaded_again` does not fit (warned). A load's part that does not fit
-        undoes the load and raises."""
+        """The loaded part waiting for loader ``index``, checked against ``position``; None if none waits or a part
+        of :meth:`resume_loaded_again` does not fit (warned). A load's part that does not fit undoes it and raises."""
         pending = self._pending.pop(index, None)
         if pending is None:
             return None
@@ -112,8 +103,7 @@ class Tracker:
             return None
 
     def state_dict(self) -> dict[str, Any]:
-        """Plain data for the framework's checkpoint; see docs/schema.md. The time spent building it
-        is counted in ``microseconds.checkpoint_save`` before the progress is dumped, last."""
+        """Plain data for the checkpoint (docs/schema.md); its time counts in ``microseconds.checkpoint_save``."""
         began = _clock.now_us()
         train = self.progress.train
         counts = train._dataloaders
@@ -141,9 +131,8 @@ class Tracker:
         return {"progress": self.progress.state_dict(), "train_loaders": loaders, "rng": compact_rng(rng)}
 
     def gathered_state_dict(self) -> dict[str, Any]:
-        """Collective (every rank calls it at the checkpoint): on rank 0 its :meth:`state_dict` plus ``"ranks"``,
-        every rank's entry (index = rank), also in a world of one; elsewhere :meth:`state_dict` (docs/distributed.md).
-        """
+        """Collective: on rank 0 :meth:`state_dict` plus ``"ranks"``, every rank's entry (also in a world of one);
+        elsewhere :meth:`state_dict` (docs/distributed.md)."""
         mine = self.state_dict()
         began = _clock.now_us()
         ranks = gather_to_writer(mine)
@@ -166,10 +155,9 @@ class Tracker:
             position.forget_replay()
 
     def load_state_dict(self, entry: object) -> None:
-        """Resume from an entry: validate all of it (a :class:`ProgressStateError` naming the key changes nothing),
-        then load progress and RNGs and arm the loaders (those registered later: by :meth:`track_train_loader`).
-        An entry of :meth:`gathered_state_dict` gives this rank its part, mapped from another world size
-        (``view.resume_mapping``; ``InexactResumeWarning`` where inexact; docs/distributed.md)."""
+        """Resume from an entry: validate all of it (a :class:`ProgressStateError` changes nothing), then load
+        progress and RNGs and arm the loaders (those registered later: in :meth:`track_train_loader`). A gathered
+        entry gives this rank its part, mapped from another world size (docs/distributed.md)."""
         began = _clock.now_us()
         loaded = self._parse_entry(entry)
         # Everything that needs no loader is valid. A loader part waiting for its loader (registered after
@@ -199,10 +187,8 @@ class Tracker:
             warnings.warn(problem, InexactResumeWarning, stacklevel=2)
 
     def resume_loaded_again(self) -> bool:
-        """Arm the train loaders registered next at the positions of the last :meth:`load_state_dict`, for a
-        resumed run that trained nothing and a later run that continues it (docs/adapters.md). False, changing
-        nothing, if nothing was loaded or a train batch began since the load.
-        """
+        """Arm the train loaders registered next at the positions of the last :meth:`load_state_dict`
+        (docs/adapters.md). False, changing nothing, if nothing was loaded or a train batch began since."""
         loaded = self._loaded
         if loaded is None or self.progress.train.view.batches.lifetime.ready != loaded.batches_ready:
             return False
@@ -236,8 +222,7 @@ class Tracker:
         self._parse_entry(entry)
 
     def _parse_entry(self, entry: object) -> _LoadedEntry:
-        # Bounded (depth, lengths, 64-bit ints) before anything recurses over it; of "ranks", ``select``
-        # checks the parts it reads, so a rank's cost does not grow with the number of ranks.
+        # Bounded before anything recurses over it; of "ranks", ``select`` checks only the parts it reads.
         if isinstance(entry, dict) and "ranks" in entry:
             check_plain({n: v for n, v in entry.items() if n != "ranks"})
             selected = select(read_mapping(entry, "", required=(*ENTRY_KEYS, "ranks"))["ranks"], self._loaders)
@@ -305,7 +290,7 @@ class _LoadedParts:
     """The loader parts of the last load, which :meth:`Tracker.resume_loaded_again` arms again."""
 
     parts: dict[int, tuple[SavedLoader, bool]]  # (state, resume_epoch) per tracked loader
-    batches_ready: int  # train batches begun (lifetime) right after the load: a later one makes the parts past
+    batches_ready: int  # lifetime train batches begun right after the load
 
 
 @dataclasses.dataclass(frozen=True)

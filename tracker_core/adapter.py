@@ -1,8 +1,5 @@
-"""What an adapter for a training framework needs from the core besides ``tracker_core`` itself (``Tracker``,
-``Progress``, the errors and warnings) and the checkpoint keys of ``tracker_core.checkpoints``.
-
-docs/adapters.md gives the event contract and a worked example on a plain PyTorch loop.
-"""
+"""What an adapter needs from the core besides ``tracker_core`` itself and the keys of ``tracker_core.checkpoints``;
+docs/adapters.md gives the event contract and a worked example on a plain PyTorch loop."""
 
 from tracker_core._heartbeat import keep_heartbeat, read_heartbeat
 from tracker_core._logs import rewind_summary_writer

@@ -1,8 +1,5 @@
-"""``progress-tracker``: inspect the progress saved in a checkpoint, or compare two checkpoints.
-
-``inspect PATH [--json]``, ``history PATH [--json]`` and ``diff A B``; see docs/cli.md. Exit codes: 0 success (diff:
-identical), 1 diff found differences, 2 error (message on stderr, no traceback).
-"""
+"""``progress-tracker``: ``inspect``, ``history`` or ``diff`` the progress saved in checkpoints (docs/cli.md
+gives the commands, their output and exit codes)."""
 
 from __future__ import annotations
 
