@@ -155,8 +155,7 @@ def _map_loader(
     source_rank: int,
     entry: dict[str, Any],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Train loader ``index``'s state mapped to this world size, and the record of it; its counts in ``entry``'s
-    progress are re-based to the mapped position."""
+    """Train loader ``index``'s state mapped to this world size and its record; re-bases its counts in ``entry``."""
     saved_size = len(ranks)
     key = f"train_loaders.{index}"
     if position is None:
