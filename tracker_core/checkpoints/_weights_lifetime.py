@@ -33,11 +33,11 @@ def _read_local(path: Path) -> ProgressCheckpoint | None:
     if mode is None:
         return None
     files = _weight_files(path) if stat.S_ISDIR(mode) else [path]
-    found: dict[str, dict[str, Any]] = {}
-    for file in files:
-        prefix = f"{file.name}: " if file != path else ""
-        for location, state in _lifetimes(file).items():
-            found[prefix + location] = state
+    found = {
+        (f"{file.name}: " if file != path else "") + location: state
+        for file in files
+        for location, state in _lifetimes(file).items()
+    }
     if not found:
         return None
     location = max(found, key=lambda key: train_batches(found[key]))
@@ -66,11 +66,11 @@ def _lifetimes(file: Path) -> dict[str, dict[str, Any]]:
         payload = _load(file)
     except CheckpointFileError:
         return {}  # read_checkpoint has said what is wrong with the file
-    if isinstance(payload, Mapping) and isinstance(payload.get("state_dict"), Mapping):
-        return _located("state_dict", payload["state_dict"], file)  # Lightning's weights-only checkpoint
-    if isinstance(payload, Mapping):
-        return _located("weights", payload, file)
-    return {}
+    if not isinstance(payload, Mapping):
+        return {}
+    if isinstance(payload.get("state_dict"), Mapping):  # Lightning's weights-only checkpoint
+        return _located("state_dict", payload["state_dict"], file)
+    return _located("weights", payload, file)
 
 
 def _safetensors_lifetimes(file: Path) -> dict[str, dict[str, Any]]:

@@ -94,11 +94,11 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
         "train_loaders": list(source["train_loaders"]),
         "rng": source["rng"],
     }
-    if not reenters_train_epoch(epochs):
-        # Between epochs only generators are restored; the next epoch is the new geometry's own.
+    if reenters_train_epoch(epochs):
+        problems = _map_loaders(ranks, summaries, loaders, source_rank, entry, mapping)
+    else:  # between epochs only generators are restored; the next epoch is the new geometry's own
         entry["train_loaders"] = [_between_epochs(state) for state in entry["train_loaders"]]
-        return Selected(entry, mapping, [], f"ranks.{source_rank}")
-    problems = _map_loaders(ranks, summaries, loaders, source_rank, entry, mapping)
+        problems = []
     return Selected(entry, mapping, problems, f"ranks.{source_rank}")
 
 
@@ -155,8 +155,7 @@ def _map_loader(
     source_rank: int,
     entry: dict[str, Any],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Train loader ``index``'s state mapped to this world size, and the record of it; its counts in ``entry``'s
-    progress are re-based to the mapped position."""
+    """Train loader ``index``'s state mapped to this world size and its record; re-bases its counts in ``entry``."""
     saved_size = len(ranks)
     key = f"train_loaders.{index}"
     if position is None:
@@ -165,9 +164,18 @@ def _map_loader(
             f"an elastic resume (saved at world size {saved_size}, loading at {size}) maps the data position "
             "onto the loader: register it with track_train_loader before load_state_dict",
         )
-    first_key = f"ranks.0.{key}.distributed"
-    mine = _sharding_of(position, key, size)
-    summary = _checked_summary(ranks, summaries, index, mine, first_key)
+    mine = position.distributed_info()
+    if mine is None or mine["batch_size"] is None:
+        raise ProgressStateError(
+            key,
+            "an elastic resume maps positions only for a loader with a DistributedSampler and a batch_size, "
+            "or one sharded by batches over a seedable sampler (Accelerate's use_seedable_sampler=True)",
+        )
+    if mine["num_replicas"] != size:
+        raise ProgressStateError(
+            key, f"this loader is sharded for num_replicas={mine['num_replicas']}; the world size is {size}"
+        )
+    summary = _checked_summary(ranks, summaries, index, mine)
     source_state = ranks[source_rank]["train_loaders"][index]
     source_key = f"ranks.{source_rank}.{key}"
     if not isinstance(source_state, dict):
@@ -200,40 +208,23 @@ def _map_loader(
     return state, record
 
 
-def _sharding_of(position: LoaderPosition, key: str, size: int) -> dict[str, Any]:
-    """The sharding of the tracked loader under ``key``, refused where a mapping cannot read it."""
-    mine = position.distributed_info()
-    if mine is None or mine["batch_size"] is None:
-        raise ProgressStateError(
-            key,
-            "an elastic resume maps positions only for a loader with a DistributedSampler and a batch_size, "
-            "or one sharded by batches over a seedable sampler (Accelerate's use_seedable_sampler=True)",
-        )
-    if mine["num_replicas"] != size:
-        raise ProgressStateError(
-            key, f"this loader is sharded for num_replicas={mine['num_replicas']}; the world size is {size}"
-        )
-    return mine
-
-
 def _checked_summary(
-    ranks: Sequence[Mapping[str, Any]],
-    summaries: Sequence[object] | None,
-    index: int,
-    mine: Mapping[str, Any],
-    first_key: str,
+    ranks: Sequence[Mapping[str, Any]], summaries: Sequence[object] | None, index: int, mine: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The saved ranks' summary of train loader ``index`` (the writer's, or made here), checked against ``mine``."""
-    saved_size = len(ranks)
-    if summaries is None:  # every rank's entry at hand: rank 0's against this loader first, then the ranks' agreement
-        first = ranks[0].get("train_loaders") if isinstance(ranks[0], Mapping) else None
-        if isinstance(first, list) and index < len(first) and isinstance(first[index], Mapping):
-            saved = read_distributed(first[index].get("distributed"), first_key)
-            if saved is not None:  # not mappable: summarize_loader names it
-                check_same_order(saved, mine, first_key, "this loader has")
-    summary = summarize_loader(ranks, index) if summaries is None else read_summary(summaries, index, saved_size)
-    check_same_order(summary["distributed"], mine, first_key, "this loader has")
-    return summary
+    first_key = f"ranks.0.train_loaders.{index}.distributed"
+    if summaries is not None:
+        summary = read_summary(summaries, index, len(ranks))
+        check_same_order(summary["distributed"], mine, first_key, "this loader has")
+        return summary
+    # Every rank's entry at hand (their train loaders read as lists): rank 0's against this loader first, then the
+    # ranks' agreement; a state summarize_loader refuses is left to it, which names it.
+    first = ranks[0]["train_loaders"]
+    if index < len(first) and isinstance(first[index], Mapping):
+        saved = read_distributed(first[index].get("distributed"), first_key)
+        if saved is not None:
+            check_same_order(saved, mine, first_key, "this loader has")
+    return summarize_loader(ranks, index)
 
 
 def _uneven_ranks(summary: Mapping[str, Any], saved_size: int) -> list[str]:
@@ -260,9 +251,7 @@ def _samples_read(info: Mapping[str, Any], batches: int) -> int:
         return samples_read(info, batches)
     size: int = info["dataset_size"]
     replicas: int = info["num_replicas"]
-    per_rank = (
-        math.ceil((size - replicas) / replicas) if info["drop_last"] and size % replicas else math.ceil(size / replicas)
-    )
+    per_rank = size // replicas if info["drop_last"] else math.ceil(size / replicas)
     return min(batches * int(info["batch_size"]), per_rank)
 
 

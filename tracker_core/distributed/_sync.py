@@ -1,5 +1,5 @@
-"""Across ranks: reduce the whole state in one collective, and name ranks that disagree (never per batch).
-Works without a process group; ranks must track as many dataloaders and optimizers (docs/distributed.md)."""
+"""Across ranks, never per batch: reduce the whole state in one collective, name ranks that disagree
+(docs/distributed.md)."""
 
 from __future__ import annotations
 
@@ -25,12 +25,9 @@ def _progress_of(source: Progress | ProgressView) -> Progress:
 
 
 def reduce_state(progress: Progress | ProgressView, op: str = "sum") -> dict[str, Any]:
-    """Every count of ``progress`` reduced over all ranks (``sum``, ``min`` or ``max``), in state_dict layout.
-
-    Takes the Progress or its view (``tracker_core.get_progress(obj)``). With ``sum``,
-    ``stages.train.samples.run`` is the samples of this run over all ranks. A report, not a state to load:
-    ``where``, ``run.kind`` and ``anomalies`` are this rank's; times reduce with the same op (``max``: the
-    slowest rank's). One ``all_reduce`` of the counts packed in the schema's flat layout.
+    """Every count of ``progress`` (a Progress or its view) reduced over all ranks by ``op`` (``sum``, ``min`` or
+    ``max``) in one ``all_reduce``, in state_dict layout: a report, not a state to load (docs/distributed.md).
+    ``where``, ``run.kind`` and ``anomalies`` are this rank's; times reduce by ``op`` too.
     """
     if op not in _OPS:
         raise ValueError(f"unknown reduce op {op!r}; expected sum, min or max")
@@ -82,10 +79,8 @@ DEFAULT_DIVERGENCE_KEYS = tuple(
 def check_divergence(
     progress: Progress | ProgressView, keys: Sequence[str] = DEFAULT_DIVERGENCE_KEYS
 ) -> list[Divergence]:
-    """The counts among ``keys`` (state_dict key paths) whose value is not the same on every rank.
-
-    Takes the Progress or its view. One all_gather: call it where every rank arrives (an epoch's end, before
-    a checkpoint) to learn of uneven data before a rank waits forever in a gradient collective.
+    """The counts among ``keys`` (state_dict key paths) whose value differs across ranks; ``progress``: the
+    Progress or its view. One all_gather: call it where every rank arrives (docs/distributed.md, "Divergence").
     """
     live = _progress_of(progress)
     paths = count_paths(live)

@@ -25,12 +25,14 @@ def gather_to_writer(obj: Any | None) -> list[Any] | None:
     if not (dist.is_available() and dist.is_initialized()):
         return None if obj is None else [obj]
     data = b"" if obj is None else pickle.dumps(obj)
-    device = _device()
+    # Collectives take tensors on the current GPU under NCCL alone, else on the CPU.
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     longest = torch.tensor([len(data)], dtype=torch.int64, device=device)
     run_collective(lambda: dist.all_reduce(longest, op=dist.ReduceOp.MAX), [longest])
-    if int(longest.item()) == 0:
+    size = int(longest.item())
+    if size == 0:
         return None
-    framed = bytearray(_LENGTH.size + int(longest.item()))
+    framed = bytearray(_LENGTH.size + size)
     _LENGTH.pack_into(framed, 0, len(data))
     framed[_LENGTH.size : _LENGTH.size + len(data)] = data
     mine = torch.frombuffer(framed, dtype=torch.uint8).to(device)
@@ -45,10 +47,3 @@ def gather_to_writer(obj: Any | None) -> list[Any] | None:
         (length,) = _LENGTH.unpack_from(raw)
         objects.append(pickle.loads(raw[_LENGTH.size : _LENGTH.size + length]) if length else None)  # this job's ranks
     return objects
-
-
-def _device() -> torch.device:
-    """Where the default group's collectives take tensors: the current GPU under NCCL alone, else the CPU."""
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")

@@ -1,8 +1,4 @@
-"""A lifetime that lives in the model (docs/resume.md, "A lifetime that lives in the model").
-
-``track_lifetime(model)`` gives the model a persistent buffer holding the progress state as JSON bytes,
-refreshed whenever ``model.state_dict()`` is taken, so every weights-only save carries it.
-"""
+"""The progress state in a persistent buffer of the model (docs/resume.md, "A lifetime that lives in the model")."""
 
 from __future__ import annotations
 
@@ -16,18 +12,14 @@ from tracker_core._errors import ProgressStateError
 from tracker_core.counting._progress import Progress
 from tracker_core.state._codec import bytes_to_tensor, tensor_to_bytes
 
-BUFFER = "tracker_core_lifetime"
-"""The buffer's name in ``model.state_dict()`` (after any prefix the model's parents add)."""
+BUFFER = "tracker_core_lifetime"  # the buffer's name in ``model.state_dict()``, after its parents' prefix
 
 _BINDINGS = "_tracker_core_lifetime_progress"  # the model attribute holding the bound progress (a 1-list)
 
 
 def track_lifetime(model: torch.nn.Module) -> None:
-    """Opt ``model`` in: its saved weights carry the lifetime progress of the runs that train it.
-
-    Call it before loading weights into the model (their buffer then loads too) and before
-    training; idempotent. A model that does not opt in loads such weights with
-    ``model.load_state_dict(without_lifetime(weights))``.
+    """Opt ``model`` in: its saved weights carry the lifetime progress of the runs that train it. Idempotent; call
+    it before loading weights into the model (their buffer then loads too) and before training (docs/resume.md).
     """
     if is_tracked(model):
         return
@@ -43,14 +35,9 @@ def is_tracked(model: torch.nn.Module) -> bool:
 
 
 def bind_lifetime(model: torch.nn.Module, progress: Progress) -> bool:
-    """Adapters call this when a run sees ``model``, before the run begins.
-
-    Every tracked module in ``model`` (itself, or one inside a wrapper: DDP, ``torch.compile``, a
-    LightningModule holding a tracked network) is bound: from now on its saved weights carry
-    ``progress``. If one's buffer holds a lifetime ahead of ``progress`` (weights saved by an
-    earlier run, loaded without the trainer's checkpoint), ``progress`` continues the furthest
-    (``Progress.load_lifetime``). Returns whether the lifetime was continued.
-    ``ProgressStateError`` naming the buffer if one is damaged; then nothing is bound or loaded.
+    """When a run sees ``model``, before it begins: every tracked module in ``model`` (wrappers included) saves
+    ``progress`` from now on, and ``progress`` continues the furthest lifetime their buffers hold if it is ahead
+    (returns True then; docs/adapters.md). ``ProgressStateError`` naming a damaged buffer, before anything is bound.
     """
     tracked = [module for module in model.modules() if is_tracked(module)]
     saved = [read_lifetime(getattr(module, BUFFER), BUFFER) for module in tracked]
@@ -80,11 +67,8 @@ def read_lifetime(buffer: object, key: str) -> dict[str, Any] | None:
 
 def lifetimes_in(weights: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The lifetime progress states ``weights`` carry (a model's ``state_dict()``, or the tensors of a
-    safetensors file), by the buffer's name, e.g. ``{"net.tracker_core_lifetime": state}``.
-
-    Only weights saved from a model that :func:`track_lifetime` opted in have one; an empty buffer
-    (a tracked model no run has seen) is left out. ``ProgressStateError`` naming the buffer if one
-    is damaged. ``progress-tracker inspect`` shows the furthest.
+    safetensors file) by buffer name, e.g. ``{"net.tracker_core_lifetime": state}``; empty buffers are left out.
+    ``ProgressStateError`` naming the buffer if one is damaged.
     """
     found = {}
     for name in weights:  # only the buffers are read: ``weights`` may load each tensor when asked for it
