@@ -31,8 +31,7 @@ def _summed(items: list[dict[str, int]]) -> dict[str, int]:
 
 
 def _loaded(progress: dict[str, Any]) -> ProgressView:
-    """The view of ``progress`` loaded (migrated: an older state has no times, 0); ``ProgressStateError`` if the
-    state is damaged."""
+    """The view of ``progress`` loaded (an older state migrated); ``ProgressStateError`` if it is damaged."""
     loaded = Progress()
     loaded.load_state_dict(progress)
     return loaded.view
