@@ -116,7 +116,7 @@ class Display:
             terminal = False
         self._live = LiveLine(self._stream) if terminal else None
         self._sample_due = 0.0
-        self._due = clock() + (0.0 if self._live is not None else interval)
+        self._due = clock() + (0.0 if self._live is not None else interval)  # a live line: at every sample
 
     # totals only the framework knows -------------------------------------------------
     def set_max_epochs(self, max_epochs: int | None) -> None:
@@ -124,14 +124,12 @@ class Display:
         self._max_epochs = max_epochs
 
     def set_batches(self, name: str, batches: int | None) -> None:
-        """Batches per epoch of the line ``name`` (a stage, or the name given to ``update``); ``None`` when
-        unknown (e.g. an iterable dataset)."""
+        """Batches per epoch of the line ``name``; ``None`` when unknown (e.g. an iterable dataset)."""
         self._batches[name] = batches
 
     # driven by the adapter -------------------------------------------------------------
     def update(self, stage: str, name: str | None = None) -> None:
-        """``stage`` is running, shown as ``name`` (default: the stage): redraw or print a line when due
-        (cheap otherwise)."""
+        """``stage`` ran a batch, shown as ``name`` (default: the stage); cheap unless a line is due."""
         self._switch(stage, name or stage)
         now = self._clock()
         if now >= self._sample_due:
@@ -224,8 +222,7 @@ class Display:
             return ()
 
     def _switch(self, stage: str, name: str) -> None:
-        """If line ``name`` is another line than the last, it runs now: the last one's rates are measured up to
-        now and its clock stops."""
+        """Line ``name`` runs from now: the last line's rates are measured up to now and its clock stops."""
         if name == self._name:
             return
         now = self._clock()
@@ -233,23 +230,19 @@ class Display:
             self._measure(now)
             self._meters[self._name].pause()
         self._name, self._stage = name, stage
-        meter = self._meters.get(name)
-        if meter is None:
+        if name not in self._meters:
             self._meters[name] = Meter(self._clock, *self._counts())
-        else:
-            meter.resume()
+        self._meters[name].resume()  # a new meter's clock runs already
         self._sample_due = 0.0
 
     def _show(self, now: float, *, final: bool = False) -> None:
-        """Draw the line (``final``: kept on a terminal) or print it, and set when the next is due."""
+        """Draw the line (``final``: kept on a terminal) or print it."""
         status = self._status()
         line = format_status(status)
         if self._live is None:
             write_line(self._stream, line)
             self._due = now + self._interval
-            return
-        self._due = now
-        if final:
+        elif final:
             self._live.stop()
             self._live.print(line)
         else:

@@ -63,8 +63,7 @@ def _row(run: dict[str, Any]) -> list[str]:
 def history_table(progress: dict[str, Any]) -> str:
     """:func:`history_facts` as text: a row per run (train counts from start to end in lifetime scope) and goodput."""
     facts = history_facts(progress)
-    rows = [list(_COLUMNS), *map(_row, facts["runs"])]
-    lines = aligned(rows)
+    lines = aligned([_COLUMNS, *map(_row, facts["runs"])])
     if not facts["runs"]:
         lines = ["no runs recorded (the ledger began with schema version 4)"]
     earlier = facts["earlier"]

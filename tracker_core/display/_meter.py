@@ -10,8 +10,7 @@ _COUNTED = ("samples", "batches", "tokens")  # what a meter's rich tasks count, 
 
 class Meter:
     """Rates from ``rich.progress`` task speeds: the counts gained over the last 30 s of this stage's own time,
-    which stops while another stage runs (:meth:`pause`/:meth:`resume`). Without rich no rate is known.
-    """
+    which stops while another stage runs (:meth:`pause`/:meth:`resume`). Without rich no rate is known."""
 
     __slots__ = ("_clock", "_model", "_paused_at", "_paused_for", "_tasks")
 

@@ -31,20 +31,16 @@ def _summed(items: list[dict[str, int]]) -> dict[str, int]:
 
 
 def _loaded(progress: dict[str, Any]) -> ProgressView:
-    """The view of ``progress`` loaded (migrated: an older state has no times, 0); ``ProgressStateError`` if the
-    state is damaged."""
+    """The view of ``progress`` loaded (an older state migrated); ``ProgressStateError`` if it is damaged."""
     loaded = Progress()
     loaded.load_state_dict(progress)
     return loaded.view
 
 
-def progress_facts(progress: dict[str, Any]) -> dict[str, Any]:
-    """What a resume from ``progress`` (a ``Progress.state_dict()``) starts from, as plain data (docs/cli.md,
-    ``facts``); ``ProgressStateError`` if the state is damaged."""
-    return _facts(progress, _loaded(progress))
-
-
-def _facts(progress: dict[str, Any], view: ProgressView) -> dict[str, Any]:
+def progress_facts(progress: dict[str, Any], view: ProgressView | None = None) -> dict[str, Any]:
+    """What a resume from ``progress`` (a ``Progress.state_dict()``, its ``view`` if loaded already) starts from,
+    as plain data (docs/cli.md, ``facts``); ``ProgressStateError`` if the state is damaged."""
+    view = _loaded(progress) if view is None else view
     where = progress["where"]  # the last event phase marked, e.g. "train batch processed"
     return {
         "taken_at": " ".join(filter(None, where.values())) if where else "nothing happened yet",
@@ -94,7 +90,7 @@ def progress_table(progress: dict[str, Any]) -> str:
             if stage["scheduler_steps"]["lifetime"]:
                 rows.append(("", "scheduler steps", *_scoped(stage["scheduler_steps"])))
     lines = aligned(rows, rule=True)
-    facts = _facts(progress, view)
+    facts = progress_facts(progress, view)
     lines.append(f"taken at: {facts['taken_at']}; run: {facts['run_kind'] or '-'}; global step: {facts['global_step']}")
     epoch = f"yes, {_batches(facts['batches_into_epoch'])} into train epoch {facts['epoch_index']} (0-based)"
     accumulation = f"yes, {_batches(facts['accumulating_batches'])} not yet applied by an optimizer step"

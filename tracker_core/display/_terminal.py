@@ -20,8 +20,7 @@ def write_line(stream: TextIO, line: str) -> None:
 
 class LiveLine:
     """A rich ``Live`` line (a bar and the status text), started on demand and stopped at epoch ends. While a
-    tqdm bar is open it draws nothing (two bars on one line garble each other), printing only its kept lines.
-    """
+    tqdm bar is open it draws nothing (two bars on one line garble each other), printing only its kept lines."""
 
     def __init__(self, stream: TextIO) -> None:
         from rich.console import Console
