@@ -36,10 +36,8 @@ class Fit:
         self._owner._leave_fit(self, ended)
 
     def epochs(self) -> Iterator[int]:
-        """Yields the 0-based index of each train epoch until ``max_epochs`` are done; the run is then completed.
-
-        After ``load_state`` an epoch saved mid-way is yielded again, its :meth:`train` pass only the batches left.
-        """
+        """Yields the 0-based index of each train epoch until ``max_epochs`` are done, then completes the run; after
+        ``load_state`` an epoch saved mid-way is yielded again, its :meth:`train` pass only the batches left."""
         owner = self._owner
         if owner._fit is not self:
             owner._note("fit.epochs() was iterated outside its with block: its epochs are not counted")
