@@ -63,8 +63,5 @@ def _of_save(path: str, saved: checkpoint.SavedProgress) -> bool:
         payload = torch.load(path, weights_only=True, mmap=True, map_location="cpu")
     except Exception:  # another process's file, replaced or removed while read: looked at again if it changes
         return False
-    return isinstance(payload, dict) and (
-        payload.get("version"),
-        payload.get("world_size"),
-        payload.get("save_iteration"),
-    ) == (checkpoint.VERSION, saved.world_size, saved.save_iteration)
+    expected = {"version": checkpoint.VERSION, "world_size": saved.world_size, "save_iteration": saved.save_iteration}
+    return isinstance(payload, dict) and all(payload.get(key) == value for key, value in expected.items())
