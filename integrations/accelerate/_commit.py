@@ -16,8 +16,7 @@ _POLL_S = 0.02
 
 
 def commit(directory: str, saved: checkpoint.SavedProgress) -> None:
-    """Write this process's progress file of the save ``saved``; on rank 0 the commit, listing the folder, and a
-    warning naming the ranks whose file did not come within ``PATIENCE_S`` (``load_state`` refuses the folder)."""
+    """Write this process's progress file of ``saved``; rank 0's is the commit, listing the folder's files."""
     if saved.rank != 0:
         checkpoint.write(directory, saved.rank, saved)
         return
@@ -37,8 +36,7 @@ def commit(directory: str, saved: checkpoint.SavedProgress) -> None:
 
 
 def _wait_for_ranks(directory: str, saved: checkpoint.SavedProgress) -> list[int]:
-    """The ranks whose progress file of this save (its world size and save number) is still not in
-    ``directory`` after ``PATIENCE_S``; each file is read again only when it changed on disk."""
+    """The ranks whose progress file of this save is still missing after ``PATIENCE_S`` (read again if changed)."""
     waiting = set(range(1, saved.world_size))
     seen: dict[int, tuple[int, int, int]] = {}
     deadline = time.monotonic() + PATIENCE_S
@@ -65,8 +63,5 @@ def _of_save(path: str, saved: checkpoint.SavedProgress) -> bool:
         payload = torch.load(path, weights_only=True, mmap=True, map_location="cpu")
     except Exception:  # another process's file, replaced or removed while read: looked at again if it changes
         return False
-    return isinstance(payload, dict) and (
-        payload.get("version"),
-        payload.get("world_size"),
-        payload.get("save_iteration"),
-    ) == (checkpoint.VERSION, saved.world_size, saved.save_iteration)
+    expected = {"version": checkpoint.VERSION, "world_size": saved.world_size, "save_iteration": saved.save_iteration}
+    return isinstance(payload, dict) and all(payload.get(key) == value for key, value in expected.items())

@@ -33,8 +33,7 @@ def drop_iterator(loader: Any) -> None:
     loader._iterator = None
 
 
-# The private attributes instances get in __init__, by class: checked on real instances by tests/test_compat_instances.py
-# (Accelerate's are all instance attributes: nothing to check at import).
+# The private attributes instances get in __init__ (all of Accelerate's): checked by tests/test_compat_instances.py.
 INSTANCE_ATTRIBUTES: dict[type, tuple[str, ...]] = {
     Accelerator: ("_models", "_optimizers", "_schedulers", "_custom_objects"),
     torch.utils.data.DataLoader: ("_iterator",),

@@ -66,8 +66,7 @@ class ProgressFiles:
             commit.commit(directory, saved)
 
     def load(self, models: list[torch.nn.Module], input_dir: str) -> checkpoint.SavedCheckpoint:
-        """At ``load_state``'s pre-hook: check the folder, validate and load with the saved gradients, or change
-        nothing (docs/accelerate.md, "How resume works")."""
+        """At ``load_state``'s pre-hook: check the folder and load its progress and gradients, or change nothing."""
         accelerator = self._accelerator
         found = checkpoint.read_checkpoint(input_dir, accelerator.process_index, accelerator.num_processes)
         entry: dict[str, Any] = found.own.tracker
@@ -81,8 +80,7 @@ class ProgressFiles:
 
 
 def _check_elastic(accelerator: Any, saved_world_size: int) -> None:
-    """Raise ``ProgressStateError`` (key ``world_size``) unless Accelerate shards every train loader by
-    whole batches over one seedable order, the geometry the core maps (``tracker_core/distributed/_sharded.py``)."""
+    """Refuse an elastic load unless every train loader is sharded the way the core maps (whole batches, one order)."""
     needs = []
     if not accelerator.use_seedable_sampler:
         needs.append("DataLoaderConfiguration(use_seedable_sampler=True) (one order per epoch at any world size)")

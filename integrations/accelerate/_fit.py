@@ -15,9 +15,8 @@ Batch = TypeVar("Batch")
 class Fit:
     """One fit run of ``max_epochs`` train epochs: ``with progress.fit(3) as fit: for epoch in fit.epochs(): ...``.
 
-    Leaving the ``with`` block ends the run in the ledger: completed when every epoch is done, else
-    ``stopped_early``, or ``interrupted`` (``KeyboardInterrupt``) or ``crashed`` (another exception, which goes on).
-    """
+    Leaving the ``with`` block ends the run in the ledger: completed when every epoch is done, else ``stopped_early``,
+    ``interrupted`` (``KeyboardInterrupt``) or ``crashed`` (another exception, which goes on)."""
 
     __slots__ = ("_owner", "max_epochs")
 
@@ -36,10 +35,8 @@ class Fit:
         self._owner._leave_fit(self, ended)
 
     def epochs(self) -> Iterator[int]:
-        """Yields the 0-based index of each train epoch until ``max_epochs`` are done; the run is then completed.
-
-        After ``load_state`` an epoch saved mid-way is yielded again, its :meth:`train` pass only the batches left.
-        """
+        """Yields the 0-based index of each train epoch until ``max_epochs`` are done, then completes the run; after
+        ``load_state`` an epoch saved mid-way is yielded again, its :meth:`train` pass only the batches left."""
         owner = self._owner
         if owner._fit is not self:
             owner._note("fit.epochs() was iterated outside its with block: its epochs are not counted")

@@ -35,14 +35,18 @@ class TrainPasses:
         if restored is not None and hasattr(loader, "iteration"):
             loader.iteration = restored
         inner = torch_loader(loader)
-        _create_seedable_generator(inner)
+        batch_sampler = getattr(inner, "batch_sampler", None)
+        for sampler in (getattr(inner, "sampler", None), getattr(batch_sampler, "sampler", None)):
+            if isinstance(sampler, SeedableRandomSampler) and sampler.generator is None:
+                # the generator (reseeded) its first iter would create, so a fresh loader has its checkpoint's
+                sampler.generator = torch.Generator()
+                sampler.generator.manual_seed(sampler.initial_seed)
         # use_stateful_dataloader: Accelerate's save_state / load_state keep its StatefulDataLoader's own state
         restores = bool(getattr(loader, "use_stateful_dataloader", False))
         self._tracker.track_train_loader(inner, index, framework_restores_state=restores)
 
     def refuse_a_second_skip(self, loader: object, index: int) -> None:
-        """In the epoch ``load_state`` resumed, raise ``ValueError`` if ``loader`` was made by
-        ``accelerator.skip_first_batches``: the pass already skips the batches trained before the checkpoint."""
+        """In the resumed epoch, refuse a ``loader`` made by ``accelerator.skip_first_batches`` (``ValueError``)."""
         resumed = self._resumed.get(index)
         if resumed is None:
             return
@@ -86,8 +90,7 @@ class TrainPasses:
         self.left.clear()
 
     def end_epoch(self) -> None:
-        """The epoch ends: passes of the resumed epoch that never began begin the next epoch from their start (a
-        StatefulDataLoader drops the position ``load_state`` gave it; the core restored its generators)."""
+        """The epoch ends: passes of the resumed epoch that never began start the next epoch from the beginning."""
         if self._resumed or self._finished:
             self._tracker.forget_loaded_positions()
         for index in self._resumed:
@@ -96,8 +99,7 @@ class TrainPasses:
         self._finished.clear()
 
     def saved_iterations(self) -> list[checkpoint.LoaderIteration | None]:
-        """What ``save_state`` keeps of each train loader's pass (None: no pass counter); warns if the loop left
-        a pass of the epoch in flight before its end, or if the resume will warn that passes alternate."""
+        """What ``save_state`` keeps of each train loader's pass (None: no pass counter); warns as the resume will."""
         iterations: list[checkpoint.LoaderIteration | None] = []
         in_epoch = self._tracker.progress.view.train.epochs.lifetime.in_flight
         for index in range(max(self._loaders, default=-1) + 1):
@@ -110,12 +112,11 @@ class TrainPasses:
             iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished, left))
         if in_epoch:
             _warn_if_passes_alternate(iterations, {i for i, it in enumerate(iterations) if it and it.finished})
-        _warn_if_a_pass_was_left(sorted(self.left) if in_epoch else [], "save_state after")
+            _warn_if_a_pass_was_left(sorted(self.left), "save_state after")
         return iterations
 
     def restore(self, iterations: list[checkpoint.LoaderIteration | None], resuming_epoch: bool) -> None:
-        """After ``load_state`` loaded the progress: each loader's saved pass counter, and in the resumed epoch the
-        passes already over and the batches each pass skips."""
+        """After ``load_state``: each loader's pass counter and, in the resumed epoch, the passes over or resumed."""
         view = self._tracker.progress.view
         saved = {index: iteration for index, iteration in enumerate(iterations) if iteration is not None}
         step, finished = _mapped_passes(view.resume_mapping, self._loaders)
@@ -138,8 +139,7 @@ def torch_loader(loader: object) -> Any:
 
 
 def _mapped_passes(mapping: Mapping[str, Any] | None, loaders: Mapping[int, Any]) -> tuple[int | None, dict[int, bool]]:
-    """After an elastic load (``view.resume_mapping``): the ``accelerator.step`` to set (None: Accelerate's restore
-    stands) and, by train dataloader index, whether its re-entered pass is over."""
+    """After an elastic load: the ``accelerator.step`` to set (or None) and, by loader index, whether its pass ended."""
     if mapping is None or not mapping["train_loaders"]:
         return None, {}
     finished = {}
@@ -152,19 +152,8 @@ def _mapped_passes(mapping: Mapping[str, Any] | None, loaders: Mapping[int, Any]
     return step, finished
 
 
-def _create_seedable_generator(loader: object) -> None:
-    """Give a ``SeedableRandomSampler`` the generator its first ``iter`` would create (and reseeds), so a fresh
-    loader has the generator its checkpoint has."""
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    for sampler in (getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
-        if isinstance(sampler, SeedableRandomSampler) and sampler.generator is None:
-            sampler.generator = torch.Generator()
-            sampler.generator.manual_seed(sampler.initial_seed)
-
-
 def start_from_the_beginning(loader: object) -> bool:
-    """Drop the position ``load_state`` gave a StatefulDataLoader (an evaluation restarts from its first batch; a
-    pass restored at its end begins the next afresh); True if it dropped one."""
+    """Drop the position ``load_state`` gave a StatefulDataLoader (it starts from its first batch); True if any."""
     inner = torch_loader(loader)
     if getattr(inner, "next_iter_state", None) is None:
         return False
@@ -187,9 +176,7 @@ def _warn_if_a_pass_was_left(left: list[int], when: str) -> None:
 
 def _warn_if_passes_alternate(iterations: list[checkpoint.LoaderIteration | None], finished: set[int]) -> None:
     """Warn when a pass was open at the save and another is open or still to begin (the warning says why)."""
-    open_passes = [
-        i for i, it in enumerate(iterations) if it is not None and it.pass_start is not None and it.now == it.pass_start
-    ]
+    open_passes = [i for i, it in enumerate(iterations) if it is not None and it.pass_start == it.now]
     to_begin = [i for i, it in enumerate(iterations) if it is not None and it.pass_start is None and i not in finished]
     if open_passes and len(open_passes) + len(to_begin) > 1:
         names = ", ".join(str(i) for i in sorted(open_passes + to_begin))

@@ -120,8 +120,8 @@ class AcceleratorProgress:
         return Fit(self, max_epochs)
 
     def _begin_fit(self, fit: Fit) -> None:
-        if self._fit is not None:  # a fit still open (entered and never left): it ends as stopped early
-            self._end_fit(self._left_early())
+        if self._fit is not None:  # a fit still open (entered and never left): it ends as if left
+            self._leave_fit(self._fit, None)
         self._evaluations.end_left_open()
         self._begin_run("fit")
         self._fit = fit
@@ -142,12 +142,10 @@ class AcceleratorProgress:
             return
         if ended is not None and self._in_flight is not None:  # the exception left the train pass in its body
             self._leave_pass(self._in_flight)
-        self._end_fit(ended or self._left_early())
-
-    def _left_early(self) -> str | None:
-        """``stopped_early`` if the fit is left before its last epoch or inside a train pass, else None."""
         epoch, max_epochs = self._fit_at
-        return "stopped_early" if epoch + 1 < max_epochs or self._passes.left else None
+        if ended is None and (epoch + 1 < max_epochs or self._passes.left):  # left before its last epoch's end
+            ended = "stopped_early"
+        self._end_fit(ended)
 
     def _end_train_epoch(self) -> None:
         self._end_train_batch()
@@ -182,25 +180,20 @@ class AcceleratorProgress:
     def train(self, loader: Iterable[Batch], index: int = 0, *, with_index: bool = False) -> Iterator[Any]:
         """One train epoch's pass over the prepared ``loader`` (train dataloader number ``index``).
 
-        ``with_index=True`` yields ``(batch_index, batch)``, counting the loader's batches of the epoch trained
-        before a resume too. A ``save_state`` in the loop body counts the batch as trained: save after its step.
-        In the epoch ``load_state`` resumed, the pass skips the batches already trained, and refuses a loader made
-        by ``accelerator.skip_first_batches`` (``ValueError``). See docs/accelerate.md.
+        ``with_index=True`` yields ``(batch_index, batch)``, the index counting from the epoch's start across a
+        resume. A ``save_state`` in the loop body counts the batch as trained: save after its step. In the resumed
+        epoch a loader made by ``accelerator.skip_first_batches`` is refused (``ValueError``). See docs/accelerate.md.
         """
         return self._shown(self._train_pass(loader, index, with_index), "train", loader)
 
-    def _begin_pass(self, loader: Iterable[Any], index: int) -> bool:
-        """Begin the train pass of dataloader ``index``; False when nothing is left of it."""
+    def _train_pass(self, loader: Iterable[Batch], index: int, with_index: bool) -> Generator[Any, None, None]:
         self._passes.refuse_a_second_skip(loader, index)
         if self._check_rng_at_pass:  # it resumes the saved epoch: nothing may have drawn since the load
             where = "between accelerator.load_state and the first train pass of the resumed epoch"
             self._rng_check.check(f"{where} (e.g. in the epoch loop's body before it)", last=True)
         self._rng_check.forget()  # else a new epoch draws first
         self._hook_optimizers()
-        return self._passes.begin(loader, index, self._note)
-
-    def _train_pass(self, loader: Iterable[Batch], index: int, with_index: bool) -> Generator[Any, None, None]:
-        if not self._begin_pass(loader, index):
+        if not self._passes.begin(loader, index, self._note):  # nothing is left of the pass
             return
         mine = TrainBatch(index)  # this pass's batch in a loop body, reused batch after batch
         train, view, accelerator, tokens = self._train, self._progress.view, self._accelerator, self._tokens["train"]
@@ -247,8 +240,7 @@ class AcceleratorProgress:
                 self._end_train_batch()
 
     def _leave_pass(self, mine: TrainBatch) -> None:
-        """The loop body left a pass: its batch is trained if a save, ``accumulate`` or an optimizer step saw it,
-        else undone (its data not consumed)."""
+        """The loop body left a pass: its batch is trained if a save, ``accumulate`` or a step saw it, else undone."""
         self._passes.left.add(mine.loader)
         if self._in_flight is not mine:
             return
