@@ -122,6 +122,19 @@ def test_a_return_from_the_middle_of_the_last_epoch_stops_early() -> None:
     assert program.ended() == ["stopped_early"]
 
 
+@pytest.mark.parametrize("fits_before", [0, 1], ids=["first-fit", "after-a-completed-fit"])
+def test_a_fit_left_before_its_first_epoch_stops_early(fits_before: int) -> None:
+    program = Program()
+    for _ in range(fits_before):
+        with program.progress.fit(1) as fit:
+            for _ in fit.epochs():
+                for _ in program.batches():
+                    pass
+    with program.progress.fit(2):
+        pass
+    assert program.ended() == ["completed"] * fits_before + ["stopped_early"]
+
+
 def test_the_run_is_completed_when_the_last_epoch_ends_before_the_block_is_left() -> None:
     program = Program()
     with program.progress.fit(1) as fit:

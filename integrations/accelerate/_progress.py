@@ -125,6 +125,7 @@ class AcceleratorProgress:
         self._evaluations.end_left_open()
         self._begin_run("fit")
         self._fit = fit
+        self._fit_at = (-1, fit.max_epochs)  # no epoch begun yet
         self._files.beat()  # a process killed before its first save is recorded
         self._rng_check.check("between accelerator.load_state and the fit")  # if one came before
         if not self._check_rng_at_pass:  # the next epoch begins: what it draws, the uninterrupted run drew
