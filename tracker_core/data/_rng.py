@@ -108,9 +108,7 @@ class GlobalRng:
         if not isinstance(torch_state, Seeded):  # a seed below 2**64 is valid (checked by expand_rng)
             torch_state = read_torch_cpu_state(torch_state, join_key(key, "torch"))
         python_state = _python_state(fields["python"], join_key(key, "python"))
-        numpy_state = None
-        if fields["numpy"] is not None:
-            numpy_state = _numpy_state(fields["numpy"], join_key(key, "numpy"))
+        numpy_state = None if fields["numpy"] is None else _numpy_state(fields["numpy"], join_key(key, "numpy"))
         devices = devices_from_plain(fields["devices"], join_key(key, "devices")) if "devices" in fields else ()
         return cls(torch_state, python_state, numpy_state, devices)
 
@@ -148,28 +146,25 @@ def expanded(rng: GlobalRng) -> dict[str, Any]:
 
 def read_torch_cpu_state(value: object, key: str) -> torch.Tensor:
     """A torch CPU RNG state from base64 text, checked by loading it into a scratch generator."""
-    state = _byte_tensor(value, key)
-    try:
-        torch.Generator().set_state(state)
-    except RuntimeError as exc:
-        raise ProgressStateError(key, f"not a torch CPU RNG state ({exc})") from None
-    return state
+    return read_generator_state(value, key)
 
 
-def read_generator_state(value: object, key: str, like: torch.Generator) -> torch.Tensor:
-    """A state for generator ``like`` from base64 text, checked on a scratch generator."""
-    state = _byte_tensor(value, key)
-    try:
-        torch.Generator(device=like.device).set_state(state)
-    except RuntimeError as exc:
-        raise ProgressStateError(key, f"not a state for a {like.device} torch.Generator ({exc})") from None
-    return state
-
-
-def _byte_tensor(value: object, key: str) -> torch.Tensor:
-    """A ``uint8`` CPU tensor of a blob (base64 text, or ``Decoded`` bytes: ``tracker_core/data/_compact.py``)."""
+def read_generator_state(value: object, key: str, like: torch.Generator | None = None) -> torch.Tensor:
+    """A state for generator ``like`` (default: the CPU RNG) from a blob (base64 text, or ``Decoded`` bytes:
+    ``tracker_core/data/_compact.py``), checked on a scratch generator."""
     data = blob_bytes_of(value, key)
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    state = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    return checked_generator_state(state, key, like)
+
+
+def checked_generator_state(state: torch.Tensor, key: str, like: torch.Generator | None = None) -> torch.Tensor:
+    """``state``, a ``uint8`` tensor, checked by loading it into a scratch generator like ``like`` (default: CPU)."""
+    try:
+        torch.Generator(device="cpu" if like is None else like.device).set_state(state)
+    except RuntimeError as exc:
+        what = "a torch CPU RNG state" if like is None else f"a state for a {like.device} torch.Generator"
+        raise ProgressStateError(key, f"not {what} ({exc})") from None
+    return state
 
 
 def _fields(value: object, key: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> Mapping[str, Any]:
