@@ -80,10 +80,9 @@ class GlobalRng:
             torch.set_rng_state(self.torch_state)
         if not torch_only:
             random.setstate(_unpacked(self.python_state))
-        if not torch_only and self.numpy_state is not None:
-            if _np is not None:
+            if self.numpy_state is not None and _np is not None:
                 _np.random.set_state(_numpy_unpacked(self.numpy_state))
-            else:
+            elif self.numpy_state is not None:
                 warnings.warn(
                     "the state holds a NumPy RNG state but numpy is not importable here: it is not applied",
                     UserWarning,
