@@ -92,7 +92,8 @@ class GlobalRng:
             apply_devices(self.devices)
 
     def to_plain(self) -> dict[str, Any]:
-        """The saved form (docs/schema.md, ``rng``): each blob a short text."""
+        """``{"version": 2, "torch", "python", "numpy"}`` (``numpy`` may be None), plus ``"devices"``
+        (``{kind: [state per device]}``) when an accelerator was initialised; each blob a short text."""
         return compact_rng(expanded(self))
 
     @classmethod
