@@ -1,9 +1,7 @@
 """The short form of RNG snapshots and loader states: each blob a short text, related ones stored as differences
-(docs/schema.md, ``train_loaders``, says from which).
-
-Readers take a state expanded (:func:`expand_rng`, :func:`expand_loader`): each short form as :class:`Decoded`
-bytes or a :class:`Seeded` seed, plain base64 and anything malformed as it is, for them to check or refuse.
-"""
+(docs/schema.md, ``train_loaders``). An expanded state (:func:`expand_rng`, :func:`expand_loader`) holds each short
+form as :class:`Decoded` bytes or a :class:`Seeded` seed, plain base64 and anything malformed as it is, for its
+reader to check or refuse."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """Accelerator generators (CUDA, XPU, MPS, and the accelerator ``torch.accelerator`` reports), one state per device:
-captured for initialised kinds only (capturing would initialise them), validated, applied. A state saved on a device
-this machine lacks, or by another number of devices, is kept and reported, not applied (docs/resume.md).
-"""
+captured for initialised kinds only (capturing would initialise them), validated, applied (docs/resume.md)."""
 
 from __future__ import annotations
 

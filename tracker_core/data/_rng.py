@@ -45,9 +45,9 @@ except ImportError:  # pragma: no cover - numpy is optional
 _MT_WORDS = 625  # Python's Mersenne Twister state: 624 words + position
 _NP_WORDS = 624
 _NP_ALGORITHM = "MT19937"  # the only one NumPy's global RandomState has
-_SNAPSHOT_KEYS = frozenset(("version", "torch", "python", "numpy"))
-_PYTHON_KEYS = frozenset(("format", "words", "gauss_next"))
-_NUMPY_KEYS = frozenset(("algorithm", "keys", "pos", "has_gauss", "cached_gaussian"))
+_SNAPSHOT_KEYS = ("version", "torch", "python", "numpy")
+_PYTHON_KEYS = ("format", "words", "gauss_next")
+_NUMPY_KEYS = ("algorithm", "keys", "pos", "has_gauss", "cached_gaussian")
 _PYTHON_FORMATS = (2, 3)  # the versions Random.setstate reads (2: Python 2's, its words taken mod 2**32)
 
 
@@ -80,10 +80,9 @@ class GlobalRng:
             torch.set_rng_state(self.torch_state)
         if not torch_only:
             random.setstate(_unpacked(self.python_state))
-        if not torch_only and self.numpy_state is not None:
-            if _np is not None:
+            if self.numpy_state is not None and _np is not None:
                 _np.random.set_state(_numpy_unpacked(self.numpy_state))
-            else:
+            elif self.numpy_state is not None:
                 warnings.warn(
                     "the state holds a NumPy RNG state but numpy is not importable here: it is not applied",
                     UserWarning,
@@ -100,23 +99,16 @@ class GlobalRng:
     @classmethod
     def from_plain(cls, state: object, key: str = "") -> GlobalRng:
         """Validate fully (each part is tried on a scratch generator), changing nothing; only version 2 is read."""
-        state = expand_rng(state, key)
         # Each common case is checked inline, the reader called only for the rest (it names the problem): a
-        # resume reads three of these mappings and eight numbers.
-        fields: Mapping[str, Any] = (
-            state
-            if type(state) is dict and state.keys() == _SNAPSHOT_KEYS
-            else read_mapping(state, key, required=("version", "torch", "python", "numpy"), optional=("devices",))
-        )
+        # resume reads three mappings and eight numbers.
+        fields = _fields(expand_rng(state, key), key, _SNAPSHOT_KEYS, optional=("devices",))
         if fields["version"] is not RNG_VERSION:
             read_version(fields["version"], join_key(key, "version"), RNG_VERSION)
         torch_state = fields["torch"]
         if not isinstance(torch_state, Seeded):  # a seed below 2**64 is valid (checked by expand_rng)
             torch_state = read_torch_cpu_state(torch_state, join_key(key, "torch"))
         python_state = _python_state(fields["python"], join_key(key, "python"))
-        numpy_state = None
-        if fields["numpy"] is not None:
-            numpy_state = _numpy_state(fields["numpy"], join_key(key, "numpy"))
+        numpy_state = None if fields["numpy"] is None else _numpy_state(fields["numpy"], join_key(key, "numpy"))
         devices = devices_from_plain(fields["devices"], join_key(key, "devices")) if "devices" in fields else ()
         return cls(torch_state, python_state, numpy_state, devices)
 
@@ -154,38 +146,38 @@ def expanded(rng: GlobalRng) -> dict[str, Any]:
 
 def read_torch_cpu_state(value: object, key: str) -> torch.Tensor:
     """A torch CPU RNG state from base64 text, checked by loading it into a scratch generator."""
-    state = _byte_tensor(value, key)
-    try:
-        torch.Generator().set_state(state)
-    except RuntimeError as exc:
-        raise ProgressStateError(key, f"not a torch CPU RNG state ({exc})") from None
-    return state
+    return read_generator_state(value, key)
 
 
-def read_generator_state(value: object, key: str, like: torch.Generator) -> torch.Tensor:
-    """A state for generator ``like`` from base64 text, checked on a scratch generator."""
-    state = _byte_tensor(value, key)
-    try:
-        torch.Generator(device=like.device).set_state(state)
-    except RuntimeError as exc:
-        raise ProgressStateError(key, f"not a state for a {like.device} torch.Generator ({exc})") from None
-    return state
-
-
-def _byte_tensor(value: object, key: str) -> torch.Tensor:
-    """A ``uint8`` CPU tensor of a blob (base64 text, or ``Decoded`` bytes: ``tracker_core/data/_compact.py``)."""
+def read_generator_state(value: object, key: str, like: torch.Generator | None = None) -> torch.Tensor:
+    """A state for generator ``like`` (default: the CPU RNG) from a blob (base64 text, or ``Decoded`` bytes:
+    ``tracker_core/data/_compact.py``), checked on a scratch generator."""
     data = blob_bytes_of(value, key)
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    state = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    return checked_generator_state(state, key, like)
+
+
+def checked_generator_state(state: torch.Tensor, key: str, like: torch.Generator | None = None) -> torch.Tensor:
+    """``state``, a ``uint8`` tensor, checked by loading it into a scratch generator like ``like`` (default: CPU)."""
+    try:
+        torch.Generator(device="cpu" if like is None else like.device).set_state(state)
+    except RuntimeError as exc:
+        what = "a torch CPU RNG state" if like is None else f"a state for a {like.device} torch.Generator"
+        raise ProgressStateError(key, f"not {what} ({exc})") from None
+    return state
+
+
+def _fields(value: object, key: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> Mapping[str, Any]:
+    """``read_mapping``, with a dict of exactly the ``required`` keys taken without it."""
+    if type(value) is dict and value.keys() == set(required):
+        return value
+    return read_mapping(value, key, required=required, optional=optional)
 
 
 def _python_state(value: object, key: str) -> tuple[Any, ...]:
     """A Python ``random`` state with its words packed (see :class:`GlobalRng`), checked as ``random.setstate``
     checks it: format 2 or 3 and a position (the last word) of at most 624; the other words are any 32 bits."""
-    fields: Mapping[str, Any] = (
-        value
-        if type(value) is dict and value.keys() == _PYTHON_KEYS
-        else read_mapping(value, key, required=("format", "words", "gauss_next"))
-    )
+    fields = _fields(value, key, _PYTHON_KEYS)
     fmt = fields["format"]
     if type(fmt) is not int or fmt not in _PYTHON_FORMATS:
         fmt = read_int(fmt, join_key(key, "format"))
@@ -195,7 +187,9 @@ def _python_state(value: object, key: str) -> tuple[Any, ...]:
         gauss_next = read_float_or_none(gauss_next, join_key(key, "gauss_next"))
     if fmt not in _PYTHON_FORMATS:
         raise ProgressStateError(key, f"not a Python random state (format {fmt}; Random.setstate reads 2 and 3)")
-    position = int.from_bytes(_last_word(words), "little")
+    # the last word: of the text, its last two groups of four characters
+    last = binascii.a2b_base64(words[-8:], strict_mode=True) if isinstance(words, str) else words
+    position = int.from_bytes(last[-4:], "little")
     if position > _MT_WORDS - 1:
         raise ProgressStateError(key, f"not a Python random state (its position {position} is past its 624 words)")
     return (fmt, words, gauss_next)
@@ -229,18 +223,9 @@ def _bytes(packed: bytes | str) -> bytes:
     return binascii.a2b_base64(packed, strict_mode=True) if isinstance(packed, str) else bytes(packed)
 
 
-def _last_word(packed: bytes | str) -> bytes:
-    """The last 4 bytes of what :func:`_packed` gave (of the text: its last two groups of four characters)."""
-    return (binascii.a2b_base64(packed[-8:], strict_mode=True) if isinstance(packed, str) else packed)[-4:]
-
-
 def _numpy_state(value: object, key: str) -> tuple[Any, ...]:
     """A NumPy RandomState state; without numpy it is checked field by field and kept as read (not applied)."""
-    fields: Mapping[str, Any] = (
-        value
-        if type(value) is dict and value.keys() == _NUMPY_KEYS
-        else read_mapping(value, key, required=("algorithm", "keys", "pos", "has_gauss", "cached_gaussian"))
-    )
+    fields = _fields(value, key, _NUMPY_KEYS)
     algorithm = fields["algorithm"]
     if type(algorithm) is not str:
         algorithm = read_str(algorithm, join_key(key, "algorithm"))
@@ -266,16 +251,11 @@ def preserved_global_rng(*, torch_only: bool = False) -> Iterator[None]:
     """Run a block, then put the three global generators back as they were before it; with ``torch_only``,
     torch's CPU and device generators alone (for a block that draws from no other: reading or setting
     NumPy's state costs about 0.1 ms each, several times what a resume of a small loader costs)."""
-    if not torch_only:
+    if torch_only:
+        saved = GlobalRng(torch.get_rng_state(), (), None, capture_devices())
+    else:
         saved = GlobalRng.capture()
-        try:
-            yield
-        finally:
-            saved.apply()
-        return
-    torch_state, devices = torch.get_rng_state(), capture_devices()
     try:
         yield
     finally:
-        torch.set_rng_state(torch_state)
-        apply_devices(devices)
+        saved.apply(torch_only=torch_only)

@@ -11,7 +11,6 @@ from typing import Any, cast
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import blob_bytes_of, expand_loader
-from tracker_core.data._epoch import FastForward
 from tracker_core.data._iterable_replay import IterableReplay
 from tracker_core.data._own_state import OwnState
 from tracker_core.data._rng import GlobalRng, read_torch_cpu_state
@@ -100,12 +99,12 @@ def check_kind(saved: str, kind: str, key: str) -> None:
         )
 
 
-def _read_fast_forward(value: object, key: str) -> FastForward:
+def _read_fast_forward(value: object, key: str) -> None:
     fields = read_mapping(value, key, required=("batches", "seconds"))
     seconds = fields["seconds"]
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
         raise ProgressStateError(join_key(key, "seconds"), f"expected a number >= 0, got {shown(seconds)}")
-    return FastForward(read_int(fields["batches"], join_key(key, "batches"), minimum=1), float(seconds))
+    read_int(fields["batches"], join_key(key, "batches"), minimum=1)
 
 
 def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | None = None) -> SavedLoader:

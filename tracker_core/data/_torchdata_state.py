@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from tracker_core._errors import ProgressStateError
+from tracker_core.data._rng import checked_generator_state
 from tracker_core.state._codec import from_plain
 from tracker_core.state._readers import join_key, read_int, read_mapping, read_str
 
@@ -129,10 +130,7 @@ def _sampler_iter_state(value: object, key: str) -> None:
         generator = value["generator"]
         if not isinstance(generator, torch.Tensor) or generator.dtype != torch.uint8 or generator.dim() != 1:
             raise ProgressStateError(join_key(key, "generator"), "expected a 1-d uint8 tensor (a generator state)")
-        try:
-            torch.Generator().set_state(generator)
-        except RuntimeError as error:
-            raise ProgressStateError(join_key(key, "generator"), f"not a torch CPU RNG state ({error})") from None
+        checked_generator_state(generator, join_key(key, "generator"))
 
 
 def _fetcher_state(value: object, key: str) -> None:
