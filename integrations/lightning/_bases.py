@@ -22,13 +22,11 @@ def installed() -> list[str]:
 
 def _combined(name: str, attribute: str) -> type:
     """A class named ``name`` deriving from ``<package>.<attribute>`` of every installed package."""
-    bases = []
-    for package in installed():
-        module_name, _, class_name = f"{package}.{attribute}".rpartition(".")
-        bases.append(getattr(importlib.import_module(module_name), class_name))
-    return type(
-        name, tuple(bases), {"__module__": __name__, "__doc__": f"``{attribute}`` of {', '.join(installed())}."}
-    )
+    packages = installed()
+    module_name, _, class_name = attribute.rpartition(".")
+    bases = tuple(getattr(importlib.import_module(f"{package}.{module_name}"), class_name) for package in packages)
+    doc = f"``{attribute}`` of {', '.join(packages)}."
+    return type(name, bases, {"__module__": __name__, "__doc__": doc})
 
 
 if TYPE_CHECKING:

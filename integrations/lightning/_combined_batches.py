@@ -37,8 +37,7 @@ class CombinedBatches:
         if not parts:
             train.batch_end(used=batch)
             return
-        first, part = parts[0]
-        train.batch_end(first, part)
+        train.batch_end(*parts[0])
         stage = train.stage
         cycles = (  # a loader at its pass's end starts over, unless the epoch ends here
             mode == "max_size_cycle"

@@ -37,15 +37,12 @@ def load(tracker: Tracker, entry: dict[str, Any], loaders: list[object], trainer
             raise
         raise ProgressStateError(error.key, error.problem + _HINT) from None
     mapping = tracker.view.resume_mapping
-    if mapping is not None and mapping["train_loaders"]:
-        _move_batches(trainer, tracker.view.train.batches.epoch.processed)
-
-
-def _move_batches(trainer: pl.Trainer, batches: int) -> None:
-    """Shift Lightning's train batch counters (epoch and total, all phases) so the epoch has done ``batches``,
-    before its restart logic reads them (``_FitLoop.reset``); the steps taken (``global_step``) stay."""
+    if mapping is None or not mapping["train_loaders"]:
+        return
+    # shift Lightning's train batch counters (epoch and total, all phases) to the mapped position before its restart
+    # logic reads them (_FitLoop.reset); the steps taken (global_step) stay
     progress: Any = trainer.fit_loop.epoch_loop.batch_progress
-    shift = batches - progress.current.processed
+    shift = tracker.view.train.batches.epoch.processed - progress.current.processed
     for counts in (progress.total, progress.current):
         counts.ready += shift
         counts.started += shift

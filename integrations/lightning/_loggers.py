@@ -22,7 +22,7 @@ class LoggerRewind:
     """The CSV rows a resumed fit keeps, read before Lightning's writer deletes them; the rewind itself."""
 
     def __init__(self) -> None:
-        self._csv_rows: dict[str, tuple[list[str], list[dict[str, str]]]] = {}  # metrics.csv path -> its rows
+        self._csv_rows: dict[str, list[dict[str, str]]] = {}  # metrics.csv path -> its rows
 
     def loggers_opening(self, trainer: pl.Trainer) -> None:
         """Lightning is about to open the loggers of a fit: read each ``CSVLogger``'s ``metrics.csv``."""
@@ -34,7 +34,7 @@ class LoggerRewind:
             for logger in trainer.loggers:
                 if isinstance(logger, loggers.CSVLogger):
                     path = os.path.join(logger.log_dir, _METRICS_FILE)
-                    self._csv_rows[path] = _rows_before(path, None)
+                    self._csv_rows[path] = _rows_before(path, None)[1]
         except Exception:  # the first law; rewind() says which logger it could not rewind
             self._csv_rows = {}
 
@@ -90,7 +90,7 @@ class LoggerRewind:
                 writer.writeheader()
                 writer.writerows(kept)
             return
-        header, rows = self._csv_rows.get(path, ([], []))  # deleted by the writer when it opened
+        rows = self._csv_rows.get(path, [])  # deleted by the writer when it opened
         for row in rows:
             if int(row["step"]) < step:
                 values = {key: value for key, value in row.items() if key != "step" and value != ""}

@@ -88,8 +88,11 @@ class ResumeRngChecks:
         trainer = self._trainer()
         if trainer is None:
             return
-        if self._unmoved is not None:
-            self._unmoved_check(trainer)
+        unmoved, self._unmoved = self._unmoved, None
+        if unmoved is not None and trainer.current_epoch == self._epoch and not resume.discards_setup_iterator(trainer):
+            # at an epoch boundary, before on_train_epoch_start: the generators the early iterator did not draw from
+            others = tuple(name for name in ResumeRngCheck.GENERATORS if name not in self._generators)
+            unmoved.check(_AT_TRAIN_START, generators=others)
         if not self._await_build:
             return
         self._await_build = False
@@ -131,30 +134,17 @@ class ResumeRngChecks:
             if self.at_setup is not None:  # Lightning may still drop its setup_data iterator: back to these
                 self.at_setup = rng
 
-    def _unmoved_check(self, trainer: pl.Trainer) -> None:
-        """Resumed at an epoch boundary, before the ``on_train_epoch_start`` hooks: the generators the early iterator
-        did not draw from must be as at ``on_train_start`` (unless Lightning drops that iterator)."""
-        unmoved, self._unmoved = self._unmoved, None
-        if unmoved is None or trainer.current_epoch != self._epoch or resume.discards_setup_iterator(trainer):
-            return
-        others = tuple(name for name in ResumeRngCheck.GENERATORS if name not in self._generators)
-        unmoved.check(_AT_TRAIN_START, generators=others)
-
     def arm_first_batch_check(self, trainer: pl.Trainer) -> None:
-        """The resumed fit's ``on_train_start``: compare the global RNGs now and again once the start hooks are over.
-
-        Mid-epoch they must still be as loaded. At an epoch boundary (Lightning built the next epoch's iterator
-        before these hooks, the uninterrupted run after them) they must be as ``setup_data`` left them: the
-        generators it drew from until the epoch runs, the others until the ``on_train_epoch_start`` hooks.
-        """
+        """The resumed fit's ``on_train_start``: compare the global RNGs now and again once the start hooks are over
+        (docs/lightning.md, "How resume works": "Where the start hooks are compared")."""
         check, self._at_start = self._at_start, None
         boundary, self._boundary = self._boundary, False
         built, self._built = self._built, None
-        compared = ResumeRngCheck.GENERATORS
         if check is not None:
             if trainer.current_epoch != self._epoch or check.check(_AT_TRAIN_START):
                 return
-            where = _AT_TRAIN_START
+            self._where = _AT_TRAIN_START
+            self._generators = ResumeRngCheck.GENERATORS
         elif boundary and self.at_setup is not None:
             check = ResumeRngCheck(load=_SEED_BEFORE)
             if built is not None:  # nothing of the user's ran since the build but on_train_start hooks before this
@@ -162,22 +152,19 @@ class ResumeRngChecks:
                 if check.check(_AT_TRAIN_START):
                     return
             check.loaded()
-            compared = check.moved_since(self.at_setup)  # those the iterator drew from
-            where = _AT_EPOCH_BOUNDARY
-            if compared != ResumeRngCheck.GENERATORS:
+            self._where = _AT_EPOCH_BOUNDARY
+            self._generators = check.moved_since(self.at_setup)  # those the iterator drew from
+            if self._generators != ResumeRngCheck.GENERATORS:
                 self._unmoved = check
         else:
             return
         self._epoch = trainer.current_epoch
-        self._where = where
-        self._generators = compared
-        if compared:  # none: the iterator drew nothing, so the hooks draw where the uninterrupted run does
+        if self._generators:  # none: the iterator drew nothing, so the hooks draw where the uninterrupted run does
             self._at_run = check
             resume.call_before_epoch_run(trainer.fit_loop, self._resumed_epoch_runs)
 
     def _resumed_epoch_runs(self) -> None:
-        """Lightning first runs a train epoch: the check of ``on_train_start``, if this is its epoch and it reads the
-        iterator ``setup_data`` built."""
+        """Lightning first runs a train epoch: the check of ``on_train_start``, if it reads ``setup_data``'s iterator."""
         check, self._at_run = self._at_run, None
         trainer = self._trainer()
         if check is None or trainer is None or trainer.current_epoch != self._epoch:

@@ -66,18 +66,15 @@ class StageDriver:
 
     def batch_begin(self, batch: Any) -> None:
         if self.epoch_to_start or self.epoch_to_open or (self.batch_to_complete and self.epoch_to_complete):
+            if self.epoch_to_open:  # the epoch begins here, without its start hooks
+                self.epoch_begin()
             self.settle()
-            if self.epoch_to_open:
-                self.epoch_to_open = False
-                self.stage.epoch_ready()
-                self.stage.epoch_started()
+            self.stage.batch_ready()
         elif self.batch_to_complete:  # only the previous batch ended (every batch): one core call
             self.batch_to_complete = False
             self.stage.batch_next()
-            self.batch_to_start = True
-            self.batch = batch
-            return
-        self.stage.batch_ready()
+        else:
+            self.stage.batch_ready()
         self.batch_to_start = True
         self.batch = batch
 
@@ -102,7 +99,6 @@ class StageDriver:
         self.batch_to_start = False
         self.stage.batch_started()
         self.stage.batch_processed_of(None)
-        self.batch = None
         self.batch_to_complete = True
 
     def epoch_end(self) -> None:
