@@ -106,7 +106,7 @@ class GlobalRng:
             read_version(fields["version"], join_key(key, "version"), RNG_VERSION)
         torch_state = fields["torch"]
         if not isinstance(torch_state, Seeded):  # a seed below 2**64 is valid (checked by expand_rng)
-            torch_state = read_torch_cpu_state(torch_state, join_key(key, "torch"))
+            torch_state = read_generator_state(torch_state, join_key(key, "torch"))
         python_state = _python_state(fields["python"], join_key(key, "python"))
         numpy_state = None if fields["numpy"] is None else _numpy_state(fields["numpy"], join_key(key, "numpy"))
         devices = devices_from_plain(fields["devices"], join_key(key, "devices")) if "devices" in fields else ()
@@ -142,11 +142,6 @@ def expanded(rng: GlobalRng) -> dict[str, Any]:
     if rng.devices:
         plain["devices"] = devices_to_plain(rng.devices)
     return plain
-
-
-def read_torch_cpu_state(value: object, key: str) -> torch.Tensor:
-    """A torch CPU RNG state from base64 text, checked by loading it into a scratch generator."""
-    return read_generator_state(value, key)
 
 
 def read_generator_state(value: object, key: str, like: torch.Generator | None = None) -> torch.Tensor:

@@ -23,7 +23,7 @@ from torch.utils.data import (
 )
 
 from tracker_core.data._epoch import EpochRecord, Replay, SamplerRng
-from tracker_core.data._rng import preserved_global_rng, read_torch_cpu_state
+from tracker_core.data._rng import preserved_global_rng, read_generator_state
 from tracker_core.data._strategy import Strategy
 from tracker_core.data._torch_compat import random_sampler_after, sampler_indices, set_sampler_indices
 from tracker_core.state._codec import tensor_to_text
@@ -130,7 +130,7 @@ class SamplerReplay(Strategy):
             return
         key = join_key(key, "sampler_rng")
         rng = read_mapping(fields["sampler_rng"], key, required=("torch", "generators", "epochs"))
-        torch_state = read_torch_cpu_state(rng["torch"], join_key(key, "torch"))
+        torch_state = read_generator_state(rng["torch"], join_key(key, "torch"))
         chain = self.site.chain
         saved = chain.read_generator_states(rng["generators"], join_key(key, "generators"), self.site.loader.generator)
         owners = chain.epoch_owners()

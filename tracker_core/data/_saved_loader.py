@@ -13,7 +13,7 @@ from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import blob_bytes_of, expand_loader
 from tracker_core.data._iterable_replay import IterableReplay
 from tracker_core.data._own_state import OwnState
-from tracker_core.data._rng import GlobalRng, read_torch_cpu_state
+from tracker_core.data._rng import GlobalRng, read_generator_state
 from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._samplers import read_distributed
 from tracker_core.data._strategy import LoaderKind, Strategy
@@ -141,7 +141,7 @@ def _epoch(value: object, key: str, header: SavedLoader) -> tuple[Mapping[str, A
     if header.kind == "sampler_replay" and fields["sampler_rng"] is not None:
         rng_key = join_key(key, "sampler_rng")
         rng = read_mapping(fields["sampler_rng"], rng_key, required=("torch", "generators", "epochs"))
-        read_torch_cpu_state(rng["torch"], join_key(rng_key, "torch"))
+        read_generator_state(rng["torch"], join_key(rng_key, "torch"))
         _each(rng["generators"], join_key(rng_key, "generators"), _generator_state)
         _each(rng["epochs"], join_key(rng_key, "epochs"), lambda epoch, at: read_int(epoch, at, minimum=0))
     if "loader_state" in fields or "loader_class" in fields:  # "own_state"
@@ -160,4 +160,4 @@ def _each(value: object, key: str, check: Callable[[object, str], object]) -> No
 def _generator_state(value: object, key: str) -> None:
     """A CPU generator's state (checked on a scratch generator) or an accelerator generator's 16 bytes."""
     if len(blob_bytes_of(value, key)) != _ACCELERATOR_GENERATOR_BYTES:
-        read_torch_cpu_state(value, key)
+        read_generator_state(value, key)
