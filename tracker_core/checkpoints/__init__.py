@@ -385,7 +385,7 @@ def _candidates(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
 def _local_or_url(path: str | os.PathLike[str]) -> Path | str:
     """A local ``Path`` (``file://`` URLs included), or the URL of another fsspec protocol."""
-    if not (isinstance(path, str) and urls.is_url(path)):
+    if not urls.is_url(path):
         return Path(path)
     try:
         local = urls.local_path(path)

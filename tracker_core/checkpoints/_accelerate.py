@@ -87,14 +87,13 @@ def write(directory: str, process_index: int, saved: SavedProgress) -> None:
             None if it is None else {"now": it.now, "pass": it.pass_start, "finished": it.finished, "left": it.left}
             for it in saved.loader_iterations
         ],
-        "evaluation_rng": None,
+        "evaluation_rng": None
+        if saved.evaluation_rng is None
+        else {"stage": saved.evaluation_rng[0], "rng": saved.evaluation_rng[1].to_plain()},
         "folder": None
         if saved.folder is None
         else {path: {"size": size, "crc32": crc} for path, (size, crc) in saved.folder.items()},
     }
-    if saved.evaluation_rng is not None:
-        stage, rng = saved.evaluation_rng
-        payload["evaluation_rng"] = {"stage": stage, "rng": rng.to_plain()}
     path = os.path.join(directory, file_name(process_index))
     temporary = os.path.join(directory, _TEMPORARY.format(process_index))
     try:

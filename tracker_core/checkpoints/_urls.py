@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 _TIME_KEYS = ("mtime", "LastModified", "last_modified", "updated", "created")
@@ -22,7 +22,7 @@ class UrlProblem(ValueError):
     """A URL cannot be used; the message names it."""
 
 
-def is_url(path: object) -> bool:
+def is_url(path: object) -> TypeGuard[str]:
     """Whether ``path`` is a string with a ``protocol://`` prefix."""
     return isinstance(path, str) and _URL.match(path) is not None
 

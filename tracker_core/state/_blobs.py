@@ -1,10 +1,6 @@
-"""Short text for RNG-state blobs (docs/schema.md, ``train_loaders``); plain base64 stays valid everywhere.
-
-A torch CPU generator's state is 5,056 bytes, half of them zero, and snapshots of one generator a few draws
-apart differ in a few bytes. So ``"z:"`` is the bytes shuffled by 8 and compressed (about 2.6 KB), ``"x:"``
-the compressed XOR with a related blob (tens of bytes; which blob, ``tracker_core/data/_compact.py`` fixes),
-``"s:<seed>"`` a generator just seeded with ``manual_seed(seed)``. Readers turn every form back into bytes.
-"""
+"""Short text for RNG-state blobs (docs/schema.md, ``train_loaders``); plain base64 stays valid everywhere. A torch
+CPU state (5,056 bytes, half zero) shuffled by 8 and compressed is about 2.6 KB (``"z:"``); two snapshots a few draws
+apart differ in a few bytes (``"x:"``, the compressed XOR with the related blob ``data/_compact.py`` picks)."""
 
 from __future__ import annotations
 
@@ -24,8 +20,8 @@ _SEED_BYTES = 8  # a torch CPU state begins with its initial seed (uint64)
 
 def short_text(data: bytes, base: bytes | None = None) -> str:
     """The shortest of plain, ``"z:"`` and (with a ``base`` of the same length) ``"x:"`` text for ``data``."""
-    seed = _seed_of(data)
-    if seed is not None:
+    seed = int.from_bytes(data[:_SEED_BYTES], "little")
+    if len(data) > _SEED_BYTES and seeded_state(seed) == data:  # a generator just seeded with ``seed``
         return f"{_SEEDED}{seed}"
     texts = [bytes_to_text(data), _COMPRESSED + bytes_to_text(zlib.compress(_shuffle(data), 9))]
     if base is not None and len(base) == len(data):
@@ -68,14 +64,6 @@ def short_bytes(value: str, key: str, base: bytes | None = None) -> bytes | None
         if value.startswith(_DELTA):
             return None
         raise
-
-
-def _seed_of(data: bytes) -> int | None:
-    """The seed ``data`` is the state of a torch CPU generator just seeded with, or None."""
-    if len(data) <= _SEED_BYTES:
-        return None
-    seed = int.from_bytes(data[:_SEED_BYTES], "little")
-    return seed if seeded_state(seed) == data else None
 
 
 def seed_in(text: object) -> int | None:

@@ -1,9 +1,5 @@
-"""Plain data for data-position states: base64 blobs and tagged tensors (readers: ``_readers.py``).
-
-Everything written here is ints, floats, bools, ``str``, ``None``, lists and
-str-keyed dicts, so a state survives ``json`` and ``torch.load(weights_only=True)``.
-Every reader raises :class:`ProgressStateError` naming the dotted key path.
-"""
+"""Plain data (survives ``json`` and ``torch.load(weights_only=True)``) for data-position states: base64 blobs and
+tagged tensors. Every reader raises :class:`ProgressStateError` naming the dotted key path."""
 
 from __future__ import annotations
 
@@ -69,12 +65,9 @@ def tensor_to_text(tensor: torch.Tensor) -> str:
 
 
 def to_plain(value: Any, key: str = "") -> Any:
-    """Plain data for a nested state holding tensors and tuples (e.g. a StatefulDataLoader's).
-
-    A tensor becomes ``{"__tensor__": {"dtype", "shape", "data"}}``, a tuple
-    ``{"__tuple__": [...]}``. Raises ``TypeError`` naming the path for anything else
-    that is not plain data (or a dict key that is not ``str``).
-    """
+    """Plain data for a nested state holding tensors and tuples (e.g. a StatefulDataLoader's): a tensor becomes
+    ``{"__tensor__": {"dtype", "shape", "data"}}``, a tuple ``{"__tuple__": [...]}``; ``TypeError`` naming the path
+    for anything else that is not plain data (or a dict key that is not ``str``)."""
     if value is None:
         return None
     for plain in (bool, int, float, str):  # bool before int; subclasses (np.float64) become plain
@@ -160,13 +153,8 @@ def text_to_byte_tensor(value: object, key: str, *, size: int | None = None) -> 
 
 
 def from_plain(value: Any, key: str = "") -> Any:
-    """Inverse of :func:`to_plain`; raises ProgressStateError for malformed tags or unbounded data.
-
-    Bounded before any recursion or allocation: nesting deeper than ``MAX_DEPTH``, a list
-    longer than ``MAX_LIST_LENGTH``, more than ``MAX_NODES`` values in all, an int outside
-    int64/uint64, a blob above ``MAX_BLOB_BYTES`` or a tensor dtype outside ``TENSOR_DTYPES``
-    is refused, naming the key.
-    """
+    """Inverse of :func:`to_plain`; ProgressStateError naming the key for a malformed tag or for data beyond the
+    limits above (checked before any recursion or allocation; int64/uint64 ints)."""
     return _from_plain(value, key, 0, [MAX_NODES], decode=True)
 
 

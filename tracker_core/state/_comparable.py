@@ -11,14 +11,10 @@ _HISTORY = "ledger"  # the runs that made the state: a resumed run rightly has m
 
 def comparable_state(state: Mapping[str, Any]) -> dict[str, Any]:
     """``state`` (a progress ``state_dict()``, e.g. ``get_progress(trainer).state_dict()``) without what rightly
-    differs between a run interrupted and resumed and the same run uninterrupted.
-
-    Dropped: the run ledger (``ledger``: the crashed run, its lost work, the resume) and every wall-clock field
-    (entries named ``microseconds`` or ``*_microseconds``, at any depth: each stage's time, the checkpoint save,
-    restore and fast-forward times). Kept: every count, position, the RNG and data state, the anomalies. So
-    ``comparable_state(resumed) == comparable_state(uninterrupted)`` says the resume was exact.
-    ``state`` is not changed.
-    """
+    differs between a run interrupted and resumed and the same run uninterrupted: the run ledger (``ledger``) and
+    every wall-clock field (keys ``microseconds`` or ``*_microseconds``, at any depth); every count is kept. So
+    ``comparable_state(resumed) == comparable_state(uninterrupted)`` says the resume was exact. ``state`` is not
+    changed."""
     return {key: _without_times(value) for key, value in state.items() if key != _HISTORY and not key.endswith(_TIMES)}
 
 

@@ -1,10 +1,7 @@
-"""The parts a saved form is declared with; each knows its piece of every walk over the form.
-
-``dump`` reads a live object's plain data; ``parse`` validates plain data into a fresh value
-(ProgressStateError naming the key); ``store`` writes a parsed value onto ``owner.attr`` (``attr == ""``:
-the owner itself) and cannot fail. ``pack`` appends the part's counts to the flat list ``reduce_state``
-reduces, ``unpack`` rebuilds its plain data from such a list, ``paths`` names each count's key path.
-"""
+"""The parts a saved form is declared with; each knows its piece of every walk over the form: ``dump`` reads a
+live object's plain data, ``parse`` validates plain data into a fresh value (ProgressStateError naming the key),
+``store`` writes a parsed value onto ``owner.attr`` (``attr == ""``: the owner itself) and cannot fail; ``pack``,
+``unpack`` and ``paths`` make the flat list of counts that ``reduce_state`` reduces (see :class:`Part`)."""
 
 from __future__ import annotations
 
@@ -84,8 +81,13 @@ class PhaseCount(Part):
             return phase_counts(raw, key)
         fields = read_mapping(raw, key, required=self.scopes)
         parsed = {scope: phase_counts(fields[scope], join_key(key, scope)) for scope in self.scopes}
-        for inner, outer in pairwise(self.scopes):
-            _nested(parsed[inner], parsed[outer], join_key(key, inner), inner, outer)
+        for inner, outer in pairwise(self.scopes):  # ``inner`` is ``outer`` less one baseline, the same in each phase
+            offset = parsed[outer].ready - parsed[inner].ready
+            if offset < 0:
+                raise ProgressStateError(join_key(key, inner), f"{inner} scope above {outer} scope")
+            if any(o - i != offset for o, i in zip(parsed[outer], parsed[inner], strict=True)):
+                problem = f"{inner} and {outer} scopes differ by different amounts across phases"
+                raise ProgressStateError(join_key(key, inner), problem)
         return parsed
 
     def store(self, owner: Any, attr: str, value: Any) -> None:
@@ -279,12 +281,3 @@ def phase_counts(value: object, key: str) -> PhaseCounts:
     if counts.ready - counts.completed > 1:
         raise ProgressStateError(key, f"{counts.ready - counts.completed} events in flight; at most 1 can be")
     return counts
-
-
-def _nested(inner: PhaseCounts, outer: PhaseCounts, key: str, inner_name: str, outer_name: str) -> None:
-    """``inner`` must be ``outer`` minus one baseline, the same for every phase."""
-    offset = outer.ready - inner.ready
-    if offset < 0:
-        raise ProgressStateError(key, f"{inner_name} scope above {outer_name} scope")
-    if any(o - i != offset for o, i in zip(outer, inner, strict=True)):
-        raise ProgressStateError(key, f"{inner_name} and {outer_name} scopes differ by different amounts across phases")

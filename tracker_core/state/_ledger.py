@@ -1,7 +1,5 @@
-"""The saved form of the run ledger (``ledger`` in a progress state): its words, limits and validation.
-
-The live ledger is ``counting/_ledger.py``; docs/schema.md describes every field.
-"""
+"""The saved form of the run ledger (``ledger``, docs/schema.md): its words, limits and validation; the live
+ledger is ``counting/_ledger.py``."""
 
 from __future__ import annotations
 
@@ -84,7 +82,6 @@ class LedgerPart(Part):
         return dumped
 
     def parse(self, raw: object, key: str) -> dict[str, Any]:
-        """Validate a saved ledger; raise ProgressStateError naming the first bad key."""
         fields = read_mapping(raw, key, required=("runs", "earlier"))
         runs = read_list(fields["runs"], join_key(key, "runs"))
         if len(runs) > MAX_LEDGER_RUNS:

@@ -1,8 +1,5 @@
-"""The saved form of a Progress, declared once (``FORM``, docs/schema.md), with its version.
-
-:func:`dump`, :func:`parse` (every check, touching no Progress), :func:`apply` (cannot fail) and the flat
-layout of ``reduce_state`` (:func:`pack`, :func:`unpack`, :func:`count_paths`) are walks over ``FORM``.
-"""
+"""The saved form of a Progress, declared once (``FORM``, docs/schema.md), with its version; :func:`dump`,
+:func:`parse`, :func:`apply` and the flat layout of ``reduce_state`` (:func:`pack`, ...) are walks over ``FORM``."""
 
 from __future__ import annotations
 
