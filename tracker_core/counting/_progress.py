@@ -167,13 +167,9 @@ class Progress:
 
     def _leave_clock(self, stage: StageProgress) -> None:
         """An epoch of ``stage`` completed: its clock stops; the stage it was nested in runs on."""
-        now = _clock.now_us()
-        timed = self._timed
-        if timed:
-            timed[-1]._seconds.total += now - self._timed_since
-            if stage in timed:
-                timed.remove(stage)
-        self._timed_since = now
+        self._flush_time()
+        if stage in self._timed:
+            self._timed.remove(stage)
 
     def _restart_open_epoch_clocks(self) -> None:
         """A restored run is re-entered: the clock of an epoch it left open runs again from now (Lightning
@@ -184,10 +180,10 @@ class Progress:
 
     def _flush_time(self) -> None:
         """Count the running clock's time so far (before a dump or a view reads the seconds)."""
+        now = _clock.now_us()
         if self._timed:
-            now = _clock.now_us()
             self._timed[-1]._seconds.total += now - self._timed_since
-            self._timed_since = now
+        self._timed_since = now
 
     def _stop_clocks(self) -> None:
         """No epoch's clock runs: a run ends or begins, or a load replaces the times."""
