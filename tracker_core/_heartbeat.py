@@ -90,7 +90,7 @@ def read_heartbeat(progress: Progress, file: str | os.PathLike[str] | None) -> N
     except (OSError, ValueError) as error:
         warnings.warn(f"cannot read the heartbeat {file}: {error}; lost work stays unknown", HeartbeatWarning, 2)
     else:
-        progress._ledger.note_heartbeat(beat)
+        progress._ledger.heartbeat = beat
 
 
 def _parse(raw: object) -> dict[str, Any]:

@@ -77,10 +77,10 @@ class RunLedger:
     __slots__ = (
         "_base",
         "_earlier",
-        "_heartbeat",
         "_open_since",
         "_runs",
         "_stopping_early",
+        "heartbeat",
         "restored_open",
     )
 
@@ -91,7 +91,7 @@ class RunLedger:
         self._open_since: int | None = None  # the clock when this process opened the last entry
         self.restored_open = False  # the open entry was loaded: another process ran it, a resume settles it
         self._stopping_early = False
-        self._heartbeat: dict[str, Any] | None = None  # the last beat read beside the loaded state's checkpoint
+        self.heartbeat: dict[str, Any] | None = None  # the last beat (a snapshot) read_heartbeat found for the load
         self._base = 0  # the ordinal of the first entry the loaded state did not hold settled: what a beat carries
 
     @property
@@ -133,10 +133,6 @@ class RunLedger:
         if self.restored_open or self.open_entry is None:
             self.begin(kind, train)
 
-    def note_heartbeat(self, beat: dict[str, Any]) -> None:
-        """The last heartbeat (``snapshot()``) found beside the loaded state's checkpoint, read before the resume."""
-        self._heartbeat = beat
-
     def snapshot(self, train: TrainStageProgress) -> dict[str, Any] | None:
         """What a heartbeat holds (docs/schema.md, "The run ledger"), the open entry brought up to now; None
         before this process's first run or while a restored entry waits for its resume."""
@@ -149,7 +145,7 @@ class RunLedger:
     def _settle_restored(self) -> None:
         """Close the restored open entry as its heartbeat shows, else crashed with ``unknown`` loss; the
         heartbeat writer's later entries follow it (docs/schema.md, "The run ledger")."""
-        entry, beat, self._heartbeat = self._runs[-1], self._heartbeat, None
+        entry, beat, self.heartbeat = self._runs[-1], self.heartbeat, None
         entry["ended"], entry["lost"] = CRASHED, UNKNOWN
         at = self.ordinal - beat["run"] if beat is not None else -1  # this entry's place among the beat's
         beaten: list[dict[str, Any]] = beat["entries"][at:] if beat is not None and at >= 0 else []

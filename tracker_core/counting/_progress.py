@@ -106,7 +106,9 @@ class Progress:
         """The run's start hooks are done."""
         if self._resuming_run:
             self._resuming_run = False
-            self._restart_open_epoch_clocks()
+            for stage in self._stages():  # an epoch it left open: Lightning goes on without epoch_ready
+                if stage._epochs.ready != stage._epochs.completed and stage not in self._timed:
+                    self._enter_clock(stage)
             return
         self._runs.mark_started()
         self._where = _RUN_AT[Phase.STARTED]
@@ -170,13 +172,6 @@ class Progress:
         self._flush_time()
         if stage in self._timed:
             self._timed.remove(stage)
-
-    def _restart_open_epoch_clocks(self) -> None:
-        """A restored run is re-entered: the clock of an epoch it left open runs again from now (Lightning
-        goes on with a resumed epoch's batches without calling ``epoch_ready`` again)."""
-        for stage in self._stages():
-            if stage._epochs.ready != stage._epochs.completed and stage not in self._timed:
-                self._enter_clock(stage)
 
     def _flush_time(self) -> None:
         """Count the running clock's time so far (before a dump or a view reads the seconds)."""

@@ -31,13 +31,10 @@ def abandon_in_flight(progress: Progress, *, reenter: bool) -> str:
         stage._resuming_epoch = False
     runs = progress._runs
     if runs.ready != runs.completed:
+        runs.set_all(runs.ready)
+        progress._resuming_run = False
         if reenter:
-            runs.started = runs.ready
-            runs.processed = runs.completed = runs.ready - 1
-            progress._resuming_run = True
-        else:
-            runs.set_all(runs.ready)
-            progress._resuming_run = False
+            reenter_last_run(progress, progress._run_kind)
         cut.append(f"{progress._run_kind} run")
     if cut:  # "where" named an event that is no longer in flight: name the run instead
         progress._where = ("", "run", "started" if runs.ready != runs.completed else "completed")

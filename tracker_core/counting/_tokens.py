@@ -89,10 +89,8 @@ class TokenCounter:
         counted = self._count_tokens(batch)  # type: ignore[misc]
         tokens, non_padding = counted if isinstance(counted, tuple) else (counted, counted)
         try:
-            tokens, non_padding = int(tokens), int(non_padding)
+            self._stage.count_tokens(int(tokens), int(non_padding))  # a ValueError unless 0 <= non_padding <= tokens
         except (TypeError, ValueError):
-            tokens = non_padding = -1
-        if not 0 <= non_padding <= tokens:
             if not self._warned:
                 self._warned = True
                 warnings.warn(
@@ -101,5 +99,3 @@ class TokenCounter:
                     "tokens",
                     stacklevel=2,
                 )
-            return
-        self._stage.count_tokens(tokens, non_padding)
