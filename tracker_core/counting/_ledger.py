@@ -79,9 +79,9 @@ class RunLedger:
         "_earlier",
         "_open_since",
         "_runs",
-        "_stopping_early",
         "heartbeat",
         "restored_open",
+        "stopping_early",
     )
 
     def __init__(self) -> None:
@@ -90,7 +90,7 @@ class RunLedger:
         self._earlier: dict[str, int] = empty["earlier"]
         self._open_since: int | None = None  # the clock when this process opened the last entry
         self.restored_open = False  # the open entry was loaded: another process ran it, a resume settles it
-        self._stopping_early = False
+        self.stopping_early = False  # the open run was told to stop before its limits: it completes stopped_early
         self.heartbeat: dict[str, Any] | None = None  # the last beat (a snapshot) read_heartbeat found for the load
         self._base = 0  # the ordinal of the first entry the loaded state did not hold settled: what a beat carries
 
@@ -125,7 +125,7 @@ class RunLedger:
                 "lost": dict(NOTHING_LOST),
             }
         )
-        self._open_since, self.restored_open, self._stopping_early = _clock.now_us(), False, False
+        self._open_since, self.restored_open, self.stopping_early = _clock.now_us(), False, False
         self._drop_oldest()
 
     def resume(self, kind: str, train: TrainStageProgress) -> None:
@@ -159,21 +159,16 @@ class RunLedger:
                 entry["ended"] = mine["ended"]  # it ended after the checkpoint: what it did since is lost all the same
             self._runs.extend(_unsaved(run) for run in after)
 
-    def stop_early(self) -> None:
-        """The open run was told to stop before its limits: it ends ``stopped_early`` when it completes."""
-        self._stopping_early = True
-
     def close(self, ended: str, train: TrainStageProgress) -> None:
-        """The open entry ends: ``ended`` (``completed`` becomes ``stopped_early`` after :meth:`stop_early`),
-        having lost nothing."""
+        """The open entry ends ``ended`` (``stopped_early`` for ``completed`` when stopping early), losing nothing."""
         entry = self.open_entry
         if entry is None:
             return
         self.update(train)
-        if ended == COMPLETED and self._stopping_early:
+        if ended == COMPLETED and self.stopping_early:
             ended = STOPPED_EARLY
         entry["ended"], entry["lost"] = ended, dict(NOTHING_LOST)
-        self._open_since, self.restored_open, self._stopping_early = None, False, False
+        self._open_since, self.restored_open, self.stopping_early = None, False, False
 
     def update(self, train: TrainStageProgress) -> None:
         """Bring the open entry this process runs up to ``train``'s counts and the clock."""
@@ -206,6 +201,6 @@ class RunLedger:
         """Replace the ledger with a parsed one; its open entry waits for the resume to settle it."""
         self._runs = copy.deepcopy(ledger["runs"])
         self._earlier = dict(ledger["earlier"])
-        self._open_since, self._stopping_early = None, False
+        self._open_since, self.stopping_early = None, False
         self.restored_open = self.open_entry is not None
         self._base = self.ordinal if self.restored_open else self.ordinal + 1

@@ -141,7 +141,7 @@ class Progress:
         if ledger.open_entry is None or ledger.restored_open:
             return
         if ended == STOPPED_EARLY:
-            ledger.stop_early()
+            ledger.stopping_early = True
             return
         self._flush_time()
         ledger.close(ended, self.train)

@@ -91,8 +91,6 @@ def continue_run_scope(stage: StageProgress, bases: tuple[int, ...] | None = Non
         epochs_base, batches_base, *tally_bases = bases
         stage._epochs.run_base = epochs_base
         stage._batches.run_base = batches_base
-        for tally, base in zip(stage._tallies(), tally_bases, strict=False):
-            tally.run_base = base
-        for tally in stage._tallies()[len(tally_bases) :]:
-            tally.run_base = 0
+        for index, tally in enumerate(stage._tallies()):
+            tally.run_base = tally_bases[index] if index < len(tally_bases) else 0
     return (stage._epochs.run_base, stage._batches.run_base, *(tally.run_base for tally in stage._tallies()))
