@@ -251,10 +251,9 @@ class Progress:
 
     def _settle_in_flight(self) -> None:
         """Settle each in-flight event and rewrite ``where`` to match (see load_state_dict)."""
-        named = self._where_counter()
-        reached = 0
-        if named is not None and self._where is not None and self._where[2] != CANCELLED:
-            reached = getattr(named, self._where[2])
+        where = self._where
+        named = None if where is None else self._counter(where[0], where[1])
+        reached = 0 if where is None or where[2] == CANCELLED else getattr(named, where[2])
         for stage in self._stages():
             _settle_stage(stage)
         runs = self._runs
@@ -263,20 +262,17 @@ class Progress:
         self._resuming_run = runs.ready != runs.completed
         if self._resuming_run:
             runs.started = runs.ready
-        if named is not None and self._where is not None:
-            stage_name, event, _ = self._where
+        if where is not None and named is not None:
             if named.ready != named.completed:
-                self._where = (stage_name, event, Phase.STARTED.value)
+                phase = Phase.STARTED.value
             elif reached and named.completed >= reached:
-                self._where = (stage_name, event, Phase.COMPLETED.value)
+                phase = Phase.COMPLETED.value
             else:
-                self._where = (stage_name, event, CANCELLED)
+                phase = CANCELLED
+            self._where = (where[0], where[1], phase)
 
-    def _where_counter(self) -> Phased | None:
-        """The counter of the event that ``where`` names."""
-        if self._where is None:
-            return None
-        stage, event, _ = self._where
+    def _counter(self, stage: str, event: str) -> Phased:
+        """The counter of ``event`` (of ``stage`` unless a run event)."""
         if event == Event.RUN:
             return self._runs
         return self.stage(stage)._epochs if event == Event.EPOCH else self.stage(stage)._batches
