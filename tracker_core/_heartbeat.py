@@ -85,12 +85,11 @@ def read_heartbeat(progress: Progress, file: str | os.PathLike[str] | None) -> N
         beat = _parse(json.loads(file.read_text()))
     except FileNotFoundError:
         return
-    except ProgressStateError as error:  # a ValueError: before the clause that catches those
-        warnings.warn(f"damaged heartbeat {file}: {error}; lost work stays unknown", HeartbeatWarning, 2)
-    except (OSError, ValueError) as error:
-        warnings.warn(f"cannot read the heartbeat {file}: {error}; lost work stays unknown", HeartbeatWarning, 2)
+    except (OSError, ValueError) as error:  # a ValueError: not JSON, or damaged (a ProgressStateError)
+        problem = "damaged heartbeat" if isinstance(error, ProgressStateError) else "cannot read the heartbeat"
+        warnings.warn(f"{problem} {file}: {error}; lost work stays unknown", HeartbeatWarning, 2)
     else:
-        progress._ledger.note_heartbeat(beat)
+        progress._ledger.heartbeat = beat
 
 
 def _parse(raw: object) -> dict[str, Any]:

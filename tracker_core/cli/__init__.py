@@ -88,9 +88,7 @@ def _json_document(checkpoint: ProgressCheckpoint) -> dict[str, Any]:
         "format": checkpoint.format,
         "location": checkpoint.location,
         "num_ranks": len(ranks),
-        "progress": ranks[0]["progress"],
-        "facts": ranks[0]["facts"],
-        "device_rng": ranks[0]["device_rng"],
+        **{key: value for key, value in ranks[0].items() if key != "rank"},
         "ranks": ranks,
     }
 

@@ -77,11 +77,11 @@ class RunLedger:
     __slots__ = (
         "_base",
         "_earlier",
-        "_heartbeat",
         "_open_since",
         "_runs",
-        "_stopping_early",
+        "heartbeat",
         "restored_open",
+        "stopping_early",
     )
 
     def __init__(self) -> None:
@@ -90,8 +90,8 @@ class RunLedger:
         self._earlier: dict[str, int] = empty["earlier"]
         self._open_since: int | None = None  # the clock when this process opened the last entry
         self.restored_open = False  # the open entry was loaded: another process ran it, a resume settles it
-        self._stopping_early = False
-        self._heartbeat: dict[str, Any] | None = None  # the last beat read beside the loaded state's checkpoint
+        self.stopping_early = False  # the open run was told to stop before its limits: it completes stopped_early
+        self.heartbeat: dict[str, Any] | None = None  # the last beat (a snapshot) read_heartbeat found for the load
         self._base = 0  # the ordinal of the first entry the loaded state did not hold settled: what a beat carries
 
     @property
@@ -125,17 +125,13 @@ class RunLedger:
                 "lost": dict(NOTHING_LOST),
             }
         )
-        self._open_since, self.restored_open, self._stopping_early = _clock.now_us(), False, False
+        self._open_since, self.restored_open, self.stopping_early = _clock.now_us(), False, False
         self._drop_oldest()
 
     def resume(self, kind: str, train: TrainStageProgress) -> None:
         """A restored run is re-entered: the process that saved it did not end it; a new entry opens."""
         if self.restored_open or self.open_entry is None:
             self.begin(kind, train)
-
-    def note_heartbeat(self, beat: dict[str, Any]) -> None:
-        """The last heartbeat (``snapshot()``) found beside the loaded state's checkpoint, read before the resume."""
-        self._heartbeat = beat
 
     def snapshot(self, train: TrainStageProgress) -> dict[str, Any] | None:
         """What a heartbeat holds (docs/schema.md, "The run ledger"), the open entry brought up to now; None
@@ -149,7 +145,7 @@ class RunLedger:
     def _settle_restored(self) -> None:
         """Close the restored open entry as its heartbeat shows, else crashed with ``unknown`` loss; the
         heartbeat writer's later entries follow it (docs/schema.md, "The run ledger")."""
-        entry, beat, self._heartbeat = self._runs[-1], self._heartbeat, None
+        entry, beat, self.heartbeat = self._runs[-1], self.heartbeat, None
         entry["ended"], entry["lost"] = CRASHED, UNKNOWN
         at = self.ordinal - beat["run"] if beat is not None else -1  # this entry's place among the beat's
         beaten: list[dict[str, Any]] = beat["entries"][at:] if beat is not None and at >= 0 else []
@@ -163,21 +159,16 @@ class RunLedger:
                 entry["ended"] = mine["ended"]  # it ended after the checkpoint: what it did since is lost all the same
             self._runs.extend(_unsaved(run) for run in after)
 
-    def stop_early(self) -> None:
-        """The open run was told to stop before its limits: it ends ``stopped_early`` when it completes."""
-        self._stopping_early = True
-
     def close(self, ended: str, train: TrainStageProgress) -> None:
-        """The open entry ends: ``ended`` (``completed`` becomes ``stopped_early`` after :meth:`stop_early`),
-        having lost nothing."""
+        """The open entry ends ``ended`` (``stopped_early`` for ``completed`` when stopping early), losing nothing."""
         entry = self.open_entry
         if entry is None:
             return
         self.update(train)
-        if ended == COMPLETED and self._stopping_early:
+        if ended == COMPLETED and self.stopping_early:
             ended = STOPPED_EARLY
         entry["ended"], entry["lost"] = ended, dict(NOTHING_LOST)
-        self._open_since, self.restored_open, self._stopping_early = None, False, False
+        self._open_since, self.restored_open, self.stopping_early = None, False, False
 
     def update(self, train: TrainStageProgress) -> None:
         """Bring the open entry this process runs up to ``train``'s counts and the clock."""
@@ -210,6 +201,6 @@ class RunLedger:
         """Replace the ledger with a parsed one; its open entry waits for the resume to settle it."""
         self._runs = copy.deepcopy(ledger["runs"])
         self._earlier = dict(ledger["earlier"])
-        self._open_since, self._stopping_early = None, False
+        self._open_since, self.stopping_early = None, False
         self.restored_open = self.open_entry is not None
         self._base = self.ordinal if self.restored_open else self.ordinal + 1

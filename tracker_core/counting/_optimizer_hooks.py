@@ -26,11 +26,7 @@ def count_optimizer_steps(
 
 def _step_counter(train: TrainStageProgress, index: int) -> Callable[[Any, Any, Any], None]:
     """A step post-hook doing ``train.optimizer_step(index)``."""
-
-    def counted(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
-        train.optimizer_step(index)
-
-    return counted
+    return lambda _optimizer, _args, _kwargs: train.optimizer_step(index)
 
 
 def count_skipped_steps(

@@ -106,7 +106,9 @@ class Progress:
         """The run's start hooks are done."""
         if self._resuming_run:
             self._resuming_run = False
-            self._restart_open_epoch_clocks()
+            for stage in self._stages():  # an epoch it left open: Lightning goes on without epoch_ready
+                if stage._epochs.ready != stage._epochs.completed and stage not in self._timed:
+                    self._enter_clock(stage)
             return
         self._runs.mark_started()
         self._where = _RUN_AT[Phase.STARTED]
@@ -139,7 +141,7 @@ class Progress:
         if ledger.open_entry is None or ledger.restored_open:
             return
         if ended == STOPPED_EARLY:
-            ledger.stop_early()
+            ledger.stopping_early = True
             return
         self._flush_time()
         ledger.close(ended, self.train)
@@ -167,27 +169,16 @@ class Progress:
 
     def _leave_clock(self, stage: StageProgress) -> None:
         """An epoch of ``stage`` completed: its clock stops; the stage it was nested in runs on."""
-        now = _clock.now_us()
-        timed = self._timed
-        if timed:
-            timed[-1]._seconds.total += now - self._timed_since
-            if stage in timed:
-                timed.remove(stage)
-        self._timed_since = now
-
-    def _restart_open_epoch_clocks(self) -> None:
-        """A restored run is re-entered: the clock of an epoch it left open runs again from now (Lightning
-        goes on with a resumed epoch's batches without calling ``epoch_ready`` again)."""
-        for stage in self._stages():
-            if stage._epochs.ready != stage._epochs.completed and stage not in self._timed:
-                self._enter_clock(stage)
+        self._flush_time()
+        if stage in self._timed:
+            self._timed.remove(stage)
 
     def _flush_time(self) -> None:
         """Count the running clock's time so far (before a dump or a view reads the seconds)."""
+        now = _clock.now_us()
         if self._timed:
-            now = _clock.now_us()
             self._timed[-1]._seconds.total += now - self._timed_since
-            self._timed_since = now
+        self._timed_since = now
 
     def _stop_clocks(self) -> None:
         """No epoch's clock runs: a run ends or begins, or a load replaces the times."""
@@ -260,10 +251,9 @@ class Progress:
 
     def _settle_in_flight(self) -> None:
         """Settle each in-flight event and rewrite ``where`` to match (see load_state_dict)."""
-        named = self._where_counter()
-        reached = 0
-        if named is not None and self._where is not None and self._where[2] != CANCELLED:
-            reached = getattr(named, self._where[2])
+        where = self._where
+        named = None if where is None else self._counter(where[0], where[1])
+        reached = 0 if where is None or where[2] == CANCELLED else getattr(named, where[2])
         for stage in self._stages():
             _settle_stage(stage)
         runs = self._runs
@@ -272,20 +262,17 @@ class Progress:
         self._resuming_run = runs.ready != runs.completed
         if self._resuming_run:
             runs.started = runs.ready
-        if named is not None and self._where is not None:
-            stage_name, event, _ = self._where
+        if where is not None and named is not None:
             if named.ready != named.completed:
-                self._where = (stage_name, event, Phase.STARTED.value)
+                phase = Phase.STARTED.value
             elif reached and named.completed >= reached:
-                self._where = (stage_name, event, Phase.COMPLETED.value)
+                phase = Phase.COMPLETED.value
             else:
-                self._where = (stage_name, event, CANCELLED)
+                phase = CANCELLED
+            self._where = (where[0], where[1], phase)
 
-    def _where_counter(self) -> Phased | None:
-        """The counter of the event that ``where`` names."""
-        if self._where is None:
-            return None
-        stage, event, _ = self._where
+    def _counter(self, stage: str, event: str) -> Phased:
+        """The counter of ``event`` (of ``stage`` unless a run event)."""
         if event == Event.RUN:
             return self._runs
         return self.stage(stage)._epochs if event == Event.EPOCH else self.stage(stage)._batches

@@ -31,13 +31,10 @@ def abandon_in_flight(progress: Progress, *, reenter: bool) -> str:
         stage._resuming_epoch = False
     runs = progress._runs
     if runs.ready != runs.completed:
+        runs.set_all(runs.ready)
+        progress._resuming_run = False
         if reenter:
-            runs.started = runs.ready
-            runs.processed = runs.completed = runs.ready - 1
-            progress._resuming_run = True
-        else:
-            runs.set_all(runs.ready)
-            progress._resuming_run = False
+            reenter_last_run(progress, progress._run_kind)
         cut.append(f"{progress._run_kind} run")
     if cut:  # "where" named an event that is no longer in flight: name the run instead
         progress._where = ("", "run", "started" if runs.ready != runs.completed else "completed")
@@ -94,8 +91,6 @@ def continue_run_scope(stage: StageProgress, bases: tuple[int, ...] | None = Non
         epochs_base, batches_base, *tally_bases = bases
         stage._epochs.run_base = epochs_base
         stage._batches.run_base = batches_base
-        for tally, base in zip(stage._tallies(), tally_bases, strict=False):
-            tally.run_base = base
-        for tally in stage._tallies()[len(tally_bases) :]:
-            tally.run_base = 0
+        for index, tally in enumerate(stage._tallies()):
+            tally.run_base = tally_bases[index] if index < len(tally_bases) else 0
     return (stage._epochs.run_base, stage._batches.run_base, *(tally.run_base for tally in stage._tallies()))

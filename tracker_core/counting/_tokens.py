@@ -47,13 +47,6 @@ class _TokenTally(Tally):
         self.pending = count if pending is None else pending + count
 
 
-def _token_tensors(batch: object) -> tuple[object, object]:
-    """The batch's ``input_ids`` and ``attention_mask`` (each None where it has none)."""
-    if type(batch) is dict or isinstance(batch, Mapping):
-        return batch.get("input_ids"), batch.get("attention_mask")
-    return getattr(batch, "input_ids", None), getattr(batch, "attention_mask", None)
-
-
 class TokenCounter:
     """Counts the tokens of each processed batch of one stage: by ``count_tokens(batch)`` when given (an int, or
     ``(tokens, non_padding_tokens)``), else from its ``input_ids`` and ``attention_mask``. A batch type found to
@@ -75,7 +68,10 @@ class TokenCounter:
         if self._count_tokens is not None:
             self._count_by_function(batch)
             return
-        ids, mask = _token_tensors(batch)
+        if type(batch) is dict or isinstance(batch, Mapping):
+            ids, mask = batch.get("input_ids"), batch.get("attention_mask")
+        else:
+            ids, mask = getattr(batch, "input_ids", None), getattr(batch, "attention_mask", None)
         if type(ids) is not Tensor and type(mask) is not Tensor:
             if ids is None and mask is None and not isinstance(batch, Mapping):
                 self.tokenless_type = type(batch)
@@ -93,10 +89,8 @@ class TokenCounter:
         counted = self._count_tokens(batch)  # type: ignore[misc]
         tokens, non_padding = counted if isinstance(counted, tuple) else (counted, counted)
         try:
-            tokens, non_padding = int(tokens), int(non_padding)
+            self._stage.count_tokens(int(tokens), int(non_padding))  # a ValueError unless 0 <= non_padding <= tokens
         except (TypeError, ValueError):
-            tokens = non_padding = -1
-        if not 0 <= non_padding <= tokens:
             if not self._warned:
                 self._warned = True
                 warnings.warn(
@@ -105,5 +99,3 @@ class TokenCounter:
                     "tokens",
                     stacklevel=2,
                 )
-            return
-        self._stage.count_tokens(tokens, non_padding)

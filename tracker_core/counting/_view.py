@@ -82,19 +82,18 @@ class Where(NamedTuple):
     phase: str
 
 
-def _read_only(self: object, name: str, value: object = None) -> NoReturn:
-    raise AttributeError(
-        f"cannot set or delete {name!r}: {type(self).__name__} is read-only; "
-        "progress changes only through the owning tracker"
-    )
-
-
 class _ReadOnly:
     """Refuses to set or delete attributes; unpickled (pickle's slot state) past that guard."""
 
     __slots__ = ()
-    __setattr__ = _read_only
-    __delattr__ = _read_only
+
+    def __setattr__(self, name: str, value: object = None) -> NoReturn:
+        raise AttributeError(
+            f"cannot set or delete {name!r}: {type(self).__name__} is read-only; "
+            "progress changes only through the owning tracker"
+        )
+
+    __delattr__ = __setattr__
 
     def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
         for name, value in state[1].items():
