@@ -116,19 +116,18 @@ class TrainPasses:
 
     def restore(self, iterations: list[checkpoint.LoaderIteration | None], resuming_epoch: bool) -> None:
         """After ``load_state``: each loader's pass counter and, in the resumed epoch, the passes over or resumed."""
-        view = self._tracker.progress.view
         saved = {index: iteration for index, iteration in enumerate(iterations) if iteration is not None}
-        step, finished = _mapped_passes(view.resume_mapping, self._loaders)
-        self._restored_step = step if resuming_epoch else None
-        self._restored_iterations = {
-            i: it.pass_start if resuming_epoch and it.pass_start is not None else it.now for i, it in saved.items()
-        }
-        self._finished = {i for i, it in saved.items() if resuming_epoch and finished.get(i, it.finished)}
-        dataloaders = view.train.dataloaders
-        self._resumed = {i: d.batches.epoch for i, d in enumerate(dataloaders) if resuming_epoch and d.batches.epoch}
-        if resuming_epoch:
-            left = [i for i, it in saved.items() if it.left]
-            _warn_if_inexact(iterations, self._finished, left, "load_state of a checkpoint saved after")
+        self._restored_iterations = {i: it.now for i, it in saved.items()}
+        self._restored_step, self._finished, self._resumed = None, set(), {}
+        if not resuming_epoch:
+            return
+        view = self._tracker.progress.view
+        self._restored_step, finished = _mapped_passes(view.resume_mapping, self._loaders)
+        self._restored_iterations.update({i: it.pass_start for i, it in saved.items() if it.pass_start is not None})
+        self._finished = {i for i, it in saved.items() if finished.get(i, it.finished)}
+        self._resumed = {i: d.batches.epoch for i, d in enumerate(view.train.dataloaders) if d.batches.epoch}
+        left = [i for i, it in saved.items() if it.left]
+        _warn_if_inexact(iterations, self._finished, left, "load_state of a checkpoint saved after")
 
 
 def torch_loader(loader: object) -> Any:
