@@ -59,8 +59,7 @@ class EvaluationPasses:
                 stacklevel=3,
             )
         stateful = bool(getattr(loader, "use_stateful_dataloader", False))
-        evaluation = Evaluation(stage, index, own_run, GlobalRng.capture(), stateful)
-        self.open = evaluation
+        evaluation = self.open = Evaluation(stage, index, own_run, GlobalRng.capture(), stateful)
         stage.epoch_ready()
         stage.epoch_started()
         try:

@@ -22,8 +22,7 @@ class ProgressFiles:
         self._tracker = tracker
         self._heartbeat = heartbeat
         self.next_save_iteration: int | None = None  # after a load_state
-        # a registered progress's save_state under way: its folder and this process's progress, for commit()
-        self._pending: tuple[str, checkpoint.SavedProgress] | None = None
+        self._pending: tuple[str, checkpoint.SavedProgress] | None = None  # a registered save under way, for commit()
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled without a save under way."""

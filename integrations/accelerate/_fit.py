@@ -43,7 +43,7 @@ class Fit:
         epoch = owner.view.epoch_index
         while epoch < self.max_epochs:
             if owner._fit is self:
-                owner._begin_train_epoch(epoch, self.max_epochs)
+                owner._begin_train_epoch(epoch)
             yield epoch
             if owner._fit is self:
                 owner._end_train_epoch()

@@ -41,8 +41,7 @@ class TrainPasses:
                 # the generator (reseeded) its first iter would create, so a fresh loader has its checkpoint's
                 sampler.generator = torch.Generator()
                 sampler.generator.manual_seed(sampler.initial_seed)
-        # use_stateful_dataloader: Accelerate's save_state / load_state keep its StatefulDataLoader's own state
-        restores = bool(getattr(loader, "use_stateful_dataloader", False))
+        restores = bool(getattr(loader, "use_stateful_dataloader", False))  # Accelerate saves the loader's state
         self._tracker.track_train_loader(inner, index, framework_restores_state=restores)
 
     def refuse_a_second_skip(self, loader: object, index: int) -> None:
@@ -111,26 +110,24 @@ class TrainPasses:
             left = in_epoch and index in self.left
             iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished, left))
         if in_epoch:
-            _warn_if_passes_alternate(iterations, {i for i, it in enumerate(iterations) if it and it.finished})
-            _warn_if_a_pass_was_left(sorted(self.left), "save_state after")
+            over = {i for i, it in enumerate(iterations) if it and it.finished}
+            _warn_if_inexact(iterations, over, sorted(self.left), "save_state after")
         return iterations
 
     def restore(self, iterations: list[checkpoint.LoaderIteration | None], resuming_epoch: bool) -> None:
         """After ``load_state``: each loader's pass counter and, in the resumed epoch, the passes over or resumed."""
-        view = self._tracker.progress.view
         saved = {index: iteration for index, iteration in enumerate(iterations) if iteration is not None}
-        step, finished = _mapped_passes(view.resume_mapping, self._loaders)
-        self._restored_step = step if resuming_epoch else None
-        self._restored_iterations = {
-            i: it.pass_start if resuming_epoch and it.pass_start is not None else it.now for i, it in saved.items()
-        }
-        self._finished = {i for i, it in saved.items() if resuming_epoch and finished.get(i, it.finished)}
-        dataloaders = view.train.dataloaders
-        self._resumed = {i: d.batches.epoch for i, d in enumerate(dataloaders) if resuming_epoch and d.batches.epoch}
-        if resuming_epoch:
-            _warn_if_passes_alternate(iterations, self._finished)
-            left = [i for i, it in saved.items() if it.left]
-            _warn_if_a_pass_was_left(left, "load_state of a checkpoint saved after")
+        self._restored_iterations = {i: it.now for i, it in saved.items()}
+        self._restored_step, self._finished, self._resumed = None, set(), {}
+        if not resuming_epoch:
+            return
+        view = self._tracker.progress.view
+        self._restored_step, finished = _mapped_passes(view.resume_mapping, self._loaders)
+        self._restored_iterations.update({i: it.pass_start for i, it in saved.items() if it.pass_start is not None})
+        self._finished = {i for i, it in saved.items() if finished.get(i, it.finished)}
+        self._resumed = {i: d.batches.epoch for i, d in enumerate(view.train.dataloaders) if d.batches.epoch}
+        left = [i for i, it in saved.items() if it.left]
+        _warn_if_inexact(iterations, self._finished, left, "load_state of a checkpoint saved after")
 
 
 def torch_loader(loader: object) -> Any:
@@ -162,20 +159,11 @@ def start_from_the_beginning(loader: object) -> bool:
     return True
 
 
-def _warn_if_a_pass_was_left(left: list[int], when: str) -> None:
-    """Warn, ``when`` saving or loading, if the loop had left the passes ``left`` of the saved epoch before their end."""
-    if left:
-        warnings.warn(
-            f"{when} the loop left the pass of train dataloader(s) {', '.join(map(str, left))} before its end in "
-            "its epoch: the resumed epoch is re-entered and that pass yields its remaining batches (save after the "
-            "epoch, or before leaving the pass)",
-            InexactResumeWarning,
-            stacklevel=5,
-        )
-
-
-def _warn_if_passes_alternate(iterations: list[checkpoint.LoaderIteration | None], finished: set[int]) -> None:
-    """Warn when a pass was open at the save and another is open or still to begin (the warning says why)."""
+def _warn_if_inexact(
+    iterations: list[checkpoint.LoaderIteration | None], finished: set[int], left: list[int], when: str
+) -> None:
+    """Warn, ``when`` saving or loading, if a pass was open at the save and another is open or still to begin, or
+    if the loop had left the passes ``left`` of the saved epoch before their end (the warnings say why)."""
     open_passes = [i for i, it in enumerate(iterations) if it is not None and it.pass_start == it.now]
     to_begin = [i for i, it in enumerate(iterations) if it is not None and it.pass_start is None and i not in finished]
     if open_passes and len(open_passes) + len(to_begin) > 1:
@@ -185,6 +173,14 @@ def _warn_if_passes_alternate(iterations: list[checkpoint.LoaderIteration | None
             "step counter and its gradient sync at the end of a loader follow the most recently begun loader, "
             "and the resumed passes begin in the order the loop asks for them, which can differ from the saving "
             "run's, so optimizer steps can fall on other batches (each loader's samples continue exactly)",
+            InexactResumeWarning,
+            stacklevel=5,
+        )
+    if left:
+        warnings.warn(
+            f"{when} the loop left the pass of train dataloader(s) {', '.join(map(str, left))} before its end in "
+            "its epoch: the resumed epoch is re-entered and that pass yields its remaining batches (save after the "
+            "epoch, or before leaving the pass)",
             InexactResumeWarning,
             stacklevel=5,
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, TextIO, TypeVar, overload
+from typing import Any, Literal, TextIO, overload
 
 import torch
 
@@ -15,14 +15,11 @@ from tracker_core.adapter import register_progress as attach
 from tracker_core.integrations.accelerate._compat import prepared_models, registered_objects
 from tracker_core.integrations.accelerate._evaluation import EvaluationPasses
 from tracker_core.integrations.accelerate._files import ProgressFiles
-from tracker_core.integrations.accelerate._fit import Fit
+from tracker_core.integrations.accelerate._fit import Batch, Fit
 from tracker_core.integrations.accelerate._loggers import rewind_trackers
 from tracker_core.integrations.accelerate._passes import TrainPasses
 from tracker_core.integrations.accelerate._steps import hook_optimizers, no_scaler
 
-__all__ = ["AcceleratorProgress"]
-
-Batch = TypeVar("Batch")
 _REGISTERED_STATE = {"saved_by": "AcceleratorProgress", "file": "progress_tracker_{rank}.pt"}
 
 
@@ -64,7 +61,7 @@ class AcceleratorProgress:
         self._hooked_optimizers = 0
         self._check_skips: Callable[[], None] = no_scaler  # the GradScaler's skip check, once per train batch
         self._fit: Fit | None = None  # the open fit run, None outside one
-        self._fit_at = (0, 0)  # the epoch the open fit last began, and its max_epochs
+        self._fit_epoch = 0  # the epoch the open fit last began
         self._in_flight: TrainBatch | None = None  # the train batch handed to a loop body
         self._passes = TrainPasses(accelerator, self._tracker)
         self._rng_check = ResumeRngCheck(load="accelerator.load_state")  # compared when the fit begins
@@ -125,17 +122,17 @@ class AcceleratorProgress:
         self._evaluations.end_left_open()
         self._begin_run("fit")
         self._fit = fit
-        self._fit_at = (-1, fit.max_epochs)  # no epoch begun yet
+        self._fit_epoch = -1  # no epoch begun yet
         self._files.beat()  # a process killed before its first save is recorded
         self._rng_check.check("between accelerator.load_state and the fit")  # if one came before
         if not self._check_rng_at_pass:  # the next epoch begins: what it draws, the uninterrupted run drew
             self._rng_check.forget()
 
-    def _begin_train_epoch(self, epoch: int, max_epochs: int) -> None:
+    def _begin_train_epoch(self, epoch: int) -> None:
         self._train.epoch_ready()
         self._train.epoch_started()
         self._passes.begin_epoch()
-        self._fit_at = (epoch, max_epochs)
+        self._fit_epoch = epoch
 
     def _leave_fit(self, fit: Fit, ended: str | None) -> None:
         """The ``with`` block of ``fit`` is left: by an exception (``ended``), else before its last epoch or not."""
@@ -143,8 +140,7 @@ class AcceleratorProgress:
             return
         if ended is not None and self._in_flight is not None:  # the exception left the train pass in its body
             self._leave_pass(self._in_flight)
-        epoch, max_epochs = self._fit_at
-        if ended is None and (epoch + 1 < max_epochs or self._passes.left):  # left before its last epoch's end
+        if ended is None and (self._fit_epoch + 1 < fit.max_epochs or self._passes.left):  # left before its end
             ended = "stopped_early"
         self._end_fit(ended)
 
@@ -190,19 +186,19 @@ class AcceleratorProgress:
     def _train_pass(self, loader: Iterable[Batch], index: int, with_index: bool) -> Generator[Any, None, None]:
         self._passes.refuse_a_second_skip(loader, index)
         if self._check_rng_at_pass:  # it resumes the saved epoch: nothing may have drawn since the load
+            self._check_rng_at_pass = False
             where = "between accelerator.load_state and the first train pass of the resumed epoch"
-            self._rng_check.check(f"{where} (e.g. in the epoch loop's body before it)", last=True)
-        self._rng_check.forget()  # else a new epoch draws first
+            self._rng_check.check(f"{where} (e.g. in the epoch loop's body before it)")
+        self._rng_check.forget()  # spent; else a new epoch draws first
         self._hook_optimizers()
         if not self._passes.begin(loader, index, self._note):  # nothing is left of the pass
             return
         mine = TrainBatch(index)  # this pass's batch in a loop body, reused batch after batch
-        train, view, accelerator, tokens = self._train, self._progress.view, self._accelerator, self._tokens["train"]
-        counts = view.train.dataloaders
-        batch_index = counts[index].batches.epoch if index < len(counts) else 0
+        train, accelerator, tokens = self._train, self._accelerator, self._tokens["train"]
+        turn = train.batch_turner(index)  # ends the batch in flight and begins the next (ValueError: index < 0)
+        batch_index = self.view.train.dataloaders[index].batches.epoch  # the turner made the loader's counts
         outside = False
         over = False  # the loop body handed the batch back: its step is over (counts only while mine is in flight)
-        turn = train.batch_turner(index)  # ends the batch in flight and begins the next (ValueError: index < 0)
         try:
             for batch in loader:
                 try:
@@ -328,9 +324,9 @@ class AcceleratorProgress:
         resuming_epoch = self.view.train.epochs.lifetime.in_flight
         if found.ranks is None:  # Accelerate restores the same RNGs after this hook (saved at one instant)
             self._rng_check.loaded()
-            self._check_rng_at_pass = resuming_epoch
         else:  # another world size: this rank's RNGs come from another saved rank than Accelerate's file
             self._rng_check.forget()
+        self._check_rng_at_pass = resuming_epoch
         self._evaluations.restored_rng = found.own.evaluation_rng
         self._passes.restore(found.own.loader_iterations, resuming_epoch)
         rewind_trackers(self._accelerator, self.view.global_step)  # init_trackers' trackers continue at this step
