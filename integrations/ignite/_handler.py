@@ -22,7 +22,6 @@ from tracker_core import (
     count_optimizer_steps,
 )
 from tracker_core.adapter import (
-    GlobalRng,
     ResumeRngCheck,
     abandon_in_flight,
     batches_in,
@@ -80,7 +79,6 @@ class ProgressHandler:
         self._loaded_for_evaluation = False  # saved at another world size, loaded with no trainer attached
         self._loaders = Loaders(self._tracker)
         self._rng_check = ResumeRngCheck(load="Checkpoint.load_objects")
-        self._loaded_torch_rng: torch.Tensor | None = None  # torch's global RNG as the last load left it
         self._checkpoint_path: str | None = None  # loading_from: the file Checkpoint.load_objects loads next
         self._heartbeat = None if heartbeat is None else os.fspath(heartbeat)
         self._deterministic = False  # the trainer is a DeterministicEngine (_deterministic.py)
@@ -246,7 +244,6 @@ class ProgressHandler:
         self._restored = self._tracker.progress.state_dict()  # this rank's part of a gathered entry
         if not self._deterministic:
             self._rng_check.loaded()
-            self._loaded_torch_rng = torch.get_rng_state()
 
     # --- resume ---------------------------------------------------------------------------
 
@@ -275,7 +272,11 @@ class ProgressHandler:
             progress.run_started()
             return
         if track:
-            self._check_rngs_at_run(engine.state.dataloader)
+            if builds_drew(engine.state.dataloader, self._rng_check):  # a train loader built after the load
+                self._rng_check.forget()
+                warnings.warn(_BUILT_AFTER_LOAD, InexactResumeWarning, stacklevel=2)
+            else:
+                self._rng_check.check("between Checkpoint.load_objects and the trainer's run()")
             self._loaders.track(engine.state.dataloader)
         if not view.run.counts.in_flight:  # saved at COMPLETED (after terminate(), or max_epochs raised now)
             reenter_last_run(progress, "fit")
@@ -290,15 +291,6 @@ class ProgressHandler:
             _check_rngs_at_first_batch(engine, self._rng_check)
         else:  # a resume at an epoch boundary draws legitimately before its first batch (the next epoch's sampler)
             self._rng_check.forget()
-
-    def _check_rngs_at_run(self, data: object) -> None:
-        """Warn if the RNGs the load restored moved before ``run()``, naming a train loader built after the load."""
-        loaded, self._loaded_torch_rng = self._loaded_torch_rng, None
-        if self._rng_check.moved_since(GlobalRng.capture()) == ("torch",) and builds_drew(data, loaded):
-            self._rng_check.forget()
-            warnings.warn(_BUILT_AFTER_LOAD, InexactResumeWarning, stacklevel=2)
-        else:
-            self._rng_check.check("between Checkpoint.load_objects and the trainer's run()")
 
     def _continue_or_begin(self, engine: Engine) -> None:
         progress = self._tracker.progress
