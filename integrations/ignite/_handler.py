@@ -132,7 +132,18 @@ class ProgressHandler:
         bind: Callable[[], object] | None,
     ) -> None:
         """Record ``engine`` as the trainer: its DataLoader, its optimizers' steps and parameters, its events."""
-        self._check_trainer(engine, dataloader)
+        if self._trainer is not None:
+            raise ValueError("a trainer is already attached to this ProgressHandler")
+        if isinstance(engine, DeterministicEngine) and dataloader is not None:
+            raise ValueError(
+                "a DeterministicEngine positions its data itself, by its own iteration count: it resumes "
+                "at the saved world size only, so there is no DataLoader to map (leave out dataloader=)"
+            )
+        if self._loaded_for_evaluation:
+            raise ValueError(
+                "a checkpoint saved at another world size was loaded for evaluation (no trainer was attached): "
+                "attach the trainer (with dataloader=) before Checkpoint.load_objects to resume training"
+            )
         self._trainer = weakref.ref(engine)
         self._deterministic = isinstance(engine, DeterministicEngine)
         if dataloader is not None:
@@ -166,21 +177,6 @@ class ProgressHandler:
             loaders=None if self._deterministic else self._loaders,  # a DeterministicEngine positions its data itself
             started=started,
         )
-
-    def _check_trainer(self, engine: Engine, dataloader: DataLoader[Any] | None) -> None:
-        """Refuse a second trainer, a DeterministicEngine given a DataLoader, a trainer after an evaluation load."""
-        if self._trainer is not None:
-            raise ValueError("a trainer is already attached to this ProgressHandler")
-        if isinstance(engine, DeterministicEngine) and dataloader is not None:
-            raise ValueError(
-                "a DeterministicEngine positions its data itself, by its own iteration count: it resumes "
-                "at the saved world size only, so there is no DataLoader to map (leave out dataloader=)"
-            )
-        if self._loaded_for_evaluation:
-            raise ValueError(
-                "a checkpoint saved at another world size was loaded for evaluation (no trainer was attached): "
-                "attach the trainer (with dataloader=) before Checkpoint.load_objects to resume training"
-            )
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (or deep-copied) without its engines: the progress, loaded back as from a checkpoint."""

@@ -34,7 +34,9 @@ class RoundRobin:
     def __iter__(self) -> Iterator[Any]:
         iterators = [iter(loader) for loader in self.loaders]  # a resumed loader yields its remaining batches
         skip, self._skip = self._skip, 0
-        for index in itertools.islice(_turns([len(loader) for loader in self.loaders]), skip, None):
+        lengths = [len(loader) for loader in self.loaders]
+        turns = (index for turn in range(max(lengths)) for index, length in enumerate(lengths) if turn < length)
+        for index in itertools.islice(turns, skip, None):
             try:
                 batch = next(iterators[index])
             except StopIteration:
@@ -43,8 +45,3 @@ class RoundRobin:
             yield batch
         for iterator in iterators:  # end each loader's epoch as a loop over it would
             next(iterator, None)
-
-
-def _turns(lengths: list[int]) -> Iterator[int]:
-    for turn in range(max(lengths)):
-        yield from (index for index, length in enumerate(lengths) if turn < length)
