@@ -100,16 +100,13 @@ class ProgressHandler:
         schedulers: Sequence[object] = (),
         model: torch.nn.Module | None = None,
     ) -> None:
-        """Record ``engine`` as stage ``stage`` (docs/ignite.md).
+        """Record ``engine`` as stage ``stage``; attach before adding your own handlers to it (docs/ignite.md).
 
         Train only: ``optimizers`` whose steps are counted; an AMP ``scaler`` whose skipped steps are counted
         (default: ``engine.state.scaler``); the ``dataloader`` the trainer's ``run()`` will get, onto which a
         checkpoint saved at another world size is mapped; ``schedulers``: Ignite param-scheduler handlers
         attached to the trainer's events by now, and torch LR schedulers the step function steps. ``model``
         (any stage): a model carrying its lifetime (``tracker_core.track_lifetime``), continued by each ``run()``.
-
-        Attach before adding your own handlers, so they see the record up to date (a ``Checkpoint`` does in
-        any order). A ``DeterministicEngine`` trainer positions its data and reseeds the global RNG itself.
         """
         if stage not in tuple(Stage):
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(Stage)}")

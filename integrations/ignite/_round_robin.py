@@ -10,11 +10,9 @@ from torch.utils.data import DataLoader
 
 
 class RoundRobin:
-    """Give ``trainer.run()`` batches of several DataLoaders in turn: one of each, then again (docs/ignite.md).
+    """Give ``trainer.run()`` batches of several DataLoaders in turn until each ran out (docs/ignite.md).
 
-    A loader that runs out drops out of the turn; the epoch ends when all have. ``last_index`` is the
-    loader the latest batch came from. With a ``ProgressHandler`` each is tracked as train dataloader ``i``
-    and a mid-epoch checkpoint resumes each at its own position and the turn where it stopped.
+    ``last_index`` is the loader the latest batch came from.
     """
 
     def __init__(self, *loaders: DataLoader[Any]) -> None:
