@@ -22,7 +22,6 @@ from tracker_core import (
     count_optimizer_steps,
 )
 from tracker_core.adapter import (
-    GlobalRng,
     ResumeRngCheck,
     abandon_in_flight,
     batches_in,
@@ -80,7 +79,6 @@ class ProgressHandler:
         self._loaded_for_evaluation = False  # saved at another world size, loaded with no trainer attached
         self._loaders = Loaders(self._tracker)
         self._rng_check = ResumeRngCheck(load="Checkpoint.load_objects")
-        self._loaded_torch_rng: torch.Tensor | None = None  # torch's global RNG as the last load left it
         self._checkpoint_path: str | None = None  # loading_from: the file Checkpoint.load_objects loads next
         self._heartbeat = None if heartbeat is None else os.fspath(heartbeat)
         self._deterministic = False  # the trainer is a DeterministicEngine (_deterministic.py)
@@ -102,16 +100,13 @@ class ProgressHandler:
         schedulers: Sequence[object] = (),
         model: torch.nn.Module | None = None,
     ) -> None:
-        """Record ``engine`` as stage ``stage`` (docs/ignite.md).
+        """Record ``engine`` as stage ``stage``; attach before adding your own handlers to it (docs/ignite.md).
 
         Train only: ``optimizers`` whose steps are counted; an AMP ``scaler`` whose skipped steps are counted
         (default: ``engine.state.scaler``); the ``dataloader`` the trainer's ``run()`` will get, onto which a
         checkpoint saved at another world size is mapped; ``schedulers``: Ignite param-scheduler handlers
         attached to the trainer's events by now, and torch LR schedulers the step function steps. ``model``
         (any stage): a model carrying its lifetime (``tracker_core.track_lifetime``), continued by each ``run()``.
-
-        Attach before adding your own handlers, so they see the record up to date (a ``Checkpoint`` does in
-        any order). A ``DeterministicEngine`` trainer positions its data and reseeds the global RNG itself.
         """
         if stage not in tuple(Stage):
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(Stage)}")
@@ -134,7 +129,18 @@ class ProgressHandler:
         bind: Callable[[], object] | None,
     ) -> None:
         """Record ``engine`` as the trainer: its DataLoader, its optimizers' steps and parameters, its events."""
-        self._check_trainer(engine, dataloader)
+        if self._trainer is not None:
+            raise ValueError("a trainer is already attached to this ProgressHandler")
+        if isinstance(engine, DeterministicEngine) and dataloader is not None:
+            raise ValueError(
+                "a DeterministicEngine positions its data itself, by its own iteration count: it resumes "
+                "at the saved world size only, so there is no DataLoader to map (leave out dataloader=)"
+            )
+        if self._loaded_for_evaluation:
+            raise ValueError(
+                "a checkpoint saved at another world size was loaded for evaluation (no trainer was attached): "
+                "attach the trainer (with dataloader=) before Checkpoint.load_objects to resume training"
+            )
         self._trainer = weakref.ref(engine)
         self._deterministic = isinstance(engine, DeterministicEngine)
         if dataloader is not None:
@@ -168,21 +174,6 @@ class ProgressHandler:
             loaders=None if self._deterministic else self._loaders,  # a DeterministicEngine positions its data itself
             started=started,
         )
-
-    def _check_trainer(self, engine: Engine, dataloader: DataLoader[Any] | None) -> None:
-        """Refuse a second trainer, a DeterministicEngine given a DataLoader, a trainer after an evaluation load."""
-        if self._trainer is not None:
-            raise ValueError("a trainer is already attached to this ProgressHandler")
-        if isinstance(engine, DeterministicEngine) and dataloader is not None:
-            raise ValueError(
-                "a DeterministicEngine positions its data itself, by its own iteration count: it resumes "
-                "at the saved world size only, so there is no DataLoader to map (leave out dataloader=)"
-            )
-        if self._loaded_for_evaluation:
-            raise ValueError(
-                "a checkpoint saved at another world size was loaded for evaluation (no trainer was attached): "
-                "attach the trainer (with dataloader=) before Checkpoint.load_objects to resume training"
-            )
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (or deep-copied) without its engines: the progress, loaded back as from a checkpoint."""
@@ -246,7 +237,6 @@ class ProgressHandler:
         self._restored = self._tracker.progress.state_dict()  # this rank's part of a gathered entry
         if not self._deterministic:
             self._rng_check.loaded()
-            self._loaded_torch_rng = torch.get_rng_state()
 
     # --- resume ---------------------------------------------------------------------------
 
@@ -275,7 +265,11 @@ class ProgressHandler:
             progress.run_started()
             return
         if track:
-            self._check_rngs_at_run(engine.state.dataloader)
+            if builds_drew(engine.state.dataloader, self._rng_check):  # a train loader built after the load
+                self._rng_check.forget()
+                warnings.warn(_BUILT_AFTER_LOAD, InexactResumeWarning, stacklevel=2)
+            else:
+                self._rng_check.check("between Checkpoint.load_objects and the trainer's run()")
             self._loaders.track(engine.state.dataloader)
         if not view.run.counts.in_flight:  # saved at COMPLETED (after terminate(), or max_epochs raised now)
             reenter_last_run(progress, "fit")
@@ -290,15 +284,6 @@ class ProgressHandler:
             _check_rngs_at_first_batch(engine, self._rng_check)
         else:  # a resume at an epoch boundary draws legitimately before its first batch (the next epoch's sampler)
             self._rng_check.forget()
-
-    def _check_rngs_at_run(self, data: object) -> None:
-        """Warn if the RNGs the load restored moved before ``run()``, naming a train loader built after the load."""
-        loaded, self._loaded_torch_rng = self._loaded_torch_rng, None
-        if self._rng_check.moved_since(GlobalRng.capture()) == ("torch",) and builds_drew(data, loaded):
-            self._rng_check.forget()
-            warnings.warn(_BUILT_AFTER_LOAD, InexactResumeWarning, stacklevel=2)
-        else:
-            self._rng_check.check("between Checkpoint.load_objects and the trainer's run()")
 
     def _continue_or_begin(self, engine: Engine) -> None:
         progress = self._tracker.progress

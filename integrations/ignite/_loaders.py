@@ -7,6 +7,7 @@ import warnings
 import torch
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
+from tracker_core.adapter import GlobalRng, ResumeRngCheck
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 
 
@@ -39,14 +40,18 @@ class Loaders:
                 )
 
 
-def builds_drew(data: object, loaded: torch.Tensor | None) -> bool:
-    """True when the global torch RNG is ``loaded`` advanced by exactly the draws of building the loaders of ``data``
-    that have their own state (a ``StatefulDataLoader(shuffle=True)`` draws its sampler's seed: docs/ignite.md)."""
-    if loaded is None:
+def builds_drew(data: object, rng_check: ResumeRngCheck) -> bool:
+    """True when, of the RNGs ``rng_check`` remembers, only torch's moved, by exactly the draws of building the loaders
+    of ``data`` that have their own state (a ``StatefulDataLoader(shuffle=True)`` draws its sampler's seed:
+    docs/ignite.md)."""
+    loaded = rng_check.loaded_state
+    if loaded is None or not isinstance(loaded.torch_state, torch.Tensor):
+        return False
+    if rng_check.moved_since(GlobalRng.capture()) != ("torch",):
         return False
     loaders = data.loaders if isinstance(data, RoundRobin) else (data,)
     generator, now = torch.Generator(), torch.get_rng_state()
-    generator.set_state(loaded)
+    generator.set_state(loaded.torch_state)
     for _ in (loader for loader in loaders if callable(getattr(loader, "state_dict", None))):
         torch.empty((), dtype=torch.int64).random_(generator=generator)
         if torch.equal(generator.get_state(), now):

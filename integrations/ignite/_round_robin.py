@@ -10,11 +10,9 @@ from torch.utils.data import DataLoader
 
 
 class RoundRobin:
-    """Give ``trainer.run()`` batches of several DataLoaders in turn: one of each, then again (docs/ignite.md).
+    """Give ``trainer.run()`` batches of several DataLoaders in turn until each ran out (docs/ignite.md).
 
-    A loader that runs out drops out of the turn; the epoch ends when all have. ``last_index`` is the
-    loader the latest batch came from. With a ``ProgressHandler`` each is tracked as train dataloader ``i``
-    and a mid-epoch checkpoint resumes each at its own position and the turn where it stopped.
+    ``last_index`` is the loader the latest batch came from.
     """
 
     def __init__(self, *loaders: DataLoader[Any]) -> None:
@@ -34,7 +32,9 @@ class RoundRobin:
     def __iter__(self) -> Iterator[Any]:
         iterators = [iter(loader) for loader in self.loaders]  # a resumed loader yields its remaining batches
         skip, self._skip = self._skip, 0
-        for index in itertools.islice(_turns([len(loader) for loader in self.loaders]), skip, None):
+        lengths = [len(loader) for loader in self.loaders]
+        turns = (index for turn in range(max(lengths)) for index, length in enumerate(lengths) if turn < length)
+        for index in itertools.islice(turns, skip, None):
             try:
                 batch = next(iterators[index])
             except StopIteration:
@@ -43,8 +43,3 @@ class RoundRobin:
             yield batch
         for iterator in iterators:  # end each loader's epoch as a loop over it would
             next(iterator, None)
-
-
-def _turns(lengths: list[int]) -> Iterator[int]:
-    for turn in range(max(lengths)):
-        yield from (index for index, length in enumerate(lengths) if turn < length)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Collection
-from typing import Any
 
 from tracker_core._errors import InexactResumeWarning
 from tracker_core.data._rng import GlobalRng, expanded
@@ -23,17 +22,22 @@ class ResumeRngCheck:
 
     def __init__(self, load: str) -> None:
         self._load = load
-        self._loaded: dict[str, Any] | None = None
+        self._loaded: GlobalRng | None = None
 
     @property
     def armed(self) -> bool:
         """True between :meth:`loaded` and the last check (or a warning, or :meth:`forget`)."""
         return self._loaded is not None
 
+    @property
+    def loaded_state(self) -> GlobalRng | None:
+        """The RNG states :meth:`loaded` remembered; None when not :attr:`armed`."""
+        return self._loaded
+
     def loaded(self, state: GlobalRng | None = None) -> None:
         """A checkpoint was just loaded: remember the live RNG states (or ``state``, e.g. as an iterator's build
         after the load left them)."""
-        self._loaded = expanded(GlobalRng.capture() if state is None else state)
+        self._loaded = GlobalRng.capture() if state is None else state
 
     def forget(self) -> None:
         """Nothing more to compare (a new run, or the next draw is one the uninterrupted run made too)."""
@@ -41,10 +45,9 @@ class ResumeRngCheck:
 
     def moved_since(self, earlier: GlobalRng) -> tuple[str, ...]:
         """The :attr:`GENERATORS` whose state differs between ``earlier`` and the one remembered; empty when spent."""
-        loaded = self._loaded
-        if loaded is None:
+        if self._loaded is None:
             return ()
-        plain = expanded(earlier)
+        loaded, plain = expanded(self._loaded), expanded(earlier)
         return tuple(name for name in self.GENERATORS if plain.get(name) != loaded.get(name))
 
     def check(self, where: str, *, last: bool = False, generators: Collection[str] = GENERATORS) -> bool:
