@@ -17,7 +17,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from tracker_core import InexactResumeWarning, ProgressStateError, get_progress
 from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY, ProgressTracker
 
-from helpers.lightning_program import Indexed, Recording, loader, trainer
+from helpers.lightning_program import Indexed, Paired, Recording, loader, trainer
 
 
 class SaveAt(pl.Callback):
@@ -92,6 +92,26 @@ def test_a_new_fit_from_earlier_weights_starts_the_run_at_zero_and_continues_the
     assert view.train.optimizer_steps == (4, 4, 12)
     assert view.train.epochs.run.completed == 1 and view.train.epochs.lifetime.completed == 3
     assert view.run.counts.completed == 2
+
+
+def test_a_fit_continued_after_validate_with_a_train_loader_more_than_its_lifetime_counts_its_run_from_its_start(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "done.ckpt"
+    first = trainer([ProgressTracker()], max_epochs=1)
+    first.fit(Recording(), loader())  # one train loader: the lifetime holds its counts
+    first.save_checkpoint(path)
+    entry = torch.load(path, weights_only=True)["callbacks"][STATE_KEY]
+    second = trainer([ProgressTracker(lifetime_from=entry)], max_epochs=1)
+    model = Paired()
+    second.fit(model, [loader(), loader()])  # a second train loader, new since the lifetime
+    second.validate(model, loader())
+    second.fit_loop.max_epochs = 2
+    second.fit(model, [loader(), loader()])  # Lightning carries on its fit counters
+    view = get_progress(second)
+    assert view.global_step == second.global_step == 8
+    assert view.train.optimizer_steps.lifetime == 12
+    assert [d.batches.run for d in view.train.dataloaders] == [8, 8]
 
 
 def test_lightning_restores_a_stateful_loader_by_its_own_state_and_the_tracker_loads_none(

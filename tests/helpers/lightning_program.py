@@ -85,6 +85,13 @@ class Recording(pl.LightningModule):
         return [torch.optim.SGD(self.layer.parameters(), lr=0.1), torch.optim.SGD(self.second.parameters(), lr=0.1)]
 
 
+class Paired(Recording):
+    """Trains on two train loaders at once: each step sees a batch of each (``fit(model, [a, b])``)."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
+        return self.loss(batch[0]) + self.loss(batch[1])
+
+
 class Crashing(Recording):
     """Raises ``RuntimeError("crash")`` in the training step of global batch ``crash_at`` (0-based), before its step."""
 

@@ -87,10 +87,15 @@ def continue_run_scope(stage: StageProgress, bases: tuple[int, ...] | None = Non
     its fit counters). Call it right after ``run_ready``. Tallies that did not exist then (a new dataloader or
     optimizer) count from zero.
     """
-    if bases is not None:
-        epochs_base, batches_base, *tally_bases = bases
+    kinds = stage._tally_kinds()
+    if bases is not None:  # (epochs, batches, each kind's length, each tally's base kind by kind)
+        epochs_base, batches_base, *rest = bases
         stage._epochs.run_base = epochs_base
         stage._batches.run_base = batches_base
-        for index, tally in enumerate(stage._tallies()):
-            tally.run_base = tally_bases[index] if index < len(tally_bases) else 0
-    return (stage._epochs.run_base, stage._batches.run_base, *(tally.run_base for tally in stage._tallies()))
+        saved = iter(rest[len(kinds) :])
+        for kind, length in zip(kinds, rest, strict=False):
+            kind_bases = [next(saved) for _ in range(length)]
+            for index, tally in enumerate(kind):
+                tally.run_base = kind_bases[index] if index < length else 0
+    tally_bases = (tally.run_base for kind in kinds for tally in kind)
+    return (stage._epochs.run_base, stage._batches.run_base, *(len(kind) for kind in kinds), *tally_bases)

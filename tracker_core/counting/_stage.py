@@ -226,8 +226,12 @@ class StageProgress:
 
     def _tallies(self) -> list[Tally]:
         """Every tally of the stage, for scope resets."""
+        return [tally for kind in self._tally_kinds() for tally in kind]
+
+    def _tally_kinds(self) -> list[list[Tally]]:
+        """The tallies of the stage by kind; a kind grows only at its end (a new dataloader or optimizer)."""
         per_loader = [tally for loader in self._dataloaders for tally in (loader.batches, loader.samples)]
-        return [self._samples, self._tokens, self._non_padding_tokens, *per_loader]
+        return [[self._samples, self._tokens, self._non_padding_tokens], per_loader]
 
     def _begin_run_scope(self) -> None:
         """A run begins: its scope starts now. An epoch left open (a run cut short inside it and saved)
@@ -322,10 +326,10 @@ class TrainStageProgress(StageProgress):
             self._optimizer_steps_skipped.append(Tally())
         return self._optimizer_steps[index]
 
-    def _tallies(self) -> list[Tally]:
+    def _tally_kinds(self) -> list[list[Tally]]:
         return [
-            *super()._tallies(),
-            *self._optimizer_steps,
-            *self._optimizer_steps_skipped,
-            self._scheduler_steps,
+            *super()._tally_kinds(),
+            [*self._optimizer_steps],
+            [*self._optimizer_steps_skipped],
+            [self._scheduler_steps],
         ]
