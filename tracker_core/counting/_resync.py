@@ -8,6 +8,9 @@ from typing import Any
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._stage import StageProgress
 
+# Where a run scope began: its epochs' and batches' bases, then each kind of tally's (StageProgress._tally_kinds).
+RunScope = tuple[int, int, tuple[tuple[int, ...], ...]]
+
 
 def abandon_in_flight(progress: Progress, *, reenter: bool) -> str:
     """An exception ended the current run: close what was in flight; return what was cut ("" if nothing).
@@ -79,7 +82,7 @@ def reenter_evaluation_epoch(progress: Progress, stage: str, state: dict[str, An
     return True
 
 
-def continue_run_scope(stage: StageProgress, bases: tuple[int, ...] | None = None) -> tuple[int, ...]:
+def continue_run_scope(stage: StageProgress, bases: RunScope | None = None) -> RunScope:
     """Where the current run scope of ``stage`` begins (opaque), after continuing it from ``bases`` if given.
 
     ``bases``: the framework counts this run of ``stage`` on from an earlier run whose scope began there (as
@@ -88,14 +91,9 @@ def continue_run_scope(stage: StageProgress, bases: tuple[int, ...] | None = Non
     optimizer) count from zero.
     """
     kinds = stage._tally_kinds()
-    if bases is not None:  # (epochs, batches, each kind's length, each tally's base kind by kind)
-        epochs_base, batches_base, *rest = bases
-        stage._epochs.run_base = epochs_base
-        stage._batches.run_base = batches_base
-        saved = iter(rest[len(kinds) :])
-        for kind, length in zip(kinds, rest, strict=False):
-            kind_bases = [next(saved) for _ in range(length)]
+    if bases is not None:
+        stage._epochs.run_base, stage._batches.run_base, kind_bases = bases
+        for kind, saved in zip(kinds, kind_bases, strict=True):
             for index, tally in enumerate(kind):
-                tally.run_base = kind_bases[index] if index < length else 0
-    tally_bases = (tally.run_base for kind in kinds for tally in kind)
-    return (stage._epochs.run_base, stage._batches.run_base, *(len(kind) for kind in kinds), *tally_bases)
+                tally.run_base = saved[index] if index < len(saved) else 0
+    return stage._epochs.run_base, stage._batches.run_base, tuple(tuple(t.run_base for t in kind) for kind in kinds)
