@@ -77,11 +77,10 @@ class ProgressDisplay(ProgressBarBase):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._train_line_shown = False
-        display = self._train_totals(trainer)
-        if display is not None:
-            display.update("train")
+        self._train_totals(trainer)
+        self._update("train")
 
-    def _train_totals(self, trainer: pl.Trainer) -> Display | None:
+    def _train_totals(self, trainer: pl.Trainer) -> None:
         display = self._shown(trainer)
         if display is not None:
             max_epochs = trainer.max_epochs
@@ -91,7 +90,6 @@ class ProgressDisplay(ProgressBarBase):
                 done_in_run = get_progress(trainer).train.epochs.run.completed
                 display.set_max_epochs(max_epochs - trainer.current_epoch + done_in_run)
             display.set_batches("train", _known(self.total_train_batches))
-        return display
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
