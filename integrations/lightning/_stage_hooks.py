@@ -167,6 +167,7 @@ class StageHooks(CallbackBase):
         batches = self.tracker.progress.train.view.batches.lifetime
         return batches.ready == batches.processed
 
+    # validate, test and predict: Lightning's six hooks of each, from one code path
     (
         on_validation_start,
         on_validation_epoch_start,
