@@ -45,7 +45,7 @@ def _evaluation_hooks(kind: str, name: str) -> tuple[Callable[..., None], ...]:
     validation = kind == "validate"
     driver = operator.attrgetter(f"_{kind}")
 
-    def start(self: StageHooks, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def start(self: StageHooks, trainer: pl.Trainer, pl_module: object) -> None:
         if validation and trainer.sanity_checking:
             return
         if trainer.state.fn == _FIT:
@@ -56,17 +56,12 @@ def _evaluation_hooks(kind: str, name: str) -> tuple[Callable[..., None], ...]:
             self.tracker.progress.run_started()
             self._run_begun = True
 
-    def epoch_start(self: StageHooks, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def epoch_start(self: StageHooks, trainer: pl.Trainer, pl_module: object) -> None:
         if not (validation and trainer.sanity_checking):
             driver(self).epoch_begin()
 
     def batch_start(
-        self: StageHooks,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+        self: StageHooks, trainer: pl.Trainer, pl_module: object, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         if not (validation and trainer.sanity_checking):
             driver(self).batch_begin(batch)
@@ -74,7 +69,7 @@ def _evaluation_hooks(kind: str, name: str) -> tuple[Callable[..., None], ...]:
     def batch_end(
         self: StageHooks,
         trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
+        pl_module: object,
         outputs: Any,
         batch: Any,
         batch_idx: int,
@@ -83,11 +78,11 @@ def _evaluation_hooks(kind: str, name: str) -> tuple[Callable[..., None], ...]:
         if not (validation and trainer.sanity_checking):
             driver(self).batch_end(dataloader_idx)
 
-    def epoch_end(self: StageHooks, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def epoch_end(self: StageHooks, trainer: pl.Trainer, pl_module: object) -> None:
         if not (validation and trainer.sanity_checking):
             driver(self).epoch_end()
 
-    def end(self: StageHooks, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def end(self: StageHooks, trainer: pl.Trainer, pl_module: object) -> None:
         if validation and trainer.sanity_checking:
             return
         driver(self).settle()
