@@ -308,6 +308,32 @@ def test_an_evaluation_over_zero_batches_is_a_run(call: str) -> None:
     assert view.run.counts == (1, 1, 1, 1)
 
 
+@pytest.mark.parametrize("call", ["validate", "test"])
+def test_after_an_evaluation_cut_by_an_exception_one_over_zero_batches_is_a_run(call: str) -> None:
+    """Lightning runs ``on_exception`` and no ``teardown`` after an exception: the next call's ``setup`` begins its
+    run afresh."""
+    config = Config(raise_in=call)
+    pl = importlib.import_module(config.package)
+    hooks: list[str] = []
+
+    class Hooks(pl.Callback):  # type: ignore[misc,name-defined]
+        def on_exception(self, *args: Any) -> None:
+            hooks.append("on_exception")
+
+        def teardown(self, *args: Any) -> None:
+            hooks.append("teardown")
+
+    callback = ProgressTracker()
+    with pytest.raises(Planned):
+        getattr(trainer(config, [callback, Hooks()]), call)(model(config), _loader(7), verbose=False)
+    assert hooks == ["on_exception"]
+    empty = trainer(Config(limit_val=0), [callback], limit_test_batches=0)
+    getattr(empty, call)(model(config), _loader(7), verbose=False)
+    view = get_progress(empty)
+    assert view.run.kind == call
+    assert view.run.counts == (2, 2, 2, 2)  # the cut run closed at setup, this one counted at teardown
+
+
 # 17 ---------------------------------------------------------------------------------------------
 def test_a_checkpoint_written_at_the_end_of_a_mid_epoch_validation_resumes_exactly_without_warning(
     tmp_path: Path,

@@ -7,13 +7,11 @@ import contextlib
 import importlib
 from typing import TYPE_CHECKING
 
-PACKAGES = ("pytorch_lightning", "lightning.pytorch")
-
 
 def installed() -> list[str]:
     """The installed Lightning packages, ``pytorch_lightning`` first."""
     found = []
-    for package in PACKAGES:
+    for package in ("pytorch_lightning", "lightning.pytorch"):
         with contextlib.suppress(ImportError):
             importlib.import_module(package)
             found.append(package)
@@ -36,7 +34,7 @@ else:
     CallbackBase = _combined("CallbackBase", "callbacks.callback.Callback")
     ProgressBarBase = _combined("ProgressBarBase", "callbacks.progress.progress_bar.ProgressBar")
 
-__all__ = ["PACKAGES", "CallbackBase", "ProgressBarBase", "installed", "package_of"]
+__all__ = ["CallbackBase", "ProgressBarBase", "installed", "package_of"]
 
 
 def package_of(trainer: object) -> str:

@@ -146,7 +146,7 @@ class ProgressTracker(StageHooks):
     # setup / teardown -------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._trainer = weakref.ref(trainer)
-        self._run_begun = False
+        self._run_begun = False  # read at teardown, which Lightning skips after an exception
         self._rng.setup(trainer)
         if self._cut_by:  # an exception ended the last call: close what it cut (a fit's run stays open)
             self._reset_drivers()
@@ -172,7 +172,6 @@ class ProgressTracker(StageHooks):
             progress.run_started()
             progress.run_processed()
             progress.run_completed()
-        self._run_begun = False
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """Note the exception; what it cut is closed at the next call on this Trainer, so that a checkpoint written
@@ -180,7 +179,6 @@ class ProgressTracker(StageHooks):
         self._remove_step_hooks()
         self.tracker.progress.note_run_end("interrupted" if isinstance(exception, KeyboardInterrupt) else "crashed")
         self._cut_by = f"{type(exception).__name__} in {getattr(trainer.state.fn, 'value', trainer.state.fn)}"
-        self._run_begun = False
 
     def _remove_step_hooks(self) -> None:
         for handle in self._step_hooks:

@@ -70,10 +70,12 @@ class RankFilesIO:
 
     def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> Any:
         checkpoint = self._inner.load_checkpoint(path, *args, **kwargs)
-        callbacks = checkpoint.get("callbacks") if isinstance(checkpoint, dict) else None
+        if not isinstance(checkpoint, dict):
+            return checkpoint
+        callbacks = checkpoint.get("callbacks")
         if isinstance(callbacks, dict) and LIGHTNING_STATE_KEY in callbacks:
             callbacks[LIGHTNING_STATE_KEY] = with_rank_files(callbacks[LIGHTNING_STATE_KEY], path)
-        gradients = checkpoint.get(LIGHTNING_GRADIENTS_KEY) if isinstance(checkpoint, dict) else None
+        gradients = checkpoint.get(LIGHTNING_GRADIENTS_KEY)
         if isinstance(gradients, dict) and isinstance(gradients.get("ranks"), dict):
             checkpoint[LIGHTNING_GRADIENTS_KEY] = {
                 "ranks": RankTensors.of(gradients["ranks"], path, key="gradients.ranks")

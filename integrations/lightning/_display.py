@@ -63,6 +63,10 @@ class ProgressDisplay(ProgressBarBase):
             )
         return self._display
 
+    def _update(self, stage: str) -> None:
+        if self._enabled and self._display is not None:
+            self._display.update(stage)
+
     def _close(self) -> None:
         if self._display is not None:
             self._display.close()
@@ -73,11 +77,10 @@ class ProgressDisplay(ProgressBarBase):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._train_line_shown = False
-        display = self._train_totals(trainer)
-        if display is not None:
-            display.update("train")
+        self._train_totals(trainer)
+        self._update("train")
 
-    def _train_totals(self, trainer: pl.Trainer) -> Display | None:
+    def _train_totals(self, trainer: pl.Trainer) -> None:
         display = self._shown(trainer)
         if display is not None:
             max_epochs = trainer.max_epochs
@@ -87,13 +90,11 @@ class ProgressDisplay(ProgressBarBase):
                 done_in_run = get_progress(trainer).train.epochs.run.completed
                 display.set_max_epochs(max_epochs - trainer.current_epoch + done_in_run)
             display.set_batches("train", _known(self.total_train_batches))
-        return display
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self._enabled and self._display is not None:
-            self._display.update("train")
+        self._update("train")
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._enabled and self._display is not None and not self._train_line_shown:
@@ -108,10 +109,6 @@ class ProgressDisplay(ProgressBarBase):
         if display is not None:
             display.set_batches(stage, _known(sum(batches)))
             display.update(stage)
-
-    def _evaluation_batch_end(self, stage: str) -> None:
-        if self._enabled and self._display is not None:
-            self._display.update(stage)
 
     def _evaluation_end(self, trainer: pl.Trainer, stage: str) -> None:
         """The evaluation's line, at its end hook: Lightning has computed its epoch metrics by then."""
@@ -134,7 +131,7 @@ class ProgressDisplay(ProgressBarBase):
 
     def on_validation_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
         if not trainer.sanity_checking:
-            self._evaluation_batch_end("validate")
+            self._update("validate")
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
@@ -144,7 +141,7 @@ class ProgressDisplay(ProgressBarBase):
         self._evaluation_start(trainer, "test", trainer.num_test_batches)
 
     def on_test_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
-        self._evaluation_batch_end("test")
+        self._update("test")
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._evaluation_end(trainer, "test")
@@ -153,7 +150,7 @@ class ProgressDisplay(ProgressBarBase):
         self._evaluation_start(trainer, "predict", trainer.num_predict_batches)
 
     def on_predict_batch_end(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
-        self._evaluation_batch_end("predict")
+        self._update("predict")
 
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._evaluation_end(trainer, "predict")

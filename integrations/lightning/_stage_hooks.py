@@ -4,6 +4,7 @@ hooks, guarded inline, and the validate, test and predict hooks, guarded by ``pa
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -36,6 +37,65 @@ def passenger(hook: _Hook) -> _Hook:
             self._anomaly(f"{hook.__name__}: {error}")
 
     return cast(_Hook, guarded)
+
+
+def _evaluation_hooks(kind: str, name: str) -> tuple[Callable[..., None], ...]:
+    """Lightning's hooks ``on_<name>_{start,epoch_start,batch_start,batch_end,epoch_end,end}`` of evaluation ``kind``:
+    one code path for validate, test and predict. Lightning's sanity check counts nothing."""
+    validation = kind == "validate"
+    driver = operator.attrgetter(f"_{kind}")
+
+    def start(self: StageHooks, trainer: pl.Trainer, pl_module: object) -> None:
+        if validation and trainer.sanity_checking:
+            return
+        if trainer.state.fn == _FIT:
+            self._train.settle()  # a train batch ended before this validation
+        else:
+            bind_lifetime(trainer.lightning_module, self.tracker.progress)
+            self.tracker.progress.run_ready(kind)
+            self.tracker.progress.run_started()
+            self._run_begun = True
+
+    def epoch_start(self: StageHooks, trainer: pl.Trainer, pl_module: object) -> None:
+        if not (validation and trainer.sanity_checking):
+            driver(self).epoch_begin()
+
+    def batch_start(
+        self: StageHooks, trainer: pl.Trainer, pl_module: object, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if not (validation and trainer.sanity_checking):
+            driver(self).batch_begin(batch)
+
+    def batch_end(
+        self: StageHooks,
+        trainer: pl.Trainer,
+        pl_module: object,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if not (validation and trainer.sanity_checking):
+            driver(self).batch_end(dataloader_idx)
+
+    def epoch_end(self: StageHooks, trainer: pl.Trainer, pl_module: object) -> None:
+        if not (validation and trainer.sanity_checking):
+            driver(self).epoch_end()
+
+    def end(self: StageHooks, trainer: pl.Trainer, pl_module: object) -> None:
+        if validation and trainer.sanity_checking:
+            return
+        driver(self).settle()
+        if trainer.state.fn != _FIT:
+            self.tracker.progress.run_processed()
+            self.tracker.progress.run_completed()
+        if validation:
+            self._rng.validation_ended()
+
+    hooks = (start, epoch_start, batch_start, batch_end, epoch_end, end)
+    for hook in hooks:
+        hook.__name__ = hook.__qualname__ = f"on_{name}_{hook.__name__}"  # Lightning's name, in the anomalies noted
+    return tuple(passenger(hook) for hook in hooks)
 
 
 class StageHooks(CallbackBase):
@@ -102,126 +162,23 @@ class StageHooks(CallbackBase):
         batches = self.tracker.progress.train.view.batches.lifetime
         return batches.ready == batches.processed
 
-    def _evaluation_start(self, trainer: pl.Trainer, kind: str) -> None:
-        if trainer.state.fn == _FIT:
-            self._train.settle()  # a train batch ended before this validation
-        else:
-            bind_lifetime(trainer.lightning_module, self.tracker.progress)
-            self.tracker.progress.run_ready(kind)
-            self.tracker.progress.run_started()
-            self._run_begun = True
-
-    def _evaluation_end(self, trainer: pl.Trainer, driver: StageDriver) -> None:
-        driver.settle()
-        if trainer.state.fn != _FIT:
-            self.tracker.progress.run_processed()
-            self.tracker.progress.run_completed()
-
-    @passenger
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._evaluation_start(trainer, "validate")
-
-    @passenger
-    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._validate.epoch_begin()
-
-    @passenger
-    def on_validation_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        if not trainer.sanity_checking:
-            self._validate.batch_begin(batch)
-
-    @passenger
-    def on_validation_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if not trainer.sanity_checking:
-            self._validate.batch_end(dataloader_idx)
-
-    @passenger
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._validate.epoch_end()
-
-    @passenger
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._evaluation_end(trainer, self._validate)
-            self._rng.validation_ended()
-
-    @passenger
-    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._evaluation_start(trainer, "test")
-
-    @passenger
-    def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._test.epoch_begin()
-
-    @passenger
-    def on_test_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self._test.batch_begin(batch)
-
-    @passenger
-    def on_test_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._test.batch_end(dataloader_idx)
-
-    @passenger
-    def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._test.epoch_end()
-
-    @passenger
-    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._evaluation_end(trainer, self._test)
-
-    @passenger
-    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._evaluation_start(trainer, "predict")
-
-    @passenger
-    def on_predict_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._predict.epoch_begin()
-
-    @passenger
-    def on_predict_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self._predict.batch_begin(batch)
-
-    @passenger
-    def on_predict_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._predict.batch_end(dataloader_idx)
-
-    @passenger
-    def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._predict.epoch_end()
-
-    @passenger
-    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._evaluation_end(trainer, self._predict)
+    # validate, test and predict: Lightning's six hooks of each, from one code path
+    (
+        on_validation_start,
+        on_validation_epoch_start,
+        on_validation_batch_start,
+        on_validation_batch_end,
+        on_validation_epoch_end,
+        on_validation_end,
+    ) = _evaluation_hooks("validate", "validation")
+    on_test_start, on_test_epoch_start, on_test_batch_start, on_test_batch_end, on_test_epoch_end, on_test_end = (
+        _evaluation_hooks("test", "test")
+    )
+    (
+        on_predict_start,
+        on_predict_epoch_start,
+        on_predict_batch_start,
+        on_predict_batch_end,
+        on_predict_epoch_end,
+        on_predict_end,
+    ) = _evaluation_hooks("predict", "predict")
