@@ -377,6 +377,19 @@ def test_a_second_checkpoint_inside_the_resumed_epoch_resumes_exactly_too(name: 
     assert again.draws == [full.draws[SAVED_EPOCH][2:], full.draws[SAVED_EPOCH + 1]]
 
 
+def test_a_mid_epoch_save_after_a_resume_that_read_a_stateful_loaders_batches_again_warns_that_torchdata_skips() -> (
+    None
+):
+    # torchdata 0.11 counts the batches it read again twice in the resumed loader's state
+    setup = BY_NAME["stateful-iterable"]
+    full = _uninterrupted(setup)
+    with pytest.warns(InexactResumeWarning, match="counts those batches twice") as caught:
+        resumed = _resume(setup, 1, full.saved[1], save_in=SAVED_EPOCH)
+    assert len([w for w in caught if "twice" in str(w.message)]) == len(resumed.saved)  # at each save of the epoch
+    again = _resume(setup, 2, resumed.saved[2])
+    assert again.batches[0] == full.batches[SAVED_EPOCH][3:]  # the batch at index 2 is skipped
+
+
 @pytest.mark.parametrize("name", ["map-shuffled-own-generator", "stateful-shuffled"])
 def test_a_state_saved_before_the_first_epoch_restores_the_loaders_own_generators(name: str) -> None:
     setup = BY_NAME[name]

@@ -32,6 +32,7 @@ class EpochRecord:
     loader_generator: torch.Tensor | None = None
     sampler_rng: SamplerRng | None = None  # "sampler_replay"; None until the sampler starts
     state: Any = None  # "own_state": a loaded loader state, handed to the loader when its epoch is built
+    read_again: bool = False  # "own_state": its resume read batches again (a dataset without a state of its own)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ class OwnState(Strategy):
         why = "its dataset has no state of its own (state_dict / load_state_dict): the loader reads it again"
         with reading_again(cursor, loader, replay.skip if read else 0, why):
             iterator = self.site.build()
+        replay.record.read_again = read and replay.skip > 0
         for generator, state in self._generators:  # the build drew from them (a sampler's load sets its back, and
             generator.set_state(state)  # draws again): as the checkpoint left them
         return self._noted(iterator)
@@ -115,6 +116,18 @@ class OwnState(Strategy):
             raise ProgressStateError(join_key(key, "loader_class"), f"saved by a {saved[0]}; this loader is a {mine}")
         per_epoch = None if isinstance(loader.dataset, IterableDataset) else len(loader)
         record.state = check_own_state(saved, join_key(key, "loader_state"), loader.num_workers, per_epoch)
+
+
+def warn_counted_twice(loader: Any) -> None:
+    """torchdata 0.11's StatefulDataLoader, resumed over a dataset without a state of its own, counts the batches it
+    read again twice in its next state (a resume from it skips them at 0 workers, and fails with workers)."""
+    warnings.warn(
+        f"saving {describe(loader)} mid-epoch after a resume that read its batches again: torchdata's "
+        "StatefulDataLoader counts those batches twice in its state, so a resume from this checkpoint skips as many "
+        "(0 workers) or fails (with workers). Give the dataset a state of its own (state_dict / load_state_dict)",
+        InexactResumeWarning,
+        stacklevel=3,
+    )
 
 
 def warn_order_drawn_again(loader: Any, doing: str) -> None:

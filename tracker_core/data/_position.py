@@ -16,7 +16,7 @@ from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import compact_loader, expand_loader
 from tracker_core.data._epoch import EpochRecord, FastForward, Replay, Site
 from tracker_core.data._iterable_replay import IterableReplay
-from tracker_core.data._own_state import OwnState, warn_order_drawn_again
+from tracker_core.data._own_state import OwnState, warn_counted_twice, warn_order_drawn_again
 from tracker_core.data._rng import GlobalRng, expanded, preserved_global_rng, read_generator_state
 from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._saved_loader import (
@@ -128,8 +128,11 @@ class LoaderPosition:
             raise ValueError("no batch of an epoch has been drawn yet, so batches_consumed must be 0")
         record = self._strategy.saved_record(record, batches_consumed)
         loader = self.loader
-        if batches_consumed and batches_consumed != per_epoch and self._strategy.order_drawn_again(record):
-            warn_order_drawn_again(loader, "saving")
+        if batches_consumed and batches_consumed != per_epoch:
+            if self._strategy.order_drawn_again(record):
+                warn_order_drawn_again(loader, "saving")
+            if record is not None and record.read_again:
+                warn_counted_twice(loader)
         state = {
             "version": STATE_VERSION,
             "kind": self.kind,
