@@ -93,9 +93,8 @@ class ProgressTracker(StageHooks):
         self._run_begun = False  # this call's run is counted (a call that runs no loop is counted at teardown)
         self._cut_by = ""  # an exception ended the last call: what, and in which call (settled at the next call)
         self._validation_restart = ""  # read from a fit checkpoint's loops: see validation_at_load
-        self._fit_scope: tuple[int, int, tuple[tuple[int, ...], ...]] | None = (
-            None  # where the train run scope of this Trainer's fit began
-        )
+        # where the train run scope of this Trainer's fit began (what continue_run_scope returned)
+        self._fit_scope: tuple[int, int, tuple[tuple[int, ...], ...]] | None = None
         self._loggers = LoggerRewind()
 
     @property
