@@ -1,6 +1,5 @@
-"""The checks before a checkpoint file is loaded (a regular file, a whole zip) and its load with
-``torch.load(weights_only=True)``, which never runs pickled code: shared by ``read_checkpoint`` and Accelerate's
-progress files."""
+"""Reading a checkpoint file, for ``read_checkpoint`` and Accelerate's progress files: the checks before it is loaded
+(a regular file, a whole zip) and ``torch.load(weights_only=True)``, which never runs pickled code."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ from typing import Any
 import torch
 
 CHUNK = 1 << 20  # bytes read at a time
-_ZIP_MAGIC = b"PK\x03\x04"  # how a zip archive (torch.save's format) begins
 
 
 def kind_problem(mode: int) -> str | None:
@@ -28,15 +26,14 @@ def kind_problem(mode: int) -> str | None:
 
 
 def zip_problem(path: str | os.PathLike[str], *, torch_save: bool) -> str | None:
-    """Why the zip at ``path`` is damaged, or None: every member is read, which checks its CRC-32. ``torch_save``:
-    the file must be a zip as torch.save writes it (no member twice, none compressed); otherwise a file that does
-    not begin as a zip is not checked."""
+    """Why the zip at ``path`` is damaged, or None: every member is read, which checks its CRC-32. ``torch_save``: it
+    must be a zip as torch.save writes it (no member twice, none compressed); else a non-zip file passes unchecked."""
     if torch_save and not zipfile.is_zipfile(path):
         return "truncated or not a torch checkpoint (no zip central directory, which torch.save writes last)"
     try:
         if not torch_save:
             with open(path, "rb") as stream:
-                if stream.read(len(_ZIP_MAGIC)) != _ZIP_MAGIC:
+                if stream.read(4) != b"PK\x03\x04":  # how a zip archive (torch.save's format) begins
                     return None
         with zipfile.ZipFile(path) as archive:
             seen: set[str] = set()
