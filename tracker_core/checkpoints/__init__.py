@@ -5,19 +5,16 @@ and the errors."""
 from __future__ import annotations
 
 import os
-import pickle
 import re
 import stat
 import warnings
-import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, overload
 
-import torch
-
 import tracker_core.checkpoints._accelerate as accelerate_file
+import tracker_core.checkpoints._reading as reading
 import tracker_core.checkpoints._urls as urls
 from tracker_core._errors import ProgressStateError
 from tracker_core._tracker import Tracker
@@ -44,8 +41,6 @@ _SHARDED_META = "meta.pt"  # Lightning's _METADATA_FILENAME beside torch.distrib
 _DCP_METADATA = ".metadata"  # what torch.distributed.checkpoint writes after the shards
 _DEEPSPEED_MARKS = frozenset({"latest", "zero_to_fp32.py"})  # what DeepSpeed's save_checkpoint writes
 _CHECKPOINT_SUFFIXES = (".ckpt", ".pt", ".pth")  # files a directory scan considers
-_NOT_A_ZIP = "truncated or not a torch checkpoint (no zip central directory, which torch.save writes last)"
-_CHUNK = 1 << 20
 _NO_COMMIT = (
     "Accelerate's files (the folder has no commit: the AcceleratorProgress that saved it was not registered for "
     "checkpointing, accelerator.register_for_checkpointing(progress), so only its progress files are checked)"
@@ -152,55 +147,16 @@ def _check_file(path: Path) -> None:
     mode = _mode(path)
     if mode is None:
         raise CheckpointFileError(f"{path}: no such file or folder")
-    if stat.S_ISDIR(mode):
-        raise CheckpointFileError(f"{path}: a folder where a checkpoint file belongs")
-    if not stat.S_ISREG(mode):
-        raise CheckpointFileError(f"{path}: not a regular file (a FIFO, socket or device); not read")
-    if os.path.getsize(path) == 0:
-        raise CheckpointFileError(f"{path}: empty file")
-    problem = _zip_problem(path)
-    if problem:
+    problem = reading.kind_problem(mode)
+    if problem is None:
+        problem = "empty file" if os.path.getsize(path) == 0 else reading.zip_problem(path, torch_save=True)
+    if problem is not None:
         raise CheckpointFileError(f"{path}: {problem}")
-
-
-def _zip_problem(path: Path) -> str | None:
-    """Why the torch.save zip at ``path`` is damaged, or None: every member is read and its CRC-32 checked."""
-    if not zipfile.is_zipfile(path):
-        return _NOT_A_ZIP
-    try:
-        with zipfile.ZipFile(path) as archive:
-            seen: set[str] = set()
-            for info in archive.infolist():
-                if info.filename in seen:
-                    return f"damaged: the zip member {info.filename!r} appears twice"
-                seen.add(info.filename)
-                if info.compress_type != zipfile.ZIP_STORED:
-                    return f"not a torch checkpoint: the zip member {info.filename!r} is compressed"
-                with archive.open(info) as member:
-                    while member.read(_CHUNK):
-                        pass
-    except zipfile.BadZipFile as error:
-        if "CRC" in str(error):
-            return f"damaged: {error} (its bytes changed after it was written)"
-        return f"truncated or damaged zip ({error})"
-    except Exception as error:  # untrusted bytes: struct, zlib, EOF and value errors all mean damage
-        return f"truncated or damaged zip ({type(error).__name__}: {error})"
-    return None
 
 
 def _load(path: Path) -> Any:
     _check_file(path)
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except pickle.UnpicklingError as error:
-        reason = re.search(r"WeightsUnpickler error: ([^\n]*)", str(error))
-        raise CheckpointFileError(
-            f"{path}: refused by torch.load(weights_only=True), which never runs pickled code"
-            + (f" ({reason[1].strip()})" if reason else "")
-        ) from None
-    except Exception as error:  # untrusted bytes: whatever torch.load raises on them is the file's fault
-        first_line = (str(error).splitlines() or [type(error).__name__])[0][:300]
-        raise CheckpointFileError(f"{path}: truncated or not a torch checkpoint ({first_line})") from None
+    return reading.load(path, CheckpointFileError, mmap=True)
 
 
 def _find_entry(path: Path, payload: Any) -> tuple[str, str, Any]:

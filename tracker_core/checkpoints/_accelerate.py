@@ -7,15 +7,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import pickle
 import stat
-import zipfile
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+import tracker_core.checkpoints._reading as reading
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._rng import GlobalRng
 from tracker_core.state._readers import read_int, read_list, read_mapping, read_version
@@ -35,8 +34,6 @@ _KEYS = (
 )
 _ITERATION_KEYS = {"now", "pass", "finished", "left"}
 _TEMPORARY = ".progress_tracker_{}.pt.partial"
-_CHUNK = 1 << 20
-_ZIP_MAGIC = b"PK\x03\x04"  # how a zip archive (torch.save's format) begins
 MIXED = "parts of this folder come from different saves (a save_state killed part-way, or two processes saving into it)"
 NOT_COMMITTED = (
     "the save_state that wrote this folder was cut short before a registered AcceleratorProgress wrote it (at the "
@@ -137,10 +134,9 @@ def commit_problem(directory: str, commit: SavedProgress) -> str | None:
             mode = os.stat(full).st_mode
         except OSError:
             return f"{path}, which the save wrote, is missing"
-        if stat.S_ISDIR(mode):
-            return f"{path}: a folder where a checkpoint file belongs"
-        if not stat.S_ISREG(mode):
-            return f"{path}: not a regular file (a FIFO, socket or device); not read"
+        problem = reading.kind_problem(mode)
+        if problem is not None:
+            return f"{path}: {problem}"
         found, found_crc = _file_crc32(full)
         if found == 0 < size:
             return f"{path} is an empty file; the save wrote {size} bytes"
@@ -149,23 +145,10 @@ def commit_problem(directory: str, commit: SavedProgress) -> str | None:
         if found_crc != crc:
             return f"{path} holds other bytes than the save wrote (its CRC-32 differs)"
     for path in uncommitted(directory, commit):
-        problem = _archive_problem(os.path.join(directory, path))
+        problem = reading.zip_problem(os.path.join(directory, path), torch_save=False)
         if problem is not None:
-            return f"{path}, written after the commit, {problem}"
+            return f"{path}, written after the commit: {problem}"
     return None
-
-
-def _archive_problem(path: str) -> str | None:
-    """Why the zip archive (``torch.save``'s format) at ``path`` is not whole, or None (also for another format)."""
-    try:
-        with open(path, "rb") as stream:
-            if stream.read(4) != _ZIP_MAGIC:
-                return None
-        with zipfile.ZipFile(path) as archive:
-            damaged = archive.testzip()
-    except (OSError, zipfile.BadZipFile, EOFError):
-        return "is truncated or damaged: not a whole torch.save archive"
-    return None if damaged is None else f"is damaged: its member {damaged} fails its CRC-32"
 
 
 def uncommitted(directory: str, commit: SavedProgress) -> list[str]:
@@ -191,7 +174,7 @@ def _file_crc32(path: str) -> tuple[int, int]:
     """(size, CRC-32) of the file's bytes."""
     crc, size = 0, 0
     with open(path, "rb") as stream:
-        while chunk := stream.read(_CHUNK):
+        while chunk := stream.read(reading.CHUNK):
             crc, size = zlib.crc32(chunk, crc), size + len(chunk)
     return size, crc
 
@@ -240,15 +223,7 @@ def read(directory: str, process_index: int) -> SavedProgress:
         raise FileNotFoundError(f"{path} is missing: {NOT_COMMITTED}")
     if not os.path.isfile(path):
         raise ProgressStateError("", f"{path} is not a regular file")
-    try:
-        payload = torch.load(path, weights_only=True, map_location="cpu")
-    except pickle.UnpicklingError:
-        raise ProgressStateError(
-            "", f"{path} is refused by torch.load(weights_only=True), which never runs pickled code"
-        ) from None
-    except Exception as exc:  # untrusted bytes: any failure to read them is the file's fault
-        reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-        raise ProgressStateError("", f"{path} is not a readable progress file ({reason})") from None
+    payload = reading.load(path, lambda problem: ProgressStateError("", problem))
     read_version(payload.get("version") if isinstance(payload, dict) else None, "version", VERSION)
     payload = read_mapping(payload, "", required=_KEYS)
     gradients = payload["gradients"]

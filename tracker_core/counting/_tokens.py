@@ -80,8 +80,8 @@ class TokenCounter:
         if type(mask) is Tensor:
             stage._tokens.total += ids.numel() if type(ids) is Tensor else mask.numel()
             stage._non_padding_tokens.add_tensor(mask.sum())
-        elif type(ids) is Tensor:
-            tokens = ids.numel()
+        else:  # ids is a tensor (one of the two is), mask is not
+            tokens = ids.numel()  # type: ignore[union-attr]  # a Tensor (above); cast() would cost a call
             stage._tokens.total += tokens
             stage._non_padding_tokens.total += tokens
 

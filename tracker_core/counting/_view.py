@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from tracker_core.counting._counts import PhaseCounts, ScopeCounts, Tally
-from tracker_core.vocabulary import Stage
 
 if TYPE_CHECKING:
     from tracker_core.counting._progress import Progress
@@ -250,7 +249,8 @@ class ProgressView(_ReadOnly):
 
     def stage(self, name: str) -> StageView:
         """The view of stage ``name`` (train, validate, test or predict)."""
-        return StageView(self._progress.stage(name)) if name != Stage.TRAIN else self.train
+        view: StageView = getattr(self, self._progress.stage(name).name)
+        return view
 
     @property
     def run(self) -> RunCounts:
