@@ -104,10 +104,6 @@ def _loader_blobs(state: Mapping[str, Any]) -> list[tuple[tuple[str, ...], tuple
     if is_mapping(generators):
         blobs += [(("generators", path), None) for path in generators]
     blobs.append((("epoch", "loader_generator"), ("generators", _LOADER)))
-    blobs.append((("epoch", "sampler_rng", "torch"), ("epoch", "iterator_rng", "torch")))
-    saved = _get(state, ("epoch", "sampler_rng", "generators"))
-    if is_mapping(saved):
-        blobs += [(("epoch", "sampler_rng", "generators", path), ("generators", path)) for path in saved]
     return blobs
 
 

@@ -95,7 +95,7 @@ class OwnState(Strategy):
         self.site.loader.load_state_dict({})  # type: ignore[attr-defined]
 
     def arm(self) -> None:
-        super().arm()
+        self.drop_iterator()
         generators = self.site.chain.generators(self.site.loader.generator).values()
         self._generators = tuple((generator, generator.get_state()) for generator in generators)
 

@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from tracker_core.data._epoch import EpochRecord, Replay, Site
-from tracker_core.data._torch_compat import forget_live_iterator
 
-LoaderKind = Literal["sampler_replay", "iterable_replay", "own_state"]
+LoaderKind = Literal["own_state", "plain"]
 
 
 def is_stateful(obj: object) -> bool:
@@ -62,13 +61,7 @@ class Strategy:
         return False
 
     def install(self) -> None:
-        """The position is installed: drop a live iterator, so the next epoch is built, and seen, through it."""
-        self.drop_iterator()
+        """The position is installed on its loader."""
 
     def arm(self) -> None:
         """Prepare the loader for its next epoch after a load."""
-        self.drop_iterator()
-
-    def drop_iterator(self) -> None:
-        """Drop an iterator the loader keeps (persistent workers), so its next epoch is built anew."""
-        forget_live_iterator(self.site.loader)

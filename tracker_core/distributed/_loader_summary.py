@@ -50,9 +50,9 @@ def summarize_loader(ranks: Sequence[Mapping[str, Any]], index: int) -> dict[str
             )
         first = saved if first is None else first
         check_same_order(saved, first, f"{key}.distributed", "rank 0 saved")
-        if is_batch_sharded(saved) and state.get("kind") != "sampler_replay":
+        if is_batch_sharded(saved) and state.get("kind") == "own_state":
             raise ProgressStateError(
-                f"{key}.kind", "a batch-sharded position is mapped by replaying its sampler: 'sampler_replay' only"
+                f"{key}.kind", "a batch-sharded loader's own state holds its rank's shard: it cannot be mapped"
             )
         if (saved["num_replicas"], saved["rank"]) != (len(ranks), rank):
             raise ProgressStateError(
