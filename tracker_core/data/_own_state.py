@@ -72,10 +72,6 @@ class OwnState(Strategy):
             return record
         return EpochRecord()
 
-    def has_drawn(self, record: EpochRecord | None) -> bool:
-        """Always: the loader's state knows its position, even in an epoch this position did not see begin."""
-        return True
-
     def order_drawn_again(self, record: EpochRecord | None) -> bool:
         """An order from torch's own ``RandomSampler`` under an index sampler without a state of its own, which the
         loader positions by drawing it again: at 0 workers, or in an epoch whose starting RNGs ``record`` lacks."""
@@ -85,9 +81,6 @@ class OwnState(Strategy):
         index_sampler = loader.sampler if loader.batch_sampler is None else loader.batch_sampler
         samplers = self.site.chain.samplers().values()
         return not is_stateful(index_sampler) and any(type(s) is RandomSampler for s in samplers)
-
-    def install(self) -> None:
-        """Keeps an iterator built before (``state_dict()`` builds one): a new one would draw the global RNG."""
 
     def drop_iterator(self) -> None:
         """A load, even of an empty state, drops the iterator a StatefulDataLoader keeps (one its ``state_dict()``

@@ -9,7 +9,6 @@ import warnings
 from typing import Any
 
 from tracker_core._errors import InexactResumeWarning
-from tracker_core.data._epoch import EpochRecord
 from tracker_core.data._fast_forward import describe
 from tracker_core.data._strategy import Strategy
 
@@ -26,10 +25,6 @@ class Plain(Strategy):
     kind = "plain"
     epoch_keys = ()
     order_depends_on_workers = False  # the order is not resumed, so another worker count changes nothing more
-
-    def has_drawn(self, record: EpochRecord | None) -> bool:
-        return True
-
 
 
 def warn_plain_mid_epoch(loader: Any, doing: str, batches: int) -> None:

@@ -71,7 +71,6 @@ class LoaderPosition:
             raise ValueError("in_order=False with workers yields batches in a racy order; it cannot resume exactly")
         self._site = Site(loader, iterator_hook(loader))
         self._strategy: Strategy = strategy(self._site)
-        self._strategy.install()
         if strategy is Plain:
             _PLAIN[loader] = self
         else:
@@ -134,10 +133,7 @@ class LoaderPosition:
         per_epoch = self._batches_per_epoch()
         if per_epoch is not None and batches_consumed > per_epoch:
             raise ValueError(f"batches_consumed={batches_consumed} exceeds the {per_epoch} batches of an epoch")
-        record = self._site.cursor.epoch
-        if batches_consumed and not self._strategy.has_drawn(record):
-            raise ValueError("no batch of an epoch has been drawn yet, so batches_consumed must be 0")
-        record = self._strategy.saved_record(record, batches_consumed)
+        record = self._strategy.saved_record(self._site.cursor.epoch, batches_consumed)
         loader = self.loader
         if isinstance(self._strategy, Plain):
             record = self._plain_record(batches_consumed, per_epoch, in_epoch)
@@ -311,10 +307,9 @@ class LoaderPosition:
         record = replay.record
         self._site.cursor.epoch = record
         loader = self.loader
-        torch_only = self._strategy.replays_torch_rng_only()
-        with preserved_global_rng(torch_only=torch_only):
+        with preserved_global_rng():
             if record.iterator_rng is not None:
-                record.iterator_rng.apply(torch_only=torch_only)
+                record.iterator_rng.apply()
                 if record.loader_generator is not None and loader.generator is not None:
                     loader.generator.set_state(record.loader_generator)
             return self._strategy.replay(replay)

@@ -36,21 +36,12 @@ class Strategy:
         the epoch's iterator RNGs applied)."""
         raise NotImplementedError
 
-    def replays_torch_rng_only(self) -> bool:
-        """Whether :meth:`replay` runs under the epoch's torch RNG alone (what building a loader's iterator draws
-        from, for its base seed), not under Python's and NumPy's too."""
-        return False
-
     def epoch_to_plain(self, record: EpochRecord) -> dict[str, Any]:
         """The kind's fields of the saved epoch record."""
         return {}
 
     def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
         """Validate the kind's saved fields into ``record``."""
-
-    def has_drawn(self, record: EpochRecord | None) -> bool:
-        """Whether ``record`` knows the order of batches already drawn."""
-        return record is not None
 
     def saved_record(self, record: EpochRecord | None, batches_consumed: int) -> EpochRecord | None:
         """The record a checkpoint saves of the most recently begun epoch, ``record`` (None: none began)."""
@@ -59,9 +50,6 @@ class Strategy:
     def order_drawn_again(self, record: EpochRecord | None) -> bool:
         """Whether a resume inside the epoch of ``record`` draws its order again instead of continuing it (inexact)."""
         return False
-
-    def install(self) -> None:
-        """The position is installed on its loader."""
 
     def arm(self) -> None:
         """Prepare the loader for its next epoch after a load."""
