@@ -1,6 +1,6 @@
-"""Make a DataLoader resumable at a batch position, in place ("data position is progress"): this front keeps what
-every loader kind shares, one ``Strategy`` per kind notes and replays an epoch (docs/resume.md, "How the train loader
-gets back to its batch").
+"""Where a train DataLoader is ("data position is progress"): this front keeps what every loader kind shares; one
+``Strategy`` per kind: a loader with its own state is positioned at its batch (``_own_state.py``), a plain one between
+epochs only (``_plain.py``; docs/resume.md, "How the train loader gets back to its batch").
 """
 
 from __future__ import annotations
@@ -48,14 +48,15 @@ class ParsedLoader:
 
 
 class LoaderPosition:
-    """Where a DataLoader is within its epochs, saved as plain data and restored exactly.
+    """Where a DataLoader is within its epochs, saved as plain data and restored: exactly at any batch for a loader
+    with its own state (torchdata's ``StatefulDataLoader``), between epochs for a plain one (warned inside an epoch).
 
-    Install before the loader is first iterated; the framework keeps the same object::
+    Create before the loader is first iterated; the framework keeps the same object::
 
         position = LoaderPosition(loader)  # lives as long as the loader
-        state = position.state_dict(batches_consumed=5)  # at a checkpoint
+        state = position.state_dict(batches_consumed=5, in_epoch=True)  # at a checkpoint
         # fresh process, same loader configuration:
-        LoaderPosition(loader).load_state_dict(state)  # its next epoch starts at batch 5
+        LoaderPosition(loader).load_state_dict(state)  # a StatefulDataLoader's next epoch starts at batch 5
     """
 
     def __init__(self, loader: DataLoader[Any]) -> None:
@@ -122,8 +123,8 @@ class LoaderPosition:
         self, *, batches_consumed: int, rng: Mapping[str, Any] | None = None, in_epoch: bool = False
     ) -> dict[str, Any]:
         """Plain data: what fixed the most recently begun epoch, plus ``batches_consumed``, that epoch's batches whose
-        training steps completed (between epochs, the finished epoch's length). ``ValueError`` if it is negative,
-        above an epoch's length, or nonzero before any batch was drawn. ``rng``: the global RNG snapshot saved
+        training steps completed (between epochs, 0 or the finished epoch's length; 0 for an iterable, whose length is
+        unknown). ``ValueError`` if it is negative or above an epoch's length. ``rng``: the global RNG snapshot saved
         beside it, if any (``tracker_core/data/_compact.py`` writes the epoch's RNG as a delta of it). ``in_epoch``:
         an epoch has begun and not ended (a plain loader saved there, even before its first batch, is warned)."""
         if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, int):
@@ -183,9 +184,9 @@ class LoaderPosition:
     # --- loading ------------------------------------------------------------------------
 
     def load_state_dict(self, state: Mapping[str, Any], rng: Mapping[str, Any] | None = None) -> None:
-        """Validate ``state`` fully, then arm the next ``iter(loader)`` to replay the saved epoch's order without its
-        first ``batches_consumed`` batches (sampler generators are restored at once; later epochs follow as in the
-        uninterrupted run). ``rng``: the snapshot given to :meth:`state_dict`, if any. On a bad state raises
+        """Validate ``state`` fully, restore the loader's generators, and (a loader with its own state) arm the next
+        ``iter(loader)`` to resume the saved epoch after its first ``batches_consumed`` batches; later epochs follow as
+        in the uninterrupted run. A plain loader's state saved inside an epoch warns (its epoch is read whole). ``rng``: the snapshot given to :meth:`state_dict`, if any. On a bad state raises
         ``ProgressStateError`` (key path and problem), changing nothing."""
         header = read_header(expand_loader(state, "", rng), "", self.kind)
         generators = self._check_header(header)  # this loader's checks first
