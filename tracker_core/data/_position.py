@@ -27,7 +27,7 @@ from tracker_core.data._saved_loader import (
     read_header,
 )
 from tracker_core.data._strategy import LoaderKind, Strategy, is_stateful
-from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook
+from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook, live_iterator
 from tracker_core.state._codec import tensor_to_text
 
 # Settings that must not change between a save and its resume: the epoch order depends on them.
@@ -161,7 +161,7 @@ class LoaderPosition:
     def _plain_record(self, batches_consumed: int, per_epoch: int | None, in_epoch: bool) -> EpochRecord | None:
         """A plain loader's epoch record: an empty one when saved inside an epoch (warned), else None."""
         loader = self.loader
-        if loader.num_workers and loader.persistent_workers:
+        if live_iterator(loader) is not None:  # kept by persistent workers, once started
             warn_persistent_workers(loader)
         if batches_consumed == per_epoch or not (batches_consumed or in_epoch):
             return None
