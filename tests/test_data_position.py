@@ -224,7 +224,8 @@ BY_NAME = {setup.name: setup for setup in SETUPS}
 _MAP = "map-shuffled-own-generator"  # a plain map-style setup whose state has every part
 _STATEFUL = "stateful-shuffled"
 # Plain loaders without persistent workers: exact between epochs (persistent workers: the last test section).
-PLAIN = [pytest.param(s, id=s.name) for s in SETUPS if not s.name.startswith(("stateful", "map-shuffled-2-pers"))]
+_PERSISTENT = "map-shuffled-2-persistent-workers"
+PLAIN = [pytest.param(s, id=s.name) for s in SETUPS if not s.name.startswith("stateful") and s.name != _PERSISTENT]
 STATEFUL_POSITIONS = [
     pytest.param(setup, k, id=f"{setup.name}-k{k}")
     for setup in SETUPS
@@ -430,7 +431,7 @@ def test_a_mid_epoch_save_after_a_resume_that_read_a_stateful_loaders_batches_ag
     assert again.batches[0] == full.batches[SAVED_EPOCH][3:]  # the batch at index 2 is skipped
 
 
-@pytest.mark.parametrize("name", [_MAP, "map-shuffled-2-persistent-workers", _STATEFUL])
+@pytest.mark.parametrize("name", [_MAP, _PERSISTENT, _STATEFUL])
 def test_a_state_saved_before_the_first_epoch_resumes_exactly_without_a_warning(name: str) -> None:
     setup = BY_NAME[name]
     _seed_all(0)
@@ -538,7 +539,7 @@ def test_a_shuffled_plain_loader_saved_at_batch_0_after_its_iterator_was_built_w
 
 def test_a_plain_loader_with_persistent_workers_started_warns_at_every_save_even_between_epochs() -> None:
     # Its workers keep their seeds and their iterator across epochs; a resumed process starts new ones.
-    setup = BY_NAME["map-shuffled-2-persistent-workers"]
+    setup = BY_NAME[_PERSISTENT]
     _seed_all(0)
     loader, position = _positioned(setup)
     _train(setup, loader, position, range(1))
