@@ -33,9 +33,12 @@ class OwnState(Strategy):
     _generators: tuple[tuple[torch.Generator, torch.Tensor], ...] = ()  # the order's generators, as the load left them
 
     def begin(self) -> Any:
+        """Build a new epoch's iterator (``cursor.epoch`` holds its new record)."""
         return self._noted(self.site.build())
 
     def replay(self, replay: Replay) -> Any:
+        """Build the iterator of the armed epoch, positioned at ``replay.skip`` (the global RNGs are saved around it,
+        the epoch's iterator RNGs applied)."""
         cursor = self.site.cursor
         cursor.replay = None
         loader = self.site.loader
@@ -93,6 +96,7 @@ class OwnState(Strategy):
         self._generators = tuple((generator, generator.get_state()) for generator in generators)
 
     def epoch_to_plain(self, record: EpochRecord) -> dict[str, Any]:
+        """The kind's fields of the saved epoch record."""
         if not self.saves_state:
             return {}
         state = record.state  # loaded, its epoch not begun again yet
@@ -101,6 +105,7 @@ class OwnState(Strategy):
         return {"loader_class": class_name(self.site.loader), "loader_state": to_plain(state, "epoch.loader_state")}
 
     def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
+        """Validate the kind's saved fields into ``record``."""
         if "loader_state" not in fields and "loader_class" not in fields:
             return
         loader = self.site.loader

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -26,7 +26,7 @@ from tracker_core.data._saved_loader import (
     check_saved_epoch,
     read_header,
 )
-from tracker_core.data._strategy import LoaderKind, Strategy, is_stateful
+from tracker_core.data._strategy import LoaderKind, is_stateful
 from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook, live_iterator
 from tracker_core.state._codec import tensor_to_text
 
@@ -71,7 +71,7 @@ class LoaderPosition:
         if strategy is OwnState and loader.num_workers > 0 and not getattr(loader, "in_order", True):
             raise ValueError("in_order=False with workers yields batches in a racy order; it cannot resume exactly")
         self._site = Site(loader, iterator_hook(loader))
-        self._strategy: Strategy = strategy(self._site)
+        self._strategy: OwnState | Plain = strategy(self._site)
         if strategy is Plain:
             _PLAIN[loader] = self
         else:
@@ -134,15 +134,16 @@ class LoaderPosition:
         per_epoch = self._batches_per_epoch()
         if per_epoch is not None and batches_consumed > per_epoch:
             raise ValueError(f"batches_consumed={batches_consumed} exceeds the {per_epoch} batches of an epoch")
-        record = self._strategy.saved_record(self._site.cursor.epoch, batches_consumed)
         loader = self.loader
         if isinstance(self._strategy, Plain):
             record = self._plain_record(batches_consumed, per_epoch, in_epoch)
-        elif batches_consumed and batches_consumed != per_epoch:
-            if self._strategy.order_drawn_again(record):
-                warn_order_drawn_again(loader, "saving")
-            if record is not None and record.read_again:
-                warn_counted_twice(loader)
+        else:
+            record = self._strategy.saved_record(self._site.cursor.epoch, batches_consumed)
+            if batches_consumed and batches_consumed != per_epoch:
+                if self._strategy.order_drawn_again(record):
+                    warn_order_drawn_again(loader, "saving")
+                if record is not None and record.read_again:
+                    warn_counted_twice(loader)
         state = {
             "version": STATE_VERSION,
             "kind": self.kind,
@@ -289,7 +290,8 @@ class LoaderPosition:
             record.loader_generator = read_generator_state(
                 fields["loader_generator"], "epoch.loader_generator", generator
             )
-        self._strategy.read_epoch(fields, "epoch", record)
+        if isinstance(self._strategy, OwnState):
+            self._strategy.read_epoch(fields, "epoch", record)
         return record
 
     # --- the hook -----------------------------------------------------------------------
@@ -302,7 +304,7 @@ class LoaderPosition:
             return self._replay_epoch(replay)
         generator = self.loader.generator
         cursor.epoch = EpochRecord(GlobalRng.capture(), None if generator is None else generator.get_state())
-        return self._strategy.begin()
+        return cast("OwnState", self._strategy).begin()  # the hook is installed on such a loader only
 
     def _replay_epoch(self, replay: Replay) -> Any:
         record = replay.record
@@ -313,7 +315,7 @@ class LoaderPosition:
                 record.iterator_rng.apply()
                 if record.loader_generator is not None and loader.generator is not None:
                     loader.generator.set_state(record.loader_generator)
-            return self._strategy.replay(replay)
+            return cast("OwnState", self._strategy).replay(replay)
 
     # --- what fixes the order -----------------------------------------------------------
 
