@@ -70,7 +70,7 @@ def compact_loader(state: Mapping[str, Any], rng: Mapping[str, Any] | None = Non
     saved beside it, if any."""
     out = dict(state)
     epoch = state["epoch"]
-    if epoch is not None and epoch["iterator_rng"] is not None:
+    if epoch is not None and epoch.get("iterator_rng") is not None:
         out["epoch"] = dict(epoch, iterator_rng=compact_rng(epoch["iterator_rng"], rng))
     for path, base in _loader_blobs(state):
         text = _get(state, path)
