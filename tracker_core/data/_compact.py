@@ -85,7 +85,7 @@ def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = 
         return value
     out = dict(value)
     epoch = value.get("epoch")
-    if is_mapping(epoch):
+    if is_mapping(epoch) and "iterator_rng" in epoch:
         iterator = expand_rng(epoch.get("iterator_rng"), join_key(key, "epoch.iterator_rng"), rng)
         out["epoch"] = dict(epoch, iterator_rng=iterator)
     for path, base in _loader_blobs(value):
