@@ -31,7 +31,6 @@ class Plain(Strategy):
         return True
 
 
-
 def warn_plain_mid_epoch(loader: Any, doing: str, batches: int) -> None:
     """A plain loader saved, or resumed, inside an epoch: the framework reads the epoch from its start."""
     at = f"after {batches} batches of an epoch" if batches else "in an epoch whose iterator may already be built"
