@@ -263,9 +263,9 @@ def test_a_full_disk_during_save_state_leaves_no_commit_and_the_previous_checkpo
     tmp_path: Path,
 ) -> None:
     """Accelerate writes its files before the commit: the full disk fails one of them, and the folder has none."""
-    # Accelerate's StatefulDataLoader with workers resumes at its batch (at 0 workers over torch's RandomSampler, which
-    # has no state, it draws the epoch's order again, warned)
-    setup = Setup(stateful=True, num_workers=2)
+    # Accelerate's StatefulDataLoader resumes at its batch (in order: over torch's RandomSampler, which has no state, a
+    # 0-worker one draws the epoch's order again, warned; workers would outlive the forked child below)
+    setup = Setup(stateful=True, shuffle=False)
     with _small_disk(tmp_path, 512) as disk:
         stopped = run(setup, stop=StopAt(5), save_dir=str(disk / "previous"))
         _fill(disk, 8_000)
@@ -380,9 +380,9 @@ def test_a_file_size_limit_during_save_state_leaves_no_commit_and_the_previous_c
     tmp_path: Path,
 ) -> None:
     """The full disk simulated where no tmpfs can be mounted: writes past 8 KB fail (EFBIG)."""
-    # Accelerate's StatefulDataLoader with workers resumes at its batch (at 0 workers over torch's RandomSampler, which
-    # has no state, it draws the epoch's order again, warned)
-    setup = Setup(stateful=True, num_workers=2)
+    # Accelerate's StatefulDataLoader resumes at its batch (in order: over torch's RandomSampler, which has no state, a
+    # 0-worker one draws the epoch's order again, warned; workers would outlive the forked child below)
+    setup = Setup(stateful=True, shuffle=False)
     stopped = run(setup, stop=StopAt(5), save_dir=str(tmp_path / "previous"))
     message = _save_under_a_file_size_limit(setup, tmp_path / "next", 8_000)
     assert message.startswith(("OSError", "RuntimeError")), message
