@@ -1,5 +1,6 @@
 """One rank's tracker entry mid-epoch, with one shuffled train loader: what the size tests and
-``benchmarks/checkpoint_scale.py`` measure."""
+``benchmarks/checkpoint_scale.py`` measure. A plain loader's mid-epoch entry holds no position (its resume reads the
+epoch from its start); :func:`stateful_loader`'s (torchdata's StatefulDataLoader) resumes at its batch."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import Tracker
 
@@ -18,6 +20,12 @@ def shuffled_loader(sampler: Any = None) -> DataLoader[Any]:
     """A map-style loader of ``DATASET_SIZE`` numbers (shuffled unless a ``sampler`` is given)."""
     data = TensorDataset(torch.arange(float(DATASET_SIZE)))
     return DataLoader(data, batch_size=BATCH_SIZE, shuffle=sampler is None, sampler=sampler)
+
+
+def stateful_loader() -> StatefulDataLoader[Any]:
+    """:func:`shuffled_loader` as torchdata's StatefulDataLoader: its position is its own state, saved in the entry."""
+    data = TensorDataset(torch.arange(float(DATASET_SIZE)))
+    return StatefulDataLoader(data, batch_size=BATCH_SIZE, shuffle=True)
 
 
 def trained(
