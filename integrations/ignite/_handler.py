@@ -41,7 +41,7 @@ from tracker_core.integrations.ignite._compat import set_batches_into_epoch
 from tracker_core.integrations.ignite._deterministic import deterministic_entry, inexact_resume, load_progress
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
 from tracker_core.integrations.ignite._events import CountTokens, add_handlers, attach_stage, settle_for_save
-from tracker_core.integrations.ignite._loaders import Loaders, builds_drew
+from tracker_core.integrations.ignite._loaders import Loaders, builds_drew, has_plain_loader
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 from tracker_core.integrations.ignite._settle import close_cut
 from tracker_core.integrations.ignite._steps import count_trainer_steps
@@ -277,10 +277,13 @@ class ProgressHandler:
         progress.run_started()
         if mapped:
             map_engine(engine, view)
+        # A plain DataLoader is positioned by nothing: its resumed epoch's fresh iterator starts a new order (warned
+        # at the load), drawing the global RNG before the first batch, as a resume at an epoch boundary does.
+        plain = track and has_plain_loader(engine.state.dataloader)
         continues = _align_engine(engine, view, replayed=track) and track
         if continues and self._loaders.round_robin is not None:
             self._loaders.round_robin.resume_at(view.train.batches.epoch.completed)
-        if continues and self._rng_check.armed:
+        if continues and not plain and self._rng_check.armed:
             _check_rngs_at_first_batch(engine, self._rng_check)
         else:  # a resume at an epoch boundary draws legitimately before its first batch (the next epoch's sampler)
             self._rng_check.forget()
@@ -353,8 +356,8 @@ def _finish_replayed_epoch(engine: Engine) -> None:
     if batches_in(data) != engine.state.epoch_length:
         return
     for loader in data.loaders if isinstance(data, RoundRobin) else (data,):
-        if isinstance(loader, DataLoader):
-            next(iter(loader), None)
+        if isinstance(loader, DataLoader) and callable(getattr(loader, "state_dict", None)):  # a plain one: nothing
+            next(iter(loader), None)  # to read (its next iterator is the next epoch's, drawing its order)
 
 
 def _check_rngs_at_first_batch(engine: Engine, rng_check: ResumeRngCheck) -> None:
