@@ -41,7 +41,7 @@ from tracker_core.integrations.ignite._compat import set_batches_into_epoch
 from tracker_core.integrations.ignite._deterministic import deterministic_entry, inexact_resume, load_progress
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
 from tracker_core.integrations.ignite._events import CountTokens, add_handlers, attach_stage, settle_for_save
-from tracker_core.integrations.ignite._loaders import Loaders, builds_drew, has_plain_loader
+from tracker_core.integrations.ignite._loaders import Loaders, builds_drew, has_own_state, has_plain_loader
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 from tracker_core.integrations.ignite._settle import close_cut
 from tracker_core.integrations.ignite._steps import count_trainer_steps
@@ -351,13 +351,14 @@ def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
 
 def _finish_replayed_epoch(engine: Engine) -> None:
     """Read the loaded epoch's empty replay now: left for Ignite's next ``iter()``, it would leave a
-    ``DistributedSampler`` at the saved epoch (undoing the next epoch's ``set_epoch``)."""
+    ``DistributedSampler`` at the saved epoch (undoing the next epoch's ``set_epoch``). A plain DataLoader has none:
+    its next iterator is the next epoch's (reading one would draw that epoch's order, and the global RNG, now)."""
     data = engine.state.dataloader
     if batches_in(data) != engine.state.epoch_length:
         return
     for loader in data.loaders if isinstance(data, RoundRobin) else (data,):
-        if isinstance(loader, DataLoader) and callable(getattr(loader, "state_dict", None)):  # a plain one: nothing
-            next(iter(loader), None)  # to read (its next iterator is the next epoch's, drawing its order)
+        if has_own_state(loader):
+            next(iter(loader), None)
 
 
 def _check_rngs_at_first_batch(engine: Engine, rng_check: ResumeRngCheck) -> None:
