@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any, TypeGuard
 
 import torch
 from torch.utils.data import DataLoader
@@ -60,7 +61,7 @@ def builds_drew(data: object, rng_check: ResumeRngCheck) -> bool:
     return False
 
 
-def has_own_state(loader: object) -> bool:
+def has_own_state(loader: object) -> TypeGuard[DataLoader[Any]]:
     """A torch DataLoader with a state of its own (torchdata's StatefulDataLoader): positioned by it on a resume."""
     return isinstance(loader, DataLoader) and callable(getattr(loader, "state_dict", None))
 
