@@ -70,7 +70,7 @@ def compact_loader(state: Mapping[str, Any], rng: Mapping[str, Any] | None = Non
     saved beside it, if any."""
     out = dict(state)
     epoch = state["epoch"]
-    if epoch is not None and epoch["iterator_rng"] is not None:
+    if epoch is not None and epoch.get("iterator_rng") is not None:
         out["epoch"] = dict(epoch, iterator_rng=compact_rng(epoch["iterator_rng"], rng))
     for path, base in _loader_blobs(state):
         text = _get(state, path)
@@ -85,7 +85,7 @@ def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = 
         return value
     out = dict(value)
     epoch = value.get("epoch")
-    if is_mapping(epoch):
+    if is_mapping(epoch) and "iterator_rng" in epoch:
         iterator = expand_rng(epoch.get("iterator_rng"), join_key(key, "epoch.iterator_rng"), rng)
         out["epoch"] = dict(epoch, iterator_rng=iterator)
     for path, base in _loader_blobs(value):

@@ -9,7 +9,6 @@ import warnings
 from typing import Any
 
 from tracker_core._errors import InexactResumeWarning
-from tracker_core.data._epoch import EpochRecord
 from tracker_core.data._fast_forward import describe
 from tracker_core.data._strategy import Strategy
 
@@ -27,10 +26,6 @@ class Plain(Strategy):
     epoch_keys = ()
     order_depends_on_workers = False  # the order is not resumed, so another worker count changes nothing more
 
-    def has_drawn(self, record: EpochRecord | None) -> bool:
-        return True
-
-
 
 def warn_plain_mid_epoch(loader: Any, doing: str, batches: int) -> None:
     """A plain loader saved, or resumed, inside an epoch: the framework reads the epoch from its start."""
@@ -44,9 +39,9 @@ def warn_plain_mid_epoch(loader: Any, doing: str, batches: int) -> None:
 
 
 def warn_persistent_workers(loader: Any) -> None:
-    """Persistent workers keep their seeds and iterator across epochs; a resumed process starts new ones."""
+    """Started persistent workers keep their seeds and iterator across epochs; a resumed process starts new ones."""
     warnings.warn(
-        f"saving {describe(loader)} with persistent workers: they keep their seeds and their iterator across epochs, "
+        f"saving {describe(loader)} with persistent workers started: they keep their seeds and their iterator across epochs, "
         "and a resumed process starts new ones, which draw the next epoch's order and the workers' seeds again "
         "(without persistent workers, a resume between epochs is exact)",
         InexactResumeWarning,

@@ -1,6 +1,6 @@
-"""Make a DataLoader resumable at a batch position, in place ("data position is progress"): this front keeps what
-every loader kind shares, one ``Strategy`` per kind notes and replays an epoch (docs/resume.md, "How the train loader
-gets back to its batch").
+"""Where a train DataLoader is ("data position is progress"): this front keeps what every loader kind shares; one
+``Strategy`` per kind: a loader with its own state is positioned at its batch (``_own_state.py``), a plain one between
+epochs only (``_plain.py``; docs/resume.md, "How the train loader gets back to its batch").
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -26,8 +26,8 @@ from tracker_core.data._saved_loader import (
     check_saved_epoch,
     read_header,
 )
-from tracker_core.data._strategy import LoaderKind, Strategy, is_stateful
-from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook
+from tracker_core.data._strategy import LoaderKind, is_stateful
+from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook, live_iterator
 from tracker_core.state._codec import tensor_to_text
 
 # Settings that must not change between a save and its resume: the epoch order depends on them.
@@ -48,14 +48,15 @@ class ParsedLoader:
 
 
 class LoaderPosition:
-    """Where a DataLoader is within its epochs, saved as plain data and restored exactly.
+    """Where a DataLoader is within its epochs, saved as plain data and restored: exactly at any batch for a loader
+    with its own state (torchdata's ``StatefulDataLoader``), between epochs for a plain one (warned inside an epoch).
 
-    Install before the loader is first iterated; the framework keeps the same object::
+    Create before the loader is first iterated; the framework keeps the same object::
 
         position = LoaderPosition(loader)  # lives as long as the loader
-        state = position.state_dict(batches_consumed=5)  # at a checkpoint
+        state = position.state_dict(batches_consumed=5, in_epoch=True)  # at a checkpoint
         # fresh process, same loader configuration:
-        LoaderPosition(loader).load_state_dict(state)  # its next epoch starts at batch 5
+        LoaderPosition(loader).load_state_dict(state)  # a StatefulDataLoader's next epoch starts at batch 5
     """
 
     def __init__(self, loader: DataLoader[Any]) -> None:
@@ -70,8 +71,7 @@ class LoaderPosition:
         if strategy is OwnState and loader.num_workers > 0 and not getattr(loader, "in_order", True):
             raise ValueError("in_order=False with workers yields batches in a racy order; it cannot resume exactly")
         self._site = Site(loader, iterator_hook(loader))
-        self._strategy: Strategy = strategy(self._site)
-        self._strategy.install()
+        self._strategy: OwnState | Plain = strategy(self._site)
         if strategy is Plain:
             _PLAIN[loader] = self
         else:
@@ -123,8 +123,8 @@ class LoaderPosition:
         self, *, batches_consumed: int, rng: Mapping[str, Any] | None = None, in_epoch: bool = False
     ) -> dict[str, Any]:
         """Plain data: what fixed the most recently begun epoch, plus ``batches_consumed``, that epoch's batches whose
-        training steps completed (between epochs, the finished epoch's length). ``ValueError`` if it is negative,
-        above an epoch's length, or nonzero before any batch was drawn. ``rng``: the global RNG snapshot saved
+        training steps completed (between epochs, 0 or the finished epoch's length; 0 for an iterable, whose length is
+        unknown). ``ValueError`` if it is negative or above an epoch's length. ``rng``: the global RNG snapshot saved
         beside it, if any (``tracker_core/data/_compact.py`` writes the epoch's RNG as a delta of it). ``in_epoch``:
         an epoch has begun and not ended (a plain loader saved there, even before its first batch, is warned)."""
         if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, int):
@@ -134,18 +134,16 @@ class LoaderPosition:
         per_epoch = self._batches_per_epoch()
         if per_epoch is not None and batches_consumed > per_epoch:
             raise ValueError(f"batches_consumed={batches_consumed} exceeds the {per_epoch} batches of an epoch")
-        record = self._site.cursor.epoch
-        if batches_consumed and not self._strategy.has_drawn(record):
-            raise ValueError("no batch of an epoch has been drawn yet, so batches_consumed must be 0")
-        record = self._strategy.saved_record(record, batches_consumed)
         loader = self.loader
         if isinstance(self._strategy, Plain):
             record = self._plain_record(batches_consumed, per_epoch, in_epoch)
-        elif batches_consumed and batches_consumed != per_epoch:
-            if self._strategy.order_drawn_again(record):
-                warn_order_drawn_again(loader, "saving")
-            if record is not None and record.read_again:
-                warn_counted_twice(loader)
+        else:
+            record = self._strategy.saved_record(self._site.cursor.epoch, batches_consumed)
+            if batches_consumed and batches_consumed != per_epoch:
+                if self._strategy.order_drawn_again(record):
+                    warn_order_drawn_again(loader, "saving")
+                if record is not None and record.read_again:
+                    warn_counted_twice(loader)
         state = {
             "version": STATE_VERSION,
             "kind": self.kind,
@@ -164,7 +162,7 @@ class LoaderPosition:
     def _plain_record(self, batches_consumed: int, per_epoch: int | None, in_epoch: bool) -> EpochRecord | None:
         """A plain loader's epoch record: an empty one when saved inside an epoch (warned), else None."""
         loader = self.loader
-        if loader.num_workers and loader.persistent_workers:
+        if live_iterator(loader) is not None:  # kept by persistent workers, once started
             warn_persistent_workers(loader)
         if batches_consumed == per_epoch or not (batches_consumed or in_epoch):
             return None
@@ -187,9 +185,9 @@ class LoaderPosition:
     # --- loading ------------------------------------------------------------------------
 
     def load_state_dict(self, state: Mapping[str, Any], rng: Mapping[str, Any] | None = None) -> None:
-        """Validate ``state`` fully, then arm the next ``iter(loader)`` to replay the saved epoch's order without its
-        first ``batches_consumed`` batches (sampler generators are restored at once; later epochs follow as in the
-        uninterrupted run). ``rng``: the snapshot given to :meth:`state_dict`, if any. On a bad state raises
+        """Validate ``state`` fully, restore the loader's generators, and (a loader with its own state) arm the next
+        ``iter(loader)`` to resume the saved epoch after its first ``batches_consumed`` batches; later epochs follow as
+        in the uninterrupted run. A plain loader's state saved inside an epoch warns (its epoch is read whole). ``rng``: the snapshot given to :meth:`state_dict`, if any. On a bad state raises
         ``ProgressStateError`` (key path and problem), changing nothing."""
         header = read_header(expand_loader(state, "", rng), "", self.kind)
         generators = self._check_header(header)  # this loader's checks first
@@ -292,7 +290,8 @@ class LoaderPosition:
             record.loader_generator = read_generator_state(
                 fields["loader_generator"], "epoch.loader_generator", generator
             )
-        self._strategy.read_epoch(fields, "epoch", record)
+        if isinstance(self._strategy, OwnState):
+            self._strategy.read_epoch(fields, "epoch", record)
         return record
 
     # --- the hook -----------------------------------------------------------------------
@@ -305,19 +304,18 @@ class LoaderPosition:
             return self._replay_epoch(replay)
         generator = self.loader.generator
         cursor.epoch = EpochRecord(GlobalRng.capture(), None if generator is None else generator.get_state())
-        return self._strategy.begin()
+        return cast("OwnState", self._strategy).begin()  # the hook is installed on such a loader only
 
     def _replay_epoch(self, replay: Replay) -> Any:
         record = replay.record
         self._site.cursor.epoch = record
         loader = self.loader
-        torch_only = self._strategy.replays_torch_rng_only()
-        with preserved_global_rng(torch_only=torch_only):
+        with preserved_global_rng():
             if record.iterator_rng is not None:
-                record.iterator_rng.apply(torch_only=torch_only)
+                record.iterator_rng.apply()
                 if record.loader_generator is not None and loader.generator is not None:
                     loader.generator.set_state(record.loader_generator)
-            return self._strategy.replay(replay)
+            return cast("OwnState", self._strategy).replay(replay)
 
     # --- what fixes the order -----------------------------------------------------------
 

@@ -31,9 +31,7 @@ _STATE_KEYS = (
     "distributed",
 )
 _OPTIONAL_STATE_KEYS = ("fast_forward",)  # present when the resume before this checkpoint read batches again
-_STRATEGIES: dict[str, type[Strategy]] = {
-    strategy.kind: strategy for strategy in (Plain, OwnState)
-}
+_STRATEGIES: dict[str, type[Strategy]] = {strategy.kind: strategy for strategy in (Plain, OwnState)}
 # Kinds of an earlier version, which replayed a plain loader's epoch in place: read as "plain" (their epoch record
 # dropped, kept empty when saved inside an epoch, so the resume warns).
 _REPLAY_KINDS = ("sampler_replay", "iterable_replay")
