@@ -262,6 +262,21 @@ def test_resume_from_a_checkpoint_saved_after_terminate_continues_the_cut_epoch_
     _assert_same(resume(config, tmp_path / "checkpoint.pt"), reference, 6)  # one fit run, as Ignite's state
 
 
+def test_a_checkpoint_of_a_stateful_dataloader_at_iteration_started_warns_that_its_fetched_batch_is_not_trained(
+    tmp_path: Path,
+) -> None:
+    # A trade: torchdata's state is taken after the batch Ignite fetched, whose step the checkpoint precedes.
+    config = Config(stateful=True)
+    reference = build(config, seed=0)
+    checkpoint = Checkpoint(reference.to_save(), DiskSaver(str(tmp_path)), filename_pattern="{name}.pt")
+    reference.trainer.add_event_handler(Events.ITERATION_STARTED(once=6), checkpoint)
+    with pytest.warns(InexactResumeWarning, match="at ITERATION_STARTED .*saved after that batch.*ITERATION_COMPLETED"):
+        reference.run()
+    resumed = resume(config, tmp_path / "checkpoint.pt")
+    assert resumed.seen[:2] == reference.seen[6:8]  # the epoch goes on after batch 6, which is not trained
+    assert resumed.progress.view.train.batches.lifetime.completed == reference.trainer.state.iteration
+
+
 # global RNG moved after the load ------------------------------------------------------------------
 @pytest.mark.parametrize("iteration", [6, 8], ids=["mid-epoch", "epoch-end"])
 def test_a_reseed_between_load_objects_and_run_warns_naming_the_cause(iteration: int, folder: Path) -> None:

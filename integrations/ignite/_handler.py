@@ -324,10 +324,30 @@ class ProgressHandler:
             )
         elif self._deterministic_problem:  # set for a DeterministicEngine only
             problem = self._deterministic_problem
+        elif not self._deterministic and _fetched_unstepped(trainer, self.view) and _any_own_state(loader):
+            event = getattr(trainer.last_event_name, "name", trainer.last_event_name)
+            problem = (
+                f"a checkpoint at {event} (iteration {trainer.state.iteration}), after the "
+                "batch was fetched and before its step ended: a StatefulDataLoader's state is saved after that "
+                "batch, so the resumed run does not train it; checkpoint at ITERATION_COMPLETED"
+            )
         else:
             return
         self._warned_inexact = True
         warnings.warn(problem, InexactResumeWarning, stacklevel=3)
+
+
+def _fetched_unstepped(trainer: Engine, view: ProgressView) -> bool:
+    """The trainer's current batch was fetched and its step has not completed (GET_BATCH_COMPLETED, ITERATION_STARTED,
+    inside the step, or an exception of it)."""
+    event = trainer.last_event_name
+    if event == Events.GET_BATCH_COMPLETED:
+        return True
+    return event != Events.ITERATION_COMPLETED and view.train.batches.lifetime.in_flight
+
+
+def _any_own_state(data: object) -> bool:
+    return any(has_own_state(loader) for loader in (data.loaders if isinstance(data, RoundRobin) else (data,)))
 
 
 def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
