@@ -65,7 +65,7 @@ class TrainPasses:
             )
         del self._resumed[index]
 
-    def begin(self, loader: Iterable[Any], index: int, note: Callable[[str], None]) -> bool:
+    def begin(self, loader: Iterable[Any], index: int) -> bool:
         """Track ``loader`` and begin its pass; False when nothing is left of it (restored after its end)."""
         self.track(loader, index)
         if self._restored_step is not None:  # after Accelerate's load_state restored the old geometry's
@@ -74,11 +74,9 @@ class TrainPasses:
         if index not in self._finished:
             return True
         self._finished.discard(index)  # Accelerate's loaders fail on an empty pass (an iterable one raises),
-        inner = torch_loader(loader)  # so only the inner loader runs, to spend its position
-        if start_from_the_beginning(loader):  # Accelerate restored its own state at the pass's end
-            iter(inner)  # spends the armed position: built under the checkpoint's RNGs, nothing read
-        elif extra := sum(1 for _ in inner):
-            note(f"train dataloader {index}, saved at the end of its pass, yielded {extra} more batches")
+        if start_from_the_beginning(loader):  # so a StatefulDataLoader Accelerate restored at its pass's end
+            iter(torch_loader(loader))  # spends the armed position: built under the checkpoint's RNGs, nothing read
+        # (a plain loader has no position to spend: it is not iterated, as the uninterrupted run did not)
         if pass_start is not None:
             loader.iteration = pass_start + 1  # type: ignore[attr-defined]
         return False
@@ -114,20 +112,42 @@ class TrainPasses:
             _warn_if_inexact(iterations, over, sorted(self.left), "save_state after")
         return iterations
 
-    def restore(self, iterations: list[checkpoint.LoaderIteration | None], resuming_epoch: bool) -> None:
-        """After ``load_state``: each loader's pass counter and, in the resumed epoch, the passes over or resumed."""
+    def restore(
+        self, iterations: list[checkpoint.LoaderIteration | None], resuming_epoch: bool, entry: Mapping[str, Any]
+    ) -> list[int]:
+        """After ``load_state`` of the tracker ``entry``: each loader's pass counter and, in the resumed epoch, the
+        passes over or resumed. Returns the plain loaders saved inside their pass (Accelerate's loop reads them whole:
+        the caller restarts the epoch, whose passes then all begin afresh, at the saved epoch's pass counters)."""
         saved = {index: iteration for index, iteration in enumerate(iterations) if iteration is not None}
         self._restored_iterations = {i: it.now for i, it in saved.items()}
         self._restored_step, self._finished, self._resumed = None, set(), {}
         if not resuming_epoch:
-            return
+            return []
         view = self._tracker.progress.view
-        self._restored_step, finished = _mapped_passes(view.resume_mapping, self._loaders)
         self._restored_iterations.update({i: it.pass_start for i, it in saved.items() if it.pass_start is not None})
-        self._finished = {i for i, it in saved.items() if finished.get(i, it.finished)}
-        self._resumed = {i: d.batches.epoch for i, d in enumerate(view.train.dataloaders) if d.batches.epoch}
+        restored_step, finished = _mapped_passes(view.resume_mapping, self._loaders)
+        over = {i for i, it in saved.items() if finished.get(i, it.finished)}
+        counts = {i: d.batches.epoch for i, d in enumerate(view.train.dataloaders) if d.batches.epoch}
+        plain = sorted(i for i in _saved_inside_an_epoch(entry) if i in counts and i not in over)
+        if plain:
+            return plain
+        self._restored_step, self._finished, self._resumed = restored_step, over, counts
         left = [i for i, it in saved.items() if it.left]
         _warn_if_inexact(iterations, self._finished, left, "load_state of a checkpoint saved after")
+        return []
+
+
+def _saved_inside_an_epoch(entry: Mapping[str, Any]) -> list[int]:
+    """The train loaders of a tracker ``entry`` saved as plain loaders inside an epoch (the core keeps their epoch
+    record, empty, only there: docs/schema.md)."""
+    parts = entry.get("train_loaders")
+    if not isinstance(parts, list):
+        return []
+    return [
+        index
+        for index, part in enumerate(parts)
+        if isinstance(part, Mapping) and part.get("kind") == "plain" and part.get("epoch") is not None
+    ]
 
 
 def torch_loader(loader: object) -> Any:
