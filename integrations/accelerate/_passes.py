@@ -107,10 +107,23 @@ class TrainPasses:
             pass_start = self._pass_start.get(index)
             left = in_epoch and index in self.left
             iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished, left))
-        if in_epoch:
+        if in_epoch and not self._restarts(iterations):
             over = {i for i, it in enumerate(iterations) if it and it.finished}
             _warn_if_inexact(iterations, over, sorted(self.left), "save_state after")
         return iterations
+
+    def _restarts(self, iterations: list[checkpoint.LoaderIteration | None]) -> bool:
+        """Whether a plain loader is inside its pass (its resume restarts the epoch; the core warns of it)."""
+        counts = self._tracker.progress.view.train.dataloaders
+        return any(
+            index < len(counts)
+            and counts[index].batches.epoch
+            and not (iteration is not None and iteration.finished)
+            and not getattr(loader, "use_stateful_dataloader", False)
+            for index, (loader, iteration) in enumerate(
+                (self._loaders.get(i), iterations[i]) for i in range(len(iterations))
+            )
+        )
 
     def restore(
         self, iterations: list[checkpoint.LoaderIteration | None], resuming_epoch: bool, entry: Mapping[str, Any]
