@@ -81,6 +81,10 @@ class TrainPasses:
             loader.iteration = pass_start + 1  # type: ignore[attr-defined]
         return False
 
+    def restart_epoch(self) -> None:
+        """The resumed epoch restarts: its first pass begins at ``accelerator.step`` 0, as a new epoch's does."""
+        self._restored_step = 0
+
     def begin_epoch(self) -> None:
         """A train epoch begins: no pass of it has begun or been left."""
         self._pass_start.clear()
