@@ -114,8 +114,10 @@ def test_the_resume_mapping_says_how_the_position_was_mapped(runs):
 def test_accelerates_own_counters_agree_with_the_tracker_after_the_resume_and_at_the_end(runs, batch):
     """``accelerator.step`` counts the pass's micro-batches (0 after its last), ``loader.iteration`` the epochs."""
     found = runs[0][f"resumed{batch}"]
+    mapped = found["mapping"]["train_loaders"][0]["batches_consumed"]
     for trained in found["batches"]:
-        assert trained["step"] == (0 if trained["end_of_dataloader"] else trained["tracker_batches"])
+        went_on = mapped if trained["epoch"] == EPOCH else 0  # the restarted epoch's step goes on from the mapped one
+        assert trained["step"] == (0 if trained["end_of_dataloader"] else went_on + trained["tracker_batches"])
         assert trained["iteration"] == trained["epoch"]
     assert found["end"]["iteration"] == found["end"]["epoch_index"] == 3
 
@@ -169,7 +171,9 @@ def test_one_process_x_6_saved_inside_an_epoch_resumes_on_two_x_3_and_the_ranks_
         assert resumed["mapping"]["train_loaders"][0]["batches_consumed"] == 2
         assert _epoch(resumed, EPOCH) == _epoch(straight, EPOCH)
         assert _epoch(resumed, EPOCH + 1) == _epoch(straight, EPOCH + 1)
-        assert all(b["step"] == (0 if b["end_of_dataloader"] else b["tracker_batches"]) for b in resumed["batches"])
+        for b in resumed["batches"]:  # the restarted epoch's step goes on from the mapped one
+            went_on = 2 if b["epoch"] == EPOCH else 0
+            assert b["step"] == (0 if b["end_of_dataloader"] else went_on + b["tracker_batches"])
         trained += _ids(_epoch(resumed, EPOCH))
     assert sorted(trained) == list(range(ELASTIC_SAMPLES))
 

@@ -136,6 +136,9 @@ def test_the_view_agrees_with_accelerate_and_a_resume_is_exact(
     assert _trades(at_save) <= _trades(inexact), (at_save, inexact)  # a trade named at the save is named again
     if left:  # the left pass yields its remaining batches: the oracle's own count of cut passes is off
         return
+    if any("a plain DataLoader has no position of its own" in message for message in inexact):
+        _assert_restarted(config, stop, at_save, resumed)
+        return
     _checked(resumed)
     if inexact:  # named: several unfinished train passes, a stateful validation loader or torch's sampler under it
         several = len(config.train_sizes) > 1 and any("train dataloaders" in message for message in inexact)
@@ -151,6 +154,21 @@ def test_the_view_agrees_with_accelerate_and_a_resume_is_exact(
     assert resumed.state == reference.state
 
 
+def _assert_restarted(config: Config, stop: Stop, at_save: list[str], resumed: Trace) -> None:
+    """Accelerate's rule for plain loaders saved inside their pass: the epoch restarts from its first batch, read
+    whole, named at the save and recorded once; the oracle agrees with Accelerate's counters throughout."""
+    assert config.loader in ("shuffled", "sequential", "seedable") and not stop.during_eval
+    assert any("a plain DataLoader has no position of its own" in message for message in at_save), at_save
+    assert resumed.disagreements == []
+    assert (
+        len(resumed.anomalies) == 1
+        and f"restarted train epoch {stop.epoch} from its first batch" in resumed.anomalies[0]
+    )
+    restarted = [batch for batch in resumed.train if batch[0] == stop.epoch]
+    if config.break_train is None or config.break_train[0] != stop.epoch:
+        assert len(restarted) == _batches(config)
+
+
 def test_the_full_matrix_has_at_least_300_configurations_with_every_feature() -> None:
     everything = configurations(FULL_SIZE)
     assert len(everything) >= 300
@@ -163,16 +181,21 @@ def test_the_full_matrix_has_at_least_300_configurations_with_every_feature() ->
     assert any(stop is not None and stop.during_eval for _config, stop in everything)
 
 
-def test_passes_the_resumed_epoch_left_unbegun_run_whole_in_the_next_epoch(tmp_path: Path) -> None:
-    # three alternating loaders saved after 3 batches of epoch 0; the resumed loop breaks out of epoch 0 before the
-    # passes of loaders 1 and 2 begin: their saved positions belong to epoch 0, not to epoch 1's passes
-    config = Config(train_sizes=(4, 6, 3), batch_size=2, accumulation=2, epochs=2, break_train=(0, 4))
+def test_plain_loaders_saved_inside_their_passes_restart_the_epoch_and_the_next_one_runs_whole(tmp_path: Path) -> None:
+    # three alternating plain loaders saved after 3 batches of epoch 0: the resumed epoch restarts from its first
+    # batch, the loop breaks out of it again, and epoch 1 runs every loader whole, as the uninterrupted run does
+    config = Config(
+        train_sizes=(4, 6, 3), batch_size=2, accumulation=2, epochs=2, loader="sequential", break_train=(0, 4)
+    )
     reference = _checked(run(config))
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", InexactResumeWarning)  # the passes alternate: named at the resume
+        warnings.simplefilter("ignore", InexactResumeWarning)  # named at the save and at the resume
         run(config, stop=Stop(epoch=0, n=3), directory=str(tmp_path))
-        resumed = _checked(run(config, resume=True, directory=str(tmp_path)))
-    assert [batch for batch in resumed.train if batch[0] == 1] == [batch for batch in reference.train if batch[0] == 1]
+        resumed = run(config, resume=True, directory=str(tmp_path))
+    assert resumed.disagreements == []
+    assert len(resumed.anomalies) == 1 and "restarted train epoch 0 from its first batch" in resumed.anomalies[0]
+    # the same samples in the same order (accelerator.step goes on from the saved one: its windows shift)
+    assert [batch[:3] for batch in resumed.train] == [batch[:3] for batch in reference.train]
 
 
 def test_stateful_dataloader_passes_the_resumed_epoch_left_unbegun_begin_the_next_epoch_afresh(tmp_path: Path) -> None:

@@ -81,10 +81,6 @@ class TrainPasses:
             loader.iteration = pass_start + 1  # type: ignore[attr-defined]
         return False
 
-    def restart_epoch(self) -> None:
-        """The resumed epoch restarts: its first pass begins at ``accelerator.step`` 0, as a new epoch's does."""
-        self._restored_step = 0
-
     def begin_epoch(self) -> None:
         """A train epoch begins: no pass of it has begun or been left."""
         self._pass_start.clear()
@@ -146,7 +142,8 @@ class TrainPasses:
         over = {i for i, it in saved.items() if finished.get(i, it.finished)}
         counts = {i: d.batches.epoch for i, d in enumerate(view.train.dataloaders) if d.batches.epoch}
         plain = sorted(i for i in _saved_inside_an_epoch(entry) if i in counts and i not in over)
-        if plain:
+        if plain:  # the epoch restarts; accelerator.step goes on from the saved (or mapped) one
+            self._restored_step = restored_step
             return plain
         self._restored_step, self._finished, self._resumed = restored_step, over, counts
         left = [i for i, it in saved.items() if it.left]

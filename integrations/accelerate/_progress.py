@@ -324,15 +324,12 @@ class AcceleratorProgress:
             registered=any(obj is self for obj in registered_objects(self._accelerator)),
         )
 
-    def _restart_epoch(self, plain: list[int], models: list[torch.nn.Module]) -> None:
+    def _restart_epoch(self, plain: list[int]) -> None:
         """Accelerate's rule for plain loaders saved inside their pass: the loop reads them whole, so the resumed
-        epoch restarts from its first batch (the core warned ``InexactResumeWarning`` at the save and at the load),
-        as an epoch begins: no partial gradients, ``accelerator.step`` 0 when its first pass begins. The epoch's
-        batches trained before the checkpoint stay in the lifetime counts; the epoch's counts restart."""
-        for model in models:
-            for parameter in model.parameters():
-                parameter.grad = None
-        self._passes.restart_epoch()
+        epoch restarts from its first batch (the core warned ``InexactResumeWarning`` at the save and at the load).
+        The epoch's batches trained before the checkpoint stay in the lifetime counts; the epoch's counts restart.
+        ``accelerator.step`` and the partial gradients stay as loaded: an accumulation window open at the save goes
+        on over the restarted epoch's first batches, as in Accelerate's own loop."""
         batches = [self.view.train.dataloaders[i].batches.epoch for i in plain]
         epoch = self.view.epoch_index
         self._check_rng_at_pass = False  # a new order is drawn: nothing to compare
@@ -358,5 +355,5 @@ class AcceleratorProgress:
         entry = found.own.tracker if found.ranks is None else found.ranks[0].tracker
         plain = self._passes.restore(found.own.loader_iterations, resuming_epoch, entry)
         if plain:
-            self._restart_epoch(plain, models)
+            self._restart_epoch(plain)
         rewind_trackers(self._accelerator, self.view.global_step)  # init_trackers' trackers continue at this step
