@@ -72,7 +72,9 @@ def test_a_resume_with_several_open_passes_names_the_loaders(tmp_path: Path) -> 
 
 def test_a_save_with_several_open_passes_names_the_loaders_as_the_resume_will(tmp_path: Path) -> None:
     with pytest.warns(InexactResumeWarning, match="train dataloaders 0, 1 have passes open or still to begin"):
-        run(Config(train_sizes=(10, 7), accumulation=2, loader="stateful-own"), stop=Stop(0, 1), directory=str(tmp_path))
+        run(
+            Config(train_sizes=(10, 7), accumulation=2, loader="stateful-own"), stop=Stop(0, 1), directory=str(tmp_path)
+        )
 
 
 def _indices(accelerator, progress, loader, model, optimizer, save_at: tuple[int, int] | None, path: Path) -> list[int]:

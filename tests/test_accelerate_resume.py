@@ -69,9 +69,7 @@ def test_save_state_after_any_train_batch_of_an_epoch_of_a_stateful_dataloader_r
 
 @pytest.mark.parametrize("batch", [3, 7], ids=["epoch0", "epoch1"])
 @pytest.mark.parametrize("name", ["shuffled", "sequential", "shuffled-2-workers", "accumulate-3-of-5"])
-def test_save_state_after_the_last_train_batch_of_an_epoch_of_a_plain_dataloader_resumes_exactly(
-    name, batch, tmp_path
-):
+def test_save_state_after_the_last_train_batch_of_an_epoch_of_a_plain_dataloader_resumes_exactly(name, batch, tmp_path):
     setup = SETUPS[name]
     per_epoch = -(-setup.samples // setup.batch_size)
     _assert_resumes_exactly(setup, StopAt(batch // 4 * per_epoch + per_epoch - 1), tmp_path)
@@ -219,7 +217,9 @@ def test_a_save_state_inside_a_stateful_validation_pass_warns_that_its_restart_i
         run(SETUPS["stateful"], stop=StopAt(3, validating=True), save_dir=str(tmp_path))
 
 
-@pytest.mark.parametrize("stop", [StopAt(3), StopAt(7), StopAt(3, validating=True)], ids=["epoch0", "epoch1", "mid-eval"])
+@pytest.mark.parametrize(
+    "stop", [StopAt(3), StopAt(7), StopAt(3, validating=True)], ids=["epoch0", "epoch1", "mid-eval"]
+)
 def test_iterable_dataset_behind_accelerates_dispatcher_resumes_exactly_between_epochs(stop, tmp_path):
     # The dataset draws its order from the global torch RNG when iterated: restored with the checkpoint.
     _assert_resumes_exactly(SETUPS["iterable"], stop, tmp_path)
