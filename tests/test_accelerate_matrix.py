@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import warnings
 from pathlib import Path
 
@@ -136,9 +137,12 @@ def test_the_view_agrees_with_accelerate_and_a_resume_is_exact(
     assert _trades(at_save) <= _trades(inexact), (at_save, inexact)  # a trade named at the save is named again
     if left:  # the left pass yields its remaining batches: the oracle's own count of cut passes is off
         return
-    if any("a plain DataLoader has no position of its own" in message for message in inexact):
+    if any(re.search(_RESTARTS, message) for message in inexact):
         _assert_restarted(config, stop, at_save, resumed)
         return
+    # A plain loader whose pass had not begun in the saved epoch: the core warns that its iterator may have been
+    # built; Accelerate builds it when the pass begins, from the restored RNGs, so the resume is exact.
+    inexact = [message for message in inexact if "in an epoch whose iterator may already be built" not in message]
     _checked(resumed)
     if inexact:  # named: several unfinished train passes, a stateful validation loader or torch's sampler under it
         several = len(config.train_sizes) > 1 and any("train dataloaders" in message for message in inexact)
@@ -154,18 +158,25 @@ def test_the_view_agrees_with_accelerate_and_a_resume_is_exact(
     assert resumed.state == reference.state
 
 
+_RESTARTS = r"after \d+ batches of an epoch: a plain DataLoader has no position of its own"
+
+
 def _assert_restarted(config: Config, stop: Stop, at_save: list[str], resumed: Trace) -> None:
     """Accelerate's rule for plain loaders saved inside their pass: the epoch restarts from its first batch, read
     whole, named at the save and recorded once; the oracle agrees with Accelerate's counters throughout."""
-    assert config.loader in ("shuffled", "sequential", "seedable") and not stop.during_eval
-    assert any("a plain DataLoader has no position of its own" in message for message in at_save), at_save
-    assert resumed.disagreements == []
+    left_before = config.break_train is not None and config.break_train[0] == stop.epoch  # then saved after it
+    assert config.loader in ("shuffled", "sequential", "seedable") and (left_before or not stop.during_eval)
+    assert any(re.search(_RESTARTS, message) for message in at_save), at_save
+    if left_before:  # the program's own count of the passes it cut (saved) counts the restarted pass twice
+        assert all("passes run to their end" in disagreement for disagreement in resumed.disagreements)
+    else:
+        assert resumed.disagreements == []
     assert (
         len(resumed.anomalies) == 1
         and f"restarted train epoch {stop.epoch} from its first batch" in resumed.anomalies[0]
     )
     restarted = [batch for batch in resumed.train if batch[0] == stop.epoch]
-    if config.break_train is None or config.break_train[0] != stop.epoch:
+    if not left_before:
         assert len(restarted) == _batches(config)
 
 
