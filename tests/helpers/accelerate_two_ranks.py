@@ -1,7 +1,9 @@
 """One rank of the 2-process Accelerate tests (gloo on 127.0.0.1; RANK etc. set by the test).
 
-``argv[3]`` is ``plain`` or ``seedable`` (``use_seedable_sampler=True``): the program runs
-uninterrupted, then stopped after ``save_state`` mid-epoch, then resumed by ``load_state``;
+``argv[3]`` is ``stateful`` (``use_stateful_dataloader=True`` and ``use_seedable_sampler=True``: stopped mid-epoch) or
+``seedable``
+(a plain loader, ``use_seedable_sampler=True``: stopped between epochs): the program runs uninterrupted, then stopped
+after ``save_state``, then resumed by ``load_state``;
 this rank's findings and the summed progress go to ``argv[2]`` (json).
 
 ``argv[3] == "elastic"``: :func:`elastic_run` (also run by the 1-process side of
@@ -129,9 +131,14 @@ def main(directory: str, out: str, mode: str, world_one_checkpoint: str | None =
         }
         torch.save(findings, out)
         return
-    setup = Setup(samples=20, accumulation=2, epochs=2, seedable=mode == "seedable")
+    # "stateful": Accelerate's StatefulDataLoader (use_stateful_dataloader) over its seedable sampler (one order on both
+    # ranks), saved inside epoch 1 and resumed at its batch
+    if mode == "stateful":
+        setup, stop = Setup(samples=20, accumulation=2, epochs=2, stateful=True, seedable=True), StopAt(4)
+    else:  # a plain loader over the seedable sampler: saved after the last batch of epoch 0, between epochs
+        setup, stop = Setup(samples=20, accumulation=2, epochs=2, seedable=True), StopAt(3)
     reference = run(setup)
-    stopped = run(setup, stop=StopAt(4), save_dir=directory)
+    stopped = run(setup, stop=stop, save_dir=directory)
     resumed = run(setup, load_dir=directory)
     view = tracker_core.get_progress(resumed.accelerator)
     totals = tracker_core.reduce_state(view, "sum")
