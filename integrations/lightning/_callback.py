@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
 from tracker_core import EventOrderError, InexactResumeWarning, ProgressStateError, Tracker, count_optimizer_steps
@@ -260,9 +259,6 @@ class ProgressTracker(StageHooks):
         self._rng.await_build(check, view.epoch_index if continues else None, finished)
         if view.is_mid_epoch and not epoch_over:
             inexact.warn_if_restored_ahead(loaders)
-        if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
-            batch = view.train.batches.epoch.completed
-            resume.note_loader_resumed(trainer, batch, view.epoch_index)
         return epoch_over and restart.closes_epoch
 
     @passenger
