@@ -256,7 +256,8 @@ class ProgressTracker(StageHooks):
         inexact.warn_if_cut_batch_restored(restart.cut_batch, loaders)
         view = self.tracker.view
         continues = view.is_mid_epoch and not restart.epoch_consumed
-        self._rng.await_build(check, view.epoch_index if continues else None, finished)
+        restarts = any(not callable(getattr(loader, "load_state_dict", None)) for loader in loaders)  # plain ones
+        self._rng.await_build(check, view.epoch_index if continues else None, finished, restarts)
         if view.is_mid_epoch and not epoch_over:
             inexact.warn_if_restored_ahead(loaders)
         return epoch_over and restart.closes_epoch
