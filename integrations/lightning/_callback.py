@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
 from tracker_core import EventOrderError, InexactResumeWarning, ProgressStateError, Tracker, count_optimizer_steps
@@ -257,12 +256,10 @@ class ProgressTracker(StageHooks):
         inexact.warn_if_cut_batch_restored(restart.cut_batch, loaders)
         view = self.tracker.view
         continues = view.is_mid_epoch and not restart.epoch_consumed
-        self._rng.await_build(check, view.epoch_index if continues else None, finished)
+        restarts = any(not callable(getattr(loader, "load_state_dict", None)) for loader in loaders)  # plain ones
+        self._rng.await_build(check, view.epoch_index if continues else None, finished, restarts)
         if view.is_mid_epoch and not epoch_over:
             inexact.warn_if_restored_ahead(loaders)
-        if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
-            batch = view.train.batches.epoch.completed
-            resume.note_loader_resumed(trainer, batch, view.epoch_index)
         return epoch_over and restart.closes_epoch
 
     @passenger

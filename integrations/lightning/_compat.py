@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tracker_core.adapter import batches_in
 from tracker_core.integrations._extra import check_attributes
-from tracker_core.integrations.lightning._bases import installed, package_of
+from tracker_core.integrations.lightning._bases import installed
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
@@ -233,17 +232,6 @@ def train_iterator(fit_loop: _FitLoop) -> object:
     """The iterator Lightning built last of its combined train loader (a new one: the loaders built theirs anew)."""
     combined = fit_loop._combined_loader
     return None if combined is None else combined._iterator
-
-
-def note_loader_resumed(trainer: pl.Trainer, batch: int, epoch: int) -> None:
-    """Say in Lightning's log that its warning "your dataloader is not resumable" does not apply (the warning stands:
-    the process's warning filters are the user's)."""
-    logging.getLogger(f"{package_of(trainer)}.tracker_core").info(
-        "tracker_core: the ProgressTracker resumes the train dataloader at batch %d of epoch %d (0-based); "
-        "Lightning's warning that the dataloader is not resumable does not apply",
-        batch,
-        epoch,
-    )
 
 
 # The private attributes instances get in __init__, by class: checked on real instances by tests/test_compat_instances.py.
