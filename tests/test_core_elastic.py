@@ -25,13 +25,14 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
 
 from helpers.gloo import run_on_two_ranks
 from helpers.ids import Ids
 from helpers.ledger import without_ledger
+
+StatefulDataLoader = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
 
 SAMPLES = 22
 BATCH = 3  # per rank at world size 2: 11 samples per rank, 4 batches (3, 3, 3, 2)

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import InexactResumeWarning, Tracker
+
+StatefulDataLoader = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
 
 
 class _Indexed(Dataset[int]):

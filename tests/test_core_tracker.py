@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
 from tracker_core.state._gradients import capture_gradients, restore_gradients
@@ -30,6 +29,11 @@ class _Indexed(Dataset[tuple[int, torch.Tensor]]):
         return index, torch.full((4,), float(index))
 
 
+def _stateful() -> Any:
+    """torchdata's StatefulDataLoader; the test is skipped without torchdata (a core-only install)."""
+    return pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
+
+
 def _setup(
     seed: int, *, plain: bool = False
 ) -> tuple[Tracker, DataLoader[Any], torch.nn.Module, torch.optim.Optimizer]:
@@ -37,7 +41,7 @@ def _setup(
     torch.manual_seed(seed)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = (DataLoader if plain else StatefulDataLoader)(_Indexed(), batch_size=3, shuffle=True)
+    loader = (DataLoader if plain else _stateful())(_Indexed(), batch_size=3, shuffle=True)
     tracker = Tracker()
     tracker.track_train_loader(loader)
     return tracker, loader, model, optimizer
@@ -164,7 +168,7 @@ def test_a_loader_tracked_after_the_load_is_armed_when_tracked() -> None:
     entry = _entry_mid_epoch()
     tracker = Tracker()
     tracker.load_state_dict(entry)
-    loader = StatefulDataLoader(_Indexed(), batch_size=3, shuffle=True)
+    loader = _stateful()(_Indexed(), batch_size=3, shuffle=True)
     tracker.track_train_loader(loader)
     assert len(list(loader)) == 2  # 4 batches an epoch, 2 consumed
 
@@ -186,7 +190,7 @@ def test_forget_loaded_positions_lets_armed_and_later_tracked_loaders_read_whole
     tracker, armed, _, _ = _setup(seed=5)
     tracker.load_state_dict(entry)
     tracker.forget_loaded_positions()
-    later = StatefulDataLoader(_Indexed(), batch_size=3, shuffle=True)
+    later = _stateful()(_Indexed(), batch_size=3, shuffle=True)
     tracker.track_train_loader(later, index=1)
     assert len(list(armed)) == 4
     assert len(list(later)) == 4

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import torch
 from torch.utils.data import DistributedSampler, TensorDataset
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import ProgressStateError, Tracker
 from tracker_core.adapter import (
@@ -30,6 +29,8 @@ from tracker_core.checkpoints import read_checkpoint
 
 from helpers.gloo import run_on_two_ranks
 from helpers.small_entry import BATCH_SIZE, DATASET_SIZE, shuffled_loader, trained
+
+StatefulDataLoader = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
 
 
 def _loader(rank: int, world: int = 2) -> Any:
