@@ -184,8 +184,11 @@ def stateful_loader() -> Any:
 
 
 def core_loaders() -> list[DataLoader[Any]]:
-    """The two train loaders of :func:`trained_core_tracker`: :func:`plain_loader`, and 7 samples shuffled."""
-    return [plain_loader(), DataLoader(TensorDataset(torch.arange(7.0)), batch_size=3, shuffle=True)]
+    """The two train loaders of :func:`trained_core_tracker`: :func:`plain_loader`, and 7 samples shuffled by a
+    StatefulDataLoader (its mid-epoch state keeps an epoch record, the plain loader's an empty one)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    return [plain_loader(), StatefulDataLoader(TensorDataset(torch.arange(7.0)), batch_size=3, shuffle=True)]
 
 
 def trained_core_tracker() -> tuple[Tracker, list[DataLoader[Any]]]:
