@@ -144,42 +144,10 @@ def _map_loader(
     (a plain loader has no position to map: the framework reads the rest of the epoch by its own rule, as at the
     saved world size), and its record; re-bases its counts in ``entry``."""
     size = world()[0]
-    key = f"train_loaders.{index}"
-    if position is None:
-        raise ProgressStateError(
-            key,
-            f"an elastic resume (saved at world size {saved_size}, loading at {size}) maps the data position "
-            "onto the loader: register it with track_train_loader before load_state_dict",
-        )
-    mine = position.distributed_info()
-    if mine is None or mine["batch_size"] is None:
-        raise ProgressStateError(
-            key,
-            "an elastic resume maps positions only for a loader with a DistributedSampler and a batch_size, "
-            "or one sharded by batches over a seedable sampler (Accelerate's use_seedable_sampler=True)",
-        )
-    if mine["num_replicas"] != size:
-        raise ProgressStateError(
-            key, f"this loader is sharded for num_replicas={mine['num_replicas']}; the world size is {size}"
-        )
-    key = f"{source_key}.{key}"
+    key = f"{source_key}.train_loaders.{index}"
     if not isinstance(state, dict):
         raise ProgressStateError(key, "expected a dict")
-    saved = read_distributed(state.get("distributed"), f"{key}.distributed")
-    if saved is None or saved["batch_size"] is None:
-        raise ProgressStateError(
-            f"{key}.distributed",
-            "saved without a DistributedSampler and a batch_size, or batch sharding over a seedable sampler: "
-            "its position cannot be mapped",
-        )
-    _check_same_order(saved, mine, f"{key}.distributed")
-    if state.get("kind") == "own_state":
-        raise ProgressStateError(
-            f"{key}.kind",
-            f"a loader's own state (torchdata's StatefulDataLoader) holds its rank's shard of the epoch, saved at "
-            f"world size {saved_size}: it cannot be mapped to world size {size}; resume at world size {saved_size}, "
-            "or from a checkpoint between epochs",
-        )
+    position, mine, saved = _geometries(state, index, position, saved_size, key)
     consumed = read_int(state.get("batches_consumed"), f"{key}.batches_consumed", minimum=0)
     batches_per_epoch = position._batches_per_epoch()  # known: a sharded loader is map-style
     finished = consumed == state.get("batches_per_epoch")
@@ -209,6 +177,48 @@ def _map_loader(
     return dict(
         state, batches_consumed=resumed, batches_per_epoch=batches_per_epoch, distributed=mine, epoch=None
     ), record
+
+
+def _geometries(
+    state: Mapping[str, Any], index: int, position: LoaderPosition | None, saved_size: int, key: str
+) -> tuple[LoaderPosition, dict[str, Any], dict[str, Any]]:
+    """The live position of train loader ``index`` and its sharding, and the sharding ``state`` (at ``key``) was
+    saved with, checked: they shard and order an epoch alike, and the state is not a loader's own."""
+    size = world()[0]
+    if position is None:
+        raise ProgressStateError(
+            f"train_loaders.{index}",
+            f"an elastic resume (saved at world size {saved_size}, loading at {size}) maps the data position "
+            "onto the loader: register it with track_train_loader before load_state_dict",
+        )
+    mine = position.distributed_info()
+    if mine is None or mine["batch_size"] is None:
+        raise ProgressStateError(
+            f"train_loaders.{index}",
+            "an elastic resume maps positions only for a loader with a DistributedSampler and a batch_size, "
+            "or one sharded by batches over a seedable sampler (Accelerate's use_seedable_sampler=True)",
+        )
+    if mine["num_replicas"] != size:
+        raise ProgressStateError(
+            f"train_loaders.{index}",
+            f"this loader is sharded for num_replicas={mine['num_replicas']}; the world size is {size}",
+        )
+    saved = read_distributed(state.get("distributed"), f"{key}.distributed")
+    if saved is None or saved["batch_size"] is None:
+        raise ProgressStateError(
+            f"{key}.distributed",
+            "saved without a DistributedSampler and a batch_size, or batch sharding over a seedable sampler: "
+            "its position cannot be mapped",
+        )
+    _check_same_order(saved, mine, f"{key}.distributed")
+    if state.get("kind") == "own_state":
+        raise ProgressStateError(
+            f"{key}.kind",
+            f"a loader's own state (torchdata's StatefulDataLoader) holds its rank's shard of the epoch, saved at "
+            f"world size {saved_size}: it cannot be mapped to world size {size}; resume at world size {saved_size}, "
+            "or from a checkpoint between epochs",
+        )
+    return position, mine, saved
 
 
 def _check_same_order(saved: Mapping[str, Any], mine: Mapping[str, Any], key: str) -> None:
