@@ -414,7 +414,9 @@ def _load(source: Source, mutant: Mutant, order: str) -> tuple[str, ...]:
 def _registered_alone(source: Source, count: int) -> dict[str, Any]:
     """The ``state_dict()`` of a fresh tracker of ``source`` with its first ``count`` loaders registered."""
     assert source.tracker is not None
+    rng = torch.get_rng_state()
     tracker, loaders = source.tracker()
+    torch.set_rng_state(rng)  # a StatefulDataLoader(shuffle=True) draws the global RNG when built
     for index, loader in enumerate(loaders[:count]):
         tracker.track_train_loader(getattr(loader, "base_dataloader", loader), index)
     return tracker.state_dict()
