@@ -184,8 +184,11 @@ def stateful_loader() -> Any:
 
 
 def core_loaders() -> list[DataLoader[Any]]:
-    """The two train loaders of :func:`trained_core_tracker`: :func:`plain_loader`, and 7 samples shuffled."""
-    return [plain_loader(), DataLoader(TensorDataset(torch.arange(7.0)), batch_size=3, shuffle=True)]
+    """The two train loaders of :func:`trained_core_tracker`: :func:`plain_loader`, and 7 samples shuffled by a
+    StatefulDataLoader (its mid-epoch state keeps an epoch record, the plain loader's an empty one)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    return [plain_loader(), StatefulDataLoader(TensorDataset(torch.arange(7.0)), batch_size=3, shuffle=True)]
 
 
 def trained_core_tracker() -> tuple[Tracker, list[DataLoader[Any]]]:
@@ -411,7 +414,9 @@ def _load(source: Source, mutant: Mutant, order: str) -> tuple[str, ...]:
 def _registered_alone(source: Source, count: int) -> dict[str, Any]:
     """The ``state_dict()`` of a fresh tracker of ``source`` with its first ``count`` loaders registered."""
     assert source.tracker is not None
+    rng = torch.get_rng_state()
     tracker, loaders = source.tracker()
+    torch.set_rng_state(rng)  # a StatefulDataLoader(shuffle=True) draws the global RNG when built
     for index, loader in enumerate(loaders[:count]):
         tracker.track_train_loader(getattr(loader, "base_dataloader", loader), index)
     return tracker.state_dict()
