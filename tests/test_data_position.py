@@ -520,6 +520,16 @@ def test_a_plain_loader_saved_mid_epoch_warns_at_save_and_resume_and_the_resume_
         assert epoch == _uninterrupted(setup).batches[SAVED_EPOCH]
 
 
+def test_a_plain_loader_counted_past_its_epochs_length_saves_as_inside_the_epoch_without_raising() -> None:
+    # A loop that reads a plain loader whole after a mid-epoch resume counts k + N batches in that epoch.
+    loader, resumed = DataLoader(range(8), batch_size=2), DataLoader(range(8), batch_size=2)
+    with pytest.warns(InexactResumeWarning, match="^saving DataLoader .* after 6 batches of an epoch"):
+        state = LoaderPosition(loader).state_dict(batches_consumed=6, in_epoch=True)
+    assert (state["batches_consumed"], state["epoch"]) == (4, {})
+    with pytest.warns(InexactResumeWarning, match="^resuming DataLoader .* after 4 batches of an epoch"):
+        LoaderPosition(resumed).load_state_dict(state)
+
+
 def test_a_shuffled_plain_loader_saved_at_batch_0_after_its_iterator_was_built_warns_at_save_and_resume() -> None:
     # iter() drew the epoch's seeds already: a resume builds another iterator, drawing them again (another order).
     setup = BY_NAME["map-shuffled"]

@@ -124,7 +124,8 @@ class LoaderPosition:
     ) -> dict[str, Any]:
         """Plain data: what fixed the most recently begun epoch, plus ``batches_consumed``, that epoch's batches whose
         training steps completed (between epochs, 0 or the finished epoch's length; 0 for an iterable, whose length is
-        unknown). ``ValueError`` if it is negative or above an epoch's length. ``rng``: the global RNG snapshot saved
+        unknown). ``ValueError`` if it is negative, or above an epoch's length for a loader with its own state (a plain
+loader counted past it, read whole after a mid-epoch resume, is saved as inside its epoch). ``rng``: the global RNG snapshot saved
         beside it, if any (``tracker_core/data/_compact.py`` writes the epoch's RNG as a delta of it). ``in_epoch``:
         an epoch has begun and not ended (a plain loader saved there, even before its first batch, is warned)."""
         if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, int):
@@ -132,11 +133,14 @@ class LoaderPosition:
         if batches_consumed < 0:
             raise ValueError(f"batches_consumed must be >= 0, got {batches_consumed}")
         per_epoch = self._batches_per_epoch()
-        if per_epoch is not None and batches_consumed > per_epoch:
+        plain = isinstance(self._strategy, Plain)
+        if per_epoch is not None and batches_consumed > per_epoch and not plain:
             raise ValueError(f"batches_consumed={batches_consumed} exceeds the {per_epoch} batches of an epoch")
         loader = self.loader
-        if isinstance(self._strategy, Plain):
+        if plain:
+            # A loop that reads a plain loader whole after a mid-epoch resume counts past its length: still inside.
             record = self._plain_record(batches_consumed, per_epoch, in_epoch)
+            batches_consumed = batches_consumed if per_epoch is None else min(batches_consumed, per_epoch)
         else:
             record = self._strategy.saved_record(self._site.cursor.epoch, batches_consumed)
             if batches_consumed and batches_consumed != per_epoch:
