@@ -17,6 +17,8 @@ from tracker_core.data._compact import Decoded, Seeded, blob_bytes_of, expand_lo
 from tracker_core.data._position import LoaderPosition
 from tracker_core.state._codec import bytes_to_text
 
+pytest.importorskip("torchdata")
+
 from helpers.small_entry import stateful_loader, trained
 
 MAX_ENTRY_BYTES = 16 * 1024

@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 from torch.utils.data import DataLoader
+
+pytest.importorskip("torchdata")
+
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import Tracker

@@ -7,9 +7,13 @@ import functools
 import pickle
 from typing import Any
 
+import pytest
 import torch
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler, TensorDataset
+
+pytest.importorskip("torchdata")
+
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import Tracker

@@ -706,7 +706,7 @@ def test_a_bad_state_raises_naming_its_key_and_changes_nothing(
 
 
 def test_state_dict_refuses_counts_an_epoch_cannot_have() -> None:
-    loader = DataLoader(_Indexed(10), batch_size=3, shuffle=True)
+    loader = StatefulDataLoader(_Indexed(10), batch_size=3, shuffle=True)
     position = LoaderPosition(loader)
     with pytest.raises(ValueError, match=">= 0"):
         position.state_dict(batches_consumed=-1)

@@ -28,6 +28,9 @@ from tracker_core.adapter import (
 from tracker_core.checkpoints import read_checkpoint
 
 from helpers.gloo import run_on_two_ranks
+
+pytest.importorskip("torchdata")
+
 from helpers.small_entry import BATCH_SIZE, DATASET_SIZE, shuffled_loader, trained
 
 StatefulDataLoader = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
