@@ -133,18 +133,17 @@ class LoaderPosition:
         if batches_consumed < 0:
             raise ValueError(f"batches_consumed must be >= 0, got {batches_consumed}")
         per_epoch = self._batches_per_epoch()
-        plain = isinstance(self._strategy, Plain)
-        if per_epoch is not None and batches_consumed > per_epoch and not plain:
-            raise ValueError(f"batches_consumed={batches_consumed} exceeds the {per_epoch} batches of an epoch")
-        loader = self.loader
-        if plain:
+        loader, strategy = self.loader, self._strategy
+        if isinstance(strategy, Plain):
             # A loop that reads a plain loader whole after a mid-epoch resume counts past its length: still inside.
             record = self._plain_record(batches_consumed, per_epoch, in_epoch)
             batches_consumed = batches_consumed if per_epoch is None else min(batches_consumed, per_epoch)
+        elif per_epoch is not None and batches_consumed > per_epoch:
+            raise ValueError(f"batches_consumed={batches_consumed} exceeds the {per_epoch} batches of an epoch")
         else:
-            record = self._strategy.saved_record(self._site.cursor.epoch, batches_consumed)
+            record = strategy.saved_record(self._site.cursor.epoch, batches_consumed)
             if batches_consumed and batches_consumed != per_epoch:
-                if self._strategy.order_drawn_again(record):
+                if strategy.order_drawn_again(record):
                     warn_order_drawn_again(loader, "saving")
                 if record is not None and record.read_again:
                     warn_counted_twice(loader)
