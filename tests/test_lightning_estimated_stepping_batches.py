@@ -41,6 +41,7 @@ STEPS = EPOCHS * PER_EPOCH
 EPOCH_ENDS = [step for step in range(1, STEPS) if step % PER_EPOCH == 0]  # 5, 10
 MID_EPOCH = [step for step in range(1, STEPS) if step % PER_EPOCH]
 
+
 @dataclasses.dataclass
 class Outcome:
     seen: list[list[int]]
@@ -172,11 +173,6 @@ def test_a_plain_loader_resumed_inside_an_epoch_is_warned_and_lightning_reads_th
     assert "_get_iterator" not in vars(resumed.loader)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug (integrations/lightning/_resume_rng.py, ResumeRngChecks.setup_data_returned): the draws of "
-    "the new iterator of a plain loader resumed mid-epoch are taken for a prefetch of a loader without a length",
-)
 @pytest.mark.parametrize("package", PACKAGES[:1])
 def test_a_plain_loader_resumed_inside_an_epoch_is_warned_only_as_such(
     package: str, tmp_path_factory: pytest.TempPathFactory
