@@ -274,3 +274,24 @@ def test_a_checkpoint_saved_after_a_max_steps_fit_says_where_lightning_resumes_i
     longer = program_trainer([ProgressTracker(), first], max_steps=steps + 2, max_epochs=-1)
     longer.fit(_PlainSgd(), _loader(), ckpt_path=path)
     assert first.at == (2, done)  # as said; the run that saved it would have gone on in epoch 1 or at epoch 2's start
+
+
+def test_a_new_stateful_loader_given_to_a_fit_continued_after_a_fit_that_trained_nothing_reads_on_from_the_position(
+    tmp_path: Path,
+) -> None:
+    """Lightning loaded the checkpoint's loader state into the idle fit's loader only: the continued fit's new
+    StatefulDataLoader gets it too (its construction draws from the global RNG: only the sample ids are compared)."""
+    limit, saved, longer = STOPS["max_steps mid-epoch, last batch's checkpoint"]
+    torch.manual_seed(0)
+    straight = _PlainSgd()
+    program_trainer([ProgressTracker()], **{**limit, **longer}).fit(straight, _loader(stateful=True))
+    path, seen_first, _ = _finished_run(tmp_path, limit, saved)
+    module = _PlainSgd()
+    fit = program_trainer([ProgressTracker()], **limit)
+    fit.fit(module, _loader(stateful=True), ckpt_path=path)  # the limit is reached: Lightning trains nothing
+    fit.fit_loop.epoch_loop.max_steps = longer["max_steps"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit.fit(module, _loader(stateful=True))
+    assert [w.message for w in caught if issubclass(w.category, InexactResumeWarning)] == []
+    assert seen_first + module.seen == straight.seen
