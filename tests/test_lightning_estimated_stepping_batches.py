@@ -3,8 +3,8 @@ Lightning set up the train data and build its iterator inside strategy setup, be
 the checkpoint. A fit resumed from an epoch end of such a run (its last batch, where Lightning goes on with the next
 epoch) trains exactly as the uninterrupted run: weights, sample ids, progress. Inside an epoch a plain ``DataLoader``
 has no position: its checkpoints are warned at the save and at the resume, and Lightning reads the epoch from its
-first batch, counting on as the uninterrupted run counts. A torchdata ``StatefulDataLoader`` should resume at its
-batch, but here nothing restores its state (an open product gap: ``_LIGHTNING_RESTORES_NO_LOADER_STATE``)."""
+first batch, counting on as the uninterrupted run counts. A torchdata ``StatefulDataLoader`` resumes at its batch
+from any checkpoint: Lightning restores its state only after that early build, so the adapter loads it there."""
 
 from __future__ import annotations
 
@@ -40,16 +40,6 @@ PER_EPOCH = SAMPLES // BATCH  # 5
 STEPS = EPOCHS * PER_EPOCH
 EPOCH_ENDS = [step for step in range(1, STEPS) if step % PER_EPOCH == 0]  # 5, 10
 MID_EPOCH = [step for step in range(1, STEPS) if step % PER_EPOCH]
-
-# Lightning builds the train iterator in strategy setup, where its fit loop has no loader state to load yet; the
-# loop's restore comes later and nothing loads that state then: a StatefulDataLoader resumed inside an epoch starts
-# a new epoch's order, without a warning (the adapter leaves the loader's state to Lightning).
-_LIGHTNING_RESTORES_NO_LOADER_STATE = pytest.mark.xfail(
-    strict=True,
-    reason="open product gap: with estimated_stepping_batches read in configure_optimizers, Lightning never loads "
-    "a StatefulDataLoader's saved state (FitLoop.setup_data ran before the loop restore) and the adapter does not "
-    "load it either: the resumed epoch silently starts a new order",
-)
 
 
 @dataclasses.dataclass
@@ -183,11 +173,6 @@ def test_a_plain_loader_resumed_inside_an_epoch_is_warned_and_lightning_reads_th
     assert "_get_iterator" not in vars(resumed.loader)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug (integrations/lightning/_resume_rng.py, ResumeRngChecks.setup_data_returned): the draws of "
-    "the new iterator of a plain loader resumed mid-epoch are taken for a prefetch of a loader without a length",
-)
 @pytest.mark.parametrize("package", PACKAGES[:1])
 def test_a_plain_loader_resumed_inside_an_epoch_is_warned_only_as_such(
     package: str, tmp_path_factory: pytest.TempPathFactory
@@ -200,9 +185,7 @@ def test_a_plain_loader_resumed_inside_an_epoch_is_warned_only_as_such(
 
 
 @pytest.mark.parametrize("package", PACKAGES)
-@pytest.mark.parametrize(
-    "step", [*EPOCH_ENDS, *(pytest.param(step, marks=_LIGHTNING_RESTORES_NO_LOADER_STATE) for step in MID_EPOCH)]
-)
+@pytest.mark.parametrize("step", [*EPOCH_ENDS, *MID_EPOCH])
 def test_a_fit_from_a_stateful_loader_resumed_from_any_checkpoint_trains_as_the_uninterrupted_run(
     package: str, step: int, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -92,15 +92,7 @@ def test_the_last_checkpoint_of_a_max_steps_run_resumed_with_more_steps_agrees_w
     assert oracle.checked > 0
 
 
-# An open product gap, silent: a fit resumed at max_steps trains nothing and never builds its StatefulDataLoader's
-# iterator, so Lightning saves (and a fit continued on that Trainer reads) the new loader's fresh state, not the
-# loaded position; the tracker does not put the loaded loader state back, nor warn.
-_IDLE_STATEFUL_GAP = pytest.mark.xfail(
-    strict=True, reason="open gap: an idle resumed fit loses a StatefulDataLoader's loaded position, unwarned"
-)
-
-
-@pytest.mark.parametrize("end", [pytest.param("mid-epoch", marks=_IDLE_STATEFUL_GAP), "epoch-end"])
+@pytest.mark.parametrize("end", ENDS)
 def test_a_checkpoint_saved_after_a_resumed_fit_that_trained_nothing_resumes_like_the_one_it_loaded(
     end: str, tmp_path: Path
 ) -> None:
@@ -231,9 +223,7 @@ def test_a_fit_resumed_at_its_max_steps_says_lightning_leaves_the_epoch_open(max
 
 
 @pytest.mark.parametrize("between", ["nothing", "save_checkpoint"])
-@pytest.mark.parametrize(
-    "stop", [pytest.param(s, marks=_IDLE_STATEFUL_GAP) if "max_steps mid-epoch" in s else s for s in STOPS]
-)
+@pytest.mark.parametrize("stop", STOPS)
 def test_a_fit_continued_on_the_trainer_whose_resumed_fit_trained_nothing_matches_one_uninterrupted_fit(
     stop: str, between: str, tmp_path: Path
 ) -> None:
@@ -247,9 +237,9 @@ def test_a_fit_continued_on_the_trainer_whose_resumed_fit_trained_nothing_matche
     module = _PlainSgd()
     tracker = ProgressTracker()
     fit = program_trainer([tracker], **limit)
-    fit.fit(
-        module, _loader(stateful=_stateful(limit, saved)), ckpt_path=path
-    )  # the limit is reached: Lightning trains nothing
+    # one loader for both fits: a StatefulDataLoader(shuffle=True) built between them would draw from the global RNG
+    loader = _loader(stateful=_stateful(limit, saved))
+    fit.fit(module, loader, ckpt_path=path)  # the limit is reached: Lightning trains nothing
     assert module.seen == []
     if between == "save_checkpoint":
         fit.save_checkpoint(tmp_path / "again.ckpt")
@@ -259,7 +249,7 @@ def test_a_fit_continued_on_the_trainer_whose_resumed_fit_trained_nothing_matche
         fit.fit_loop.max_epochs = longer["max_epochs"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit.fit(module, _loader(stateful=_stateful(limit, saved)))
+        fit.fit(module, loader)
     assert [w.message for w in caught if issubclass(w.category, InexactResumeWarning)] == []
     assert seen_first + module.seen == straight.seen
     assert all(torch.equal(a, b) for a, b in zip(module.parameters(), straight.parameters(), strict=True))
@@ -284,3 +274,24 @@ def test_a_checkpoint_saved_after_a_max_steps_fit_says_where_lightning_resumes_i
     longer = program_trainer([ProgressTracker(), first], max_steps=steps + 2, max_epochs=-1)
     longer.fit(_PlainSgd(), _loader(), ckpt_path=path)
     assert first.at == (2, done)  # as said; the run that saved it would have gone on in epoch 1 or at epoch 2's start
+
+
+def test_a_new_stateful_loader_given_to_a_fit_continued_after_a_fit_that_trained_nothing_reads_on_from_the_position(
+    tmp_path: Path,
+) -> None:
+    """Lightning loaded the checkpoint's loader state into the idle fit's loader only: the continued fit's new
+    StatefulDataLoader gets it too (its construction draws from the global RNG: only the sample ids are compared)."""
+    limit, saved, longer = STOPS["max_steps mid-epoch, last batch's checkpoint"]
+    torch.manual_seed(0)
+    straight = _PlainSgd()
+    program_trainer([ProgressTracker()], **{**limit, **longer}).fit(straight, _loader(stateful=True))
+    path, seen_first, _ = _finished_run(tmp_path, limit, saved)
+    module = _PlainSgd()
+    fit = program_trainer([ProgressTracker()], **limit)
+    fit.fit(module, _loader(stateful=True), ckpt_path=path)  # the limit is reached: Lightning trains nothing
+    fit.fit_loop.epoch_loop.max_steps = longer["max_steps"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit.fit(module, _loader(stateful=True))
+    assert [w.message for w in caught if issubclass(w.category, InexactResumeWarning)] == []
+    assert seen_first + module.seen == straight.seen
