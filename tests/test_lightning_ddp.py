@@ -3,7 +3,7 @@ and a mid-epoch checkpoint written by rank 0 resumes every rank exactly.
 
 Per configuration (plain and accumulating 3 batches, with ``rank_files=True``; gathered: accumulating 3
 batches without, the default) one uninterrupted run (24 samples, a shuffling ``DistributedSampler`` injected
-by Lightning: 4 batches of 3 per rank and epoch, 2 epochs) saves checkpoints after train batches
+by Lightning into a torchdata ``StatefulDataLoader``: 4 batches of 3 per rank and epoch, 2 epochs) saves checkpoints after train batches
 ``AT[config]``; fresh processes resume each (see ``lightning_ddp_run.py``). The ranks seed their global RNGs differently and the loss
 draws noise from it.
 """

@@ -4,7 +4,7 @@
 checkpoint after each train batch in ``AT[config]`` (counted over the run), written by rank 0
 to ``DIR/<config>-<batch>.ckpt``; ``plain`` and ``accumulate`` with ``ProgressTracker(rank_files=True)``,
 ``gathered`` without (and a ``ModelCheckpoint`` every 2 steps into ``DIR/gathered-models``). ``python lightning_ddp_run.py resume DIR``: for each of those
-checkpoints, a fresh Trainer, model and loader resume it with ``fit(ckpt_path=...)``. ``... own DIR``:
+checkpoints, a fresh Trainer, model and loader (a torchdata ``StatefulDataLoader``) resume it with ``fit(ckpt_path=...)``. ``... own DIR``:
 rank ``r`` resumes ``DIR/only-rank<r>/plain-2.ckpt``, a copy beside which only its own rank file lies.
 Lightning's launcher re-executes this script for rank 1. Each rank seeds its global RNG
 differently (the loss draws noise from it), so a rank resumed with another rank's RNG
@@ -21,7 +21,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
-from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import check_divergence, get_progress, reduce_state
 from tracker_core.integrations.lightning import ProgressTracker
@@ -110,7 +110,10 @@ def _fit(folder: Path, config: str, seed: int, ckpt_path: Path | None = None) ->
         logger=False,
         callbacks=callbacks,
     )
-    trainer.fit(model, DataLoader(Indexed(SAMPLES), batch_size=3, shuffle=True), ckpt_path=ckpt_path)
+    # A StatefulDataLoader (Lightning re-creates it with its DistributedSampler, and its fit loop saves and
+    # restores the loader's state): exact at every batch, where a plain DataLoader resumes only epoch ends exactly.
+    loader = StatefulDataLoader(Indexed(SAMPLES), batch_size=3, shuffle=True)
+    trainer.fit(model, loader, ckpt_path=ckpt_path)
     return {
         "rank": trainer.global_rank,
         "seen": model.seen,
