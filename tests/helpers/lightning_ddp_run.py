@@ -21,6 +21,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
+from torch.utils.data import DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import check_divergence, get_progress, reduce_state
@@ -38,6 +39,21 @@ AT = {
 }
 RANK_FILES = {"plain": True, "accumulate": True, "gathered": False}  # ProgressTracker(rank_files=...)
 MODELS = "gathered-models"  # ModelCheckpoint's folder in the gathered configuration
+
+
+class StatefulRecording(Recording):
+    """:class:`Recording` whose ``train_dataloader`` is a torchdata ``StatefulDataLoader`` over a shuffling
+    ``DistributedSampler`` of this rank: Lightning's fit loop saves and restores the loader's state, so a
+    checkpoint after any batch resumes exactly (a plain DataLoader resumes only epoch ends exactly). The sampler is
+    given here, with this rank, so the shard does not depend on Lightning re-creating the loader."""
+
+    def train_dataloader(self) -> StatefulDataLoader[Any]:
+        data = Indexed(SAMPLES)
+        sampler = DistributedSampler(data, self.trainer.world_size, self.trainer.global_rank, shuffle=True)
+        # A resumed StatefulDataLoader draws its sampler's order when Lightning restores it, before the fit loop's
+        # set_epoch: give it the restored epoch's here.
+        sampler.set_epoch(self.trainer.current_epoch)
+        return StatefulDataLoader(data, batch_size=3, sampler=sampler)
 
 
 class SaveAfter(pl.Callback):
@@ -89,7 +105,7 @@ class Findings(pl.Callback):
 def _fit(folder: Path, config: str, seed: int, ckpt_path: Path | None = None) -> dict[str, Any]:
     rank = int(os.environ.get("LOCAL_RANK", "0"))  # set for rank 1 by the launcher, for rank 0 after the 1st fit
     torch.manual_seed(seed + rank)
-    model = Recording()
+    model = StatefulRecording()
     tracker = ProgressTracker(rank_files=RANK_FILES[config])
     findings = Findings()
     callbacks: list[pl.Callback] = [tracker, findings]
@@ -110,10 +126,7 @@ def _fit(folder: Path, config: str, seed: int, ckpt_path: Path | None = None) ->
         logger=False,
         callbacks=callbacks,
     )
-    # A StatefulDataLoader (Lightning re-creates it with its DistributedSampler, and its fit loop saves and
-    # restores the loader's state): exact at every batch, where a plain DataLoader resumes only epoch ends exactly.
-    loader = StatefulDataLoader(Indexed(SAMPLES), batch_size=3, shuffle=True)
-    trainer.fit(model, loader, ckpt_path=ckpt_path)
+    trainer.fit(model, ckpt_path=ckpt_path)
     return {
         "rank": trainer.global_rank,
         "seen": model.seen,
