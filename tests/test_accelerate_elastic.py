@@ -190,8 +190,12 @@ def test_one_process_x_6_saved_inside_an_epoch_resumes_on_two_x_3_and_the_ranks_
 
 @pytest.mark.parametrize(
     ("options", "needs"),
-    [({"seedable": False}, "use_seedable_sampler=True"), ({"split_batches": True}, "split_batches=False")],
-    ids=["no-seedable-sampler", "split-batches"],
+    [
+        ({"seedable": False}, "use_seedable_sampler=True"),
+        ({"split_batches": True}, "split_batches=False"),
+        ({"stateful": True}, "use_stateful_dataloader=False"),
+    ],
+    ids=["no-seedable-sampler", "split-batches", "stateful-dataloader"],
 )
 def test_an_unsupported_configuration_is_refused_before_anything_is_loaded(runs, options, needs):
     program = elastic_setup(6, **options)
