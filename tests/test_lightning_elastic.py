@@ -177,6 +177,14 @@ def test_without_a_distributed_sampler_the_resume_fails_before_any_batch(folder:
     assert resumed["batches"] == []
 
 
+def test_a_stateful_dataloader_saved_inside_an_epoch_is_refused_before_any_batch(folder: Path) -> None:
+    resumed = _found(folder, "one")["stateful"]  # saved after 1 batch per rank, resumed on 1 process with batches of 6
+    assert resumed["error"]["key"] == "ranks.0.train_loaders.0.kind"
+    assert "resume at world size 2, or from a checkpoint between epochs" in resumed["error"]["message"]
+    assert resumed["batches"] == []
+    assert resumed["inexact"] == []
+
+
 def test_a_mid_epoch_resume_with_several_train_loaders_fails_before_any_batch(folder: Path) -> None:
     resumed = _found(folder, "one")["two-loaders-x6"]
     assert resumed["error"]["key"] == "ranks"
