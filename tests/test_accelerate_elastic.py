@@ -8,7 +8,8 @@ runs both sides). The 2-process run also loads a 1-process checkpoint (batches o
 
 The loaders are plain (an elastic resume refuses ``use_stateful_dataloader``): a checkpoint after an epoch's last
 batch resumes at the same global sample; one inside an epoch restarts that epoch from its first batch (Accelerate's
-loop reads a plain loader whole), in the saved epoch's order at the new geometry, warned.
+loop reads a plain loader whole), in the saved epoch's order at the new geometry, with one InexactResumeWarning at the
+load; its counts are mapped by global samples (``k' = floor(k * b * W / (b' * W'))``) and the mapping says ``exact: False``.
 """
 
 from __future__ import annotations
@@ -85,7 +86,11 @@ def _ids(batches: list[list[int]]) -> list[int]:
     return [i for batch in batches for i in batch]
 
 
-_RESTARTED = "^resuming .* a plain DataLoader has no position of its own"
+_RESTARTED = (
+    "^elastic resume: train dataloader 0: saved inside an epoch, after 12 of its samples: "
+    "a plain DataLoader has no position of its own"
+)
+_PROBLEM = "saved inside an epoch, after 12 of its samples: a plain DataLoader has no position of its own"
 
 
 @pytest.mark.parametrize("batch", [6, 2])
@@ -97,17 +102,18 @@ def test_two_processes_x_3_saved_inside_an_epoch_resume_on_one_by_restarting_tha
     assert re.match(_RESTARTED, resumed["warnings"][0])
 
 
-def test_the_resume_mapping_says_how_the_position_was_mapped(runs):
-    one = runs[0]
-    assert one["resumed2"]["mapping"] == {
+def test_the_resume_mapping_says_how_the_position_was_mapped_and_that_it_is_not_exact(runs):
+    mapping = runs[0]["resumed2"]["mapping"]
+    problem = mapping["train_loaders"][0].pop("problem")
+    assert mapping == {
         "saved_world_size": 2,
         "world_size": 1,
         "rank": 0,
         "source_rank": 0,
-        "train_loaders": [
-            {"index": 0, "samples_consumed": 12, "batch_size": 2, "batches_consumed": 6, "exact": True, "problem": ""}
-        ],
+        "train_loaders": [{"index": 0, "samples_consumed": 12, "batch_size": 2, "batches_consumed": 6, "exact": False}],
     }
+    assert problem.startswith(_PROBLEM)
+    assert "its counts continue from batch 6" in problem
 
 
 @pytest.mark.parametrize("batch", [6, 2])
@@ -137,12 +143,16 @@ def test_the_same_global_batch_trains_the_weights_of_an_uninterrupted_run_at_the
     assert resumed["end"] == straight["end"]  # the same optimizer steps as well
 
 
-def test_a_position_not_a_multiple_of_the_new_batch_warns_of_the_mapping_and_the_epoch_restarts(runs):
+def test_a_position_off_the_new_global_batch_counts_the_whole_batches_before_it_and_the_epoch_restarts(runs):
+    """Position 12 with batches of 5: ``k' = floor(12 / 5) = 2``, under the one warning of the mid-epoch resume."""
     one = runs[0]
     resumed = one["resumed5"]
-    assert len(resumed["warnings"]) == 2
-    assert any("position 12 is not a multiple of the new global batch 5 x 1 = 5" in w for w in resumed["warnings"])
-    assert any(re.match(_RESTARTED, w) for w in resumed["warnings"])
+    loader = resumed["mapping"]["train_loaders"][0]
+    assert (loader["samples_consumed"], loader["batch_size"], loader["batches_consumed"]) == (12, 5, 2)
+    assert loader["exact"] is False
+    assert len(resumed["warnings"]) == 1
+    assert re.match(_RESTARTED, resumed["warnings"][0])
+    assert "its counts continue from batch 2" in resumed["warnings"][0]
     assert _epoch(resumed, EPOCH) == _epoch(one["straight5"], EPOCH)
 
 
@@ -180,8 +190,12 @@ def test_one_process_x_6_saved_inside_an_epoch_resumes_on_two_x_3_and_the_ranks_
 
 @pytest.mark.parametrize(
     ("options", "needs"),
-    [({"seedable": False}, "use_seedable_sampler=True"), ({"split_batches": True}, "split_batches=False")],
-    ids=["no-seedable-sampler", "split-batches"],
+    [
+        ({"seedable": False}, "use_seedable_sampler=True"),
+        ({"split_batches": True}, "split_batches=False"),
+        ({"stateful": True}, "use_stateful_dataloader=False"),
+    ],
+    ids=["no-seedable-sampler", "split-batches", "stateful-dataloader"],
 )
 def test_an_unsupported_configuration_is_refused_before_anything_is_loaded(runs, options, needs):
     program = elastic_setup(6, **options)

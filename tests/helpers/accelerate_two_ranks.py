@@ -46,11 +46,15 @@ class Elastic:
     progress: AcceleratorProgress
 
 
-def elastic_setup(batch: int, *, seedable: bool = True, split_batches: bool = False) -> Elastic:
-    """Linear(4, 1) on ``Indexed(24)``, batches of ``batch`` per process, accumulation 2, prepared and tracked."""
+def elastic_setup(batch: int, *, seedable: bool = True, split_batches: bool = False, stateful: bool = False) -> Elastic:
+    """Linear(4, 1) on ``Indexed(24)``, batches of ``batch`` per process, accumulation 2, prepared and tracked.
+
+    ``stateful``: ``use_stateful_dataloader=True`` (Accelerate prepares a StatefulDataLoader).
+    """
     seed(0)  # SeedableRandomSampler's initial_seed: the same in every process and run
     accelerator = fresh_accelerator(Setup(samples=ELASTIC_SAMPLES, batch_size=batch, accumulation=2, seedable=seedable))
     accelerator.dataloader_config.split_batches = split_batches
+    accelerator.dataloader_config.use_stateful_dataloader = stateful
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
