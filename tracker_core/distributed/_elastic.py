@@ -191,6 +191,13 @@ def _geometries(
             f"an elastic resume (saved at world size {saved_size}, loading at {size}) maps the data position "
             "onto the loader: register it with track_train_loader before load_state_dict",
         )
+    if state.get("kind") == "own_state":
+        raise ProgressStateError(
+            f"{key}.kind",
+            f"a loader's own state (torchdata's StatefulDataLoader) holds its rank's shard of the epoch, saved at "
+            f"world size {saved_size}: it cannot be mapped to world size {size}; resume at world size {saved_size}, "
+            "or from a checkpoint between epochs",
+        )
     mine = position.distributed_info()
     if mine is None or mine["batch_size"] is None:
         raise ProgressStateError(
@@ -211,13 +218,6 @@ def _geometries(
             "its position cannot be mapped",
         )
     _check_same_order(saved, mine, f"{key}.distributed")
-    if state.get("kind") == "own_state":
-        raise ProgressStateError(
-            f"{key}.kind",
-            f"a loader's own state (torchdata's StatefulDataLoader) holds its rank's shard of the epoch, saved at "
-            f"world size {saved_size}: it cannot be mapped to world size {size}; resume at world size {saved_size}, "
-            "or from a checkpoint between epochs",
-        )
     return position, mine, saved
 
 
