@@ -5,13 +5,13 @@ load, 0 and 2 workers) it times, from building the resumed loader to its first b
 resume at 10%, 50% and 90% of an epoch: through ``LoaderPosition.load_state_dict`` (what
 every adapter does) and through the loader's native mechanism:
 
-* map-style ``DataLoader``: Accelerate's ``skip_first_batches`` (skips at the batch sampler);
 * ``StatefulDataLoader`` (map-style, and over an iterable with its own ``state_dict``):
   torchdata's ``load_state_dict``. Lightning resumes a stateful loader by calling that same
   ``load_state_dict`` (it does not skip on its own), so this row is Lightning's figure too;
 * Hugging Face ``datasets.IterableDataset`` (when ``datasets`` is installed; its own
-  ``state_dict``): through a ``StatefulDataLoader`` (torchdata's ``load_state_dict``);
-* a plain ``DataLoader`` over an iterable reads the trained batches again (shown for contrast).
+  ``state_dict``): through a ``StatefulDataLoader`` (torchdata's ``load_state_dict``).
+
+A plain ``DataLoader`` is not positioned inside an epoch (the tracker installs nothing on it), so it has no row.
 
 The dataset is built before the clock starts (a fresh one for each resume); the figure is the
 time to build the loader, load the saved position and take the first batch, the median of
@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from accelerate.data_loader import skip_first_batches
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -116,13 +115,6 @@ class OwnStateStream(IterableDataset[int]):
         self.position = state["position"]
 
 
-class Stream(OwnStateStream):
-    """The same samples with no state of its own."""
-
-    state_dict = None  # type: ignore[assignment]
-    load_state_dict = None  # type: ignore[assignment]
-
-
 def _hf_load(example: dict[str, Any]) -> dict[str, Any]:
     _Cost.spend()
     return example
@@ -168,11 +160,6 @@ def _workers(count: int) -> dict[str, Any]:
     return {"num_workers": count, "multiprocessing_context": "fork"} if count else {}
 
 
-def _map(dataset: Any, workers: int) -> DataLoader[Any]:
-    generator = torch.Generator().manual_seed(0)
-    return DataLoader(dataset, batch_size=BATCH, shuffle=True, generator=generator, **_workers(workers))
-
-
 def _stateful_map(dataset: Any, workers: int) -> DataLoader[Any]:
     generator = torch.Generator().manual_seed(0)
     return StatefulDataLoader(dataset, batch_size=BATCH, shuffle=True, generator=generator, **_workers(workers))
@@ -182,16 +169,10 @@ def _stateful(dataset: Any, workers: int) -> DataLoader[Any]:
     return StatefulDataLoader(dataset, batch_size=BATCH, **_workers(workers))
 
 
-def _plain(dataset: Any, workers: int) -> DataLoader[Any]:
-    return DataLoader(dataset, batch_size=BATCH, **_workers(workers))
-
-
 KINDS = [
-    Kind("DataLoader, map-style", Samples, _map, "Accelerate skip_first_batches"),
     Kind("StatefulDataLoader, map-style", Samples, _stateful_map, "torchdata load_state_dict"),
     Kind("StatefulDataLoader, iterable with state", OwnStateStream, _stateful, "torchdata load_state_dict"),
     Kind("StatefulDataLoader, HF IterableDataset", _HuggingFace.dataset, _stateful, "torchdata load_state_dict"),
-    Kind("DataLoader, iterable without state", Stream, _plain, "", (0,)),
 ]
 
 
@@ -274,9 +255,6 @@ def _ours(kind: Kind, workers: int, state: dict[str, Any]) -> Callable[[Any], An
 
 
 def _native(kind: Kind, workers: int, saved: Saved) -> Callable[[Any], Any] | None:
-    if kind.native == "Accelerate skip_first_batches":
-        skip: Callable[[DataLoader[Any], int], Any] = skip_first_batches
-        return lambda dataset: skip(kind.loader(dataset, workers), saved.k)
     if kind.native == "torchdata load_state_dict":
 
         def resume(dataset: Any) -> Any:

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 import tracker_core
 from tracker_core.checkpoints import newest_intact_checkpoint
@@ -78,8 +79,9 @@ def _loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Ten
     return torch.nn.functional.mse_loss(model(torch.nn.functional.dropout(x, 0.2, training=True)), y)
 
 
-def _loader() -> DataLoader[Any]:
-    return DataLoader(Indexed(), batch_size=BATCH_SIZE, shuffle=True)
+def _loader() -> StatefulDataLoader[Any]:
+    """A shuffled loader with a position of its own, so a checkpoint inside an epoch resumes at its batch."""
+    return StatefulDataLoader(Indexed(), batch_size=BATCH_SIZE, shuffle=True)
 
 
 def train_lightning(workdir: Path, resume_from: Path | None, seed: int, record: Record) -> tuple[torch.nn.Module, Any]:
@@ -149,20 +151,26 @@ def train_ignite(workdir: Path, resume_from: Path | None, seed: int, record: Rec
         global_step_transform=lambda e, _: e.state.iteration,
     )
     trainer.add_event_handler(Events.ITERATION_COMPLETED, saving)
+    loader = _loader()  # before the load: building a shuffled loader draws the global RNG
     if resume_from is not None:
         Checkpoint.load_objects(to_save, str(resume_from))
-    trainer.run(_loader(), max_epochs=EPOCHS)
+    trainer.run(loader, max_epochs=EPOCHS)
     return model, trainer
 
 
 def train_accelerate(workdir: Path, resume_from: Path | None, seed: int, record: Record) -> tuple[torch.nn.Module, Any]:
     from accelerate.accelerator import Accelerator
-    from accelerate.utils.dataclasses import ProjectConfiguration
+    from accelerate.utils.dataclasses import DataLoaderConfiguration, ProjectConfiguration
 
     from tracker_core.integrations.accelerate import AcceleratorProgress
 
     project = ProjectConfiguration(project_dir=str(workdir), automatic_checkpoint_naming=True, total_limit=3)
-    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=ACCUMULATION, project_config=project)
+    accelerator = Accelerator(
+        cpu=True,
+        gradient_accumulation_steps=ACCUMULATION,
+        project_config=project,
+        dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True),  # save_state keeps its position
+    )
     model = _model()
     optimizer = _optimizer(model)
     _seed(seed)

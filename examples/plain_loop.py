@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import EventOrderError, ProgressView, Tracker, comparable_state, count_optimizer_steps
 from tracker_core.adapter import (
@@ -147,7 +148,7 @@ def train(
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
-    loader = DataLoader(Indexed(), batch_size=BATCH_SIZE, shuffle=True)
+    loader = StatefulDataLoader(Indexed(), batch_size=BATCH_SIZE, shuffle=True)  # resumes at its batch
     loop = LoopProgress(model, [optimizer], [scheduler])
     torch.manual_seed(seed)
     if resume_from is not None:

@@ -24,6 +24,8 @@ from tracker_core.integrations.accelerate import AcceleratorProgress
 from helpers.accelerate_drive import Setup, StopAt, run
 from helpers.saved_checkpoints import two_rank_accelerate_folder
 
+MID_EPOCH_EXACT = Setup(stateful=True, torchdata=True)  # a StatefulDataLoader: a mid-epoch save resumes at its batch
+
 
 class Interrupted(Exception):
     """Stands for a kill: raised by an object registered before the progress, after Accelerate's own files."""
@@ -125,21 +127,21 @@ def test_a_save_ended_before_its_commit_in_a_new_folder_is_refused_changing_noth
 def test_an_intact_folder_with_a_file_added_after_the_commit_loads_and_the_file_is_named_not_checked(
     tmp_path: Path,
 ) -> None:
-    run(Setup(), stop=StopAt(4), save_dir=str(tmp_path / "saved"))
+    run(MID_EPOCH_EXACT, stop=StopAt(4), save_dir=str(tmp_path / "saved"))
     (tmp_path / "saved" / "notes.txt").write_text("written after the save")
     found = read_checkpoint(tmp_path / "saved")
     assert [part.split(" ")[0] for part in found.unchecked] == ["custom_checkpoint_0.pkl", "notes.txt"]
-    resumed = run(Setup(), load_dir=str(tmp_path / "saved"))
-    assert resumed.state == run(Setup()).state
+    resumed = run(MID_EPOCH_EXACT, load_dir=str(tmp_path / "saved"))
+    assert resumed.state == run(MID_EPOCH_EXACT).state
 
 
 def test_an_unregistered_progress_writes_its_file_without_a_commit_and_the_resume_stays_exact(tmp_path: Path) -> None:
-    reference = run(Setup())
-    stopped = run(Setup(), stop=StopAt(4), save_dir=str(tmp_path), registered=False)
+    reference = run(MID_EPOCH_EXACT)
+    stopped = run(MID_EPOCH_EXACT, stop=StopAt(4), save_dir=str(tmp_path), registered=False)
     saved = torch.load(tmp_path / "progress_tracker_0.pt", weights_only=True)
     assert saved["folder"] is None and not (tmp_path / "custom_checkpoint_0.pkl").exists()
     assert read_checkpoint(tmp_path).unchecked[0].startswith("Accelerate's files (the folder has no commit")
-    resumed = run(Setup(), load_dir=str(tmp_path), registered=False)
+    resumed = run(MID_EPOCH_EXACT, load_dir=str(tmp_path), registered=False)
     assert stopped.train_ids + resumed.train_ids == reference.train_ids
     assert all(torch.equal(a, b) for a, b in zip(resumed.weights, reference.weights, strict=True))
     assert resumed.state == reference.state

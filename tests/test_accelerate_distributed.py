@@ -24,9 +24,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("sampler", ["plain", pytest.param("seedable", marks=MARKS)])  # both: make conformance
+@pytest.mark.parametrize("sampler", ["stateful", pytest.param("seedable", marks=MARKS)])  # both: make conformance
 def test_two_ranks_count_their_own_shard_sum_to_the_dataset_and_resume_exactly(tmp_path, sampler):
-    """``plain``: Accelerate nests the shuffling sampler (and its generator) inside its BatchSamplerShard."""
+    """``stateful``: Accelerate's StatefulDataLoader over its seedable sampler, saved mid-epoch and resumed at its batch
+    on each rank; ``seedable``: a plain loader saved between epochs (Accelerate nests the sampler and its generator
+    inside its BatchSamplerShard)."""
     port = str(_free_port())
     ranks = []
     for rank in range(2):
@@ -53,7 +55,7 @@ def test_two_ranks_count_their_own_shard_sum_to_the_dataset_and_resume_exactly(t
     findings = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     assert [f["rank"] for f in findings] == [0, 1] and findings[0]["world"] == 2
     for found in findings:
-        assert found["ids_exact"] and found["weights_exact"] and found["progress_exact"]
+        assert (found["ids_exact"], found["weights_exact"], found["progress_exact"]) == (True, True, True)
     assert findings[0]["ids"] != findings[1]["ids"]  # each rank trains its own shard
     # 20 samples, batches of 3 per rank: 4 batches of 3 per rank and epoch (even_batches pads the last).
     assert [f["samples"] for f in findings] == [24, 24]

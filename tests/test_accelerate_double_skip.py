@@ -2,9 +2,10 @@
 
 The program is Accelerate's ``examples/by_feature/checkpointing.py`` with the loops of AcceleratorProgress: it saves
 ``step_{N}`` after its N-th batch and, resuming, computes ``starting_epoch`` and ``resume_step`` from the name and
-iterates ``accelerator.skip_first_batches(loader, resume_step)`` in epoch ``starting_epoch``. In the epoch
-``load_state`` resumes, ``progress.train()`` already yields only the batches not yet trained: such a loader there is
-refused with ``ValueError`` before any batch is fetched. Outside that epoch (the example's ``skip_first_batches(loader,
+iterates ``accelerator.skip_first_batches(loader, resume_step)`` in epoch ``starting_epoch``. With
+``use_stateful_dataloader``, in the epoch ``load_state`` resumes, ``progress.train()`` already yields only the batches
+not yet trained: such a loader there is refused with ``ValueError`` before any batch is fetched. A plain loader is not
+positioned: the resumed epoch restarts from its first batch, and the example's skip there is a loader like any other. Outside that epoch (the example's ``skip_first_batches(loader,
 0)`` after a checkpoint at an epoch's last batch) it is a loader like any other, and the resume is exact.
 """
 
@@ -23,6 +24,7 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import DataLoaderConfiguration
 from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import InexactResumeWarning, comparable_state
 from tracker_core.integrations.accelerate import AcceleratorProgress
@@ -57,6 +59,7 @@ def _example(
     resume_from: Path | None = None,
     skip_in: str = "starting_epoch",
     run: Run | None = None,
+    torchdata: bool = False,
 ) -> Run:
     """Accelerate's checkpointing example: save ``folder/step_{save_after}`` and stop, or resume from ``resume_from``
     skipping ``resume_step`` batches in epoch ``starting_epoch`` (``skip_in="first"``: in the first epoch the loop
@@ -67,8 +70,9 @@ def _example(
     torch.manual_seed(0)
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    kind = StatefulDataLoader if torchdata else DataLoader  # torchdata's sampler has a state of its own
     model, optimizer, train_dataloader = accelerator.prepare(
-        model, optimizer, DataLoader(Indexed(), batch_size=4, shuffle=True)
+        model, optimizer, kind(Indexed(), batch_size=4, shuffle=True)
     )
     progress = AcceleratorProgress(accelerator)
     accelerator.register_for_checkpointing(progress)
@@ -111,8 +115,8 @@ def _saved(stateful: bool, after: int, tmp_path: Path) -> tuple[Run, Path]:
     return stopped, tmp_path / f"step_{after}"
 
 
-def _assert_equals_the_uninterrupted_run(stateful: bool, stopped: Run, resumed: Run) -> None:
-    uninterrupted = _example(stateful)
+def _assert_equals_the_uninterrupted_run(stateful: bool, stopped: Run, resumed: Run, **how: bool) -> None:
+    uninterrupted = _example(stateful, **how)
     assert stopped.ids + resumed.ids == uninterrupted.ids
     assert all(torch.equal(a, b) for a, b in zip(resumed.weights, uninterrupted.weights, strict=True))
     assert resumed.progress == uninterrupted.progress
@@ -126,12 +130,25 @@ def _assert_refused_before_any_batch(stateful: bool, checkpoint: Path, skip_in: 
     assert resumed.ids == []
 
 
-@pytest.mark.parametrize("loader", LOADERS)
-def test_skip_first_batches_in_the_epoch_resumed_mid_way_is_refused_before_any_batch_is_fetched(
-    loader: str, tmp_path: Path
+def test_skip_first_batches_in_the_epoch_resumed_mid_way_by_a_stateful_loader_is_refused_before_any_batch_is_fetched(
+    tmp_path: Path,
 ) -> None:
-    _, checkpoint = _saved(LOADERS[loader], BATCHES + 2, tmp_path)  # step_8: the example skips 2 in epoch 1
-    _assert_refused_before_any_batch(LOADERS[loader], checkpoint, skip_in="starting_epoch")
+    _, checkpoint = _saved(True, BATCHES + 2, tmp_path)  # step_8: the example skips 2 in epoch 1
+    _assert_refused_before_any_batch(True, checkpoint, skip_in="starting_epoch")
+
+
+# A plain loader is not positioned: the resumed epoch restarts from its first batch (Accelerate's loop reads the
+# loader whole), and the example's skip_first_batches is Accelerate's own way to skip the trained batches there.
+
+
+def test_the_examples_skip_of_a_plain_loader_in_the_epoch_resumed_mid_way_is_a_loader_like_any_other(
+    tmp_path: Path,
+) -> None:
+    stopped, checkpoint = _saved(False, BATCHES + 2, tmp_path)
+    with pytest.warns(InexactResumeWarning, match="^resuming .* after 2 batches of an epoch"):
+        resumed = _example(False, resume_from=checkpoint, skip_in="starting_epoch")
+    assert [len(ids) for ids in stopped.ids + resumed.ids] == [4] * EPOCHS * BATCHES
+    assert resumed.progress["stages"]["train"]["batches"]["lifetime"]["completed"] == EPOCHS * BATCHES
 
 
 @pytest.mark.parametrize("loader", LOADERS)
@@ -142,10 +159,22 @@ def test_skip_first_batches_in_the_epoch_resumed_after_its_last_batch_is_refused
     _assert_refused_before_any_batch(LOADERS[loader], checkpoint, skip_in="first")  # skip_first_batches(loader, 0)
 
 
-def test_the_refused_program_without_the_call_resumes_mid_epoch_exactly(tmp_path: Path) -> None:
+def test_the_refused_program_without_the_call_over_a_statefuldataloader_resumes_mid_epoch_exactly(
+    tmp_path: Path,
+) -> None:
+    stopped = _example(True, save_after=BATCHES + 2, folder=tmp_path, torchdata=True)
+    resumed = _example(True, resume_from=tmp_path / f"step_{BATCHES + 2}", skip_in="never", torchdata=True)
+    _assert_equals_the_uninterrupted_run(True, stopped, resumed, torchdata=True)
+
+
+def test_the_program_without_the_call_over_a_plain_loader_reads_the_resumed_epoch_whole(tmp_path: Path) -> None:
     stopped, checkpoint = _saved(False, BATCHES + 2, tmp_path)
-    resumed = _example(False, resume_from=checkpoint, skip_in="never")
-    _assert_equals_the_uninterrupted_run(False, stopped, resumed)
+    with pytest.warns(InexactResumeWarning, match="^resuming .* after 2 batches of an epoch"):
+        resumed = _example(False, resume_from=checkpoint, skip_in="never")
+    assert len(stopped.ids) + len(resumed.ids) == EPOCHS * BATCHES + 2
+    train = resumed.progress["stages"]["train"]
+    assert train["batches"]["lifetime"]["completed"] == EPOCHS * BATCHES + 2  # the 2 before the checkpoint stay
+    assert train["epochs"]["lifetime"]["completed"] == EPOCHS
 
 
 def test_the_refused_program_without_the_call_over_a_stateful_loader_resumes_mid_epoch_and_warns_of_its_order(

@@ -261,16 +261,32 @@ def test_an_evaluation_interrupted_by_a_checkpoint_draws_again_what_it_drew(n: i
 
 
 def test_a_save_after_the_train_loop_was_left_early_in_the_epoch_warns_naming_the_loader(tmp_path: Path) -> None:
-    config = Config(break_train=(0, 2))
+    config = Config(break_train=(0, 2), loader="stateful-own")  # its resume continues the left pass
     with pytest.warns(tracker_core.InexactResumeWarning, match=r"left the pass of train dataloader\(s\) 0"):
         run(config, stop=Stop(0, 1, during_eval=True), directory=str(tmp_path))
 
 
 def test_a_resume_of_a_save_after_the_train_loop_was_left_early_warns_naming_the_loader(tmp_path: Path) -> None:
-    config = Config(break_train=(0, 2))
+    config = Config(break_train=(0, 2), loader="stateful-own")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", tracker_core.InexactResumeWarning)  # named at the save (the test above)
         run(config, stop=Stop(0, 1, during_eval=True), directory=str(tmp_path))
     left = r"load_state of a checkpoint saved after the loop left the pass of train dataloader\(s\) 0"
     with pytest.warns(tracker_core.InexactResumeWarning, match=left):
         run(config, resume=True, directory=str(tmp_path), seed_value=5)
+
+
+def test_a_resume_of_a_save_after_the_train_loop_of_a_plain_loader_was_left_early_restarts_the_epoch(
+    tmp_path: Path,
+) -> None:
+    config = Config(break_train=(0, 2))
+    with pytest.warns(tracker_core.InexactResumeWarning, match="^saving .* after 2 batches of an epoch") as saved:
+        stopped = run(config, stop=Stop(0, 1, during_eval=True), directory=str(tmp_path))
+    assert not any("left the pass" in str(warning.message) for warning in saved)  # the pass is not continued
+    with pytest.warns(tracker_core.InexactResumeWarning, match="^resuming .* after 2 batches of an epoch"):
+        resumed = run(config, resume=True, directory=str(tmp_path), seed_value=5)
+    epoch_0 = [batch for batch in resumed.train if batch[0] == 0]
+    assert len(epoch_0) == len(stopped.train) == 3  # read again from its first batch, to the same break
+    assert [batch[4] for batch in epoch_0] == [batch[4] for batch in stopped.train]  # Accelerate's pass counter too
+    # The program's own count of passes it cut (saved with the checkpoint) counts the restarted pass twice.
+    assert all("passes run to their end" in disagreement for disagreement in resumed.disagreements)

@@ -12,6 +12,7 @@ pytest.importorskip("accelerate")
 
 import torch
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import InexactResumeWarning, ScopeCounts
 from tracker_core.integrations.accelerate import AcceleratorProgress
@@ -38,7 +39,7 @@ def test_the_checkpoint_holds_the_progress_and_position_of_each_train_loader(tmp
 
 
 def test_after_a_resume_each_loader_continues_with_its_own_samples(tmp_path: Path) -> None:
-    config = Config(train_sizes=(3, 10), accumulation=3)
+    config = Config(train_sizes=(3, 10), accumulation=3, loader="stateful-own")
     reference = run(config)
     stopped = run(config, stop=Stop(0, 2), directory=str(tmp_path))
     with pytest.warns(InexactResumeWarning, match="train dataloaders 0, 1 have passes open"):
@@ -50,7 +51,7 @@ def test_after_a_resume_each_loader_continues_with_its_own_samples(tmp_path: Pat
 
 
 def test_a_resume_with_one_loader_is_exact_and_does_not_warn(tmp_path: Path) -> None:
-    config = Config(train_sizes=(10,), accumulation=3)
+    config = Config(train_sizes=(10,), accumulation=3, loader="stateful-own")
     reference = run(config)
     stopped = run(config, stop=Stop(1, 1), directory=str(tmp_path))
     with warnings.catch_warnings():
@@ -62,7 +63,7 @@ def test_a_resume_with_one_loader_is_exact_and_does_not_warn(tmp_path: Path) -> 
 
 
 def test_a_resume_with_several_open_passes_names_the_loaders(tmp_path: Path) -> None:
-    config = Config(train_sizes=(10, 7), accumulation=2)
+    config = Config(train_sizes=(10, 7), accumulation=2, loader="stateful-own")
     run(config, stop=Stop(0, 1), directory=str(tmp_path))
     with pytest.warns(InexactResumeWarning, match="train dataloaders 0, 1 have passes open or still to begin"):
         resumed = run(config, resume=True, directory=str(tmp_path), seed_value=5)
@@ -71,7 +72,9 @@ def test_a_resume_with_several_open_passes_names_the_loaders(tmp_path: Path) -> 
 
 def test_a_save_with_several_open_passes_names_the_loaders_as_the_resume_will(tmp_path: Path) -> None:
     with pytest.warns(InexactResumeWarning, match="train dataloaders 0, 1 have passes open or still to begin"):
-        run(Config(train_sizes=(10, 7), accumulation=2), stop=Stop(0, 1), directory=str(tmp_path))
+        run(
+            Config(train_sizes=(10, 7), accumulation=2, loader="stateful-own"), stop=Stop(0, 1), directory=str(tmp_path)
+        )
 
 
 def _indices(accelerator, progress, loader, model, optimizer, save_at: tuple[int, int] | None, path: Path) -> list[int]:
@@ -90,12 +93,13 @@ def _indices(accelerator, progress, loader, model, optimizer, save_at: tuple[int
     return seen
 
 
-def _program(save_at: tuple[int, int] | None, path: Path, load: bool) -> list[int]:
-    accelerator = fresh_accelerator(Setup())
+def _program(save_at: tuple[int, int] | None, path: Path, load: bool, stateful: bool = True) -> list[int]:
+    accelerator = fresh_accelerator(Setup(stateful=stateful))
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
+    kind = StatefulDataLoader if stateful else DataLoader
     model, optimizer, loader = accelerator.prepare(
-        model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(Indexed(13), batch_size=3, shuffle=True)
+        model, torch.optim.SGD(model.parameters(), lr=0.1), kind(Indexed(13), batch_size=3, shuffle=True)
     )
     progress = AcceleratorProgress(accelerator)
     accelerator.register_for_checkpointing(progress)
@@ -108,6 +112,12 @@ def _program(save_at: tuple[int, int] | None, path: Path, load: bool) -> list[in
 def test_the_batch_index_given_with_a_batch_continues_after_a_resume(tmp_path: Path) -> None:
     assert _program((0, 1), tmp_path, load=False) == [0, 1]
     assert _program(None, tmp_path, load=True) == [2, 3, 4, 0, 1, 2, 3, 4]
+
+
+@pytest.mark.filterwarnings("ignore::tracker_core.InexactResumeWarning")
+def test_the_batch_index_of_a_plain_loader_starts_again_in_the_restarted_epoch(tmp_path: Path) -> None:
+    assert _program((0, 1), tmp_path, load=False, stateful=False) == [0, 1]
+    assert _program(None, tmp_path, load=True, stateful=False) == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4]
 
 
 def test_the_batch_index_counts_the_batches_of_its_own_loader() -> None:

@@ -30,6 +30,10 @@ from helpers.accelerate_drive import Indexed, Result, Setup, StopAt, fresh_accel
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 
 SETUPS = {
+    "torchdata-shuffled": Setup(stateful=True, torchdata=True),
+    "torchdata-sequential": Setup(shuffle=False, stateful=True, torchdata=True),
+    "torchdata-shuffled-2-workers": Setup(num_workers=2, stateful=True, torchdata=True),
+    "torchdata-accumulate-3-of-5": Setup(samples=13, accumulation=3, stateful=True, torchdata=True),
     "shuffled": Setup(),
     "sequential": Setup(shuffle=False),
     "shuffled-2-workers": Setup(num_workers=2),
@@ -58,21 +62,90 @@ def _assert_resumes_exactly(setup: Setup, stop: StopAt, directory: Path, seed_va
 
 
 @pytest.mark.parametrize("batch", [4, 5, 6, 7], ids=lambda b: f"epoch1-batch{b - 4}")
-@pytest.mark.parametrize("name", ["shuffled", "sequential", "shuffled-2-workers"])
-def test_save_state_after_any_train_batch_of_an_epoch_resumes_exactly(name, batch, tmp_path):
+@pytest.mark.parametrize("name", ["torchdata-shuffled", "torchdata-sequential", "torchdata-shuffled-2-workers"])
+def test_save_state_after_any_train_batch_of_an_epoch_of_a_stateful_dataloader_resumes_exactly(name, batch, tmp_path):
     _assert_resumes_exactly(SETUPS[name], StopAt(batch), tmp_path)
+
+
+@pytest.mark.parametrize("batch", [3, 7], ids=["epoch0", "epoch1"])
+@pytest.mark.parametrize("name", ["shuffled", "sequential", "shuffled-2-workers", "accumulate-3-of-5"])
+def test_save_state_after_the_last_train_batch_of_an_epoch_of_a_plain_dataloader_resumes_exactly(name, batch, tmp_path):
+    setup = SETUPS[name]
+    per_epoch = -(-setup.samples // setup.batch_size)
+    _assert_resumes_exactly(setup, StopAt(batch // 4 * per_epoch + per_epoch - 1), tmp_path)
 
 
 @pytest.mark.parametrize("batch", [5, 7, 9], ids=lambda b: f"batch{b}")
 def test_partial_gradients_of_an_unfinished_accumulation_window_are_restored(batch, tmp_path):
-    _assert_resumes_exactly(SETUPS["accumulate-3-of-5"], StopAt(batch), tmp_path)
+    _assert_resumes_exactly(SETUPS["torchdata-accumulate-3-of-5"], StopAt(batch), tmp_path)
 
 
-@pytest.mark.parametrize("batch", [4, 6, 7], ids=lambda b: f"epoch1-batch{b - 4}")
-def test_seedable_sampler_resumes_exactly_without_set_epoch(batch, tmp_path):
+@pytest.mark.parametrize("batch", [3, 7], ids=["epoch0", "epoch1"])
+def test_seedable_sampler_resumes_exactly_between_epochs_without_set_epoch(batch, tmp_path):
     # SeedableRandomSampler's seed is torch.initial_seed() at prepare time: configuration,
     # so the resumed process is seeded as the original one was (as Accelerate documents).
     _assert_resumes_exactly(SETUPS["seedable-sampler"], StopAt(batch), tmp_path, seed_value=0)
+
+
+# Accelerate's rule for a plain DataLoader saved inside its pass: its loop reads the loader whole in the resumed
+# epoch, so that epoch restarts from its first batch (its counts too), warned at the save and at the resume.
+
+_PLAIN_MID_EPOCH = "after 2 batches of an epoch: a plain DataLoader has no position of its own.*StatefulDataLoader"
+
+
+def test_a_save_state_inside_the_pass_of_a_plain_dataloader_warns_naming_statefuldataloader(tmp_path):
+    with pytest.warns(InexactResumeWarning, match=f"^saving .* {_PLAIN_MID_EPOCH}"):
+        run(SETUPS["shuffled"], stop=StopAt(5), save_dir=str(tmp_path))
+
+
+def test_a_load_state_inside_the_pass_of_a_plain_dataloader_warns_naming_statefuldataloader(tmp_path):
+    run(SETUPS["shuffled"], stop=StopAt(5), save_dir=str(tmp_path))
+    with pytest.warns(InexactResumeWarning, match=f"^resuming .* {_PLAIN_MID_EPOCH}"):
+        run(SETUPS["shuffled"], load_dir=str(tmp_path), seed_value=7)
+
+
+@pytest.mark.filterwarnings("ignore::tracker_core.InexactResumeWarning")
+@pytest.mark.parametrize("name", ["shuffled", "sequential", "shuffled-2-workers", "seedable-sampler", "iterable"])
+def test_the_epoch_resumed_inside_the_pass_of_a_plain_dataloader_restarts_from_its_first_batch(name, tmp_path):
+    setup = SETUPS[name]
+    stopped = run(setup, stop=StopAt(5), save_dir=str(tmp_path))  # epoch 1 after 2 of its 4 batches
+    resumed = run(setup, load_dir=str(tmp_path), seed_value=0)
+    assert len(stopped.train_ids) == 6
+    assert [len(ids) for ids in resumed.train_ids] == [3, 3, 3, 1] * 2  # epochs 1 and 2, each read whole
+    view = resumed.progress.view
+    assert view.train.epochs.lifetime.completed == 3
+    assert view.train.batches.lifetime.processed == 6 + 8  # the 2 batches trained before the checkpoint stay counted
+    assert view.train.samples.lifetime == 10 + 6 + 10 + 10  # epoch 0, 2 batches of epoch 1, epochs 1 and 2 whole
+    assert view.train.dataloaders[0].batches.epoch == 4
+    assert any("restarted train epoch 1 from its first batch" in anomaly for anomaly in view.anomalies)
+
+
+@pytest.mark.filterwarnings("ignore::tracker_core.InexactResumeWarning")
+def test_a_save_state_late_in_the_restarted_epoch_of_a_plain_dataloader_saves_its_own_count(tmp_path):
+    # Counting the batches before the checkpoint and the whole pass would exceed the epoch (first law: no raise).
+    run(SETUPS["shuffled"], stop=StopAt(5), save_dir=str(tmp_path / "first"))
+    again = run(SETUPS["shuffled"], stop=StopAt(8), save_dir=str(tmp_path / "second"), load_dir=str(tmp_path / "first"))
+    assert again.progress.view.train.dataloaders[0].batches.epoch == 3
+    saved = torch.load(tmp_path / "second" / "progress_tracker_0.pt", weights_only=True)
+    assert saved["tracker"]["train_loaders"][0]["batches_consumed"] == 3
+
+
+@pytest.mark.filterwarnings("ignore::tracker_core.InexactResumeWarning")
+def test_with_the_seedable_sampler_the_restarted_epoch_reads_the_saved_epochs_order_from_its_first_batch(tmp_path):
+    reference = _reference(SETUPS["seedable-sampler"])
+    run(SETUPS["seedable-sampler"], stop=StopAt(5), save_dir=str(tmp_path))
+    resumed = run(SETUPS["seedable-sampler"], load_dir=str(tmp_path), seed_value=0)
+    assert resumed.train_ids == reference.train_ids[4:]
+
+
+@pytest.mark.filterwarnings("ignore::tracker_core.InexactResumeWarning")
+def test_nothing_is_installed_on_a_plain_dataloader(tmp_path):
+    run(SETUPS["shuffled"], stop=StopAt(5), save_dir=str(tmp_path))
+    resumed = run(SETUPS["shuffled"], load_dir=str(tmp_path), seed_value=7)
+    (train_loader,) = [loader for loader in resumed.accelerator._dataloaders if loader.dataset.size == 10]
+    inner = train_loader.base_dataloader
+    assert "_get_iterator" not in vars(inner)
+    assert type(inner.batch_sampler.sampler) is torch.utils.data.RandomSampler
 
 
 @pytest.mark.parametrize("epoch_end", [3, 7], ids=["epoch0", "epoch1"])
@@ -144,9 +217,11 @@ def test_a_save_state_inside_a_stateful_validation_pass_warns_that_its_restart_i
         run(SETUPS["stateful"], stop=StopAt(3, validating=True), save_dir=str(tmp_path))
 
 
-@pytest.mark.parametrize("stop", [StopAt(5), StopAt(7), StopAt(3, validating=True)], ids=["mid", "last", "mid-eval"])
-def test_iterable_dataset_behind_accelerates_dispatcher_resumes_exactly(stop, tmp_path):
-    # The dataset draws its order from the global torch RNG when iterated: the core replays it.
+@pytest.mark.parametrize(
+    "stop", [StopAt(3), StopAt(7), StopAt(3, validating=True)], ids=["epoch0", "epoch1", "mid-eval"]
+)
+def test_iterable_dataset_behind_accelerates_dispatcher_resumes_exactly_between_epochs(stop, tmp_path):
+    # The dataset draws its order from the global torch RNG when iterated: restored with the checkpoint.
     _assert_resumes_exactly(SETUPS["iterable"], stop, tmp_path)
 
 
@@ -202,13 +277,13 @@ _CHILD = """
 import sys, torch
 sys.path.insert(0, {tests!r})
 from helpers.accelerate_drive import Setup, run
-result = run(Setup(), load_dir={directory!r}, seed_value=11)
+result = run(Setup(stateful=True, torchdata=True), load_dir={directory!r}, seed_value=11)
 torch.save({{"weights": result.weights, "ids": result.train_ids, "state": result.state}}, {out!r})
 """
 
 
 def test_resume_in_a_new_python_process_is_exact(tmp_path):
-    setup = SETUPS["shuffled"]
+    setup = SETUPS["torchdata-shuffled"]
     stopped = run(setup, stop=StopAt(5), save_dir=str(tmp_path / "ckpt"))
     out = tmp_path / "resumed.pt"
     code = _CHILD.format(tests=str(Path(__file__).parent), directory=str(tmp_path / "ckpt"), out=str(out))

@@ -15,12 +15,13 @@ pytest.importorskip("accelerate")
 import torch
 from accelerate.accelerator import Accelerator
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core.integrations.accelerate import AcceleratorProgress
 
 from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator
 
-SETUP = Setup(samples=10, batch_size=3, accumulation=2, epochs=3)  # 4 batches an epoch, 2 optimizer steps
+SETUP = Setup(samples=10, batch_size=3, accumulation=2, epochs=3, stateful=True)  # 4 batches an epoch, 2 steps
 
 
 @dataclass
@@ -42,7 +43,8 @@ def _run(save_after: int | None = None, folder: Path | None = None, load: Path |
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
-    data: DataLoader[Any] = DataLoader(Indexed(SETUP.samples), batch_size=SETUP.batch_size, shuffle=True)
+    # a StatefulDataLoader: the mid-epoch save resumes at its batch
+    data: DataLoader[Any] = StatefulDataLoader(Indexed(SETUP.samples), batch_size=SETUP.batch_size, shuffle=True)
     model, optimizer, loader, prepared = accelerator.prepare(model, optimizer, data, scheduler)  # type: ignore[no-untyped-call]
     progress = AcceleratorProgress(accelerator)
     accelerator.register_for_checkpointing(progress)

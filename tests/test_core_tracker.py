@@ -1,4 +1,5 @@
-"""Tracker: one entry (progress, train loader positions, RNGs) that resumes a plain loop exactly."""
+"""Tracker: one entry (progress, train loader positions, RNGs) that resumes a plain loop exactly (mid-epoch with
+torchdata's StatefulDataLoader; a plain DataLoader between epochs)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,19 @@ class _Indexed(Dataset[tuple[int, torch.Tensor]]):
         return index, torch.full((4,), float(index))
 
 
-def _setup(seed: int) -> tuple[Tracker, DataLoader[Any], torch.nn.Module, torch.optim.Optimizer]:
+def _stateful() -> Any:
+    """torchdata's StatefulDataLoader; the test is skipped without torchdata (a core-only install)."""
+    return pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
+
+
+def _setup(
+    seed: int, *, plain: bool = False
+) -> tuple[Tracker, DataLoader[Any], torch.nn.Module, torch.optim.Optimizer]:
+    """A tracked loader (a StatefulDataLoader, which resumes at its batch, or a ``plain`` DataLoader) and a model."""
     torch.manual_seed(seed)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(_Indexed(), batch_size=3, shuffle=True)
+    loader = (DataLoader if plain else _stateful())(_Indexed(), batch_size=3, shuffle=True)
     tracker = Tracker()
     tracker.track_train_loader(loader)
     return tracker, loader, model, optimizer
@@ -111,6 +120,7 @@ def test_the_entry_is_plain_data_that_survives_json_and_weights_only_load(tmp_pa
 
 
 def _entry_mid_epoch() -> dict[str, Any]:
+    """Saved after 2 of the 4 batches of the first epoch, from a StatefulDataLoader."""
     tracker, loader, model, optimizer = _setup(seed=0)
     _, checkpoint = _train(tracker, loader, model, optimizer, stop_after=2)
     assert checkpoint is not None
@@ -158,7 +168,7 @@ def test_a_loader_tracked_after_the_load_is_armed_when_tracked() -> None:
     entry = _entry_mid_epoch()
     tracker = Tracker()
     tracker.load_state_dict(entry)
-    loader = DataLoader(_Indexed(), batch_size=3, shuffle=True)
+    loader = _stateful()(_Indexed(), batch_size=3, shuffle=True)
     tracker.track_train_loader(loader)
     assert len(list(loader)) == 2  # 4 batches an epoch, 2 consumed
 
@@ -180,7 +190,7 @@ def test_forget_loaded_positions_lets_armed_and_later_tracked_loaders_read_whole
     tracker, armed, _, _ = _setup(seed=5)
     tracker.load_state_dict(entry)
     tracker.forget_loaded_positions()
-    later = DataLoader(_Indexed(), batch_size=3, shuffle=True)
+    later = _stateful()(_Indexed(), batch_size=3, shuffle=True)
     tracker.track_train_loader(later, index=1)
     assert len(list(armed)) == 4
     assert len(list(later)) == 4
@@ -201,15 +211,78 @@ def test_checkpoint_state_dict_with_a_distributed_sampler_carries_every_ranks_en
 
 
 def test_a_checkpoint_between_epochs_does_not_replay_the_finished_epoch() -> None:
-    tracker, loader, model, optimizer = _setup(seed=0)
+    tracker, loader, model, optimizer = _setup(seed=0, plain=True)
     _, checkpoint = _train(tracker, loader, model, optimizer, stop_after=4)  # last batch of epoch 1
     assert checkpoint is not None
     tracker.progress.train.epoch_processed()
     tracker.progress.train.epoch_completed()
     entry = tracker.state_dict()
-    fresh, loader, _, _ = _setup(seed=3)
+    fresh, loader, _, _ = _setup(seed=3, plain=True)
     fresh.load_state_dict(entry)
     assert len(list(loader)) == 4
+
+
+def _fit_saving_between_epochs(seed: int, plain_entry: dict[str, Any] | None = None) -> tuple[list[int], Any, Any]:
+    """A plain DataLoader's fit of EPOCHS epochs; with ``plain_entry`` resumed from it. Returns the ids seen, the
+    weights, and the entry saved after the first epoch ended."""
+    tracker, loader, model, optimizer = _setup(seed, plain=True)
+    if plain_entry is not None:
+        model.load_state_dict(plain_entry["model"])
+        optimizer.load_state_dict(plain_entry["optimizer"])
+        tracker.load_state_dict(plain_entry["entry"])
+    progress, train = tracker.progress, tracker.progress.train
+    seen: list[int] = []
+    saved = None
+    progress.run_ready("fit")
+    progress.run_started()
+    while train._epochs.completed < EPOCHS:
+        train.epoch_ready()
+        train.epoch_started()
+        for ids, x in loader:
+            train.batch_ready()
+            train.batch_started()
+            loss = (model(x) * torch.rand(1)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            train.optimizer_step()
+            train.batch_processed(len(ids))
+            train.batch_completed()
+            seen.extend(ids.tolist())
+        train.epoch_processed()
+        train.epoch_completed()
+        if saved is None and plain_entry is None:
+            saved = {
+                "entry": json.loads(json.dumps(tracker.state_dict())),
+                "model": copy.deepcopy(model.state_dict()),
+                "optimizer": copy.deepcopy(optimizer.state_dict()),
+            }
+    progress.run_processed()
+    progress.run_completed()
+    return seen, (model.state_dict(), without_ledger(tracker.state_dict()["progress"])), saved
+
+
+def test_a_plain_dataloader_resumed_between_epochs_equals_the_uninterrupted_run() -> None:
+    seen, (weights, progress), saved = _fit_saving_between_epochs(seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InexactResumeWarning)
+        rest, (resumed_weights, resumed_progress), _ = _fit_saving_between_epochs(seed=999, plain_entry=saved)
+    assert seen[11:] == rest  # 11 samples an epoch
+    assert all(torch.equal(resumed_weights[k], weights[k]) for k in weights)
+    assert resumed_progress == progress
+
+
+def test_a_plain_dataloader_saved_mid_epoch_warns_at_the_save_and_at_the_resume_and_reads_the_epoch_whole() -> None:
+    tracker, loader, model, optimizer = _setup(seed=0, plain=True)
+    with pytest.warns(InexactResumeWarning, match=r"saving .* after 2 batches of an epoch.*StatefulDataLoader"):
+        _, checkpoint = _train(tracker, loader, model, optimizer, stop_after=2)
+    assert checkpoint is not None
+    fresh, fresh_loader, _, _ = _setup(seed=3, plain=True)
+    with pytest.warns(InexactResumeWarning, match=r"resuming .* after 2 batches of an epoch.*StatefulDataLoader"):
+        fresh.load_state_dict(checkpoint["entry"])
+    assert "_get_iterator" not in vars(fresh_loader)  # nothing installed: the loader is the user's as built
+    assert fresh.view.train.batches.epoch.completed == 2  # the counts stay; the epoch is not resumed at its batch
+    assert len(list(fresh_loader)) == 4  # a loop over the loader reads its epoch whole
 
 
 def test_a_mid_epoch_checkpoint_of_a_loader_that_is_not_a_dataloader_warns_that_it_cannot_resume_exactly() -> None:

@@ -1,11 +1,12 @@
-"""A resume positions the loader without reading the batches already trained, wherever the loader can.
+"""A loader with its own state resumes without reading the batches already trained, wherever it can; a plain
+DataLoader reads nothing again either: its resumed epoch starts over (warned).
 
 Each test trains part of an epoch with two batches prefetched ahead of the step (as a framework
 does; none for a loader with its own state, which is saved as it is: Ignite's loop, a plain one), saves
 ``state_dict(batches_consumed=k)``, and resumes a fresh loader. Datasets count
 their loads (``__getitem__``) or reads (iteration) in shared memory, so loads in worker
-processes count too. Where batches must be read again the resume says so before
-(``SlowResumeWarning``, naming the loader and the count) and records how long it took.
+processes count too. Where batches must be read again (a StatefulDataLoader over a dataset without a state of its
+own) the resume says so before (``SlowResumeWarning``, naming the loader and the count) and records how long it took.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tracker_core import ProgressStateError
+from tracker_core import InexactResumeWarning, ProgressStateError
 from tracker_core.data._fast_forward import SlowResumeWarning
 from tracker_core.data._position import LoaderPosition
 from tracker_core.data._saved_loader import check_saved_loader
@@ -97,7 +98,6 @@ def _workers(count: int) -> dict[str, Any]:
 LOADERS: dict[str, Callable[[], DataLoader[Any]]] = {
     "stateful-map-0-workers": lambda: StatefulDataLoader(_Counted(), batch_size=BATCH, shuffle=True),
     "stateful-map-2-workers": lambda: StatefulDataLoader(_Counted(), batch_size=BATCH, shuffle=True, **_workers(2)),
-    "plain-map-2-workers": lambda: DataLoader(_Counted(), batch_size=BATCH, shuffle=True, **_workers(2)),
     "stateful-own-state-iterable-0-workers": lambda: StatefulDataLoader(_Positioned(), batch_size=BATCH),
     "stateful-own-state-iterable-2-workers": lambda: StatefulDataLoader(_Positioned(), batch_size=BATCH, **_workers(2)),
 }
@@ -157,10 +157,13 @@ def _expect_reading_again(build: Callable[[], DataLoader[Any]], match: str, batc
     return resumed
 
 
-def test_a_plain_dataloader_over_an_iterable_without_state_warns_before_reading_again_and_records_the_time() -> None:
-    build = lambda: DataLoader(_Stateless(), batch_size=BATCH)  # noqa: E731
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_stateful_dataloader_over_an_iterable_without_state_warns_that_it_reads_again_and_records_the_time(
+    workers: int,
+) -> None:
+    build = lambda: StatefulDataLoader(_Stateless(), batch_size=BATCH, **_workers(workers))  # noqa: E731
     resumed = _expect_reading_again(
-        build, r"DataLoader over _Stateless \(0 workers\): reading again the 5 batches", CONSUMED
+        build, rf"StatefulDataLoader over _Stateless \({workers} workers?\): reading again the 5 batches", CONSUMED
     )
     fast_forward = resumed.position.fast_forward
     assert fast_forward is not None
@@ -170,18 +173,22 @@ def test_a_plain_dataloader_over_an_iterable_without_state_warns_before_reading_
     }
 
 
+@pytest.mark.parametrize("dataset", [_Positioned, _Stateless])
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_plain_dataloader_does_not_use_its_datasets_own_state_so_it_reads_again_and_names_the_fix(
-    workers: int,
+def test_a_plain_dataloader_resumed_mid_epoch_reads_nothing_again_it_warns_and_its_epoch_starts_over(
+    workers: int, dataset: type[_Positioned]
 ) -> None:
-    build = lambda: _plain_own_state_iterable(workers)  # noqa: E731
-    _expect_reading_again(build, rf"\({workers} workers?\).*StatefulDataLoader can", CONSUMED)
-
-
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_stateful_dataloader_over_an_iterable_without_state_warns_that_it_reads_again(workers: int) -> None:
-    build = lambda: StatefulDataLoader(_Stateless(), batch_size=BATCH, **_workers(workers))  # noqa: E731
-    _expect_reading_again(build, "no state of its own", CONSUMED)
+    # a plain DataLoader does not use its dataset's own state: torchdata's StatefulDataLoader does
+    build = lambda: DataLoader(dataset(), batch_size=BATCH, **_workers(workers))  # noqa: E731
+    with pytest.warns(InexactResumeWarning, match="^saving DataLoader .*StatefulDataLoader"):
+        state, _ = _checkpoint(build)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SlowResumeWarning)
+        with pytest.warns(InexactResumeWarning, match=rf"^resuming DataLoader over {dataset.__name__} \({workers} wo"):
+            resumed = _Resumed(build, state)
+    assert len(resumed.rest) == SIZE // BATCH  # the whole epoch, read once
+    assert resumed.loads == SIZE
+    assert resumed.position.fast_forward is None
 
 
 def test_a_resume_that_reads_nothing_again_saves_no_fast_forward() -> None:
@@ -190,9 +197,9 @@ def test_a_resume_that_reads_nothing_again_saves_no_fast_forward() -> None:
     assert "fast_forward" not in resumed.position.state_dict(batches_consumed=SIZE // BATCH)
 
 
-@pytest.mark.parametrize("name", ["stateful-map-0-workers", "plain-own-state-iterable-0-workers"])
+@pytest.mark.parametrize("name", ["stateful-map-0-workers", "stateful-own-state-iterable-0-workers"])
 def test_a_loaded_state_forgotten_before_the_epoch_lets_the_loader_read_a_whole_epoch(name: str) -> None:
-    build = {**LOADERS, "plain-own-state-iterable-0-workers": _plain_own_state_iterable}[name]
+    build = LOADERS[name]
     state, _ = _checkpoint(build)
     loader = build()
     position = LoaderPosition(loader)
@@ -203,7 +210,8 @@ def test_a_loaded_state_forgotten_before_the_epoch_lets_the_loader_read_a_whole_
 
 def test_a_state_saved_with_the_datasets_own_state_by_a_development_build_is_refused() -> None:
     """Development builds saved ``epoch.source_state`` for a plain DataLoader at 0 workers; 0.1.0 refuses it."""
-    state, _ = _checkpoint(_plain_own_state_iterable)
+    with pytest.warns(InexactResumeWarning):  # a plain loader saved mid-epoch
+        state, _ = _checkpoint(_plain_own_state_iterable)
     state["epoch"]["source_state"] = {"batch": CONSUMED, "dataset": {"position": CONSUMED}, "iterator": None}
     with pytest.raises(ProgressStateError, match="unknown key") as error:
         check_saved_loader(state)

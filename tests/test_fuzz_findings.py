@@ -75,8 +75,8 @@ def test_a_loader_part_refused_after_the_load_leaves_the_tracker_as_before_it_wi
     before, rng = tracker.state_dict(), global_rng()
     tracker.load_state_dict(swapped)
     with pytest.raises(ProgressStateError) as raised:
-        tracker.track_train_loader(loaders[0], 0)  # given the other loader's part
-    assert raised.value.key == "train_loaders.0.batches_per_epoch"
+        tracker.track_train_loader(loaders[0], 0)  # given the other loader's part (a StatefulDataLoader's)
+    assert raised.value.key == "train_loaders.0.kind"
     assert tracker.state_dict() == before  # no train loader in it
     assert same_rng(global_rng(), rng)
 
@@ -86,12 +86,12 @@ def test_a_loader_part_refused_after_another_was_armed_disarms_that_one() -> Non
     tracker, loaders = Tracker(), core_loaders()
     rng = global_rng()
     tracker.load_state_dict(entry)
-    tracker.track_train_loader(loaders[0], 0)  # armed to resume at its third batch
+    tracker.track_train_loader(loaders[0], 0)  # a plain loader: its generators restored, nothing installed
     with pytest.raises(ProgressStateError) as raised:
         tracker.track_train_loader(loaders[1], 1)
     assert raised.value.key == "train_loaders.1.batches_per_epoch"
-    alone, its_loaders = Tracker(), core_loaders()
+    assert same_rng(global_rng(), rng)
+    alone, its_loaders = Tracker(), core_loaders()  # a StatefulDataLoader(shuffle=True) draws the global RNG
     alone.track_train_loader(its_loaders[0], 0)
     assert tracker.state_dict() == alone.state_dict()
-    assert same_rng(global_rng(), rng)
     assert next(iter(loaders[0]))[0].tolist() == next(iter(core_loaders()[0]))[0].tolist()  # its epoch from the start

@@ -18,13 +18,15 @@ import pytest
 
 pytest.importorskip("pytorch_lightning")
 pytest.importorskip("ignite")
+pytest.importorskip("torchdata")
 
 import pytorch_lightning as pl
 import torch
 from ignite.engine import Engine, Events, supervised_training_step_amp
 from ignite.handlers import Checkpoint, DiskSaver
 from pytorch_lightning.plugins import MixedPrecision
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import get_progress
 from tracker_core.integrations.ignite import ProgressHandler
@@ -34,9 +36,11 @@ ACCUMULATION, EPOCHS = 2, 2
 STOP_AFTER = 3  # train batches: inside the second accumulation window of epoch 0 (4 batches an epoch)
 
 
-def _loader() -> DataLoader[tuple[torch.Tensor, ...]]:
+def _loader() -> StatefulDataLoader[tuple[torch.Tensor, ...]]:
+    """A loader with a position of its own, so the resumed epoch continues at its batch (the framework restores it)."""
     g = torch.Generator().manual_seed(0)
-    return DataLoader(TensorDataset(torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)), batch_size=2)
+    data = TensorDataset(torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g))
+    return StatefulDataLoader(data, batch_size=2)
 
 
 def _network() -> torch.nn.Module:

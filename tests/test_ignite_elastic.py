@@ -7,7 +7,9 @@ process resumes them (tests/helpers/ignite_elastic_run.py) with ``idist.auto_dat
 ``DistributedSampler(num_replicas=1, rank=0, shuffle=True)`` and the loader passed to
 ``attach``. Sample positions: the single process reads an epoch's permutation in order,
 which is the 2 ranks' batches interleaved (rank ``r`` reads positions ``r, r + 2, ...``).
-The other way round, an uninterrupted one-process run (batches of 6) saves after iterations
+A plain loader saved inside an epoch is mapped by its counts only (one
+``InexactResumeWarning``; the rest of the epoch comes from a new iterator's first batches); a
+StatefulDataLoader (``stateful-<iteration>.pt``) saved inside an epoch is refused. The other way round, an uninterrupted one-process run (batches of 6) saves after iterations
 ``GROW_AT`` and 2 processes (batches of 3 per rank) resume them.
 """
 
@@ -30,7 +32,7 @@ from tracker_core.integrations.ignite import ProgressHandler
 
 from helpers.conformance_only import MARKS
 from helpers.distributed_runs import folder_once, free_port, rank_findings, run_script
-from helpers.ignite_elastic_run import CASES, GROW_AT
+from helpers.ignite_elastic_run import CASES, GROW_AT, ONE_AT
 from helpers.ignite_idist_run import EPOCHS, SAMPLES
 from helpers.ledger import without_ledger
 
@@ -38,7 +40,17 @@ pytestmark = list(MARKS)  # runs long (two-process launches): make conformance
 
 PER_RANK = 3  # the saved run's batch size per rank
 SAVED_BATCHES = SAMPLES // 2 // PER_RANK  # per rank and epoch when saved
-EXACT = [name for name in CASES if name.startswith(("mid-epoch", "last-batch"))]
+INSIDE = [name for name in CASES if name.startswith("mid-epoch")]  # plain loaders saved inside an epoch
+
+
+def _inside(samples: int, batches: int) -> str:
+    """The problem of a plain loader saved inside an epoch, after ``samples`` global samples, resumed at ``batches``."""
+    return (
+        f"saved inside an epoch, after {samples} of its samples: a plain DataLoader has no position of its own, "
+        f"so the rest of the epoch is read by the framework's own rule (from a new iterator's first batch, with "
+        f"another order), not from sample {samples}; its counts continue from batch {batches}. Checkpoint between "
+        "epochs to resume exactly at another world size"
+    )
 
 
 def _saved_run(folder: Path) -> None:
@@ -80,28 +92,42 @@ def _geometry(name: str) -> tuple[int, int, int, int]:
     return epoch, iteration - epoch * SAVED_BATCHES, batch, SAMPLES // batch
 
 
-@pytest.mark.parametrize("name", EXACT)
-def test_interrupted_epoch_trains_every_sample_once_across_old_and_new_ranks(
+def test_a_finished_epoch_resumes_exactly_with_the_next_epoch_whole(
+    straight: tuple[Path, list[dict[str, Any]]], resumed: dict[str, Any]
+) -> None:
+    """Saved after epoch 1's last batch on 2 ranks: the single process trains epoch 2 whole, in its own order."""
+    found = resumed["last-batch-of-epoch-1-batch-2"]
+    assert found["warnings"] == []
+    assert found["mapping"]["train_loaders"][0]["exact"] is True
+    assert sum(found["seen"], []) == _epoch_order(straight[1], 1)
+
+
+@pytest.mark.parametrize("name", INSIDE)
+def test_plain_loader_saved_inside_an_epoch_reads_the_rest_of_it_from_the_first_batches_of_the_epochs_order(
     name: str, straight: tuple[Path, list[dict[str, Any]]], resumed: dict[str, Any]
 ) -> None:
-    ranks = straight[1]
+    """No position to map: the counts continue from batch k' = P // b', and a new iterator of the same epoch
+    (same seed and epoch: the same permutation) gives the remaining N' - k' batches from its first one."""
     epoch, done, batch, per_epoch = _geometry(name)
-    before = [i for r in ranks for b in r["seen"][epoch * SAVED_BATCHES : epoch * SAVED_BATCHES + done] for i in b]
-    consumed = done * PER_RANK * 2
-    after = sum(resumed[name]["seen"][: per_epoch - consumed // batch], [])
-    assert sorted(before + after) == list(range(SAMPLES))
-    assert after == _epoch_order(ranks, epoch)[consumed:]  # from the same global position, in the same order
+    resumed_at = done * PER_RANK * 2 // batch
+    assert resumed[name]["mapping"]["train_loaders"][0]["batches_consumed"] == resumed_at
+    after = sum(resumed[name]["seen"][: per_epoch - resumed_at], [])
+    assert after == _epoch_order(straight[1], epoch)[: (per_epoch - resumed_at) * batch]
 
 
-@pytest.mark.parametrize("name", [name for name in EXACT if _geometry(name)[0] == 0])
-def test_later_epochs_run_whole_in_the_single_process_order(
+@pytest.mark.parametrize("name", [name for name in INSIDE if _geometry(name)[0] == 0])
+def test_after_a_plain_mid_epoch_resume_ignite_carries_its_unfinished_iterator_into_the_next_epoch(
     name: str, straight: tuple[Path, list[dict[str, Any]]], resumed: dict[str, Any]
 ) -> None:
+    """Ignite's own rule: an epoch that ends (epoch_length) before its iterator is exhausted leaves it to the
+    next epoch. The resumed epoch 1 read the first N' - k' batches of epoch 1's order, so epoch 2 reads the rest
+    of that order, then the first N' - k' batches of epoch 2's (the sampler's set_epoch came before)."""
     _, done, batch, per_epoch = _geometry(name)
-    rest_of_epoch_1 = per_epoch - done * PER_RANK * 2 // batch
-    epoch_2 = resumed[name]["seen"][rest_of_epoch_1:]
+    left = per_epoch - done * PER_RANK * 2 // batch  # batches the resumed epoch read
+    epoch_2 = resumed[name]["seen"][left:]
     assert len(epoch_2) == per_epoch
-    assert sum(epoch_2, []) == _epoch_order(straight[1], 1)
+    read = left * batch
+    assert sum(epoch_2, []) == _epoch_order(straight[1], 0)[read:] + _epoch_order(straight[1], 1)[:read]
 
 
 def test_resume_mapping_says_how_the_checkpoint_was_mapped(resumed: dict[str, Any]) -> None:
@@ -111,12 +137,19 @@ def test_resume_mapping_says_how_the_checkpoint_was_mapped(resumed: dict[str, An
         "rank": 0,
         "source_rank": 0,
         "train_loaders": [
-            {"index": 0, "samples_consumed": 12, "batch_size": 2, "batches_consumed": 6, "exact": True, "problem": ""}
+            {
+                "index": 0,
+                "samples_consumed": 12,
+                "batch_size": 2,
+                "batches_consumed": 6,
+                "exact": False,
+                "problem": _inside(12, 6),
+            }
         ],
     }
 
 
-@pytest.mark.parametrize("name", [*EXACT, "inexact-mid-epoch-1-batch-4"])
+@pytest.mark.parametrize("name", [*INSIDE, "last-batch-of-epoch-1-batch-2"])
 def test_ignite_counters_agree_with_the_tracker_from_started_to_the_end(name: str, resumed: dict[str, Any]) -> None:
     """At STARTED and each EPOCH_COMPLETED: iteration = train batches of the run, epoch = epochs completed,
     epoch_length = the new loader's length; the resumed epoch starts at the mapped batch."""
@@ -131,19 +164,24 @@ def test_ignite_counters_agree_with_the_tracker_from_started_to_the_end(name: st
     assert tracker["epochs"] == EPOCHS
 
 
-def test_position_not_a_multiple_of_the_new_batch_warns_and_trains_the_gap_again(
-    straight: tuple[Path, list[dict[str, Any]]], resumed: dict[str, Any]
+def test_plain_loader_saved_inside_an_epoch_warns_once_at_load_that_it_has_no_position(
+    resumed: dict[str, Any],
 ) -> None:
-    found = resumed["inexact-mid-epoch-1-batch-4"]  # position 18 of 24, batches of 4: resumed at 16
-    assert found["warnings"] == [
-        [
-            "InexactResumeWarning",
-            "elastic resume: train dataloader 0: global sample position 18 is not a multiple of the new global batch "
-            "4 x 1 = 4: resumed at batch 4 (position 16), so the 2 samples before position 18 are trained again",
-        ]
-    ]
+    found = resumed["mid-epoch-1-batch-4"]  # position 18 of 24, batches of 4: counts continue from batch 4
+    assert found["warnings"] == [["InexactResumeWarning", f"elastic resume: train dataloader 0: {_inside(18, 4)}"]]
     assert found["mapping"]["train_loaders"][0]["exact"] is False
-    assert sum(found["seen"][:2], []) == _epoch_order(straight[1], 0)[16:]
+
+
+@pytest.mark.parametrize("name", [name for name in CASES if name.startswith("stateful")])
+def test_stateful_loader_saved_before_its_epoch_ended_is_refused_at_another_world_size(
+    name: str, resumed: dict[str, Any]
+) -> None:
+    """Its own state holds a rank's shard of the old geometry: nothing is loaded, no batch is trained. After the
+    epoch's last batch too (Ignite's EPOCH_COMPLETED not yet fired), where a plain loader resumes exactly."""
+    found = resumed[name]
+    assert found["error"][:2] == ["ProgressStateError", "ranks.0.train_loaders.0.kind"]
+    assert "resume at world size 2, or from a checkpoint between epochs" in found["error"][2]
+    assert found["seen"] == []
 
 
 def test_fewer_batches_per_epoch_than_saved_raises_before_any_batch(resumed: dict[str, Any]) -> None:
@@ -175,21 +213,24 @@ def _one_process_order(resumed: dict[str, Any], epoch: int) -> list[int]:
 
 
 @pytest.mark.parametrize("iteration", GROW_AT)
-def test_one_process_checkpoint_resumed_on_two_ranks_trains_every_sample_once(
+def test_one_process_checkpoint_resumed_on_two_ranks_reads_the_rest_of_the_epoch_from_each_ranks_first_batches(
     iteration: int, resumed: dict[str, Any]
 ) -> None:
-    epoch, consumed = (iteration - 1) // 4, 12  # both saves: 2 batches of 6 into the epoch
-    order = _one_process_order(resumed, epoch)
-    after = [sum(rank[iteration]["seen"][:2], []) for rank in resumed["grown"]]  # 2 batches of 3 left per rank
-    assert sorted(order[:consumed] + after[0] + after[1]) == list(range(SAMPLES))
-    for rank in range(2):
-        assert after[rank] == order[consumed + rank :: 2], f"rank {rank}"
-
-
-def test_later_epochs_on_two_ranks_split_the_one_process_order(resumed: dict[str, Any]) -> None:
-    order = _one_process_order(resumed, 1)
+    """Saved inside an epoch (a plain loader): each rank counts 2 batches done and reads its 2 remaining ones
+    from the start of the same epoch's order (rank r: positions r, r + 2, ...), warned once."""
+    order = _one_process_order(resumed, (iteration - 1) // 4)
     for rank, found in enumerate(resumed["grown"]):
-        assert sum(found[GROW_AT[0]]["seen"][2:], []) == order[rank::2], f"rank {rank}"
+        run = found[iteration]
+        assert sum(run["seen"][:2], []) == order[rank:12:2], f"rank {rank}"
+        assert run["warnings"] == [["InexactResumeWarning", f"elastic resume: train dataloader 0: {_inside(12, 2)}"]]
+
+
+def test_later_epochs_on_two_ranks_carry_each_ranks_unfinished_iterator_on(resumed: dict[str, Any]) -> None:
+    """Resumed 2 batches into epoch 1, each rank read the first 2 of its 4: epoch 2 reads its last 2 of epoch 1's
+    order, then its first 2 of epoch 2's (Ignite's rule, as in one process)."""
+    first, second = _one_process_order(resumed, 0), _one_process_order(resumed, 1)
+    for rank, found in enumerate(resumed["grown"]):
+        assert sum(found[GROW_AT[0]]["seen"][2:], []) == first[rank::2][6:] + second[rank::2][:6], f"rank {rank}"
 
 
 @pytest.mark.parametrize("iteration", GROW_AT)
@@ -212,20 +253,21 @@ def test_two_ranks_counters_agree_with_the_tracker_and_say_how_each_rank_was_map
                     "samples_consumed": 12,
                     "batch_size": 3,
                     "batches_consumed": 2,
-                    "exact": True,
-                    "problem": "",
+                    "exact": False,
+                    "problem": _inside(12, 2),
                 }
             ],
         }
 
 
 def test_one_process_with_a_distributed_sampler_still_resumes_exactly_in_one_process(resumed: dict[str, Any]) -> None:
-    """Its checkpoint carries every rank's entry (one) for elastic resume; at world size 1 nothing is mapped."""
-    entry = torch.load(resumed["folder"] / f"one-{GROW_AT[-1]}.pt", weights_only=True)["progress"]["progress_tracker"]
+    """Saved after an epoch's last batch (a plain loader is exact there), its checkpoint carries every rank's entry
+    (one) for elastic resume; at world size 1 nothing is mapped."""
+    entry = torch.load(resumed["folder"] / f"one-{ONE_AT}.pt", weights_only=True)["progress"]["progress_tracker"]
     assert len(entry["ranks"]) == 1
     found, straight = resumed["one-process-resumed"], resumed["one-process"]
     assert found["mapping"] is None
-    assert found["seen"] == straight["seen"][GROW_AT[-1] :]
+    assert found["seen"] == straight["seen"][ONE_AT:]
     assert all(torch.equal(a, b) for a, b in zip(found["weights"], straight["weights"], strict=True))
     assert without_ledger(found["progress"]) == without_ledger(straight["progress"])
     assert found["ignite"] == straight["ignite"]

@@ -10,6 +10,7 @@ the full progress state.
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,11 @@ pytest.importorskip("torchdata")
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
+from torch.utils.data import BatchSampler, RandomSampler
 
 from tracker_core import InexactResumeWarning
 
+from helpers.ignite_oracle import Oracle
 from helpers.ignite_program import Config, Program, build, resume, save_every_iteration
 from helpers.ledger import without_ledger
 
@@ -45,7 +48,9 @@ def _reference(config: Config, folder: Path) -> tuple[Program, Path]:
         where = folder / str(abs(hash(config)))
         program = build(config, seed=0)
         save_every_iteration(program, where)
-        program.run()
+        with warnings.catch_warnings():  # a plain loader's mid-epoch saves warn (their own test asserts it)
+            warnings.simplefilter("ignore", InexactResumeWarning)
+            program.run()
         _references[config] = (program, where)
     return _references[config]
 
@@ -59,25 +64,113 @@ def _assert_same(resumed: Program, reference: Program, iteration: int) -> None:
     assert resumed.trainer.state.iteration == reference.trainer.state.iteration
 
 
+# Exact at every batch: a StatefulDataLoader, positioned by its own state.
 CASES = [
-    *[pytest.param(Config(shuffle=True), i, id=f"shuffle-{i}") for i in ALL],
-    *[pytest.param(Config(shuffle=False), i, id=f"ordered-{i}") for i in ALL],
-    *[pytest.param(Config(accumulation=3), i, id=f"accumulate3-{i}") for i in ALL],
-    *[pytest.param(Config(workers=2), i, id=f"workers2-{i}") for i in (6, 8)],
-    *[pytest.param(Config(stateful=True), i, id=f"stateful-{i}") for i in EPOCH_2],
+    *[pytest.param(Config(stateful=True), i, id=f"stateful-{i}") for i in ALL],
+    *[pytest.param(Config(stateful=True, shuffle=False), i, id=f"stateful-ordered-{i}") for i in ALL],
+    *[pytest.param(Config(stateful=True, accumulation=3), i, id=f"stateful-accumulate3-{i}") for i in ALL],
     *[pytest.param(Config(stateful=True, workers=2), i, id=f"stateful-workers2-{i}") for i in (6, 8)],
-    *[pytest.param(Config(iterable=True), i, id=f"iterable-{i}") for i in EPOCH_2],
-    *[pytest.param(Config(iterable=True, workers=2), i, id=f"iterable-workers2-{i}") for i in (7,)],
+    *[pytest.param(Config(stateful=True, iterable=True), i, id=f"stateful-iterable-{i}") for i in EPOCH_2],
+    *[
+        pytest.param(Config(stateful=True, iterable=True, workers=2), i, id=f"stateful-iterable-workers2-{i}")
+        for i in (7,)
+    ],
+]
+# Product gap: a plain loader over an IterableDataset has no length the core trusts, so a save at the epoch's last
+# iteration (before EPOCH_COMPLETED) is taken as mid-epoch and warned, at the save and the resume, though the resume
+# is exact (test_a_plain_iterable_dataloader_resumed_at_its_epochs_last_iteration_is_exact).
+FALSE_WARNING = pytest.mark.xfail(
+    strict=True, raises=InexactResumeWarning, reason="a plain iterable loader's epoch end is warned as mid-epoch"
+)
+# Exact between epochs: a plain DataLoader, positioned by nothing, its generators saved (4 and 8 end an epoch).
+EPOCH_ENDS = [
+    *[pytest.param(Config(), i, id=f"shuffle-{i}") for i in (4, 8)],
+    *[pytest.param(Config(shuffle=False), i, id=f"ordered-{i}") for i in (4, 8)],
+    *[pytest.param(Config(accumulation=3), i, id=f"accumulate3-{i}") for i in (4, 8)],
+    *[pytest.param(Config(workers=2), i, id=f"workers2-{i}") for i in (8,)],
+    *[pytest.param(Config(iterable=True), i, id=f"iterable-{i}", marks=FALSE_WARNING) for i in (8,)],
+    *[
+        pytest.param(Config(iterable=True, workers=2), i, id=f"iterable-workers2-{i}", marks=FALSE_WARNING)
+        for i in (4,)
+    ],
 ]
 
 
 @pytest.mark.filterwarnings("error::tracker_core.InexactResumeWarning")
 @pytest.mark.parametrize(("config", "iteration"), CASES)
-def test_resume_from_checkpoint_after_iteration_matches_the_uninterrupted_run(
+def test_resume_of_a_stateful_dataloader_after_any_iteration_matches_the_uninterrupted_run(
     config: Config, iteration: int, folder: Path
 ) -> None:
     reference, where = _reference(config, folder)
     _assert_same(resume(config, where / f"{iteration}.pt"), reference, iteration)
+
+
+@pytest.mark.filterwarnings("error::tracker_core.InexactResumeWarning")
+@pytest.mark.parametrize(("config", "iteration"), EPOCH_ENDS)
+def test_resume_of_a_plain_dataloader_at_an_epoch_end_matches_the_uninterrupted_run(
+    config: Config, iteration: int, folder: Path
+) -> None:
+    reference, where = _reference(config, folder)
+    _assert_same(resume(config, where / f"{iteration}.pt"), reference, iteration)
+
+
+@pytest.mark.filterwarnings("ignore::tracker_core.InexactResumeWarning")
+@pytest.mark.parametrize(("config", "iteration"), [(Config(iterable=True), 8), (Config(iterable=True, workers=2), 4)])
+def test_a_plain_iterable_dataloader_resumed_at_its_epochs_last_iteration_is_exact(
+    config: Config, iteration: int, folder: Path
+) -> None:
+    reference, where = _reference(config, folder)
+    _assert_same(resume(config, where / f"{iteration}.pt"), reference, iteration)
+
+
+@pytest.mark.parametrize("config", [Config(), Config(shuffle=False), Config(accumulation=3)], ids=str)
+def test_a_plain_dataloader_saved_mid_epoch_warns_naming_the_stateful_dataloader(
+    config: Config, tmp_path: Path
+) -> None:
+    program = build(config, seed=0)
+    save_every_iteration(program, tmp_path)
+    with pytest.warns(
+        InexactResumeWarning, match=r"saving DataLoader .* after 2 batches of an epoch.*StatefulDataLoader"
+    ):
+        program.trainer.run(program.loader, max_epochs=1, epoch_length=2)
+
+
+def _plain_resumed_with_oracle(config: Config, path: Path) -> tuple[Program, Oracle, list[str]]:
+    """Fresh objects loaded from ``path`` and run with an Oracle; the messages of every warning of the load and run."""
+    resumed = build(config, seed=1234)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", "'set_vital' is deprecated")
+        Checkpoint.load_objects(resumed.to_save(), str(path))
+        oracle = Oracle(resumed.progress, resumed.trainer, [resumed.optimizer], {"validate": resumed.evaluator})
+        resumed.run()
+    return resumed, oracle, [f"{w.category.__name__}: {w.message}" for w in caught]
+
+
+@pytest.mark.parametrize("iteration", [1, 3, 5, 6, 7, 10, 11])
+@pytest.mark.parametrize("config", [Config(), Config(accumulation=3)], ids=["shuffle", "accumulate3"])
+def test_a_plain_dataloader_resumed_mid_epoch_follows_ignites_rule_and_its_counters(
+    config: Config, iteration: int, folder: Path
+) -> None:
+    # Ignite's rule: _init_iter = iteration % epoch_length, a fresh iter(dataloader), the epoch completes after
+    # epoch_length - k more iterations (read from the start of a new order); the record follows engine.state.
+    reference, where = _reference(config, folder)
+    k = iteration % len(reference.loader)
+    resumed, oracle, caught = _plain_resumed_with_oracle(config, where / f"{iteration}.pt")
+    (message,) = caught  # one warning (no RNG check's), and nothing raised inside a handler
+    assert re.match(rf"InexactResumeWarning: resuming DataLoader .* after {k} batches of an epoch", message)
+    assert "StatefulDataLoader" in message
+    assert oracle.checks and oracle.disagreements == []
+    assert len(resumed.seen) == len(reference.seen) - iteration  # k + (N - k) batches in the resumed epoch
+    sizes = [len(ids) for ids in reference.seen[: len(reference.loader)]]  # 3, 3, 3, 1
+    assert [len(ids) for ids in resumed.seen[: len(sizes) - k]] == sizes[: len(sizes) - k]  # from its first batch
+    view = resumed.progress.view
+    assert resumed.trainer.state.iteration == reference.trainer.state.iteration == view.train.batches.run.completed
+    assert resumed.trainer.state.epoch == reference.trainer.state.epoch == view.train.epochs.run.completed
+    assert view.train.batches.lifetime.completed == reference.progress.view.train.batches.lifetime.completed
+    assert "_get_iterator" not in vars(resumed.loader)  # nothing installed on the loader
+    assert type(resumed.loader.batch_sampler) is BatchSampler
+    assert type(resumed.loader.batch_sampler.sampler) is RandomSampler
 
 
 def test_checkpoint_in_an_unfinished_accumulation_window_carries_the_partial_gradients(folder: Path) -> None:
@@ -157,15 +250,31 @@ def test_mid_epoch_checkpoint_with_an_epoch_length_other_than_the_loaders_warns(
 def test_resume_from_a_checkpoint_saved_after_terminate_continues_the_cut_epoch_and_the_fit_run(
     tmp_path: Path,
 ) -> None:
-    reference = build(Config(), seed=0)
+    config = Config(stateful=True)  # the cut epoch continues at its batch
+    reference = build(config, seed=0)
     reference.run()
-    stopped = build(Config(), seed=0)
+    stopped = build(config, seed=0)
     stopped.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=6), lambda: stopped.trainer.terminate())
     stopped.trainer.add_event_handler(
         Events.COMPLETED, Checkpoint(stopped.to_save(), DiskSaver(str(tmp_path)), filename_pattern="{name}.pt")
     )
     stopped.run()
-    _assert_same(resume(Config(), tmp_path / "checkpoint.pt"), reference, 6)  # one fit run, as Ignite's state
+    _assert_same(resume(config, tmp_path / "checkpoint.pt"), reference, 6)  # one fit run, as Ignite's state
+
+
+def test_a_checkpoint_of_a_stateful_dataloader_at_iteration_started_warns_that_its_fetched_batch_is_not_trained(
+    tmp_path: Path,
+) -> None:
+    # A trade: torchdata's state is taken after the batch Ignite fetched, whose step the checkpoint precedes.
+    config = Config(stateful=True)
+    reference = build(config, seed=0)
+    checkpoint = Checkpoint(reference.to_save(), DiskSaver(str(tmp_path)), filename_pattern="{name}.pt")
+    reference.trainer.add_event_handler(Events.ITERATION_STARTED(once=6), checkpoint)
+    with pytest.warns(InexactResumeWarning, match="at ITERATION_STARTED .*saved after that batch.*ITERATION_COMPLETED"):
+        reference.run()
+    resumed = resume(config, tmp_path / "checkpoint.pt")
+    assert resumed.seen[:2] == reference.seen[6:8]  # the epoch goes on after batch 6, which is not trained
+    assert resumed.progress.view.train.batches.lifetime.completed == reference.trainer.state.iteration
 
 
 # global RNG moved after the load ------------------------------------------------------------------
@@ -180,8 +289,9 @@ def test_a_reseed_between_load_objects_and_run_warns_naming_the_cause(iteration:
 
 
 def test_a_draw_in_an_epoch_started_handler_of_a_mid_epoch_resume_warns(folder: Path) -> None:
-    _, where = _reference(Config(), folder)
-    resumed = build(Config(), seed=1234)
+    config = Config(stateful=True)  # a plain loader's resumed epoch starts a new order: no draw to compare with
+    _, where = _reference(config, folder)
+    resumed = build(config, seed=1234)
     Checkpoint.load_objects(resumed.to_save(), str(where / "6.pt"))
     resumed.trainer.add_event_handler(Events.EPOCH_STARTED, lambda: torch.rand(1))  # not run mid-epoch before
     with pytest.warns(InexactResumeWarning, match="in a STARTED or EPOCH_STARTED handler"):

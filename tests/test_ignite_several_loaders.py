@@ -1,15 +1,17 @@
 """Several train loaders in one Ignite epoch: per-loader progress and an exact resume, or a warning naming them.
 
 ``RoundRobin(a, b)`` gives the trainer a batch of each shuffled loader in turn (``a`` has 4
-batches, ``b`` 2, so ``a`` finishes the epoch alone). A Checkpoint after every iteration
+batches, ``b`` 2, so ``a`` finishes the epoch alone). With StatefulDataLoaders, a Checkpoint after every iteration
 of the uninterrupted 2-epoch run is resumed into fresh objects and compared with it:
 weights ``torch.equal``, the sample ids of every later step, the full progress state (with
-its per-loader counts). A combination the user writes is not a DataLoader: its mid-epoch
-checkpoint warns, naming it.
+its per-loader counts). Plain DataLoaders resumed mid-epoch follow Ignite's own rule (warned). A combination the
+user writes is not a DataLoader: its mid-epoch checkpoint warns, naming it.
 """
 
 from __future__ import annotations
 
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,13 @@ from typing import Any
 import pytest
 
 pytest.importorskip("ignite")
+pytest.importorskip("torchdata")
 
 import torch
 from ignite.engine import Engine, Events, create_supervised_trainer
 from ignite.handlers import Checkpoint, DiskSaver
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import InexactResumeWarning
 from tracker_core.integrations.ignite import ProgressHandler, RoundRobin
@@ -57,7 +61,7 @@ class Program:
         return {"trainer": self.trainer, "model": self.model, "optimizer": self.optimizer, "progress": self.progress}
 
 
-def _build(seed: int, data: Any = None) -> Program:
+def _build(seed: int, data: Any = None, kind: type[DataLoader[Any]] = DataLoader) -> Program:
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -71,9 +75,9 @@ def _build(seed: int, data: Any = None) -> Program:
     progress = ProgressHandler()
     progress.attach(trainer, optimizers=[optimizer])
     if data is None:
-        data = RoundRobin(
-            DataLoader(Indexed(11), batch_size=3, shuffle=True),
-            DataLoader(Offset(5, seed=2), batch_size=3, shuffle=True),
+        data = RoundRobin(  # built before any load: a shuffling StatefulDataLoader draws the global RNG
+            kind(Indexed(11), batch_size=3, shuffle=True),
+            kind(Offset(5, seed=2), batch_size=3, shuffle=True),
         )
     return Program(model, optimizer, trainer, progress, data, seen)
 
@@ -81,7 +85,7 @@ def _build(seed: int, data: Any = None) -> Program:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Program, Path]:
     folder = tmp_path_factory.mktemp("round_robin")
-    program = _build(seed=0)
+    program = _build(seed=0, kind=StatefulDataLoader)  # positioned by their own states: exact at every batch
     checkpoint = Checkpoint(
         program.to_save(), DiskSaver(str(folder), require_empty=False), n_saved=None,
         filename_pattern="{global_step}.pt", global_step_transform=lambda engine, _: engine.state.iteration,
@@ -108,15 +112,45 @@ def test_the_oracle_finds_the_view_following_engine_state_with_a_round_robin() -
 
 @pytest.mark.filterwarnings("error::tracker_core.InexactResumeWarning")
 @pytest.mark.parametrize("iteration", [1, 2, 3, 5, 6, 7, 8, 10, 11])
-def test_resume_of_a_round_robin_matches_the_uninterrupted_run(iteration: int, reference: tuple[Program, Path]) -> None:
+def test_resume_of_a_round_robin_of_stateful_dataloaders_matches_the_uninterrupted_run(
+    iteration: int, reference: tuple[Program, Path]
+) -> None:
     program, folder = reference
-    resumed = _build(seed=1234)
+    resumed = _build(seed=1234, kind=StatefulDataLoader)
     Checkpoint.load_objects(resumed.to_save(), str(folder / f"{iteration}.pt"))
     resumed.trainer.run(resumed.data)
     for name, weight in program.model.state_dict().items():
         assert torch.equal(resumed.model.state_dict()[name], weight), name
     assert resumed.seen == program.seen[iteration:]
     assert without_ledger(resumed.progress.view.state_dict()) == without_ledger(program.progress.view.state_dict())
+
+
+@pytest.mark.parametrize("iteration", [1, 3, 5, 8])
+def test_a_round_robin_of_plain_dataloaders_resumed_mid_epoch_follows_ignites_rule_and_its_counters(
+    iteration: int, tmp_path: Path
+) -> None:
+    # Ignite's rule: a fresh iter(data) for the epoch's remaining turns; each plain loader reads from its first batch.
+    program = _build(seed=0)
+    checkpoint = Checkpoint(program.to_save(), DiskSaver(str(tmp_path)), filename_pattern="{name}.pt")
+    program.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=iteration), checkpoint)
+    with pytest.warns(InexactResumeWarning, match=r"saving DataLoader over \w+ .*an epoch.*StatefulDataLoader"):
+        program.trainer.run(program.data, max_epochs=EPOCHS)
+    resumed = _build(seed=1234)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", "'set_vital' is deprecated")
+        Checkpoint.load_objects(resumed.to_save(), str(tmp_path / "checkpoint.pt"))
+        oracle = Oracle(resumed.progress, resumed.trainer, [resumed.optimizer])
+        resumed.trainer.run(resumed.data)
+    assert oracle.checks and oracle.disagreements == []
+    assert caught and all(w.category is InexactResumeWarning for w in caught)
+    assert all(re.match(r"resuming DataLoader over \w+ .*an epoch", str(w.message)) for w in caught)
+    assert resumed.trainer.state.iteration == EPOCHS * PER_EPOCH
+    assert len(resumed.seen) == EPOCHS * PER_EPOCH - iteration
+    first, second = resumed.progress.view.train.dataloaders  # each loader's count as in the uninterrupted run
+    assert (first.batches.lifetime, second.batches.lifetime) == (4 * EPOCHS, 2 * EPOCHS)
+    for loader in resumed.data.loaders:  # nothing installed on the loaders
+        assert "_get_iterator" not in vars(loader)
 
 
 class _Alternating:

@@ -97,6 +97,7 @@ def test_ignite_an_exception_an_exception_raised_handler_takes_does_not_end_the_
 
 def test_accelerate_a_resume_from_an_older_checkpoint_records_the_work_done_after_it_as_lost(tmp_path: Path) -> None:
     from accelerate import Accelerator
+    from accelerate.utils import DataLoaderConfiguration
     from torch.utils.data import DataLoader, TensorDataset
 
     from tracker_core.integrations.accelerate import AcceleratorProgress
@@ -106,7 +107,8 @@ def test_accelerate_a_resume_from_an_older_checkpoint_records_the_work_done_afte
 
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
-        accelerator = Accelerator(cpu=True)
+        # a StatefulDataLoader, so the resume goes on at batch 3 (a plain loader's epoch would be read whole)
+        accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True))
         progress = AcceleratorProgress(accelerator, heartbeat=tmp_path / "heartbeat.json")
         accelerator.register_for_checkpointing(progress)
         model = torch.nn.Linear(2, 1)

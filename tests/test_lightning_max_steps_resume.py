@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 
 pytest.importorskip("pytorch_lightning")
+pytest.importorskip("torchdata")
 
 import torch
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import InexactResumeWarning, comparable_state, get_progress
 from tracker_core.integrations.lightning import STATE_KEY, ProgressTracker
@@ -36,15 +38,24 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 ENDS = {"mid-epoch": 3, "epoch-end": 4}
 
 
-def _loader(n: int = 10) -> DataLoader[Any]:
+def _loader(n: int = 10, stateful: bool = False) -> DataLoader[Any]:
+    """``stateful``: a StatefulDataLoader, for a run that ends inside an epoch (Lightning resumes its checkpoint at
+    the batch by the loader's own state; a plain DataLoader would read that epoch from its start, warned). A run
+    that ends at an epoch's end keeps a plain DataLoader: between epochs its resume is exact."""
+    if stateful:
+        return StatefulDataLoader(Indexed(n), batch_size=3, shuffle=True)
     return DataLoader(Indexed(n), batch_size=3, shuffle=True)
+
+
+def _inside_an_epoch(max_steps: int) -> bool:
+    return max_steps % 4 != 0
 
 
 def _first_run(tmp_path: Path, max_steps: int, saved_at: str) -> Path:
     """A fit of ``max_steps`` whose ModelCheckpoint writes last.ckpt at the last step or after its validation."""
     pl = importlib.import_module("pytorch_lightning")
     config = Config(max_epochs=-1, max_steps=max_steps)
-    every = {"every_n_train_steps": 1} if saved_at == "train batch" else {}
+    every = {"every_n_train_steps": max_steps} if saved_at == "train batch" else {}
     checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0, **every)
     fit = trainer(config, [ProgressTracker(), checkpoint], enable_checkpointing=True, default_root_dir=tmp_path)
     torch.manual_seed(0)
@@ -52,9 +63,13 @@ def _first_run(tmp_path: Path, max_steps: int, saved_at: str) -> Path:
         # at the batch that reaches max_steps: the ordinary path, nothing to say (saved after the fit ended, at
         # the validation's end: Lightning resumes it at the next epoch, warned at save)
         warnings.simplefilter("error" if saved_at == "train batch" else "ignore", InexactResumeWarning)
-        fit.fit(model(config), _loader(), _loader(7) if saved_at == "validation end" else None)
+        fit.fit(model(config), _loader(stateful=_inside_an_epoch(max_steps)), _val(saved_at))
     assert fit.global_step == max_steps
     return tmp_path / "last.ckpt"
+
+
+def _val(saved_at: str) -> DataLoader[Any] | None:
+    return _loader(7) if saved_at == "validation end" else None
 
 
 @pytest.mark.parametrize("saved_at", ["train batch", "validation end"])
@@ -67,7 +82,7 @@ def test_the_last_checkpoint_of_a_max_steps_run_resumed_with_more_steps_agrees_w
     config = Config(max_epochs=-1, max_steps=steps + 4)
     oracle = Oracle()
     fit = trainer(config, [ProgressTracker(), oracle])
-    fit.fit(model(config), _loader(), _loader(7) if saved_at == "validation end" else None, ckpt_path=path)
+    fit.fit(model(config), _loader(stateful=_inside_an_epoch(steps)), _val(saved_at), ckpt_path=path)
     view = get_progress(fit)
     assert (view.global_step, view.epoch_index) == (fit.global_step, fit.current_epoch)
     assert view.global_step == steps + 4
@@ -85,7 +100,9 @@ def test_a_checkpoint_saved_after_a_resumed_fit_that_trained_nothing_resumes_lik
     path = _first_run(tmp_path, steps, "train batch")
     config = Config(max_epochs=-1, max_steps=steps)
     idle = trainer(config, [ProgressTracker()])
-    idle.fit(model(config), _loader(), ckpt_path=path)  # max_steps reached: Lightning trains nothing
+    idle.fit(
+        model(config), _loader(stateful=_inside_an_epoch(steps)), ckpt_path=path
+    )  # max_steps reached: Lightning trains nothing
     idle.save_checkpoint(tmp_path / "again.ckpt")
     again = torch.load(tmp_path / "again.ckpt", weights_only=True)["callbacks"][STATE_KEY]
     loaded = torch.load(path, weights_only=True)["callbacks"][STATE_KEY]
@@ -96,7 +113,7 @@ def test_a_checkpoint_saved_after_a_resumed_fit_that_trained_nothing_resumes_lik
         module = model(longer)
         fit = trainer(longer, [ProgressTracker()])
         torch.manual_seed(1)
-        fit.fit(module, _loader(), ckpt_path=checkpoint)
+        fit.fit(module, _loader(stateful=_inside_an_epoch(steps)), ckpt_path=checkpoint)
         seen.append(module.seen)
     assert seen[0] == seen[1]
     assert len(seen[0]) == 2
@@ -112,13 +129,13 @@ def test_a_fit_resumed_at_max_steps_then_continued_on_the_same_trainer_agrees_wi
     oracle = Oracle()
     fit = trainer(config, [ProgressTracker(), oracle])
     module = model(config)
-    fit.fit(module, _loader(), ckpt_path=path)
+    fit.fit(module, _loader(stateful=_inside_an_epoch(steps)), ckpt_path=path)
     fit.save_checkpoint(tmp_path / "again.ckpt")
     fit.validate(module, _loader(7), verbose=False)
     fit.fit_loop.epoch_loop.max_steps = steps + 4
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit.fit(module, _loader())
+        fit.fit(module, _loader(stateful=_inside_an_epoch(steps)))
     # mid-epoch, this fit's data starts a new pass where the loaded position was: said, not silent
     said = [w for w in caught if issubclass(w.category, InexactResumeWarning) and "new pass" in str(w.message)]
     assert said == []  # mid-epoch, its data resumes at the loaded position (Tracker.resume_loaded_again)
@@ -145,17 +162,23 @@ STOPS: dict[str, tuple[dict[str, int], str, dict[str, int]]] = {
 }
 
 
+def _stateful(limit: dict[str, int], saved: str) -> bool:
+    """A StatefulDataLoader for a run whose last step's checkpoint is inside an epoch."""
+    return saved == "batch" and _inside_an_epoch(limit["max_steps"])
+
+
 def _finished_run(tmp_path: Path, limit: dict[str, int], saved: str) -> tuple[Path, list[list[int]], list[str]]:
     """A fit that reaches ``limit``; its checkpoint, the sample ids it trained on, and what the fit warned."""
     pl = importlib.import_module("pytorch_lightning")
-    every = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0, every_n_train_steps=1)
+    steps = limit.get("max_steps", 1)  # last.ckpt written at the last step
+    every = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0, every_n_train_steps=steps)
     callbacks = [ProgressTracker(), every] if saved == "batch" else [ProgressTracker()]
     torch.manual_seed(0)
     module = _PlainSgd()
     first = program_trainer(callbacks, enable_checkpointing=saved == "batch", default_root_dir=tmp_path, **limit)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        first.fit(module, _loader())
+        first.fit(module, _loader(stateful=_stateful(limit, saved)))
     warned = [str(w.message) for w in caught if issubclass(w.category, InexactResumeWarning)]
     if saved == "batch":
         return tmp_path / "last.ckpt", module.seen, warned
@@ -172,13 +195,13 @@ def test_a_max_steps_fit_saving_its_last_step_warns_nothing_and_resumes_exactly_
     torch.manual_seed(0)
     straight = _PlainSgd()
     uninterrupted = program_trainer([ProgressTracker()], max_steps=max_steps + 6, max_epochs=-1)
-    uninterrupted.fit(straight, _loader())
+    uninterrupted.fit(straight, _loader(stateful=_inside_an_epoch(max_steps)))
     torch.manual_seed(1)  # the checkpoint's RNGs are loaded
     module = _PlainSgd()
     resumed = program_trainer([ProgressTracker()], max_steps=max_steps + 6, max_epochs=-1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        resumed.fit(module, _loader(), ckpt_path=path)
+        resumed.fit(module, _loader(stateful=_inside_an_epoch(max_steps)), ckpt_path=path)
     assert [w.message for w in caught if issubclass(w.category, InexactResumeWarning)] == []
     assert seen_first + module.seen == straight.seen
     assert all(torch.equal(a, b) for a, b in zip(module.parameters(), straight.parameters(), strict=True))
@@ -194,7 +217,7 @@ def test_a_fit_resumed_at_its_max_steps_says_lightning_leaves_the_epoch_open(max
     resumed = program_trainer([ProgressTracker()], max_steps=max_steps, max_epochs=-1)
     epoch = (max_steps - 1) // 4
     with pytest.warns(InexactResumeWarning, match=f"resumed at max_steps={max_steps} inside epoch {epoch} "):
-        resumed.fit(module, _loader(), ckpt_path=path)
+        resumed.fit(module, _loader(stateful=_inside_an_epoch(max_steps)), ckpt_path=path)
     assert module.seen == []
     assert resumed.current_epoch == get_progress(resumed).epoch_index == epoch  # the uninterrupted run's is one more
 
@@ -208,13 +231,15 @@ def test_a_fit_continued_on_the_trainer_whose_resumed_fit_trained_nothing_matche
     torch.manual_seed(0)
     straight = _PlainSgd()
     uninterrupted = program_trainer([ProgressTracker()], **{**limit, **longer})
-    uninterrupted.fit(straight, _loader())
+    uninterrupted.fit(straight, _loader(stateful=_stateful(limit, saved)))
     path, seen_first, _ = _finished_run(tmp_path, limit, saved)
     torch.manual_seed(1)  # the checkpoint's RNGs are loaded
     module = _PlainSgd()
     tracker = ProgressTracker()
     fit = program_trainer([tracker], **limit)
-    fit.fit(module, _loader(), ckpt_path=path)  # the limit is reached: Lightning trains nothing
+    # one loader for both fits: a StatefulDataLoader(shuffle=True) built between them would draw from the global RNG
+    loader = _loader(stateful=_stateful(limit, saved))
+    fit.fit(module, loader, ckpt_path=path)  # the limit is reached: Lightning trains nothing
     assert module.seen == []
     if between == "save_checkpoint":
         fit.save_checkpoint(tmp_path / "again.ckpt")
@@ -224,7 +249,7 @@ def test_a_fit_continued_on_the_trainer_whose_resumed_fit_trained_nothing_matche
         fit.fit_loop.max_epochs = longer["max_epochs"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit.fit(module, _loader())
+        fit.fit(module, loader)
     assert [w.message for w in caught if issubclass(w.category, InexactResumeWarning)] == []
     assert seen_first + module.seen == straight.seen
     assert all(torch.equal(a, b) for a, b in zip(module.parameters(), straight.parameters(), strict=True))
@@ -249,3 +274,24 @@ def test_a_checkpoint_saved_after_a_max_steps_fit_says_where_lightning_resumes_i
     longer = program_trainer([ProgressTracker(), first], max_steps=steps + 2, max_epochs=-1)
     longer.fit(_PlainSgd(), _loader(), ckpt_path=path)
     assert first.at == (2, done)  # as said; the run that saved it would have gone on in epoch 1 or at epoch 2's start
+
+
+def test_a_new_stateful_loader_given_to_a_fit_continued_after_a_fit_that_trained_nothing_reads_on_from_the_position(
+    tmp_path: Path,
+) -> None:
+    """Lightning loaded the checkpoint's loader state into the idle fit's loader only: the continued fit's new
+    StatefulDataLoader gets it too (its construction draws from the global RNG: only the sample ids are compared)."""
+    limit, saved, longer = STOPS["max_steps mid-epoch, last batch's checkpoint"]
+    torch.manual_seed(0)
+    straight = _PlainSgd()
+    program_trainer([ProgressTracker()], **{**limit, **longer}).fit(straight, _loader(stateful=True))
+    path, seen_first, _ = _finished_run(tmp_path, limit, saved)
+    module = _PlainSgd()
+    fit = program_trainer([ProgressTracker()], **limit)
+    fit.fit(module, _loader(stateful=True), ckpt_path=path)  # the limit is reached: Lightning trains nothing
+    fit.fit_loop.epoch_loop.max_steps = longer["max_steps"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit.fit(module, _loader(stateful=True))
+    assert [w.message for w in caught if issubclass(w.category, InexactResumeWarning)] == []
+    assert seen_first + module.seen == straight.seen

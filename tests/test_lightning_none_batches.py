@@ -14,7 +14,8 @@ pytest.importorskip("pytorch_lightning")
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, default_collate
+from torch.utils.data import default_collate
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import InexactResumeWarning, comparable_state, get_progress
 from tracker_core.integrations.lightning import ProgressTracker
@@ -35,8 +36,9 @@ def _none_for_dropped(samples: list[Any]) -> Any:
     return None if any(sample[2] in DROPPED for sample in samples) else default_collate(samples)
 
 
-def _loader() -> DataLoader[Any]:
-    return DataLoader(Indexed(12), batch_size=2, shuffle=True, collate_fn=_none_for_dropped)
+def _loader() -> StatefulDataLoader[Any]:
+    """With a state of its own: a mid-epoch checkpoint resumes it at its batch."""
+    return StatefulDataLoader(Indexed(12), batch_size=2, shuffle=True, collate_fn=_none_for_dropped)
 
 
 class _PlainSgd(Recording):

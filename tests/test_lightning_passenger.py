@@ -17,6 +17,7 @@ pytest.importorskip("pytorch_lightning")
 
 import torch
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import InexactResumeWarning, get_progress
 from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY, ProgressTracker
@@ -31,6 +32,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 def _loader(n: int = 10) -> DataLoader[Any]:
     return DataLoader(Indexed(n), batch_size=3, shuffle=True)
+
+
+def _resumable_loader() -> StatefulDataLoader[Any]:
+    """As :func:`_loader` with a state of its own: a mid-epoch checkpoint resumes it at its batch."""
+    return StatefulDataLoader(Indexed(10), batch_size=3, shuffle=True)
 
 
 def _agrees(oracle: Oracle) -> None:
@@ -352,17 +358,19 @@ def test_a_checkpoint_written_at_the_end_of_a_mid_epoch_validation_resumes_exact
     torch.manual_seed(0)
     straight_module = model(config)
     straight = trainer(config, [ProgressTracker()])
-    straight.fit(straight_module, _loader(), _loader(7))
+    straight.fit(straight_module, _resumable_loader(), _loader(7))
     torch.manual_seed(0)
     first_module = model(config)
     with pytest.raises(Planned):
-        trainer(config, [ProgressTracker(), SaveAtFirstValidationEnd()]).fit(first_module, _loader(), _loader(7))
+        trainer(config, [ProgressTracker(), SaveAtFirstValidationEnd()]).fit(
+            first_module, _resumable_loader(), _loader(7)
+        )
     torch.manual_seed(1)
     resumed_module = model(config)
     tracker = ProgressTracker()
     with warnings.catch_warnings():
         warnings.simplefilter("error", InexactResumeWarning)
-        trainer(config, [tracker]).fit(resumed_module, _loader(), _loader(7), ckpt_path=tmp_path / "val.ckpt")
+        trainer(config, [tracker]).fit(resumed_module, _resumable_loader(), _loader(7), ckpt_path=tmp_path / "val.ckpt")
     assert first_module.seen + resumed_module.seen == straight_module.seen
     assert all(
         torch.equal(a, b) for a, b in zip(resumed_module.parameters(), straight_module.parameters(), strict=True)

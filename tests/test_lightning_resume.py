@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +17,14 @@ pytest.importorskip("torchdata")
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import CombinedLoader
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, SequentialSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import InexactResumeWarning
 from tracker_core.integrations.lightning import ProgressTracker
 
 from helpers.ledger import without_ledger
+from helpers.lightning_oracle import Oracle
 from helpers.lightning_program import Crashing, Indexed, IndexedStream, Recording, trainer, weights
 
 EPOCHS = 2
@@ -86,13 +87,22 @@ class Outcome:
     seen: list[list[int]]
     weights: list[torch.Tensor]
     progress: dict[str, Any]
+    loader: Any = None  # the train loader
+    disagreements: list[str] = field(default_factory=list)  # the oracle's, with Lightning's counters
+
+
+class SizedStream(IndexedStream):
+    """:class:`IndexedStream` with a length: Lightning then fetches no batch ahead of the one it runs."""
+
+    def __len__(self) -> int:
+        return self.n
 
 
 def _loader(config: str) -> DataLoader:
     shuffle = "shuffle" in config
     workers = 2 if "workers" in config else 0
     cls = StatefulDataLoader if "stateful" in config else DataLoader
-    data = IndexedStream() if "stream" in config else Indexed()
+    data = (SizedStream() if "sized" in config else IndexedStream()) if "stream" in config else Indexed()
     kwargs: dict[str, Any] = {"num_workers": workers}
     if workers:
         kwargs["multiprocessing_context"] = "fork"
@@ -102,7 +112,8 @@ def _loader(config: str) -> DataLoader:
 def _fit(config: str, seed: int, kill_at: int | None = None, path: Path | None = None) -> Outcome:
     torch.manual_seed(seed)
     model = Recording()
-    callbacks: list[pl.Callback] = [ProgressTracker()]
+    oracle = Oracle()
+    callbacks: list[pl.Callback] = [ProgressTracker(), oracle]
     if kill_at is not None:
         assert path is not None
         kill = KillAtEpochEnd if "kill-at-epoch-end" in config else KillAfter
@@ -113,10 +124,11 @@ def _fit(config: str, seed: int, kill_at: int | None = None, path: Path | None =
     validation: dict[str, Any] = {"val_check_interval": 2} if "validate" in config else {"limit_val_batches": 0}
     fit = trainer(callbacks, max_epochs=EPOCHS, accumulate_grad_batches=accumulate, **validation)
     val = DataLoader(Indexed(7), batch_size=3) if "validate" in config else None
+    train = _loader(config)
     with contextlib.suppress(Killed):
-        fit.fit(model, _loader(config), val, ckpt_path=None if kill_at is not None else path)
+        fit.fit(model, train, val, ckpt_path=None if kill_at is not None else path)
     tracker = next(c for c in callbacks if isinstance(c, ProgressTracker))
-    return Outcome(model.seen, weights(model), tracker.state_dict()["progress"])
+    return Outcome(model.seen, weights(model), tracker.state_dict()["progress"], train, oracle.disagreements)
 
 
 _reference: dict[str, Outcome] = {}
@@ -141,27 +153,84 @@ def _assert_resumes_exactly(config: str, at: int, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("at", range(EPOCHS * BATCHES))
-@pytest.mark.parametrize("config", ["plain", "plain-shuffle"])
-def test_plain_dataloader_resumes_exactly_from_every_batch(config: str, at: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize("config", ["stateful", "stateful-shuffle"])
+def test_a_stateful_dataloader_resumes_exactly_from_every_batch(config: str, at: int, tmp_path: Path) -> None:
     _assert_resumes_exactly(config, at, tmp_path)
+
+
+# An open product gap: a plain loader without a length saved at the end of an epoch's last batch (Lightning fetched
+# ahead and knows it was the last) is warned as saved inside an epoch, at the save (twice) and at the resume, though
+# Lightning begins the next epoch and the resume is exact.
+_NO_LENGTH_FALSE_ALARM = pytest.mark.xfail(
+    strict=True, reason="open gap: a loader without a length saved at its epoch's end is warned as inside the epoch"
+)
+
+
+@pytest.mark.parametrize("at", [BATCHES - 1, EPOCHS * BATCHES - 1])
+@pytest.mark.parametrize(
+    "config",
+    [
+        "plain",
+        "plain-shuffle",
+        "plain-shuffle-workers",
+        pytest.param("plain-stream", marks=_NO_LENGTH_FALSE_ALARM),
+        pytest.param("plain-stream-workers", marks=_NO_LENGTH_FALSE_ALARM),
+    ],
+)
+def test_a_plain_dataloader_resumes_exactly_from_the_last_batch_of_an_epoch(
+    config: str, at: int, tmp_path: Path
+) -> None:
+    _assert_resumes_exactly(config, at, tmp_path)
+
+
+def _assert_plain_epoch_read_from_its_start(config: str, at: int, tmp_path: Path) -> None:
+    """A plain DataLoader saved inside an epoch: warned at the save and at the resume (naming torchdata's
+    StatefulDataLoader); nothing is installed on it; Lightning reads the resumed epoch from its first batch, as many
+    batches as that epoch has left, its counters (the oracle's) going on to the epoch's end."""
+    base = re.sub("-(kill-in-validation|kill-at-epoch-end|kill-at-batch-start|killer-first)", "", config)
+    straight = _straight(base)
+    path = tmp_path / "mid.ckpt"
+    with pytest.warns(InexactResumeWarning, match="saving DataLoader over Indexed.*StatefulDataLoader"):
+        first = _fit(config, seed=0, kill_at=at, path=path)
+    with pytest.warns(InexactResumeWarning, match="resuming DataLoader over Indexed.*StatefulDataLoader"):
+        resumed = _fit(config, seed=1234, path=path)
+    left = BATCHES - len(first.seen) % BATCHES  # the batches of the cut epoch Lightning runs after the resume
+    epoch = straight.seen[:BATCHES]  # an unshuffled epoch's batches
+    assert resumed.seen[:left] == epoch[:left]  # from the epoch's first batch, not from the cut one
+    assert len(first.seen) + len(resumed.seen) == len(straight.seen)
+    assert first.disagreements == resumed.disagreements == []
+    for counts in ("batches", "epochs"):
+        assert resumed.progress["stages"]["train"][counts] == straight.progress["stages"]["train"][counts]
+    assert "_get_iterator" not in vars(resumed.loader)  # nothing installed: the loader's own methods
+    assert type(resumed.loader.batch_sampler.sampler) is SequentialSampler
+
+
+@pytest.mark.parametrize("at", [0, 1, BATCHES + 1])
+@pytest.mark.parametrize("config", ["plain", "plain-kill-at-batch-start", "plain-kill-at-batch-start-killer-first"])
+def test_a_plain_dataloader_saved_inside_an_epoch_warns_and_lightning_reads_that_epoch_from_its_start(
+    config: str, at: int, tmp_path: Path
+) -> None:
+    """Saved at a batch's end, or at its start (Lightning fetched it; the tracker's hook after the saver's or
+    before it)."""
+    _assert_plain_epoch_read_from_its_start(config, at, tmp_path)
 
 
 @pytest.mark.parametrize("at", range(BATCHES))
 def test_checkpoint_inside_an_accumulation_window_resumes_exactly(at: int, tmp_path: Path) -> None:
-    _assert_resumes_exactly("plain-shuffle-accumulate", BATCHES + at, tmp_path)
+    _assert_resumes_exactly("stateful-shuffle-accumulate", BATCHES + at, tmp_path)
 
 
 @pytest.mark.parametrize("at", [1, BATCHES - 1, BATCHES + 2])
-@pytest.mark.parametrize(
-    "config", ["stateful", "stateful-shuffle", "stateful-shuffle-workers", "plain-shuffle-workers"]
-)
+@pytest.mark.parametrize("config", ["stateful", "stateful-shuffle", "stateful-shuffle-workers"])
 def test_stateful_and_multiprocess_loaders_resume_exactly(config: str, at: int, tmp_path: Path) -> None:
     _assert_resumes_exactly(config, at, tmp_path)
 
 
 @pytest.mark.parametrize("at", [1, BATCHES - 1, BATCHES + 2])
-@pytest.mark.parametrize("config", ["plain-stream", "plain-stream-workers"])
-def test_iterable_dataset_resumes_exactly(config: str, at: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize("config", ["stateful-sized-stream", "stateful-sized-stream-workers"])
+def test_an_iterable_dataset_with_a_length_in_a_stateful_dataloader_resumes_exactly(
+    config: str, at: int, tmp_path: Path
+) -> None:
     _assert_resumes_exactly(config, at, tmp_path)
 
 
@@ -192,19 +261,25 @@ def _fit_combined(mode: str, seed: int, kill_at: int | None = None, path: Path |
     return Outcome(model.seen, weights(model), tracker.state_dict()["progress"])
 
 
+def _stateful_part(ids: list[int]) -> list[int]:
+    return ids[ids.index(-1) + 1 :]
+
+
 @pytest.mark.parametrize("at", [1, 4])
 @pytest.mark.parametrize("mode", ["max_size_cycle", "min_size"])
-def test_a_plain_loader_positioned_by_the_tracker_beside_a_stateful_one_lightning_restores_resumes_exactly(
+def test_a_plain_loader_beside_a_stateful_one_saved_inside_an_epoch_warns_and_the_stateful_one_goes_on_at_its_batch(
     mode: str, at: int, tmp_path: Path
 ) -> None:
+    """Lightning restores the stateful loader "b" by its own state; the plain loader "a" has no position: warned at
+    the save and at the resume, Lightning reads it from its first batch."""
     straight = _fit_combined(mode, seed=0)
-    first = _fit_combined(mode, seed=0, kill_at=at, path=tmp_path / "mid.ckpt")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", InexactResumeWarning)
+    with pytest.warns(InexactResumeWarning, match="saving DataLoader over Indexed.*StatefulDataLoader"):
+        first = _fit_combined(mode, seed=0, kill_at=at, path=tmp_path / "mid.ckpt")
+    with pytest.warns(InexactResumeWarning, match="resuming DataLoader over Indexed.*StatefulDataLoader"):
         resumed = _fit_combined(mode, seed=1234, path=tmp_path / "mid.ckpt")
-    assert first.seen + resumed.seen == straight.seen
-    assert all(torch.equal(a, b) for a, b in zip(resumed.weights, straight.weights, strict=True))
-    assert without_ledger(resumed.progress) == without_ledger(straight.progress)
+    assert _stateful_part(resumed.seen[0]) == _stateful_part(straight.seen[len(first.seen)])
+    assert len(first.seen) + len(resumed.seen) == len(straight.seen)  # Lightning's counters end each epoch
+    assert resumed.progress["stages"]["train"]["batches"] == straight.progress["stages"]["train"]["batches"]
 
 
 def test_a_stateful_loader_without_a_length_warns_that_lightnings_own_restore_skips_the_prefetched_batch(
@@ -218,8 +293,10 @@ def test_a_stateful_loader_without_a_length_warns_that_lightnings_own_restore_sk
     assert first.seen + resumed.seen[:1] == [[0, 1, 2], [3, 4, 5], [9]]
 
 
-@pytest.mark.parametrize("at", [0, 2, 3, 5])  # validation batches: 0-2 mid-epoch, 3-5 at the epoch end
-@pytest.mark.parametrize("loader", ["plain", "stateful"])
+@pytest.mark.parametrize(
+    ("loader", "at"),  # validation batches: 0-2 mid-epoch (a plain loader: between epochs only), 3-5 at the epoch end
+    [("stateful", 0), ("stateful", 2), ("stateful", 3), ("stateful", 5), ("plain", 3), ("plain", 5)],
+)
 def test_checkpoint_after_a_validation_batch_resumes_training_exactly_and_says_lightning_skips_the_rest(
     loader: str, at: int, tmp_path: Path
 ) -> None:
@@ -243,25 +320,30 @@ def test_checkpoint_before_a_due_validation_says_lightning_will_skip_it(tmp_path
         _fit("plain-validate", seed=0, kill_at=1, path=tmp_path / "mid.ckpt")
 
 
-@pytest.mark.parametrize("at", range(EPOCHS * BATCHES))
-def test_checkpoint_of_an_exception_inside_a_training_step_resumes_exactly_at_that_batch(
+@pytest.mark.parametrize("at", [0, 1, BATCHES - 1, BATCHES + 2])
+def test_checkpoint_of_an_exception_inside_a_training_step_of_a_plain_loader_warns_and_lightning_reads_that_epoch_again(
     at: int, tmp_path: Path
 ) -> None:
-    """``OnExceptionCheckpoint`` after an exception in the step of batch ``at`` (an epoch's last one too): the
-    resumed fit runs that batch again, as Lightning does, and then the rest as the uninterrupted run."""
-    straight = _straight("plain-shuffle")
+    """``OnExceptionCheckpoint`` after an exception in the step of batch ``at`` (an epoch's first or last one too):
+    a plain DataLoader is warned at the save and at the resume; Lightning runs the cut batch again, reading the epoch
+    from its first batch, its counters going on to the epoch's end."""
+    straight = _straight("plain")
     torch.manual_seed(0)
     cut = Crashing(crash_at=at)
     saver = pl.callbacks.OnExceptionCheckpoint(dirpath=tmp_path, filename="cut")
     fit = trainer([ProgressTracker(), saver], max_epochs=EPOCHS, limit_val_batches=0, enable_checkpointing=True)
-    with pytest.raises(RuntimeError, match="crash"):
-        fit.fit(cut, _loader("shuffle"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", InexactResumeWarning)
-        resumed = _fit("plain-shuffle", seed=1234, path=tmp_path / "cut.ckpt")
-    assert cut.seen + resumed.seen == straight.seen
-    assert all(torch.equal(a, b) for a, b in zip(resumed.weights, straight.weights))
-    assert without_ledger(resumed.progress) == without_ledger(straight.progress)
+    with (
+        pytest.warns(InexactResumeWarning, match="saving DataLoader over Indexed.*StatefulDataLoader"),
+        pytest.raises(RuntimeError, match="crash"),
+    ):
+        fit.fit(cut, _loader("plain"))
+    with pytest.warns(InexactResumeWarning, match="resuming DataLoader over Indexed.*StatefulDataLoader"):
+        resumed = _fit("plain", seed=1234, path=tmp_path / "cut.ckpt")
+    left = BATCHES - len(cut.seen) % BATCHES
+    assert resumed.seen[:left] == straight.seen[:left]  # from the epoch's first batch (unshuffled)
+    assert len(cut.seen) + len(resumed.seen) == len(straight.seen)
+    assert resumed.disagreements == []
+    assert resumed.progress["stages"]["train"]["batches"] == straight.progress["stages"]["train"]["batches"]
 
 
 @pytest.mark.parametrize(
@@ -273,7 +355,7 @@ def test_checkpoint_at_the_end_of_an_epoch_resumes_exactly(config: str, tmp_path
 
 @pytest.mark.parametrize("at", [1, BATCHES - 1])
 def test_checkpoint_taken_by_a_callback_running_before_the_tracker_resumes_exactly(at: int, tmp_path: Path) -> None:
-    _assert_resumes_exactly("plain-shuffle-accumulate-killer-first", at, tmp_path)
+    _assert_resumes_exactly("stateful-shuffle-accumulate-killer-first", at, tmp_path)
 
 
 _SKIPPED = "train batch 1 of the epoch.*so the resumed epoch skips it"
@@ -308,15 +390,6 @@ def test_resuming_from_a_checkpoint_of_an_exception_inside_a_training_step_warns
     with pytest.warns(InexactResumeWarning, match=_SKIPPED):
         resumed = _fit("stateful-shuffle", seed=1234, path=tmp_path / "cut.ckpt")
     assert cut.seen + resumed.seen[:1] == [straight.seen[0], straight.seen[2]]  # batch 1 skipped
-
-
-@pytest.mark.parametrize("at", [0, 1, BATCHES - 1, BATCHES + 2])
-@pytest.mark.parametrize("config", ["plain-shuffle", "plain-shuffle-killer-first"])  # the tracker's hook after, before
-def test_checkpoint_at_the_start_of_a_train_batch_resumes_a_plain_dataloader_exactly(
-    config: str, at: int, tmp_path: Path
-) -> None:
-    """Saved in ``on_train_batch_start`` (the batch fetched, its step not begun): the resumed fit runs that batch."""
-    _assert_resumes_exactly(config.replace("shuffle", "shuffle-kill-at-batch-start"), at, tmp_path)
 
 
 def test_checkpoint_at_the_start_of_a_train_batch_warns_that_a_stateful_loader_resumes_past_that_batch(

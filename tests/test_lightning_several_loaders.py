@@ -1,5 +1,6 @@
 """Several train loaders in one Lightning epoch (issue 13, item 16): in each ``CombinedLoader`` mode ``fit`` accepts,
-the view and the checkpoint keep each loader's progress, and a mid-epoch resume is exact without a warning."""
+the view and the checkpoint keep each loader's progress, and a mid-epoch resume of StatefulDataLoaders is exact without
+a warning."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("pytorch_lightning")
+pytest.importorskip("torchdata")
 
 from tracker_core import Progress
 
@@ -21,7 +23,8 @@ LIFETIME_BATCHES = {"max_size_cycle": (8, 8), "min_size": (6, 6), "max_size": (8
 
 @pytest.mark.parametrize("mode", LIFETIME_BATCHES)
 def test_each_train_loader_keeps_its_own_progress_and_a_mid_epoch_resume_is_exact(mode: str, tmp_path: Path) -> None:
-    config = Config(train_sizes=(10, 7), combined_mode=mode, resume_at=1)  # saved after the second step
+    # saved after the second step; Lightning restores each StatefulDataLoader's own state
+    config = Config(train_sizes=(10, 7), combined_mode=mode, resume_at=1, stateful=True)
     outcome = run(config, tmp_path)
     assert outcome.disagreements == []
     assert outcome.adapter_errors == []

@@ -1,8 +1,9 @@
 """Through each framework, a resume that must read trained batches again warns first and records the time it took.
 
 The train data is an iterable with no state of its own whose every sample takes ``READ_S`` to read,
-so a mid-epoch resume reads the epoch's trained batches again (nothing else can put it back). The
-resumed run, on the real clock, warns before (``SlowResumeWarning`` naming the batch count) and its
+read by torchdata's StatefulDataLoader: a mid-epoch resume reads the epoch's trained batches again
+(nothing else can put the dataset back; a plain DataLoader's resume reads the epoch from its start
+instead, reading nothing again). The resumed run, on the real clock, warns before (``SlowResumeWarning`` naming the batch count) and its
 progress shows the seconds in ``view.overhead_seconds.fast_forward`` and saves them in
 ``microseconds.fast_forward``, at least the reading time of the batches read again.
 """
@@ -37,7 +38,7 @@ def test_lightning_resume_that_reads_again_warns_and_records_its_seconds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("pytorch_lightning")
-    from torch.utils.data import DataLoader
+    from torchdata.stateful_dataloader import StatefulDataLoader
 
     from tracker_core.integrations.lightning import ProgressTracker
 
@@ -53,7 +54,7 @@ def test_lightning_resume_that_reads_again_warns_and_records_its_seconds(
         tracker = ProgressTracker()
         with contextlib.suppress(Stop):
             trainer([tracker, *callbacks], max_epochs=2, limit_val_batches=0).fit(
-                Recording(), DataLoader(SlowStream(12), batch_size=3), ckpt_path=ckpt_path
+                Recording(), StatefulDataLoader(SlowStream(12), batch_size=3), ckpt_path=ckpt_path
             )
         return tracker
 
@@ -69,7 +70,7 @@ def test_ignite_resume_that_reads_again_warns_and_records_its_seconds(
 ) -> None:
     pytest.importorskip("ignite")
     from ignite.handlers import Checkpoint
-    from torch.utils.data import DataLoader
+    from torchdata.stateful_dataloader import StatefulDataLoader
 
     from helpers.ignite_program import BATCH, TRAIN_SIZE, Config, Stream, build, save_every_iteration
 
@@ -79,14 +80,14 @@ def test_ignite_resume_that_reads_again_warns_and_records_its_seconds(
                 time.sleep(READ_S)
                 yield sample
 
-    config = Config(iterable=True)
+    config = Config(iterable=True, stateful=True)
     first = build(config, seed=0)
-    first.loader = DataLoader(SlowStream(TRAIN_SIZE), batch_size=BATCH)
+    first.loader = StatefulDataLoader(SlowStream(TRAIN_SIZE), batch_size=BATCH)
     save_every_iteration(first, tmp_path)
     first.run()
     monkeypatch.setattr(_clock, "now_us", REAL_NOW_US)
     resumed = build(config, seed=1234)
-    resumed.loader = DataLoader(SlowStream(TRAIN_SIZE), batch_size=BATCH)
+    resumed.loader = StatefulDataLoader(SlowStream(TRAIN_SIZE), batch_size=BATCH)
     Checkpoint.load_objects(resumed.to_save(), str(tmp_path / "6.pt"))  # batch 2 of epoch 2 (4 an epoch)
     with pytest.warns(SlowResumeWarning, match="reading again the 2 batches"):
         resumed.run()
@@ -109,7 +110,7 @@ def test_accelerate_resume_that_reads_again_warns_and_records_its_seconds(
                 yield sample
 
     monkeypatch.setattr(accelerate_drive, "Streamed", SlowStreamed)
-    setup = Setup(iterable=True)
+    setup = Setup(iterable=True, stateful=True)  # use_stateful_dataloader
     run(setup, stop=StopAt(5), save_dir=str(tmp_path))  # batch 1 of epoch 1 (4 an epoch)
     monkeypatch.setattr(_clock, "now_us", REAL_NOW_US)
     with pytest.warns(SlowResumeWarning, match="reading again the 2 batches"):

@@ -116,7 +116,7 @@ class Tracker:
             consumed = counts[index].batches.scopes().epoch if in_epoch and index < len(counts) else 0
             position = self._loaders.get(index)
             if position is not None:
-                loaders.append(position.state_dict(batches_consumed=consumed, rng=rng))
+                loaders.append(position.state_dict(batches_consumed=consumed, rng=rng, in_epoch=in_epoch))
             else:
                 loaders.append({"kind": "untracked"})
                 if consumed and self.view.train.is_mid_epoch:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -65,7 +65,7 @@ class TrainPasses:
             )
         del self._resumed[index]
 
-    def begin(self, loader: Iterable[Any], index: int, note: Callable[[str], None]) -> bool:
+    def begin(self, loader: Iterable[Any], index: int) -> bool:
         """Track ``loader`` and begin its pass; False when nothing is left of it (restored after its end)."""
         self.track(loader, index)
         if self._restored_step is not None:  # after Accelerate's load_state restored the old geometry's
@@ -74,11 +74,9 @@ class TrainPasses:
         if index not in self._finished:
             return True
         self._finished.discard(index)  # Accelerate's loaders fail on an empty pass (an iterable one raises),
-        inner = torch_loader(loader)  # so only the inner loader runs, to spend its position
-        if start_from_the_beginning(loader):  # Accelerate restored its own state at the pass's end
-            iter(inner)  # spends the armed position: built under the checkpoint's RNGs, nothing read
-        elif extra := sum(1 for _ in inner):
-            note(f"train dataloader {index}, saved at the end of its pass, yielded {extra} more batches")
+        if start_from_the_beginning(loader):  # so a StatefulDataLoader Accelerate restored at its pass's end
+            iter(torch_loader(loader))  # spends the armed position: built under the checkpoint's RNGs, nothing read
+        # (a plain loader has no position to spend: it is not iterated, as the uninterrupted run did not)
         if pass_start is not None:
             loader.iteration = pass_start + 1  # type: ignore[attr-defined]
         return False
@@ -109,25 +107,61 @@ class TrainPasses:
             pass_start = self._pass_start.get(index)
             left = in_epoch and index in self.left
             iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished, left))
-        if in_epoch:
+        if in_epoch and not self._restarts(iterations):
             over = {i for i, it in enumerate(iterations) if it and it.finished}
             _warn_if_inexact(iterations, over, sorted(self.left), "save_state after")
         return iterations
 
-    def restore(self, iterations: list[checkpoint.LoaderIteration | None], resuming_epoch: bool) -> None:
-        """After ``load_state``: each loader's pass counter and, in the resumed epoch, the passes over or resumed."""
+    def _restarts(self, iterations: list[checkpoint.LoaderIteration | None]) -> bool:
+        """Whether a plain loader is inside its pass (its resume restarts the epoch; the core warns of it)."""
+        counts = self._tracker.progress.view.train.dataloaders
+        return any(
+            index < len(counts)
+            and counts[index].batches.epoch
+            and not (iteration is not None and iteration.finished)
+            and not getattr(loader, "use_stateful_dataloader", False)
+            for index, (loader, iteration) in enumerate(
+                (self._loaders.get(i), iterations[i]) for i in range(len(iterations))
+            )
+        )
+
+    def restore(
+        self, iterations: list[checkpoint.LoaderIteration | None], resuming_epoch: bool, entry: Mapping[str, Any]
+    ) -> list[int]:
+        """After ``load_state`` of the tracker ``entry``: each loader's pass counter and, in the resumed epoch, the
+        passes over or resumed. Returns the plain loaders saved inside their pass (Accelerate's loop reads them whole:
+        the caller restarts the epoch, whose passes then all begin afresh, at the saved epoch's pass counters)."""
         saved = {index: iteration for index, iteration in enumerate(iterations) if iteration is not None}
         self._restored_iterations = {i: it.now for i, it in saved.items()}
         self._restored_step, self._finished, self._resumed = None, set(), {}
         if not resuming_epoch:
-            return
+            return []
         view = self._tracker.progress.view
-        self._restored_step, finished = _mapped_passes(view.resume_mapping, self._loaders)
         self._restored_iterations.update({i: it.pass_start for i, it in saved.items() if it.pass_start is not None})
-        self._finished = {i for i, it in saved.items() if finished.get(i, it.finished)}
-        self._resumed = {i: d.batches.epoch for i, d in enumerate(view.train.dataloaders) if d.batches.epoch}
+        restored_step, finished = _mapped_passes(view.resume_mapping, self._loaders)
+        over = {i for i, it in saved.items() if finished.get(i, it.finished)}
+        counts = {i: d.batches.epoch for i, d in enumerate(view.train.dataloaders) if d.batches.epoch}
+        plain = sorted(i for i in _saved_inside_an_epoch(entry) if i in counts and i not in over)
+        if plain:  # the epoch restarts; accelerator.step goes on from the saved (or mapped) one
+            self._restored_step = restored_step
+            return plain
+        self._restored_step, self._finished, self._resumed = restored_step, over, counts
         left = [i for i, it in saved.items() if it.left]
         _warn_if_inexact(iterations, self._finished, left, "load_state of a checkpoint saved after")
+        return []
+
+
+def _saved_inside_an_epoch(entry: Mapping[str, Any]) -> list[int]:
+    """The train loaders of a tracker ``entry`` saved as plain loaders inside an epoch (the core keeps their epoch
+    record, empty, only there: docs/schema.md)."""
+    parts = entry.get("train_loaders")
+    if not isinstance(parts, list):
+        return []
+    return [
+        index
+        for index, part in enumerate(parts)
+        if isinstance(part, Mapping) and part.get("kind") == "plain" and part.get("epoch") is not None
+    ]
 
 
 def torch_loader(loader: object) -> Any:

@@ -10,7 +10,14 @@ from typing import Any, Literal, TextIO, overload
 import torch
 
 from tracker_core import EventOrderError, ProgressStateError, ProgressView, StageProgress, Tracker
-from tracker_core.adapter import Display, ResumeRngCheck, TokenCounter, batches_in, bind_lifetime
+from tracker_core.adapter import (
+    Display,
+    ResumeRngCheck,
+    TokenCounter,
+    abandon_in_flight,
+    batches_in,
+    bind_lifetime,
+)
 from tracker_core.adapter import register_progress as attach
 from tracker_core.integrations.accelerate._compat import prepared_models, registered_objects
 from tracker_core.integrations.accelerate._evaluation import EvaluationPasses
@@ -191,7 +198,7 @@ class AcceleratorProgress:
             self._rng_check.check(f"{where} (e.g. in the epoch loop's body before it)")
         self._rng_check.forget()  # spent; else a new epoch draws first
         self._hook_optimizers()
-        if not self._passes.begin(loader, index, self._note):  # nothing is left of the pass
+        if not self._passes.begin(loader, index):  # nothing is left of the pass
             return
         mine = TrainBatch(index)  # this pass's batch in a loop body, reused batch after batch
         train, accelerator, tokens = self._train, self._accelerator, self._tokens["train"]
@@ -317,6 +324,23 @@ class AcceleratorProgress:
             registered=any(obj is self for obj in registered_objects(self._accelerator)),
         )
 
+    def _restart_epoch(self, plain: list[int]) -> None:
+        """Accelerate's rule for plain loaders saved inside their pass: the loop reads them whole, so the resumed
+        epoch restarts from its first batch (the core warned ``InexactResumeWarning`` at the save and at the load).
+        The epoch's batches trained before the checkpoint stay in the lifetime counts; the epoch's counts restart.
+        ``accelerator.step`` and the partial gradients stay as loaded: an accumulation window open at the save goes
+        on over the restarted epoch's first batches, as in Accelerate's own loop."""
+        batches = [self.view.train.dataloaders[i].batches.epoch for i in plain]
+        epoch = self.view.epoch_index
+        self._check_rng_at_pass = False  # a new order is drawn: nothing to compare
+        abandon_in_flight(self._progress, reenter=True)  # the fit run goes on; the unfinished epoch is dropped
+        trained = ", ".join(f"{count} of train dataloader {i}" for i, count in zip(plain, batches, strict=True))
+        self._progress.note_anomaly(  # recorded, not warned again
+            f"accelerator.load_state restarted train epoch {epoch} from its first batch: it was saved after {trained} "
+            "(a plain DataLoader, which Accelerate's loop reads whole); those batches stay trained and counted in the "
+            "lifetime counts, the epoch's counts start again"
+        )
+
     def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
         """Load the progress before Accelerate loads anything; a loop still open counts nothing more."""
         found = self._files.load(models, input_dir)
@@ -328,5 +352,8 @@ class AcceleratorProgress:
             self._rng_check.forget()
         self._check_rng_at_pass = resuming_epoch
         self._evaluations.restored_rng = found.own.evaluation_rng
-        self._passes.restore(found.own.loader_iterations, resuming_epoch)
+        entry = found.own.tracker if found.ranks is None else found.ranks[0].tracker
+        plain = self._passes.restore(found.own.loader_iterations, resuming_epoch, entry)
+        if plain:
+            self._restart_epoch(plain)
         rewind_trackers(self._accelerator, self.view.global_step)  # init_trackers' trackers continue at this step

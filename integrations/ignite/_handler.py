@@ -41,7 +41,7 @@ from tracker_core.integrations.ignite._compat import set_batches_into_epoch
 from tracker_core.integrations.ignite._deterministic import deterministic_entry, inexact_resume, load_progress
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
 from tracker_core.integrations.ignite._events import CountTokens, add_handlers, attach_stage, settle_for_save
-from tracker_core.integrations.ignite._loaders import Loaders, builds_drew
+from tracker_core.integrations.ignite._loaders import Loaders, builds_drew, has_own_state, has_plain_loader
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 from tracker_core.integrations.ignite._settle import close_cut
 from tracker_core.integrations.ignite._steps import count_trainer_steps
@@ -277,10 +277,13 @@ class ProgressHandler:
         progress.run_started()
         if mapped:
             map_engine(engine, view)
+        # A plain DataLoader is positioned by nothing: its resumed epoch's fresh iterator starts a new order (warned
+        # at the load), drawing the global RNG before the first batch, as a resume at an epoch boundary does.
+        plain = track and has_plain_loader(engine.state.dataloader)
         continues = _align_engine(engine, view, replayed=track) and track
         if continues and self._loaders.round_robin is not None:
             self._loaders.round_robin.resume_at(view.train.batches.epoch.completed)
-        if continues and self._rng_check.armed:
+        if continues and not plain and self._rng_check.armed:
             _check_rngs_at_first_batch(engine, self._rng_check)
         else:  # a resume at an epoch boundary draws legitimately before its first batch (the next epoch's sampler)
             self._rng_check.forget()
@@ -321,10 +324,30 @@ class ProgressHandler:
             )
         elif self._deterministic_problem:  # set for a DeterministicEngine only
             problem = self._deterministic_problem
+        elif not self._deterministic and _fetched_unstepped(trainer, self.view) and _any_own_state(loader):
+            event = getattr(trainer.last_event_name, "name", trainer.last_event_name)
+            problem = (
+                f"a checkpoint at {event} (iteration {trainer.state.iteration}), after the "
+                "batch was fetched and before its step ended: a StatefulDataLoader's state is saved after that "
+                "batch, so the resumed run does not train it; checkpoint at ITERATION_COMPLETED"
+            )
         else:
             return
         self._warned_inexact = True
         warnings.warn(problem, InexactResumeWarning, stacklevel=3)
+
+
+def _fetched_unstepped(trainer: Engine, view: ProgressView) -> bool:
+    """The trainer's current batch was fetched and its step has not completed (GET_BATCH_COMPLETED, ITERATION_STARTED,
+    inside the step, or an exception of it)."""
+    event = trainer.last_event_name
+    if event == Events.GET_BATCH_COMPLETED:
+        return True
+    return event != Events.ITERATION_COMPLETED and view.train.batches.lifetime.in_flight
+
+
+def _any_own_state(data: object) -> bool:
+    return any(has_own_state(loader) for loader in (data.loaders if isinstance(data, RoundRobin) else (data,)))
 
 
 def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
@@ -348,12 +371,13 @@ def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
 
 def _finish_replayed_epoch(engine: Engine) -> None:
     """Read the loaded epoch's empty replay now: left for Ignite's next ``iter()``, it would leave a
-    ``DistributedSampler`` at the saved epoch (undoing the next epoch's ``set_epoch``)."""
+    ``DistributedSampler`` at the saved epoch (undoing the next epoch's ``set_epoch``). A plain DataLoader has none:
+    its next iterator is the next epoch's (reading one would draw that epoch's order, and the global RNG, now)."""
     data = engine.state.dataloader
     if batches_in(data) != engine.state.epoch_length:
         return
     for loader in data.loaders if isinstance(data, RoundRobin) else (data,):
-        if isinstance(loader, DataLoader):
+        if has_own_state(loader):
             next(iter(loader), None)
 
 

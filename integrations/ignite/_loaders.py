@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any, TypeGuard
 
 import torch
+from torch.utils.data import DataLoader
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
 from tracker_core.adapter import GlobalRng, ResumeRngCheck
@@ -57,3 +59,16 @@ def builds_drew(data: object, rng_check: ResumeRngCheck) -> bool:
         if torch.equal(generator.get_state(), now):
             return True
     return False
+
+
+def has_own_state(loader: object) -> TypeGuard[DataLoader[Any]]:
+    """A torch DataLoader with a state of its own (torchdata's StatefulDataLoader): positioned by it on a resume."""
+    return isinstance(loader, DataLoader) and callable(getattr(loader, "state_dict", None))
+
+
+def has_plain_loader(data: object) -> bool:
+    """True when ``data`` is, or a RoundRobin holds, a torch DataLoader without a state of its own: the tracker
+    installs nothing on it, so a resumed epoch's fresh iterator reads it from its first batch (Ignite's own rule), and
+    building that iterator draws the global RNG as any new epoch does."""
+    loaders = data.loaders if isinstance(data, RoundRobin) else (data,)
+    return any(isinstance(loader, DataLoader) and not has_own_state(loader) for loader in loaders)

@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
 from tracker_core import EventOrderError, InexactResumeWarning, ProgressStateError, Tracker, count_optimizer_steps
@@ -187,6 +186,7 @@ class ProgressTracker(StageHooks):
     # fit -------------------------------------------------------------------------------------
     @passenger
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        resume.fit_starts(trainer.fit_loop)
         self._loggers.forget()
         progress = self.tracker.progress
         bind_lifetime(pl_module, progress)  # a model that carries its lifetime (track_lifetime) continues it
@@ -227,8 +227,11 @@ class ProgressTracker(StageHooks):
             if resume.closes_restored_epoch(trainer.fit_loop) and not resume.reached_max_steps(trainer):
                 self._train.close_epoch()
             # mid-epoch, its data resumes at the checkpoint's position, as fit(ckpt_path=...) would
-            if untrained and self.tracker.view.is_mid_epoch and not self.tracker.resume_loaded_again():
-                inexact.warn_continues_untrained()
+            if untrained and self.tracker.view.is_mid_epoch:
+                if self.tracker.resume_loaded_again():
+                    resume.load_loader_states_again(trainer.fit_loop)  # a loader's own state: where it was loaded
+                else:
+                    inexact.warn_continues_untrained()
         for index, loader in enumerate(loaders):  # Lightning's loops restore a loader's own state
             self.tracker.track_train_loader(loader, index, framework_restores_state=True)
         if not loaded or trainer is None:
@@ -257,12 +260,10 @@ class ProgressTracker(StageHooks):
         inexact.warn_if_cut_batch_restored(restart.cut_batch, loaders)
         view = self.tracker.view
         continues = view.is_mid_epoch and not restart.epoch_consumed
-        self._rng.await_build(check, view.epoch_index if continues else None, finished)
+        restarts = any(not callable(getattr(loader, "load_state_dict", None)) for loader in loaders)  # plain ones
+        self._rng.await_build(check, view.epoch_index if continues else None, finished, restarts)
         if view.is_mid_epoch and not epoch_over:
             inexact.warn_if_restored_ahead(loaders)
-        if view.is_mid_epoch and all(isinstance(loader, DataLoader) for loader in loaders):
-            batch = view.train.batches.epoch.completed
-            resume.note_loader_resumed(trainer, batch, view.epoch_index)
         return epoch_over and restart.closes_epoch
 
     @passenger
@@ -299,6 +300,11 @@ class ProgressTracker(StageHooks):
         if runs.processed != runs.started:  # a fit that trained nothing: no on_train_start/end
             progress.run_processed()
             self._rng.undo_setup_draws()  # resumed: nothing read the iterator Lightning built in setup_data
+            if self._resumed_untrained and self.tracker.view.is_mid_epoch and self.tracker.resume_loaded_again():
+                # its train loaders back at the loaded position, as loaded: a save holds it, not a new epoch's
+                for index, loader in enumerate(self._train_loaders):
+                    self.tracker.track_train_loader(loader, index, framework_restores_state=True)
+                resume.put_back_loaded_states(trainer.fit_loop)
         if trainer.should_stop:  # told to stop (EarlyStopping, the module) before max_epochs / max_steps
             progress.note_run_end("stopped_early")
         progress.run_completed()
@@ -361,6 +367,7 @@ class ProgressTracker(StageHooks):
             self._train.epoch_to_open = True  # Lightning may resume mid-epoch, without on_train_epoch_start
         if trainer.state.fn == _FIT:
             self._restart = resume.restart_of(checkpoint)
+            resume.loader_states_loaded(trainer.fit_loop, checkpoint)
             read_heartbeat(self.tracker.progress, self._heartbeat)  # the lost work of the run that saved it
             self._gradients = rank_parts.own_gradients(checkpoint.get(GRADIENTS_KEY), trainer.global_rank)
             self._validation_restart = "finish" if resume.restarts_mid_validation(checkpoint) else "skip"

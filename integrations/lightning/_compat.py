@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tracker_core.adapter import batches_in
 from tracker_core.integrations._extra import check_attributes
-from tracker_core.integrations.lightning._bases import installed, package_of
+from tracker_core.integrations.lightning._bases import installed
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
@@ -170,6 +169,10 @@ class _SetupDataHooks:
         self.fit_loop = fit_loop
         self.before_iter = before_iter
         self.after = after
+        self.pending: list[dict[str, Any]] = []  # the loader states of the checkpoint a fit loads, until it starts
+        self.starting = True  # the fit has not reached on_fit_start (after strategy setup, before the loops' restore)
+        self.loaded: list[dict[str, Any]] = []  # the loader states of the checkpoint loaded last
+        self.again = False  # load ``loaded`` into the loaders set up next (see load_loader_states_again)
 
     def __call__(self) -> None:
         type(self.fit_loop).setup_data(self.fit_loop)
@@ -179,12 +182,74 @@ class _SetupDataHooks:
         fit_loop = self.fit_loop
         combined = fit_loop._combined_loader
         loaders = [] if combined is None else list(combined.flattened)
+        pending, self.pending = self.pending, []
         next_epoch = bool(loaders) and self.before_iter(loaders)
+        again, self.again = self.again, False
+        if again and self.loaded:
+            _load_states(loaders, self.loaded)
+        elif pending and self.starting and not fit_loop.restarting:
+            # set up before Lightning restored its loops (estimated_stepping_batches read in configure_optimizers):
+            # Lightning has no state to load yet, and later reads the iterator built now; load them as it would
+            _load_states(loaders, pending)
         type(fit_loop)._load_combined_loader_states(fit_loop)  # restores loaders with a state of their own
         if next_epoch:  # the restored states are at the end of the epoch before: this iteration begins afresh
             for loader in loaders:
                 if getattr(loader, "next_iter_state", None) is not None:  # a StatefulDataLoader's, public
                     loader.next_iter_state = None
+
+
+def _load_states(loaders: list[Any], states: list[dict[str, Any]]) -> None:
+    """Load ``states`` into the loaders with a state of their own, in order (Lightning's
+    ``CombinedLoader._load_state_dicts``)."""
+    stateful = [loader for loader in loaders if all(callable(getattr(loader, name, None)) for name in _STATEFUL)]
+    if len(stateful) != len(states):
+        raise RuntimeError(
+            f"the train loaders have {len(stateful)} loaders with a state of their own, the checkpoint {len(states)} "
+            "states: define the train loaders of the run that saved it"
+        )
+    for loader, state in zip(stateful, states, strict=True):
+        loader.load_state_dict(state)
+
+
+_STATEFUL = ("state_dict", "load_state_dict")
+
+
+def loader_states_loaded(fit_loop: _FitLoop, checkpoint: dict[str, Any]) -> None:
+    """A fit loads ``checkpoint``: its train loaders' own states (``checkpoint["loops"]``), loaded when Lightning
+    sets up the train loaders, if that comes before it restored its loops (see ``_SetupDataHooks``)."""
+    hooks = getattr(fit_loop, "setup_data", None)
+    if not isinstance(hooks, _SetupDataHooks):
+        return
+    loops = checkpoint.get("loops")
+    saved = loops.get("fit_loop") if isinstance(loops, dict) else None
+    states = saved.get("state_dict", {}).get("combined_loader") if isinstance(saved, dict) else None
+    hooks.loaded = list(states) if isinstance(states, list) else []
+    hooks.pending = hooks.loaded if hooks.starting else []
+
+
+def load_loader_states_again(fit_loop: _FitLoop) -> None:
+    """Called while Lightning sets up the train loaders (``hook_setup_data``'s ``before_iter``): load the states of
+    the checkpoint loaded last into them (a fit continued after a resumed fit that trained nothing: Lightning
+    loaded them into that fit's loaders, and does not again)."""
+    hooks = getattr(fit_loop, "setup_data", None)
+    if isinstance(hooks, _SetupDataHooks):
+        hooks.again = True
+
+
+def put_back_loaded_states(fit_loop: _FitLoop) -> None:
+    """After a resumed fit that trained nothing: its train loaders at the states Lightning loaded into them (it
+    built their iterators from them and dropped those at its teardown, so that a save would hold fresh states)."""
+    hooks = getattr(fit_loop, "setup_data", None)
+    combined = fit_loop._combined_loader
+    if isinstance(hooks, _SetupDataHooks) and hooks.loaded and combined is not None:
+        _load_states(list(combined.flattened), hooks.loaded)
+
+
+def fit_starts(fit_loop: _FitLoop) -> None:
+    """``on_fit_start``: Lightning restores its loops next, and loads their loader states itself."""
+    hooks = getattr(fit_loop, "setup_data", None)
+    if isinstance(hooks, _SetupDataHooks):
+        hooks.pending, hooks.starting = [], False
 
 
 def hook_setup_data(fit_loop: _FitLoop, before_iter: Callable[[list[object]], bool], after: Callable[[], None]) -> None:
@@ -196,6 +261,7 @@ def hook_setup_data(fit_loop: _FitLoop, before_iter: Callable[[list[object]], bo
     current = getattr(fit_loop, "setup_data", None)
     if isinstance(current, _SetupDataHooks):
         current.before_iter, current.after = before_iter, after
+        current.pending, current.starting = [], True
         return
     hooks = _SetupDataHooks(fit_loop, before_iter, after)
     fit_loop.setup_data = hooks  # type: ignore[method-assign]
@@ -233,17 +299,6 @@ def train_iterator(fit_loop: _FitLoop) -> object:
     """The iterator Lightning built last of its combined train loader (a new one: the loaders built theirs anew)."""
     combined = fit_loop._combined_loader
     return None if combined is None else combined._iterator
-
-
-def note_loader_resumed(trainer: pl.Trainer, batch: int, epoch: int) -> None:
-    """Say in Lightning's log that its warning "your dataloader is not resumable" does not apply (the warning stands:
-    the process's warning filters are the user's)."""
-    logging.getLogger(f"{package_of(trainer)}.tracker_core").info(
-        "tracker_core: the ProgressTracker resumes the train dataloader at batch %d of epoch %d (0-based); "
-        "Lightning's warning that the dataloader is not resumable does not apply",
-        batch,
-        epoch,
-    )
 
 
 # The private attributes instances get in __init__, by class: checked on real instances by tests/test_compat_instances.py.

@@ -47,6 +47,7 @@ class ResumeRngChecks:
         self._built: GlobalRng | None = None  # epoch boundary: the RNGs as that build (and prefetch) left them
         # the train iterator it built (that epoch must read from it), held weakly: Lightning drops it, and its workers
         self._built_iterator: Callable[[], object] = nothing
+        self._restarts = False  # mid-epoch, a plain loader's epoch is read from its start (see await_build)
         self.after_cut: GlobalRng | None = None  # loaded inside a validation batch: see validation_ended
 
     def __getstate__(self) -> dict[str, object]:
@@ -69,11 +70,15 @@ class ResumeRngChecks:
         self.at_setup = GlobalRng.capture()
         return check
 
-    def await_build(self, check: ResumeRngCheck | None, continues_epoch: int | None, finished: bool) -> None:
+    def await_build(
+        self, check: ResumeRngCheck | None, continues_epoch: int | None, finished: bool, restarts: bool = False
+    ) -> None:
         """Set ``check`` up for the iterator Lightning builds next: continuing epoch ``continues_epoch`` mid-way, or
-        (None) beginning the next epoch, unless the resumed fit trains nothing (``finished``)."""
+        (None) beginning the next epoch, unless the resumed fit trains nothing (``finished``). ``restarts``: a plain
+        loader's continued epoch is read from its start (warned by the tracker): its new iterator draws."""
         if check is None or not check.armed:
             return
+        self._restarts = restarts and continues_epoch is not None
         if continues_epoch is not None:  # nothing draws before its first batch: compared after the start hooks
             self._epoch = continues_epoch
             self._at_start = check
@@ -101,8 +106,10 @@ class ResumeRngChecks:
         if self._boundary:
             self._built = GlobalRng.capture()
         check = self._at_start
-        if check is not None and check.moved_since(GlobalRng.capture()):
-            self._at_start = None  # the replay puts the RNGs back: only the prefetch drew since the load
+        if check is not None and self._restarts:  # the restarted epoch's new iterator drew (its inexactness warned)
+            check.loaded()  # a reseed in an on_train_start hook is compared from here
+        elif check is not None and check.moved_since(GlobalRng.capture()):
+            self._at_start = None  # a loader with its own state drew nothing: only the prefetch drew since the load
             warnings.warn(
                 "a train dataloader without a length drew from the global RNG in the main process when Lightning "
                 "prefetched the first batch of the resumed epoch: the saved run had prefetched that batch before "

@@ -19,6 +19,7 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration
 from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core.integrations.accelerate import AcceleratorProgress
 
@@ -64,6 +65,7 @@ class Setup:
     stateful: bool = False
     optimizers: int = 1
     iterable: bool = False
+    torchdata: bool = False  # the train loader is torchdata's StatefulDataLoader (with ``stateful``: exact mid-epoch)
 
 
 @dataclass
@@ -123,7 +125,8 @@ def run(
     if setup.iterable:
         train_loader = DataLoader(Streamed(setup.samples), batch_size=setup.batch_size, num_workers=setup.num_workers)
     else:
-        train_loader = DataLoader(
+        kind = StatefulDataLoader if setup.torchdata else DataLoader
+        train_loader = kind(
             Indexed(setup.samples), batch_size=setup.batch_size, shuffle=setup.shuffle, num_workers=setup.num_workers
         )
     val_loader = DataLoader(Indexed(7), batch_size=3)

@@ -1,8 +1,8 @@
 """A small Accelerate program (real Accelerator on CPU) that saves and stops at a train batch, and resumes
 with an optional reseed or draw of the global RNG before its first resumed batch.
 
-10 shuffled samples in batches of 3 (4 batches an epoch), 2 epochs, input dropout: any change
-of the global RNG changes the weights.
+10 shuffled samples in batches of 3 (4 batches an epoch) from a StatefulDataLoader (``use_stateful_dataloader``: a
+mid-epoch save resumes at its batch), 2 epochs, input dropout: any change of the global RNG changes the weights.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 from accelerate.utils import set_seed
-from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core.integrations.accelerate import AcceleratorProgress
 
@@ -27,13 +27,13 @@ def train(path: Path, save_at: int | None = None, after_load: str = "", epoch_dr
     before its train pass (in every run). Returns the final weights."""
     resume = save_at is None and path.exists()
     seed(7 if resume else 0)
-    accelerator = fresh_accelerator(Setup())
+    accelerator = fresh_accelerator(Setup(stateful=True))
     torch.manual_seed(0)  # the same initial weights in every run
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     seed(7 if resume else 0)
     model, optimizer, loader = accelerator.prepare(
-        model, optimizer, DataLoader(Indexed(10), batch_size=3, shuffle=True)
+        model, optimizer, StatefulDataLoader(Indexed(10), batch_size=3, shuffle=True)
     )
     progress = AcceleratorProgress(accelerator)
     accelerator.register_for_checkpointing(progress)

@@ -1,7 +1,9 @@
 """One rank of the 2-process Accelerate tests (gloo on 127.0.0.1; RANK etc. set by the test).
 
-``argv[3]`` is ``plain`` or ``seedable`` (``use_seedable_sampler=True``): the program runs
-uninterrupted, then stopped after ``save_state`` mid-epoch, then resumed by ``load_state``;
+``argv[3]`` is ``stateful`` (``use_stateful_dataloader=True`` and ``use_seedable_sampler=True``: stopped mid-epoch) or
+``seedable``
+(a plain loader, ``use_seedable_sampler=True``: stopped between epochs): the program runs uninterrupted, then stopped
+after ``save_state``, then resumed by ``load_state``;
 this rank's findings and the summed progress go to ``argv[2]`` (json).
 
 ``argv[3] == "elastic"``: :func:`elastic_run` (also run by the 1-process side of
@@ -44,11 +46,15 @@ class Elastic:
     progress: AcceleratorProgress
 
 
-def elastic_setup(batch: int, *, seedable: bool = True, split_batches: bool = False) -> Elastic:
-    """Linear(4, 1) on ``Indexed(24)``, batches of ``batch`` per process, accumulation 2, prepared and tracked."""
+def elastic_setup(batch: int, *, seedable: bool = True, split_batches: bool = False, stateful: bool = False) -> Elastic:
+    """Linear(4, 1) on ``Indexed(24)``, batches of ``batch`` per process, accumulation 2, prepared and tracked.
+
+    ``stateful``: ``use_stateful_dataloader=True`` (Accelerate prepares a StatefulDataLoader).
+    """
     seed(0)  # SeedableRandomSampler's initial_seed: the same in every process and run
     accelerator = fresh_accelerator(Setup(samples=ELASTIC_SAMPLES, batch_size=batch, accumulation=2, seedable=seedable))
     accelerator.dataloader_config.split_batches = split_batches
+    accelerator.dataloader_config.use_stateful_dataloader = stateful
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -129,9 +135,14 @@ def main(directory: str, out: str, mode: str, world_one_checkpoint: str | None =
         }
         torch.save(findings, out)
         return
-    setup = Setup(samples=20, accumulation=2, epochs=2, seedable=mode == "seedable")
+    # "stateful": Accelerate's StatefulDataLoader (use_stateful_dataloader) over its seedable sampler (one order on both
+    # ranks), saved inside epoch 1 and resumed at its batch
+    if mode == "stateful":
+        setup, stop = Setup(samples=20, accumulation=2, epochs=2, stateful=True, seedable=True), StopAt(4)
+    else:  # a plain loader over the seedable sampler: saved after the last batch of epoch 0, between epochs
+        setup, stop = Setup(samples=20, accumulation=2, epochs=2, seedable=True), StopAt(3)
     reference = run(setup)
-    stopped = run(setup, stop=StopAt(4), save_dir=directory)
+    stopped = run(setup, stop=stop, save_dir=directory)
     resumed = run(setup, load_dir=directory)
     view = tracker_core.get_progress(resumed.accelerator)
     totals = tracker_core.reduce_state(view, "sum")

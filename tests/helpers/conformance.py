@@ -3,7 +3,9 @@
 A :class:`Scenario` says what is trained (samples and batch size, so the last batch is
 short; epochs; gradient accumulation; validation cadence) and after which train batch a
 run checkpoints and stops. :func:`run` trains ``Linear(4, 1)`` with input dropout (the
-global RNG matters) on samples that carry their id, in fresh objects as a new process
+global RNG matters) on samples that carry their id, read shuffled by torchdata's
+``StatefulDataLoader`` (each framework saves its position, so a mid-epoch checkpoint resumes
+at its batch; a plain DataLoader resumes exactly between epochs only), in fresh objects as a new process
 would make them, and returns the ids every train step saw, the final weights and the
 progress state read through ``tracker_core.get_progress``.
 
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 import tracker_core
 
@@ -151,11 +154,11 @@ def _loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, train: bool)
 
 
 def _loaders(scenario: Scenario) -> tuple[DataLoader[Any], DataLoader[Any]]:
+    """The train loader, a StatefulDataLoader: a checkpoint inside an epoch resumes at its batch (a plain DataLoader
+    resumes exactly between epochs only); and the validation loader (3 batches), read whole."""
     train = Indexed(scenario.samples, seed=1, tokens=scenario.tokens)
     val = Indexed(5, seed=2, tokens=scenario.tokens)
-    return DataLoader(train, batch_size=scenario.batch_size, shuffle=True), DataLoader(
-        val, batch_size=2
-    )  # 3 validation batches
+    return StatefulDataLoader(train, batch_size=scenario.batch_size, shuffle=True), DataLoader(val, batch_size=2)
 
 
 def run(
@@ -342,7 +345,7 @@ def _run_accelerate(
 ) -> Trained:
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
-    from accelerate.utils import ProjectConfiguration
+    from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration
 
     from tracker_core.integrations.accelerate import AcceleratorProgress
 
@@ -353,11 +356,20 @@ def _run_accelerate(
         project = ProjectConfiguration(
             project_dir=str(saving.directory), automatic_checkpoint_naming=True, total_limit=3
         )
-    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=scenario.accumulation, project_config=project)
+    accelerator = Accelerator(
+        cpu=True,
+        gradient_accumulation_steps=scenario.accumulation,
+        project_config=project,
+        dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True),  # save_state saves its position
+    )
     model = _model()
     optimizer = _optimizer(model)
     seed_everything(seed)
-    model, optimizer, train, val = accelerator.prepare(model, optimizer, *_loaders(scenario))
+    train, val = _loaders(scenario)
+    # Only the train loader is prepared: with use_stateful_dataloader, prepare() would make the validation loader a
+    # StatefulDataLoader too, whose state load_state restores, warned when its first pass begins after the load
+    # (integrations/accelerate/_evaluation.py). On one CPU process prepare() only wraps the loader.
+    model, optimizer, train = accelerator.prepare(model, optimizer, train)
     progress = AcceleratorProgress(accelerator)
     accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(train)

@@ -58,6 +58,10 @@ def _tensors(samples: int, seed: int = 0) -> Any:
     return TensorDataset(torch.randn(samples, 4, generator=generator), torch.randn(samples, 1, generator=generator))
 
 
+def dataset(ns: Namespace) -> None:
+    ns["dataset"] = _tensors(64)
+
+
 def plain_loop(ns: Namespace) -> None:
     import torch
     from torch.utils.data import DataLoader
@@ -310,6 +314,7 @@ def lifetime(ns: Namespace) -> None:
 SETUPS: dict[str, Callable[[Namespace], None]] = {
     f.__name__: f
     for f in (
+        dataset,
         plain_loop,
         lightning,
         lightning_checkpoint,

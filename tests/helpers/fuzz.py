@@ -176,6 +176,14 @@ def plain_loader() -> DataLoader[Any]:
     return DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=3)
 
 
+def saved_runs_loader() -> Any:
+    """The train loader of tests/helpers/saved_checkpoints.py's runs: :func:`plain_loader` as a StatefulDataLoader."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    x = torch.linspace(-1, 1, 40).reshape(10, 4)
+    return StatefulDataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=3)
+
+
 def stateful_loader() -> Any:
     from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -184,8 +192,11 @@ def stateful_loader() -> Any:
 
 
 def core_loaders() -> list[DataLoader[Any]]:
-    """The two train loaders of :func:`trained_core_tracker`: :func:`plain_loader`, and 7 samples shuffled."""
-    return [plain_loader(), DataLoader(TensorDataset(torch.arange(7.0)), batch_size=3, shuffle=True)]
+    """The two train loaders of :func:`trained_core_tracker`: :func:`plain_loader`, and 7 samples shuffled by a
+    StatefulDataLoader (its mid-epoch state keeps an epoch record, the plain loader's an empty one)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    return [plain_loader(), StatefulDataLoader(TensorDataset(torch.arange(7.0)), batch_size=3, shuffle=True)]
 
 
 def trained_core_tracker() -> tuple[Tracker, list[DataLoader[Any]]]:
@@ -249,8 +260,8 @@ class Source:
     orders: tuple[str, ...] = ("before",)  # the loaders registered before the load, or after it
 
 
-def _plain_tracker() -> tuple[Tracker, list[Any]]:
-    return Tracker(), [plain_loader()]
+def _saved_runs_tracker() -> tuple[Tracker, list[Any]]:
+    return Tracker(), [saved_runs_loader()]
 
 
 def _stateful_tracker() -> tuple[Tracker, list[Any]]:
@@ -267,10 +278,11 @@ def _accelerate_tracker(seedable: bool, samples: int, batch: int) -> Callable[[]
 
         from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator
 
-        accelerator = fresh_accelerator(Setup(samples=samples, batch_size=batch, accumulation=2, seedable=seedable))
+        setup = Setup(samples=samples, batch_size=batch, accumulation=2, seedable=seedable, stateful=not seedable)
+        accelerator = fresh_accelerator(setup)
         if seedable:
             loader = DataLoader(Indexed(samples), batch_size=batch, shuffle=True)
-        else:
+        else:  # the saved run's loader, prepared into a StatefulDataLoader as it was
             x = torch.linspace(-1, 1, 40).reshape(10, 4)
             loader = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=3)
         prepared = accelerator.prepare(loader)
@@ -297,8 +309,8 @@ def sources(files: dict[str, str]) -> dict[str, Source]:
         for rank in range(2)
     ]
     return {
-        "lightning": Source(lightning, _plain_tracker, BOTH_ORDERS),
-        "ignite": Source(ignite, _plain_tracker, BOTH_ORDERS),
+        "lightning": Source(lightning, _saved_runs_tracker, BOTH_ORDERS),
+        "ignite": Source(ignite, _saved_runs_tracker, BOTH_ORDERS),
         "accelerate": Source(accelerate, _accelerate_tracker(seedable=False, samples=10, batch=3)),
         "stateful": Source(stateful, _stateful_tracker, BOTH_ORDERS),
         "elastic": Source({**ranks[0], "ranks": ranks}, _accelerate_tracker(seedable=True, samples=24, batch=3)),
@@ -411,7 +423,9 @@ def _load(source: Source, mutant: Mutant, order: str) -> tuple[str, ...]:
 def _registered_alone(source: Source, count: int) -> dict[str, Any]:
     """The ``state_dict()`` of a fresh tracker of ``source`` with its first ``count`` loaders registered."""
     assert source.tracker is not None
+    rng = torch.get_rng_state()
     tracker, loaders = source.tracker()
+    torch.set_rng_state(rng)  # a StatefulDataLoader(shuffle=True) draws the global RNG when built
     for index, loader in enumerate(loaders[:count]):
         tracker.track_train_loader(getattr(loader, "base_dataloader", loader), index)
     return tracker.state_dict()

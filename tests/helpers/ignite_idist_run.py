@@ -4,8 +4,9 @@
 uninterrupted epochs with a ``Checkpoint`` through a ``RankFilesSaver`` (written by rank 0 to
 ``DIR/<config>-<iteration>.pt``, each rank's entry in ``<file>.ranks/``)
 after each iteration in ``AT[config]``; then a second ``idist.Parallel`` (fresh processes)
-resumes each checkpoint into fresh objects with ``Checkpoint.load_objects``. The loader is ``idist.auto_dataloader`` (a shuffling
-``DistributedSampler``), the model ``idist.auto_model`` (DDP). Each rank seeds its global
+resumes each checkpoint into fresh objects with ``Checkpoint.load_objects``, noting the ``InexactResumeWarning``s.
+The loader is ``idist.auto_dataloader`` (a shuffling ``DistributedSampler``), or for ``STATEFUL`` configurations a
+StatefulDataLoader over the same sampler; the model ``idist.auto_model`` (DDP). Each rank seeds its global
 RNG differently (the model has dropout), so a rank resumed with another rank's RNG state
 would diverge. Each rank saves what it saw to ``DIR/<phase>-rank<r>.pt``, with Ignite's
 counters next to the tracker's at STARTED and each EPOCH_COMPLETED. Last, a run whose ranks
@@ -16,6 +17,7 @@ tests/helpers/ignite_elastic_run.py resumes the checkpoints at world size 1.
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +25,22 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import Engine, Events, create_supervised_trainer
 from ignite.handlers import Checkpoint
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 import tracker_core
+from tracker_core import InexactResumeWarning
 from tracker_core.integrations.ignite import ProgressHandler, RankFilesSaver
 
 from helpers.ignite_program import Indexed
 
 SAMPLES = 24  # 12 per rank: 4 batches of 3 per rank and epoch
 EPOCHS = 2
-ACCUMULATE = {"plain": 1, "accumulate": 3}  # configurations: gradient_accumulation_steps
+ACCUMULATE = {"plain": 1, "stateful": 1, "accumulate": 3}  # configurations: gradient_accumulation_steps
+STATEFUL = ("stateful", "accumulate")  # configurations whose loader is a StatefulDataLoader (exact at every batch)
 AT = {
     "plain": (1, 3, 4, 6),  # iterations: first batch, mid epoch, last batch of epoch 1, mid epoch 2
+    "stateful": (1, 3, 4, 6),
     "accumulate": (2, 4),  # inside a window (DDP all-reduces every backward: the ranks' partial sums agree)
 }
 
@@ -53,7 +59,11 @@ class Program:
         model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 1))
         self.model = idist.auto_model(model)
         self.optimizer = idist.auto_optim(torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9))
-        if loader is None:
+        if loader is None and config in STATEFUL:  # what idist.auto_dataloader builds, with a state of its own
+            data = Indexed(SAMPLES)
+            sampler = DistributedSampler(data, idist.get_world_size(), idist.get_rank(), shuffle=True)
+            loader = StatefulDataLoader(data, batch_size=3, sampler=sampler)
+        elif loader is None:
             loader = idist.auto_dataloader(Indexed(SAMPLES), batch_size=3 * idist.get_world_size(), shuffle=True)
         self.loader = loader
         self.seen: list[list[int]] = []
@@ -164,8 +174,13 @@ def _resume(local_rank: int, folder: Path) -> None:
     for config, at in AT.items():
         for iteration in at:
             program = Program(config, seed=1234)
-            Checkpoint.load_objects(program.to_save(), str(folder / f"{config}-{iteration}.pt"))
-            runs[f"{config}-{iteration}"] = program.run()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", InexactResumeWarning)
+                Checkpoint.load_objects(program.to_save(), str(folder / f"{config}-{iteration}.pt"))
+                runs[f"{config}-{iteration}"] = program.run()
+            runs[f"{config}-{iteration}"]["warnings"] = [
+                str(w.message) for w in caught if issubclass(w.category, InexactResumeWarning)
+            ]
     torch.save(runs, folder / f"resume-rank{idist.get_rank()}.pt")
 
 

@@ -5,7 +5,8 @@ an evaluator), how Ignite is told to stop (``max_epochs`` or ``max_iters``, ``ep
 what happens during the run (``terminate``, ``terminate_epoch``, ``interrupt`` or a step that
 raises, at an iteration, each followed by ``run()`` again while Ignite's state is not done) and
 where a checkpoint is taken for a resume. :func:`play` runs it with the oracle attached;
-:func:`resume` loads the checkpoint into fresh objects and plays the rest.
+:func:`resume` loads the checkpoint into fresh objects and plays the rest. A case that resumes trains from a
+StatefulDataLoader (exact at every batch), unless played ``plain``; the others from a plain DataLoader.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from ignite.engine import Engine, Events, create_supervised_evaluator, create_supervised_trainer
 from ignite.handlers import Checkpoint, DiskSaver
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core.integrations.ignite import ProgressHandler
 
@@ -127,6 +129,7 @@ class Played:
     oracle: Oracle | None = None
     seen: list[list[int]] = field(default_factory=list)
     seen_at_save: int = 0
+    epoch_batches_at_save: int = 0  # the batches of the epoch in flight when saved (0 between epochs)
     swallowed: list[BaseException] = field(default_factory=list)
 
     def to_save(self) -> dict[str, Any]:
@@ -138,7 +141,7 @@ class Played:
         return {name: value.clone() for name, value in self.model.state_dict().items()}
 
 
-def _build(case: Case, seed: int) -> Played:
+def _build(case: Case, seed: int, plain: bool) -> Played:
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Dropout(0.3), torch.nn.Linear(6, 1))
     seen: list[list[int]] = []
@@ -202,7 +205,10 @@ def _build(case: Case, seed: int) -> Played:
         progress.attach(evaluator, stage="validate")
         val_loader = DataLoader(Indexed(5, seed=1), batch_size=2)
         trainer.add_event_handler(Events.EPOCH_COMPLETED, lambda: evaluator.run(val_loader))
-    loader = DataLoader(Indexed(TRAIN_SIZE), batch_size=BATCH, shuffle=case.shuffle)
+    # A case that resumes is proven exact with a StatefulDataLoader (built before any load: a shuffling one draws the
+    # global RNG); a plain DataLoader is positioned by nothing, so its mid-epoch resume follows Ignite's own rule.
+    kind = DataLoader if plain or case.save_at is None else StatefulDataLoader
+    loader = kind(Indexed(TRAIN_SIZE), batch_size=BATCH, shuffle=case.shuffle)
     played = Played(model, optimizers, trainer, evaluator, progress, loader, seen=seen)
     if case.event == "swallowed_exception":
         trainer.add_event_handler(Events.EXCEPTION_RAISED, lambda engine, error: played.swallowed.append(error))
@@ -253,9 +259,10 @@ def _drive(case: Case, played: Played, first: bool) -> None:
         trainer.run(played.loader, max_epochs=case.max_epochs + 1)
 
 
-def play(case: Case, folder: Path) -> Played:
-    """The uninterrupted run (with the case's events), checked by the oracle; saves at ``case.save_at``."""
-    played = _build(case, seed=0)
+def play(case: Case, folder: Path, plain: bool = False) -> Played:
+    """The uninterrupted run (with the case's events), checked by the oracle; saves at ``case.save_at``. ``plain``: a
+    plain DataLoader even where the case resumes."""
+    played = _build(case, seed=0, plain=plain)
     played.oracle = Oracle(
         played.progress, played.trainer, played.optimizers, {"validate": played.evaluator} if played.evaluator else None
     )
@@ -268,6 +275,8 @@ def play(case: Case, folder: Path) -> Played:
         def save() -> None:
             if not played.seen_at_save:  # once: a later Ignite state (run_again) counts iterations anew
                 played.seen_at_save = len(played.seen)
+                train = played.progress.view.train
+                played.epoch_batches_at_save = train.batches.epoch.completed if train.epochs.lifetime.in_flight else 0
                 checkpoint(played.trainer)
 
         played.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=case.save_at), save)
@@ -275,9 +284,9 @@ def play(case: Case, folder: Path) -> Played:
     return played
 
 
-def resume(case: Case, folder: Path) -> Played:
+def resume(case: Case, folder: Path, plain: bool = False) -> Played:
     """Fresh objects loaded from the checkpoint, then the rest of the run, checked by the oracle."""
-    played = _build(case, seed=1234)
+    played = _build(case, seed=1234, plain=plain)
     Checkpoint.load_objects(played.to_save(), str(folder / "checkpoint.pt"))
     played.oracle = Oracle(
         played.progress, played.trainer, played.optimizers, {"validate": played.evaluator} if played.evaluator else None

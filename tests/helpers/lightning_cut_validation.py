@@ -1,9 +1,10 @@
 """A Lightning fit (either package) whose checkpoint is taken inside a validation batch, then resumed.
 
-10 shuffled samples in batches of 3 (4 train batches an epoch), 2 epochs, a validation every 2 train
-batches over one or more unshuffled loaders without a ``generator`` (each iterator Lightning builds draws
-its base seed from torch's global RNG), and a model with dropout, so any change of torch's RNG changes
-the weights. ``fit(..., save_at=k)`` saves inside validation batch ``k`` (counted over the run, all
+10 shuffled samples in batches of 3 (4 train batches an epoch) from a torchdata ``StatefulDataLoader`` (the cuts
+are inside a train epoch: a plain ``DataLoader`` would resume that epoch from its first batch), 2 epochs, a
+validation every 2 train batches over one or more unshuffled plain loaders without a ``generator`` (each iterator
+Lightning builds draws its base seed from torch's global RNG), and a model with dropout, so any change of torch's
+RNG changes the weights. ``fit(..., save_at=k)`` saves inside validation batch ``k`` (counted over the run, all
 loaders) and stops there, as a process killed then (or ``OnExceptionCheckpoint``) would; ``fit(...)``
 without it resumes from ``path`` if it exists.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core.integrations.lightning import ProgressTracker
 
@@ -112,7 +114,7 @@ def fit(
     extra: dict[str, Any] = {"num_workers": workers}
     if workers:
         extra["multiprocessing_context"] = "fork"
-    train = DataLoader(Indexed(), batch_size=3, shuffle=True, **extra)
+    train = StatefulDataLoader(Indexed(), batch_size=3, shuffle=True, **extra)
     validation = [DataLoader(Indexed(n), batch_size=3, **extra) for n in val_sizes]
     with contextlib.suppress(Stop):
         trainer.fit(model, train, validation, ckpt_path=path if resume else None)

@@ -4,7 +4,7 @@
 checkpoint after each train batch in ``AT[config]`` (counted over the run), written by rank 0
 to ``DIR/<config>-<batch>.ckpt``; ``plain`` and ``accumulate`` with ``ProgressTracker(rank_files=True)``,
 ``gathered`` without (and a ``ModelCheckpoint`` every 2 steps into ``DIR/gathered-models``). ``python lightning_ddp_run.py resume DIR``: for each of those
-checkpoints, a fresh Trainer, model and loader resume it with ``fit(ckpt_path=...)``. ``... own DIR``:
+checkpoints, a fresh Trainer, model and loader (a torchdata ``StatefulDataLoader``) resume it with ``fit(ckpt_path=...)``. ``... own DIR``:
 rank ``r`` resumes ``DIR/only-rank<r>/plain-2.ckpt``, a copy beside which only its own rank file lies.
 Lightning's launcher re-executes this script for rank 1. Each rank seeds its global RNG
 differently (the loss draws noise from it), so a rank resumed with another rank's RNG
@@ -21,7 +21,8 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
-from torch.utils.data import DataLoader
+from torch.utils.data import DistributedSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import check_divergence, get_progress, reduce_state
 from tracker_core.integrations.lightning import ProgressTracker
@@ -38,6 +39,21 @@ AT = {
 }
 RANK_FILES = {"plain": True, "accumulate": True, "gathered": False}  # ProgressTracker(rank_files=...)
 MODELS = "gathered-models"  # ModelCheckpoint's folder in the gathered configuration
+
+
+class StatefulRecording(Recording):
+    """:class:`Recording` whose ``train_dataloader`` is a torchdata ``StatefulDataLoader`` over a shuffling
+    ``DistributedSampler`` of this rank: Lightning's fit loop saves and restores the loader's state, so a
+    checkpoint after any batch resumes exactly (a plain DataLoader resumes only epoch ends exactly). The sampler is
+    given here, with this rank, so the shard does not depend on Lightning re-creating the loader."""
+
+    def train_dataloader(self) -> StatefulDataLoader[Any]:
+        data = Indexed(SAMPLES)
+        sampler = DistributedSampler(data, self.trainer.world_size, self.trainer.global_rank, shuffle=True)
+        # A resumed StatefulDataLoader draws its sampler's order when Lightning restores it, before the fit loop's
+        # set_epoch: give it the restored epoch's here.
+        sampler.set_epoch(self.trainer.current_epoch)
+        return StatefulDataLoader(data, batch_size=3, sampler=sampler)
 
 
 class SaveAfter(pl.Callback):
@@ -89,7 +105,7 @@ class Findings(pl.Callback):
 def _fit(folder: Path, config: str, seed: int, ckpt_path: Path | None = None) -> dict[str, Any]:
     rank = int(os.environ.get("LOCAL_RANK", "0"))  # set for rank 1 by the launcher, for rank 0 after the 1st fit
     torch.manual_seed(seed + rank)
-    model = Recording()
+    model = StatefulRecording()
     tracker = ProgressTracker(rank_files=RANK_FILES[config])
     findings = Findings()
     callbacks: list[pl.Callback] = [tracker, findings]
@@ -110,7 +126,7 @@ def _fit(folder: Path, config: str, seed: int, ckpt_path: Path | None = None) ->
         logger=False,
         callbacks=callbacks,
     )
-    trainer.fit(model, DataLoader(Indexed(SAMPLES), batch_size=3, shuffle=True), ckpt_path=ckpt_path)
+    trainer.fit(model, ckpt_path=ckpt_path)
     return {
         "rank": trainer.global_rank,
         "seen": model.seen,

@@ -5,7 +5,7 @@ re-executes this script for rank 1), 24 samples, batches of 3 per rank (4 per ra
 2 epochs; checkpoints mid epoch 0 after 1 and 3 batches per rank (``trainer.save_checkpoint``:
 ``DIR/k1.ckpt``, ``DIR/k3.ckpt``) and every 2 steps (``ModelCheckpoint(every_n_train_steps=2)``:
 ``DIR/step=2.ckpt``, ``DIR/step=4.ckpt`` at the epoch's last batch, ...); the same accumulating 2
-batches into ``DIR/accumulate``. ``one DIR``: one process resumes each case
+batches into ``DIR/accumulate``, and with a torchdata ``StatefulDataLoader`` into ``DIR/stateful``. ``one DIR``: one process resumes each case
 of ``CASES`` with ``fit(ckpt_path=...)`` and validates ``step=2.ckpt`` with
 ``validate(ckpt_path=...)``, then saves like ``two`` on 1 process into ``DIR/one``.
 ``grow DIR``: 2 processes resume ``DIR/one/<GROW>``. Every process saves what it saw to
@@ -26,6 +26,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, DistributedSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import InexactResumeWarning, ProgressStateError, get_progress
 from tracker_core.integrations.lightning import ProgressTracker
@@ -131,14 +132,24 @@ def _trainer(
     )
 
 
-def save(folder: Path, devices: int, accumulate: int = 1) -> dict[str, Any]:
-    """An uninterrupted ``strategy="ddp"`` fit on ``devices`` processes, batches of 3, writing checkpoints to ``folder``."""
+def save(folder: Path, devices: int, accumulate: int = 1, stateful: bool = False) -> dict[str, Any]:
+    """An uninterrupted ``strategy="ddp"`` fit on ``devices`` processes, batches of 3, writing checkpoints to ``folder``.
+
+    ``stateful``: the loader is a torchdata ``StatefulDataLoader`` (its position saved by Lightning's fit loop) with
+    its own ``DistributedSampler`` (Lightning re-builds a StatefulDataLoader it shards with a batch sampler and no
+    ``batch_size``, which the elastic mapping cannot read).
+    """
     rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.manual_seed(rank)
     record = Record()
     callbacks = [ProgressTracker(), record, SaveAfter(folder / "k1.ckpt", 1), SaveAfter(folder / "k3.ckpt", 3)]
     trainer = _trainer(callbacks, devices, True, folder, accumulate)
-    trainer.fit(Recording(), DataLoader(Indexed(SAMPLES), batch_size=BATCH, shuffle=True))
+    dataset = Indexed(SAMPLES)
+    loader: DataLoader[Any] = DataLoader(dataset, batch_size=BATCH, shuffle=True)
+    if stateful:
+        sampler = DistributedSampler(dataset, num_replicas=devices, rank=rank, shuffle=True, seed=SEED)
+        loader = StatefulDataLoader(dataset, batch_size=BATCH, sampler=sampler)
+    trainer.fit(Recording(), loader)
     return {"rank": trainer.global_rank, "batches": record.batches, "end": record.end}
 
 
@@ -153,10 +164,14 @@ def resume(
     if loader_kind == "own_sampler":
         sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=SEED)
         loader = DataLoader(dataset, batch_size=batch, sampler=sampler)
+    elif loader_kind == "stateful":  # its own DistributedSampler, as when saved (see save)
+        sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=SEED)
+        loader = StatefulDataLoader(dataset, batch_size=batch, sampler=sampler)
     else:
         loader = DataLoader(dataset, batch_size=batch, shuffle=True)
     loaders: Any = [loader, loader] if loader_kind == "two_loaders" else loader
-    trainer = _trainer([tracker, record], devices, loader_kind in ("ddp", "two_loaders"), accumulate=accumulate)
+    ddp = loader_kind in ("ddp", "two_loaders", "stateful")
+    trainer = _trainer([tracker, record], devices, ddp, accumulate=accumulate)
     found: dict[str, Any] = {"error": None}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -204,9 +219,12 @@ def main(phase: str, folder: Path) -> None:
         found = {"save": save(folder, 2)}
         (folder / "accumulate").mkdir(exist_ok=True)
         found["accumulate"] = save(folder / "accumulate", 2, accumulate=2)
+        (folder / "stateful").mkdir(exist_ok=True)
+        found["stateful"] = save(folder / "stateful", 2, stateful=True)
     elif phase == "one":  # resume each case at world size 1, then save at world size 1
         found = {name: resume(folder, *case) for name, case in CASES.items()}
         found["accumulate"] = resume(folder / "accumulate", ACCUMULATE, 6, "ddp", accumulate=2)
+        found["stateful"] = resume(folder / "stateful", "k1.ckpt", 6, "stateful")  # refused: inside an epoch
         found["validate"] = validate(folder, "step=2.ckpt")
         one.mkdir(exist_ok=True)
         found["save"] = save(one, 1)

@@ -56,6 +56,7 @@ class Config:
     calls: tuple[str, ...] = ("fit",)  # then any of fit (again, max_epochs + 1), validate, test, predict
     resume_at: int = -1  # save at the end of this train batch (counted over the first fit), resume in a new Trainer
     shuffle: bool = True
+    stateful: bool = False  # train loaders are torchdata StatefulDataLoaders (exact at every batch), not DataLoaders
 
     def label(self) -> str:
         fields = dataclasses.fields(self)
@@ -173,7 +174,12 @@ def model(config: Config) -> Any:
 
 
 def train_data(config: Config) -> Any:
-    loaders = [DataLoader(Indexed(n), batch_size=3, shuffle=config.shuffle) for n in config.train_sizes]
+    cls: Any = DataLoader
+    if config.stateful:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        cls = StatefulDataLoader
+    loaders = [cls(Indexed(n), batch_size=3, shuffle=config.shuffle) for n in config.train_sizes]
     if len(loaders) == 1:
         return loaders[0]
     combined = importlib.import_module(f"{config.package}.utilities.combined_loader").CombinedLoader

@@ -45,6 +45,10 @@ class NoisyStream(IndexedStream):
 def _loader(kind: str, noisy: bool, workers: int, generator: torch.Generator | None) -> DataLoader[Any]:
     if kind == "iterable":
         return DataLoader((NoisyStream if noisy else IndexedStream)(), batch_size=3, num_workers=workers)
+    if kind == "stateful-iterable":
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        return StatefulDataLoader((NoisyStream if noisy else IndexedStream)(), batch_size=3, num_workers=workers)
     data = (Noisy if noisy else Indexed)()
     if kind == "stateful":
         from torchdata.stateful_dataloader import StatefulDataLoader
@@ -105,7 +109,7 @@ def fit(
     ``loaders``: that many train loaders of the same data (Lightning combines them, ``max_size_cycle``).
     ``kind``: ``"map"`` (a shuffled map-style ``DataLoader``), ``"iterable"`` (an ``IterableDataset`` without a
     length, in a fixed order: Lightning prefetches its first batch when it builds the iterator) or
-    ``"stateful"`` (a shuffled torchdata ``StatefulDataLoader``). ``fetch_in_step``: ``training_step(dataloader_iter)``
+    ``"stateful"`` (a shuffled torchdata ``StatefulDataLoader``; ``"stateful-iterable"``: one over that iterable). ``fetch_in_step``: ``training_step(dataloader_iter)``
     fetches its own batch (after the ``on_train_batch_start`` hooks). ``in_validation``: a validation after every
     2 train batches; the checkpoint is saved inside the first validation batch after train batch ``save_at``
     (Lightning finishes that validation on resume). ``draw_before_each_epoch``: a callback listed before the

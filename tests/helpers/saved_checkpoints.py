@@ -5,7 +5,8 @@ A Lightning fit (ProgressTracker + ModelCheckpoint after every optimizer step), 
 (ProgressHandler + Checkpoint/DiskSaver after every iteration) and an Accelerate run
 (AcceleratorProgress + save_state mid-accumulation and at the end), all training Linear(4, 1)
 for 2 epochs of 4 batches (10 samples, batch 3), 2 batches per optimizer step; and a real
-2-process Accelerate save (tests/helpers/accelerate_save_two_ranks.py).
+2-process Accelerate save (tests/helpers/accelerate_save_two_ranks.py). The loader is torchdata's
+StatefulDataLoader, so the mid-epoch checkpoints are ones a run resumes at their batch.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ import pytorch_lightning as pl
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
+from accelerate.utils import DataLoaderConfiguration
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
 from pytorch_lightning.callbacks import ModelCheckpoint
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core.integrations.accelerate import AcceleratorProgress
 from tracker_core.integrations.ignite import ProgressHandler
@@ -37,9 +40,9 @@ from helpers.distributed_runs import TESTS, folder_once, free_port
 EPOCHS, SAMPLES, BATCH, ACCUMULATION = 2, 10, 3, 2
 
 
-def _loader() -> DataLoader[Any]:
+def _loader() -> StatefulDataLoader[Any]:
     x = torch.linspace(-1, 1, SAMPLES * 4).reshape(SAMPLES, 4)
-    return DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=BATCH)
+    return StatefulDataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=BATCH)
 
 
 class _Module(pl.LightningModule):
@@ -113,7 +116,11 @@ def _accelerate(folder: Path) -> None:
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     torch.manual_seed(0)
-    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=ACCUMULATION)
+    accelerator = Accelerator(
+        cpu=True,
+        gradient_accumulation_steps=ACCUMULATION,
+        dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True),
+    )
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # a state that changes every step
     model, optimizer, loader = accelerator.prepare(model, optimizer, _loader())

@@ -5,17 +5,20 @@ reader to check or refuse."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.state._blobs import blob_bytes, seed_in, seeded_state, short_bytes, short_text
-from tracker_core.state._codec import text_to_bytes
+from tracker_core.state._codec import MAX_DEPTH, bytes_to_text, text_to_bytes
 from tracker_core.state._readers import is_mapping, join_key
 
 RNG_VERSION = 2  # of an RNG snapshot, the one saved and read
 _RNG_BLOBS = (("torch",), ("python", "words"), ("numpy", "keys"))
 _LOADER = "generator"  # the loader's own generator among ``generators``
+_SAMPLER = ("sampler.generator", _LOADER)  # the sampler's generator among ``generators``: the first of these saved
+_OWN = ("epoch", "loader_state")  # a loader's own state: its generator states relative to the sampler's
+_TENSOR = "__tensor__"  # tracker_core/state/_codec.py's tag of a tensor in plain data
 
 
 class Decoded(bytes):
@@ -70,12 +73,23 @@ def compact_loader(state: Mapping[str, Any], rng: Mapping[str, Any] | None = Non
     saved beside it, if any."""
     out = dict(state)
     epoch = state["epoch"]
-    if epoch is not None and epoch["iterator_rng"] is not None:
+    if epoch is not None and epoch.get("iterator_rng") is not None:
         out["epoch"] = dict(epoch, iterator_rng=compact_rng(epoch["iterator_rng"], rng))
     for path, base in _loader_blobs(state):
         text = _get(state, path)
         if isinstance(text, str):
             _put(out, path, short_text(blob_bytes(text, ""), None if base is None else _raw(state, base)))
+    if epoch is not None and epoch.get("loader_state") is not None:
+        sampler = _sampler_state(state)
+
+        def short(tensor: Mapping[str, Any], key: str) -> object:  # a uint8 tensor's: a generator state
+            return (
+                short_text(blob_bytes(tensor["data"], key), sampler)
+                if tensor.get("dtype") == "uint8"
+                else tensor["data"]
+            )
+
+        _put(out, _OWN, _tensor_texts(epoch["loader_state"], short, ""))
     return out
 
 
@@ -85,7 +99,7 @@ def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = 
         return value
     out = dict(value)
     epoch = value.get("epoch")
-    if is_mapping(epoch):
+    if is_mapping(epoch) and "iterator_rng" in epoch:
         iterator = expand_rng(epoch.get("iterator_rng"), join_key(key, "epoch.iterator_rng"), rng)
         out["epoch"] = dict(epoch, iterator_rng=iterator)
     for path, base in _loader_blobs(value):
@@ -93,21 +107,46 @@ def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = 
         if isinstance(text, str):
             where = join_key(key, ".".join(map(str, path)))
             _put(out, path, _expanded(text, where, None if base is None else _raw(out, base)))
+    if is_mapping(epoch) and "loader_state" in epoch:  # its tensors base64 again, for its decoder
+        sampler = _sampler_state(out)
+
+        def plain(tensor: Mapping[str, Any], where: str) -> object:
+            data = _expanded(tensor["data"], where, sampler)  # malformed, or a difference without its base: as it is
+            return data if isinstance(data, str) else bytes_to_text(blob_bytes_of(data, where))
+
+        _put(out, _OWN, _tensor_texts(epoch["loader_state"], plain, join_key(key, ".".join(_OWN))))
     return out
 
 
+def _sampler_state(state: Mapping[str, Any]) -> bytes | None:
+    """The base of the generator states in ``epoch.loader_state``: the sampler's generator in ``generators``
+    (None: none, or a damaged one, which its reader refuses)."""
+    generators = state.get("generators")
+    names = [name for name in _SAMPLER if is_mapping(generators) and name in generators]
+    return _raw(generators, (names[0],)) if names else None
+
+
+def _tensor_texts(value: object, text: Callable[[Mapping[str, Any], str], object], key: str, depth: int = 0) -> Any:
+    """A copy of plain data ``value`` (at ``key``) with each tagged tensor's ``data`` text as ``text(tensor, key of
+    the data)`` gives it; anything else, and what lies deeper than ``from_plain`` reads, as it is."""
+    if isinstance(value, list) and depth < MAX_DEPTH:
+        return [_tensor_texts(item, text, join_key(key, str(i)), depth + 1) for i, item in enumerate(value)]
+    if not is_mapping(value) or depth >= MAX_DEPTH:
+        return value
+    tensor = value.get(_TENSOR)
+    if len(value) == 1 and is_mapping(tensor) and isinstance(tensor.get("data"), str):
+        return {_TENSOR: dict(tensor, data=text(tensor, join_key(key, f"{_TENSOR}.data")))}
+    return {name: _tensor_texts(item, text, join_key(key, str(name)), depth + 1) for name, item in value.items()}
+
+
 def _loader_blobs(state: Mapping[str, Any]) -> list[tuple[tuple[str, ...], tuple[str, ...] | None]]:
-    """The generator states of a loader state (``epoch.iterator_rng`` aside), each by its path and the path of the
-    state it is stored relative to, if any; each base before the states relative to it."""
+    """The generator states of a loader state (``epoch.iterator_rng`` and ``epoch.loader_state`` aside), each by its
+    path and the path of the state it is stored relative to, if any; each base before the states relative to it."""
     generators = state.get("generators")
     blobs: list[tuple[tuple[str, ...], tuple[str, ...] | None]] = []
     if is_mapping(generators):
         blobs += [(("generators", path), None) for path in generators]
     blobs.append((("epoch", "loader_generator"), ("generators", _LOADER)))
-    blobs.append((("epoch", "sampler_rng", "torch"), ("epoch", "iterator_rng", "torch")))
-    saved = _get(state, ("epoch", "sampler_rng", "generators"))
-    if is_mapping(saved):
-        blobs += [(("epoch", "sampler_rng", "generators", path), ("generators", path)) for path in saved]
     return blobs
 
 

@@ -15,22 +15,12 @@ from tracker_core.data._samplers import SamplerChain
 from tracker_core.data._torch_compat import build_iterator
 
 
-@dataclass(frozen=True)
-class SamplerRng:
-    """What an index sampler draws its order from when it starts."""
-
-    torch_state: torch.Tensor
-    generators: dict[str, torch.Tensor]
-    epochs: dict[str, int]
-
-
 @dataclass
 class EpochRecord:
     """What fixed one epoch's order; fields a kind does not use stay None."""
 
     iterator_rng: GlobalRng | None = None  # None when a persistent-worker iterator was reused
     loader_generator: torch.Tensor | None = None
-    sampler_rng: SamplerRng | None = None  # "sampler_replay"; None until the sampler starts
     state: Any = None  # "own_state": a loaded loader state, handed to the loader when its epoch is built
     read_again: bool = False  # "own_state": its resume read batches again (a dataset without a state of its own)
 
@@ -57,7 +47,6 @@ class Cursor:
 
     epoch: EpochRecord | None = None  # the most recently begun epoch
     replay: Replay | None = None  # armed by load_state_dict
-    awaiting_sampler: bool = False  # an iterator was built; its sampler has not started
     fast_forward: FastForward | None = None  # the last resume's, when it read batches again
     on_fast_forward: Callable[[float], None] | None = None  # told the seconds of each; not pickled
     indices: Callable[[], object] | None = None  # weakly, the index iterator of the epoch seen last; not pickled

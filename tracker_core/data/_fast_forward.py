@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 import warnings
 from collections.abc import Iterator
@@ -11,7 +10,6 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from tracker_core._errors import ProgressStateError
 from tracker_core.counting import _clock
 from tracker_core.data._epoch import Cursor, FastForward
 
@@ -46,14 +44,3 @@ def reading_again(cursor: Cursor, loader: DataLoader[Any], batches: int, why: st
     cursor.fast_forward = FastForward(batches, time.perf_counter() - began)
     if cursor.on_fast_forward is not None:  # the progress's time, on the clock of all its times
         cursor.on_fast_forward((_clock.now_us() - began_us) / 1e6)
-
-
-def drop_batches(iterator: Any, count: int) -> None:
-    """Read and drop ``count`` batches; ``ProgressStateError`` if the loader ends before."""
-    done = sum(1 for _ in itertools.islice(iterator, count))
-    if done < count:
-        raise ProgressStateError(
-            "batches_consumed",
-            f"the loader ended after {done} of the {count} consumed batches to read again; "
-            "its data differ from the checkpointed run",
-        )

@@ -33,9 +33,12 @@ class OwnState(Strategy):
     _generators: tuple[tuple[torch.Generator, torch.Tensor], ...] = ()  # the order's generators, as the load left them
 
     def begin(self) -> Any:
+        """Build a new epoch's iterator (``cursor.epoch`` holds its new record)."""
         return self._noted(self.site.build())
 
     def replay(self, replay: Replay) -> Any:
+        """Build the iterator of the armed epoch, positioned at ``replay.skip`` (the global RNGs are saved around it,
+        the epoch's iterator RNGs applied)."""
         cursor = self.site.cursor
         cursor.replay = None
         loader = self.site.loader
@@ -72,10 +75,6 @@ class OwnState(Strategy):
             return record
         return EpochRecord()
 
-    def has_drawn(self, record: EpochRecord | None) -> bool:
-        """Always: the loader's state knows its position, even in an epoch this position did not see begin."""
-        return True
-
     def order_drawn_again(self, record: EpochRecord | None) -> bool:
         """An order from torch's own ``RandomSampler`` under an index sampler without a state of its own, which the
         loader positions by drawing it again: at 0 workers, or in an epoch whose starting RNGs ``record`` lacks."""
@@ -86,20 +85,18 @@ class OwnState(Strategy):
         samplers = self.site.chain.samplers().values()
         return not is_stateful(index_sampler) and any(type(s) is RandomSampler for s in samplers)
 
-    def install(self) -> None:
-        """Keeps an iterator built before (``state_dict()`` builds one): a new one would draw the global RNG."""
-
     def drop_iterator(self) -> None:
         """A load, even of an empty state, drops the iterator a StatefulDataLoader keeps (one its ``state_dict()``
         built before the first epoch, or its persistent workers')."""
         self.site.loader.load_state_dict({})  # type: ignore[attr-defined]
 
     def arm(self) -> None:
-        super().arm()
+        self.drop_iterator()
         generators = self.site.chain.generators(self.site.loader.generator).values()
         self._generators = tuple((generator, generator.get_state()) for generator in generators)
 
     def epoch_to_plain(self, record: EpochRecord) -> dict[str, Any]:
+        """The kind's fields of the saved epoch record."""
         if not self.saves_state:
             return {}
         state = record.state  # loaded, its epoch not begun again yet
@@ -108,6 +105,7 @@ class OwnState(Strategy):
         return {"loader_class": class_name(self.site.loader), "loader_state": to_plain(state, "epoch.loader_state")}
 
     def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
+        """Validate the kind's saved fields into ``record``."""
         if "loader_state" not in fields and "loader_class" not in fields:
             return
         loader = self.site.loader

@@ -1,13 +1,14 @@
-"""Make a DataLoader resumable at a batch position, in place ("data position is progress"): this front keeps what
-every loader kind shares, one ``Strategy`` per kind notes and replays an epoch (docs/resume.md, "How the train loader
-gets back to its batch").
+"""Where a train DataLoader is ("data position is progress"): this front keeps what every loader kind shares; one
+``Strategy`` per kind: a loader with its own state is positioned at its batch (``_own_state.py``), a plain one between
+epochs only (``_plain.py``; docs/resume.md, "How the train loader gets back to its batch").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -15,10 +16,9 @@ from torch.utils.data import DataLoader, IterableDataset
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import compact_loader, expand_loader
 from tracker_core.data._epoch import EpochRecord, FastForward, Replay, Site
-from tracker_core.data._iterable_replay import IterableReplay
 from tracker_core.data._own_state import OwnState, warn_counted_twice, warn_order_drawn_again
+from tracker_core.data._plain import Plain, warn_persistent_workers, warn_plain_mid_epoch
 from tracker_core.data._rng import GlobalRng, expanded, preserved_global_rng, read_generator_state
-from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._saved_loader import (
     STATE_VERSION,
     SavedLoader,
@@ -26,13 +26,16 @@ from tracker_core.data._saved_loader import (
     check_saved_epoch,
     read_header,
 )
-from tracker_core.data._strategy import LoaderKind, Strategy, is_stateful
-from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook
+from tracker_core.data._strategy import LoaderKind, is_stateful
+from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook, live_iterator
 from tracker_core.state._codec import tensor_to_text
 
 # Settings that must not change between a save and its resume: the epoch order depends on them.
 _SAME_ORDER_KEYS = ("seed", "shuffle", "dataset_size")
 _Generators = dict[str, tuple[torch.Generator, torch.Tensor]]  # a loader's generators and their saved states
+# The positions of plain loaders, which carry nothing of the tracker's (a loader with its own state holds its position
+# through its iterator hook).
+_PLAIN: weakref.WeakKeyDictionary[DataLoader[Any], LoaderPosition] = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,35 +48,40 @@ class ParsedLoader:
 
 
 class LoaderPosition:
-    """Where a DataLoader is within its epochs, saved as plain data and restored exactly.
+    """Where a DataLoader is within its epochs, saved as plain data and restored: exactly at any batch for a loader
+    with its own state (torchdata's ``StatefulDataLoader``), between epochs for a plain one (warned inside an epoch).
 
-    Install before the loader is first iterated; the framework keeps the same object::
+    Create before the loader is first iterated; the framework keeps the same object::
 
         position = LoaderPosition(loader)  # lives as long as the loader
-        state = position.state_dict(batches_consumed=5)  # at a checkpoint
+        state = position.state_dict(batches_consumed=5, in_epoch=True)  # at a checkpoint
         # fresh process, same loader configuration:
-        LoaderPosition(loader).load_state_dict(state)  # its next epoch starts at batch 5
+        LoaderPosition(loader).load_state_dict(state)  # a StatefulDataLoader's next epoch starts at batch 5
     """
 
     def __init__(self, loader: DataLoader[Any]) -> None:
-        """Hook ``loader`` in place (its iterator hook); iteration keeps its speed. ``TypeError`` for a non-DataLoader,
-        ``ValueError`` if the loader already has a position or uses ``in_order=False`` with workers."""
+        """Position ``loader``: a loader with its own state gets an iterator hook (iteration keeps its speed), a plain
+        one nothing. ``TypeError`` for a non-DataLoader, ``ValueError`` if the loader already has a position or has its
+        own state and uses ``in_order=False`` with workers."""
         if not isinstance(loader, DataLoader):
             raise TypeError(f"LoaderPosition needs a torch DataLoader, got {type(loader).__name__}")
         if LoaderPosition.of(loader) is not None:
             raise ValueError("this loader already has a LoaderPosition; keep using that one")
-        if loader.num_workers > 0 and not getattr(loader, "in_order", True):
+        strategy = OwnState if is_stateful(loader) else Plain
+        if strategy is OwnState and loader.num_workers > 0 and not getattr(loader, "in_order", True):
             raise ValueError("in_order=False with workers yields batches in a racy order; it cannot resume exactly")
         self._site = Site(loader, iterator_hook(loader))
-        self._strategy = _strategy_for(loader)(self._site)
-        self._strategy.install()
-        install_iterator_hook(loader, self._begin_iteration)
+        self._strategy: OwnState | Plain = strategy(self._site)
+        if strategy is Plain:
+            _PLAIN[loader] = self
+        else:
+            install_iterator_hook(loader, self._begin_iteration)
 
     @classmethod
     def of(cls, loader: DataLoader[Any]) -> LoaderPosition | None:
-        """The position installed on ``loader``, or None."""
+        """The position of ``loader``, or None."""
         owner = getattr(iterator_hook(loader), "__self__", None)
-        return owner if isinstance(owner, LoaderPosition) else None
+        return owner if isinstance(owner, LoaderPosition) else _PLAIN.get(loader)
 
     @property
     def loader(self) -> DataLoader[Any]:
@@ -86,7 +94,7 @@ class LoaderPosition:
 
     @property
     def kind(self) -> LoaderKind:
-        """The resume mechanism: ``"sampler_replay"``, ``"iterable_replay"`` or ``"own_state"``."""
+        """The resume mechanism: ``"own_state"`` (the loader's own state) or ``"plain"`` (between epochs only)."""
         return self._strategy.kind
 
     @property
@@ -111,28 +119,34 @@ class LoaderPosition:
 
     # --- saving -------------------------------------------------------------------------
 
-    def state_dict(self, *, batches_consumed: int, rng: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def state_dict(
+        self, *, batches_consumed: int, rng: Mapping[str, Any] | None = None, in_epoch: bool = False
+    ) -> dict[str, Any]:
         """Plain data: what fixed the most recently begun epoch, plus ``batches_consumed``, that epoch's batches whose
-        training steps completed (between epochs, the finished epoch's length). ``ValueError`` if it is negative,
-        above an epoch's length, or nonzero before any batch was drawn. ``rng``: the global RNG snapshot saved
-        beside it, if any (``tracker_core/data/_compact.py`` writes the epoch's RNG as a delta of it)."""
+                training steps completed (between epochs, 0 or the finished epoch's length; 0 for an iterable, whose length is
+                unknown). ``ValueError`` if it is negative, or above an epoch's length for a loader with its own state (a plain
+        loader counted past it, read whole after a mid-epoch resume, is saved as inside its epoch). ``rng``: the global RNG snapshot saved
+                beside it, if any (``tracker_core/data/_compact.py`` writes the epoch's RNG as a delta of it). ``in_epoch``:
+                an epoch has begun and not ended (a plain loader saved there, even before its first batch, is warned)."""
         if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, int):
             raise TypeError(f"batches_consumed must be an int, got {type(batches_consumed).__name__}")
         if batches_consumed < 0:
             raise ValueError(f"batches_consumed must be >= 0, got {batches_consumed}")
         per_epoch = self._batches_per_epoch()
-        if per_epoch is not None and batches_consumed > per_epoch:
+        loader, strategy = self.loader, self._strategy
+        if isinstance(strategy, Plain):
+            # A loop that reads a plain loader whole after a mid-epoch resume counts past its length: still inside.
+            record = self._plain_record(batches_consumed, per_epoch, in_epoch)
+            batches_consumed = batches_consumed if per_epoch is None else min(batches_consumed, per_epoch)
+        elif per_epoch is not None and batches_consumed > per_epoch:
             raise ValueError(f"batches_consumed={batches_consumed} exceeds the {per_epoch} batches of an epoch")
-        record = self._site.cursor.epoch
-        if batches_consumed and not self._strategy.has_drawn(record):
-            raise ValueError("no batch of an epoch has been drawn yet, so batches_consumed must be 0")
-        record = self._strategy.saved_record(record, batches_consumed)
-        loader = self.loader
-        if batches_consumed and batches_consumed != per_epoch:
-            if self._strategy.order_drawn_again(record):
-                warn_order_drawn_again(loader, "saving")
-            if record is not None and record.read_again:
-                warn_counted_twice(loader)
+        else:
+            record = strategy.saved_record(self._site.cursor.epoch, batches_consumed)
+            if batches_consumed and batches_consumed != per_epoch:
+                if strategy.order_drawn_again(record):
+                    warn_order_drawn_again(loader, "saving")
+                if record is not None and record.read_again:
+                    warn_counted_twice(loader)
         state = {
             "version": STATE_VERSION,
             "kind": self.kind,
@@ -148,11 +162,23 @@ class LoaderPosition:
             state["fast_forward"] = dataclasses.asdict(fast_forward)
         return compact_loader(state, rng)
 
+    def _plain_record(self, batches_consumed: int, per_epoch: int | None, in_epoch: bool) -> EpochRecord | None:
+        """A plain loader's epoch record: an empty one when saved inside an epoch (warned), else None."""
+        loader = self.loader
+        if live_iterator(loader) is not None:  # kept by persistent workers, once started
+            warn_persistent_workers(loader)
+        if batches_consumed == per_epoch or not (batches_consumed or in_epoch):
+            return None
+        warn_plain_mid_epoch(loader, "saving", batches_consumed)
+        return EpochRecord()
+
     def distributed_info(self) -> dict[str, Any] | None:
         """The loader's sharding, as ``SamplerChain.distributed_info`` gives it, or None."""
         return self._site.chain.distributed_info(self.loader.batch_size)
 
     def _record_to_plain(self, record: EpochRecord) -> dict[str, Any]:
+        if isinstance(self._strategy, Plain):
+            return {}
         return {
             "iterator_rng": None if record.iterator_rng is None else expanded(record.iterator_rng),
             "loader_generator": None if record.loader_generator is None else tensor_to_text(record.loader_generator),
@@ -162,9 +188,9 @@ class LoaderPosition:
     # --- loading ------------------------------------------------------------------------
 
     def load_state_dict(self, state: Mapping[str, Any], rng: Mapping[str, Any] | None = None) -> None:
-        """Validate ``state`` fully, then arm the next ``iter(loader)`` to replay the saved epoch's order without its
-        first ``batches_consumed`` batches (sampler generators are restored at once; later epochs follow as in the
-        uninterrupted run). ``rng``: the snapshot given to :meth:`state_dict`, if any. On a bad state raises
+        """Validate ``state`` fully, restore the loader's generators, and (a loader with its own state) arm the next
+        ``iter(loader)`` to resume the saved epoch after its first ``batches_consumed`` batches; later epochs follow as
+        in the uninterrupted run. A plain loader's state saved inside an epoch warns (its epoch is read whole). ``rng``: the snapshot given to :meth:`state_dict`, if any. On a bad state raises
         ``ProgressStateError`` (key path and problem), changing nothing."""
         header = read_header(expand_loader(state, "", rng), "", self.kind)
         generators = self._check_header(header)  # this loader's checks first
@@ -178,7 +204,7 @@ class LoaderPosition:
         """A call that disarms this position and puts back its generators' states and its epoch as they are now
         (nothing if its loader is gone by then): a load that arms it can be undone."""
         states = {path: g.get_state() for path, g in self._generators().items()}
-        epoch, awaiting_sampler = self._site.cursor.epoch, self._site.cursor.awaiting_sampler
+        epoch = self._site.cursor.epoch
 
         def put_back() -> None:
             if self._site.loader_or_none() is None:
@@ -188,7 +214,7 @@ class LoaderPosition:
             for path, state in states.items():
                 if path in generators:
                     generators[path].set_state(state)
-            self._site.cursor.epoch, self._site.cursor.awaiting_sampler = epoch, awaiting_sampler
+            self._site.cursor.epoch = epoch
 
         return put_back
 
@@ -197,9 +223,12 @@ class LoaderPosition:
         for generator, saved in parsed.generators.values():
             generator.set_state(saved)
         cursor = self._site.cursor
+        if isinstance(self._strategy, Plain):
+            if parsed.record is not None:
+                warn_plain_mid_epoch(self.loader, "resuming", parsed.skip)
+            parsed = dataclasses.replace(parsed, record=None)
         cursor.epoch = parsed.record
         cursor.replay = None if parsed.record is None else Replay(parsed.record, parsed.skip)
-        cursor.awaiting_sampler = False
         self._strategy.arm()
 
     def check(self, saved: SavedLoader, resume_epoch: bool) -> ParsedLoader:
@@ -257,14 +286,15 @@ class LoaderPosition:
 
     def _read_record(self, fields: Mapping[str, Any], iterator_rng: GlobalRng | None) -> EpochRecord:
         record = EpochRecord(iterator_rng)
-        if fields["loader_generator"] is not None:
+        if fields.get("loader_generator") is not None:
             generator = self.loader.generator
             if generator is None:
                 raise ProgressStateError("epoch.loader_generator", "this loader has no generator")
             record.loader_generator = read_generator_state(
                 fields["loader_generator"], "epoch.loader_generator", generator
             )
-        self._strategy.read_epoch(fields, "epoch", record)
+        if isinstance(self._strategy, OwnState):
+            self._strategy.read_epoch(fields, "epoch", record)
         return record
 
     # --- the hook -----------------------------------------------------------------------
@@ -277,19 +307,18 @@ class LoaderPosition:
             return self._replay_epoch(replay)
         generator = self.loader.generator
         cursor.epoch = EpochRecord(GlobalRng.capture(), None if generator is None else generator.get_state())
-        return self._strategy.begin()
+        return cast("OwnState", self._strategy).begin()  # the hook is installed on such a loader only
 
     def _replay_epoch(self, replay: Replay) -> Any:
         record = replay.record
         self._site.cursor.epoch = record
         loader = self.loader
-        torch_only = self._strategy.replays_torch_rng_only()
-        with preserved_global_rng(torch_only=torch_only):
+        with preserved_global_rng():
             if record.iterator_rng is not None:
-                record.iterator_rng.apply(torch_only=torch_only)
+                record.iterator_rng.apply()
                 if record.loader_generator is not None and loader.generator is not None:
                     loader.generator.set_state(record.loader_generator)
-            return self._strategy.replay(replay)
+            return cast("OwnState", self._strategy).replay(replay)
 
     # --- what fixes the order -----------------------------------------------------------
 
@@ -303,11 +332,3 @@ class LoaderPosition:
             return len(self.loader)
         except TypeError:
             return None
-
-
-def _strategy_for(loader: DataLoader[Any]) -> type[Strategy]:
-    if is_stateful(loader):
-        return OwnState
-    if isinstance(loader.dataset, IterableDataset):
-        return IterableReplay
-    return SamplerReplay

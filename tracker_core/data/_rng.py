@@ -242,15 +242,10 @@ def _numpy_state(value: object, key: str) -> tuple[Any, ...]:
 
 
 @contextmanager
-def preserved_global_rng(*, torch_only: bool = False) -> Iterator[None]:
-    """Run a block, then put the three global generators back as they were before it; with ``torch_only``,
-    torch's CPU and device generators alone (for a block that draws from no other: reading or setting
-    NumPy's state costs about 0.1 ms each, several times what a resume of a small loader costs)."""
-    if torch_only:
-        saved = GlobalRng(torch.get_rng_state(), (), None, capture_devices())
-    else:
-        saved = GlobalRng.capture()
+def preserved_global_rng() -> Iterator[None]:
+    """Run a block, then put the three global generators back as they were before it."""
+    saved = GlobalRng.capture()
     try:
         yield
     finally:
-        saved.apply(torch_only=torch_only)
+        saved.apply()

@@ -66,15 +66,6 @@ class SamplerChain:
         fields = read_mapping(value, key, required=tuple(mine))
         return {path: (g, read_generator_state(fields[path], join_key(key, path), g)) for path, g in mine.items()}
 
-    def epoch_owners(self) -> dict[str, Any]:
-        """Samplers with an int ``epoch`` (DistributedSampler) by path, e.g. ``{"sampler.epoch": s}``."""
-        owners = {}
-        for path, sampler in self.samplers().items():
-            epoch = getattr(sampler, "epoch", None)
-            if isinstance(epoch, int) and not isinstance(epoch, bool):
-                owners[f"{path}.epoch"] = sampler
-        return owners
-
     def distributed_info(self, batch_size: int | None, samplers: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The DistributedSampler in the chain (``DISTRIBUTED_KEYS``); without exactly one, the batch sharding
         over a seedable sampler (``distributed/_sharded.py``), or None. ``samplers``: as for :meth:`generators`."""

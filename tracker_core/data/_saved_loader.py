@@ -11,10 +11,9 @@ from typing import Any, cast
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import blob_bytes_of, expand_loader
-from tracker_core.data._iterable_replay import IterableReplay
 from tracker_core.data._own_state import OwnState
+from tracker_core.data._plain import Plain
 from tracker_core.data._rng import GlobalRng, read_generator_state
-from tracker_core.data._sampler_replay import SamplerReplay
 from tracker_core.data._samplers import read_distributed
 from tracker_core.data._strategy import LoaderKind, Strategy
 from tracker_core.data._torchdata_state import check_own_state, read_own_state
@@ -32,9 +31,10 @@ _STATE_KEYS = (
     "distributed",
 )
 _OPTIONAL_STATE_KEYS = ("fast_forward",)  # present when the resume before this checkpoint read batches again
-_STRATEGIES: dict[str, type[Strategy]] = {
-    strategy.kind: strategy for strategy in (SamplerReplay, IterableReplay, OwnState)
-}
+_STRATEGIES: dict[str, type[Strategy]] = {strategy.kind: strategy for strategy in (Plain, OwnState)}
+# Kinds of an earlier version, which replayed a plain loader's epoch in place: read as "plain" (their epoch record
+# dropped, kept empty when saved inside an epoch, so the resume warns).
+_REPLAY_KINDS = ("sampler_replay", "iterable_replay")
 OLD_STATEFUL = (
     "'stateful_dataloader' is the kind of an earlier development version, which rewrote torchdata's private "
     "state; a StatefulDataLoader is now positioned by its own public state (kind 'own_state'), and that saved "
@@ -66,6 +66,8 @@ def read_header(state: object, key: str, kind: str | None = None) -> SavedLoader
     if "kind" not in state:
         raise ProgressStateError(join_key(key, "kind"), "missing")
     saved = read_str(state["kind"], join_key(key, "kind"))
+    if saved in _REPLAY_KINDS:
+        state, saved = _as_plain(state), "plain"
     if saved == "stateful_dataloader":
         raise ProgressStateError(join_key(key, "kind"), OLD_STATEFUL)
     if saved not in _STRATEGIES:
@@ -89,6 +91,12 @@ def read_header(state: object, key: str, kind: str | None = None) -> SavedLoader
     if "fast_forward" in fields:
         _read_fast_forward(fields["fast_forward"], join_key(key, "fast_forward"))
     return SavedLoader(cast("LoaderKind", saved), fields, skip, per_epoch, workers, distributed)
+
+
+def _as_plain(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A state of an earlier replaying kind as a ``"plain"`` one: inside an epoch when it consumed batches."""
+    inside = state.get("epoch") is not None and state.get("batches_consumed") not in (0, state.get("batches_per_epoch"))
+    return {**state, "kind": "plain", "epoch": {} if inside else None}
 
 
 def check_kind(saved: str, kind: str, key: str) -> None:
@@ -119,9 +127,7 @@ def check_saved_epoch(header: SavedLoader, key: str = "") -> SavedLoader:
     epoch, iterator_rng = None, None
     if header.fields["epoch"] is not None:
         epoch, iterator_rng = _epoch(header.fields["epoch"], join_key(key, "epoch"), header)
-    # whether the epoch record knows the order of the batches already drawn
-    drawn = epoch is not None and (header.kind != "sampler_replay" or epoch["sampler_rng"] is not None)
-    if header.skip and not drawn:
+    if header.skip and epoch is None and header.kind != "plain":
         raise ProgressStateError(
             join_key(key, "batches_consumed"),
             f"must be 0 in a state saved before any batch was drawn, got {header.skip}",
@@ -134,16 +140,10 @@ def _epoch(value: object, key: str, header: SavedLoader) -> tuple[Mapping[str, A
     strategy = _STRATEGIES[header.kind]
     fields = read_mapping(value, key, required=strategy.epoch_keys, optional=strategy.optional_epoch_keys)
     iterator_rng = None
-    if fields["iterator_rng"] is not None:
+    if fields.get("iterator_rng") is not None:
         iterator_rng = GlobalRng.from_plain(fields["iterator_rng"], join_key(key, "iterator_rng"))
-    if fields["loader_generator"] is not None:
+    if fields.get("loader_generator") is not None:
         _generator_state(fields["loader_generator"], join_key(key, "loader_generator"))
-    if header.kind == "sampler_replay" and fields["sampler_rng"] is not None:
-        rng_key = join_key(key, "sampler_rng")
-        rng = read_mapping(fields["sampler_rng"], rng_key, required=("torch", "generators", "epochs"))
-        read_generator_state(rng["torch"], join_key(rng_key, "torch"))
-        _each(rng["generators"], join_key(rng_key, "generators"), _generator_state)
-        _each(rng["epochs"], join_key(rng_key, "epochs"), lambda epoch, at: read_int(epoch, at, minimum=0))
     if "loader_state" in fields or "loader_class" in fields:  # "own_state"
         check_own_state(read_own_state(fields, key), join_key(key, "loader_state"), header.workers, header.per_epoch)
     return fields, iterator_rng

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from tracker_core.data._epoch import EpochRecord, Replay, Site
-from tracker_core.data._torch_compat import forget_live_iterator
+from tracker_core.data._epoch import Site
 
-LoaderKind = Literal["sampler_replay", "iterable_replay", "own_state"]
+LoaderKind = Literal["own_state", "plain"]
 
 
 def is_stateful(obj: object) -> bool:
@@ -18,7 +16,8 @@ def is_stateful(obj: object) -> bool:
 
 
 class Strategy:
-    """One loader kind's way to note an epoch as it begins and to replay it from a batch."""
+    """What a loader kind's saved state holds (a loader with its own state also notes an epoch as it begins and
+    replays it from a batch: ``OwnState``)."""
 
     kind: ClassVar[LoaderKind]
     epoch_keys: ClassVar[tuple[str, ...]] = ("iterator_rng", "loader_generator")
@@ -28,47 +27,5 @@ class Strategy:
     def __init__(self, site: Site) -> None:
         self.site = site
 
-    def begin(self) -> Any:
-        """Build a new epoch's iterator (``cursor.epoch`` holds its new record)."""
-        return self.site.build()
-
-    def replay(self, replay: Replay) -> Any:
-        """Build the iterator of the armed epoch, positioned at ``replay.skip`` (the global RNGs are saved around it,
-        the epoch's iterator RNGs applied)."""
-        raise NotImplementedError
-
-    def replays_torch_rng_only(self) -> bool:
-        """Whether :meth:`replay` runs under the epoch's torch RNG alone (what building a loader's iterator draws
-        from, for its base seed), not under Python's and NumPy's too."""
-        return False
-
-    def epoch_to_plain(self, record: EpochRecord) -> dict[str, Any]:
-        """The kind's fields of the saved epoch record."""
-        return {}
-
-    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
-        """Validate the kind's saved fields into ``record``."""
-
-    def has_drawn(self, record: EpochRecord | None) -> bool:
-        """Whether ``record`` knows the order of batches already drawn."""
-        return record is not None
-
-    def saved_record(self, record: EpochRecord | None, batches_consumed: int) -> EpochRecord | None:
-        """The record a checkpoint saves of the most recently begun epoch, ``record`` (None: none began)."""
-        return record
-
-    def order_drawn_again(self, record: EpochRecord | None) -> bool:
-        """Whether a resume inside the epoch of ``record`` draws its order again instead of continuing it (inexact)."""
-        return False
-
-    def install(self) -> None:
-        """The position is installed: drop a live iterator, so the next epoch is built, and seen, through it."""
-        self.drop_iterator()
-
     def arm(self) -> None:
         """Prepare the loader for its next epoch after a load."""
-        self.drop_iterator()
-
-    def drop_iterator(self) -> None:
-        """Drop an iterator the loader keeps (persistent workers), so its next epoch is built anew."""
-        forget_live_iterator(self.site.loader)

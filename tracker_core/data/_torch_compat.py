@@ -3,11 +3,11 @@ checked at import: a missing one raises ``ImportError`` naming the installed ver
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 # Owner -> the private class attributes used here, checked at import.
@@ -52,41 +52,9 @@ def live_iterator(loader: DataLoader[Any]) -> Any:
     return loader._iterator
 
 
-def forget_live_iterator(loader: DataLoader[Any]) -> None:
-    """Drop a kept iterator (persistent workers) so the next epoch is built, and seen, anew."""
-    loader._iterator = None
-
-
 def sampler_indices(iterator: Any) -> Any:
     """The index iterator a DataLoader iterator draws from (``_sampler_iter``), or None."""
     return getattr(iterator, "_sampler_iter", None)
-
-
-def set_sampler_indices(iterator: Any, indices: Any) -> None:
-    iterator._sampler_iter = indices
-
-
-def random_sampler_after(sampler: Any, count: int) -> Iterator[int] | None:
-    """The indices torch's ``RandomSampler`` yields after its first ``count``, drawn lazily as its ``__iter__`` draws
-    them, the permutation sliced as a tensor (no skipped index goes through Python). None unless ``sampler`` is
-    exactly a ``RandomSampler`` of one permutation and ``count`` is within it (``tests/test_random_sampler_skip.py``)."""
-    if type(sampler) is not RandomSampler or sampler.replacement:
-        return None
-    size = len(sampler.data_source)
-    if sampler.num_samples != size or not 0 <= count < size:
-        return None
-    return _permutation_after(sampler.generator, size, count)
-
-
-def _permutation_after(own: torch.Generator | None, size: int, count: int) -> Iterator[int]:
-    if own is None:
-        seed = int(torch.empty((), dtype=torch.int64).random_().item())
-        generator = torch.Generator()
-        generator.manual_seed(seed)
-    else:
-        generator = own
-    yield from torch.randperm(size, generator=generator)[count:].tolist()
-    torch.randperm(size, generator=generator)  # torch's draws it for num_samples % size (here none of it)
 
 
 check_attributes("torch", torch.__version__, ATTRIBUTES)

@@ -1,11 +1,11 @@
 """The entry a rank loads, at any world size, from a checkpoint holding every rank's entry (docs/distributed.md,
-"Elastic resume by samples": another world size maps each train loader's position by global samples)."""
+"Elastic resume by samples": another world size maps each train loader's counts by global samples)."""
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,6 @@ from tracker_core._errors import ProgressStateError
 from tracker_core.counting._counts import PhaseCounts
 from tracker_core.data._position import LoaderPosition
 from tracker_core.data._samplers import read_distributed
-from tracker_core.distributed._loader_summary import check_same_order, read_summary, summarize_loader
 from tracker_core.distributed._rank_files import RankFiles, is_index
 from tracker_core.distributed._sharded import is_batch_sharded, samples_read
 from tracker_core.state._codec import check_plain
@@ -60,7 +59,7 @@ def reenters_train_epoch(epochs: PhaseCounts) -> bool:
 
 def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
     """This rank's entry from the saved ``ranks`` (a list, or :class:`RankFiles`), validated as far as it is read:
-    at the saved world size this rank's entry; at another, the source rank's and every rank's loader positions."""
+    at the saved world size this rank's entry; at another, the source rank's, its loader counts mapped."""
     if is_index(ranks):
         raise ProgressStateError(
             "ranks",
@@ -72,15 +71,14 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
         raise ProgressStateError("ranks", "expected a non-empty list of entries, one per rank")
     size, rank = world()
     saved_size = len(ranks)
+    source_rank = rank if saved_size == size else rank % saved_size
+    key = f"ranks.{source_rank}"
+    check_plain(ranks[source_rank], key)
+    source = read_mapping(ranks[source_rank], key, required=ENTRY_KEYS)
     if saved_size == size:
-        check_plain(ranks[rank], f"ranks.{rank}")
-        read_mapping(ranks[rank], f"ranks.{rank}", required=ENTRY_KEYS)
-        return Selected(ranks[rank], None, [], f"ranks.{rank}")
-    source_rank = rank % saved_size
-    summaries = ranks.loader_summaries if isinstance(ranks, RankFiles) else None
-    _read_for_mapping(ranks, summaries, source_rank)
-    source = ranks[source_rank]
-    with keys_under(f"ranks.{source_rank}.progress"):
+        return Selected(ranks[rank], None, [], key)
+    read_list(source["train_loaders"], f"{key}.train_loaders")
+    with keys_under(f"{key}.progress"):
         epochs = parse(source["progress"]).train_epochs
     mapping: dict[str, Any] = {
         "saved_world_size": saved_size,
@@ -95,43 +93,31 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
         "rng": source["rng"],
     }
     if reenters_train_epoch(epochs):
-        problems = _map_loaders(ranks, summaries, loaders, source_rank, entry, mapping)
+        problems = _map_loaders(loaders, saved_size, key, entry, mapping)
     else:  # between epochs only generators are restored; the next epoch is the new geometry's own
         entry["train_loaders"] = [_between_epochs(state) for state in entry["train_loaders"]]
         problems = []
-    return Selected(entry, mapping, problems, f"ranks.{source_rank}")
-
-
-def _read_for_mapping(ranks: Sequence[Any], summaries: Sequence[object] | None, source_rank: int) -> None:
-    """Check what a mapping reads: the source rank's entry, and every rank's train loaders unless the writer
-    summarised them (``summaries``: rank files, of which only the source rank's is read)."""
-    check_plain(ranks[source_rank], f"ranks.{source_rank}")
-    for index in range(len(ranks)) if summaries is None else (source_rank,):
-        read_mapping(ranks[index], f"ranks.{index}", required=ENTRY_KEYS)
-        check_plain(ranks[index]["train_loaders"], f"ranks.{index}.train_loaders")
-        read_list(ranks[index]["train_loaders"], f"ranks.{index}.train_loaders")
+    return Selected(entry, mapping, problems, key)
 
 
 def _map_loaders(
-    ranks: Sequence[Mapping[str, Any]],
-    summaries: Sequence[object] | None,
     loaders: Mapping[int, LoaderPosition],
-    source_rank: int,
+    saved_size: int,
+    source_key: str,
     entry: dict[str, Any],
     mapping: dict[str, Any],
 ) -> list[str]:
-    """Map each tracked train loader of ``entry`` (and its counts) to this world size, record it in ``mapping``;
-    return what is inexact."""
+    """Map the counts of each tracked train loader of ``entry`` to this world size, record it in ``mapping``; return
+    what is inexact."""
     problems: list[str] = []
     if entry["progress"]["stages"]["train"]["accumulating_batches"]:
         problems.append(
             "saved inside a gradient accumulation window: its partial gradients belong to the old world size"
         )
-    for index, state in enumerate(ranks[source_rank]["train_loaders"]):
+    for index, state in enumerate(entry["train_loaders"]):
         if isinstance(state, dict) and state.get("kind") == "untracked":
             continue
-        position = loaders.get(index)
-        state, record = _map_loader(ranks, summaries, index, position, mapping["world_size"], source_rank, entry)
+        state, record = _map_loader(state, index, loaders.get(index), saved_size, source_key, entry)
         entry["train_loaders"][index] = state
         mapping["train_loaders"].append(record)
         if record["problem"]:
@@ -147,101 +133,107 @@ def _between_epochs(state: object) -> object:
 
 
 def _map_loader(
-    ranks: Sequence[Mapping[str, Any]],
-    summaries: Sequence[object] | None,
+    state: object,
     index: int,
     position: LoaderPosition | None,
-    size: int,
-    source_rank: int,
+    saved_size: int,
+    source_key: str,
     entry: dict[str, Any],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Train loader ``index``'s state mapped to this world size and its record; re-bases its counts in ``entry``."""
-    saved_size = len(ranks)
-    key = f"train_loaders.{index}"
+    """Train loader ``index``'s state saved inside an epoch, its counts mapped by global samples to this world size
+    (a plain loader has no position to map: the framework reads the rest of the epoch by its own rule, as at the
+    saved world size), and its record; re-bases its counts in ``entry``."""
+    size = world()[0]
+    key = f"{source_key}.train_loaders.{index}"
+    if not isinstance(state, dict):
+        raise ProgressStateError(key, "expected a dict")
+    position, mine, saved = _geometries(state, index, position, saved_size, key)
+    consumed = read_int(state.get("batches_consumed"), f"{key}.batches_consumed", minimum=0)
+    batches_per_epoch = position._batches_per_epoch()  # known: a sharded loader is map-style
+    finished = consumed == state.get("batches_per_epoch")
+    # A finished epoch may end in a short batch: it consumed every position, whatever k * b says.
+    samples = mine["dataset_size"] if finished else consumed * saved["batch_size"] * saved_size
+    resumed = (
+        batches_per_epoch if finished and batches_per_epoch is not None else samples // (mine["batch_size"] * size)
+    )
+    problem = (
+        ""
+        if finished
+        else f"saved inside an epoch, after {samples} of its samples: a plain DataLoader has no position of its own, "
+        f"so the rest of the epoch is read by the framework's own rule (from a new iterator's first batch, with "
+        f"another order), not from sample {samples}; its counts continue from batch {resumed}. Checkpoint between "
+        "epochs to resume exactly at another world size"
+    )
+    record = {
+        "index": index,
+        "samples_consumed": samples,
+        "batch_size": mine["batch_size"],
+        "batches_consumed": resumed,
+        "exact": not problem,
+        "problem": problem,
+    }
+    _rebase(entry["progress"], index, resumed - consumed, _samples_read(mine, resumed))
+    # The plain position's own resume warning is left out: the problem above says it.
+    return dict(
+        state, batches_consumed=resumed, batches_per_epoch=batches_per_epoch, distributed=mine, epoch=None
+    ), record
+
+
+def _geometries(
+    state: Mapping[str, Any], index: int, position: LoaderPosition | None, saved_size: int, key: str
+) -> tuple[LoaderPosition, dict[str, Any], dict[str, Any]]:
+    """The live position of train loader ``index`` and its sharding, and the sharding ``state`` (at ``key``) was
+    saved with, checked: they shard and order an epoch alike, and the state is not a loader's own."""
+    size = world()[0]
     if position is None:
         raise ProgressStateError(
-            key,
+            f"train_loaders.{index}",
             f"an elastic resume (saved at world size {saved_size}, loading at {size}) maps the data position "
             "onto the loader: register it with track_train_loader before load_state_dict",
+        )
+    if state.get("kind") == "own_state":
+        raise ProgressStateError(
+            f"{key}.kind",
+            f"a loader's own state (torchdata's StatefulDataLoader) holds its rank's shard of the epoch, saved at "
+            f"world size {saved_size}: it cannot be mapped to world size {size}; resume at world size {saved_size}, "
+            "or from a checkpoint between epochs",
         )
     mine = position.distributed_info()
     if mine is None or mine["batch_size"] is None:
         raise ProgressStateError(
-            key,
+            f"train_loaders.{index}",
             "an elastic resume maps positions only for a loader with a DistributedSampler and a batch_size, "
             "or one sharded by batches over a seedable sampler (Accelerate's use_seedable_sampler=True)",
         )
     if mine["num_replicas"] != size:
         raise ProgressStateError(
-            key, f"this loader is sharded for num_replicas={mine['num_replicas']}; the world size is {size}"
+            f"train_loaders.{index}",
+            f"this loader is sharded for num_replicas={mine['num_replicas']}; the world size is {size}",
         )
-    summary = _checked_summary(ranks, summaries, index, mine)
-    source_state = ranks[source_rank]["train_loaders"][index]
-    source_key = f"ranks.{source_rank}.{key}"
-    if not isinstance(source_state, dict):
-        raise ProgressStateError(source_key, "missing: every rank must save the same train loaders")
-    source_consumed = read_int(source_state.get("batches_consumed"), f"{source_key}.batches_consumed", minimum=0)
-    batch_size, batches, finished = summary["batch_size"], summary["consumed_min"], summary["finished"]
-    new_batch = mine["batch_size"]
-    global_batch = new_batch * size
-    # A finished epoch may end in a short batch: it consumed every position, whatever k * b says.
-    samples = mine["dataset_size"] if finished else batches * batch_size * saved_size
-    batches_per_epoch = position._batches_per_epoch()  # known: a sharded loader is map-style
-    resumed = batches_per_epoch if finished and batches_per_epoch is not None else samples // global_batch
-    problems = _uneven_ranks(summary, saved_size)
-    if not finished and samples != resumed * global_batch:
-        problems.append(
-            f"global sample position {samples} is not a multiple of the new global batch {new_batch} x {size} = "
-            f"{global_batch}: resumed at batch {resumed} (position {resumed * global_batch}), so the "
-            f"{samples - resumed * global_batch} samples before position {samples} are trained again"
+    saved = read_distributed(state.get("distributed"), f"{key}.distributed")
+    if saved is None or saved["batch_size"] is None:
+        raise ProgressStateError(
+            f"{key}.distributed",
+            "saved without a DistributedSampler and a batch_size, or batch sharding over a seedable sampler: "
+            "its position cannot be mapped",
         )
-    state = dict(source_state, batches_consumed=resumed, batches_per_epoch=batches_per_epoch, distributed=mine)
-    record = {
-        "index": index,
-        "samples_consumed": samples,
-        "batch_size": new_batch,
-        "batches_consumed": resumed,
-        "exact": not problems,
-        "problem": "; ".join(problems),
-    }
-    _rebase(entry["progress"], index, resumed - source_consumed, _samples_read(mine, resumed))
-    return state, record
+    _check_same_order(saved, mine, f"{key}.distributed")
+    return position, mine, saved
 
 
-def _checked_summary(
-    ranks: Sequence[Mapping[str, Any]], summaries: Sequence[object] | None, index: int, mine: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The saved ranks' summary of train loader ``index`` (the writer's, or made here), checked against ``mine``."""
-    first_key = f"ranks.0.train_loaders.{index}.distributed"
-    if summaries is not None:
-        summary = read_summary(summaries, index, len(ranks))
-        check_same_order(summary["distributed"], mine, first_key, "this loader has")
-        return summary
-    # Every rank's entry at hand (their train loaders read as lists): rank 0's against this loader first, then the
-    # ranks' agreement; a state summarize_loader refuses is left to it, which names it.
-    first = ranks[0]["train_loaders"]
-    if index < len(first) and isinstance(first[index], Mapping):
-        saved = read_distributed(first[index].get("distributed"), first_key)
-        if saved is not None:
-            check_same_order(saved, mine, first_key, "this loader has")
-    return summarize_loader(ranks, index)
+def _check_same_order(saved: Mapping[str, Any], mine: Mapping[str, Any], key: str) -> None:
+    """The sharding ``saved`` (at ``key``) and this loader's shard and order an epoch alike."""
+    if is_batch_sharded(saved) != is_batch_sharded(mine):
+        raise ProgressStateError(key, f"saved {_sharding(saved)}; this loader has {_sharding(mine)}")
+    for name in ("seed", "shuffle", "dataset_size"):
+        if saved[name] != mine[name]:
+            raise ProgressStateError(
+                f"{key}.{name}", f"saved with {name}={saved[name]!r}; this loader has {name}={mine[name]!r}"
+            )
 
 
-def _uneven_ranks(summary: Mapping[str, Any], saved_size: int) -> list[str]:
-    """The problem of ranks saved at different batch counts, if they were."""
-    batches = summary["consumed_min"]
-    if summary["consumed_max"] == batches:
-        return []
-    listed = summary["consumed"]
-    by_rank = (
-        ", ".join(f"rank {r} = {k}" for r, k in enumerate(listed))
-        if listed is not None
-        else f"from {batches} to {summary['consumed_max']} over {saved_size} ranks"
-    )
-    return [
-        f"ranks saved at different batch counts ({by_rank}); resumed from the smallest, so the "
-        f"{summary['ahead'] * summary['batch_size']} samples the ranks ahead had trained are trained again"
-    ]
+def _sharding(info: Mapping[str, Any]) -> str:
+    return "sharding by batches" if is_batch_sharded(info) else "a DistributedSampler"
 
 
 def _samples_read(info: Mapping[str, Any], batches: int) -> int:

@@ -18,10 +18,10 @@ from typing import Any, TypeGuard, TypeVar, overload
 import torch
 
 from tracker_core._errors import ProgressStateError
-from tracker_core.distributed._loader_summary import summarize_loaders
 from tracker_core.state._readers import read_int
 
-_INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in", "loaders"})
+_INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in"})
+_OLD_INDEX_KEYS = _INDEX_KEYS | {"loaders"}  # an earlier version's index also summarised the train loaders (ignored)
 _TENSOR_INDEX_KEYS = frozenset({"rank_files", "world_size", "save_id", "written_in", "name"})
 _RANK_FILE = "rank-{}.json"
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
@@ -56,7 +56,6 @@ def write_rank_files(entry: Mapping[str, Any], checkpoint: str | os.PathLike[str
         }
         text = json.dumps(document, sort_keys=True, allow_nan=False)
         _write(_join(index["written_in"], _RANK_FILE.format(rank)), text.encode())
-    index["loaders"] = summarize_loaders(ranks)  # an elastic resume reads these, not every rank's file
     return {**entry, "ranks": index}
 
 
@@ -136,9 +135,8 @@ class _LazyRanks(Sequence[_Part]):
 class RankFiles(_LazyRanks[dict[str, Any]]):
     """The saved ranks' entries, index = rank, each file read and checked when its entry is first asked for."""
 
-    def __init__(self, folder: str, world_size: int, save_id: str, loader_summaries: list[object]) -> None:
+    def __init__(self, folder: str, world_size: int, save_id: str) -> None:
         super().__init__(folder, world_size, save_id)
-        self.loader_summaries = loader_summaries  # the writer's, per train loader (_loader_summary.summarize_loaders)
         self.bytes_read = 0  # what this process read of the rank files (benchmarks/checkpoint_scale.py)
 
     @classmethod
@@ -150,11 +148,9 @@ class RankFiles(_LazyRanks[dict[str, Any]]):
         folders: Sequence[str | os.PathLike[str]] = (),
     ) -> RankFiles:
         """The rank files an index (``entry["ranks"]``) names, found as :func:`with_rank_files` says."""
-        folder, size, save_id, fields = _find_save(index, _INDEX_KEYS, "ranks", checkpoint, folders)
-        summaries = fields["loaders"]
-        if not isinstance(summaries, list):
-            raise ProgressStateError("ranks.loaders", "expected a list, one summary per train loader")
-        return cls(folder, size, save_id, summaries)
+        keys = _OLD_INDEX_KEYS if isinstance(index, Mapping) and "loaders" in index else _INDEX_KEYS
+        folder, size, save_id, _ = _find_save(index, keys, "ranks", checkpoint, folders)
+        return cls(folder, size, save_id)
 
     def where(self, rank: int) -> str:
         """The path (or URL) of rank ``rank``'s file."""
