@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import comparable_state
 
@@ -74,8 +75,9 @@ def _loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Ten
     return torch.nn.functional.mse_loss(model(x), y)
 
 
-def _loader() -> DataLoader[Any]:
-    return DataLoader(Indexed(), batch_size=BATCH_SIZE, shuffle=True)
+def _loader() -> StatefulDataLoader[Any]:
+    """A shuffled loader with a position of its own: the mid-epoch checkpoint resumes at its batch."""
+    return StatefulDataLoader(Indexed(), batch_size=BATCH_SIZE, shuffle=True)
 
 
 def _seed(value: int) -> None:
@@ -179,16 +181,17 @@ def train_ignite(device: str, folder: Path, phase: str, amp: bool, record: Recor
         saver = Checkpoint(to_save, DiskSaver(str(folder), require_empty=False), filename_prefix="kill")
         trainer.add_event_handler(Events.ITERATION_COMPLETED(once=KILL_AFTER), saver)
         trainer.add_event_handler(Events.ITERATION_COMPLETED(once=KILL_AFTER), _kill)
+    loader = _loader()  # before the load: building a shuffled loader draws the global RNG
     if phase == "resume":
         (saved,) = folder.glob("kill_*.pt")
         Checkpoint.load_objects(to_save, str(saved))
-    trainer.run(_loader(), max_epochs=EPOCHS)
+    trainer.run(loader, max_epochs=EPOCHS)
     return model, trainer
 
 
 def train_accelerate(device: str, folder: Path, phase: str, amp: bool, record: Record) -> tuple[torch.nn.Module, Any]:
     from accelerate.accelerator import Accelerator
-    from accelerate.utils import GradScalerKwargs
+    from accelerate.utils import DataLoaderConfiguration, GradScalerKwargs
 
     from tracker_core.integrations.accelerate import AcceleratorProgress
 
@@ -197,6 +200,7 @@ def train_accelerate(device: str, folder: Path, phase: str, amp: bool, record: R
         gradient_accumulation_steps=ACCUMULATION,
         mixed_precision="fp16" if amp else "no",
         kwargs_handlers=[GradScalerKwargs(init_scale=2.0**8, growth_interval=2)],
+        dataloader_config=DataLoaderConfiguration(use_stateful_dataloader=True),  # save_state keeps its position
     )
     model = _model(device)
     optimizer = _optimizer(model)
