@@ -116,13 +116,10 @@ class TrainPasses:
         """Whether a plain loader is inside its pass (its resume restarts the epoch; the core warns of it)."""
         counts = self._tracker.progress.view.train.dataloaders
         return any(
-            index < len(counts)
-            and counts[index].batches.epoch
+            counts[index].batches.epoch
             and not (iteration is not None and iteration.finished)
-            and not getattr(loader, "use_stateful_dataloader", False)
-            for index, (loader, iteration) in enumerate(
-                (self._loaders.get(i), iterations[i]) for i in range(len(iterations))
-            )
+            and not getattr(self._loaders.get(index), "use_stateful_dataloader", False)
+            for index, iteration in enumerate(iterations[: len(counts)])
         )
 
     def restore(

@@ -123,11 +123,12 @@ class LoaderPosition:
         self, *, batches_consumed: int, rng: Mapping[str, Any] | None = None, in_epoch: bool = False
     ) -> dict[str, Any]:
         """Plain data: what fixed the most recently begun epoch, plus ``batches_consumed``, that epoch's batches whose
-                training steps completed (between epochs, 0 or the finished epoch's length; 0 for an iterable, whose length is
-                unknown). ``ValueError`` if it is negative, or above an epoch's length for a loader with its own state (a plain
-        loader counted past it, read whole after a mid-epoch resume, is saved as inside its epoch). ``rng``: the global RNG snapshot saved
-                beside it, if any (``tracker_core/data/_compact.py`` writes the epoch's RNG as a delta of it). ``in_epoch``:
-                an epoch has begun and not ended (a plain loader saved there, even before its first batch, is warned)."""
+        training steps completed (between epochs, 0 or the finished epoch's length; 0 for an iterable, whose length is
+        unknown). ``ValueError`` if it is negative, or above an epoch's length for a loader with its own state (a plain
+        loader counted past it, read whole after a mid-epoch resume, is saved as inside its epoch). ``rng``: the
+        global RNG snapshot saved beside it, if any (``tracker_core/data/_compact.py`` writes the epoch's RNG as a
+        delta of it). ``in_epoch``: an epoch has begun and not ended (a plain loader saved there, even before its first
+        batch, is warned)."""
         if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, int):
             raise TypeError(f"batches_consumed must be an int, got {type(batches_consumed).__name__}")
         if batches_consumed < 0:
@@ -190,8 +191,9 @@ class LoaderPosition:
     def load_state_dict(self, state: Mapping[str, Any], rng: Mapping[str, Any] | None = None) -> None:
         """Validate ``state`` fully, restore the loader's generators, and (a loader with its own state) arm the next
         ``iter(loader)`` to resume the saved epoch after its first ``batches_consumed`` batches; later epochs follow as
-        in the uninterrupted run. A plain loader's state saved inside an epoch warns (its epoch is read whole). ``rng``: the snapshot given to :meth:`state_dict`, if any. On a bad state raises
-        ``ProgressStateError`` (key path and problem), changing nothing."""
+        in the uninterrupted run. A plain loader's state saved inside an epoch warns (its epoch is read whole).
+        ``rng``: the snapshot given to :meth:`state_dict`, if any. On a bad state raises ``ProgressStateError`` (key
+        path and problem), changing nothing."""
         header = read_header(expand_loader(state, "", rng), "", self.kind)
         generators = self._check_header(header)  # this loader's checks first
         self.arm(self._parsed(check_saved_epoch(header), generators, resume_epoch=True))
