@@ -61,9 +61,9 @@ import json
 import torch
 from torch.utils.data import DataLoader
 
+sys.path.insert(0, "tests")
+from helpers.core_drive import hand_fit
 from tracker_core import Tracker
-
-EPOCHS = 2
 
 
 def fit(entry=None, stop_after_epochs=None):
@@ -73,25 +73,10 @@ def fit(entry=None, stop_after_epochs=None):
     tracker.track_train_loader(loader)
     if entry is not None:
         tracker.load_state_dict(entry)
-    progress, train = tracker.progress, tracker.progress.train
-    seen = []
-    progress.run_ready("fit")
-    progress.run_started()
-    while tracker.view.train.epochs.lifetime.completed < EPOCHS:
-        train.epoch_ready()
-        train.epoch_started()
-        for batch in loader:
-            train.batch_ready()
-            train.batch_started()
-            train.batch_processed(len(batch))
-            train.batch_completed()
-            seen.extend(batch.tolist())
-        train.epoch_processed()
-        train.epoch_completed()
-        if tracker.view.train.epochs.lifetime.completed == stop_after_epochs:  # a plain DataLoader between epochs
-            return seen, json.loads(json.dumps(tracker.state_dict()))
-    progress.run_processed()
-    progress.run_completed()
+    stop = lambda: tracker.view.train.epochs.lifetime.completed == stop_after_epochs  # a plain DataLoader
+    seen = hand_fit(tracker, loader, 2, lambda batch: batch.tolist(), after_epoch=stop)
+    if stop():
+        return seen, json.loads(json.dumps(tracker.state_dict()))
     return seen, tracker.state_dict()["progress"]
 
 

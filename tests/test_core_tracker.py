@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDa
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
 from tracker_core.state._gradients import capture_gradients, restore_gradients
 
+from helpers.core_drive import hand_fit
 from helpers.ledger import without_ledger
 
 EPOCHS = 3
@@ -47,6 +48,31 @@ def _setup(
     return tracker, loader, model, optimizer
 
 
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, tracker: Tracker) -> Callable[[Any], list[int]]:
+    """A training step with dropout-like noise, counting its optimizer step; returns the batch's sample ids."""
+
+    def step(batch: Any) -> list[int]:
+        ids, x = batch
+        noise = torch.rand(1)  # global RNG draw: must continue identically after resume
+        loss = (model(x) * noise).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        tracker.progress.train.optimizer_step()
+        return list(ids.tolist())
+
+    return step
+
+
+def _saved(tracker: Tracker, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """A checkpoint: the tracker's entry (through JSON), the weights and the optimizer state."""
+    return {
+        "entry": json.loads(json.dumps(tracker.state_dict())),
+        "model": copy.deepcopy(model.state_dict()),
+        "optimizer": copy.deepcopy(optimizer.state_dict()),
+    }
+
+
 def _train(
     tracker: Tracker,
     loader: DataLoader[Any],
@@ -54,38 +80,18 @@ def _train(
     optimizer: torch.optim.Optimizer,
     stop_after: int | None = None,
 ) -> tuple[list[int], dict[str, Any] | None]:
-    """Fit for EPOCHS epochs with dropout-like noise; return ids seen and, if asked, a checkpoint."""
-    progress, train = tracker.progress, tracker.progress.train
-    seen: list[int] = []
-    progress.run_ready("fit")
-    progress.run_started()
-    while train._epochs.completed < EPOCHS:
-        train.epoch_ready()
-        train.epoch_started()
-        for ids, x in loader:
-            train.batch_ready()
-            train.batch_started()
-            noise = torch.rand(1)  # global RNG draw: must continue identically after resume
-            loss = (model(x) * noise).pow(2).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            train.optimizer_step()
-            train.batch_processed(len(ids))
-            train.batch_completed()
-            seen.extend(ids.tolist())
-            if stop_after is not None and train._batches.completed == stop_after:
-                entry = json.loads(json.dumps(tracker.state_dict()))
-                return seen, {
-                    "entry": entry,
-                    "model": copy.deepcopy(model.state_dict()),
-                    "optimizer": copy.deepcopy(optimizer.state_dict()),
-                }
-        train.epoch_processed()
-        train.epoch_completed()
-    progress.run_processed()
-    progress.run_completed()
-    return seen, None
+    """Fit for EPOCHS epochs; return ids seen and, with ``stop_after`` batches, the checkpoint taken after them."""
+    checkpoint = None
+
+    def after_batch() -> bool:
+        nonlocal checkpoint
+        if stop_after is None or tracker.view.train.batches.lifetime.completed != stop_after:
+            return False
+        checkpoint = _saved(tracker, model, optimizer)
+        return True
+
+    seen = hand_fit(tracker, loader, EPOCHS, _step(model, optimizer, tracker), after_batch=after_batch)
+    return seen, checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -230,35 +236,15 @@ def _fit_saving_between_epochs(seed: int, plain_entry: dict[str, Any] | None = N
         model.load_state_dict(plain_entry["model"])
         optimizer.load_state_dict(plain_entry["optimizer"])
         tracker.load_state_dict(plain_entry["entry"])
-    progress, train = tracker.progress, tracker.progress.train
-    seen: list[int] = []
     saved = None
-    progress.run_ready("fit")
-    progress.run_started()
-    while train._epochs.completed < EPOCHS:
-        train.epoch_ready()
-        train.epoch_started()
-        for ids, x in loader:
-            train.batch_ready()
-            train.batch_started()
-            loss = (model(x) * torch.rand(1)).pow(2).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            train.optimizer_step()
-            train.batch_processed(len(ids))
-            train.batch_completed()
-            seen.extend(ids.tolist())
-        train.epoch_processed()
-        train.epoch_completed()
+
+    def after_epoch() -> bool:
+        nonlocal saved
         if saved is None and plain_entry is None:
-            saved = {
-                "entry": json.loads(json.dumps(tracker.state_dict())),
-                "model": copy.deepcopy(model.state_dict()),
-                "optimizer": copy.deepcopy(optimizer.state_dict()),
-            }
-    progress.run_processed()
-    progress.run_completed()
+            saved = _saved(tracker, model, optimizer)
+        return False
+
+    seen = hand_fit(tracker, loader, EPOCHS, _step(model, optimizer, tracker), after_epoch=after_epoch)
     return seen, (model.state_dict(), without_ledger(tracker.state_dict()["progress"])), saved
 
 

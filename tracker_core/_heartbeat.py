@@ -1,6 +1,6 @@
-"""The heartbeat file the user names (``heartbeat=``): how far a run got after its last checkpoint, so a resume
-measures what was lost (docs/schema.md, "The run ledger"). Rank 0 rewrites it atomically when a run starts or
-ends, at saves, and at optimizer steps when due; the clock is never read per batch otherwise."""
+"""The heartbeat file (``heartbeat=``): how far a run got after its last checkpoint, so a resume measures what was
+lost (docs/schema.md, "The run ledger"). Rank 0 rewrites it atomically when a run starts or ends, at saves, and at
+optimizer steps when due."""
 
 from __future__ import annotations
 
@@ -64,9 +64,8 @@ class Heartbeat:
 
 
 def keep_heartbeat(progress: Progress, file: str | os.PathLike[str] | None) -> None:
-    """On rank 0, keep ``progress``'s heartbeat in ``file`` and beat now (call it where the run starts and at
-    each save); on other ranks, or with ``file=None``, nothing. Beats are at least ``TRACKER_HEARTBEAT_SECONDS``
-    apart (environment; default 30)."""
+    """On rank 0, keep ``progress``'s heartbeat in ``file`` and beat now (call it where the run starts and at each
+    save); elsewhere, or with ``file=None``, nothing. Beats are ``TRACKER_HEARTBEAT_SECONDS`` (default 30) apart."""
     if file is None or world()[1] != 0:
         return
     current = progress._heartbeat

@@ -8,16 +8,11 @@ from typing import Any
 
 
 def rewind_summary_writer(writer: Any, step: int) -> str:
-    """Make TensorBoard drop the points of ``writer``'s run at ``step`` or later, logged before now.
-
-    Writes into the writer's event file (its public ``file_writer``) what ``SummaryWriter(purge_step=step)``
-    writes when it opens, a ``SessionLog.START`` at ``step``: TensorBoard's readers then discard the events at
-    steps >= ``step`` read before it. Call it before the resumed run logs anything. ``writer`` is torch's or
-    tensorboardX's ``SummaryWriter``; a closed one gets ``purge_step``, written when it reopens its file.
-
-    Returns what keeps the purge from working, or "": TensorBoard reads a run's event files in the order of
-    their names, so a file named after this writer's (same second, higher process id) keeps all its points.
-    """
+    """Make TensorBoard drop the points of ``writer``'s run (torch's or tensorboardX's ``SummaryWriter``) at ``step``
+    or later, logged before now: write what ``SummaryWriter(purge_step=step)`` writes when it opens, a
+    ``SessionLog.START`` at ``step`` (a closed writer gets ``purge_step``). Call it before the resumed run logs.
+    Returns what keeps the purge from working, or "": TensorBoard reads event files in name order, so a file
+    named after this writer's (same second, higher process id) keeps all its points."""
     try:  # TensorBoard's event protos, else tensorboardX's (where only it is installed)
         event_pb2: Any = importlib.import_module("tensorboard.compat.proto.event_pb2")
     except ImportError:

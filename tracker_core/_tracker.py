@@ -76,11 +76,11 @@ class Tracker:
         position.arm(parsed)
         if not self._pending:
             self._undo = None
-        self.progress._count_checkpoint_restore(_clock.now_us() - began)
+        self.progress._count_since(self.progress._checkpoint_restore_seconds, began)
 
     def _parse_pending(self, position: LoaderPosition, index: int) -> ParsedLoader | None:
-        """The loaded part waiting for loader ``index``, checked against ``position``; None if none waits or a part
-        of :meth:`resume_loaded_again` does not fit (warned). A load's part that does not fit undoes it and raises."""
+        """The loaded part waiting for loader ``index``, checked against ``position`` (one that does not fit undoes
+        the load and raises, or, of :meth:`resume_loaded_again`, warns and gives None); None if none waits."""
         pending = self._pending.pop(index, None)
         if pending is None:
             return None
@@ -127,7 +127,7 @@ class Tracker:
                         InexactResumeWarning,
                         stacklevel=2,
                     )
-        self.progress._count_checkpoint_save(_clock.now_us() - began)
+        self.progress._count_since(self.progress._checkpoint_save_seconds, began)
         return {"progress": self.progress.state_dict(), "train_loaders": loaders, "rng": compact_rng(rng)}
 
     def gathered_state_dict(self) -> dict[str, Any]:
@@ -136,7 +136,7 @@ class Tracker:
         mine = self.state_dict()
         began = _clock.now_us()
         ranks = gather_to_writer(mine)
-        self.progress._count_checkpoint_save(_clock.now_us() - began)  # in the next checkpoint's entry
+        self.progress._count_since(self.progress._checkpoint_save_seconds, began)  # in the next checkpoint's entry
         return mine if ranks is None else {**ranks[0], "ranks": ranks}
 
     def checkpoint_state_dict(self) -> dict[str, Any]:
@@ -157,11 +157,10 @@ class Tracker:
     def load_state_dict(self, entry: object) -> None:
         """Resume from an entry: validate all of it (a :class:`ProgressStateError` changes nothing), then load
         progress and RNGs and arm the loaders (those registered later: in :meth:`track_train_loader`). A gathered
-        entry gives this rank its part, mapped from another world size (docs/distributed.md)."""
+        entry gives this rank its part, mapped from another world size."""
         began = _clock.now_us()
         loaded = self._parse_entry(entry)
-        # Everything that needs no loader is valid. A loader part waiting for its loader (registered after
-        # the load, as Lightning and Ignite do) is checked against it then: until then, keep what to undo.
+        # A loader part waiting for its loader (registered after the load) is checked then: keep what to undo.
         pending = {index: part for index, part in loaded.parts.items() if index not in loaded.ready}
         undo = None
         if pending:
@@ -172,7 +171,6 @@ class Tracker:
                 (self._pending, self._undo, self._loaded),
             )
         self._undo = undo
-        # Apply, which cannot fail.
         self.progress._load_parsed(loaded.progress)
         loaded.rng.apply()
         for position, parsed in loaded.ready.values():
@@ -182,7 +180,7 @@ class Tracker:
         self._pending = pending
         self._loaded = _LoadedParts(loaded.parts, self.progress.train.view.batches.lifetime.ready)
         self.progress._resume_mapping = loaded.mapping
-        self.progress._count_checkpoint_restore(_clock.now_us() - began)
+        self.progress._count_since(self.progress._checkpoint_restore_seconds, began)
         for problem in loaded.problems:
             warnings.warn(problem, InexactResumeWarning, stacklevel=2)
 

@@ -31,12 +31,12 @@ Nothing else is replayed differently: every later step runs as in the script.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracker_core import Progress
+from tracker_core import Progress, Tracker
 from tracker_core.state._schema import parse
 
 PHASES = ("ready", "started", "processed", "completed")
@@ -354,6 +354,48 @@ def whole_run(progress: Progress, kind: str = "fit", epochs: int = 1, batches: i
         whole_epoch(progress, stage, batches)
     progress.run_processed()
     progress.run_completed()
+
+
+def _never() -> bool:
+    return False
+
+
+def hand_fit(
+    tracker: Tracker,
+    loader: Iterable[Any],
+    epochs: int,
+    train_step: Callable[[Any], list[int]],
+    *,
+    after_batch: Callable[[], bool] = _never,
+    after_epoch: Callable[[], bool] = _never,
+) -> list[int]:
+    """Fit until ``epochs`` lifetime train epochs are completed, marked as a plain PyTorch loop marks them;
+    ``train_step(batch)`` trains on a batch (between its started and processed marks) and returns its sample
+    ids. ``after_batch()``/``after_epoch()`` are asked after each batch/epoch; True stops the fit there
+    (a process killed after that checkpoint). Returns the ids seen."""
+    progress, train = tracker.progress, tracker.progress.train
+    seen: list[int] = []
+    progress.run_ready("fit")
+    progress.run_started()
+    while tracker.view.train.epochs.lifetime.completed < epochs:
+        train.epoch_ready()
+        train.epoch_started()
+        for batch in loader:
+            train.batch_ready()
+            train.batch_started()
+            ids = train_step(batch)
+            train.batch_processed(len(ids))
+            train.batch_completed()
+            seen.extend(ids)
+            if after_batch():
+                return seen
+        train.epoch_processed()
+        train.epoch_completed()
+        if after_epoch():
+            return seen
+    progress.run_processed()
+    progress.run_completed()
+    return seen
 
 
 # invariants ----------------------------------------------------------------------

@@ -10,11 +10,9 @@ from tracker_core.counting._stage import StageProgress
 def count_combined_batch(
     stage: StageProgress, parts: Sequence[tuple[int, int]], passes: Sequence[int | None] = ()
 ) -> None:
-    """The batch just processed (one step reading a batch of each of several dataloaders: Lightning's
-    ``CombinedLoader``) also held, per ``(dataloader, samples)`` of ``parts``, a batch of ``samples`` samples from
-    that dataloader: counted in its tallies and the stage's samples. ``passes``: each dataloader's batches per pass
-    (None: unknown) where a shorter one starts over within the epoch; its epoch-scope counts then restart.
-    """
+    """The batch just processed (one step reading several dataloaders: Lightning's ``CombinedLoader``) also held,
+    per ``(dataloader, samples)`` of ``parts``, a batch of ``samples`` samples from that dataloader. ``passes``: each
+    dataloader's batches per pass (None: unknown); a shorter one starting over restarts its epoch-scope counts."""
     for dataloader, samples in parts:
         stage._count_samples(samples, dataloader)
     for tallies, batches in zip(stage._dataloaders, passes, strict=False):

@@ -45,8 +45,7 @@ def _reached(beaten: dict[str, Any]) -> dict[str, int] | None:
 
 
 def _of_this_run(beaten: dict[str, Any], entry: dict[str, Any]) -> bool:
-    """A beat's entry is the restored ``entry``: the same kind, opening instant and start, and not behind the
-    checkpoint (every save beats; docs/schema.md, "The run ledger")."""
+    """A beat's entry is the restored ``entry``: the same kind, opening instant and start, not behind the checkpoint."""
     if any(beaten[name] != entry[name] for name in ("kind", "opened_unix_microseconds", "start")):
         return False
     reached = _reached(beaten)
@@ -54,8 +53,8 @@ def _of_this_run(beaten: dict[str, Any], entry: dict[str, Any]) -> bool:
 
 
 def _unsaved(entry: dict[str, Any]) -> dict[str, Any]:
-    """``entry`` of a process whose work no checkpoint this record continues from holds: it ends where it
-    started, all it did is lost (added to what it had lost already; idempotent), and a running one crashed."""
+    """``entry`` of a process whose work no checkpoint holds: it ends where it started, all it did is lost (added to
+    what it had lost already; idempotent), and a running one crashed."""
     lost = entry["lost"]
     start = entry["start"]
     if lost != UNKNOWN:

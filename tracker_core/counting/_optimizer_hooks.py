@@ -16,8 +16,7 @@ def count_optimizer_steps(
     train: TrainStageProgress, optimizers: Sequence[torch.optim.Optimizer], first_index: int = 0
 ) -> list[RemovableHandle]:
     """Count each completed ``step()`` of ``optimizers[i]`` as a step of optimizer ``first_index + i`` (a step
-    AMP's GradScaler skipped never reaches it: :func:`count_skipped_steps`). Remove the handles to stop counting.
-    """
+    AMP skipped never reaches it: :func:`count_skipped_steps`). Remove the handles to stop counting."""
     return [
         optimizer.register_step_post_hook(_step_counter(train, first_index + offset))
         for offset, optimizer in enumerate(optimizers)
@@ -32,13 +31,10 @@ def _step_counter(train: TrainStageProgress, index: int) -> Callable[[Any, Any, 
 def count_skipped_steps(
     train: TrainStageProgress, scaler: torch.amp.GradScaler, optimizers: Sequence[torch.optim.Optimizer]
 ) -> Callable[[], None]:
-    """Count the steps of ``optimizers[i]`` that AMP's ``scaler`` skips (inf/NaN gradients) as skipped steps of
-    optimizer ``i``: returns the check to call once per batch, after the batch's ``scaler.update()``.
-
-    ``update()`` lowers the scale after a skipped step, never after steps taken: a check that finds
-    ``scaler.get_scale()`` lower than at the last check (or this call) counts a skipped step for each optimizer
-    that took no step since (steps taken: :func:`count_optimizer_steps`). Call again once the scaler was loaded.
-    """
+    """Count the steps of ``optimizers[i]`` that AMP's ``scaler`` skips as skipped steps of optimizer ``i``: returns
+    the check to call once per batch, after ``scaler.update()``. ``update()`` lowers the scale only after a skipped
+    step: a check that finds the scale lower than at the last check counts a skipped step for each optimizer that
+    took no step since. Call again once the scaler was loaded."""
     last = (scaler.get_scale(), _steps_taken(train, len(optimizers)))
 
     def check() -> None:

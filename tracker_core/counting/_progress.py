@@ -23,12 +23,8 @@ _RUN_AT = {phase: ("", Event.RUN.value, phase.value) for phase in Phase}  # ``wh
 
 
 class Progress:
-    """How far a training program has got, owned and advanced by one loop or adapter.
-
-    Consumers read it through :attr:`view`, never through this object. Counts live
-    in three scopes: this epoch, this run (one fit/validate/test/predict call) and
-    the lifetime of the model (across runs and trainers, carried by checkpoints).
-    """
+    """How far a training program has got, owned and advanced by one loop or adapter; consumers read :attr:`view`.
+    Counts live in three scopes: this epoch, this run (one fit/validate/test/predict call) and the model's lifetime."""
 
     __slots__ = (
         "_anomalies",
@@ -129,11 +125,9 @@ class Progress:
         self._beat()
 
     def note_run_end(self, ended: str) -> None:
-        """The framework ends the current run otherwise than by completing it, for the run ledger:
-        ``"stopped_early"`` (told to stop before its limits; it still completes), ``"interrupted"``
-        (KeyboardInterrupt) or ``"crashed"`` (another exception). The run's counts are not touched. Nothing
-        when no run is open (ended already) or the open one was loaded from a checkpoint and not yet resumed
-        (another process's, which the resume settles)."""
+        """For the run ledger, the current run ends otherwise than completed: ``"stopped_early"`` (it still completes),
+        ``"interrupted"`` (KeyboardInterrupt) or ``"crashed"``; its counts are not touched. Nothing when no run is
+        open or the open one was loaded and not yet resumed (the resume settles it)."""
         if ended not in (STOPPED_EARLY, INTERRUPTED, CRASHED):
             raise ValueError(f"unknown run ending {ended!r}; expected stopped_early, interrupted or crashed")
         self.train._read_schedulers()  # now: held weakly, the schedulers may be dropped after the run
@@ -148,7 +142,7 @@ class Progress:
         self._beat()
 
     def _beat(self) -> None:
-        """A run ended: the heartbeat says so now (a resume from an older checkpoint then knows how it ended)."""
+        """A run ended: the heartbeat says so now (a resume from an older checkpoint learns how it ended)."""
         if self._heartbeat is not None:
             self._heartbeat.beat()
 
@@ -191,13 +185,9 @@ class Progress:
         for tally in (self._checkpoint_save_seconds, self._checkpoint_restore_seconds, self._fast_forward_seconds):
             tally.run_base = tally.epoch_base = tally.total
 
-    def _count_checkpoint_save(self, microseconds: int) -> None:
-        """The tracker spent ``microseconds`` building a checkpoint entry."""
-        self._checkpoint_save_seconds.total += max(0, microseconds)
-
-    def _count_checkpoint_restore(self, microseconds: int) -> None:
-        """The tracker spent ``microseconds`` restoring a checkpoint entry."""
-        self._checkpoint_restore_seconds.total += max(0, microseconds)
+    def _count_since(self, tally: Tally, began: int) -> None:
+        """Count in ``tally`` the microseconds since ``began`` (checkpoint saves and restores)."""
+        tally.total += max(0, _clock.now_us() - began)
 
     def _count_fast_forward(self, seconds: float) -> None:
         """A resume read already-trained batches again for ``seconds``."""
@@ -205,9 +195,8 @@ class Progress:
 
     # anomalies ---------------------------------------------------------------
     def note_anomaly(self, message: str, framework: str = "") -> None:
-        """Record what happened that the counts could not follow, e.g. "validation cut by an exception
-        at batch 3". Saved with the state; the last 100 are kept, each cut to 500 characters. An adapter
-        names its ``framework``: the first anomaly it notes also warns (``RuntimeWarning``)."""
+        """Record what the counts could not follow, e.g. "validation cut by an exception at batch 3" (the last 100
+        kept, each cut to 500 characters). An adapter names its ``framework``: its first anomaly also warns."""
         if not isinstance(message, str):
             raise TypeError(f"an anomaly is a str, got {type(message).__name__}")
         if len(message) > MAX_ANOMALY_CHARS:
@@ -241,8 +230,8 @@ class Progress:
         self._where = None
 
     def _load_parsed(self, parsed: Parsed) -> None:
-        """Write a state that ``parse`` accepted and settle its in-flight events; cannot fail.
-        No clock runs until the next epoch begins: the time the saving process was gone is not counted."""
+        """Write a state that ``parse`` accepted and settle its in-flight events; cannot fail. No clock runs until
+        the next epoch begins: the time the saving process was gone is not counted."""
         self._stop_clocks()
         self.train._schedulers = []  # a scheduler restored from here on would read as steps
         apply(self, parsed)

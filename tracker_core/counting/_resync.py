@@ -1,5 +1,4 @@
-"""Re-synchronise a Progress with a framework's own counters where its hooks cannot say what happened: a run cut
-by an exception, a run or evaluation epoch the framework carries on."""
+"""Re-synchronise a Progress with a framework's counters where its hooks cannot say what happened."""
 
 from __future__ import annotations
 
@@ -14,12 +13,8 @@ RunScope = tuple[int, int, tuple[tuple[int, ...], ...]]
 
 def abandon_in_flight(progress: Progress, *, reenter: bool) -> str:
     """An exception ended the current run: close what was in flight; return what was cut ("" if nothing).
-
-    A processed batch counts as completed, an unprocessed one is undone; an unfinished epoch is dropped (its
-    processed batches stay counted). With ``reenter`` (the framework continues this run's counters at its next
-    call of the same kind, as Lightning's fit loop does) the next ``run_ready`` of that kind re-enters the run;
-    otherwise the run is closed and counted.
-    """
+    A processed batch counts as completed, an unprocessed one is undone, an unfinished epoch is dropped. With
+    ``reenter`` (Lightning's fit loop continues its counters) the next ``run_ready`` of that kind re-enters the run."""
     cut: list[str] = []
     for stage in progress._stages():
         batches, epochs = stage._batches, stage._epochs
@@ -45,10 +40,8 @@ def abandon_in_flight(progress: Progress, *, reenter: bool) -> str:
 
 
 def reenter_last_run(progress: Progress, kind: str) -> bool:
-    """The framework continues its last run of ``kind`` with its counters carried on: re-open it, so the next
-    ``run_ready(kind)`` and ``run_started`` count nothing and the run scope (e.g. ``view.global_step``) continues.
-    False, changing nothing, when the last run is of another kind.
-    """
+    """The framework continues its last run of ``kind``: re-open it, so the next ``run_ready(kind)`` and
+    ``run_started`` count nothing and its run scope continues. False, changing nothing, if the last run differs."""
     runs = progress._runs
     if progress._run_kind != kind or runs.ready == 0:
         return False
@@ -60,11 +53,9 @@ def reenter_last_run(progress: Progress, kind: str) -> bool:
 
 
 def reenter_evaluation_epoch(progress: Progress, stage: str, state: dict[str, Any]) -> bool:
-    """After ``load_state_dict(state)``: continue the evaluation epoch of ``stage`` it left unfinished instead of
-    restarting it, for a framework that carries on that epoch's counts (Lightning, after a checkpoint inside a
-    validation batch): its processed batches come back, the next ``epoch_ready``/``epoch_started`` count nothing.
-    False, changing nothing, if ``state`` had no unfinished epoch of ``stage``.
-    """
+    """After ``load_state_dict(state)``: continue the unfinished evaluation epoch of ``stage`` (Lightning carries on
+    its counts): its processed batches come back, the next ``epoch_ready``/``epoch_started`` count nothing.
+    False, changing nothing, if ``state`` had no unfinished epoch of ``stage``."""
     saved = state["stages"][stage]
     epochs, batches = saved["epochs"]["lifetime"], saved["batches"]["lifetime"]
     if epochs["ready"] == epochs["completed"] or epochs["processed"] != epochs["completed"]:
@@ -83,13 +74,9 @@ def reenter_evaluation_epoch(progress: Progress, stage: str, state: dict[str, An
 
 
 def continue_run_scope(stage: StageProgress, bases: RunScope | None = None) -> RunScope:
-    """Where the current run scope of ``stage`` begins (opaque), after continuing it from ``bases`` if given.
-
-    ``bases``: the framework counts this run of ``stage`` on from an earlier run whose scope began there (as
-    this function returned it then; Lightning: a fit after validate/test/predict on the same Trainer carries on
-    its fit counters). Call it right after ``run_ready``. Tallies that did not exist then (a new dataloader or
-    optimizer) count from zero.
-    """
+    """Where the current run scope of ``stage`` begins (opaque), after continuing it from ``bases``, an earlier
+    return of this function (Lightning: a fit after validate/test/predict carries on its fit counters). Call it
+    right after ``run_ready``; tallies that did not exist then (a new dataloader or optimizer) count from zero."""
     kinds = stage._tally_kinds()
     if bases is not None:
         stage._epochs.run_base, stage._batches.run_base, kind_bases = bases

@@ -12,11 +12,9 @@ from tracker_core.counting._stage import TrainStageProgress
 
 def count_scheduler_steps(train: TrainStageProgress, schedulers: Sequence[object]) -> None:
     """From now on, count each step of the torch LR ``schedulers`` (the growth of its ``last_epoch``, held weakly)
-    as a scheduler step of ``train``, instead of those counted until now (``[]`` stops counting).
-
-    Call it once a checkpoint restored the schedulers (a load of the progress stops the counting). One without an
-    ``int`` ``last_epoch`` (torch's ``ChainedScheduler``) is not counted: an anomaly names it, warned the first time.
-    """
+    as a scheduler step of ``train``, instead of those counted until now (``[]`` stops counting). Call it once a
+    checkpoint restored the schedulers (a load stops the counting). One without an ``int`` ``last_epoch`` (torch's
+    ``ChainedScheduler``) is not counted: an anomaly names it, warned the first time."""
     counted = []
     for scheduler in {id(scheduler): scheduler for scheduler in schedulers}.values():
         if isinstance(getattr(scheduler, "last_epoch", None), int):

@@ -48,10 +48,8 @@ class _TokenTally(Tally):
 
 
 class TokenCounter:
-    """Counts the tokens of each processed batch of one stage: by ``count_tokens(batch)`` when given (an int, or
-    ``(tokens, non_padding_tokens)``), else from its ``input_ids`` and ``attention_mask``. A batch type found to
-    carry neither is remembered, so such batches cost one type check each.
-    """
+    """Counts the tokens of each processed batch of one stage: by ``count_tokens(batch)`` when given, else from its
+    ``input_ids`` and ``attention_mask``. A batch type carrying neither is remembered: one type check each."""
 
     __slots__ = ("_count_tokens", "_stage", "_warned", "tokenless_type")
 

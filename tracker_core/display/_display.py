@@ -80,11 +80,9 @@ def _clock_time(seconds: float) -> str:
 
 
 class Display:
-    """Shows the progress of ``view``; the adapter calls :meth:`update` after each batch.
-
-    ``terminal``: draw a live line (needs rich; ``None`` asks ``stream.isatty()``), else plain lines every
-    ``interval`` seconds. ``metrics(name)``: the metrics line ``name`` shows (what it raises is warned once).
-    """
+    """Shows the progress of ``view``; the adapter calls :meth:`update` after each batch. ``terminal``: draw a live
+    line (needs rich; ``None`` asks ``stream.isatty()``), else plain lines every ``interval`` seconds.
+    ``metrics(name)``: the metrics line ``name`` shows (what it raises is warned once)."""
 
     def __init__(
         self,
