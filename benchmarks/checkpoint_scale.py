@@ -1,9 +1,10 @@
 """Checkpoint cost per rank at 1, 2, 4, 8 and 16 gloo processes, and its projection to 1,024 and 16,384 ranks.
 
-Each rank trains 3 batches of a tiny map-style loader (a DistributedSampler giving each rank
-64 numbers, one tracked train loader), then, ROUNDS times: saves (``Tracker.gathered_state_dict``:
-one gather to rank 0, the writer, which writes each rank's entry to its own file beside the
-checkpoint, ``write_rank_files``, then ``torch.save``s the checkpoint: rank 0's entry and the index,
+Each rank trains 3 batches of a tiny map-style loader (torchdata's StatefulDataLoader over a
+DistributedSampler giving each rank 64 numbers, one tracked train loader, so the mid-epoch entry
+holds the loader's position), then, ROUNDS times: saves (``Tracker.gathered_state_dict``: one
+gather to rank 0, the writer, which writes each rank's entry to its own file beside the checkpoint,
+``write_rank_files``, then ``torch.save``s the checkpoint: rank 0's entry and the index,
 as the Lightning adapter's checkpoint IO does with ``rank_files=True``) and loads (every rank
 ``torch.load``s the checkpoint whole, as the framework does, and ``load_state_dict``s it through
 ``with_rank_files``, which reads this rank's file only).
@@ -36,7 +37,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DistributedSampler, TensorDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -63,7 +65,7 @@ def _free_port() -> int:
 def _loader(world: int, rank: int) -> Any:
     """Each rank's shard holds ``DATASET_SIZE`` samples, at any world size."""
     data = TensorDataset(torch.arange(float(DATASET_SIZE * world)))
-    return DataLoader(data, batch_size=BATCH_SIZE, sampler=DistributedSampler(data, world, rank, seed=0))
+    return StatefulDataLoader(data, batch_size=BATCH_SIZE, sampler=DistributedSampler(data, world, rank, seed=0))
 
 
 def _worker(rank: int, world: int, port: int, folder: str, results: Any) -> None:
