@@ -8,7 +8,7 @@ at its batch. At another world size (world size 1 with batches of 3, 2, 4 or 6, 
 checkpoint at world size 2) a plain DataLoader has no position to map: its counts are mapped by
 global samples, so the framework's counters continue from the same share of the epoch, and the
 rest of the epoch is read from a new iterator's start (warned); a checkpoint between epochs, or
-after an epoch's last batch, resumes exactly.
+after an epoch's last batch (a StatefulDataLoader's too), resumes exactly.
 """
 
 from __future__ import annotations
@@ -314,6 +314,21 @@ def test_a_checkpoint_after_the_last_batch_of_an_epoch_resumes_with_nothing_left
         tracker.load_state_dict(copy.deepcopy(entry))
     record = tracker.view.resume_mapping["train_loaders"][0]
     assert (record["samples_consumed"], record["exact"], record["problem"]) == (SAMPLES, True, "")
+    assert (tracker.view.train.batches.epoch.completed, tracker.view.train.samples.epoch) == (8, SAMPLES)
+    epochs, _ = _train(tracker, loader)
+    assert epochs == [[], _world_one(3)[SAVED_EPOCH + 1]]
+
+
+def test_a_stateful_dataloader_saved_after_the_last_batch_of_an_epoch_resumes_exactly_at_another_world_size() -> None:
+    """Its epoch is finished: nothing of its own state (its rank's shard) is needed, as for a plain loader."""
+    tracker = Tracker()
+    loader = _stateful_loader(3, 1, 0)
+    tracker.track_train_loader(loader)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InexactResumeWarning)
+        tracker.load_state_dict(copy.deepcopy(_world_two()[0]["stateful"]["saved"][4]))
+    record = tracker.view.resume_mapping["train_loaders"][0]
+    assert (record["samples_consumed"], record["batches_consumed"], record["exact"]) == (SAMPLES, 8, True)
     assert (tracker.view.train.batches.epoch.completed, tracker.view.train.samples.epoch) == (8, SAMPLES)
     epochs, _ = _train(tracker, loader)
     assert epochs == [[], _world_one(3)[SAVED_EPOCH + 1]]

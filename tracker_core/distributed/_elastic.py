@@ -77,7 +77,7 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
     source = read_mapping(ranks[source_rank], key, required=ENTRY_KEYS)
     if saved_size == size:
         return Selected(ranks[rank], None, [], key)
-    read_list(source["train_loaders"], f"{key}.train_loaders")
+    states = read_list(source["train_loaders"], f"{key}.train_loaders")
     with keys_under(f"{key}.progress"):
         epochs = parse(source["progress"]).train_epochs
     mapping: dict[str, Any] = {
@@ -87,70 +87,54 @@ def select(ranks: object, loaders: Mapping[int, LoaderPosition]) -> Selected:
         "source_rank": source_rank,
         "train_loaders": [],
     }
-    entry = {
-        "progress": copy.deepcopy(source["progress"]),
-        "train_loaders": list(source["train_loaders"]),
-        "rng": source["rng"],
-    }
-    if reenters_train_epoch(epochs):
-        problems = _map_loaders(loaders, saved_size, key, entry, mapping)
-    else:  # between epochs only generators are restored; the next epoch is the new geometry's own
-        entry["train_loaders"] = [_between_epochs(state) for state in entry["train_loaders"]]
-        problems = []
-    return Selected(entry, mapping, problems, key)
-
-
-def _map_loaders(
-    loaders: Mapping[int, LoaderPosition],
-    saved_size: int,
-    source_key: str,
-    entry: dict[str, Any],
-    mapping: dict[str, Any],
-) -> list[str]:
-    """Map the counts of each tracked train loader of ``entry`` to this world size, record it in ``mapping``; return
-    what is inexact."""
+    progress = copy.deepcopy(source["progress"])
+    # Only generators are restored: the next epoch is the new geometry's own; inside an epoch only counts are mapped.
+    entry = {"progress": progress, "train_loaders": [_unsharded(state) for state in states], "rng": source["rng"]}
     problems: list[str] = []
-    if entry["progress"]["stages"]["train"]["accumulating_batches"]:
+    if not reenters_train_epoch(epochs):
+        return Selected(entry, mapping, problems, key)
+    if progress["stages"]["train"]["accumulating_batches"]:
         problems.append(
             "saved inside a gradient accumulation window: its partial gradients belong to the old world size"
         )
-    for index, state in enumerate(entry["train_loaders"]):
+    for index, state in enumerate(states):
         if isinstance(state, dict) and state.get("kind") == "untracked":
             continue
-        state, record = _map_loader(state, index, loaders.get(index), saved_size, source_key, entry)
-        entry["train_loaders"][index] = state
+        record = _map_loader(state, index, loaders.get(index), saved_size, f"{key}.train_loaders.{index}", progress)
+        # Nothing of the saved position is loaded (a StatefulDataLoader's own state included).
+        entry["train_loaders"][index] = {**entry["train_loaders"][index], "batches_consumed": 0, "epoch": None}
         mapping["train_loaders"].append(record)
         if record["problem"]:
             problems.append(f"train dataloader {index}: {record['problem']}")
-    return problems
+    return Selected(entry, mapping, problems, key)
 
 
-def _between_epochs(state: object) -> object:
-    """A loader state saved between epochs, freed of its old geometry (epoch length, sampler rank)."""
+def _unsharded(state: object) -> object:
+    """A loader state freed of its old geometry (epoch length, sampler rank)."""
     if not isinstance(state, dict) or state.get("kind") == "untracked":
         return state
     return {**state, "batches_per_epoch": None, "distributed": None}
 
 
 def _map_loader(
-    state: object,
-    index: int,
-    position: LoaderPosition | None,
-    saved_size: int,
-    source_key: str,
-    entry: dict[str, Any],
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Train loader ``index``'s state saved inside an epoch, its counts mapped by global samples to this world size
-    (a plain loader has no position to map: the framework reads the rest of the epoch by its own rule, as at the
-    saved world size), and its record; re-bases its counts in ``entry``."""
+    state: object, index: int, position: LoaderPosition | None, saved_size: int, key: str, progress: dict[str, Any]
+) -> dict[str, Any]:
+    """The record of train loader ``index``'s counts, saved inside an epoch in ``state`` (at ``key``), mapped by global
+    samples to this world size and re-based in ``progress``. The loader is not positioned: the framework reads the
+    rest of the epoch by its own rule (its position warning is left out: the record's problem says it)."""
     size = world()[0]
-    key = f"{source_key}.train_loaders.{index}"
     if not isinstance(state, dict):
         raise ProgressStateError(key, "expected a dict")
-    position, mine, saved = _geometries(state, index, position, saved_size, key)
+    if position is None:
+        raise ProgressStateError(
+            f"train_loaders.{index}",
+            f"an elastic resume (saved at world size {saved_size}, loading at {size}) maps the data position "
+            "onto the loader: register it with track_train_loader before load_state_dict",
+        )
+    finished = state.get("batches_consumed") == state.get("batches_per_epoch")
+    mine, saved = _geometries(state, index, position, saved_size, key, finished)
     consumed = read_int(state.get("batches_consumed"), f"{key}.batches_consumed", minimum=0)
     batches_per_epoch = position._batches_per_epoch()  # known: a sharded loader is map-style
-    finished = consumed == state.get("batches_per_epoch")
     # A finished epoch may end in a short batch: it consumed every position, whatever k * b says.
     samples = mine["dataset_size"] if finished else consumed * saved["batch_size"] * saved_size
     resumed = (
@@ -164,7 +148,8 @@ def _map_loader(
         f"another order), not from sample {samples}; its counts continue from batch {resumed}. Checkpoint between "
         "epochs to resume exactly at another world size"
     )
-    record = {
+    _rebase(progress, index, resumed - consumed, _samples_read(mine, resumed))
+    return {
         "index": index,
         "samples_consumed": samples,
         "batch_size": mine["batch_size"],
@@ -172,26 +157,16 @@ def _map_loader(
         "exact": not problem,
         "problem": problem,
     }
-    _rebase(entry["progress"], index, resumed - consumed, _samples_read(mine, resumed))
-    # The plain position's own resume warning is left out: the problem above says it.
-    return dict(
-        state, batches_consumed=resumed, batches_per_epoch=batches_per_epoch, distributed=mine, epoch=None
-    ), record
 
 
 def _geometries(
-    state: Mapping[str, Any], index: int, position: LoaderPosition | None, saved_size: int, key: str
-) -> tuple[LoaderPosition, dict[str, Any], dict[str, Any]]:
-    """The live position of train loader ``index`` and its sharding, and the sharding ``state`` (at ``key``) was
-    saved with, checked: they shard and order an epoch alike, and the state is not a loader's own."""
+    state: Mapping[str, Any], index: int, position: LoaderPosition, saved_size: int, key: str, finished: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The sharding of train loader ``index`` (at ``position``) and the one ``state`` (at ``key``) was saved with,
+    checked: they shard and order an epoch alike, and the state is not a loader's own inside its epoch (one
+    ``finished``, every batch consumed, needs nothing of it)."""
     size = world()[0]
-    if position is None:
-        raise ProgressStateError(
-            f"train_loaders.{index}",
-            f"an elastic resume (saved at world size {saved_size}, loading at {size}) maps the data position "
-            "onto the loader: register it with track_train_loader before load_state_dict",
-        )
-    if state.get("kind") == "own_state":
+    if state.get("kind") == "own_state" and not finished:
         raise ProgressStateError(
             f"{key}.kind",
             f"a loader's own state (torchdata's StatefulDataLoader) holds its rank's shard of the epoch, saved at "
@@ -218,7 +193,7 @@ def _geometries(
             "its position cannot be mapped",
         )
     _check_same_order(saved, mine, f"{key}.distributed")
-    return position, mine, saved
+    return mine, saved
 
 
 def _check_same_order(saved: Mapping[str, Any], mine: Mapping[str, Any], key: str) -> None:

@@ -135,9 +135,7 @@ class _LazyRanks(Sequence[_Part]):
 class RankFiles(_LazyRanks[dict[str, Any]]):
     """The saved ranks' entries, index = rank, each file read and checked when its entry is first asked for."""
 
-    def __init__(self, folder: str, world_size: int, save_id: str) -> None:
-        super().__init__(folder, world_size, save_id)
-        self.bytes_read = 0  # what this process read of the rank files (benchmarks/checkpoint_scale.py)
+    bytes_read = 0  # what this process read of the rank files (benchmarks/checkpoint_scale.py)
 
     @classmethod
     def of(
