@@ -9,7 +9,8 @@ process resumes them (tests/helpers/ignite_elastic_run.py) with ``idist.auto_dat
 which is the 2 ranks' batches interleaved (rank ``r`` reads positions ``r, r + 2, ...``).
 A plain loader saved inside an epoch is mapped by its counts only (one
 ``InexactResumeWarning``; the rest of the epoch comes from a new iterator's first batches); a
-StatefulDataLoader (``stateful-<iteration>.pt``) saved inside an epoch is refused. The other way round, an uninterrupted one-process run (batches of 6) saves after iterations
+StatefulDataLoader (``stateful-<iteration>.pt``) saved inside an epoch is refused, after its last batch it resumes
+as a plain loader does. The other way round, an uninterrupted one-process run (batches of 6) saves after iterations
 ``GROW_AT`` and 2 processes (batches of 3 per rank) resume them.
 """
 
@@ -92,11 +93,13 @@ def _geometry(name: str) -> tuple[int, int, int, int]:
     return epoch, iteration - epoch * SAVED_BATCHES, batch, SAMPLES // batch
 
 
+@pytest.mark.parametrize("name", ["last-batch-of-epoch-1-batch-2", "stateful-last-batch-of-epoch-1-batch-2"])
 def test_a_finished_epoch_resumes_exactly_with_the_next_epoch_whole(
-    straight: tuple[Path, list[dict[str, Any]]], resumed: dict[str, Any]
+    name: str, straight: tuple[Path, list[dict[str, Any]]], resumed: dict[str, Any]
 ) -> None:
-    """Saved after epoch 1's last batch on 2 ranks: the single process trains epoch 2 whole, in its own order."""
-    found = resumed["last-batch-of-epoch-1-batch-2"]
+    """Saved after epoch 1's last batch on 2 ranks (Ignite's EPOCH_COMPLETED not yet fired): the single process
+    trains epoch 2 whole, in its own order; a StatefulDataLoader's own state is not needed."""
+    found = resumed[name]
     assert found["warnings"] == []
     assert found["mapping"]["train_loaders"][0]["exact"] is True
     assert sum(found["seen"], []) == _epoch_order(straight[1], 1)
@@ -149,7 +152,7 @@ def test_resume_mapping_says_how_the_checkpoint_was_mapped(resumed: dict[str, An
     }
 
 
-@pytest.mark.parametrize("name", [*INSIDE, "last-batch-of-epoch-1-batch-2"])
+@pytest.mark.parametrize("name", [*INSIDE, "last-batch-of-epoch-1-batch-2", "stateful-last-batch-of-epoch-1-batch-2"])
 def test_ignite_counters_agree_with_the_tracker_from_started_to_the_end(name: str, resumed: dict[str, Any]) -> None:
     """At STARTED and each EPOCH_COMPLETED: iteration = train batches of the run, epoch = epochs completed,
     epoch_length = the new loader's length; the resumed epoch starts at the mapped batch."""
@@ -172,13 +175,9 @@ def test_plain_loader_saved_inside_an_epoch_warns_once_at_load_that_it_has_no_po
     assert found["mapping"]["train_loaders"][0]["exact"] is False
 
 
-@pytest.mark.parametrize("name", [name for name in CASES if name.startswith("stateful")])
-def test_stateful_loader_saved_before_its_epoch_ended_is_refused_at_another_world_size(
-    name: str, resumed: dict[str, Any]
-) -> None:
-    """Its own state holds a rank's shard of the old geometry: nothing is loaded, no batch is trained. After the
-    epoch's last batch too (Ignite's EPOCH_COMPLETED not yet fired), where a plain loader resumes exactly."""
-    found = resumed[name]
+def test_stateful_loader_saved_inside_an_epoch_is_refused_at_another_world_size(resumed: dict[str, Any]) -> None:
+    """Its own state holds a rank's shard of the old geometry: nothing is loaded, no batch is trained."""
+    found = resumed["stateful-mid-epoch-1-batch-2"]
     assert found["error"][:2] == ["ProgressStateError", "ranks.0.train_loaders.0.kind"]
     assert "resume at world size 2, or from a checkpoint between epochs" in found["error"][2]
     assert found["seen"] == []
