@@ -39,10 +39,15 @@ from tracker_core.adapter import register_progress as register
 from tracker_core.checkpoints import IGNITE_STATE_KEYS as _STATE_KEYS
 from tracker_core.integrations.ignite._compat import set_batches_into_epoch
 from tracker_core.integrations.ignite._deterministic import deterministic_entry, inexact_resume, load_progress
-from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
+from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, epoch_consumed, map_engine
 from tracker_core.integrations.ignite._events import CountTokens, add_handlers, attach_stage, settle_for_save
-from tracker_core.integrations.ignite._loaders import Loaders, builds_drew, has_own_state, has_plain_loader
-from tracker_core.integrations.ignite._round_robin import RoundRobin
+from tracker_core.integrations.ignite._loaders import (
+    Loaders,
+    any_own_state,
+    builds_drew,
+    finish_replay,
+    has_plain_loader,
+)
 from tracker_core.integrations.ignite._settle import close_cut
 from tracker_core.integrations.ignite._steps import count_trainer_steps
 
@@ -324,7 +329,7 @@ class ProgressHandler:
             )
         elif self._deterministic_problem:  # set for a DeterministicEngine only
             problem = self._deterministic_problem
-        elif not self._deterministic and _fetched_unstepped(trainer, self.view) and _any_own_state(loader):
+        elif not self._deterministic and _fetched_unstepped(trainer, self.view) and any_own_state(loader):
             event = getattr(trainer.last_event_name, "name", trainer.last_event_name)
             problem = (
                 f"a checkpoint at {event} (iteration {trainer.state.iteration}), after the "
@@ -346,20 +351,15 @@ def _fetched_unstepped(trainer: Engine, view: ProgressView) -> bool:
     return event != Events.ITERATION_COMPLETED and view.train.batches.lifetime.in_flight
 
 
-def _any_own_state(data: object) -> bool:
-    return any(has_own_state(loader) for loader in (data.loaders if isinstance(data, RoundRobin) else (data,)))
-
-
 def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
     """Make Ignite's epoch and in-epoch position agree with the loaded progress, firing the EPOCH_COMPLETED Ignite
     skips after a checkpoint at an epoch's last batch. True when the first batch continues the saved epoch."""
-    epochs = view.train.epochs.run
-    consumed = view.train.batches.epoch.completed if epochs.in_flight else 0
+    consumed = epoch_consumed(view)
     length = engine.state.epoch_length
-    if epochs.in_flight and length is not None and consumed >= length:  # checkpointed at the epoch's last batch
+    if consumed and length is not None and consumed >= length:  # checkpointed at the epoch's last batch
         if replayed:
-            _finish_replayed_epoch(engine)
-        engine.state.epoch = epochs.ready
+            finish_replay(engine.state.dataloader, length)
+        engine.state.epoch = view.train.epochs.run.ready
         engine.fire_event(Events.EPOCH_COMPLETED)
         consumed = 0  # the next epoch starts at its first batch
     engine.state.epoch = view.train.epochs.run.completed
@@ -367,18 +367,6 @@ def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
     if length is None or engine.state.iteration % length != consumed:  # Ignite's own derivation says otherwise
         set_batches_into_epoch(engine, consumed)
     return consumed > 0
-
-
-def _finish_replayed_epoch(engine: Engine) -> None:
-    """Read the loaded epoch's empty replay now: left for Ignite's next ``iter()``, it would leave a
-    ``DistributedSampler`` at the saved epoch (undoing the next epoch's ``set_epoch``). A plain DataLoader has none:
-    its next iterator is the next epoch's (reading one would draw that epoch's order, and the global RNG, now)."""
-    data = engine.state.dataloader
-    if batches_in(data) != engine.state.epoch_length:
-        return
-    for loader in data.loaders if isinstance(data, RoundRobin) else (data,):
-        if has_own_state(loader):
-            next(iter(loader), None)
 
 
 def _check_rngs_at_first_batch(engine: Engine, rng_check: ResumeRngCheck) -> None:
