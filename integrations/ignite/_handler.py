@@ -40,7 +40,7 @@ from tracker_core.checkpoints import IGNITE_STATE_KEYS as _STATE_KEYS
 from tracker_core.integrations.ignite._compat import set_batches_into_epoch
 from tracker_core.integrations.ignite._deterministic import deterministic_entry, inexact_resume, load_progress
 from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, epoch_consumed, map_engine
-from tracker_core.integrations.ignite._events import CountTokens, add_handlers, attach_stage, settle_for_save
+from tracker_core.integrations.ignite._events import CountTokens, add_handlers, attach_stage, close_cut, settle_for_save
 from tracker_core.integrations.ignite._loaders import (
     Loaders,
     any_own_state,
@@ -48,7 +48,6 @@ from tracker_core.integrations.ignite._loaders import (
     finish_replay,
     has_plain_loader,
 )
-from tracker_core.integrations.ignite._settle import close_cut
 from tracker_core.integrations.ignite._steps import count_trainer_steps
 
 __all__ = ["ProgressHandler"]
@@ -62,14 +61,11 @@ _BUILT_AFTER_LOAD = (
 
 
 class ProgressHandler:
-    """The progress of one training program across its Ignite engines (docs/ignite.md).
-
-    Attach it to the trainer and to each evaluator or inference engine, and put it in a ``Checkpoint``'s
-    ``to_save``: ``Checkpoint.load_objects`` then makes the trainer's next ``run()`` continue exactly.
-    ``count_tokens(batch)``: a batch's tokens, all or ``(tokens, non_padding_tokens)`` (default: from its
-    ``input_ids`` and ``attention_mask``). ``heartbeat``: a file where rank 0 keeps how far the run got since
-    its last checkpoint, read by a resume to measure the lost work; None: no heartbeat.
-    """
+    """The progress of one training program across its Ignite engines (docs/ignite.md): attach it to the trainer and
+    each evaluator or inference engine, and put it in a ``Checkpoint``'s ``to_save``; ``Checkpoint.load_objects`` then
+    makes the trainer's next ``run()`` continue exactly. ``count_tokens(batch)``: a batch's tokens, all or ``(tokens,
+    non_padding_tokens)`` (default: from ``input_ids`` and ``attention_mask``). ``heartbeat``: a file where rank 0
+    keeps how far the run got since its last checkpoint, to measure a resume's lost work (None: no heartbeat)."""
 
     def __init__(
         self, count_tokens: CountTokens | None = None, heartbeat: str | os.PathLike[str] | None = None
@@ -105,14 +101,12 @@ class ProgressHandler:
         schedulers: Sequence[object] = (),
         model: torch.nn.Module | None = None,
     ) -> None:
-        """Record ``engine`` as stage ``stage``; attach before adding your own handlers to it (docs/ignite.md).
-
-        Train only: ``optimizers`` whose steps are counted; an AMP ``scaler`` whose skipped steps are counted
-        (default: ``engine.state.scaler``); the ``dataloader`` the trainer's ``run()`` will get, onto which a
-        checkpoint saved at another world size is mapped; ``schedulers``: Ignite param-scheduler handlers
-        attached to the trainer's events by now, and torch LR schedulers the step function steps. ``model``
-        (any stage): a model carrying its lifetime (``tracker_core.track_lifetime``), continued by each ``run()``.
-        """
+        """Record ``engine`` as stage ``stage``; attach before adding your own handlers to it (docs/ignite.md). Train
+        only: ``optimizers`` whose steps are counted; an AMP ``scaler`` whose skipped steps are counted (default:
+        ``engine.state.scaler``); the ``dataloader`` its ``run()`` will get, onto which a checkpoint saved at another
+        world size is mapped; ``schedulers``: Ignite param-scheduler handlers attached to its events by now, and torch
+        LR schedulers the step function steps. ``model`` (any stage): a model carrying its lifetime
+        (``tracker_core.track_lifetime``), continued by each ``run()``."""
         if stage not in tuple(Stage):
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(Stage)}")
         bind = None if model is None else partial(bind_lifetime, model, self._tracker.progress)  # at each STARTED
