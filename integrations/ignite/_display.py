@@ -18,12 +18,9 @@ Shown = Callable[[], dict[str, object]]
 
 
 class ProgressDisplay:
-    """Shows the stage, epoch, batch, steps, samples/s and ETA of engines a ProgressHandler records, and the
-    engine's output and metrics as Ignite's ``ProgressBar`` does (docs/display.md has an example).
-
-    On a terminal it draws a live line (with rich); elsewhere it prints a line every ``interval`` seconds
-    and at each epoch end, to ``stream`` (standard output by default). Only rank 0 shows anything.
-    """
+    """Shows the stage, epoch, batch, steps, samples/s and ETA of engines a ProgressHandler records, and the engine's
+    output and metrics as Ignite's ``ProgressBar`` does (docs/display.md): a live line on a terminal (rich), elsewhere
+    a line every ``interval`` seconds and at each epoch end, to ``stream`` (default: standard output); rank 0 only."""
 
     def __init__(self, stream: TextIO | None = None, terminal: bool | None = None, interval: float = 10.0) -> None:
         self._new_display = partial(Display, stream=stream, terminal=terminal, interval=interval)
@@ -39,11 +36,9 @@ class ProgressDisplay:
         output_transform: Callable[[Any], Any] | None = None,
     ) -> None:
         """Show ``engine``'s epochs and batches: attach its ProgressHandler before, and the metrics (docs/display.md).
-
         ``name``: the line's name (default: the engine's stage), e.g. ``"train-eval"``. As in Ignite's ``ProgressBar``,
         ``metric_names``: names in ``engine.state.metrics`` to show, or ``"all"``; ``output_transform``: turns
-        ``engine.state.output`` into a number (shown as ``output``) or a dict of them to show.
-        """
+        ``engine.state.output`` into a number (shown as ``output``) or a dict of them to show."""
         try:
             view = get_progress(engine)
         except LookupError:

@@ -56,7 +56,10 @@ def map_engine(engine: Engine, view: ProgressView) -> None:
 def _last_check(view: ProgressView, iteration: int, length: int, max_epochs: int) -> int:
     """``iteration`` when Ignite last checks ``iteration < epoch_length * max_epochs`` before its final epoch
     (now, if none is left): the re-entered epoch adds ``length - consumed`` batches, each later one ``length``."""
-    epochs = view.train.epochs.run
-    consumed = view.train.batches.epoch.completed if epochs.in_flight else 0
-    later = max_epochs - 1 - epochs.completed  # epochs (the re-entered one too) run before the last check
-    return iteration + later * length - consumed if later > 0 else iteration
+    later = max_epochs - 1 - view.train.epochs.run.completed  # epochs (the re-entered one too) before the last check
+    return iteration + later * length - epoch_consumed(view) if later > 0 else iteration
+
+
+def epoch_consumed(view: ProgressView) -> int:
+    """The train batches of the loaded epoch that completed (0 between epochs)."""
+    return view.train.batches.epoch.completed if view.train.epochs.run.in_flight else 0

@@ -1,5 +1,6 @@
-"""The handlers that mark an engine's runs, epochs and batches (docs/ignite.md, "What is counted on which event").
-None holds its engine; none raises for the order of Ignite's events (an anomaly is noted instead)."""
+"""The handlers that mark an engine's runs, epochs and batches (docs/ignite.md, "What is counted on which event"),
+and what puts the record back in line after an exception they did not see. None holds its engine; none raises for
+the order of Ignite's events (an anomaly is noted instead)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from ignite.engine import Engine, Events
 from tracker_core import EventOrderError, Progress, StageProgress
 from tracker_core.adapter import TokenCounter, samples_in
 from tracker_core.integrations.ignite._loaders import Loaders
-from tracker_core.integrations.ignite._settle import close_cut, close_cut_batch, process_epoch, process_run
 
 CountTokens = Callable[[Any], "int | tuple[int, int]"]
 Handler = Callable[[], None]
@@ -67,11 +67,8 @@ def _add_batch_handlers(
 
     def iteration_completed() -> None:
         ended = state.batch
-        try:
-            if loaders is None or loaders.round_robin is None:
-                stage.batch_end_of(ended)  # its samples read in the same call
-            else:  # several train loaders: count the batch to the one it came from
-                stage.batch_end_of(ended, loaders.round_robin.last_index)
+        try:  # several train loaders: the batch counts to the one it came from
+            stage.batch_end_of(ended, _dataloader_index(loaders))
         except EventOrderError:
             end_out_of_order(ended)
         if type(ended) is not tokens.tokenless_type:  # most batches: no call
@@ -215,3 +212,38 @@ def attach_stage(
         started=started,
         owns_run=lambda: own[0],
     )
+
+
+def close_cut_batch(stage: StageProgress, samples: int) -> str:
+    """End a batch left in flight, as Ignite counted it; return what was cut ("" if nothing)."""
+    if not stage.view.batches.lifetime.in_flight:
+        return ""
+    index = stage.view.batches.epoch.ready - 1
+    stage.batch_end(samples)
+    return f"{stage.name} batch {index} cut by an exception (counted, as Ignite counts its iteration)"
+
+
+def process_epoch(stage: StageProgress) -> None:
+    """Mark the epoch in flight processed unless it already is."""
+    epochs = stage.view.epochs.lifetime
+    if epochs.in_flight and epochs.processed != epochs.started:
+        stage.epoch_processed()
+
+
+def process_run(progress: Progress) -> None:
+    """Mark the run in flight processed unless it already is."""
+    runs = progress.view.run.counts
+    if runs.in_flight and runs.processed != runs.started:
+        progress.run_processed()
+
+
+def close_cut(stage: StageProgress, samples: int) -> str:
+    """Close the batch and the epoch left in flight (the epoch as processed early); return what was cut."""
+    cut = close_cut_batch(stage, samples)
+    epochs = stage.view.epochs.lifetime
+    if not epochs.in_flight:
+        return cut
+    ended = f"{stage.name} epoch {epochs.ready - 1} ended after {stage.view.batches.epoch.completed} batches"
+    process_epoch(stage)
+    stage.epoch_completed()
+    return f"{cut}; {ended}" if cut else ended

@@ -39,11 +39,15 @@ from tracker_core.adapter import register_progress as register
 from tracker_core.checkpoints import IGNITE_STATE_KEYS as _STATE_KEYS
 from tracker_core.integrations.ignite._compat import set_batches_into_epoch
 from tracker_core.integrations.ignite._deterministic import deterministic_entry, inexact_resume, load_progress
-from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, map_engine
-from tracker_core.integrations.ignite._events import CountTokens, add_handlers, attach_stage, settle_for_save
-from tracker_core.integrations.ignite._loaders import Loaders, builds_drew, has_own_state, has_plain_loader
-from tracker_core.integrations.ignite._round_robin import RoundRobin
-from tracker_core.integrations.ignite._settle import close_cut
+from tracker_core.integrations.ignite._elastic import check_loader_given, check_run_loader, epoch_consumed, map_engine
+from tracker_core.integrations.ignite._events import CountTokens, add_handlers, attach_stage, close_cut, settle_for_save
+from tracker_core.integrations.ignite._loaders import (
+    Loaders,
+    any_own_state,
+    builds_drew,
+    finish_replay,
+    has_plain_loader,
+)
 from tracker_core.integrations.ignite._steps import count_trainer_steps
 
 __all__ = ["ProgressHandler"]
@@ -57,14 +61,11 @@ _BUILT_AFTER_LOAD = (
 
 
 class ProgressHandler:
-    """The progress of one training program across its Ignite engines (docs/ignite.md).
-
-    Attach it to the trainer and to each evaluator or inference engine, and put it in a ``Checkpoint``'s
-    ``to_save``: ``Checkpoint.load_objects`` then makes the trainer's next ``run()`` continue exactly.
-    ``count_tokens(batch)``: a batch's tokens, all or ``(tokens, non_padding_tokens)`` (default: from its
-    ``input_ids`` and ``attention_mask``). ``heartbeat``: a file where rank 0 keeps how far the run got since
-    its last checkpoint, read by a resume to measure the lost work; None: no heartbeat.
-    """
+    """The progress of one training program across its Ignite engines (docs/ignite.md): attach it to the trainer and
+    each evaluator or inference engine, and put it in a ``Checkpoint``'s ``to_save``; ``Checkpoint.load_objects`` then
+    makes the trainer's next ``run()`` continue exactly. ``count_tokens(batch)``: a batch's tokens, all or ``(tokens,
+    non_padding_tokens)`` (default: from ``input_ids`` and ``attention_mask``). ``heartbeat``: a file where rank 0
+    keeps how far the run got since its last checkpoint, to measure a resume's lost work (None: no heartbeat)."""
 
     def __init__(
         self, count_tokens: CountTokens | None = None, heartbeat: str | os.PathLike[str] | None = None
@@ -100,14 +101,12 @@ class ProgressHandler:
         schedulers: Sequence[object] = (),
         model: torch.nn.Module | None = None,
     ) -> None:
-        """Record ``engine`` as stage ``stage``; attach before adding your own handlers to it (docs/ignite.md).
-
-        Train only: ``optimizers`` whose steps are counted; an AMP ``scaler`` whose skipped steps are counted
-        (default: ``engine.state.scaler``); the ``dataloader`` the trainer's ``run()`` will get, onto which a
-        checkpoint saved at another world size is mapped; ``schedulers``: Ignite param-scheduler handlers
-        attached to the trainer's events by now, and torch LR schedulers the step function steps. ``model``
-        (any stage): a model carrying its lifetime (``tracker_core.track_lifetime``), continued by each ``run()``.
-        """
+        """Record ``engine`` as stage ``stage``; attach before adding your own handlers to it (docs/ignite.md). Train
+        only: ``optimizers`` whose steps are counted; an AMP ``scaler`` whose skipped steps are counted (default:
+        ``engine.state.scaler``); the ``dataloader`` its ``run()`` will get, onto which a checkpoint saved at another
+        world size is mapped; ``schedulers``: Ignite param-scheduler handlers attached to its events by now, and torch
+        LR schedulers the step function steps. ``model`` (any stage): a model carrying its lifetime
+        (``tracker_core.track_lifetime``), continued by each ``run()``."""
         if stage not in tuple(Stage):
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(Stage)}")
         bind = None if model is None else partial(bind_lifetime, model, self._tracker.progress)  # at each STARTED
@@ -324,7 +323,7 @@ class ProgressHandler:
             )
         elif self._deterministic_problem:  # set for a DeterministicEngine only
             problem = self._deterministic_problem
-        elif not self._deterministic and _fetched_unstepped(trainer, self.view) and _any_own_state(loader):
+        elif not self._deterministic and _fetched_unstepped(trainer, self.view) and any_own_state(loader):
             event = getattr(trainer.last_event_name, "name", trainer.last_event_name)
             problem = (
                 f"a checkpoint at {event} (iteration {trainer.state.iteration}), after the "
@@ -346,20 +345,15 @@ def _fetched_unstepped(trainer: Engine, view: ProgressView) -> bool:
     return event != Events.ITERATION_COMPLETED and view.train.batches.lifetime.in_flight
 
 
-def _any_own_state(data: object) -> bool:
-    return any(has_own_state(loader) for loader in (data.loaders if isinstance(data, RoundRobin) else (data,)))
-
-
 def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
     """Make Ignite's epoch and in-epoch position agree with the loaded progress, firing the EPOCH_COMPLETED Ignite
     skips after a checkpoint at an epoch's last batch. True when the first batch continues the saved epoch."""
-    epochs = view.train.epochs.run
-    consumed = view.train.batches.epoch.completed if epochs.in_flight else 0
+    consumed = epoch_consumed(view)
     length = engine.state.epoch_length
-    if epochs.in_flight and length is not None and consumed >= length:  # checkpointed at the epoch's last batch
+    if consumed and length is not None and consumed >= length:  # checkpointed at the epoch's last batch
         if replayed:
-            _finish_replayed_epoch(engine)
-        engine.state.epoch = epochs.ready
+            finish_replay(engine.state.dataloader, length)
+        engine.state.epoch = view.train.epochs.run.ready
         engine.fire_event(Events.EPOCH_COMPLETED)
         consumed = 0  # the next epoch starts at its first batch
     engine.state.epoch = view.train.epochs.run.completed
@@ -367,18 +361,6 @@ def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
     if length is None or engine.state.iteration % length != consumed:  # Ignite's own derivation says otherwise
         set_batches_into_epoch(engine, consumed)
     return consumed > 0
-
-
-def _finish_replayed_epoch(engine: Engine) -> None:
-    """Read the loaded epoch's empty replay now: left for Ignite's next ``iter()``, it would leave a
-    ``DistributedSampler`` at the saved epoch (undoing the next epoch's ``set_epoch``). A plain DataLoader has none:
-    its next iterator is the next epoch's (reading one would draw that epoch's order, and the global RNG, now)."""
-    data = engine.state.dataloader
-    if batches_in(data) != engine.state.epoch_length:
-        return
-    for loader in data.loaders if isinstance(data, RoundRobin) else (data,):
-        if has_own_state(loader):
-            next(iter(loader), None)
 
 
 def _check_rngs_at_first_batch(engine: Engine, rng_check: ResumeRngCheck) -> None:

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
-from tracker_core.adapter import GlobalRng, ResumeRngCheck
+from tracker_core.adapter import GlobalRng, ResumeRngCheck, batches_in
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 
 
@@ -25,7 +25,7 @@ class Loaders:
     def track(self, data: object) -> None:
         """Register the trainer's data: a loader as train dataloader 0, a RoundRobin's loaders as 0, 1, ..."""
         self.round_robin = data if isinstance(data, RoundRobin) else None
-        for index, loader in enumerate(data.loaders if isinstance(data, RoundRobin) else (data,)):
+        for index, loader in enumerate(loaders_in(data)):
             if loader is None or id(loader) in self._refused:
                 continue
             try:
@@ -51,24 +51,41 @@ def builds_drew(data: object, rng_check: ResumeRngCheck) -> bool:
         return False
     if rng_check.moved_since(GlobalRng.capture()) != ("torch",):
         return False
-    loaders = data.loaders if isinstance(data, RoundRobin) else (data,)
     generator, now = torch.Generator(), torch.get_rng_state()
     generator.set_state(loaded.torch_state)
-    for _ in (loader for loader in loaders if callable(getattr(loader, "state_dict", None))):
+    for _ in filter(has_own_state, loaders_in(data)):
         torch.empty((), dtype=torch.int64).random_(generator=generator)
         if torch.equal(generator.get_state(), now):
             return True
     return False
 
 
+def loaders_in(data: object) -> tuple[object, ...]:
+    """The trainer's loaders: a RoundRobin's, or ``data`` itself."""
+    return data.loaders if isinstance(data, RoundRobin) else (data,)
+
+
 def has_own_state(loader: object) -> TypeGuard[DataLoader[Any]]:
-    """A torch DataLoader with a state of its own (torchdata's StatefulDataLoader): positioned by it on a resume."""
-    return isinstance(loader, DataLoader) and callable(getattr(loader, "state_dict", None))
+    """A torch DataLoader with a state of its own (torchdata's StatefulDataLoader): positioned by it on a resume.
+    The core's own test (``Stateful``: ``state_dict`` and ``load_state_dict``) is not public: the same one here."""
+    return isinstance(loader, DataLoader) and all(
+        callable(getattr(loader, name, None)) for name in ("state_dict", "load_state_dict")
+    )
+
+
+def any_own_state(data: object) -> bool:
+    return any(has_own_state(loader) for loader in loaders_in(data))
 
 
 def has_plain_loader(data: object) -> bool:
-    """True when ``data`` is, or a RoundRobin holds, a torch DataLoader without a state of its own: the tracker
-    installs nothing on it, so a resumed epoch's fresh iterator reads it from its first batch (Ignite's own rule), and
-    building that iterator draws the global RNG as any new epoch does."""
-    loaders = data.loaders if isinstance(data, RoundRobin) else (data,)
-    return any(isinstance(loader, DataLoader) and not has_own_state(loader) for loader in loaders)
+    """A loader of ``data`` is a torch DataLoader without a state of its own: nothing positions it, so a resumed
+    epoch's fresh iterator reads it whole, drawing the global RNG as any new epoch does."""
+    return any(isinstance(loader, DataLoader) and not has_own_state(loader) for loader in loaders_in(data))
+
+
+def finish_replay(data: object, epoch_length: int) -> None:
+    """Read the loaded epoch's empty replay now: left for Ignite's next ``iter()``, it would leave a
+    ``DistributedSampler`` at the saved epoch (undoing the next epoch's ``set_epoch``)."""
+    if batches_in(data) == epoch_length:
+        for loader in filter(has_own_state, loaders_in(data)):
+            next(iter(loader), None)

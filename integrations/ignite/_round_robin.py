@@ -10,10 +10,8 @@ from torch.utils.data import DataLoader
 
 
 class RoundRobin:
-    """Give ``trainer.run()`` batches of several DataLoaders in turn until each ran out (docs/ignite.md).
-
-    ``last_index`` is the loader the latest batch came from.
-    """
+    """Give ``trainer.run()`` batches of several DataLoaders in turn until each ran out (docs/ignite.md);
+    ``last_index`` is the loader the latest batch came from."""
 
     def __init__(self, *loaders: DataLoader[Any]) -> None:
         if not loaders:
