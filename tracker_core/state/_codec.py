@@ -105,6 +105,10 @@ def text_to_bytes(value: object, key: str, *, size: int | None = None) -> bytes:
     before decoding: at most ``MAX_BLOB_BYTES`` bytes, and exactly the length ``size`` bytes encode to."""
     if not isinstance(value, str):
         raise ProgressStateError(key, f"expected base64 text, got {type_name(value)}")
+    if value.startswith("x:"):  # tracker_core/state/_blobs.py: a difference not applied before reaching here
+        raise ProgressStateError(
+            key, "a difference from a related RNG state: damaged, or that state is missing or damaged"
+        )
     expected = None if size is None else 4 * ((size + 2) // 3)
     if expected is not None and len(value) != expected:
         raise ProgressStateError(
@@ -115,10 +119,6 @@ def text_to_bytes(value: object, key: str, *, size: int | None = None) -> bytes:
     try:
         data = binascii.a2b_base64(value, strict_mode=True)  # base64.b64decode(validate=True), less its wrapping
     except ValueError:  # binascii.Error, and a str that is not ASCII
-        if value.startswith("x:"):  # tracker_core/state/_blobs.py
-            raise ProgressStateError(
-                key, "a difference from a related RNG state: damaged, or that state is missing or damaged"
-            ) from None
         raise ProgressStateError(key, "not valid base64 text") from None
     if size is not None and len(data) != size:
         raise ProgressStateError(key, f"expected {size} bytes, got {len(data)}")
