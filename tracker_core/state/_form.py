@@ -42,7 +42,8 @@ class Part:
         raise NotImplementedError
 
     def store(self, owner: Any, attr: str, value: Any) -> None:
-        setattr(owner, attr, value)
+        if attr:  # else a value that the live object does not hold (the schema version)
+            setattr(owner, attr, value)
 
     def pack(self, live: Any, out: list[int]) -> None:
         """Append this part's counts to ``out`` (none here)."""

@@ -75,19 +75,6 @@ def _parse_anomalies(raw: object, key: str) -> list[str]:
     return list(anomalies)
 
 
-class _Version(Part):
-    """``schema_version``: this code's, the one version :func:`parse` reads (checked there, first)."""
-
-    def dump(self, live: object) -> int:
-        return SCHEMA_VERSION
-
-    def parse(self, raw: object, key: str) -> int:
-        return SCHEMA_VERSION
-
-    def store(self, owner: Any, attr: str, value: Any) -> None:
-        """Nothing to write: the live progress has no version."""
-
-
 class _Run(Part):
     """``run``: the current or last run's kind beside the lifetime phase counts of runs."""
 
@@ -225,7 +212,8 @@ _TRAIN_STAGE = Record(
 )
 
 FORM = Record(
-    Field("schema_version", "", _Version()),
+    # the one version parse() reads (checked there, first); the live progress holds none
+    Field("schema_version", "", Value(lambda live: SCHEMA_VERSION, lambda raw, key: SCHEMA_VERSION)),
     Field("where", "_where", Value(_dump_where, _parse_where)),
     Field("run", "", _Run()),
     Field("stages", "", Record(*(Field(s, s, _TRAIN_STAGE if s == Stage.TRAIN else _STAGE) for s in _STAGES))),
