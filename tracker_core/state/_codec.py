@@ -186,13 +186,9 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int], decode: boo
         raise ProgressStateError(key, f"expected plain data, got {type_name(value)}")
     if decode and len(value) == 1 and _TENSOR_TAG in value:
         return _tensor_from_plain(value[_TENSOR_TAG], join_key(key, _TENSOR_TAG))
-    if decode and len(value) == 1 and _TUPLE_TAG in value:
+    if decode and len(value) == 1 and _TUPLE_TAG in value:  # the list's items as deep as the tag's would be
         inner = join_key(key, _TUPLE_TAG)
-        tagged = read_list(value[_TUPLE_TAG], inner)
-        _check_length(tagged, inner)
-        return tuple(
-            _from_plain(item, join_key(inner, str(i)), depth + 1, budget, decode) for i, item in enumerate(tagged)
-        )
+        return tuple(_from_plain(read_list(value[_TUPLE_TAG], inner), inner, depth, budget, decode))
     _check_length(value, key)
     out: dict[str, Any] = {}
     for name, item in value.items():
@@ -227,9 +223,7 @@ def _tensor_from_plain(value: object, key: str) -> torch.Tensor:
             f"dtype {shown(dtype_name)} is not one a saved state holds; expected one of {sorted(TENSOR_DTYPES)}",
         )
     shape_key = join_key(key, "shape")
-    shape = fields["shape"]
-    if not isinstance(shape, list):
-        raise ProgressStateError(shape_key, f"expected a list of ints, got {type_name(shape)}")
+    shape = read_list(fields["shape"], shape_key)
     if len(shape) > MAX_TENSOR_DIMS:
         raise ProgressStateError(shape_key, f"{len(shape)} dimensions; at most {MAX_TENSOR_DIMS}")
     dims = [read_int(dim, join_key(shape_key, str(i)), minimum=0) for i, dim in enumerate(shape)]
