@@ -170,7 +170,6 @@ def _files_under(directory: str) -> list[str]:
 
 
 def _file_crc32(path: str) -> tuple[int, int]:
-    """(size, CRC-32) of the file's bytes."""
     crc, size = 0, 0
     with open(path, "rb") as stream:
         while chunk := stream.read(reading.CHUNK):

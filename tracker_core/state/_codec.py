@@ -47,7 +47,6 @@ _PADDING = ("", "=", "==")  # by the bytes missing from the last group of three
 
 
 def bytes_to_text(data: bytes) -> str:
-    """Base64 text for a byte blob."""
     return base64.b64encode(data).decode("ascii")
 
 
