@@ -72,3 +72,20 @@ def test_damaged_words_are_refused_when_read_naming_their_key() -> None:
         with pytest.raises(ProgressStateError) as caught:
             GlobalRng.from_plain(damaged)
         assert caught.value.key == f"{part}.{name}"
+
+
+@pytest.mark.parametrize("size", [None, 3, 2500])
+def test_a_difference_left_unapplied_is_named_as_one_before_its_size(size: int | None) -> None:
+    # "x:" text reaches the decoder only when its related state is missing or damaged (tracker_core/state/_blobs.py)
+    problem = "a difference from a related RNG state: damaged, or that state is missing or damaged"
+    assert _verdict(lambda: text_to_bytes("x:eJwLAAAAAA==", "k", size=size)) == ("error", "k", problem)
+    if size is not None:
+        assert _verdict(lambda: checked_text("x:eJwLAAAAAA==", "k", size)) == ("error", "k", problem)
+
+
+def test_a_python_state_whose_words_are_an_unapplied_difference_is_refused_naming_it() -> None:
+    saved = GlobalRng.capture().to_plain()
+    damaged = {**saved, "python": {**saved["python"], "words": "x:eJwLAAAAAA=="}}
+    with pytest.raises(ProgressStateError, match="a difference from a related RNG state") as caught:
+        GlobalRng.from_plain(damaged)
+    assert caught.value.key == "python.words"

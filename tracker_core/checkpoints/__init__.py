@@ -63,11 +63,9 @@ class CheckpointFileError(ValueError):
 
 @dataclass(frozen=True)
 class ProgressCheckpoint:
-    """The validated progress entries (``Tracker.state_dict()``) of one checkpoint, one per process (index = rank).
-
+    """The validated progress entries (``Tracker.state_dict()``) of one checkpoint, one per process (index = rank);
     ``format``: ``"lightning"``, ``"ignite"``, ``"plain"`` (a plain loop's) or ``"accelerate"``; ``location``: where
-    in the checkpoint the entry was found; ``unchecked``: the parts that could not be checked here, and why.
-    """
+    in the checkpoint the entry was found; ``unchecked``: the parts that could not be checked here, and why."""
 
     path: Path | str  # the URL (a str) of a checkpoint read from an fsspec URL other than file://
     format: str

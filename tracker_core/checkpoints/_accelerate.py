@@ -17,7 +17,7 @@ import torch
 import tracker_core.checkpoints._reading as reading
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._rng import GlobalRng
-from tracker_core.state._readers import read_int, read_list, read_mapping, read_version
+from tracker_core.state._readers import read_int, read_list, read_mapping, read_version, shown
 from tracker_core.vocabulary import EVALUATION_STAGES
 
 VERSION = 5
@@ -32,7 +32,6 @@ _KEYS = (
     "evaluation_rng",
     "folder",
 )
-_ITERATION_KEYS = {"now", "pass", "finished", "left"}
 _TEMPORARY = ".progress_tracker_{}.pt.partial"
 MIXED = "parts of this folder come from different saves (a save_state killed part-way, or two processes saving into it)"
 NOT_COMMITTED = (
@@ -171,7 +170,6 @@ def _files_under(directory: str) -> list[str]:
 
 
 def _file_crc32(path: str) -> tuple[int, int]:
-    """(size, CRC-32) of the file's bytes."""
     crc, size = 0, 0
     with open(path, "rb") as stream:
         while chunk := stream.read(reading.CHUNK):
@@ -252,23 +250,21 @@ def _folder(value: object) -> dict[str, tuple[int, int]] | None:
         key = f"folder.{str(path)[:80]}"
         if not isinstance(path, str) or not path or path.startswith("/") or ".." in path.split("/"):
             raise ProgressStateError(key, "expected a path inside the folder")
-        if not isinstance(record, dict) or set(record) != {"size", "crc32"}:
-            raise ProgressStateError(key, "expected a dict with keys 'size' and 'crc32'")
-        size = read_int(record["size"], f"{key}.size", minimum=0)
-        found[path] = (size, read_int(record["crc32"], f"{key}.crc32", minimum=0, maximum=2**32 - 1))
+        fields = read_mapping(record, key, required=("size", "crc32"))
+        size = read_int(fields["size"], f"{key}.size", minimum=0)
+        found[path] = (size, read_int(fields["crc32"], f"{key}.crc32", minimum=0, maximum=2**32 - 1))
     return found
 
 
 def _evaluation_rng(value: object) -> tuple[str, GlobalRng] | None:
     if value is None:
         return None
-    if not isinstance(value, dict) or set(value) != {"stage", "rng"}:
-        raise ProgressStateError("evaluation_rng", "expected None or a dict with keys 'stage' and 'rng'")
-    if value["stage"] not in EVALUATION_STAGES:
+    fields = read_mapping(value, "evaluation_rng", required=("stage", "rng"))
+    if fields["stage"] not in EVALUATION_STAGES:
         raise ProgressStateError(
             "evaluation_rng.stage", f"expected one of {[stage.value for stage in EVALUATION_STAGES]}"
         )
-    return value["stage"], GlobalRng.from_plain(value["rng"], "evaluation_rng.rng")
+    return fields["stage"], GlobalRng.from_plain(fields["rng"], "evaluation_rng.rng")
 
 
 def _loader_iterations(value: object) -> list[LoaderIteration | None]:
@@ -278,12 +274,11 @@ def _loader_iterations(value: object) -> list[LoaderIteration | None]:
         if item is None:
             found.append(None)
             continue
-        if not isinstance(item, dict) or set(item) != _ITERATION_KEYS:
-            raise ProgressStateError(key, "expected a dict with keys 'now', 'pass', 'finished' and 'left'")
-        pass_start = None if item["pass"] is None else read_int(item["pass"], f"{key}.pass", minimum=0)
+        fields = read_mapping(item, key, required=("now", "pass", "finished", "left"))
+        pass_start = None if fields["pass"] is None else read_int(fields["pass"], f"{key}.pass", minimum=0)
         for name in ("finished", "left"):
-            if not isinstance(item[name], bool):
-                raise ProgressStateError(f"{key}.{name}", f"expected a bool, got {item[name]!r}")
-        now = read_int(item["now"], f"{key}.now", minimum=0)
-        found.append(LoaderIteration(now, pass_start, item["finished"], item["left"]))
+            if not isinstance(fields[name], bool):
+                raise ProgressStateError(f"{key}.{name}", f"expected a bool, got {shown(fields[name])}")
+        now = read_int(fields["now"], f"{key}.now", minimum=0)
+        found.append(LoaderIteration(now, pass_start, fields["finished"], fields["left"]))
     return found

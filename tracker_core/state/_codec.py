@@ -47,7 +47,6 @@ _PADDING = ("", "=", "==")  # by the bytes missing from the last group of three
 
 
 def bytes_to_text(data: bytes) -> str:
-    """Base64 text for a byte blob."""
     return base64.b64encode(data).decode("ascii")
 
 
@@ -105,6 +104,10 @@ def text_to_bytes(value: object, key: str, *, size: int | None = None) -> bytes:
     before decoding: at most ``MAX_BLOB_BYTES`` bytes, and exactly the length ``size`` bytes encode to."""
     if not isinstance(value, str):
         raise ProgressStateError(key, f"expected base64 text, got {type_name(value)}")
+    if value.startswith("x:"):  # tracker_core/state/_blobs.py: a difference not applied before reaching here
+        raise ProgressStateError(
+            key, "a difference from a related RNG state: damaged, or that state is missing or damaged"
+        )
     expected = None if size is None else 4 * ((size + 2) // 3)
     if expected is not None and len(value) != expected:
         raise ProgressStateError(
@@ -115,10 +118,6 @@ def text_to_bytes(value: object, key: str, *, size: int | None = None) -> bytes:
     try:
         data = binascii.a2b_base64(value, strict_mode=True)  # base64.b64decode(validate=True), less its wrapping
     except ValueError:  # binascii.Error, and a str that is not ASCII
-        if value.startswith("x:"):  # tracker_core/state/_blobs.py
-            raise ProgressStateError(
-                key, "a difference from a related RNG state: damaged, or that state is missing or damaged"
-            ) from None
         raise ProgressStateError(key, "not valid base64 text") from None
     if size is not None and len(data) != size:
         raise ProgressStateError(key, f"expected {size} bytes, got {len(data)}")
@@ -186,13 +185,9 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int], decode: boo
         raise ProgressStateError(key, f"expected plain data, got {type_name(value)}")
     if decode and len(value) == 1 and _TENSOR_TAG in value:
         return _tensor_from_plain(value[_TENSOR_TAG], join_key(key, _TENSOR_TAG))
-    if decode and len(value) == 1 and _TUPLE_TAG in value:
+    if decode and len(value) == 1 and _TUPLE_TAG in value:  # the list's items as deep as the tag's would be
         inner = join_key(key, _TUPLE_TAG)
-        tagged = read_list(value[_TUPLE_TAG], inner)
-        _check_length(tagged, inner)
-        return tuple(
-            _from_plain(item, join_key(inner, str(i)), depth + 1, budget, decode) for i, item in enumerate(tagged)
-        )
+        return tuple(_from_plain(read_list(value[_TUPLE_TAG], inner), inner, depth, budget, decode))
     _check_length(value, key)
     out: dict[str, Any] = {}
     for name, item in value.items():
@@ -227,9 +222,7 @@ def _tensor_from_plain(value: object, key: str) -> torch.Tensor:
             f"dtype {shown(dtype_name)} is not one a saved state holds; expected one of {sorted(TENSOR_DTYPES)}",
         )
     shape_key = join_key(key, "shape")
-    shape = fields["shape"]
-    if not isinstance(shape, list):
-        raise ProgressStateError(shape_key, f"expected a list of ints, got {type_name(shape)}")
+    shape = read_list(fields["shape"], shape_key)
     if len(shape) > MAX_TENSOR_DIMS:
         raise ProgressStateError(shape_key, f"{len(shape)} dimensions; at most {MAX_TENSOR_DIMS}")
     dims = [read_int(dim, join_key(shape_key, str(i)), minimum=0) for i, dim in enumerate(shape)]

@@ -10,11 +10,8 @@ _HISTORY = "ledger"  # the runs that made the state: a resumed run rightly has m
 
 
 def comparable_state(state: Mapping[str, Any]) -> dict[str, Any]:
-    """``state`` (a progress ``state_dict()``, e.g. ``get_progress(trainer).state_dict()``) without what rightly
-    differs between a run interrupted and resumed and the same run uninterrupted: the run ledger (``ledger``) and
-    every wall-clock field (keys ``microseconds`` or ``*_microseconds``, at any depth); every count is kept. So
-    ``comparable_state(resumed) == comparable_state(uninterrupted)`` says the resume was exact. ``state`` is not
-    changed."""
+    """A copy of ``state`` (a progress ``state_dict()``) without the run ledger and the wall-clock fields (keys
+    ending ``microseconds``, at any depth): ``comparable_state(resumed) == comparable_state(uninterrupted)``."""
     return {key: _without_times(value) for key, value in state.items() if key != _HISTORY and not key.endswith(_TIMES)}
 
 

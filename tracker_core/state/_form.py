@@ -1,7 +1,7 @@
 """The parts a saved form is declared with; each knows its piece of every walk over the form: ``dump`` reads a
 live object's plain data, ``parse`` validates plain data into a fresh value (ProgressStateError naming the key),
-``store`` writes a parsed value onto ``owner.attr`` (``attr == ""``: the owner itself) and cannot fail; ``pack``,
-``unpack`` and ``paths`` make the flat list of counts that ``reduce_state`` reduces (see :class:`Part`)."""
+``store`` writes a parsed value onto ``owner.attr`` (``attr == ""``: the owner itself) and cannot fail; ``pack``
+and ``unpack`` make the flat list of counts that ``reduce_state`` reduces (see :class:`Part`)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ class Part:
         raise NotImplementedError
 
     def store(self, owner: Any, attr: str, value: Any) -> None:
-        setattr(owner, attr, value)
+        if attr:  # else a value that the live object does not hold (the schema version)
+            setattr(owner, attr, value)
 
     def pack(self, live: Any, out: list[int]) -> None:
         """Append this part's counts to ``out`` (none here)."""
@@ -50,9 +51,6 @@ class Part:
     def unpack(self, live: Any, take: Callable[[], int]) -> Any:
         """Rebuild this part's plain data, taking its counts in ``pack`` order from ``take()``."""
         return self.dump(live)
-
-    def paths(self, live: Any, key: str, out: list[str]) -> None:
-        """Append the key path of each count ``pack`` appends (none here)."""
 
 
 class PhaseCount(Part):
@@ -110,10 +108,6 @@ class PhaseCount(Part):
             unpacked[scope] = {"ready": take(), "started": take(), "processed": take(), "completed": take()}
         return unpacked if self.scopes else unpacked[""]
 
-    def paths(self, live: Phased, key: str, out: list[str]) -> None:
-        for scoped in [join_key(key, scope) for scope in self.scopes] or [key]:
-            out += (join_key(scoped, phase) for phase in PHASES)
-
 
 class TallyCount(Part):
     """A tally in ``scopes`` (``{scope: n}``, every scope unless given); without the epoch scope, a load sets
@@ -147,9 +141,6 @@ class TallyCount(Part):
     def unpack(self, live: Tally, take: Callable[[], int]) -> dict[str, int]:
         return {scope: take() for scope in self.scopes}
 
-    def paths(self, live: Tally, key: str, out: list[str]) -> None:
-        out += (join_key(key, scope) for scope in self.scopes)
-
 
 class Count(Part):
     """One non-negative count, read and written as the owner's attribute."""
@@ -165,9 +156,6 @@ class Count(Part):
 
     def unpack(self, live: int, take: Callable[[], int]) -> int:
         return take()
-
-    def paths(self, live: int, key: str, out: list[str]) -> None:
-        out.append(key)
 
 
 class Field(NamedTuple):
@@ -216,10 +204,6 @@ class Record(Part):
             unpacked[key] = part.unpack(get(live), take)
         return unpacked
 
-    def paths(self, live: Any, key: str, out: list[str]) -> None:
-        for name, get, part in self._walk:
-            part.paths(get(live), join_key(key, name), out)
-
 
 class ListOf(Part):
     """A list of ``item``; a load makes each live item with ``make()``."""
@@ -250,10 +234,6 @@ class ListOf(Part):
     def unpack(self, live: list[Any], take: Callable[[], int]) -> list[Any]:
         unpack = self.item.unpack
         return [unpack(element, take) for element in live]
-
-    def paths(self, live: list[Any], key: str, out: list[str]) -> None:
-        for i, element in enumerate(live):
-            self.item.paths(element, join_key(key, str(i)), out)
 
 
 class Value(Part):

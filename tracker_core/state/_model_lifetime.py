@@ -19,8 +19,7 @@ _BINDINGS = "_tracker_core_lifetime_progress"  # the model attribute holding the
 
 def track_lifetime(model: torch.nn.Module) -> None:
     """Opt ``model`` in: its saved weights carry the lifetime progress of the runs that train it. Idempotent; call
-    it before loading weights into the model (their buffer then loads too) and before training (docs/resume.md).
-    """
+    it before loading weights into the model (their buffer then loads too) and before training (docs/resume.md)."""
     if is_tracked(model):
         return
     model.register_buffer(BUFFER, torch.empty(0, dtype=torch.uint8), persistent=True)
@@ -35,10 +34,8 @@ def is_tracked(model: torch.nn.Module) -> bool:
 
 
 def bind_lifetime(model: torch.nn.Module, progress: Progress) -> bool:
-    """When a run sees ``model``, before it begins: every tracked module in ``model`` (wrappers included) saves
-    ``progress`` from now on, and ``progress`` continues the furthest lifetime their buffers hold if it is ahead
-    (returns True then; docs/adapters.md). ``ProgressStateError`` naming a damaged buffer, before anything is bound.
-    """
+    """Before a run on ``model``: its tracked modules save ``progress`` from now on, which continues the furthest
+    lifetime their buffers hold if ahead (then True; docs/adapters.md); a damaged buffer raises before any binding."""
     tracked = [module for module in model.modules() if is_tracked(module)]
     saved = [read_lifetime(getattr(module, BUFFER), BUFFER) for module in tracked]
     for module in tracked:
@@ -66,10 +63,8 @@ def read_lifetime(buffer: object, key: str) -> dict[str, Any] | None:
 
 
 def lifetimes_in(weights: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The lifetime progress states ``weights`` carry (a model's ``state_dict()``, or the tensors of a
-    safetensors file) by buffer name, e.g. ``{"net.tracker_core_lifetime": state}``; empty buffers are left out.
-    ``ProgressStateError`` naming the buffer if one is damaged.
-    """
+    """The lifetime progress states ``weights`` (a ``state_dict()``, or a safetensors file's tensors) carry by buffer
+    name, e.g. ``{"net.tracker_core_lifetime": state}``, empty buffers left out; a damaged one raises naming it."""
     found = {}
     for name in weights:  # only the buffers are read: ``weights`` may load each tensor when asked for it
         if name.rpartition(".")[2] == BUFFER:

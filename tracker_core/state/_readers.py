@@ -95,7 +95,6 @@ def read_mapping(
 
 
 def read_list(value: object, key: str) -> list[Any]:
-    """A ``list``."""
     if not isinstance(value, list):
         raise ProgressStateError(key, f"expected a list, got {type_name(value)}")
     return value
@@ -134,14 +133,12 @@ def read_version(value: object, key: str, current: int) -> int:
 
 
 def read_str(value: object, key: str) -> str:
-    """A ``str``."""
     if not isinstance(value, str):
         raise ProgressStateError(key, f"expected a str, got {type_name(value)}")
     return value
 
 
 def read_float_or_none(value: object, key: str) -> float | None:
-    """A ``float`` or ``None``."""
     if value is None or isinstance(value, float):
         return value
     raise ProgressStateError(key, f"expected a float or None, got {type_name(value)}")

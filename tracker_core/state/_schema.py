@@ -23,7 +23,7 @@ from tracker_core.state._form import (
     phase_counts,
 )
 from tracker_core.state._ledger import LedgerPart
-from tracker_core.state._readers import read_list, read_mapping, read_str, read_version, shown, type_name
+from tracker_core.state._readers import join_key, read_list, read_mapping, read_str, read_version, shown, type_name
 from tracker_core.vocabulary import CANCELLED, Event, RunKind, Scope, Stage
 
 if TYPE_CHECKING:
@@ -75,19 +75,6 @@ def _parse_anomalies(raw: object, key: str) -> list[str]:
     return list(anomalies)
 
 
-class _Version(Part):
-    """``schema_version``: this code's, the one version :func:`parse` reads (checked there, first)."""
-
-    def dump(self, live: object) -> int:
-        return SCHEMA_VERSION
-
-    def parse(self, raw: object, key: str) -> int:
-        return SCHEMA_VERSION
-
-    def store(self, owner: Any, attr: str, value: Any) -> None:
-        """Nothing to write: the live progress has no version."""
-
-
 class _Run(Part):
     """``run``: the current or last run's kind beside the lifetime phase counts of runs."""
 
@@ -111,9 +98,6 @@ class _Run(Part):
 
     def unpack(self, live: Progress, take: Callable[[], int]) -> dict[str, Any]:
         return {"kind": live._run_kind, **self._counts.unpack(live._runs, take)}
-
-    def paths(self, live: Progress, key: str, out: list[str]) -> None:
-        self._counts.paths(live._runs, key, out)
 
 
 # checks that span several fields ------------------------------------------------------------
@@ -228,7 +212,8 @@ _TRAIN_STAGE = Record(
 )
 
 FORM = Record(
-    Field("schema_version", "", _Version()),
+    # the one version parse() reads (checked there, first); the live progress holds none
+    Field("schema_version", "", Value(lambda live: SCHEMA_VERSION, lambda raw, key: SCHEMA_VERSION)),
     Field("where", "_where", Value(_dump_where, _parse_where)),
     Field("run", "", _Run()),
     Field("stages", "", Record(*(Field(s, s, _TRAIN_STAGE if s == Stage.TRAIN else _STAGE) for s in _STAGES))),
@@ -296,7 +281,14 @@ def unpack(progress: Progress, counts: Sequence[int]) -> dict[str, Any]:
 
 
 def count_paths(progress: Progress) -> list[str]:
-    """The key path of each count :func:`pack` gives, e.g. ``stages.train.batches.run.processed``."""
-    paths: list[str] = []
-    FORM.paths(progress, "", paths)
-    return paths
+    """The key path of each count :func:`pack` gives, e.g. ``stages.train.batches.run.processed``: every int that
+    ``state_dict()`` holds but ``schema_version`` and the ledger's."""
+    return _int_paths({key: value for key, value in dump(progress).items() if key not in ("schema_version", "ledger")})
+
+
+def _int_paths(value: Any, key: str = "") -> list[str]:
+    if type(value) is dict:
+        return [path for name, item in value.items() for path in _int_paths(item, join_key(key, name))]
+    if type(value) is list:
+        return [path for i, item in enumerate(value) for path in _int_paths(item, join_key(key, str(i)))]
+    return [key] if type(value) is int else []
