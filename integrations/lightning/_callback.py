@@ -156,7 +156,8 @@ class ProgressTracker(StageHooks):
         if self._rank_files:
             rank_parts.wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint
         if stage == _FIT:
-            resume.hook_setup_data(trainer.fit_loop, self._track_train_loaders, self._rng.setup_data_returned)
+            fit_loop = trainer.fit_loop
+            resume.hook_setup_data(fit_loop, self._track_train_loaders, self._rng.setup_data_returned, self._anomaly)
 
     @passenger
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -257,10 +258,12 @@ class ProgressTracker(StageHooks):
             inexact.warn_epoch_uncounted(self.tracker, restart.epoch_consumed)  # (after a finished fit none is)
         if restart.closes_epoch and not finished:  # Lightning counts it finished and starts the next, without hooks
             self._train.close_epoch()
+            if epoch_over and not restart.no_epoch_counted:  # it builds that epoch's iterator before its set_epoch
+                resume.set_sampler_epoch(loaders, restart.epoch + 1)
         inexact.warn_if_cut_batch_restored(restart.cut_batch, loaders)
         view = self.tracker.view
         continues = view.is_mid_epoch and not restart.epoch_consumed
-        restarts = any(not callable(getattr(loader, "load_state_dict", None)) for loader in loaders)  # plain ones
+        restarts = not all(resume.has_own_state(loader) for loader in loaders)  # plain ones
         self._rng.await_build(check, view.epoch_index if continues else None, finished, restarts)
         if view.is_mid_epoch and not epoch_over:
             inexact.warn_if_restored_ahead(loaders)

@@ -110,7 +110,7 @@ def warn_continues_untrained() -> None:
 
 def warn_if_restored_ahead(loaders: list[object]) -> None:
     for index, loader in enumerate(loaders):
-        if callable(getattr(loader, "load_state_dict", None)) and batches_in(loader) is None:
+        if resume.has_own_state(loader) and batches_in(loader) is None:
             _inexact(
                 f"train dataloader {index} has a state of its own, which Lightning restores, and no length: "
                 "Lightning saved that state after the batch it had prefetched, so the resumed epoch skips it "
@@ -122,7 +122,7 @@ def warn_if_restored_ahead(loaders: list[object]) -> None:
 def warn_if_cut_batch_restored(cut: int | None, loaders: list[object]) -> None:
     """Warned at save and resume: train batch ``cut`` was fetched, its step not ended (None: no such batch)."""
     for index, loader in enumerate(loaders):
-        if cut is not None and callable(getattr(loader, "load_state_dict", None)):
+        if cut is not None and resume.has_own_state(loader):
             _inexact(
                 f"checkpoint saved before the step of train batch {cut} of the epoch ended (in on_train_batch_start "
                 f"or inside the step): train dataloader {index} has a state of its own, which Lightning saved after "
