@@ -50,15 +50,6 @@ def fit_counters_carry_on(trainer: pl.Trainer) -> bool:
     return trainer.global_step > 0 or fit_loop.epoch_progress.total.ready > 0 or fit_loop.total_batch_idx >= 0
 
 
-def restarts_mid_validation(checkpoint: dict[str, Any]) -> bool:
-    """True if Lightning will finish, on resume, a validation that ``checkpoint`` cut inside a batch (a batch started
-    but not processed: ``_EvaluationLoop.update_restart_stage``); otherwise it counts that validation finished."""
-    loops = checkpoint.get("loops", {}).get("fit_loop", {})
-    total = loops.get("epoch_loop.val_loop.batch_progress", {}).get("total", {})
-    started = total.get("started", 0)
-    return bool(started == total.get("ready") and total.get("processed") == started - 1 == total.get("completed"))
-
-
 def discards_setup_iterator(trainer: pl.Trainer) -> bool:
     """In ``on_train_epoch_start``: True if Lightning builds this epoch's train iterator anew, not reading the one
     ``setup_data`` built."""
@@ -88,6 +79,7 @@ class Restart:
     no_epoch_counted: bool = False  # its epoch counters show no epoch in flight (see _restart)
     cut_batch: int | None = None  # saved with this batch fetched, its step not ended (ready, not processed): its index
     epoch: int = 0  # the restored train epoch's index (Lightning's epoch_progress.current.processed)
+    finishes_validation: bool = False  # cut inside a validation batch: Lightning finishes it, else counts it finished
 
 
 def restart_of(checkpoint: dict[str, Any]) -> Restart:
@@ -101,9 +93,13 @@ def restart_of(checkpoint: dict[str, Any]) -> Restart:
     epochs = fit_loop.get("epoch_progress", {}).get("total", {})
     restart = _restart(global_step, bool(batches.get("is_last_batch", False)), batches.get("total", {}), epochs)
     epoch = int(fit_loop.get("epoch_progress", {}).get("current", {}).get("processed", 0))
+    # a validation batch started, not processed: Lightning's _EvaluationLoop.update_restart_stage finishes it
+    val = fit_loop.get("epoch_loop.val_loop.batch_progress", {}).get("total", {})
+    started = val.get("started", 0)
+    finishes = started == val.get("ready") and val.get("processed") == started - 1 == val.get("completed")
     current = batches.get("current", {})
-    cut = current.get("ready", 0) > current.get("processed", 0)
-    return dataclasses.replace(restart, epoch=epoch, cut_batch=current["ready"] - 1 if cut else None)
+    cut_batch = current["ready"] - 1 if current.get("ready", 0) > current.get("processed", 0) else None
+    return dataclasses.replace(restart, epoch=epoch, finishes_validation=finishes, cut_batch=cut_batch)
 
 
 def closes_restored_epoch(fit_loop: _FitLoop) -> bool:
@@ -157,25 +153,19 @@ def train_layout(fit_loop: _FitLoop) -> TrainLayout | None:
     return str(combined._mode), keys, passes
 
 
+@dataclasses.dataclass(eq=False)
 class _SetupDataHooks:
     """``fit_loop.setup_data`` (``__call__``) and ``fit_loop._load_combined_loader_states`` replaced on one loop
     instance; picklable (``torch.save(trainer)``)."""
 
-    def __init__(
-        self,
-        fit_loop: _FitLoop,
-        before_iter: Callable[[list[object]], bool],
-        after: Callable[[], None],
-        anomaly: Callable[[str], None],
-    ) -> None:
-        self.fit_loop = fit_loop
-        self.before_iter = before_iter
-        self.after = after
-        self.anomaly = anomaly  # notes what Lightning's hooks cannot stop for (a passenger does not raise)
-        self.pending: list[dict[str, Any]] = []  # the loader states of the checkpoint a fit loads, until it starts
-        self.starting = True  # the fit has not reached on_fit_start (after strategy setup, before the loops' restore)
-        self.loaded: list[dict[str, Any]] = []  # the loader states of the checkpoint loaded last
-        self.again = False  # load ``loaded`` into the loaders set up next (see load_loader_states_again)
+    fit_loop: _FitLoop
+    before_iter: Callable[[list[object]], bool]
+    after: Callable[[], None]
+    anomaly: Callable[[str], None]  # notes what Lightning's hooks cannot stop for (a passenger does not raise)
+    pending: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # a loading fit's, until it starts
+    starting: bool = True  # the fit has not reached on_fit_start (after strategy setup, before the loops' restore)
+    loaded: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the loader states of the last load
+    again: bool = False  # load ``loaded`` into the loaders set up next (see load_loader_states_again)
 
     def __call__(self) -> None:
         type(self.fit_loop).setup_data(self.fit_loop)
@@ -201,9 +191,8 @@ class _SetupDataHooks:
                     loader.next_iter_state = None
 
     def load_states(self, loaders: list[Any], states: list[dict[str, Any]]) -> None:
-        """Load ``states`` into the loaders with a state of their own, in order (Lightning's
-        ``CombinedLoader._load_state_dicts``); none if their counts differ (noted: this runs inside Lightning's
-        hooks)."""
+        """Load ``states`` into the loaders with a state of their own, in order (``CombinedLoader._load_state_dicts``);
+        none if their counts differ: noted, as this runs inside Lightning's hooks."""
         stateful = [loader for loader in loaders if has_own_state(loader)]
         if len(stateful) != len(states):
             self.anomaly(
@@ -241,9 +230,8 @@ def loader_states_loaded(fit_loop: _FitLoop, checkpoint: dict[str, Any]) -> None
 
 
 def load_loader_states_again(fit_loop: _FitLoop) -> None:
-    """Called while Lightning sets up the train loaders (``hook_setup_data``'s ``before_iter``): load the states of
-    the checkpoint loaded last into them (a fit continued after a resumed fit that trained nothing: Lightning
-    loaded them into that fit's loaders, and does not again)."""
+    """In ``before_iter``: load the checkpoint's loader states into the loaders set up now (a fit continued after a
+    resumed fit that trained nothing: Lightning loaded them into that fit's loaders, and does not again)."""
     hooks = _hooks(fit_loop)
     if hooks is not None:
         hooks.again = True
@@ -271,16 +259,12 @@ def hook_setup_data(
     after: Callable[[], None],
     anomaly: Callable[[str], None],
 ) -> None:
-    """Call ``before_iter(train_loaders)`` once Lightning set up the train loaders, before its ``iter()`` builds the
-    epoch's iterator (before any train hook; True: the epoch after the restored one begins, the loaders' restored
-    states are dropped), and ``after()`` each time ``setup_data`` returned; ``anomaly(message)`` notes what
-    cannot be loaded."""
+    """Call ``before_iter(train_loaders)`` before Lightning's ``iter()`` builds the epoch's iterator (True: the next
+    epoch begins, the restored loader states are dropped), ``after()`` when ``setup_data`` returned."""
     current = _hooks(fit_loop)
-    if current is not None:
-        current.before_iter, current.after, current.anomaly = before_iter, after, anomaly
-        current.pending, current.starting = [], True
-        return
     hooks = _SetupDataHooks(fit_loop, before_iter, after, anomaly)
+    if current is not None:  # a later call on this Trainer: the loader states it loaded last stay
+        hooks.loaded, hooks.again = current.loaded, current.again
     fit_loop.setup_data = hooks  # type: ignore[method-assign]
     fit_loop._load_combined_loader_states = hooks.load_combined_loader_states  # type: ignore[method-assign]
 

@@ -131,9 +131,8 @@ def warn_if_cut_batch_restored(cut: int | None, loaders: list[object]) -> None:
 
 
 def validation_at_load(tracker: Tracker, restart: str, progress: dict[str, Any]) -> bool:
-    """A fit checkpoint saved inside a validation: the record follows what Lightning does with it, ``restart``
-    (``"finish"`` it, counting on from the batches done, or ``"skip"`` the rest; "": nothing to follow).
-    True: Lightning finishes it."""
+    """A fit checkpoint saved inside a validation: the record follows Lightning's ``restart`` of it (``"finish"``,
+    counting on from the batches done, or ``"skip"`` the rest; "": nothing to follow). True: it finishes it."""
     if not restart or not reenter_evaluation_epoch(tracker.progress, "validate", progress):
         return False
     if restart == "finish":
