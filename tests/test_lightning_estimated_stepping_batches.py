@@ -250,3 +250,20 @@ def test_a_mid_epoch_checkpoint_of_a_fit_resumed_at_an_epoch_end_warns_that_ligh
     assert len(third.seen) == 2 * PER_EPOCH  # Lightning runs epochs 1 (whole) and 2
     assert third.progress["stages"]["train"]["batches"]["lifetime"]["completed"] == 7 + len(third.seen)
     assert third.progress["anomalies"] == ["Lightning numbers train epoch 1's resumed batches from 0"]
+
+
+@pytest.mark.parametrize("package", PACKAGES[:1])
+@pytest.mark.parametrize("step", [EPOCH_ENDS[0], MID_EPOCH[0]])
+def test_loader_states_that_do_not_fit_the_train_loaders_are_noted_and_training_goes_on(
+    package: str, step: int, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """Two loader states saved in Lightning's loops for the one StatefulDataLoader of the resumed fit: the adapter,
+    which loads them itself in this early setup, inside Lightning's hook, loads none and notes it; the fit trains on."""
+    _, folder = _uninterrupted_run(package, tmp_path_factory, stateful=True)
+    checkpoint = torch.load(folder / f"step={step}.ckpt", weights_only=False)
+    states = checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"] = states * 2
+    torch.save(checkpoint, tmp_path / "two_states.ckpt")
+    resumed = _fit(package, None, ckpt_path=tmp_path / "two_states.ckpt", stateful=True)
+    assert len(resumed.seen) == STEPS - step
+    assert any("the checkpoint 2 states: none loaded" in anomaly for anomaly in resumed.progress["anomalies"])

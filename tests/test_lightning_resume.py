@@ -17,7 +17,7 @@ pytest.importorskip("torchdata")
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import CombinedLoader
-from torch.utils.data import DataLoader, SequentialSampler
+from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import InexactResumeWarning
@@ -104,6 +104,8 @@ def _loader(config: str) -> DataLoader:
     cls = StatefulDataLoader if "stateful" in config else DataLoader
     data = (SizedStream() if "sized" in config else IndexedStream()) if "stream" in config else Indexed()
     kwargs: dict[str, Any] = {"num_workers": workers}
+    if "distributed" in config:  # the user's own: Lightning sets its epoch after it built the resumed iterator
+        kwargs["sampler"] = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True)
     if workers:
         kwargs["multiprocessing_context"] = "fork"
     return cls(data, batch_size=3, shuffle=shuffle, **kwargs)
@@ -156,6 +158,13 @@ def _assert_resumes_exactly(config: str, at: int, tmp_path: Path) -> None:
 @pytest.mark.parametrize("config", ["stateful", "stateful-shuffle"])
 def test_a_stateful_dataloader_resumes_exactly_from_every_batch(config: str, at: int, tmp_path: Path) -> None:
     _assert_resumes_exactly(config, at, tmp_path)
+
+
+def test_a_stateful_dataloader_over_a_distributed_sampler_resumes_exactly_from_an_epochs_last_batch(
+    tmp_path: Path,
+) -> None:
+    """Lightning builds the resumed iterator before its set_epoch: the adapter sets the next epoch first."""
+    _assert_resumes_exactly("stateful-distributed", BATCHES - 1, tmp_path)
 
 
 # An open product gap: a plain loader without a length saved at the end of an epoch's last batch (Lightning fetched

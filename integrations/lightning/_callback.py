@@ -156,7 +156,8 @@ class ProgressTracker(StageHooks):
         if self._rank_files:
             rank_parts.wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint
         if stage == _FIT:
-            resume.hook_setup_data(trainer.fit_loop, self._track_train_loaders, self._rng.setup_data_returned)
+            fit_loop = trainer.fit_loop
+            resume.hook_setup_data(fit_loop, self._track_train_loaders, self._rng.setup_data_returned, self._anomaly)
 
     @passenger
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -211,18 +212,18 @@ class ProgressTracker(StageHooks):
         self._step_hooks = count_optimizer_steps(progress.train, trainer.optimizers)
 
     def _track_train_loaders(self, loaders: list[object]) -> bool:
-        """Lightning is about to iterate its train loaders (``hook_setup_data``); True if that begins the next epoch.
-        After a load this may come before Lightning restored its loops (``estimated_stepping_batches`` read in
-        ``configure_optimizers``): its restart is read from the checkpoint."""
+        """Lightning is about to iterate its train loaders; True if that begins the next epoch. After a load, maybe
+        before Lightning restored its loops (``estimated_stepping_batches``): its restart comes from the checkpoint."""
         trainer = self._trainer()
         loaded, self._loaded = self._loaded, False
         restart, self._restart = self._restart, None
-        self._train_loaders = list(loaders)
-        if trainer is not None:
-            layout = resume.train_layout(trainer.fit_loop)
-            self._combined = None if layout is None else CombinedBatches(layout)
         untrained, self._resumed_untrained = self._resumed_untrained, False
-        if trainer is not None and not loaded:
+        self._train_loaders = list(loaders)
+        if trainer is None:  # never: Lightning sets up the data after this callback's setup on its Trainer
+            return False
+        layout = resume.train_layout(trainer.fit_loop)
+        self._combined = None if layout is None else CombinedBatches(layout)
+        if not loaded:
             # a fit continued after a resumed one that trained nothing
             if resume.closes_restored_epoch(trainer.fit_loop) and not resume.reached_max_steps(trainer):
                 self._train.close_epoch()
@@ -234,7 +235,7 @@ class ProgressTracker(StageHooks):
                     inexact.warn_continues_untrained()
         for index, loader in enumerate(loaders):  # Lightning's loops restore a loader's own state
             self.tracker.track_train_loader(loader, index, framework_restores_state=True)
-        if not loaded or trainer is None:
+        if not loaded:
             return False
         if self._elastic_entry is not None:
             entry, self._elastic_entry = self._elastic_entry, None
@@ -257,10 +258,12 @@ class ProgressTracker(StageHooks):
             inexact.warn_epoch_uncounted(self.tracker, restart.epoch_consumed)  # (after a finished fit none is)
         if restart.closes_epoch and not finished:  # Lightning counts it finished and starts the next, without hooks
             self._train.close_epoch()
+            if epoch_over and not restart.no_epoch_counted:  # it builds that epoch's iterator before its set_epoch
+                resume.set_sampler_epoch(loaders, restart.epoch + 1)
         inexact.warn_if_cut_batch_restored(restart.cut_batch, loaders)
         view = self.tracker.view
         continues = view.is_mid_epoch and not restart.epoch_consumed
-        restarts = any(not callable(getattr(loader, "load_state_dict", None)) for loader in loaders)  # plain ones
+        restarts = not all(resume.has_own_state(loader) for loader in loaders)  # plain ones
         self._rng.await_build(check, view.epoch_index if continues else None, finished, restarts)
         if view.is_mid_epoch and not epoch_over:
             inexact.warn_if_restored_ahead(loaders)
@@ -370,7 +373,7 @@ class ProgressTracker(StageHooks):
             resume.loader_states_loaded(trainer.fit_loop, checkpoint)
             read_heartbeat(self.tracker.progress, self._heartbeat)  # the lost work of the run that saved it
             self._gradients = rank_parts.own_gradients(checkpoint.get(GRADIENTS_KEY), trainer.global_rank)
-            self._validation_restart = "finish" if resume.restarts_mid_validation(checkpoint) else "skip"
+            self._validation_restart = "finish" if self._restart.finishes_validation else "skip"
             self._loggers.rewind(trainer, checkpoint)  # the loggers continue at the checkpoint's step
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -50,15 +50,6 @@ def fit_counters_carry_on(trainer: pl.Trainer) -> bool:
     return trainer.global_step > 0 or fit_loop.epoch_progress.total.ready > 0 or fit_loop.total_batch_idx >= 0
 
 
-def restarts_mid_validation(checkpoint: dict[str, Any]) -> bool:
-    """True if Lightning will finish, on resume, a validation that ``checkpoint`` cut inside a batch (a batch started
-    but not processed: ``_EvaluationLoop.update_restart_stage``); otherwise it counts that validation finished."""
-    loops = checkpoint.get("loops", {}).get("fit_loop", {})
-    total = loops.get("epoch_loop.val_loop.batch_progress", {}).get("total", {})
-    started = total.get("started", 0)
-    return bool(started == total.get("ready") and total.get("processed") == started - 1 == total.get("completed"))
-
-
 def discards_setup_iterator(trainer: pl.Trainer) -> bool:
     """In ``on_train_epoch_start``: True if Lightning builds this epoch's train iterator anew, not reading the one
     ``setup_data`` built."""
@@ -85,8 +76,10 @@ class Restart:
     global_step: int
     epoch_consumed: bool = False  # the restored train epoch had run its last batch: Lightning will not read it further
     closes_epoch: bool = False  # Lightning counts that epoch finished without its end hooks and starts the next one
-    no_epoch_counted: bool = False  # its epoch counters show no epoch in flight (see _no_epoch_counted)
+    no_epoch_counted: bool = False  # its epoch counters show no epoch in flight (see _restart)
     cut_batch: int | None = None  # saved with this batch fetched, its step not ended (ready, not processed): its index
+    epoch: int = 0  # the restored train epoch's index (Lightning's epoch_progress.current.processed)
+    finishes_validation: bool = False  # cut inside a validation batch: Lightning finishes it, else counts it finished
 
 
 def restart_of(checkpoint: dict[str, Any]) -> Restart:
@@ -99,9 +92,14 @@ def restart_of(checkpoint: dict[str, Any]) -> Restart:
     batches = fit_loop.get("epoch_loop.batch_progress", {})
     epochs = fit_loop.get("epoch_progress", {}).get("total", {})
     restart = _restart(global_step, bool(batches.get("is_last_batch", False)), batches.get("total", {}), epochs)
+    epoch = int(fit_loop.get("epoch_progress", {}).get("current", {}).get("processed", 0))
+    # a validation batch started, not processed: Lightning's _EvaluationLoop.update_restart_stage finishes it
+    val = fit_loop.get("epoch_loop.val_loop.batch_progress", {}).get("total", {})
+    started = val.get("started", 0)
+    finishes = started == val.get("ready") and val.get("processed") == started - 1 == val.get("completed")
     current = batches.get("current", {})
-    cut = current.get("ready", 0) > current.get("processed", 0)
-    return dataclasses.replace(restart, cut_batch=current["ready"] - 1) if cut else restart
+    cut_batch = current["ready"] - 1 if current.get("ready", 0) > current.get("processed", 0) else None
+    return dataclasses.replace(restart, epoch=epoch, finishes_validation=finishes, cut_batch=cut_batch)
 
 
 def closes_restored_epoch(fit_loop: _FitLoop) -> bool:
@@ -112,34 +110,30 @@ def closes_restored_epoch(fit_loop: _FitLoop) -> bool:
 
 
 def _restart(global_step: int, is_last_batch: bool, batches: dict[str, int], epochs: dict[str, int]) -> Restart:
-    consumed = is_last_batch and _batch_done(batches)
-    uncounted = _no_epoch_counted(epochs)
-    closes = consumed and (_closes_epoch(epochs, batches) or uncounted)
+    ready, started, processed, completed = (batches.get(phase, 0) for phase in _PHASES)
+    # Lightning restarts after the batch (_TrainingEpochLoop.update_restart_stage), not running it again: it ran,
+    # and was not a batch cut in its step or one a loader yielded as None (processed, never started)
+    consumed = is_last_batch and started == ready == processed and completed in (processed - 1, processed)
+    in_batch_end = completed == processed - 1
+    ready, started, processed, completed = (epochs.get(phase, 0) for phase in _PHASES)
+    # no epoch in flight: after a finished fit, or a fit resumed at an epoch end (docs/lightning.md, Limits)
+    uncounted = ready > 0 and ready == started == processed == completed
+    # saved in on_train_batch_end of an epoch's last batch: _FitLoop.reset closes that epoch, starts the next
+    epoch_open = started == ready and processed == started - 1 == completed
+    closes = consumed and ((epoch_open and in_batch_end) or uncounted)
     return Restart(global_step, epoch_consumed=consumed, closes_epoch=closes, no_epoch_counted=uncounted)
 
 
-def _batch_done(batches: dict[str, int]) -> bool:
-    """Lightning restarts after the batch (``_TrainingEpochLoop.update_restart_stage``), not running it again: it
-    ran, and was not a batch cut in its step or one a loader yielded as None (processed, never started)."""
-    ready, started, processed, completed = (batches.get(phase, 0) for phase in _PHASES)
-    return started == ready == processed and completed in (processed - 1, processed)
-
-
-def _closes_epoch(epochs: dict[str, int], batches: dict[str, int]) -> bool:
-    """Saved in ``on_train_batch_end`` of an epoch's last batch: ``_FitLoop.reset`` closes it, starts the next."""
-    ready, started, processed, completed = (epochs.get(phase, 0) for phase in _PHASES)
-    return (
-        started == ready
-        and processed == started - 1
-        and completed == processed
-        and batches.get("completed", 0) == batches.get("processed", 0) - 1
-    )
-
-
-def _no_epoch_counted(epochs: dict[str, int]) -> bool:
-    """No epoch in flight: after a finished fit, or a fit resumed at an epoch end (docs/lightning.md, Limits)."""
-    ready, started, processed, completed = (epochs.get(phase, 0) for phase in _PHASES)
-    return ready > 0 and ready == started == processed == completed
+def set_sampler_epoch(loaders: list[object], epoch: int) -> None:
+    """``set_epoch(epoch)`` on each loader's sampler and batch sampler's sampler that has one, as Lightning's fit
+    loop does when an epoch starts: called before it builds that epoch's iterator at a restart."""
+    for loader in loaders:
+        batch_sampler = getattr(loader, "batch_sampler", None)
+        samplers = {id(s): s for s in (getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None))}
+        for sampler in samplers.values():  # each once: the sampler may be the batch sampler's
+            set_epoch = getattr(sampler, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(epoch)
 
 
 def train_layout(fit_loop: _FitLoop) -> TrainLayout | None:
@@ -159,20 +153,19 @@ def train_layout(fit_loop: _FitLoop) -> TrainLayout | None:
     return str(combined._mode), keys, passes
 
 
+@dataclasses.dataclass(eq=False)
 class _SetupDataHooks:
     """``fit_loop.setup_data`` (``__call__``) and ``fit_loop._load_combined_loader_states`` replaced on one loop
     instance; picklable (``torch.save(trainer)``)."""
 
-    def __init__(
-        self, fit_loop: _FitLoop, before_iter: Callable[[list[object]], bool], after: Callable[[], None]
-    ) -> None:
-        self.fit_loop = fit_loop
-        self.before_iter = before_iter
-        self.after = after
-        self.pending: list[dict[str, Any]] = []  # the loader states of the checkpoint a fit loads, until it starts
-        self.starting = True  # the fit has not reached on_fit_start (after strategy setup, before the loops' restore)
-        self.loaded: list[dict[str, Any]] = []  # the loader states of the checkpoint loaded last
-        self.again = False  # load ``loaded`` into the loaders set up next (see load_loader_states_again)
+    fit_loop: _FitLoop
+    before_iter: Callable[[list[object]], bool]
+    after: Callable[[], None]
+    anomaly: Callable[[str], None]  # notes what Lightning's hooks cannot stop for (a passenger does not raise)
+    pending: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # a loading fit's, until it starts
+    starting: bool = True  # the fit has not reached on_fit_start (after strategy setup, before the loops' restore)
+    loaded: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the loader states of the last load
+    again: bool = False  # load ``loaded`` into the loaders set up next (see load_loader_states_again)
 
     def __call__(self) -> None:
         type(self.fit_loop).setup_data(self.fit_loop)
@@ -186,39 +179,48 @@ class _SetupDataHooks:
         next_epoch = bool(loaders) and self.before_iter(loaders)
         again, self.again = self.again, False
         if again and self.loaded:
-            _load_states(loaders, self.loaded)
+            self.load_states(loaders, self.loaded)
         elif pending and self.starting and not fit_loop.restarting:
             # set up before Lightning restored its loops (estimated_stepping_batches read in configure_optimizers):
             # Lightning has no state to load yet, and later reads the iterator built now; load them as it would
-            _load_states(loaders, pending)
+            self.load_states(loaders, pending)
         type(fit_loop)._load_combined_loader_states(fit_loop)  # restores loaders with a state of their own
         if next_epoch:  # the restored states are at the end of the epoch before: this iteration begins afresh
             for loader in loaders:
                 if getattr(loader, "next_iter_state", None) is not None:  # a StatefulDataLoader's, public
                     loader.next_iter_state = None
 
+    def load_states(self, loaders: list[Any], states: list[dict[str, Any]]) -> None:
+        """Load ``states`` into the loaders with a state of their own, in order (``CombinedLoader._load_state_dicts``);
+        none if their counts differ: noted, as this runs inside Lightning's hooks."""
+        stateful = [loader for loader in loaders if has_own_state(loader)]
+        if len(stateful) != len(states):
+            self.anomaly(
+                f"the train loaders have {len(stateful)} loaders with a state of their own, the checkpoint "
+                f"{len(states)} states: none loaded (define the train loaders of the run that saved it)"
+            )
+            return
+        for loader, state in zip(stateful, states, strict=True):
+            loader.load_state_dict(state)
 
-def _load_states(loaders: list[Any], states: list[dict[str, Any]]) -> None:
-    """Load ``states`` into the loaders with a state of their own, in order (Lightning's
-    ``CombinedLoader._load_state_dicts``)."""
-    stateful = [loader for loader in loaders if all(callable(getattr(loader, name, None)) for name in _STATEFUL)]
-    if len(stateful) != len(states):
-        raise RuntimeError(
-            f"the train loaders have {len(stateful)} loaders with a state of their own, the checkpoint {len(states)} "
-            "states: define the train loaders of the run that saved it"
-        )
-    for loader, state in zip(stateful, states, strict=True):
-        loader.load_state_dict(state)
+
+def has_own_state(loader: object) -> bool:
+    """True if Lightning saves and restores ``loader``'s own state (its ``_Stateful`` protocol)."""
+    return callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
 
 
-_STATEFUL = ("state_dict", "load_state_dict")
+def _hooks(fit_loop: _FitLoop) -> _SetupDataHooks | None:
+    # getattr, not fit_loop.__dict__: reading __dict__ turns the loop's attributes into a dict for good, and
+    # Lightning reads them on every batch, each read then slower (~6k instructions a batch)
+    hooks = getattr(fit_loop, "setup_data", None)
+    return hooks if isinstance(hooks, _SetupDataHooks) else None
 
 
 def loader_states_loaded(fit_loop: _FitLoop, checkpoint: dict[str, Any]) -> None:
     """A fit loads ``checkpoint``: its train loaders' own states (``checkpoint["loops"]``), loaded when Lightning
     sets up the train loaders, if that comes before it restored its loops (see ``_SetupDataHooks``)."""
-    hooks = getattr(fit_loop, "setup_data", None)
-    if not isinstance(hooks, _SetupDataHooks):
+    hooks = _hooks(fit_loop)
+    if hooks is None:
         return
     loops = checkpoint.get("loops")
     saved = loops.get("fit_loop") if isinstance(loops, dict) else None
@@ -228,42 +230,41 @@ def loader_states_loaded(fit_loop: _FitLoop, checkpoint: dict[str, Any]) -> None
 
 
 def load_loader_states_again(fit_loop: _FitLoop) -> None:
-    """Called while Lightning sets up the train loaders (``hook_setup_data``'s ``before_iter``): load the states of
-    the checkpoint loaded last into them (a fit continued after a resumed fit that trained nothing: Lightning
-    loaded them into that fit's loaders, and does not again)."""
-    hooks = getattr(fit_loop, "setup_data", None)
-    if isinstance(hooks, _SetupDataHooks):
+    """In ``before_iter``: load the checkpoint's loader states into the loaders set up now (a fit continued after a
+    resumed fit that trained nothing: Lightning loaded them into that fit's loaders, and does not again)."""
+    hooks = _hooks(fit_loop)
+    if hooks is not None:
         hooks.again = True
 
 
 def put_back_loaded_states(fit_loop: _FitLoop) -> None:
     """After a resumed fit that trained nothing: its train loaders at the states Lightning loaded into them (it
     built their iterators from them and dropped those at its teardown, so that a save would hold fresh states)."""
-    hooks = getattr(fit_loop, "setup_data", None)
+    hooks = _hooks(fit_loop)
     combined = fit_loop._combined_loader
-    if isinstance(hooks, _SetupDataHooks) and hooks.loaded and combined is not None:
-        _load_states(list(combined.flattened), hooks.loaded)
+    if hooks is not None and hooks.loaded and combined is not None:
+        hooks.load_states(list(combined.flattened), hooks.loaded)
 
 
 def fit_starts(fit_loop: _FitLoop) -> None:
     """``on_fit_start``: Lightning restores its loops next, and loads their loader states itself."""
-    hooks = getattr(fit_loop, "setup_data", None)
-    if isinstance(hooks, _SetupDataHooks):
+    hooks = _hooks(fit_loop)
+    if hooks is not None:
         hooks.pending, hooks.starting = [], False
 
 
-def hook_setup_data(fit_loop: _FitLoop, before_iter: Callable[[list[object]], bool], after: Callable[[], None]) -> None:
-    """Call ``before_iter(train_loaders)`` once Lightning set up the train loaders, before its ``iter()`` builds the
-    epoch's iterator (before any train hook; True: the epoch after the restored one begins, the loaders' restored
-    states are dropped), and ``after()`` each time ``setup_data`` returned."""
-    # getattr, not fit_loop.__dict__: reading __dict__ turns the loop's attributes into a dict for good, and
-    # Lightning reads them on every batch, each read then slower (~6k instructions a batch)
-    current = getattr(fit_loop, "setup_data", None)
-    if isinstance(current, _SetupDataHooks):
-        current.before_iter, current.after = before_iter, after
-        current.pending, current.starting = [], True
-        return
-    hooks = _SetupDataHooks(fit_loop, before_iter, after)
+def hook_setup_data(
+    fit_loop: _FitLoop,
+    before_iter: Callable[[list[object]], bool],
+    after: Callable[[], None],
+    anomaly: Callable[[str], None],
+) -> None:
+    """Call ``before_iter(train_loaders)`` before Lightning's ``iter()`` builds the epoch's iterator (True: the next
+    epoch begins, the restored loader states are dropped), ``after()`` when ``setup_data`` returned."""
+    current = _hooks(fit_loop)
+    hooks = _SetupDataHooks(fit_loop, before_iter, after, anomaly)
+    if current is not None:  # a later call on this Trainer: the loader states it loaded last stay
+        hooks.loaded, hooks.again = current.loaded, current.again
     fit_loop.setup_data = hooks  # type: ignore[method-assign]
     fit_loop._load_combined_loader_states = hooks.load_combined_loader_states  # type: ignore[method-assign]
 

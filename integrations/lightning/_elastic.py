@@ -20,10 +20,8 @@ _HINT = (
 
 def load(tracker: Tracker, entry: dict[str, Any], loaders: list[object], trainer: pl.Trainer) -> None:
     """Load ``entry`` mapped onto the registered ``loaders``, then move Lightning's batch counters to match.
-
     ``ProgressStateError``, nothing changed, where the core cannot map the position, or a restored epoch has several
-    train loaders (Lightning counts one batch of each; the core maps each loader by its own samples).
-    """
+    train loaders (Lightning counts one batch of each; the core maps each loader by its own samples)."""
     if len(loaders) > 1 and trainer.fit_loop.restarting:
         raise ProgressStateError(
             "ranks",

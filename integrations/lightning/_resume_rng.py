@@ -73,9 +73,8 @@ class ResumeRngChecks:
     def await_build(
         self, check: ResumeRngCheck | None, continues_epoch: int | None, finished: bool, restarts: bool = False
     ) -> None:
-        """Set ``check`` up for the iterator Lightning builds next: continuing epoch ``continues_epoch`` mid-way, or
-        (None) beginning the next epoch, unless the resumed fit trains nothing (``finished``). ``restarts``: a plain
-        loader's continued epoch is read from its start (warned by the tracker): its new iterator draws."""
+        """Set ``check`` up for the iterator Lightning builds next: continuing epoch ``continues_epoch`` (None: the next
+        epoch) unless nothing trains (``finished``); ``restarts``: a plain loader's epoch is read anew: that draws."""
         if check is None or not check.armed:
             return
         self._restarts = restarts and continues_epoch is not None

@@ -110,7 +110,7 @@ def warn_continues_untrained() -> None:
 
 def warn_if_restored_ahead(loaders: list[object]) -> None:
     for index, loader in enumerate(loaders):
-        if callable(getattr(loader, "load_state_dict", None)) and batches_in(loader) is None:
+        if resume.has_own_state(loader) and batches_in(loader) is None:
             _inexact(
                 f"train dataloader {index} has a state of its own, which Lightning restores, and no length: "
                 "Lightning saved that state after the batch it had prefetched, so the resumed epoch skips it "
@@ -122,7 +122,7 @@ def warn_if_restored_ahead(loaders: list[object]) -> None:
 def warn_if_cut_batch_restored(cut: int | None, loaders: list[object]) -> None:
     """Warned at save and resume: train batch ``cut`` was fetched, its step not ended (None: no such batch)."""
     for index, loader in enumerate(loaders):
-        if cut is not None and callable(getattr(loader, "load_state_dict", None)):
+        if cut is not None and resume.has_own_state(loader):
             _inexact(
                 f"checkpoint saved before the step of train batch {cut} of the epoch ended (in on_train_batch_start "
                 f"or inside the step): train dataloader {index} has a state of its own, which Lightning saved after "
@@ -131,9 +131,8 @@ def warn_if_cut_batch_restored(cut: int | None, loaders: list[object]) -> None:
 
 
 def validation_at_load(tracker: Tracker, restart: str, progress: dict[str, Any]) -> bool:
-    """A fit checkpoint saved inside a validation: the record follows what Lightning does with it, ``restart``
-    (``"finish"`` it, counting on from the batches done, or ``"skip"`` the rest; "": nothing to follow).
-    True: Lightning finishes it."""
+    """A fit checkpoint saved inside a validation: the record follows Lightning's ``restart`` of it (``"finish"``,
+    counting on from the batches done, or ``"skip"`` the rest; "": nothing to follow). True: it finishes it."""
     if not restart or not reenter_evaluation_epoch(tracker.progress, "validate", progress):
         return False
     if restart == "finish":
