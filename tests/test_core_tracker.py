@@ -294,6 +294,43 @@ def test_a_checkpoint_between_epochs_of_a_loader_that_is_not_a_dataloader_does_n
         tracker.state_dict()
 
 
+class _Stream(IterableDataset[torch.Tensor]):
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return iter(torch.arange(6.0).split(2))
+
+
+def _after_the_last_batch_of_a_stream() -> tuple[Tracker, DataLoader[Any]]:
+    """A plain loader without a length, tracked, after the last batch of its epoch (no epoch end marked yet), and the
+    loader (the tracker holds it weakly)."""
+    tracker = Tracker()
+    loader = DataLoader(_Stream(), batch_size=None)
+    tracker.track_train_loader(loader)
+    train = tracker.progress.train
+    tracker.progress.run_ready("fit")
+    train.epoch_ready()
+    train.epoch_started()
+    for batch in loader:
+        train.batch_ready()
+        train.batch_started()
+        train.batch_processed(len(batch))
+        train.batch_completed()
+    return tracker, loader
+
+
+def test_a_loader_without_a_length_saved_after_its_last_batch_is_warned_as_inside_its_epoch() -> None:
+    tracker, _loader = _after_the_last_batch_of_a_stream()
+    with pytest.warns(InexactResumeWarning, match="StatefulDataLoader"):
+        tracker.state_dict()
+
+
+def test_a_loader_without_a_length_saved_when_the_framework_says_its_epoch_ended_is_saved_between_epochs() -> None:
+    tracker, _loader = _after_the_last_batch_of_a_stream()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        entry = tracker.state_dict(epoch_ended=True)
+    assert entry["train_loaders"][0]["epoch"] is None
+
+
 def test_saved_gradients_are_restored_into_fresh_parameters() -> None:
     model = torch.nn.Linear(4, 1)
     model(torch.ones(2, 4)).sum().backward()

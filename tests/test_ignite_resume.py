@@ -76,23 +76,14 @@ CASES = [
         for i in (7,)
     ],
 ]
-# Product gap: a plain loader over an IterableDataset has no length the core trusts, so a save at the epoch's last
-# iteration (before EPOCH_COMPLETED) is taken as mid-epoch and warned, at the save and the resume, though the resume
-# is exact (test_a_plain_iterable_dataloader_resumed_at_its_epochs_last_iteration_is_exact).
-FALSE_WARNING = pytest.mark.xfail(
-    strict=True, raises=InexactResumeWarning, reason="a plain iterable loader's epoch end is warned as mid-epoch"
-)
 # Exact between epochs: a plain DataLoader, positioned by nothing, its generators saved (4 and 8 end an epoch).
 EPOCH_ENDS = [
     *[pytest.param(Config(), i, id=f"shuffle-{i}") for i in (4, 8)],
     *[pytest.param(Config(shuffle=False), i, id=f"ordered-{i}") for i in (4, 8)],
     *[pytest.param(Config(accumulation=3), i, id=f"accumulate3-{i}") for i in (4, 8)],
     *[pytest.param(Config(workers=2), i, id=f"workers2-{i}") for i in (8,)],
-    *[pytest.param(Config(iterable=True), i, id=f"iterable-{i}", marks=FALSE_WARNING) for i in (8,)],
-    *[
-        pytest.param(Config(iterable=True, workers=2), i, id=f"iterable-workers2-{i}", marks=FALSE_WARNING)
-        for i in (4,)
-    ],
+    *[pytest.param(Config(iterable=True), i, id=f"iterable-{i}") for i in (8,)],
+    *[pytest.param(Config(iterable=True, workers=2), i, id=f"iterable-workers2-{i}") for i in (4,)],
 ]
 
 

@@ -167,14 +167,6 @@ def test_a_stateful_dataloader_over_a_distributed_sampler_resumes_exactly_from_a
     _assert_resumes_exactly("stateful-distributed", BATCHES - 1, tmp_path)
 
 
-# An open product gap: a plain loader without a length saved at the end of an epoch's last batch (Lightning fetched
-# ahead and knows it was the last) is warned as saved inside an epoch, at the save (twice) and at the resume, though
-# Lightning begins the next epoch and the resume is exact.
-_NO_LENGTH_FALSE_ALARM = pytest.mark.xfail(
-    strict=True, reason="open gap: a loader without a length saved at its epoch's end is warned as inside the epoch"
-)
-
-
 @pytest.mark.parametrize("at", [BATCHES - 1, EPOCHS * BATCHES - 1])
 @pytest.mark.parametrize(
     "config",
@@ -182,8 +174,8 @@ _NO_LENGTH_FALSE_ALARM = pytest.mark.xfail(
         "plain",
         "plain-shuffle",
         "plain-shuffle-workers",
-        pytest.param("plain-stream", marks=_NO_LENGTH_FALSE_ALARM),
-        pytest.param("plain-stream-workers", marks=_NO_LENGTH_FALSE_ALARM),
+        "plain-stream",
+        "plain-stream-workers",
     ],
 )
 def test_a_plain_dataloader_resumes_exactly_from_the_last_batch_of_an_epoch(

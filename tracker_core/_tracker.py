@@ -102,14 +102,15 @@ class Tracker:
             )
             return None
 
-    def state_dict(self) -> dict[str, Any]:
-        """Plain data for the checkpoint (docs/schema.md); its time counts in ``microseconds.checkpoint_save``."""
+    def state_dict(self, *, epoch_ended: bool = False) -> dict[str, Any]:
+        """Plain data for the checkpoint (docs/schema.md); its time counts in ``microseconds.checkpoint_save``.
+        ``epoch_ended``: the framework knows the train epoch's data was read to its end (saved as between epochs)."""
         began = _clock.now_us()
         train = self.progress.train
         counts = train._dataloaders
         # Outside a train epoch a load restores only generators (nothing is replayed), and the
         # framework may already have built the next epoch's iterator: nothing of it is consumed.
-        in_epoch = reenters_train_epoch(train._epochs.lifetime())
+        in_epoch = reenters_train_epoch(train._epochs.lifetime()) and not epoch_ended
         rng = expanded(GlobalRng.capture())
         loaders: list[dict[str, Any]] = []
         for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
@@ -130,21 +131,21 @@ class Tracker:
         self.progress._count_since(self.progress._checkpoint_save_seconds, began)
         return {"progress": self.progress.state_dict(), "train_loaders": loaders, "rng": compact_rng(rng)}
 
-    def gathered_state_dict(self) -> dict[str, Any]:
+    def gathered_state_dict(self, *, epoch_ended: bool = False) -> dict[str, Any]:
         """Collective: on rank 0 :meth:`state_dict` plus ``"ranks"``, every rank's entry (also in a world of one);
         elsewhere :meth:`state_dict` (docs/distributed.md)."""
-        mine = self.state_dict()
+        mine = self.state_dict(epoch_ended=epoch_ended)
         began = _clock.now_us()
         ranks = gather_to_writer(mine)
         self.progress._count_since(self.progress._checkpoint_save_seconds, began)  # in the next checkpoint's entry
         return mine if ranks is None else {**ranks[0], "ranks": ranks}
 
-    def checkpoint_state_dict(self) -> dict[str, Any]:
+    def checkpoint_state_dict(self, *, epoch_ended: bool = False) -> dict[str, Any]:
         """The entry to store in a checkpoint: :meth:`gathered_state_dict` (collective) when several processes run
         or a train loader is sharded across ranks (so another world size can map it), else :meth:`state_dict`."""
         if world()[0] > 1 or any(position.distributed_info() is not None for position in self._loaders.values()):
-            return self.gathered_state_dict()
-        return self.state_dict()
+            return self.gathered_state_dict(epoch_ended=epoch_ended)
+        return self.state_dict(epoch_ended=epoch_ended)
 
     def forget_loaded_positions(self) -> None:
         """The framework begins a new run instead of resuming the loaded one: no loader replays the loaded epoch."""

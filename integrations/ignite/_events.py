@@ -12,17 +12,18 @@ from typing import Any
 from ignite.engine import Engine, Events
 
 from tracker_core import EventOrderError, Progress, StageProgress
-from tracker_core.adapter import TokenCounter, samples_in
-from tracker_core.integrations.ignite._loaders import Loaders
+from tracker_core.adapter import TokenCounter, batches_in, samples_in
+from tracker_core.integrations.ignite._loaders import Loaders, any_own_state
 
 CountTokens = Callable[[Any], "int | tuple[int, int]"]
 Handler = Callable[[], None]
 Note = Callable[[str], None]  # notes an anomaly (view.anomalies), the first one warned
 
 
-def settle_for_save(engine: Engine, stage: StageProgress, loaders: Loaders | None) -> None:
+def settle_for_save(engine: Engine, stage: StageProgress, loaders: Loaders | None) -> bool:
     """Mark what the event Ignite is firing says is over, for a ``Checkpoint`` that runs ahead of our handlers:
-    at ITERATION_COMPLETED the batch is processed (its step ran), at EPOCH_COMPLETED the epoch."""
+    at ITERATION_COMPLETED the batch is processed (its step ran), at EPOCH_COMPLETED the epoch. True when the batch
+    was the epoch's last and its data plain loaders read to their end (their length is Ignite's ``epoch_length``)."""
     view = stage.view
     with contextlib.suppress(EventOrderError):  # the record is elsewhere (an anomaly already noted): saved as it is
         if engine.last_event_name == Events.ITERATION_COMPLETED:
@@ -31,6 +32,10 @@ def settle_for_save(engine: Engine, stage: StageProgress, loaders: Loaders | Non
                 stage.batch_processed_of(engine.state.batch, _dataloader_index(loaders))
         elif engine.last_event_name == Events.EPOCH_COMPLETED and not view.batches.lifetime.in_flight:
             process_epoch(stage)
+    length, data = engine.state.epoch_length, engine.state.dataloader
+    if length is None or view.batches.lifetime.in_flight or view.batches.epoch.completed < length:
+        return False
+    return batches_in(data) == length and not any_own_state(data)
 
 
 def _dataloader_index(loaders: Loaders | None) -> int:

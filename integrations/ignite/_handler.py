@@ -188,8 +188,9 @@ class ProgressHandler:
         """Plain progress entry plus the partial gradients the next optimizer step would use."""
         progress = self._tracker.progress
         trainer = None if self._trainer is None else self._trainer()
+        epoch_ended = False  # Ignite read the epoch's data to its end (the core may not know its length)
         if trainer is not None:  # a Checkpoint added before attach runs ahead of the handler's own
-            settle_for_save(trainer, progress.train, self._loaders)
+            epoch_ended = settle_for_save(trainer, progress.train, self._loaders)
             self._warn_if_inexact(trainer)
         # Gradients the next step adds to: in an accumulation window, or any left with several optimizers.
         pending = self.view.is_mid_accumulation or (
@@ -197,7 +198,10 @@ class ProgressHandler:
         )
         gradients = capture_gradients(self._parameters) if pending else []
         # With several processes every rank's entry (a collective, which Checkpoint calls on every rank).
-        entry = deterministic_entry(progress) if self._deterministic else self._tracker.checkpoint_state_dict()
+        if self._deterministic:
+            entry = deterministic_entry(progress)
+        else:
+            entry = self._tracker.checkpoint_state_dict(epoch_ended=epoch_ended)
         keep_heartbeat(progress, self._heartbeat)
         return {"progress_tracker": entry, "gradients": gradients}
 

@@ -324,6 +324,9 @@ class ProgressTracker(StageHooks):
                 self._anomaly(f"checkpoint: {error}")
             if self.tracker.view.validate.epochs.lifetime.in_flight:
                 inexact.warn_saved_in_validation()
+            # Lightning knows the epoch's last batch (it fetched ahead), where a loader's length may be unknown.
+            epoch_ended = resume.on_train_batch_end(trainer) and trainer.is_last_batch
+            return self.tracker.checkpoint_state_dict(epoch_ended=epoch_ended)
         return self.tracker.checkpoint_state_dict()
 
     def _catch_up(self, trainer: pl.Trainer) -> None:
