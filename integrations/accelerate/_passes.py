@@ -11,7 +11,6 @@ from accelerate.data_loader import SeedableRandomSampler, SkipBatchSampler, Skip
 
 from tracker_core import InexactResumeWarning, Tracker
 from tracker_core.adapter import accelerate_checkpoint as checkpoint
-from tracker_core.integrations.accelerate._compat import drop_iterator
 
 
 class TrainPasses:
@@ -186,7 +185,7 @@ def start_from_the_beginning(loader: object) -> bool:
     if getattr(inner, "next_iter_state", None) is None:
         return False
     inner.next_iter_state = None
-    drop_iterator(inner)
+    inner.load_state_dict({})  # a load, even of an empty state, drops the iterator the loader keeps
     return True
 
 
