@@ -42,15 +42,16 @@ class ProgressFiles:
         self,
         models: list[torch.nn.Module],
         output_dir: str,
+        tracker: dict[str, Any],
         iterations: list[checkpoint.LoaderIteration | None],
         evaluation_rng: tuple[str, GlobalRng] | None,
         registered: bool,
     ) -> None:
-        """At ``save_state``'s pre-hook: this process's progress, written now, or by :meth:`commit` if ``registered``."""
+        """At ``save_state``'s pre-hook: this process's progress (``tracker``: its entry), now or at :meth:`commit`."""
         accelerator = self._accelerator
         saved = checkpoint.SavedProgress(
             world_size=accelerator.num_processes,
-            tracker=self._tracker.state_dict(),
+            tracker=tracker,
             gradients=capture_gradients(_parameters(models)),
             save_iteration=accelerator.project_configuration.iteration,
             loader_iterations=iterations,
