@@ -1,4 +1,4 @@
-"""Every private attribute of Accelerate (and of the loaders it prepares) the adapter touches (docs/design.md)."""
+"""Every private attribute of Accelerate the adapter touches (docs/design.md)."""
 
 from __future__ import annotations
 
@@ -28,13 +28,7 @@ def registered_objects(accelerator: Accelerator) -> list[Any]:
     return list(accelerator._custom_objects)
 
 
-def drop_iterator(loader: Any) -> None:
-    """Forget the iterator a torch DataLoader keeps (persistent workers), so its next epoch is built anew."""
-    loader._iterator = None
-
-
 # The private attributes instances get in __init__ (all of Accelerate's): checked by tests/test_compat_instances.py.
 INSTANCE_ATTRIBUTES: dict[type, tuple[str, ...]] = {
     Accelerator: ("_models", "_optimizers", "_schedulers", "_custom_objects"),
-    torch.utils.data.DataLoader: ("_iterator",),
 }

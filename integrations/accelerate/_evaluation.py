@@ -5,13 +5,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from tracker_core import InexactResumeWarning, Progress, StageProgress
 from tracker_core.adapter import GlobalRng, ResumeRngCheck, TokenCounter, samples_in
+from tracker_core.integrations.accelerate._fit import Batch
 from tracker_core.integrations.accelerate._passes import start_from_the_beginning
-
-Batch = TypeVar("Batch")
 
 
 @dataclass(slots=True)

@@ -1,9 +1,13 @@
-"""An AcceleratorProgress's files: its progress file in each ``save_state`` folder, and the fit's heartbeat."""
+"""An AcceleratorProgress's files: its progress file in each ``save_state`` folder, whose commit is rank 0's
+(docs/accelerate.md, "How resume works"), and the fit's heartbeat."""
 
 from __future__ import annotations
 
 import os
 import re
+import time
+import warnings
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -11,7 +15,9 @@ import torch
 from tracker_core import ProgressStateError, Tracker
 from tracker_core.adapter import GlobalRng, capture_gradients, keep_heartbeat, read_heartbeat, restore_gradients
 from tracker_core.adapter import accelerate_checkpoint as checkpoint
-from tracker_core.integrations.accelerate import _commit as commit
+
+PATIENCE_S = 60.0  # how long rank 0 waits for the other processes' progress files of a save
+_POLL_S = 0.02
 
 
 class ProgressFiles:
@@ -36,15 +42,16 @@ class ProgressFiles:
         self,
         models: list[torch.nn.Module],
         output_dir: str,
+        tracker: dict[str, Any],
         iterations: list[checkpoint.LoaderIteration | None],
         evaluation_rng: tuple[str, GlobalRng] | None,
         registered: bool,
     ) -> None:
-        """At ``save_state``'s pre-hook: this process's progress, written now, or by :meth:`commit` if ``registered``."""
+        """At ``save_state``'s pre-hook: this process's progress (``tracker``: its entry), now or at :meth:`commit`."""
         accelerator = self._accelerator
         saved = checkpoint.SavedProgress(
             world_size=accelerator.num_processes,
-            tracker=self._tracker.state_dict(),
+            tracker=tracker,
             gradients=capture_gradients(_parameters(models)),
             save_iteration=accelerator.project_configuration.iteration,
             loader_iterations=iterations,
@@ -59,10 +66,10 @@ class ProgressFiles:
         self.beat()
 
     def commit(self) -> None:
-        """Commit the registered progress's ``save_state`` under way (``_commit.commit``)."""
+        """Commit the registered progress's ``save_state`` under way."""
         if self._pending is not None:
             (directory, saved), self._pending = self._pending, None
-            commit.commit(directory, saved)
+            _commit(directory, saved)
 
     def load(self, models: list[torch.nn.Module], input_dir: str) -> checkpoint.SavedCheckpoint:
         """At ``load_state``'s pre-hook: check the folder and load its progress and gradients, or change nothing."""
@@ -108,3 +115,55 @@ def _next_save_iteration(accelerator: Any, loaded: int) -> int:
     names = os.listdir(folder) if automatic and os.path.isdir(folder) else []
     numbers = [int(match.group(1)) for name in names if (match := re.fullmatch(r"checkpoint_(\d+)", name))]
     return max([loaded, *numbers]) + 1
+
+
+def _commit(directory: str, saved: checkpoint.SavedProgress) -> None:
+    """Write this process's progress file of ``saved``; rank 0's is the commit, listing the folder's files."""
+    if saved.rank != 0:
+        checkpoint.write(directory, saved.rank, saved)
+        return
+    missing = _wait_for_ranks(directory, saved)
+    files = checkpoint.folder_files(directory)
+    for rank in missing:  # an older save's file: not this one's
+        files.pop(checkpoint.file_name(rank), None)
+    checkpoint.write(directory, 0, replace(saved, folder=files))
+    if missing:
+        warnings.warn(
+            f"accelerator.save_state({directory!r}): the progress file of rank(s) {missing} did not come "
+            f"within {PATIENCE_S:g} s (save_state called on the main process only, or those processes "
+            "failed), so the commit leaves them out and load_state refuses this folder",
+            RuntimeWarning,
+            stacklevel=6,  # the caller of save_state (save_state -> save_custom_state -> state_dict)
+        )
+
+
+def _wait_for_ranks(directory: str, saved: checkpoint.SavedProgress) -> list[int]:
+    """The ranks whose progress file of this save is still missing after ``PATIENCE_S`` (read again if changed)."""
+    waiting = set(range(1, saved.world_size))
+    seen: dict[int, tuple[int, int, int]] = {}
+    deadline = time.monotonic() + PATIENCE_S
+    while True:
+        for rank in sorted(waiting):
+            path = os.path.join(directory, checkpoint.file_name(rank))
+            try:
+                found = os.stat(path)
+            except OSError:
+                continue
+            signature = (found.st_ino, found.st_mtime_ns, found.st_size)
+            if seen.get(rank) != signature:
+                seen[rank] = signature
+                if _of_save(path, saved):
+                    waiting.discard(rank)
+        if not waiting or time.monotonic() >= deadline:
+            return sorted(waiting)
+        time.sleep(_POLL_S)
+
+
+def _of_save(path: str, saved: checkpoint.SavedProgress) -> bool:
+    """Whether the progress file at ``path`` (written whole: a rename) was written by the save ``saved``."""
+    try:
+        payload = torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+    except Exception:  # another process's file, replaced or removed while read: looked at again if it changes
+        return False
+    expected = {"version": checkpoint.VERSION, "world_size": saved.world_size, "save_iteration": saved.save_iteration}
+    return isinstance(payload, dict) and all(payload.get(key) == value for key, value in expected.items())

@@ -13,10 +13,8 @@ Batch = TypeVar("Batch")
 
 
 class Fit:
-    """One fit run of ``max_epochs`` train epochs: ``with progress.fit(3) as fit: for epoch in fit.epochs(): ...``.
-
-    Leaving the ``with`` block ends the run in the ledger: completed when every epoch is done, else ``stopped_early``,
-    ``interrupted`` (``KeyboardInterrupt``) or ``crashed`` (another exception, which goes on)."""
+    """One fit run of ``max_epochs`` train epochs: ``with progress.fit(3) as fit: for epoch in fit.epochs(): ...``;
+    leaving the block records how the run ended (docs/accelerate.md)."""
 
     __slots__ = ("_owner", "max_epochs")
 

@@ -7,11 +7,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-from accelerate.data_loader import SeedableRandomSampler, SkipBatchSampler, SkipDataLoader
+from accelerate.data_loader import BatchSamplerShard, SeedableRandomSampler, SkipBatchSampler, SkipDataLoader
+from torch.utils.data import RandomSampler
 
 from tracker_core import InexactResumeWarning, Tracker
 from tracker_core.adapter import accelerate_checkpoint as checkpoint
-from tracker_core.integrations.accelerate._compat import drop_iterator
 
 
 class TrainPasses:
@@ -44,8 +44,8 @@ class TrainPasses:
         restores = bool(getattr(loader, "use_stateful_dataloader", False))  # Accelerate saves the loader's state
         self._tracker.track_train_loader(inner, index, framework_restores_state=restores)
 
-    def refuse_a_second_skip(self, loader: object, index: int) -> None:
-        """In the resumed epoch, refuse a ``loader`` made by ``accelerator.skip_first_batches`` (``ValueError``)."""
+    def check_resumed(self, loader: object, index: int) -> None:
+        """In the resumed epoch, refuse a loader made by ``skip_first_batches``; warn if it draws its order again."""
         resumed = self._resumed.get(index)
         if resumed is None:
             return
@@ -64,6 +64,8 @@ class TrainPasses:
                 "not yet trained. Nothing was trained"
             )
         del self._resumed[index]
+        if index not in self._finished:
+            _warn_if_order_drawn_again(loader, index, "resuming")
 
     def begin(self, loader: Iterable[Any], index: int) -> bool:
         """Track ``loader`` and begin its pass; False when nothing is left of it (restored after its end)."""
@@ -76,7 +78,6 @@ class TrainPasses:
         self._finished.discard(index)  # Accelerate's loaders fail on an empty pass (an iterable one raises),
         if start_from_the_beginning(loader):  # so a StatefulDataLoader Accelerate restored at its pass's end
             iter(torch_loader(loader))  # spends the armed position: built under the checkpoint's RNGs, nothing read
-        # (a plain loader has no position to spend: it is not iterated, as the uninterrupted run did not)
         if pass_start is not None:
             loader.iteration = pass_start + 1  # type: ignore[attr-defined]
         return False
@@ -95,10 +96,11 @@ class TrainPasses:
         self._resumed.clear()
         self._finished.clear()
 
-    def saved_iterations(self) -> list[checkpoint.LoaderIteration | None]:
-        """What ``save_state`` keeps of each train loader's pass (None: no pass counter); warns as the resume will."""
+    def saved_iterations(self, entry: Mapping[str, Any]) -> list[checkpoint.LoaderIteration | None]:
+        """Each train loader's pass counter for ``save_state`` (None: none), beside the tracker ``entry``; warns."""
         iterations: list[checkpoint.LoaderIteration | None] = []
         in_epoch = self._tracker.progress.view.train.epochs.lifetime.in_flight
+        counts = self._tracker.progress.view.train.dataloaders
         for index in range(max(self._loaders, default=-1) + 1):
             loader = self._loaders.get(index)
             now = getattr(loader, "iteration", None)
@@ -107,27 +109,35 @@ class TrainPasses:
             pass_start = self._pass_start.get(index)
             left = in_epoch and index in self.left
             iterations.append(None if now is None else checkpoint.LoaderIteration(now, pass_start, finished, left))
-        if in_epoch and not self._restarts(iterations):
-            over = {i for i, it in enumerate(iterations) if it and it.finished}
+            if in_epoch and not finished and index < len(counts) and counts[index].batches.epoch:
+                _warn_if_order_drawn_again(loader, index, "saving")
+        over = {i for i, it in enumerate(iterations) if it and it.finished}
+        if in_epoch and not self._restarting(entry, over):
             _warn_if_inexact(iterations, over, sorted(self.left), "save_state after")
         return iterations
 
-    def _restarts(self, iterations: list[checkpoint.LoaderIteration | None]) -> bool:
-        """Whether a plain loader is inside its pass (its resume restarts the epoch; the core warns of it)."""
+    def _restarting(self, entry: Mapping[str, Any], over: set[int]) -> list[int]:
+        """The loaders of the tracker ``entry`` saved as plain ones inside their pass (only there the core keeps their
+        epoch record, empty: docs/schema.md), not ``over``: Accelerate's loop reads them whole, the epoch restarts."""
+        parts = entry.get("train_loaders")
         counts = self._tracker.progress.view.train.dataloaders
-        return any(
-            counts[index].batches.epoch
-            and not (iteration is not None and iteration.finished)
-            and not getattr(self._loaders.get(index), "use_stateful_dataloader", False)
-            for index, iteration in enumerate(iterations[: len(counts)])
-        )
+        if not isinstance(parts, list):
+            return []
+        return [
+            index
+            for index, part in enumerate(parts[: len(counts)])
+            if isinstance(part, Mapping)
+            and part.get("kind") == "plain"
+            and part.get("epoch") is not None
+            and counts[index].batches.epoch
+            and index not in over
+        ]
 
     def restore(
         self, iterations: list[checkpoint.LoaderIteration | None], resuming_epoch: bool, entry: Mapping[str, Any]
     ) -> list[int]:
         """After ``load_state`` of the tracker ``entry``: each loader's pass counter and, in the resumed epoch, the
-        passes over or resumed. Returns the plain loaders saved inside their pass (Accelerate's loop reads them whole:
-        the caller restarts the epoch, whose passes then all begin afresh, at the saved epoch's pass counters)."""
+        passes over or resumed. Returns the plain loaders saved inside their pass (the caller restarts the epoch)."""
         saved = {index: iteration for index, iteration in enumerate(iterations) if iteration is not None}
         self._restored_iterations = {i: it.now for i, it in saved.items()}
         self._restored_step, self._finished, self._resumed = None, set(), {}
@@ -135,30 +145,16 @@ class TrainPasses:
             return []
         view = self._tracker.progress.view
         self._restored_iterations.update({i: it.pass_start for i, it in saved.items() if it.pass_start is not None})
-        restored_step, finished = _mapped_passes(view.resume_mapping, self._loaders)
+        self._restored_step, finished = _mapped_passes(view.resume_mapping, self._loaders)
         over = {i for i, it in saved.items() if finished.get(i, it.finished)}
-        counts = {i: d.batches.epoch for i, d in enumerate(view.train.dataloaders) if d.batches.epoch}
-        plain = sorted(i for i in _saved_inside_an_epoch(entry) if i in counts and i not in over)
+        plain = self._restarting(entry, over)
         if plain:  # the epoch restarts; accelerator.step goes on from the saved (or mapped) one
-            self._restored_step = restored_step
             return plain
-        self._restored_step, self._finished, self._resumed = restored_step, over, counts
+        self._finished = over
+        self._resumed = {i: d.batches.epoch for i, d in enumerate(view.train.dataloaders) if d.batches.epoch}
         left = [i for i, it in saved.items() if it.left]
         _warn_if_inexact(iterations, self._finished, left, "load_state of a checkpoint saved after")
         return []
-
-
-def _saved_inside_an_epoch(entry: Mapping[str, Any]) -> list[int]:
-    """The train loaders of a tracker ``entry`` saved as plain loaders inside an epoch (the core keeps their epoch
-    record, empty, only there: docs/schema.md)."""
-    parts = entry.get("train_loaders")
-    if not isinstance(parts, list):
-        return []
-    return [
-        index
-        for index, part in enumerate(parts)
-        if isinstance(part, Mapping) and part.get("kind") == "plain" and part.get("epoch") is not None
-    ]
 
 
 def torch_loader(loader: object) -> Any:
@@ -186,7 +182,7 @@ def start_from_the_beginning(loader: object) -> bool:
     if getattr(inner, "next_iter_state", None) is None:
         return False
     inner.next_iter_state = None
-    drop_iterator(inner)
+    inner.load_state_dict({})  # a load, even of an empty state, drops the iterator the loader keeps
     return True
 
 
@@ -215,3 +211,25 @@ def _warn_if_inexact(
             InexactResumeWarning,
             stacklevel=5,
         )
+
+
+def _warn_if_order_drawn_again(loader: object, index: int, doing: str) -> None:
+    """Warn if ``loader`` (a prepared StatefulDataLoader) shuffles by a sampler with a generator of its own (torchdata's
+    RandomSampler; torch's is the core's to warn of) under Accelerate's ``BatchSamplerShard`` (several processes)."""
+    shard = getattr(torch_loader(loader), "batch_sampler", None)
+    sampler = getattr(getattr(shard, "batch_sampler", None), "sampler", None)
+    if (
+        not getattr(loader, "use_stateful_dataloader", False)
+        or not isinstance(shard, BatchSamplerShard)
+        or isinstance(sampler, RandomSampler)
+        or not isinstance(getattr(sampler, "generator", None), torch.Generator)
+    ):
+        return
+    warnings.warn(
+        f"{doing} train dataloader {index} mid-epoch: Accelerate's BatchSamplerShard has no state of its own, so the "
+        "StatefulDataLoader's state leaves out its sampler's (torchdata's RandomSampler), and the resumed loader draws "
+        "the epoch's order again from the sampler's generator as the checkpoint left it: the rest of the epoch trains "
+        "other batches (huggingface/accelerate#4195). Use use_seedable_sampler=True over a DataLoader(shuffle=True)",
+        InexactResumeWarning,
+        stacklevel=5,
+    )

@@ -43,11 +43,10 @@ class TrainBatch:
 class AcceleratorProgress:
     """Progress of an ``accelerate.Accelerator``'s loops, saved and loaded by its ``save_state``/``load_state``.
 
-    Create it after ``accelerator.prepare(...)``; registered for checkpointing after your other registered objects
-    (recommended), it ends each ``save_state`` with a commit that ``load_state`` checks. Run the fit in :meth:`fit`;
-    evaluate with :meth:`evaluate`, :meth:`test` and :meth:`predict`. ``count_tokens(batch)``: a batch's tokens
-    (all, or ``(tokens, non_padding_tokens)``; default: its ``input_ids`` and ``attention_mask``). ``heartbeat``:
-    the fit's heartbeat file, which ``load_state`` reads to record the work a crash lost. See docs/accelerate.md.
+    Create it after ``accelerator.prepare(...)``; registered for checkpointing last (recommended), it ends each
+    ``save_state`` with a commit that ``load_state`` checks. ``count_tokens(batch)``: a batch's tokens (all, or
+    ``(tokens, non_padding_tokens)``; default: its ``input_ids`` and ``attention_mask``). ``heartbeat``: the fit's
+    heartbeat file, which ``load_state`` reads to record the work a crash lost. See docs/accelerate.md.
     """
 
     def __init__(
@@ -160,7 +159,7 @@ class AcceleratorProgress:
             self._train.epoch_completed()
 
     def _end_fit(self, ended: str | None = None) -> None:
-        """End the fit run: completed, or ``ended`` (``crashed``, ``interrupted``, ``stopped_early``) in the run ledger."""
+        """End the fit run: completed, or ``ended`` (``crashed``, ``interrupted``, ``stopped_early``)."""
         self._evaluations.end_left_open()
         self._end_train_epoch()
         self._fit = None
@@ -182,16 +181,13 @@ class AcceleratorProgress:
     ) -> Iterator[tuple[int, Batch]]: ...
 
     def train(self, loader: Iterable[Batch], index: int = 0, *, with_index: bool = False) -> Iterator[Any]:
-        """One train epoch's pass over the prepared ``loader`` (train dataloader number ``index``).
-
-        ``with_index=True`` yields ``(batch_index, batch)``, the index counting from the epoch's start across a
-        resume. A ``save_state`` in the loop body counts the batch as trained: save after its step. In the resumed
-        epoch a loader made by ``accelerator.skip_first_batches`` is refused (``ValueError``). See docs/accelerate.md.
-        """
+        """One train epoch's pass over the prepared ``loader`` (train dataloader ``index``); ``with_index=True`` yields
+        ``(batch_index, batch)``, counted from the epoch's start across a resume. A ``save_state`` in the loop body
+        counts the batch as trained: save after its step. See docs/accelerate.md."""
         return self._shown(self._train_pass(loader, index, with_index), "train", loader)
 
     def _train_pass(self, loader: Iterable[Batch], index: int, with_index: bool) -> Generator[Any, None, None]:
-        self._passes.refuse_a_second_skip(loader, index)
+        self._passes.check_resumed(loader, index)
         if self._check_rng_at_pass:  # it resumes the saved epoch: nothing may have drawn since the load
             self._check_rng_at_pass = False
             where = "between accelerator.load_state and the first train pass of the resumed epoch"
@@ -230,11 +226,8 @@ class AcceleratorProgress:
                     mine.step = accelerator.step
                     mine.batch = batch
                 over = False
-                if with_index:
-                    yield batch_index, batch
-                    batch_index += 1
-                else:
-                    yield batch
+                yield (batch_index, batch) if with_index else batch
+                batch_index += 1
                 over = True
         except GeneratorExit:  # the loop body left (break, exception)
             self._leave_pass(mine)
@@ -316,25 +309,23 @@ class AcceleratorProgress:
             self._train.batch_processed_of(batch.batch, batch.loader)
             self._tokens["train"](batch.batch)
             batch.processed = True
+        entry = self._tracker.state_dict()
         self._files.save(
             models,
             output_dir,
-            self._passes.saved_iterations(),
+            entry,
+            self._passes.saved_iterations(entry),
             self._evaluations.saved_rng(),
             registered=any(obj is self for obj in registered_objects(self._accelerator)),
         )
 
     def _restart_epoch(self, plain: list[int]) -> None:
-        """Accelerate's rule for plain loaders saved inside their pass: the loop reads them whole, so the resumed
-        epoch restarts from its first batch (the core warned ``InexactResumeWarning`` at the save and at the load).
-        The epoch's batches trained before the checkpoint stay in the lifetime counts; the epoch's counts restart.
-        ``accelerator.step`` and the partial gradients stay as loaded: an accumulation window open at the save goes
-        on over the restarted epoch's first batches, as in Accelerate's own loop."""
-        batches = [self.view.train.dataloaders[i].batches.epoch for i in plain]
+        """Accelerate's loop reads the ``plain`` loaders saved inside their pass whole: the resumed epoch restarts (the
+        core warned). ``accelerator.step`` and the partial gradients stay as loaded, as in Accelerate's own loop."""
+        trained = ", ".join(f"{self.view.train.dataloaders[i].batches.epoch} of train dataloader {i}" for i in plain)
         epoch = self.view.epoch_index
         self._check_rng_at_pass = False  # a new order is drawn: nothing to compare
         abandon_in_flight(self._progress, reenter=True)  # the fit run goes on; the unfinished epoch is dropped
-        trained = ", ".join(f"{count} of train dataloader {i}" for i, count in zip(plain, batches, strict=True))
         self._progress.note_anomaly(  # recorded, not warned again
             f"accelerator.load_state restarted train epoch {epoch} from its first batch: it was saved after {trained} "
             "(a plain DataLoader, which Accelerate's loop reads whole); those batches stay trained and counted in the "

@@ -11,8 +11,7 @@ import warnings
 import torch
 from torch.utils.data import DataLoader
 
-from tracker_core.integrations.accelerate import AcceleratorProgress
-from tracker_core.integrations.accelerate import _commit as commit
+from tracker_core.integrations.accelerate import AcceleratorProgress, _files
 
 from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator, seed
 
@@ -20,7 +19,7 @@ from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator, seed
 def main(folder: str, main_only: bool) -> None:
     warnings.simplefilter("ignore")
     if main_only:
-        commit.PATIENCE_S = 1.0
+        _files.PATIENCE_S = 1.0
     seed(0)
     accelerator = fresh_accelerator(Setup(samples=24, batch_size=3, accumulation=2, seedable=True))
     torch.manual_seed(0)

@@ -1,7 +1,7 @@
 """One rank of the 2-process Accelerate tests (gloo on 127.0.0.1; RANK etc. set by the test).
 
-``argv[3]`` is ``stateful`` (``use_stateful_dataloader=True`` and ``use_seedable_sampler=True``: stopped mid-epoch) or
-``seedable``
+``argv[3]`` is ``stateful`` (``use_stateful_dataloader=True`` and ``use_seedable_sampler=True``: stopped mid-epoch),
+``torchdata`` (that, over a ``StatefulDataLoader``) or ``seedable``
 (a plain loader, ``use_seedable_sampler=True``: stopped between epochs): the program runs uninterrupted, then stopped
 after ``save_state``, then resumed by ``load_state``;
 this rank's findings and the summed progress go to ``argv[2]`` (json).
@@ -137,13 +137,18 @@ def main(directory: str, out: str, mode: str, world_one_checkpoint: str | None =
         return
     # "stateful": Accelerate's StatefulDataLoader (use_stateful_dataloader) over its seedable sampler (one order on both
     # ranks), saved inside epoch 1 and resumed at its batch
-    if mode == "stateful":
-        setup, stop = Setup(samples=20, accumulation=2, epochs=2, stateful=True, seedable=True), StopAt(4)
+    # "torchdata": that, over a StatefulDataLoader (torchdata's own RandomSampler, hidden by Accelerate's
+    # BatchSamplerShard): its order is drawn again, warned at the save and at the resume
+    if mode in ("stateful", "torchdata"):
+        setup = Setup(samples=20, accumulation=2, epochs=2, stateful=True, seedable=True, torchdata=mode == "torchdata")
+        stop = StopAt(4)
     else:  # a plain loader over the seedable sampler: saved after the last batch of epoch 0, between epochs
         setup, stop = Setup(samples=20, accumulation=2, epochs=2, seedable=True), StopAt(3)
     reference = run(setup)
-    stopped = run(setup, stop=stop, save_dir=directory)
-    resumed = run(setup, load_dir=directory)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", InexactResumeWarning)
+        stopped = run(setup, stop=stop, save_dir=directory)
+        resumed = run(setup, load_dir=directory)
     view = tracker_core.get_progress(resumed.accelerator)
     totals = tracker_core.reduce_state(view, "sum")
     findings = {
@@ -156,6 +161,7 @@ def main(directory: str, out: str, mode: str, world_one_checkpoint: str | None =
         "samples": resumed.progress.view.train.samples.lifetime,
         "summed_samples": totals["stages"]["train"]["samples"]["lifetime"],
         "divergence": [str(d) for d in tracker_core.check_divergence(view)],
+        "warnings": [str(w.message) for w in caught if w.category is InexactResumeWarning],
     }
     with open(out, "w") as file:
         json.dump(findings, file)
