@@ -7,30 +7,39 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.utils.data import IterableDataset, RandomSampler
 
 from tracker_core._errors import InexactResumeWarning, ProgressStateError
-from tracker_core.data._epoch import EpochRecord, Replay
+from tracker_core.data._epoch import EpochRecord, Replay, Site
 from tracker_core.data._fast_forward import describe, reading_again
-from tracker_core.data._strategy import Strategy, is_stateful
+from tracker_core.data._rng import GlobalRng, expanded, read_generator_state
 from tracker_core.data._torch_compat import live_iterator, sampler_indices
-from tracker_core.data._torchdata_state import check_own_state, class_name, read_own_state
-from tracker_core.state._codec import to_plain
-from tracker_core.state._readers import join_key
+from tracker_core.data._torchdata_state import class_name, read_own_state
+from tracker_core.state._codec import from_plain, tensor_to_text, to_plain
+
+# "own_state": positioned by the loader's own state; "plain": a DataLoader without one, resumed between epochs only.
+LoaderKind = Literal["own_state", "plain"]
 
 
-class OwnState(Strategy):
+def is_stateful(obj: object) -> bool:
+    """Whether ``obj`` carries its own position: torchdata's ``Stateful`` protocol (``state_dict`` and
+    ``load_state_dict``), which Hugging Face ``datasets.IterableDataset`` follows too."""
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+
+
+class OwnState:
     """Leaves the position to the loader's own state: saved and loaded back here, or by the framework (Lightning,
     Accelerate). The resumed iterator is built under the RNGs its epoch began with; the order's generators are then
     set back as the checkpoint left them, so the build takes nothing from the training's random stream."""
 
-    kind = "own_state"
-    optional_epoch_keys = ("loader_class", "loader_state")
     saves_state = True  # False: the framework saves and restores the loader's state
     _generators: tuple[tuple[torch.Generator, torch.Tensor], ...] = ()  # the order's generators, as the load left them
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
 
     def begin(self) -> Any:
         """Build a new epoch's iterator (``cursor.epoch`` holds its new record)."""
@@ -96,24 +105,35 @@ class OwnState(Strategy):
         self._generators = tuple((generator, generator.get_state()) for generator in generators)
 
     def epoch_to_plain(self, record: EpochRecord) -> dict[str, Any]:
-        """The kind's fields of the saved epoch record."""
+        """The saved epoch record: its starting RNGs and, unless the framework saves it, the loader's state."""
+        plain = {
+            "iterator_rng": None if record.iterator_rng is None else expanded(record.iterator_rng),
+            "loader_generator": None if record.loader_generator is None else tensor_to_text(record.loader_generator),
+        }
         if not self.saves_state:
-            return {}
+            return plain
         state = record.state  # loaded, its epoch not begun again yet
         if state is None:
             state = self.site.loader.state_dict()  # type: ignore[attr-defined]
-        return {"loader_class": class_name(self.site.loader), "loader_state": to_plain(state, "epoch.loader_state")}
+        loader_state = to_plain(state, "epoch.loader_state")
+        return {**plain, "loader_class": class_name(self.site.loader), "loader_state": loader_state}
 
-    def read_epoch(self, fields: Mapping[str, Any], key: str, record: EpochRecord) -> None:
-        """Validate the kind's saved fields into ``record``."""
-        if "loader_state" not in fields and "loader_class" not in fields:
-            return
-        loader = self.site.loader
-        saved, mine = read_own_state(fields, key), class_name(loader)
-        if saved[0] != mine:
-            raise ProgressStateError(join_key(key, "loader_class"), f"saved by a {saved[0]}; this loader is a {mine}")
-        per_epoch = None if isinstance(loader.dataset, IterableDataset) else len(loader)
-        record.state = check_own_state(saved, join_key(key, "loader_state"), loader.num_workers, per_epoch)
+    def read_epoch(self, fields: Mapping[str, Any], iterator_rng: GlobalRng | None) -> EpochRecord:
+        """The record of an epoch checked by ``check_saved_epoch``, checked against this loader (key ``epoch``)."""
+        record = EpochRecord(iterator_rng)
+        generator = self.site.loader.generator
+        if fields.get("loader_generator") is not None:
+            if generator is None:
+                raise ProgressStateError("epoch.loader_generator", "this loader has no generator")
+            record.loader_generator = read_generator_state(
+                fields["loader_generator"], "epoch.loader_generator", generator
+            )
+        if "loader_state" in fields or "loader_class" in fields:
+            saved, mine = read_own_state(fields, "epoch"), class_name(self.site.loader)
+            if saved[0] != mine:
+                raise ProgressStateError("epoch.loader_class", f"saved by a {saved[0]}; this loader is a {mine}")
+            record.state = from_plain(saved[1], "epoch.loader_state")  # its layout checked with the header's counts
+        return record
 
 
 def warn_counted_twice(loader: Any) -> None:
