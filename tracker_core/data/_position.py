@@ -14,10 +14,9 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import compact_loader, expand_loader
-from tracker_core.data._epoch import EpochRecord, FastForward, Replay, Site
+from tracker_core.data._epoch import EpochRecord, FastForward, Site
 from tracker_core.data._own_state import LoaderKind, OwnState, is_stateful, warn_counted_twice, warn_order_drawn_again
 from tracker_core.data._plain import warn_persistent_workers, warn_plain_mid_epoch
-from tracker_core.data._rng import GlobalRng, preserved_global_rng
 from tracker_core.data._saved_loader import (
     STATE_VERSION,
     SavedLoader,
@@ -68,8 +67,8 @@ class LoaderPosition:
         own = is_stateful(loader)
         if own and loader.num_workers > 0 and not getattr(loader, "in_order", True):
             raise ValueError("in_order=False with workers yields batches in a racy order; it cannot resume exactly")
-        self._site = Site(loader, iterator_hook(loader))
-        self._own = OwnState(self._site) if own else None  # None: a plain loader
+        self._site = Site(loader)
+        self._own = OwnState(self._site, iterator_hook(loader)) if own else None  # None: a plain loader
         if self._own is None:
             _PLAIN[loader] = self
         else:
@@ -109,11 +108,12 @@ class LoaderPosition:
     @property
     def fast_forward(self) -> FastForward | None:
         """The last resume's reading of already-trained batches (how many, seconds), or None if it read none."""
-        return self._site.cursor.fast_forward
+        return None if self._own is None else self._own.fast_forward
 
     def report_fast_forwards(self, record: Callable[[float], None]) -> None:
         """Call ``record(seconds)`` after each resume that reads already-trained batches again (not kept by a copy)."""
-        self._site.cursor.on_fast_forward = record
+        if self._own is not None:
+            self._own.on_fast_forward = record
 
     # --- saving -------------------------------------------------------------------------
 
@@ -140,25 +140,28 @@ class LoaderPosition:
         elif per_epoch is not None and batches_consumed > per_epoch:
             raise ValueError(f"batches_consumed={batches_consumed} exceeds the {per_epoch} batches of an epoch")
         else:
-            record = own.saved_record(self._site.cursor.epoch, batches_consumed)
+            record = own.saved_record(batches_consumed)
             if batches_consumed and batches_consumed != per_epoch:
                 if own.order_drawn_again(record):
                     warn_order_drawn_again(loader, "saving")
                 if record is not None and record.read_again:
                     warn_counted_twice(loader)
+        generators = self._generators()
+        epoch: dict[str, Any] | None = None if record is None else {}  # a plain loader's record is empty
+        if record is not None and own is not None:
+            epoch, generators = own.epoch_to_plain(record, generators, 0 < batches_consumed != per_epoch)
         state = {
             "version": STATE_VERSION,
             "kind": self.kind,
             "batches_consumed": batches_consumed,
             "batches_per_epoch": per_epoch,
             "num_workers": loader.num_workers,
-            "generators": {path: tensor_to_text(g.get_state()) for path, g in self._generators().items()},
-            "epoch": None if record is None or own is None else own.epoch_to_plain(record),
+            "generators": {path: tensor_to_text(g.get_state()) for path, g in generators.items()},
+            "epoch": epoch,
             "distributed": self.distributed_info(),
         }
-        fast_forward = self._site.cursor.fast_forward
-        if fast_forward is not None:
-            state["fast_forward"] = dataclasses.asdict(fast_forward)
+        if own is not None and own.fast_forward is not None:
+            state["fast_forward"] = dataclasses.asdict(own.fast_forward)
         return compact_loader(state, rng)
 
     def _plain_record(self, batches_consumed: int, per_epoch: int | None, in_epoch: bool) -> EpochRecord | None:
@@ -189,13 +192,14 @@ class LoaderPosition:
 
     def forget_replay(self) -> None:
         """A loaded state is not resumed after all: the next epoch is read whole."""
-        self._site.cursor.replay = None
+        if self._own is not None:
+            self._own.replay = None
 
     def undo_point(self) -> Callable[[], None]:
         """A call that disarms this position and puts back its generators' states and its epoch as they are now
         (nothing if its loader is gone by then): a load that arms it can be undone."""
         states = {path: g.get_state() for path, g in self._generators().items()}
-        epoch = self._site.cursor.epoch
+        epoch = None if self._own is None else self._own.epoch
 
         def put_back() -> None:
             if self._site.loader_or_none() is None:
@@ -205,7 +209,8 @@ class LoaderPosition:
             for path, state in states.items():
                 if path in generators:
                     generators[path].set_state(state)
-            self._site.cursor.epoch = epoch
+            if self._own is not None:
+                self._own.epoch = epoch
 
         return put_back
 
@@ -217,10 +222,7 @@ class LoaderPosition:
             if parsed.record is not None:
                 warn_plain_mid_epoch(self.loader, "resuming", parsed.skip)
             return
-        cursor = self._site.cursor
-        cursor.epoch = parsed.record
-        cursor.replay = None if parsed.record is None else Replay(parsed.record, parsed.skip)
-        self._own.arm()
+        self._own.arm(parsed.record, parsed.skip, frozenset(parsed.generators))
 
     def check(self, saved: SavedLoader, resume_epoch: bool) -> ParsedLoader:
         """Check a state that ``check_saved_loader`` accepted against this loader (its epoch record dropped unless
@@ -250,8 +252,11 @@ class LoaderPosition:
             )
         samplers = self._site.chain.samplers()  # walked once for the checks below
         self._check_distributed(header.distributed, samplers)
+        epoch = header.fields["epoch"]
+        # Mid-epoch, the generators the loader's own state sets are not saved (OwnState.epoch_to_plain).
+        some = 0 < header.skip != header.per_epoch and isinstance(epoch, Mapping) and "loader_state" in epoch
         return self._site.chain.read_generator_states(
-            header.fields["generators"], "generators", self.loader.generator, samplers
+            header.fields["generators"], "generators", self.loader.generator, samplers, some
         )
 
     def _check_distributed(self, saved: dict[str, Any] | None, samplers: dict[str, Any]) -> None:
@@ -280,25 +285,8 @@ class LoaderPosition:
     # --- the hook -----------------------------------------------------------------------
 
     def _begin_iteration(self) -> Any:
-        """Stands in for the loader's ``_get_iterator``: note (or replay) what fixes this epoch."""
-        cursor = self._site.cursor
-        replay = cursor.replay
-        if replay is not None:
-            return self._replay_epoch(replay)
-        generator = self.loader.generator
-        cursor.epoch = EpochRecord(GlobalRng.capture(), None if generator is None else generator.get_state())
-        return cast("OwnState", self._own).begin()  # the hook is installed on such a loader only
-
-    def _replay_epoch(self, replay: Replay) -> Any:
-        record = replay.record
-        self._site.cursor.epoch = record
-        loader = self.loader
-        with preserved_global_rng():
-            if record.iterator_rng is not None:
-                record.iterator_rng.apply()
-                if record.loader_generator is not None and loader.generator is not None:
-                    loader.generator.set_state(record.loader_generator)
-            return cast("OwnState", self._own).replay(replay)
+        """Stands in for the loader's ``_get_iterator`` (installed on a loader with its own state only)."""
+        return cast("OwnState", self._own).iterator()
 
     # --- what fixes the order -----------------------------------------------------------
 
