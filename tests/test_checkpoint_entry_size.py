@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils.data import SequentialSampler, TensorDataset
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
 from tracker_core.data._compact import Decoded, Seeded, blob_bytes_of, expand_loader, expand_rng
@@ -18,6 +19,8 @@ from tracker_core.data._position import LoaderPosition
 from tracker_core.state._codec import bytes_to_text, to_plain
 
 pytest.importorskip("torchdata")
+
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from helpers.small_entry import stateful_loader, trained
 
@@ -81,6 +84,23 @@ def test_a_stateful_loaders_mid_epoch_position_holds_its_sampler_generator_once_
     assert "sampler.generator" not in position["generators"]
     assert _own_generator(position).startswith(form)
     assert _json_bytes(position) < 5 * 1024  # one torch generator state in full is about 3.5 KB
+
+
+class _SequentialWithGenerator(SequentialSampler):
+    """A sampler with a generator that no loader state holds (nothing draws from it in an epoch)."""
+
+    def __init__(self, data: Any) -> None:
+        super().__init__(data)
+        self.generator = torch.Generator().manual_seed(5)
+
+
+def test_a_sampler_generator_the_loaders_own_state_does_not_hold_is_saved_mid_epoch() -> None:
+    data = TensorDataset(torch.arange(64.0))
+    loader = StatefulDataLoader(data, batch_size=4, sampler=_SequentialWithGenerator(data))
+    position = LoaderPosition(loader)
+    iterator = iter(loader)
+    next(iterator)
+    assert "sampler.generator" in position.state_dict(batches_consumed=1)["generators"]
 
 
 def test_a_stateful_loaders_position_at_its_epochs_end_holds_its_sampler_generator_in_full_once() -> None:

@@ -30,14 +30,6 @@ class EpochRecord:
 
 
 @dataclass(frozen=True)
-class Replay:
-    """An armed resume: the saved epoch's record and the batches of it already consumed."""
-
-    record: EpochRecord
-    skip: int
-
-
-@dataclass(frozen=True)
 class FastForward:
     """A resume that read batches again to reach its position: how many, and how long it took."""
 

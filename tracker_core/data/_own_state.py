@@ -16,7 +16,7 @@ from torch.utils.data import IterableDataset, RandomSampler
 
 from tracker_core._errors import InexactResumeWarning, ProgressStateError
 from tracker_core.counting import _clock
-from tracker_core.data._epoch import EpochRecord, FastForward, Replay, Site
+from tracker_core.data._epoch import EpochRecord, FastForward, Site
 from tracker_core.data._fast_forward import describe, warn_reading_again
 from tracker_core.data._rng import GlobalRng, expanded, preserved_global_rng, read_generator_state
 from tracker_core.data._torch_compat import build_iterator, live_iterator, sampler_indices
@@ -40,7 +40,8 @@ class OwnState:
 
     saves_state = True  # False: the framework saves and restores the loader's state
     epoch: EpochRecord | None = None  # the most recently begun epoch
-    replay: Replay | None = None  # armed by a load
+    replay: EpochRecord | None = None  # the epoch a load armed, resumed after its first ``skip`` batches
+    skip = 0
     fast_forward: FastForward | None = None  # the last resume's, when it read batches again
     on_fast_forward: Callable[[float], None] | None = None  # told the seconds of each; not pickled
     indices: Callable[[], object] | None = None  # weakly, the index iterator of the epoch seen last; not pickled
@@ -65,7 +66,7 @@ class OwnState:
     def iterator(self) -> Any:
         """The loader's next iterator: the armed epoch's, positioned, or a new epoch's, its record noted."""
         if self.replay is not None:
-            return self._replayed(self.replay)
+            return self._replayed(self.replay, self.skip)
         generator = self.site.loader.generator
         self.epoch = record = EpochRecord(GlobalRng.capture(), None if generator is None else generator.get_state())
         record.began = self._states()
@@ -76,10 +77,10 @@ class OwnState:
     def _states(self) -> dict[str, torch.Tensor]:
         return {path: g.get_state() for path, g in self.site.chain.generators(self.site.loader.generator).items()}
 
-    def _replayed(self, replay: Replay) -> Any:
-        """Build the iterator of the armed epoch, positioned at ``replay.skip``, under the RNGs the epoch began with
-        (the global ones put back after it)."""
-        record, loader = replay.record, self.site.loader
+    def _replayed(self, record: EpochRecord, skip: int) -> Any:
+        """Build the iterator of the armed epoch, positioned at ``skip``, under the RNGs the epoch began with (the
+        global ones put back after it)."""
+        loader = self.site.loader
         self.epoch, self.replay = record, None
         with preserved_global_rng():
             if record.iterator_rng is not None:
@@ -89,12 +90,12 @@ class OwnState:
             if record.state is not None:
                 loader.load_state_dict(record.state)  # type: ignore[attr-defined]
                 record.state = None
-            if replay.skip and self.order_drawn_again(record):
+            if skip and self.order_drawn_again(record):
                 warn_order_drawn_again(loader, "resuming")
             read = isinstance(loader.dataset, IterableDataset) and not is_stateful(loader.dataset)
-            with self._reading_again(replay.skip if read else 0):
+            with self._reading_again(skip if read else 0):
                 iterator = self.build()
-        record.read_again = read and replay.skip > 0
+        record.read_again = read and skip > 0
         for generator, state in self._generators:  # the build drew from them (a sampler's load sets its back, and
             generator.set_state(state)  # draws again): as the checkpoint left them
         record.built, record.fixed = self._states(), self._unset
@@ -149,7 +150,7 @@ class OwnState:
     def arm(self, record: EpochRecord | None, skip: int, loaded: frozenset[str]) -> None:
         """Arm the resume of ``record`` after ``skip`` batches (None: the next epoch is new); note the ``loaded``
         generators (by path) as set, the others as left to the loader's state."""
-        self.epoch, self.replay = record, None if record is None else Replay(record, skip)
+        self.epoch, self.replay, self.skip = record, record, skip
         # A load, even of an empty state, drops the iterator a StatefulDataLoader keeps (one its state_dict() built
         # before the first epoch, or its persistent workers').
         self.site.loader.load_state_dict({})  # type: ignore[attr-defined]
