@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils.data import SequentialSampler, TensorDataset
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
 from tracker_core.data._compact import Decoded, Seeded, blob_bytes_of, expand_loader, expand_rng
@@ -18,6 +19,8 @@ from tracker_core.data._position import LoaderPosition
 from tracker_core.state._codec import bytes_to_text, to_plain
 
 pytest.importorskip("torchdata")
+
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from helpers.small_entry import stateful_loader, trained
 
@@ -57,28 +60,82 @@ def test_one_ranks_entry_with_one_tracked_plain_train_loader_is_at_most_16_kb_as
     assert _json_bytes(_plain_entry()) <= MAX_ENTRY_BYTES
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open product gap: the entry holds its sampler generator's state in full once (about 3.5 KB, in "
-    "generators) beside the global RNGs (about 10 KB) and progress (about 3.7 KB): about 18.5 KB",
-)
 def test_one_ranks_entry_with_one_tracked_stateful_train_loader_is_at_most_16_kb_as_json() -> None:
     torch.manual_seed(0)
     tracker, _loader, _ = trained(batches=3, loader=stateful_loader())
     assert _json_bytes(tracker.state_dict()) <= MAX_ENTRY_BYTES
 
 
-@pytest.mark.parametrize(("whole_epochs", "form"), [(0, "s:"), (1, "x:")], ids=["first-epoch", "second-epoch"])
-def test_a_stateful_loaders_position_holds_its_sampler_generator_in_full_once(whole_epochs: int, form: str) -> None:
-    """The StatefulDataLoader's state holds the sampler generator as its epoch began: a seed in the first epoch,
-    later the difference from the generator's state in ``generators``."""
+def _own_generator(position: dict[str, Any]) -> str:
+    """The sampler generator's state in a StatefulDataLoader's saved state, as its epoch began."""
+    generator = position["epoch"]["loader_state"]["_sampler_iter_state"]["sampler_iter_state"]["generator"]
+    return str(generator["__tensor__"]["data"])
+
+
+@pytest.mark.parametrize(("whole_epochs", "form"), [(0, "s:"), (1, "z:")], ids=["first-epoch", "second-epoch"])
+def test_a_stateful_loaders_mid_epoch_position_holds_its_sampler_generator_once_in_its_own_state(
+    whole_epochs: int, form: str
+) -> None:
+    """Mid-epoch, the StatefulDataLoader's state holds the sampler generator as its epoch began (a seed in the first
+    epoch, later in full), which its resume draws the epoch from: ``generators`` does not hold it again."""
     torch.manual_seed(0)
     tracker, _loader, _ = trained(batches=3, loader=stateful_loader(), whole_epochs=whole_epochs)
     position = tracker.state_dict()["train_loaders"][0]
-    generator = position["epoch"]["loader_state"]["_sampler_iter_state"]["sampler_iter_state"]["generator"]
-    assert generator["__tensor__"]["data"].startswith(form)
-    assert len(generator["__tensor__"]["data"]) < 200
+    assert "sampler.generator" not in position["generators"]
+    assert _own_generator(position).startswith(form)
     assert _json_bytes(position) < 5 * 1024  # one torch generator state in full is about 3.5 KB
+
+
+class _SequentialWithGenerator(SequentialSampler):
+    """A sampler with a generator that no loader state holds (nothing draws from it in an epoch)."""
+
+    def __init__(self, data: Any) -> None:
+        super().__init__(data)
+        self.generator = torch.Generator().manual_seed(5)
+
+
+def test_a_sampler_generator_the_loaders_own_state_does_not_hold_is_saved_mid_epoch() -> None:
+    data = TensorDataset(torch.arange(64.0))
+    loader = StatefulDataLoader(data, batch_size=4, sampler=_SequentialWithGenerator(data))
+    position = LoaderPosition(loader)
+    iterator = iter(loader)
+    next(iterator)
+    assert "sampler.generator" in position.state_dict(batches_consumed=1)["generators"]
+
+
+def test_a_stateful_loaders_position_at_its_epochs_end_holds_its_sampler_generator_in_full_once() -> None:
+    """At the epoch's end the next epoch draws from the sampler generator as it is: saved in ``generators``, the
+    loader state's copy as the difference from it."""
+    torch.manual_seed(0)
+    tracker, _loader, _ = trained(batches=16, loader=stateful_loader(), whole_epochs=1)
+    position = tracker.state_dict()["train_loaders"][0]
+    assert "sampler.generator" in position["generators"]
+    assert _own_generator(position).startswith("x:") and len(_own_generator(position)) < 200
+    assert _json_bytes(position) < 5 * 1024
+
+
+@pytest.mark.parametrize("whole_epochs", [0, 1])
+def test_a_stateful_loader_resumed_mid_epoch_leaves_its_sampler_generator_as_the_uninterrupted_run(
+    whole_epochs: int,
+) -> None:
+    """The sampler generator, not saved beside the loader's state, is as the uninterrupted run left it: the rest of
+    the epoch, the next epoch and a checkpoint saved in the resumed epoch all match."""
+    torch.manual_seed(0)
+    tracker, loader, iterator = trained(batches=3, loader=stateful_loader(), whole_epochs=whole_epochs)
+    entry = json.loads(json.dumps(tracker.state_dict()))
+    rest = [batch[0].tolist() for batch in iterator]
+    next_epoch = [batch[0].tolist() for batch in loader]
+    resumed = stateful_loader()
+    fresh = Tracker()
+    fresh.track_train_loader(resumed)
+    fresh.load_state_dict(entry)
+    batches = iter(resumed)
+    first = next(batches)[0].tolist()
+    again = fresh._loaders[0].state_dict(batches_consumed=4)  # saved in the resumed epoch, without the generator
+    assert "sampler.generator" not in again["generators"]
+    assert [first, *(batch[0].tolist() for batch in batches)] == rest
+    assert [batch[0].tolist() for batch in resumed] == next_epoch
+    assert torch.equal(resumed.sampler.generator.get_state(), loader.sampler.generator.get_state())
 
 
 @pytest.mark.parametrize("carrier", ["json", "torch.save"])
@@ -131,7 +188,7 @@ def test_a_stateful_loader_state_with_a_damaged_generator_difference_is_refused_
     damage: Any,
 ) -> None:
     torch.manual_seed(0)
-    tracker, _loader, _ = trained(batches=3, loader=stateful_loader(), whole_epochs=1)
+    tracker, _loader, _ = trained(batches=16, loader=stateful_loader(), whole_epochs=1)  # saved at the epoch's end
     entry = copy.deepcopy(tracker.state_dict())
     key = damage(entry["train_loaders"][0])
     loader = stateful_loader()

@@ -10,21 +10,11 @@ from typing import Any
 
 from tracker_core._errors import InexactResumeWarning
 from tracker_core.data._fast_forward import describe
-from tracker_core.data._strategy import Strategy
 
 _OPT_IN = (
     "use torchdata's StatefulDataLoader (a drop-in DataLoader with a state of its own) to resume at the batch, "
     "or checkpoint between epochs"
 )
-
-
-class Plain(Strategy):
-    """Saves the loader's generators; keeps no epoch record (a mid-epoch save keeps an empty one, to warn at its
-    resume)."""
-
-    kind = "plain"
-    epoch_keys = ()
-    order_depends_on_workers = False  # the order is not resumed, so another worker count changes nothing more
 
 
 def warn_plain_mid_epoch(loader: Any, doing: str, batches: int) -> None:

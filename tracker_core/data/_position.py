@@ -1,7 +1,6 @@
-"""Where a train DataLoader is ("data position is progress"): this front keeps what every loader kind shares; one
-``Strategy`` per kind: a loader with its own state is positioned at its batch (``_own_state.py``), a plain one between
-epochs only (``_plain.py``; docs/resume.md, "How the train loader gets back to its batch").
-"""
+"""Where a train DataLoader is ("data position is progress"): a loader with its own state is positioned at its batch
+(``_own_state.py``), a plain one between epochs only (``_plain.py``; docs/resume.md, "How the train loader gets back
+to its batch")."""
 
 from __future__ import annotations
 
@@ -15,10 +14,9 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import compact_loader, expand_loader
-from tracker_core.data._epoch import EpochRecord, FastForward, Replay, Site
-from tracker_core.data._own_state import OwnState, warn_counted_twice, warn_order_drawn_again
-from tracker_core.data._plain import Plain, warn_persistent_workers, warn_plain_mid_epoch
-from tracker_core.data._rng import GlobalRng, expanded, preserved_global_rng, read_generator_state
+from tracker_core.data._epoch import EpochRecord, FastForward, Site
+from tracker_core.data._own_state import LoaderKind, OwnState, is_stateful, warn_counted_twice, warn_order_drawn_again
+from tracker_core.data._plain import warn_persistent_workers, warn_plain_mid_epoch
 from tracker_core.data._saved_loader import (
     STATE_VERSION,
     SavedLoader,
@@ -26,7 +24,6 @@ from tracker_core.data._saved_loader import (
     check_saved_epoch,
     read_header,
 )
-from tracker_core.data._strategy import LoaderKind, is_stateful
 from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook, live_iterator
 from tracker_core.state._codec import tensor_to_text
 
@@ -67,12 +64,12 @@ class LoaderPosition:
             raise TypeError(f"LoaderPosition needs a torch DataLoader, got {type(loader).__name__}")
         if LoaderPosition.of(loader) is not None:
             raise ValueError("this loader already has a LoaderPosition; keep using that one")
-        strategy = OwnState if is_stateful(loader) else Plain
-        if strategy is OwnState and loader.num_workers > 0 and not getattr(loader, "in_order", True):
+        own = is_stateful(loader)
+        if own and loader.num_workers > 0 and not getattr(loader, "in_order", True):
             raise ValueError("in_order=False with workers yields batches in a racy order; it cannot resume exactly")
-        self._site = Site(loader, iterator_hook(loader))
-        self._strategy: OwnState | Plain = strategy(self._site)
-        if strategy is Plain:
+        self._site = Site(loader)
+        self._own = OwnState(self._site, iterator_hook(loader)) if own else None  # None: a plain loader
+        if self._own is None:
             _PLAIN[loader] = self
         else:
             install_iterator_hook(loader, self._begin_iteration)
@@ -95,27 +92,28 @@ class LoaderPosition:
     @property
     def kind(self) -> LoaderKind:
         """The resume mechanism: ``"own_state"`` (the loader's own state) or ``"plain"`` (between epochs only)."""
-        return self._strategy.kind
+        return "plain" if self._own is None else "own_state"
 
     @property
     def saves_own_state(self) -> bool:
         """Whether a loader with its own state (kind ``"own_state"``) has it saved and loaded back by this position
         (True, the default) or by the framework, which restores it itself (False: Lightning, Accelerate)."""
-        return isinstance(self._strategy, OwnState) and self._strategy.saves_state
+        return self._own is not None and self._own.saves_state
 
     @saves_own_state.setter
     def saves_own_state(self, saves: bool) -> None:
-        if isinstance(self._strategy, OwnState):
-            self._strategy.saves_state = saves
+        if self._own is not None:
+            self._own.saves_state = saves
 
     @property
     def fast_forward(self) -> FastForward | None:
         """The last resume's reading of already-trained batches (how many, seconds), or None if it read none."""
-        return self._site.cursor.fast_forward
+        return None if self._own is None else self._own.fast_forward
 
     def report_fast_forwards(self, record: Callable[[float], None]) -> None:
         """Call ``record(seconds)`` after each resume that reads already-trained batches again (not kept by a copy)."""
-        self._site.cursor.on_fast_forward = record
+        if self._own is not None:
+            self._own.on_fast_forward = record
 
     # --- saving -------------------------------------------------------------------------
 
@@ -134,33 +132,36 @@ class LoaderPosition:
         if batches_consumed < 0:
             raise ValueError(f"batches_consumed must be >= 0, got {batches_consumed}")
         per_epoch = self._batches_per_epoch()
-        loader, strategy = self.loader, self._strategy
-        if isinstance(strategy, Plain):
+        loader, own = self.loader, self._own
+        if own is None:
             # A loop that reads a plain loader whole after a mid-epoch resume counts past its length: still inside.
             record = self._plain_record(batches_consumed, per_epoch, in_epoch)
             batches_consumed = batches_consumed if per_epoch is None else min(batches_consumed, per_epoch)
         elif per_epoch is not None and batches_consumed > per_epoch:
             raise ValueError(f"batches_consumed={batches_consumed} exceeds the {per_epoch} batches of an epoch")
         else:
-            record = strategy.saved_record(self._site.cursor.epoch, batches_consumed)
+            record = own.saved_record(batches_consumed)
             if batches_consumed and batches_consumed != per_epoch:
-                if strategy.order_drawn_again(record):
+                if own.order_drawn_again(record):
                     warn_order_drawn_again(loader, "saving")
                 if record is not None and record.read_again:
                     warn_counted_twice(loader)
+        generators = self._generators()
+        epoch: dict[str, Any] | None = None if record is None else {}  # a plain loader's record is empty
+        if record is not None and own is not None:
+            epoch, generators = own.epoch_to_plain(record, generators, 0 < batches_consumed != per_epoch)
         state = {
             "version": STATE_VERSION,
             "kind": self.kind,
             "batches_consumed": batches_consumed,
             "batches_per_epoch": per_epoch,
             "num_workers": loader.num_workers,
-            "generators": {path: tensor_to_text(g.get_state()) for path, g in self._generators().items()},
-            "epoch": None if record is None else self._record_to_plain(record),
+            "generators": {path: tensor_to_text(g.get_state()) for path, g in generators.items()},
+            "epoch": epoch,
             "distributed": self.distributed_info(),
         }
-        fast_forward = self._site.cursor.fast_forward
-        if fast_forward is not None:
-            state["fast_forward"] = dataclasses.asdict(fast_forward)
+        if own is not None and own.fast_forward is not None:
+            state["fast_forward"] = dataclasses.asdict(own.fast_forward)
         return compact_loader(state, rng)
 
     def _plain_record(self, batches_consumed: int, per_epoch: int | None, in_epoch: bool) -> EpochRecord | None:
@@ -177,15 +178,6 @@ class LoaderPosition:
         """The loader's sharding, as ``SamplerChain.distributed_info`` gives it, or None."""
         return self._site.chain.distributed_info(self.loader.batch_size)
 
-    def _record_to_plain(self, record: EpochRecord) -> dict[str, Any]:
-        if isinstance(self._strategy, Plain):
-            return {}
-        return {
-            "iterator_rng": None if record.iterator_rng is None else expanded(record.iterator_rng),
-            "loader_generator": None if record.loader_generator is None else tensor_to_text(record.loader_generator),
-            **self._strategy.epoch_to_plain(record),
-        }
-
     # --- loading ------------------------------------------------------------------------
 
     def load_state_dict(self, state: Mapping[str, Any], rng: Mapping[str, Any] | None = None) -> None:
@@ -200,13 +192,14 @@ class LoaderPosition:
 
     def forget_replay(self) -> None:
         """A loaded state is not resumed after all: the next epoch is read whole."""
-        self._site.cursor.replay = None
+        if self._own is not None:
+            self._own.replay = None
 
     def undo_point(self) -> Callable[[], None]:
         """A call that disarms this position and puts back its generators' states and its epoch as they are now
         (nothing if its loader is gone by then): a load that arms it can be undone."""
         states = {path: g.get_state() for path, g in self._generators().items()}
-        epoch = self._site.cursor.epoch
+        epoch = None if self._own is None else self._own.epoch
 
         def put_back() -> None:
             if self._site.loader_or_none() is None:
@@ -216,7 +209,8 @@ class LoaderPosition:
             for path, state in states.items():
                 if path in generators:
                     generators[path].set_state(state)
-            self._site.cursor.epoch = epoch
+            if self._own is not None:
+                self._own.epoch = epoch
 
         return put_back
 
@@ -224,14 +218,11 @@ class LoaderPosition:
         """Arm a state that :meth:`check` accepted; cannot fail."""
         for generator, saved in parsed.generators.values():
             generator.set_state(saved)
-        cursor = self._site.cursor
-        if isinstance(self._strategy, Plain):
+        if self._own is None:
             if parsed.record is not None:
                 warn_plain_mid_epoch(self.loader, "resuming", parsed.skip)
-            parsed = dataclasses.replace(parsed, record=None)
-        cursor.epoch = parsed.record
-        cursor.replay = None if parsed.record is None else Replay(parsed.record, parsed.skip)
-        self._strategy.arm()
+            return
+        self._own.arm(parsed.record, parsed.skip, frozenset(parsed.generators))
 
     def check(self, saved: SavedLoader, resume_epoch: bool) -> ParsedLoader:
         """Check a state that ``check_saved_loader`` accepted against this loader (its epoch record dropped unless
@@ -240,7 +231,9 @@ class LoaderPosition:
         return self._parsed(saved, self._check_header(saved), resume_epoch)
 
     def _parsed(self, saved: SavedLoader, generators: _Generators, resume_epoch: bool) -> ParsedLoader:
-        record = None if saved.epoch is None else self._read_record(saved.epoch, saved.iterator_rng)
+        record = None
+        if saved.epoch is not None:
+            record = EpochRecord() if self._own is None else self._own.read_epoch(saved.epoch, saved.iterator_rng)
         return ParsedLoader(saved.skip, generators, record if resume_epoch else None)
 
     def _check_header(self, header: SavedLoader) -> _Generators:
@@ -252,15 +245,18 @@ class LoaderPosition:
                     "batches_per_epoch", f"saved with {header.per_epoch} batches per epoch; this loader has {mine}"
                 )
         workers = self.loader.num_workers
-        if self._strategy.order_depends_on_workers and header.workers != workers:
+        if self._own is not None and header.workers != workers:  # the order a plain loader resumes is not saved
             raise ProgressStateError(
                 "num_workers",
                 f"saved with {header.workers} workers; this loader has {workers}, and its order depends on it",
             )
         samplers = self._site.chain.samplers()  # walked once for the checks below
         self._check_distributed(header.distributed, samplers)
+        epoch = header.fields["epoch"]
+        # Mid-epoch, the generators the loader's own state sets are not saved (OwnState.epoch_to_plain).
+        some = 0 < header.skip != header.per_epoch and isinstance(epoch, Mapping) and "loader_state" in epoch
         return self._site.chain.read_generator_states(
-            header.fields["generators"], "generators", self.loader.generator, samplers
+            header.fields["generators"], "generators", self.loader.generator, samplers, some
         )
 
     def _check_distributed(self, saved: dict[str, Any] | None, samplers: dict[str, Any]) -> None:
@@ -286,41 +282,11 @@ class LoaderPosition:
                     "to resume every rank, or at another world size)",
                 )
 
-    def _read_record(self, fields: Mapping[str, Any], iterator_rng: GlobalRng | None) -> EpochRecord:
-        record = EpochRecord(iterator_rng)
-        if fields.get("loader_generator") is not None:
-            generator = self.loader.generator
-            if generator is None:
-                raise ProgressStateError("epoch.loader_generator", "this loader has no generator")
-            record.loader_generator = read_generator_state(
-                fields["loader_generator"], "epoch.loader_generator", generator
-            )
-        if isinstance(self._strategy, OwnState):
-            self._strategy.read_epoch(fields, "epoch", record)
-        return record
-
     # --- the hook -----------------------------------------------------------------------
 
     def _begin_iteration(self) -> Any:
-        """Stands in for the loader's ``_get_iterator``: note (or replay) what fixes this epoch."""
-        cursor = self._site.cursor
-        replay = cursor.replay
-        if replay is not None:
-            return self._replay_epoch(replay)
-        generator = self.loader.generator
-        cursor.epoch = EpochRecord(GlobalRng.capture(), None if generator is None else generator.get_state())
-        return cast("OwnState", self._strategy).begin()  # the hook is installed on such a loader only
-
-    def _replay_epoch(self, replay: Replay) -> Any:
-        record = replay.record
-        self._site.cursor.epoch = record
-        loader = self.loader
-        with preserved_global_rng():
-            if record.iterator_rng is not None:
-                record.iterator_rng.apply()
-                if record.loader_generator is not None and loader.generator is not None:
-                    loader.generator.set_state(record.loader_generator)
-            return cast("OwnState", self._strategy).replay(replay)
+        """Stands in for the loader's ``_get_iterator`` (installed on a loader with its own state only)."""
+        return cast("OwnState", self._own).iterator()
 
     # --- what fixes the order -----------------------------------------------------------
 

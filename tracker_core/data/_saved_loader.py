@@ -11,11 +11,9 @@ from typing import Any, cast
 
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import blob_bytes_of, expand_loader
-from tracker_core.data._own_state import OwnState
-from tracker_core.data._plain import Plain
+from tracker_core.data._own_state import LoaderKind
 from tracker_core.data._rng import GlobalRng, read_generator_state
 from tracker_core.data._samplers import read_distributed
-from tracker_core.data._strategy import LoaderKind, Strategy
 from tracker_core.data._torchdata_state import check_own_state, read_own_state
 from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, read_version, shown
 
@@ -31,7 +29,11 @@ _STATE_KEYS = (
     "distributed",
 )
 _OPTIONAL_STATE_KEYS = ("fast_forward",)  # present when the resume before this checkpoint read batches again
-_STRATEGIES: dict[str, type[Strategy]] = {strategy.kind: strategy for strategy in (Plain, OwnState)}
+# Each kind's epoch record: its required and optional fields (a plain loader's is empty: saved inside an epoch).
+_EPOCH_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "plain": ((), ()),
+    "own_state": (("iterator_rng", "loader_generator"), ("loader_class", "loader_state")),
+}
 # Kinds of an earlier version, which replayed a plain loader's epoch in place: read as "plain" (their epoch record
 # dropped, kept empty when saved inside an epoch, so the resume warns).
 _REPLAY_KINDS = ("sampler_replay", "iterable_replay")
@@ -70,9 +72,9 @@ def read_header(state: object, key: str, kind: str | None = None) -> SavedLoader
         state, saved = _as_plain(state), "plain"
     if saved == "stateful_dataloader":
         raise ProgressStateError(join_key(key, "kind"), OLD_STATEFUL)
-    if saved not in _STRATEGIES:
+    if saved not in _EPOCH_KEYS:
         raise ProgressStateError(
-            join_key(key, "kind"), f"unknown kind {shown(saved)}; expected one of {list(_STRATEGIES)}"
+            join_key(key, "kind"), f"unknown kind {shown(saved)}; expected one of {list(_EPOCH_KEYS)}"
         )
     if kind is not None:
         check_kind(saved, kind, key)
@@ -137,8 +139,8 @@ def check_saved_epoch(header: SavedLoader, key: str = "") -> SavedLoader:
 
 def _epoch(value: object, key: str, header: SavedLoader) -> tuple[Mapping[str, Any], GlobalRng | None]:
     """Check an epoch record: its fields, and its ``iterator_rng`` read."""
-    strategy = _STRATEGIES[header.kind]
-    fields = read_mapping(value, key, required=strategy.epoch_keys, optional=strategy.optional_epoch_keys)
+    required, optional = _EPOCH_KEYS[header.kind]
+    fields = read_mapping(value, key, required=required, optional=optional)
     iterator_rng = None
     if fields.get("iterator_rng") is not None:
         iterator_rng = GlobalRng.from_plain(fields["iterator_rng"], join_key(key, "iterator_rng"))
