@@ -60,9 +60,15 @@ def test_one_ranks_entry_with_one_tracked_plain_train_loader_is_at_most_16_kb_as
     assert _json_bytes(_plain_entry()) <= MAX_ENTRY_BYTES
 
 
-def test_one_ranks_entry_with_one_tracked_stateful_train_loader_is_at_most_16_kb_as_json() -> None:
+# An open gap: after the first epoch the sampler generator's state as the epoch began is no longer the seeded one,
+# so the loader's own state holds it once in full (about 18.5 KB in all).
+_LATER_EPOCH = pytest.mark.xfail(strict=True, reason="open gap: after the first epoch a stateful entry is ~18.5 KB")
+
+
+@pytest.mark.parametrize("whole_epochs", [0, pytest.param(1, marks=_LATER_EPOCH)], ids=["first-epoch", "second-epoch"])
+def test_one_ranks_entry_with_one_tracked_stateful_train_loader_is_at_most_16_kb_as_json(whole_epochs: int) -> None:
     torch.manual_seed(0)
-    tracker, _loader, _ = trained(batches=3, loader=stateful_loader())
+    tracker, _loader, _ = trained(batches=3, loader=stateful_loader(), whole_epochs=whole_epochs)
     assert _json_bytes(tracker.state_dict()) <= MAX_ENTRY_BYTES
 
 

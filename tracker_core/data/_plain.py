@@ -32,8 +32,8 @@ def warn_persistent_workers(loader: Any) -> None:
     """Started persistent workers keep their seeds and iterator across epochs; a resumed process starts new ones."""
     warnings.warn(
         f"saving {describe(loader)} with persistent workers started: they keep their seeds and their iterator "
-        "across epochs, and a resumed process starts new ones, which draw the next epoch's order and the workers' seeds again "
-        "(without persistent workers, a resume between epochs is exact)",
+        "across epochs, and a resumed process starts new ones, which draw the next epoch's order and the workers' "
+        "seeds again (without persistent workers, a resume between epochs is exact)",
         InexactResumeWarning,
         stacklevel=4,
     )
