@@ -329,6 +329,7 @@ def test_a_loader_without_a_length_saved_when_the_framework_says_its_epoch_ended
         warnings.simplefilter("error")
         entry = tracker.state_dict(epoch_ended=True)
     assert entry["train_loaders"][0]["epoch"] is None
+    assert entry["train_loaders"][0]["batches_consumed"] == 3  # all of the ended epoch (elastic resume maps it)
 
 
 def test_saved_gradients_are_restored_into_fresh_parameters() -> None:

@@ -110,17 +110,18 @@ class Tracker:
         counts = train._dataloaders
         # Outside a train epoch a load restores only generators (nothing is replayed), and the
         # framework may already have built the next epoch's iterator: nothing of it is consumed.
-        in_epoch = reenters_train_epoch(train._epochs.lifetime()) and not epoch_ended
+        in_train_epoch = reenters_train_epoch(train._epochs.lifetime())
+        in_epoch = in_train_epoch and not epoch_ended  # an ended epoch's batches are all consumed
         rng = expanded(GlobalRng.capture())
         loaders: list[dict[str, Any]] = []
         for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
-            consumed = counts[index].batches.scopes().epoch if in_epoch and index < len(counts) else 0
+            consumed = counts[index].batches.scopes().epoch if in_train_epoch and index < len(counts) else 0
             position = self._loaders.get(index)
             if position is not None:
                 loaders.append(position.state_dict(batches_consumed=consumed, rng=rng, in_epoch=in_epoch))
             else:
                 loaders.append({"kind": "untracked"})
-                if consumed and self.view.train.is_mid_epoch:
+                if consumed and in_epoch and self.view.train.is_mid_epoch:
                     warnings.warn(
                         f"train dataloader {index} ({self._untracked.get(index, 'unknown')}) is not a torch "
                         "DataLoader, so this mid-epoch checkpoint cannot resume at its batch position: the "

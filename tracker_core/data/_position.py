@@ -118,15 +118,14 @@ class LoaderPosition:
     # --- saving -------------------------------------------------------------------------
 
     def state_dict(
-        self, *, batches_consumed: int, rng: Mapping[str, Any] | None = None, in_epoch: bool = False
+        self, *, batches_consumed: int, rng: Mapping[str, Any] | None = None, in_epoch: bool | None = None
     ) -> dict[str, Any]:
         """Plain data: what fixed the most recently begun epoch, plus ``batches_consumed``, that epoch's batches whose
-        training steps completed (between epochs, 0 or the finished epoch's length; 0 for an iterable, whose length is
-        unknown). ``ValueError`` if it is negative, or above an epoch's length for a loader with its own state (a plain
+        training steps completed (between epochs, 0 or the finished epoch's length). ``ValueError`` if it is negative, or above an epoch's length for a loader with its own state (a plain
         loader counted past it, read whole after a mid-epoch resume, is saved as inside its epoch). ``rng``: the
         global RNG snapshot saved beside it, if any (``tracker_core/data/_compact.py`` writes the epoch's RNG as a
         delta of it). ``in_epoch``: an epoch has begun and not ended (a plain loader saved there, even before its first
-        batch, is warned)."""
+        batch, is warned); None: inside an epoch if some but not all of its batches were consumed."""
         if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, int):
             raise TypeError(f"batches_consumed must be an int, got {type(batches_consumed).__name__}")
         if batches_consumed < 0:
@@ -164,12 +163,12 @@ class LoaderPosition:
             state["fast_forward"] = dataclasses.asdict(own.fast_forward)
         return compact_loader(state, rng)
 
-    def _plain_record(self, batches_consumed: int, per_epoch: int | None, in_epoch: bool) -> EpochRecord | None:
+    def _plain_record(self, batches_consumed: int, per_epoch: int | None, in_epoch: bool | None) -> EpochRecord | None:
         """A plain loader's epoch record: an empty one when saved inside an epoch (warned), else None."""
         loader = self.loader
         if live_iterator(loader) is not None:  # kept by persistent workers, once started
             warn_persistent_workers(loader)
-        if batches_consumed == per_epoch or not (batches_consumed or in_epoch):
+        if batches_consumed == per_epoch or not (batches_consumed > 0 if in_epoch is None else in_epoch):
             return None
         warn_plain_mid_epoch(loader, "saving", batches_consumed)
         return EpochRecord()
