@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDa
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
 from tracker_core.state._gradients import capture_gradients, restore_gradients
 
-from helpers.core_drive import hand_fit
+from helpers.core_drive import hand_fit, whole_batch
 from helpers.ledger import without_ledger
 
 EPOCHS = 3
@@ -305,15 +305,11 @@ def _after_the_last_batch_of_a_stream() -> tuple[Tracker, DataLoader[Any]]:
     tracker = Tracker()
     loader = DataLoader(_Stream(), batch_size=None)
     tracker.track_train_loader(loader)
-    train = tracker.progress.train
     tracker.progress.run_ready("fit")
-    train.epoch_ready()
-    train.epoch_started()
+    tracker.progress.train.epoch_ready()
+    tracker.progress.train.epoch_started()
     for batch in loader:
-        train.batch_ready()
-        train.batch_started()
-        train.batch_processed(len(batch))
-        train.batch_completed()
+        whole_batch(tracker.progress, samples=len(batch))
     return tracker, loader
 
 
