@@ -28,7 +28,7 @@ def _seeded_snapshot(seed: int) -> dict[str, object]:
 def test_a_seeded_torch_state_applies_as_the_state_it_stands_for(seed: int) -> None:
     snapshot = GlobalRng.from_plain(_seeded_snapshot(seed))
     torch.rand(3)
-    snapshot.apply(torch_only=True)
+    snapshot.apply()
     assert torch.equal(torch.get_rng_state(), torch.Generator().manual_seed(seed).get_state())
 
 

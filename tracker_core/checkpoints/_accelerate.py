@@ -17,7 +17,7 @@ import torch
 import tracker_core.checkpoints._reading as reading
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._rng import GlobalRng
-from tracker_core.state._readers import read_int, read_list, read_mapping, read_version, shown
+from tracker_core.state._readers import read_bool, read_int, read_list, read_mapping, read_version
 from tracker_core.vocabulary import EVALUATION_STAGES
 
 VERSION = 5
@@ -276,9 +276,8 @@ def _loader_iterations(value: object) -> list[LoaderIteration | None]:
             continue
         fields = read_mapping(item, key, required=("now", "pass", "finished", "left"))
         pass_start = None if fields["pass"] is None else read_int(fields["pass"], f"{key}.pass", minimum=0)
-        for name in ("finished", "left"):
-            if not isinstance(fields[name], bool):
-                raise ProgressStateError(f"{key}.{name}", f"expected a bool, got {shown(fields[name])}")
+        finished = read_bool(fields["finished"], f"{key}.finished")
+        left = read_bool(fields["left"], f"{key}.left")
         now = read_int(fields["now"], f"{key}.now", minimum=0)
-        found.append(LoaderIteration(now, pass_start, fields["finished"], fields["left"]))
+        found.append(LoaderIteration(now, pass_start, finished, left))
     return found

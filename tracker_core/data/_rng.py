@@ -57,8 +57,7 @@ class GlobalRng:
     ``random.getstate()``, NumPy's ``get_state()`` and those of initialised accelerators (``devices``).
 
     Read from plain data, ``torch_state`` may be a :class:`Seeded` seed (applied with ``manual_seed``), and Python's
-    and NumPy's words stay packed (bytes, or checked base64 text) until applied: a resume that applies torch's
-    generator alone decodes neither.
+    and NumPy's words stay packed (bytes, or checked base64 text) until applied.
     """
 
     torch_state: torch.Tensor | Seeded
@@ -72,22 +71,21 @@ class GlobalRng:
         numpy_state = _np.random.get_state() if _np is not None else None
         return cls(torch.get_rng_state(), random.getstate(), numpy_state, capture_devices())
 
-    def apply(self, *, torch_only: bool = False) -> None:
-        """Set the live global generators to this snapshot (``torch_only``: torch's CPU and device ones alone)."""
+    def apply(self) -> None:
+        """Set the live global generators to this snapshot."""
         if isinstance(self.torch_state, Seeded):
             torch.default_generator.manual_seed(self.torch_state)
         else:
             torch.set_rng_state(self.torch_state)
-        if not torch_only:
-            random.setstate(_unpacked(self.python_state))
-            if self.numpy_state is not None and _np is not None:
-                _np.random.set_state(_numpy_unpacked(self.numpy_state))
-            elif self.numpy_state is not None:
-                warnings.warn(
-                    "the state holds a NumPy RNG state but numpy is not importable here: it is not applied",
-                    UserWarning,
-                    stacklevel=2,
-                )
+        random.setstate(_unpacked(self.python_state))
+        if self.numpy_state is not None and _np is not None:
+            _np.random.set_state(_numpy_unpacked(self.numpy_state))
+        elif self.numpy_state is not None:
+            warnings.warn(
+                "the state holds a NumPy RNG state but numpy is not importable here: it is not applied",
+                UserWarning,
+                stacklevel=2,
+            )
         if self.devices:
             apply_devices(self.devices)
 

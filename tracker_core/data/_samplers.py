@@ -11,7 +11,7 @@ from tracker_core._errors import ProgressStateError
 from tracker_core.data._rng import read_generator_state
 from tracker_core.distributed._sharded import SHARDED_KEYS
 from tracker_core.distributed._sharded import describe as describe_batch_sharding
-from tracker_core.state._readers import INT64_MAX, UINT64_MAX, join_key, read_int, read_mapping, shown
+from tracker_core.state._readers import INT64_MAX, UINT64_MAX, join_key, read_bool, read_int, read_mapping, shown
 
 # A DistributedSampler's settings, and the loader's per-rank batch size: what maps a position
 # across world sizes (tracker_core/distributed/_elastic.py). A batch-sharded loader adds SHARDED_KEYS.
@@ -102,18 +102,12 @@ def read_distributed(value: object, key: str) -> dict[str, Any] | None:
             fields[name], join_key(key, name), minimum=0, maximum=UINT64_MAX if name == "seed" else INT64_MAX
         )
     for name in ("shuffle", "drop_last"):
-        if not isinstance(fields[name], bool):
-            raise ProgressStateError(join_key(key, name), f"expected a bool, got {type(fields[name]).__name__}")
-        out[name] = fields[name]
+        out[name] = read_bool(fields[name], join_key(key, name))
     batch_size = fields["batch_size"]
     out["batch_size"] = None if batch_size is None else read_int(batch_size, join_key(key, "batch_size"), minimum=1)
     if any(name in fields for name in SHARDED_KEYS):
         read_mapping(fields, key, required=(*DISTRIBUTED_KEYS, *SHARDED_KEYS))  # both or neither
         if fields["shards"] != "batches":
             raise ProgressStateError(join_key(key, "shards"), f"expected 'batches', got {shown(fields['shards'])}")
-        if not isinstance(fields["even_batches"], bool):
-            raise ProgressStateError(
-                join_key(key, "even_batches"), f"expected a bool, got {shown(fields['even_batches'])}"
-            )
-        out.update(shards="batches", even_batches=fields["even_batches"])
+        out.update(shards="batches", even_batches=read_bool(fields["even_batches"], join_key(key, "even_batches")))
     return out

@@ -12,7 +12,7 @@ import torch
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._rng import checked_generator_state
 from tracker_core.state._codec import from_plain
-from tracker_core.state._readers import join_key, read_int, read_mapping, read_str
+from tracker_core.state._readers import join_key, read_bool, read_int, read_mapping, read_str
 
 TORCHDATA_LOADER = "torchdata.stateful_dataloader.stateful_dataloader.StatefulDataLoader"
 
@@ -68,11 +68,11 @@ def check_stateful_state(state: Mapping[str, Any], key: str, workers: int, per_e
         _main_state(fields, key, per_epoch)
         _batch_count(fields["_num_yielded"], join_key(key, "_num_yielded"), per_epoch)
         _fetcher_state(fields["fetcher_state"], join_key(key, "fetcher_state"))
-        _bool(fields["_iterator_finished"], join_key(key, "_iterator_finished"))
+        read_bool(fields["_iterator_finished"], join_key(key, "_iterator_finished"))
         return
     fields = read_mapping(state, key, required=_MULTI_KEYS)
     _batch_count(fields["_steps_since_snapshot"], join_key(key, "_steps_since_snapshot"), per_epoch)
-    _bool(fields["_iterator_finished"], join_key(key, "_iterator_finished"))
+    read_bool(fields["_iterator_finished"], join_key(key, "_iterator_finished"))
     snapshot_key = join_key(key, "_snapshot")
     snapshot = read_mapping(fields["_snapshot"], snapshot_key, required=_SNAPSHOT_KEYS)
     _batch_count(snapshot["_snapshot_step"], join_key(snapshot_key, "_snapshot_step"), per_epoch)
@@ -136,15 +136,10 @@ def _sampler_iter_state(value: object, key: str) -> None:
 def _fetcher_state(value: object, key: str) -> None:
     if value is not None:
         fields = read_mapping(value, key, required=("dataset_iter_state", "fetcher_ended"))
-        _bool(fields["fetcher_ended"], join_key(key, "fetcher_ended"))
+        read_bool(fields["fetcher_ended"], join_key(key, "fetcher_ended"))
 
 
 def _batch_count(value: object, key: str, per_epoch: int | None) -> None:
     count = read_int(value, key, minimum=0)
     if per_epoch is not None and count > per_epoch:
         raise ProgressStateError(key, f"{count} exceeds the {per_epoch} batches of an epoch")
-
-
-def _bool(value: object, key: str) -> None:
-    if not isinstance(value, bool):
-        raise ProgressStateError(key, f"expected a bool, got {type(value).__name__}")

@@ -138,6 +138,12 @@ def read_str(value: object, key: str) -> str:
     return value
 
 
+def read_bool(value: object, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ProgressStateError(key, f"expected a bool, got {shown(value)}")
+    return value
+
+
 def read_float_or_none(value: object, key: str) -> float | None:
     if value is None or isinstance(value, float):
         return value
