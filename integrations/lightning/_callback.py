@@ -162,7 +162,6 @@ class ProgressTracker(StageHooks):
     @passenger
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._remove_step_hooks()
-        resume.forget_epoch_run(trainer.fit_loop)  # a fit that ended before the epoch its RNG check waited for
         self._rng.after_cut = None
         kind = str(getattr(stage, "value", stage))  # Lightning passes its TrainerFn (a str enum)
         if kind != _FIT and not self._run_begun:  # Lightning skipped a loop over zero batches: still a run

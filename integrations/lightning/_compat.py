@@ -269,33 +269,6 @@ def hook_setup_data(
     fit_loop._load_combined_loader_states = hooks.load_combined_loader_states  # type: ignore[method-assign]
 
 
-class _BeforeEpochRun:
-    """``epoch_loop.on_run_start`` replaced on one loop instance until its next call; picklable."""
-
-    def __init__(self, epoch_loop: Any, before: Callable[[], None]) -> None:
-        self.epoch_loop = epoch_loop
-        self.before = before
-
-    def __call__(self, data_fetcher: Any) -> None:
-        epoch_loop = self.epoch_loop
-        if getattr(epoch_loop, "on_run_start", None) is self:
-            delattr(epoch_loop, "on_run_start")  # Lightning's own method again, for every later epoch
-        self.before()
-        type(epoch_loop).on_run_start(epoch_loop, data_fetcher)
-
-
-def call_before_epoch_run(fit_loop: _FitLoop, before: Callable[[], None]) -> None:
-    """Call ``before()`` once, when Lightning next runs a train epoch: after its start hooks, before its batches."""
-    fit_loop.epoch_loop.on_run_start = _BeforeEpochRun(fit_loop.epoch_loop, before)  # type: ignore[method-assign]
-
-
-def forget_epoch_run(fit_loop: _FitLoop) -> None:
-    """Undo :func:`call_before_epoch_run` if its call has not come (a fit that ended before running an epoch)."""
-    epoch_loop = fit_loop.epoch_loop
-    if isinstance(getattr(epoch_loop, "on_run_start", None), _BeforeEpochRun):
-        delattr(epoch_loop, "on_run_start")
-
-
 def train_iterator(fit_loop: _FitLoop) -> object:
     """The iterator Lightning built last of its combined train loader (a new one: the loaders built theirs anew)."""
     combined = fit_loop._combined_loader
@@ -316,7 +289,7 @@ def _check(package: str) -> None:
         str(version),
         {
             "_FitLoop": (fit_loop, ("_load_combined_loader_states", "setup_data")),
-            "_TrainingEpochLoop": (epoch_loop, ("_should_check_val_fx", "on_run_start")),
+            "_TrainingEpochLoop": (epoch_loop, ("_should_check_val_fx",)),
             "CombinedLoader": (combined, ("limits",)),
         },
     )

@@ -32,16 +32,15 @@ class ResumeRngChecks:
         self.at_setup: GlobalRng | None = None  # after a load, before Lightning's setup_data iter()
         self._check: ResumeRngCheck | None = None  # a fit loaded: the RNGs it restored, until compared
         self._epoch = 0  # the epoch the checks below are for (Lightning may go on with the next one)
-        self._where = ""  # what the epoch-run check names
-        self._generators: tuple[str, ...] = ResumeRngCheck.GENERATORS  # those the epoch-run check compares
+        self._where = ""  # what the check after the start hooks names
+        self._generators: tuple[str, ...] = ResumeRngCheck.GENERATORS  # those it compares (see _hooks_over)
         self.setup(None)
 
     def setup(self, trainer: pl.Trainer | None) -> None:
         """A new call on ``trainer``: forget the checks a resumed fit that trained nothing left."""
         self._trainer: Callable[[], pl.Trainer | None] = nothing if trainer is None else weakref.ref(trainer)
-        self._at_run: ResumeRngCheck | None = None  # compared when Lightning first runs a train epoch
+        self._at_run: ResumeRngCheck | None = None  # compared once the start hooks are over
         self._at_start: ResumeRngCheck | None = None  # mid-epoch: set up at on_train_start
-        self._unmoved: ResumeRngCheck | None = None  # epoch boundary: the others, before on_train_epoch_start
         self._boundary = False  # resumed at an epoch boundary: its check is set up at on_train_start
         self._await_build = False  # a check waits for Lightning's setup_data to build the train iterator
         self._built: GlobalRng | None = None  # epoch boundary: the RNGs as that build (and prefetch) left them
@@ -92,11 +91,7 @@ class ResumeRngChecks:
         trainer = self._trainer()
         if trainer is None:
             return
-        unmoved, self._unmoved = self._unmoved, None
-        if unmoved is not None and trainer.current_epoch == self._epoch and not resume.discards_setup_iterator(trainer):
-            # at an epoch boundary, before on_train_epoch_start: the generators the early iterator did not draw from
-            others = tuple(name for name in ResumeRngCheck.GENERATORS if name not in self._generators)
-            unmoved.check(_AT_TRAIN_START, generators=others)
+        self._hooks_over(trainer)
         if not self._await_build:
             return
         self._await_build = False
@@ -120,9 +115,12 @@ class ResumeRngChecks:
             )
 
     def train_epoch_start(self, trainer: pl.Trainer) -> None:
-        """If Lightning builds this epoch's iterator anew: undo the draws of the one it built in setup_data."""
+        """At an epoch boundary: compare what the iterator drew from after the ``on_train_epoch_start`` hooks of the
+        callbacks before the tracker. If Lightning builds this epoch's iterator anew: undo the early one's draws."""
+        check, self._at_run = self._at_run, None
+        if check is not None and trainer.current_epoch == self._epoch:
+            check.check(self._where, last=True, generators=self._generators)
         if self.at_setup is not None and resume.discards_setup_iterator(trainer):
-            self._at_run = None
             self.undo_setup_draws()
         self.at_setup = None
 
@@ -160,23 +158,25 @@ class ResumeRngChecks:
             check.loaded()
             self._where = _AT_EPOCH_BOUNDARY
             self._generators = check.moved_since(self.at_setup)  # those the iterator drew from
-            if self._generators != ResumeRngCheck.GENERATORS:
-                self._unmoved = check
         else:
             return
         self._epoch = trainer.current_epoch
-        if self._generators:  # none: the iterator drew nothing, so the hooks draw where the uninterrupted run does
-            self._at_run = check
-            resume.call_before_epoch_run(trainer.fit_loop, self._resumed_epoch_runs)
+        self._at_run = check
 
-    def _resumed_epoch_runs(self) -> None:
-        """Lightning first runs a train epoch: the check of ``on_train_start``, if it reads ``setup_data``'s iterator."""
+    def _hooks_over(self, trainer: pl.Trainer) -> None:
+        """Lightning's ``setup_data`` call at the epoch's start: after every ``on_train_start`` hook, before the
+        ``on_train_epoch_start`` hooks (none mid-epoch) and the first batch. Not if Lightning has gone on with the next
+        epoch or builds a new train iterator for this one (their draws are the uninterrupted run's too)."""
         check, self._at_run = self._at_run, None
-        trainer = self._trainer()
-        if check is None or trainer is None or trainer.current_epoch != self._epoch:
+        if check is None or trainer.current_epoch != self._epoch or resume.discards_setup_iterator(trainer):
             return
-        if resume.train_iterator(trainer.fit_loop) is self._built_iterator():
-            check.check(self._where, last=True, generators=self._generators)
+        if resume.train_iterator(trainer.fit_loop) is not self._built_iterator():
+            return
+        # at an epoch boundary, a draw of the generators the iterator did not draw from is exact in on_train_epoch_start
+        others = tuple(name for name in ResumeRngCheck.GENERATORS if name not in self._generators)
+        if check.check(_AT_TRAIN_START, generators=others) or check.check(self._where, generators=self._generators):
+            return
+        self._at_run = check  # again at the tracker's on_train_epoch_start, after those of the callbacks before it
 
 
 def nothing() -> None:
