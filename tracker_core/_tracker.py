@@ -118,7 +118,7 @@ class Tracker:
             consumed = counts[index].batches.scopes().epoch if in_train_epoch and index < len(counts) else 0
             position = self._loaders.get(index)
             if position is not None:
-                loaders.append(position.state_dict(batches_consumed=consumed, rng=rng, in_epoch=in_epoch))
+                loaders.append(position.state_dict(batches_consumed=consumed, in_epoch=in_epoch))
             else:
                 loaders.append({"kind": "untracked"})
                 if consumed and in_epoch and self.view.train.is_mid_epoch:
@@ -147,6 +147,17 @@ class Tracker:
         if world()[0] > 1 or any(position.distributed_info() is not None for position in self._loaders.values()):
             return self.gathered_state_dict(epoch_ended=epoch_ended)
         return self.state_dict(epoch_ended=epoch_ended)
+
+    def train_iterators_built(self) -> None:
+        """The framework built the train iterators of the epoch a load resumes, before its first batch: their builds'
+        draws are undone (the global RNGs and the loaders' order generators put back as the load left them), so the
+        run draws what the uninterrupted one drew. Nothing once a train batch began since the load (docs/adapters.md).
+        """
+        loaded = self._loaded
+        if loaded is None or self.progress.train.view.batches.lifetime.ready != loaded.batches_ready:
+            return
+        for position in self._loaders.values():
+            position.iterator_built()
 
     def forget_loaded_positions(self) -> None:
         """The framework begins a new run instead of resuming the loaded one: no loader replays the loaded epoch."""

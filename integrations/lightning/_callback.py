@@ -157,7 +157,12 @@ class ProgressTracker(StageHooks):
             rank_parts.wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint
         if stage == _FIT:
             fit_loop = trainer.fit_loop
-            resume.hook_setup_data(fit_loop, self._track_train_loaders, self._rng.setup_data_returned, self._anomaly)
+            resume.hook_setup_data(fit_loop, self._track_train_loaders, self._setup_data_returned, self._anomaly)
+
+    def _setup_data_returned(self) -> None:
+        """Lightning's ``setup_data`` built the train iterators: the tracker undoes a resumed build's draws."""
+        self.tracker.train_iterators_built()
+        self._rng.setup_data_returned()
 
     @passenger
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
