@@ -15,6 +15,7 @@ from tracker_core import EventOrderError, InexactResumeWarning, ProgressStateErr
 from tracker_core.adapter import (
     GlobalRng,
     abandon_in_flight,
+    batches_in,
     bind_lifetime,
     capture_gradients,
     continue_run_scope,
@@ -160,8 +161,11 @@ class ProgressTracker(StageHooks):
             resume.hook_setup_data(fit_loop, self._track_train_loaders, self._setup_data_returned, self._anomaly)
 
     def _setup_data_returned(self) -> None:
-        """Lightning's ``setup_data`` built the train iterators: the tracker undoes a resumed build's draws."""
-        self.tracker.train_iterators_built()
+        """Lightning's ``setup_data`` built the train iterators: the tracker undoes a resumed build's draws, but for
+        the global RNGs where Lightning prefetched a batch too (a loader without a length): the RNG check names those.
+        """
+        prefetched = any(batches_in(loader) is None for loader in self._train_loaders)
+        self.tracker.train_iterators_built(prefetched=prefetched)
         self._rng.setup_data_returned()
 
     @passenger

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -44,7 +43,8 @@ class OwnState:
     fast_forward: FastForward | None = None  # the last resume's, when it read batches again
     on_fast_forward: Callable[[float], None] | None = None  # told the seconds of each; not pickled
     _armed = False  # a load handed the loader a state, or armed ``_settle``
-    _settle: tuple[GlobalRng, _States] | None = None  # what the framework's resumed build puts back
+    # The RNGs the framework's resumed build puts back, the batches it reads again and when the load began (µs).
+    _settle: tuple[GlobalRng, _States, int, int] | None = None
     _read_again_by: Callable[[], object] | None = None  # weakly, the iterator of a resume that read batches again
 
     def __init__(self, site: Site) -> None:
@@ -90,26 +90,48 @@ class OwnState:
             warn_order_drawn_again(loader, "resuming")
         generators = self.site.chain.generators(loader.generator)
         noted = tuple((g, g.get_state()) for path, g in generators.items() if path in loaded)
-        if record.state is None:
-            if not self.saves_state:
-                self._settle = (GlobalRng.capture(), noted)
+        read = skip if isinstance(loader.dataset, IterableDataset) and not is_stateful(loader.dataset) else 0
+        # A sampler the framework sets the epoch of (DistributedSampler) draws the resumed order when the framework
+        # builds the iterator, after its set_epoch: then, as with a state the framework restores, it tells the tracker.
+        if record.state is None or (inside and self.site.chain.epoch_set()):
+            if record.state is not None:
+                loader.load_state_dict(record.state)  # type: ignore[attr-defined]
+            if inside and (record.state is not None or not self.saves_state):
+                self._settle = (GlobalRng.capture(), noted, read, _clock.now_us())
+            if read:
+                warn_reading_again(loader, read)
             return
-        read = isinstance(loader.dataset, IterableDataset) and not is_stateful(loader.dataset)
-        with preserved_global_rng(), self._reading_again(skip if read else 0):
+        with preserved_global_rng(), self._reading_again(read):
             loader.load_state_dict(record.state)  # type: ignore[attr-defined]
             loader.state_dict()  # type: ignore[attr-defined]
         _set_states(noted)
-        if read and skip:
-            live = live_iterator(loader)
-            self._read_again_by = None if live is None else weakref.ref(live)
+        self._note_read_again(read)
 
-    def iterator_built(self) -> None:
-        """The framework built the iterator of the epoch it restored: put back the global RNG and the loaded generators
-        (the build drew from them)."""
-        settle, self._settle = self._settle, None
-        if settle is not None:
-            settle[0].apply()
-            _set_states(settle[1])
+    def iterator_built(self, prefetched: bool = False) -> None:
+        """The framework built the resumed epoch's iterator: put back the global RNG (not where it ``prefetched`` a
+        batch, whose draws stay) and the loaded generators; the batches it read again are timed from the load. Not
+        built yet: nothing."""
+        settle = self._settle
+        if settle is None or live_iterator(self.site.loader) is None:
+            return
+        self._settle = None
+        rng, noted, read, began_us = settle
+        if not prefetched:
+            rng.apply()
+        _set_states(noted)
+        if read:
+            self._count_fast_forward(read, (_clock.now_us() - began_us) / 1e6)
+            self._note_read_again(read)
+
+    def _note_read_again(self, read: int) -> None:
+        """Note (weakly) the iterator of a resume that read ``read`` batches again: torchdata counts them twice."""
+        live = live_iterator(self.site.loader) if read else None
+        self._read_again_by = None if live is None else weakref.ref(live)
+
+    def _count_fast_forward(self, batches: int, seconds: float) -> None:
+        self.fast_forward = FastForward(batches, seconds)
+        if self.on_fast_forward is not None:  # the progress's time, on the clock of all its times
+            self.on_fast_forward(seconds)
 
     def forget(self) -> None:
         """A loaded state not resumed after all: the loader drops the iterator built from it (its next epoch is new)."""
@@ -126,22 +148,18 @@ class OwnState:
             yield
             return
         warn_reading_again(self.site.loader, batches)
-        began, began_us = time.perf_counter(), _clock.now_us()
+        began_us = _clock.now_us()
         yield
-        self.fast_forward = FastForward(batches, time.perf_counter() - began)
-        if self.on_fast_forward is not None:  # the progress's time, on the clock of all its times
-            self.on_fast_forward((_clock.now_us() - began_us) / 1e6)
+        self._count_fast_forward(batches, (_clock.now_us() - began_us) / 1e6)
 
-    def epoch_to_plain(
-        self, record: EpochRecord, generators: dict[str, torch.Generator]
-    ) -> tuple[dict[str, Any], dict[str, torch.Generator]]:
-        """The saved epoch record (unless the framework saves it, the loader's state) and the ``generators`` to save
-        beside it."""
+    def epoch_to_plain(self) -> dict[str, Any]:
+        """The saved epoch record: unless the framework saves it, the loader's state (the RNGs an earlier version
+        saved, ``null``)."""
         plain: dict[str, Any] = {"iterator_rng": None, "loader_generator": None}
         if not self.saves_state:
-            return plain, generators
+            return plain
         loader_state = to_plain(self.site.loader.state_dict(), "epoch.loader_state")  # type: ignore[attr-defined]
-        return {**plain, "loader_class": class_name(self.site.loader), "loader_state": loader_state}, generators
+        return {**plain, "loader_class": class_name(self.site.loader), "loader_state": loader_state}
 
     def read_epoch(self, fields: Mapping[str, Any]) -> EpochRecord:
         """The record of an epoch checked by ``check_saved_epoch``, checked against this loader (key ``epoch``); its

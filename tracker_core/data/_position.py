@@ -140,7 +140,7 @@ class LoaderPosition:
         generators = self._generators()
         epoch: dict[str, Any] | None = None if record is None else {}  # a plain loader's record is empty
         if record is not None and own is not None:
-            epoch, generators = own.epoch_to_plain(record, generators)
+            epoch = own.epoch_to_plain()
         state = {
             "version": STATE_VERSION,
             "kind": self.kind,
@@ -186,11 +186,11 @@ class LoaderPosition:
         if self._own is not None:
             self._own.forget()
 
-    def iterator_built(self) -> None:
-        """The framework built the resumed epoch's iterator (before its first batch): the draws of the build are
-        undone (``OwnState.iterator_built``)."""
+    def iterator_built(self, prefetched: bool = False) -> None:
+        """The framework built the resumed epoch's iterator (before its first batch; ``prefetched``: and fetched a
+        batch): the draws of the build are undone (``OwnState.iterator_built``)."""
         if self._own is not None:
-            self._own.iterator_built()
+            self._own.iterator_built(prefetched)
 
     def undo_point(self) -> Callable[[], None]:
         """A call that disarms this position and puts back its generators' states as they are now (nothing if its
@@ -248,7 +248,7 @@ class LoaderPosition:
         samplers = self._site.chain.samplers()  # walked once for the checks below
         self._check_distributed(header.distributed, samplers)
         epoch = header.fields["epoch"]
-        # Mid-epoch, the generators the loader's own state sets are not saved (OwnState.epoch_to_plain).
+        # Earlier versions left out, mid-epoch, the generators the loader's own state sets: left to that state.
         some = 0 < header.skip != header.per_epoch and isinstance(epoch, Mapping) and "loader_state" in epoch
         return self._site.chain.read_generator_states(
             header.fields["generators"], "generators", self.loader.generator, samplers, some
