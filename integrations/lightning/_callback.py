@@ -164,8 +164,10 @@ class ProgressTracker(StageHooks):
         """Lightning's ``setup_data`` built the train iterators: the tracker undoes a resumed build's draws, but for
         the global RNGs where Lightning prefetched a batch too (a loader without a length): the RNG check names those.
         """
-        prefetched = any(batches_in(loader) is None for loader in self._train_loaders)
-        self.tracker.train_iterators_built(prefetched=prefetched)
+        trainer = self._trainer()
+        if trainer is not None and resume.train_iterator(trainer.fit_loop) is not None:  # none when it trains nothing
+            prefetched = any(batches_in(loader) is None for loader in self._train_loaders)
+            self.tracker.train_iterators_built(prefetched=prefetched)
         self._rng.setup_data_returned()
 
     @passenger

@@ -96,7 +96,7 @@ class OwnState:
         if record.state is None or (inside and self.site.chain.epoch_set()):
             if record.state is not None:
                 loader.load_state_dict(record.state)  # type: ignore[attr-defined]
-            if inside and (record.state is not None or not self.saves_state):
+            if skip and (record.state is not None or not self.saves_state):  # (between epochs, a new one draws)
                 self._settle = (GlobalRng.capture(), noted, read, _clock.now_us())
             if read:
                 warn_reading_again(loader, read)
@@ -110,11 +110,10 @@ class OwnState:
     def iterator_built(self, prefetched: bool = False) -> None:
         """The framework built the resumed epoch's iterator: put back the global RNG (not where it ``prefetched`` a
         batch, whose draws stay) and the loaded generators; the batches it read again are timed from the load. Not
-        built yet: nothing."""
-        settle = self._settle
+        built: the framework dropped the state it restored (its next iterator begins an epoch, drawing anew)."""
+        settle, self._settle = self._settle, None
         if settle is None or live_iterator(self.site.loader) is None:
             return
-        self._settle = None
         rng, noted, read, began_us = settle
         if not prefetched:
             rng.apply()

@@ -56,8 +56,8 @@ class LoaderPosition:
     """
 
     def __init__(self, loader: DataLoader[Any]) -> None:
-        """Position ``loader`` (nothing is set on it). ``TypeError`` for a non-DataLoader, ``ValueError`` if the loader already has a position or has its
-        own state and uses ``in_order=False`` with workers."""
+        """Position ``loader`` (nothing is set on it). ``TypeError`` for a non-DataLoader, ``ValueError`` if the loader
+        already has a position or has its own state and uses ``in_order=False`` with workers."""
         if not isinstance(loader, DataLoader):
             raise TypeError(f"LoaderPosition needs a torch DataLoader, got {type(loader).__name__}")
         if LoaderPosition.of(loader) is not None:
