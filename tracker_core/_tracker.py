@@ -153,8 +153,8 @@ class Tracker:
         """The framework built the iterators of the train loaders whose state it restored, resuming inside an epoch,
         before its first batch: their builds' draws are undone (the global RNGs and the loaders' order generators put
         back as the load left them), so the run draws what the uninterrupted one drew. ``prefetched``: it fetched a
-        batch too, whose draws stay (the global RNGs are not put back). Nothing for a loader not built yet, nor once a
-        train batch began since the load (docs/adapters.md)."""
+        batch too, whose draws stay (the global RNGs are not put back). A loader not built: the framework dropped the
+        state it restored, nothing is put back. Nothing once a train batch began since the load (docs/adapters.md)."""
         loaded = self._loaded
         if loaded is None or self.progress.train.view.batches.lifetime.ready != loaded.batches_ready:
             return

@@ -370,7 +370,7 @@ def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
     return consumed > 0
 
 
-def _at_first_batch(engine: Engine, call: Callable[[], None]) -> None:
+def _at_first_batch(engine: Engine, call: Callable[[], object]) -> None:
     """Call ``call`` once, before the resumed epoch's first fetch (Ignite built its iterator after EPOCH_STARTED)."""
 
     def first_batch(engine: Engine) -> None:  # the engine as Ignite's argument: none held here

@@ -42,7 +42,7 @@ class OwnState:
     saves_state = True  # False: the framework saves and restores the loader's state
     fast_forward: FastForward | None = None  # the last resume's, when it read batches again
     on_fast_forward: Callable[[float], None] | None = None  # told the seconds of each; not pickled
-    _armed = False  # a load handed the loader a state, or armed ``_settle``
+    _armed = False  # a load resumed an epoch: forget() drops the loader's iterator built from it
     # The RNGs the framework's resumed build puts back, the batches it reads again and when the load began (µs).
     _settle: tuple[GlobalRng, _States, int, int] | None = None
     _read_again_by: Callable[[], object] | None = None  # weakly, the iterator of a resume that read batches again
