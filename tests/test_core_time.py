@@ -187,9 +187,9 @@ def test_a_resume_that_reads_batches_again_records_the_seconds_in_the_progress(
     resumed = Tracker()
     again = stateful_dataloader.StatefulDataLoader(_Stream(), batch_size=2)
     resumed.track_train_loader(again)
-    resumed.load_state_dict(entry)
-    with pytest.warns(SlowResumeWarning):
-        next(iter(again))
+    with pytest.warns(SlowResumeWarning):  # the load builds the resumed iterator, reading the batches again
+        resumed.load_state_dict(entry)
+    next(iter(again))
     seconds = resumed.view.overhead_seconds.fast_forward
     assert seconds.lifetime >= 0.003
     assert resumed.state_dict()["progress"]["microseconds"]["fast_forward"]["lifetime"] == round(seconds.lifetime * 1e6)

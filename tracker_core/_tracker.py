@@ -112,13 +112,14 @@ class Tracker:
         # framework may already have built the next epoch's iterator: nothing of it is consumed.
         in_train_epoch = reenters_train_epoch(train._epochs.lifetime())
         in_epoch = in_train_epoch and not epoch_ended  # an ended epoch's batches are all consumed
+        self.train_iterators_built()  # a resumed iterator the framework's save built (its state_dict() does) drew
         rng = expanded(GlobalRng.capture())
         loaders: list[dict[str, Any]] = []
         for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
             consumed = counts[index].batches.scopes().epoch if in_train_epoch and index < len(counts) else 0
             position = self._loaders.get(index)
             if position is not None:
-                loaders.append(position.state_dict(batches_consumed=consumed, rng=rng, in_epoch=in_epoch))
+                loaders.append(position.state_dict(batches_consumed=consumed, in_epoch=in_epoch))
             else:
                 loaders.append({"kind": "untracked"})
                 if consumed and in_epoch and self.view.train.is_mid_epoch:
@@ -147,6 +148,18 @@ class Tracker:
         if world()[0] > 1 or any(position.distributed_info() is not None for position in self._loaders.values()):
             return self.gathered_state_dict(epoch_ended=epoch_ended)
         return self.state_dict(epoch_ended=epoch_ended)
+
+    def train_iterators_built(self, *, prefetched: bool = False) -> None:
+        """The framework built the iterators of the train loaders whose state it restored, resuming inside an epoch,
+        before its first batch: their builds' draws are undone (the global RNGs and the loaders' order generators put
+        back as the load left them), so the run draws what the uninterrupted one drew. ``prefetched``: it fetched a
+        batch too, whose draws stay (the global RNGs are not put back). A loader not built: the framework dropped the
+        state it restored, nothing is put back. Nothing once a train batch began since the load (docs/adapters.md)."""
+        loaded = self._loaded
+        if loaded is None or self.progress.train.view.batches.lifetime.ready != loaded.batches_ready:
+            return
+        for position in self._loaders.values():
+            position.iterator_built(prefetched)
 
     def forget_loaded_positions(self) -> None:
         """The framework begins a new run instead of resuming the loaded one: no loader replays the loaded epoch."""

@@ -77,7 +77,7 @@ class TrainPasses:
             return True
         self._finished.discard(index)  # Accelerate's loaders fail on an empty pass (an iterable one raises),
         if start_from_the_beginning(loader):  # so a StatefulDataLoader Accelerate restored at its pass's end
-            iter(torch_loader(loader))  # spends the armed position: built under the checkpoint's RNGs, nothing read
+            self._tracker.train_iterators_built()  # nothing built: its pass begins anew, drawing as a new one does
         if pass_start is not None:
             loader.iteration = pass_start + 1  # type: ignore[attr-defined]
         return False

@@ -212,6 +212,7 @@ class AcceleratorProgress:
                         self._check_skips()
                         turn(done)  # ends the batch before and begins this one: one call
                     else:
+                        self._tracker.train_iterators_built()  # a resumed pass's iterator is built: its draws undone
                         self._end_train_batch()  # the batch before, of another pass or processed by a save
                         train.batch_begin()
                         turn = train.batch_turner(index)  # anew: a load (which makes new counts) leads here

@@ -52,6 +52,7 @@ from tracker_core.integrations.ignite._steps import count_trainer_steps
 
 __all__ = ["ProgressHandler"]
 
+_BEFORE_FIRST_BATCH = "in a STARTED or EPOCH_STARTED handler of the resumed run"
 _BUILT_AFTER_LOAD = (
     "the global RNG state changed between Checkpoint.load_objects and the trainer's run() by exactly the draw of "
     "building its StatefulDataLoader after the load (a shuffling one draws its sampler's seed from the global RNG "
@@ -286,8 +287,10 @@ class ProgressHandler:
         continues = _align_engine(engine, view, replayed=track) and track
         if continues and self._loaders.round_robin is not None:
             self._loaders.round_robin.resume_at(view.train.batches.epoch.completed)
-        if continues and not plain and self._rng_check.armed:
-            _check_rngs_at_first_batch(engine, self._rng_check)
+        if continues:  # a resumed build the tracker did not make (a DistributedSampler's) takes nothing from the RNGs
+            _at_first_batch(engine, self._tracker.train_iterators_built)
+        if continues and not plain and self._rng_check.armed:  # the RNGs compared again before the first fetch
+            _at_first_batch(engine, partial(self._rng_check.check, _BEFORE_FIRST_BATCH, last=True))
         else:  # a resume at an epoch boundary draws legitimately before its first batch (the next epoch's sampler)
             self._rng_check.forget()
 
@@ -367,11 +370,11 @@ def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
     return consumed > 0
 
 
-def _check_rngs_at_first_batch(engine: Engine, rng_check: ResumeRngCheck) -> None:
-    """Compare the global RNGs with the loaded ones again before the first resumed batch is fetched."""
+def _at_first_batch(engine: Engine, call: Callable[[], object]) -> None:
+    """Call ``call`` once, before the resumed epoch's first fetch (Ignite built its iterator after EPOCH_STARTED)."""
 
     def first_batch(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
         engine.remove_event_handler(first_batch, Events.GET_BATCH_STARTED)
-        rng_check.check("in a STARTED or EPOCH_STARTED handler of the resumed run", last=True)
+        call()
 
     engine.add_event_handler(Events.GET_BATCH_STARTED, first_batch)

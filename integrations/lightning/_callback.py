@@ -15,6 +15,7 @@ from tracker_core import EventOrderError, InexactResumeWarning, ProgressStateErr
 from tracker_core.adapter import (
     GlobalRng,
     abandon_in_flight,
+    batches_in,
     bind_lifetime,
     capture_gradients,
     continue_run_scope,
@@ -157,7 +158,17 @@ class ProgressTracker(StageHooks):
             rank_parts.wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint
         if stage == _FIT:
             fit_loop = trainer.fit_loop
-            resume.hook_setup_data(fit_loop, self._track_train_loaders, self._rng.setup_data_returned, self._anomaly)
+            resume.hook_setup_data(fit_loop, self._track_train_loaders, self._setup_data_returned, self._anomaly)
+
+    def _setup_data_returned(self) -> None:
+        """Lightning's ``setup_data`` built the train iterators: the tracker undoes a resumed build's draws, but for
+        the global RNGs where Lightning prefetched a batch too (a loader without a length): the RNG check names those.
+        """
+        trainer = self._trainer()
+        if trainer is not None and resume.train_iterator(trainer.fit_loop) is not None:  # none when it trains nothing
+            prefetched = any(batches_in(loader) is None for loader in self._train_loaders)
+            self.tracker.train_iterators_built(prefetched=prefetched)
+        self._rng.setup_data_returned()
 
     @passenger
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

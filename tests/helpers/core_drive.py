@@ -380,7 +380,9 @@ def hand_fit(
     while tracker.view.train.epochs.lifetime.completed < epochs:
         train.epoch_ready()
         train.epoch_started()
-        for batch in loader:
+        batches = iter(loader)
+        tracker.train_iterators_built()  # a resumed build the tracker did not make takes nothing from the RNGs
+        for batch in batches:
             train.batch_ready()
             train.batch_started()
             ids = train_step(batch)

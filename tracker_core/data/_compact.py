@@ -68,13 +68,10 @@ def expand_rng(value: object, key: str = "", base: Mapping[str, Any] | None = No
     return out
 
 
-def compact_loader(state: Mapping[str, Any], rng: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A loader state (its ``epoch.iterator_rng`` expanded) with its blobs short; ``rng``: the global snapshot
-    saved beside it, if any."""
+def compact_loader(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A loader state with its blobs short."""
     out = dict(state)
     epoch = state["epoch"]
-    if epoch is not None and epoch.get("iterator_rng") is not None:
-        out["epoch"] = dict(epoch, iterator_rng=compact_rng(epoch["iterator_rng"], rng))
     for path, base in _loader_blobs(state):
         text = _get(state, path)
         if isinstance(text, str):

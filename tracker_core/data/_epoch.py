@@ -7,26 +7,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch.utils.data import DataLoader
 
-from tracker_core.data._rng import GlobalRng
 from tracker_core.data._samplers import SamplerChain
 
 
 @dataclass
 class EpochRecord:
-    """What fixed one epoch's order (a loader with its own state); a plain loader's, saved inside an epoch, is empty."""
+    """The epoch of a loader with its own state, saved or loaded; a plain loader's, saved inside an epoch, is empty."""
 
-    iterator_rng: GlobalRng | None = None  # None when a persistent-worker iterator was reused
-    loader_generator: torch.Tensor | None = None
-    state: Any = None  # a loaded loader state, handed to the loader when its epoch is built
+    state: Any = None  # a loaded loader state, until the loader's resumed iterator is built
     read_again: bool = False  # its resume read batches again (a dataset without a state of its own)
-    # The order's generators by path as the epoch's build began and as it left them, and those the loaded loader
-    # state set (saved without them).
-    began: dict[str, torch.Tensor] | None = None
-    built: dict[str, torch.Tensor] | None = None
-    fixed: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -45,8 +36,8 @@ class Site:
     """The loader a position works on, held weakly, and its sampler chain."""
 
     def __init__(self, loader: DataLoader[Any]) -> None:
-        # The loader holds its position (through its iterator hook, or _PLAIN's weak key); the position holds the
-        # loader weakly, so no reference cycle keeps a loader and its workers alive.
+        # The loader is the weak key of its position (_POSITIONS); the position holds the loader weakly, so no
+        # reference cycle keeps a loader and its workers alive.
         self._loader_ref: Callable[[], DataLoader[Any] | None] = weakref.ref(loader)
         self.chain = SamplerChain(loader)
 

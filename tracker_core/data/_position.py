@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -24,15 +24,14 @@ from tracker_core.data._saved_loader import (
     check_saved_epoch,
     read_header,
 )
-from tracker_core.data._torch_compat import install_iterator_hook, iterator_hook, live_iterator
+from tracker_core.data._torch_compat import live_iterator
 from tracker_core.state._codec import tensor_to_text
 
 # Settings that must not change between a save and its resume: the epoch order depends on them.
 _SAME_ORDER_KEYS = ("seed", "shuffle", "dataset_size")
 _Generators = dict[str, tuple[torch.Generator, torch.Tensor]]  # a loader's generators and their saved states
-# The positions of plain loaders, which carry nothing of the tracker's (a loader with its own state holds its position
-# through its iterator hook).
-_PLAIN: weakref.WeakKeyDictionary[DataLoader[Any], LoaderPosition] = weakref.WeakKeyDictionary()
+# Each loader's position: the loader carries nothing of the tracker's.
+_POSITIONS: weakref.WeakKeyDictionary[DataLoader[Any], LoaderPosition] = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +56,8 @@ class LoaderPosition:
     """
 
     def __init__(self, loader: DataLoader[Any]) -> None:
-        """Position ``loader``: a loader with its own state gets an iterator hook (iteration keeps its speed), a plain
-        one nothing. ``TypeError`` for a non-DataLoader, ``ValueError`` if the loader already has a position or has its
-        own state and uses ``in_order=False`` with workers."""
+        """Position ``loader`` (nothing is set on it). ``TypeError`` for a non-DataLoader, ``ValueError`` if the loader
+        already has a position or has its own state and uses ``in_order=False`` with workers."""
         if not isinstance(loader, DataLoader):
             raise TypeError(f"LoaderPosition needs a torch DataLoader, got {type(loader).__name__}")
         if LoaderPosition.of(loader) is not None:
@@ -68,21 +66,17 @@ class LoaderPosition:
         if own and loader.num_workers > 0 and not getattr(loader, "in_order", True):
             raise ValueError("in_order=False with workers yields batches in a racy order; it cannot resume exactly")
         self._site = Site(loader)
-        self._own = OwnState(self._site, iterator_hook(loader)) if own else None  # None: a plain loader
-        if self._own is None:
-            _PLAIN[loader] = self
-        else:
-            install_iterator_hook(loader, self._begin_iteration)
+        self._own = OwnState(self._site) if own else None  # None: a plain loader
+        _POSITIONS[loader] = self
 
     @classmethod
     def of(cls, loader: DataLoader[Any]) -> LoaderPosition | None:
         """The position of ``loader``, or None."""
-        owner = getattr(iterator_hook(loader), "__self__", None)
-        return owner if isinstance(owner, LoaderPosition) else _PLAIN.get(loader)
+        return _POSITIONS.get(loader)
 
     @property
     def loader(self) -> DataLoader[Any]:
-        """The hooked loader; ``RuntimeError`` if nothing else kept it alive."""
+        """The positioned loader; ``RuntimeError`` if nothing else kept it alive."""
         return self._site.loader
 
     def holds(self, loader: object) -> bool:
@@ -117,15 +111,13 @@ class LoaderPosition:
 
     # --- saving -------------------------------------------------------------------------
 
-    def state_dict(
-        self, *, batches_consumed: int, rng: Mapping[str, Any] | None = None, in_epoch: bool | None = None
-    ) -> dict[str, Any]:
-        """Plain data: what fixed the most recently begun epoch, plus ``batches_consumed``, that epoch's batches whose
-        training steps completed (between epochs, 0 or the finished epoch's length). ``ValueError`` if it is negative, or above an epoch's length for a loader with its own state (a plain
-        loader counted past it, read whole after a mid-epoch resume, is saved as inside its epoch). ``rng``: the
-        global RNG snapshot saved beside it, if any (``tracker_core/data/_compact.py`` writes the epoch's RNG as a
-        delta of it). ``in_epoch``: an epoch has begun and not ended (a plain loader saved there, even before its first
-        batch, is warned); None: inside an epoch if some but not all of its batches were consumed."""
+    def state_dict(self, *, batches_consumed: int, in_epoch: bool | None = None) -> dict[str, Any]:
+        """Plain data: the generators, the loader's own state, plus ``batches_consumed``, the epoch's batches whose
+        training steps completed (between epochs, 0 or the finished epoch's length). ``ValueError`` if it is negative,
+        or above an epoch's length for a loader with its own state (a plain loader counted past it, read whole after a
+        mid-epoch resume, is saved as inside its epoch). ``in_epoch``: an epoch has begun and not ended (a loader saved
+        there, even before its first batch, resumes inside it: a plain one is warned); None: inside an epoch if some but
+        not all of its batches were consumed."""
         if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, int):
             raise TypeError(f"batches_consumed must be an int, got {type(batches_consumed).__name__}")
         if batches_consumed < 0:
@@ -140,15 +132,15 @@ class LoaderPosition:
             raise ValueError(f"batches_consumed={batches_consumed} exceeds the {per_epoch} batches of an epoch")
         else:
             record = own.saved_record(batches_consumed)
-            if batches_consumed and batches_consumed != per_epoch:
-                if own.order_drawn_again(record):
+            if batches_consumed != per_epoch and (batches_consumed > 0 if in_epoch is None else in_epoch):
+                if own.order_drawn_again(batches_consumed):
                     warn_order_drawn_again(loader, "saving")
                 if record is not None and record.read_again:
                     warn_counted_twice(loader)
         generators = self._generators()
         epoch: dict[str, Any] | None = None if record is None else {}  # a plain loader's record is empty
         if record is not None and own is not None:
-            epoch, generators = own.epoch_to_plain(record, generators, 0 < batches_consumed != per_epoch)
+            epoch = own.epoch_to_plain()
         state = {
             "version": STATE_VERSION,
             "kind": self.kind,
@@ -161,7 +153,7 @@ class LoaderPosition:
         }
         if own is not None and own.fast_forward is not None:
             state["fast_forward"] = dataclasses.asdict(own.fast_forward)
-        return compact_loader(state, rng)
+        return compact_loader(state)
 
     def _plain_record(self, batches_consumed: int, per_epoch: int | None, in_epoch: bool | None) -> EpochRecord | None:
         """A plain loader's epoch record: an empty one when saved inside an epoch (warned), else None."""
@@ -192,13 +184,18 @@ class LoaderPosition:
     def forget_replay(self) -> None:
         """A loaded state is not resumed after all: the next epoch is read whole."""
         if self._own is not None:
-            self._own.replay = None
+            self._own.forget()
+
+    def iterator_built(self, prefetched: bool = False) -> None:
+        """The framework built the resumed epoch's iterator (before its first batch; ``prefetched``: and fetched a
+        batch): the draws of the build are undone (``OwnState.iterator_built``)."""
+        if self._own is not None:
+            self._own.iterator_built(prefetched)
 
     def undo_point(self) -> Callable[[], None]:
-        """A call that disarms this position and puts back its generators' states and its epoch as they are now
-        (nothing if its loader is gone by then): a load that arms it can be undone."""
+        """A call that disarms this position and puts back its generators' states as they are now (nothing if its
+        loader is gone by then): a load that arms it can be undone."""
         states = {path: g.get_state() for path, g in self._generators().items()}
-        epoch = None if self._own is None else self._own.epoch
 
         def put_back() -> None:
             if self._site.loader_or_none() is None:
@@ -208,8 +205,6 @@ class LoaderPosition:
             for path, state in states.items():
                 if path in generators:
                     generators[path].set_state(state)
-            if self._own is not None:
-                self._own.epoch = epoch
 
         return put_back
 
@@ -221,7 +216,8 @@ class LoaderPosition:
             if parsed.record is not None:
                 warn_plain_mid_epoch(self.loader, "resuming", parsed.skip)
             return
-        self._own.arm(parsed.record, parsed.skip, frozenset(parsed.generators))
+        inside = 0 < parsed.skip != self._batches_per_epoch()
+        self._own.arm(parsed.record, parsed.skip, inside, frozenset(parsed.generators))
 
     def check(self, saved: SavedLoader, resume_epoch: bool) -> ParsedLoader:
         """Check a state that ``check_saved_loader`` accepted against this loader (its epoch record dropped unless
@@ -232,7 +228,7 @@ class LoaderPosition:
     def _parsed(self, saved: SavedLoader, generators: _Generators, resume_epoch: bool) -> ParsedLoader:
         record = None
         if saved.epoch is not None:
-            record = EpochRecord() if self._own is None else self._own.read_epoch(saved.epoch, saved.iterator_rng)
+            record = EpochRecord() if self._own is None else self._own.read_epoch(saved.epoch)
         return ParsedLoader(saved.skip, generators, record if resume_epoch else None)
 
     def _check_header(self, header: SavedLoader) -> _Generators:
@@ -252,7 +248,7 @@ class LoaderPosition:
         samplers = self._site.chain.samplers()  # walked once for the checks below
         self._check_distributed(header.distributed, samplers)
         epoch = header.fields["epoch"]
-        # Mid-epoch, the generators the loader's own state sets are not saved (OwnState.epoch_to_plain).
+        # Earlier versions left out, mid-epoch, the generators the loader's own state sets: left to that state.
         some = 0 < header.skip != header.per_epoch and isinstance(epoch, Mapping) and "loader_state" in epoch
         return self._site.chain.read_generator_states(
             header.fields["generators"], "generators", self.loader.generator, samplers, some
@@ -280,12 +276,6 @@ class LoaderPosition:
                     f"{mine['rank']} of {mine['num_replicas']} (save with Tracker.gathered_state_dict() "
                     "to resume every rank, or at another world size)",
                 )
-
-    # --- the hook -----------------------------------------------------------------------
-
-    def _begin_iteration(self) -> Any:
-        """Stands in for the loader's ``_get_iterator`` (installed on a loader with its own state only)."""
-        return cast("OwnState", self._own).iterator()
 
     # --- what fixes the order -----------------------------------------------------------
 

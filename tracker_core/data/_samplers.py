@@ -44,6 +44,10 @@ class SamplerChain:
             queue.extend((f"{path}.{name}", getattr(obj, name, None)) for name in _CHAIN)
         return found
 
+    def epoch_set(self) -> bool:
+        """Whether a sampler's order depends on the epoch the framework sets (``set_epoch``: a DistributedSampler)."""
+        return any(callable(getattr(s, "set_epoch", None)) for s in self.samplers().values())
+
     def generators(
         self, loader_generator: torch.Generator | None, samplers: dict[str, Any] | None = None
     ) -> dict[str, torch.Generator]:
