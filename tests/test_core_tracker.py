@@ -146,9 +146,9 @@ def _entry_mid_epoch() -> dict[str, Any]:
         (lambda e: e["progress"].update(schema_version=99), "progress.schema_version", "newer"),
         (lambda e: e["train_loaders"][0].pop("epoch"), "train_loaders.0.epoch", "missing"),
         (
-            lambda e: e["train_loaders"][0].update(kind="stateful_dataloader"),
-            "train_loaders.0.kind",
-            "earlier development version",
+            lambda e: e["train_loaders"][0].update(version=2, kind="stateful_dataloader"),
+            "train_loaders.0.version",
+            "written by a development build",
         ),
         (lambda e: e.update(train_loaders="x"), "train_loaders", "expected a list"),
         (lambda e: e["rng"].update(torch="%%%"), "rng.torch", ""),

@@ -48,9 +48,8 @@ from torch.utils.data import (
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core._errors import InexactResumeWarning, ProgressStateError
-from tracker_core.data._compact import compact_rng
 from tracker_core.data._position import LoaderPosition
-from tracker_core.data._rng import GlobalRng, expanded
+from tracker_core.data._rng import GlobalRng
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 
@@ -414,30 +413,6 @@ def test_persistent_workers_over_torchs_random_sampler_warn_at_a_save_and_its_re
     assert len(list(itertools.islice(loader, 2))) == 2  # its position stays exact; its order does not
 
 
-def test_an_earlier_versions_epoch_rng_saved_relative_to_an_rng_snapshot_loads_given_that_snapshot() -> None:
-    # 0.1 saved the RNGs the epoch's iterator was built under, as a difference from the entry's; they are not needed
-    setup = BY_NAME[_STATEFUL]
-    _seed_all(0)
-    loader, position = _positioned(setup)
-    epoch_rng = expanded(GlobalRng.capture())
-    batches = iter(loader)
-    next(batches), next(batches)
-    rng = _json(GlobalRng.capture().to_plain())
-    state = position.state_dict(batches_consumed=2)
-    state["epoch"]["iterator_rng"] = compact_rng(epoch_rng, rng)
-    state = _json(state)
-    assert state["epoch"]["iterator_rng"]["torch"].startswith("x:")
-    rest = [torch.as_tensor(batch).reshape(-1).tolist() for batch in batches]
-    _seed_all(12345)
-    fresh = setup.build()
-    GlobalRng.from_plain(rng).apply()
-    LoaderPosition(fresh).load_state_dict(state, rng)
-    assert [torch.as_tensor(batch).reshape(-1).tolist() for batch in fresh] == rest
-    other = setup.build()
-    with pytest.raises(ProgressStateError, match=r"rng\.torch"):  # the snapshot it refers to is needed
-        LoaderPosition(other).load_state_dict(state)
-
-
 @pytest.mark.parametrize("name", ["stateful-shuffled", "stateful-shuffled-2-persistent-workers"])
 def test_a_second_checkpoint_inside_the_resumed_epoch_resumes_exactly_too(name: str) -> None:
     setup = BY_NAME[name]
@@ -605,16 +580,14 @@ def test_a_distributed_samplers_epoch_is_set_by_the_framework_not_restored_by_th
     assert [torch.as_tensor(b).tolist() for b in loader] == full.batches[SAVED_EPOCH + 1]
 
 
-@pytest.mark.parametrize("old", ["sampler_replay", "iterable_replay"])
-def test_a_state_of_an_earlier_replaying_kind_is_read_as_plain_and_warns_at_a_mid_epoch_resume(old: str) -> None:
+@pytest.mark.parametrize("old", ["sampler_replay", "iterable_replay", "stateful_dataloader", "own_state"])
+def test_a_state_of_an_earlier_version_is_refused_naming_its_version_before_its_kind(old: str) -> None:
     setup = BY_NAME[_MAP]
-    full = _uninterrupted(setup)
-    at_end = {**_json(full.saved[setup.batches][0]), "kind": old, "epoch": {"sampler_rng": None}}
-    assert _resume(setup, 0, (at_end, full.saved[setup.batches][1]), range(2, 3)).batches == full.batches[2:]
-    inside = {**_json(full.saved[2][0]), "kind": old, "epoch": {"sampler_rng": None}}
+    earlier = {**_json(_uninterrupted(setup).saved[2][0]), "version": 2, "kind": old}
     _loader, position = _positioned(setup)
-    with pytest.warns(InexactResumeWarning, match="^resuming .* after 2 batches"):
-        position.load_state_dict(inside)
+    with pytest.raises(ProgressStateError, match="written by a development build; this release reads version 3") as e:
+        position.load_state_dict(earlier)
+    assert e.value.key == "version"
 
 
 def test_generators_are_found_at_any_depth_of_the_sampler_chain_each_once() -> None:
@@ -653,9 +626,6 @@ def test_state_names_the_mechanism_of_each_loader_kind() -> None:
 # --- bad states ----------------------------------------------------------------------------
 
 
-_RNG = GlobalRng.capture().to_plain()
-
-
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], Any]:
     def mutate(state: dict[str, Any]) -> Any:
         *parents, last = path.split("/")
@@ -691,14 +661,13 @@ BAD_STATES = [
     ("unknown-nested-key", _MAP, _set("epoch/note", "x"), "epoch.note"),
     ("wrong-type", _MAP, _set("batches_consumed", "2"), "batches_consumed"),
     ("bool-for-int", _MAP, _set("num_workers", True), "num_workers"),
-    # an earlier version's epoch RNG, still checked
-    ("wrong-nested-type", _STATEFUL, _set("epoch/iterator_rng", {**_RNG, "python": []}), "epoch.iterator_rng.python"),
+    ("wrong-nested-type", "map-distributed-sampler", _set("distributed/num_replicas", "2"), "distributed.num_replicas"),
     ("negative-count", _MAP, _set("batches_consumed", -1), "batches_consumed"),
     ("count-beyond-epoch", _MAP, _set("batches_consumed", 5), "batches_consumed"),
     ("other-epoch-length", _MAP, _set("batches_per_epoch", 9), "batches_per_epoch"),
     ("unknown-kind", _MAP, _set("kind", "tape"), "kind"),
     ("kind-of-another-loader", _MAP, _set("kind", "own_state"), "kind"),
-    ("newer-version", _MAP, _set("version", 3), "version"),
+    ("newer-version", _MAP, _set("version", 4), "version"),
     ("bad-base64", _MAP, _set("generators/generator", "%%%"), "generators.generator"),
     ("truncated-generator-state", _MAP, _set("generators/generator", _B64_SHORT), "generators.generator"),
     ("other-distributed-seed", "map-distributed-sampler", _set("distributed/seed", 4), "distributed.seed"),
@@ -709,7 +678,7 @@ BAD_STATES = [
     ("bad-tensor-in-loader-state", _STATEFUL, _set(_SDL_TENSOR, _B64_SHORT), _SDL_TENSOR.replace("/", ".")),
     ("loader-state-of-another-class", _STATEFUL, _set("epoch/loader_class", "x.Other"), "epoch.loader_class"),
     ("loader-state-without-its-class", _STATEFUL, _delete("epoch/loader_class"), "epoch.loader_class"),
-    ("saved-by-an-earlier-version", _STATEFUL, _set("kind", "stateful_dataloader"), "kind"),
+    ("saved-by-an-earlier-version", _STATEFUL, _set("version", 2), "version"),
     ("not-a-mapping", "map-shuffled", lambda state: [state], ""),
 ]
 

@@ -13,7 +13,7 @@ from tracker_core._errors import InexactResumeWarning, ProgressStateError
 from tracker_core.counting import _clock
 from tracker_core.counting._progress import Progress
 from tracker_core.counting._view import ProgressView
-from tracker_core.data._compact import check_bases, compact_rng, expand_rng
+from tracker_core.data._compact import compact_rng
 from tracker_core.data._position import LoaderPosition, ParsedLoader
 from tracker_core.data._rng import GlobalRng, expanded
 from tracker_core.data._saved_loader import SavedLoader, check_saved_loader
@@ -249,7 +249,6 @@ class Tracker:
                 parsed_progress = parse(entry["progress"])
             with keys_under("rng"):
                 rng = GlobalRng.from_plain(entry["rng"])
-                saved_rng = expand_rng(entry["rng"])  # what the loaders' iterator_rng may refer to
             states = entry["train_loaders"]
             if not isinstance(states, list) or not all(isinstance(s, dict) for s in states):
                 raise ProgressStateError("train_loaders", "expected a list of dicts")
@@ -262,7 +261,6 @@ class Tracker:
             ready = {}
             parts = {}
             for index, saved in enumerate(states):
-                check_bases(saved, saved_rng, f"train_loaders.{index}")
                 with keys_under(f"train_loaders.{index}"):
                     if saved.get("kind") == "untracked":
                         read_mapping(saved, "", required=("kind",))
@@ -273,7 +271,7 @@ class Tracker:
                             )
                         continue
                     # all of it that needs no loader, also for loaders registered later
-                    checked = check_saved_loader(saved, "", saved_rng)
+                    checked = check_saved_loader(saved, "")
                     parts[index] = (checked, resume_epoch)
                     position = self._loaders.get(index)
                     if position is not None:

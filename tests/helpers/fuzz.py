@@ -144,8 +144,8 @@ def mutants(entry: Any) -> Iterator[Mutant]:
 
 
 def _in_rng(path: Path_) -> bool:
-    """Whether ``path`` is inside a saved RNG state (the global one or a loader's ``iterator_rng``)."""
-    return any(part in ("rng", "iterator_rng") for part in path)
+    """Whether ``path`` is inside the saved global RNG state."""
+    return "rng" in path
 
 
 def _at(root: Any, path: Path_) -> Any:
@@ -156,8 +156,8 @@ def _at(root: Any, path: Path_) -> Any:
 
 def escaped_before(entry: Any, mutant: Mutant) -> bool:
     """Whether ``mutant`` is of a class that once escaped as another error, or was refused leaving the tracker
-    changed: a deeply nested value in a str field, an out-of-range int in a field of a saved RNG state (global
-    or a loader's ``iterator_rng``), the entries of two train loaders swapped."""
+    changed: a deeply nested value in a str field, an out-of-range int in a field of the saved global RNG state,
+    the entries of two train loaders swapped."""
     if mutant.what == "items 0 and 1 swapped":
         return mutant.path[-1:] == ("train_loaders",)
     name = mutant.what.removeprefix("replaced by ")

@@ -1,7 +1,7 @@
-"""The short form of RNG snapshots and loader states: each blob a short text, related ones stored as differences
-(docs/schema.md, ``train_loaders``). An expanded state (:func:`expand_rng`, :func:`expand_loader`) holds each short
-form as :class:`Decoded` bytes or a :class:`Seeded` seed, plain base64 and anything malformed as it is, for its
-reader to check or refuse."""
+"""The short form of RNG snapshots and loader states: each blob a short text, the generator states in a loader's
+own state stored as differences from its sampler's (docs/schema.md, ``train_loaders``). An expanded state
+(:func:`expand_rng`, :func:`expand_loader`) holds each short form as :class:`Decoded` bytes or a :class:`Seeded`
+seed, plain base64 and anything malformed as it is, for its reader to check or refuse."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from tracker_core.state._readers import is_mapping, join_key
 
 RNG_VERSION = 2  # of an RNG snapshot, the one saved and read
 _RNG_BLOBS = (("torch",), ("python", "words"), ("numpy", "keys"))
-_LOADER = "generator"  # the loader's own generator among ``generators``
-_SAMPLER = ("sampler.generator", _LOADER)  # the sampler's generator among ``generators``: the first of these saved
+_SAMPLER = ("sampler.generator", "generator")  # the sampler's generator among ``generators``: the first of these saved
 _OWN = ("epoch", "loader_state")  # a loader's own state: its generator states relative to the sampler's
 _TENSOR = "__tensor__"  # tracker_core/state/_codec.py's tag of a tensor in plain data
 
@@ -43,28 +42,25 @@ def blob_bytes_of(value: object, key: str, size: int | None = None) -> bytes:
     return value
 
 
-def compact_rng(expanded: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """An expanded snapshot (``tracker_core/data/_rng.py``, :func:`expanded`) as saved, its blobs relative to the
-    snapshot ``base`` (saved or expanded) if given."""
+def compact_rng(expanded: Mapping[str, Any]) -> dict[str, Any]:
+    """An expanded snapshot (``tracker_core/data/_rng.py``, :func:`expanded`) as saved."""
     out = dict(expanded)
     for path in _RNG_BLOBS:
         data = _raw(expanded, path)
         if data is not None:
-            _put(out, path, short_text(data, None if base is None else _raw(base, path)))
+            _put(out, path, short_text(data))
     return out
 
 
-def expand_rng(value: object, key: str = "", base: Mapping[str, Any] | None = None) -> Any:
-    """A saved snapshot expanded (``base``: the snapshot its differences refer to); one of another version as it
-    is, for its reader to refuse."""
+def expand_rng(value: object, key: str = "") -> Any:
+    """A saved snapshot expanded; one of another version as it is, for its reader to refuse."""
     if not is_mapping(value) or value.get("version") != RNG_VERSION:
         return value
     out = dict(value)
     for path in _RNG_BLOBS:
         text = _get(value, path)
         if isinstance(text, str):
-            where = join_key(key, ".".join(path))
-            _put(out, path, _expanded(text, where, None if base is None else _raw(base, path)))
+            _put(out, path, _expanded(text, join_key(key, ".".join(path)), None))
     return out
 
 
@@ -72,10 +68,10 @@ def compact_loader(state: Mapping[str, Any]) -> dict[str, Any]:
     """A loader state with its blobs short."""
     out = dict(state)
     epoch = state["epoch"]
-    for path, base in _loader_blobs(state):
+    for path in _generator_paths(state):
         text = _get(state, path)
         if isinstance(text, str):
-            _put(out, path, short_text(blob_bytes(text, ""), None if base is None else _raw(state, base)))
+            _put(out, path, short_text(blob_bytes(text, "")))
     if epoch is not None and epoch.get("loader_state") is not None:
         sampler = _sampler_state(state)
 
@@ -90,20 +86,16 @@ def compact_loader(state: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def expand_loader(value: object, key: str = "", rng: Mapping[str, Any] | None = None) -> Any:
-    """A loader state expanded; ``rng``: the global snapshot saved beside it, if any."""
+def expand_loader(value: object, key: str = "") -> Any:
+    """A loader state expanded."""
     if not is_mapping(value):
         return value
     out = dict(value)
     epoch = value.get("epoch")
-    if is_mapping(epoch) and "iterator_rng" in epoch:
-        iterator = expand_rng(epoch.get("iterator_rng"), join_key(key, "epoch.iterator_rng"), rng)
-        out["epoch"] = dict(epoch, iterator_rng=iterator)
-    for path, base in _loader_blobs(value):
+    for path in _generator_paths(value):
         text = _get(out, path)
         if isinstance(text, str):
-            where = join_key(key, ".".join(map(str, path)))
-            _put(out, path, _expanded(text, where, None if base is None else _raw(out, base)))
+            _put(out, path, _expanded(text, join_key(key, ".".join(map(str, path))), None))
     if is_mapping(epoch) and "loader_state" in epoch:  # its tensors base64 again, for its decoder
         sampler = _sampler_state(out)
 
@@ -136,29 +128,10 @@ def _tensor_texts(value: object, text: Callable[[Mapping[str, Any], str], object
     return {name: _tensor_texts(item, text, join_key(key, str(name)), depth + 1) for name, item in value.items()}
 
 
-def _loader_blobs(state: Mapping[str, Any]) -> list[tuple[tuple[str, ...], tuple[str, ...] | None]]:
-    """The generator states of a loader state (``epoch.iterator_rng`` and ``epoch.loader_state`` aside), each by its
-    path and the path of the state it is stored relative to, if any; each base before the states relative to it."""
+def _generator_paths(state: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """The paths of a loader state's generator states (those in ``epoch.loader_state`` aside)."""
     generators = state.get("generators")
-    blobs: list[tuple[tuple[str, ...], tuple[str, ...] | None]] = []
-    if is_mapping(generators):
-        blobs += [(("generators", path), None) for path in generators]
-    blobs.append((("epoch", "loader_generator"), ("generators", _LOADER)))
-    return blobs
-
-
-def check_bases(state: object, rng: Mapping[str, Any] | None, key: str) -> None:
-    """Raise ``ProgressStateError`` naming the part of ``rng`` (key ``rng.<part>``) that a difference in the
-    loader state ``state`` (at ``key``) refers to, when that part is missing (NumPy's may be None)."""
-    epoch = state.get("epoch") if is_mapping(state) else None
-    iterator = epoch.get("iterator_rng") if is_mapping(epoch) else None
-    if not is_mapping(iterator) or iterator.get("version") != RNG_VERSION:
-        return
-    for path in _RNG_BLOBS:
-        text = _get(iterator, path)
-        if isinstance(text, str) and text.startswith("x:") and _raw(rng, path) is None:
-            where = join_key(key, "epoch.iterator_rng." + ".".join(path))
-            raise ProgressStateError(f"rng.{path[0]}", f"missing, but {where} is stored as the difference from it")
+    return [("generators", path) for path in generators] if is_mapping(generators) else []
 
 
 def _expanded(text: str, key: str, base: bytes | None) -> object:

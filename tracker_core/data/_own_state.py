@@ -17,7 +17,7 @@ from tracker_core._errors import InexactResumeWarning, ProgressStateError
 from tracker_core.counting import _clock
 from tracker_core.data._epoch import EpochRecord, FastForward, Site
 from tracker_core.data._fast_forward import describe, warn_reading_again
-from tracker_core.data._rng import GlobalRng, preserved_global_rng, read_generator_state
+from tracker_core.data._rng import GlobalRng, preserved_global_rng
 from tracker_core.data._torch_compat import live_iterator
 from tracker_core.data._torchdata_state import class_name, read_own_state
 from tracker_core.state._codec import from_plain, to_plain
@@ -152,23 +152,15 @@ class OwnState:
         self._count_fast_forward(batches, (_clock.now_us() - began_us) / 1e6)
 
     def epoch_to_plain(self) -> dict[str, Any]:
-        """The saved epoch record: unless the framework saves it, the loader's state (the RNGs an earlier version
-        saved, ``null``)."""
-        plain: dict[str, Any] = {"iterator_rng": None, "loader_generator": None}
+        """The saved epoch record: the loader's state, unless the framework saves it (then empty)."""
         if not self.saves_state:
-            return plain
+            return {}
         loader_state = to_plain(self.site.loader.state_dict(), "epoch.loader_state")  # type: ignore[attr-defined]
-        return {**plain, "loader_class": class_name(self.site.loader), "loader_state": loader_state}
+        return {"loader_class": class_name(self.site.loader), "loader_state": loader_state}
 
     def read_epoch(self, fields: Mapping[str, Any]) -> EpochRecord:
-        """The record of an epoch checked by ``check_saved_epoch``, checked against this loader (key ``epoch``); its
-        starting RNGs, saved by earlier versions, are not needed."""
+        """The record of an epoch checked by ``check_saved_epoch``, checked against this loader (key ``epoch``)."""
         record = EpochRecord()
-        generator = self.site.loader.generator
-        if fields.get("loader_generator") is not None:
-            if generator is None:
-                raise ProgressStateError("epoch.loader_generator", "this loader has no generator")
-            read_generator_state(fields["loader_generator"], "epoch.loader_generator", generator)
         if "loader_state" in fields or "loader_class" in fields:
             saved, mine = read_own_state(fields, "epoch"), class_name(self.site.loader)
             if saved[0] != mine:

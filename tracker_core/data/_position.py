@@ -171,13 +171,12 @@ class LoaderPosition:
 
     # --- loading ------------------------------------------------------------------------
 
-    def load_state_dict(self, state: Mapping[str, Any], rng: Mapping[str, Any] | None = None) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Validate ``state`` fully, restore the loader's generators, and (a loader with its own state) arm the next
         ``iter(loader)`` to resume the saved epoch after its first ``batches_consumed`` batches; later epochs follow as
-        in the uninterrupted run. A plain loader's state saved inside an epoch warns (its epoch is read whole).
-        ``rng``: the snapshot given to :meth:`state_dict`, if any. On a bad state raises ``ProgressStateError`` (key
-        path and problem), changing nothing."""
-        header = read_header(expand_loader(state, "", rng), "", self.kind)
+        in the uninterrupted run. A plain loader's state saved inside an epoch warns (its epoch is read whole). On a
+        bad state raises ``ProgressStateError`` (key path and problem), changing nothing."""
+        header = read_header(expand_loader(state, ""), "", self.kind)
         generators = self._check_header(header)  # this loader's checks first
         self.arm(self._parsed(check_saved_epoch(header), generators, resume_epoch=True))
 
@@ -247,11 +246,8 @@ class LoaderPosition:
             )
         samplers = self._site.chain.samplers()  # walked once for the checks below
         self._check_distributed(header.distributed, samplers)
-        epoch = header.fields["epoch"]
-        # Earlier versions left out, mid-epoch, the generators the loader's own state sets: left to that state.
-        some = 0 < header.skip != header.per_epoch and isinstance(epoch, Mapping) and "loader_state" in epoch
         return self._site.chain.read_generator_states(
-            header.fields["generators"], "generators", self.loader.generator, samplers, some
+            header.fields["generators"], "generators", self.loader.generator, samplers
         )
 
     def _check_distributed(self, saved: dict[str, Any] | None, samplers: dict[str, Any]) -> None:

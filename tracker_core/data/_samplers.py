@@ -63,17 +63,12 @@ class SamplerChain:
         return found
 
     def read_generator_states(
-        self, value: object, key: str, loader_generator: torch.Generator | None, samplers: dict[str, Any], some: bool
+        self, value: object, key: str, loader_generator: torch.Generator | None, samplers: dict[str, Any]
     ) -> dict[str, tuple[torch.Generator, torch.Tensor]]:
-        """Saved states of :meth:`generators` (``some``: of any of them), each checked against its generator:
-        ``{path: (generator, state)}``."""
+        """Saved states of :meth:`generators`, each checked against its generator: ``{path: (generator, state)}``."""
         mine = self.generators(loader_generator, samplers)
-        fields = read_mapping(value, key, required=() if some else tuple(mine), optional=tuple(mine))
-        return {
-            path: (g, read_generator_state(fields[path], join_key(key, path), g))
-            for path, g in mine.items()
-            if path in fields
-        }
+        fields = read_mapping(value, key, required=tuple(mine))
+        return {path: (g, read_generator_state(fields[path], join_key(key, path), g)) for path, g in mine.items()}
 
     def distributed_info(self, batch_size: int | None, samplers: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The DistributedSampler in the chain (``DISTRIBUTED_KEYS``); without exactly one, the batch sharding

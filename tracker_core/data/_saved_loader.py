@@ -12,12 +12,12 @@ from typing import Any, cast
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import blob_bytes_of, expand_loader
 from tracker_core.data._own_state import LoaderKind
-from tracker_core.data._rng import GlobalRng, read_generator_state
+from tracker_core.data._rng import read_generator_state
 from tracker_core.data._samplers import read_distributed
 from tracker_core.data._torchdata_state import check_own_state, read_own_state
 from tracker_core.state._readers import is_mapping, join_key, read_int, read_mapping, read_str, read_version, shown
 
-STATE_VERSION = 2  # saved with short blobs (``_compact.py``), checked expanded
+STATE_VERSION = 3  # saved with short blobs (``_compact.py``), checked expanded
 _STATE_KEYS = (
     "version",
     "kind",
@@ -29,19 +29,8 @@ _STATE_KEYS = (
     "distributed",
 )
 _OPTIONAL_STATE_KEYS = ("fast_forward",)  # present when the resume before this checkpoint read batches again
-# Each kind's epoch record: its required and optional fields (a plain loader's is empty: saved inside an epoch).
-_EPOCH_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "plain": ((), ()),
-    "own_state": (("iterator_rng", "loader_generator"), ("loader_class", "loader_state")),
-}
-# Kinds of an earlier version, which replayed a plain loader's epoch in place: read as "plain" (their epoch record
-# dropped, kept empty when saved inside an epoch, so the resume warns).
-_REPLAY_KINDS = ("sampler_replay", "iterable_replay")
-OLD_STATEFUL = (
-    "'stateful_dataloader' is the kind of an earlier development version, which rewrote torchdata's private "
-    "state; a StatefulDataLoader is now positioned by its own public state (kind 'own_state'), and that saved "
-    "state cannot be read: resume from a checkpoint saved by this version, or restart the epoch"
-)
+# Each kind's optional epoch fields (a plain loader's record is empty: saved inside an epoch).
+_EPOCH_KEYS: dict[str, tuple[str, ...]] = {"plain": (), "own_state": ("loader_class", "loader_state")}
 
 _ACCELERATOR_GENERATOR_BYTES = 16  # a CUDA/XPU/MPS Philox generator's state: seed and offset
 
@@ -57,7 +46,6 @@ class SavedLoader:
     workers: int
     distributed: dict[str, Any] | None
     epoch: Mapping[str, Any] | None = None  # the epoch record's fields, once check_saved_epoch read them
-    iterator_rng: GlobalRng | None = None  # the epoch record's, read
 
 
 def read_header(state: object, key: str, kind: str | None = None) -> SavedLoader:
@@ -65,13 +53,11 @@ def read_header(state: object, key: str, kind: str | None = None) -> SavedLoader
     any); the generators and the epoch record are left to :func:`check_saved_epoch`."""
     if not is_mapping(state):
         raise ProgressStateError(key, f"expected a mapping, got {type(state).__name__}")
-    if "kind" not in state:
-        raise ProgressStateError(join_key(key, "kind"), "missing")
+    for name in ("version", "kind"):
+        if name not in state:
+            raise ProgressStateError(join_key(key, name), "missing")
+    read_version(state["version"], join_key(key, "version"), STATE_VERSION)  # before the keys of another version
     saved = read_str(state["kind"], join_key(key, "kind"))
-    if saved in _REPLAY_KINDS:
-        state, saved = _as_plain(state), "plain"
-    if saved == "stateful_dataloader":
-        raise ProgressStateError(join_key(key, "kind"), OLD_STATEFUL)
     if saved not in _EPOCH_KEYS:
         raise ProgressStateError(
             join_key(key, "kind"), f"unknown kind {shown(saved)}; expected one of {list(_EPOCH_KEYS)}"
@@ -79,7 +65,6 @@ def read_header(state: object, key: str, kind: str | None = None) -> SavedLoader
     if kind is not None:
         check_kind(saved, kind, key)
     fields = read_mapping(state, key, required=_STATE_KEYS, optional=_OPTIONAL_STATE_KEYS)
-    read_version(fields["version"], join_key(key, "version"), STATE_VERSION)
     skip = read_int(fields["batches_consumed"], join_key(key, "batches_consumed"), minimum=0)
     per_epoch = fields["batches_per_epoch"]
     if per_epoch is not None:
@@ -93,12 +78,6 @@ def read_header(state: object, key: str, kind: str | None = None) -> SavedLoader
     if "fast_forward" in fields:
         _read_fast_forward(fields["fast_forward"], join_key(key, "fast_forward"))
     return SavedLoader(cast("LoaderKind", saved), fields, skip, per_epoch, workers, distributed)
-
-
-def _as_plain(state: Mapping[str, Any]) -> dict[str, Any]:
-    """A state of an earlier replaying kind as a ``"plain"`` one: inside an epoch when it consumed batches."""
-    inside = state.get("epoch") is not None and state.get("batches_consumed") not in (0, state.get("batches_per_epoch"))
-    return {**state, "kind": "plain", "epoch": {} if inside else None}
 
 
 def check_kind(saved: str, kind: str, key: str) -> None:
@@ -117,38 +96,31 @@ def _read_fast_forward(value: object, key: str) -> None:
     read_int(fields["batches"], join_key(key, "batches"), minimum=1)
 
 
-def check_saved_loader(state: object, key: str = "", rng: Mapping[str, Any] | None = None) -> SavedLoader:
-    """Raise ``ProgressStateError`` naming the key for anything wrong in ``state`` that no loader is needed to see
-    (``rng``: the expanded global snapshot saved beside it, which its ``iterator_rng`` may refer to)."""
-    return check_saved_epoch(read_header(expand_loader(state, key, rng), key), key)
+def check_saved_loader(state: object, key: str = "") -> SavedLoader:
+    """Raise ``ProgressStateError`` naming the key for anything wrong in ``state`` that no loader is needed to see."""
+    return check_saved_epoch(read_header(expand_loader(state, key), key), key)
 
 
 def check_saved_epoch(header: SavedLoader, key: str = "") -> SavedLoader:
     """The rest of :func:`check_saved_loader` once the header is read: the generators and the epoch record."""
     _each(header.fields["generators"], join_key(key, "generators"), _generator_state)
-    epoch, iterator_rng = None, None
+    epoch = None
     if header.fields["epoch"] is not None:
-        epoch, iterator_rng = _epoch(header.fields["epoch"], join_key(key, "epoch"), header)
+        epoch = _epoch(header.fields["epoch"], join_key(key, "epoch"), header)
     if header.skip and epoch is None and header.kind != "plain":
         raise ProgressStateError(
             join_key(key, "batches_consumed"),
             f"must be 0 in a state saved before any batch was drawn, got {header.skip}",
         )
-    return replace(header, epoch=epoch, iterator_rng=iterator_rng)
+    return replace(header, epoch=epoch)
 
 
-def _epoch(value: object, key: str, header: SavedLoader) -> tuple[Mapping[str, Any], GlobalRng | None]:
-    """Check an epoch record: its fields, and its ``iterator_rng`` read."""
-    required, optional = _EPOCH_KEYS[header.kind]
-    fields = read_mapping(value, key, required=required, optional=optional)
-    iterator_rng = None
-    if fields.get("iterator_rng") is not None:
-        iterator_rng = GlobalRng.from_plain(fields["iterator_rng"], join_key(key, "iterator_rng"))
-    if fields.get("loader_generator") is not None:
-        _generator_state(fields["loader_generator"], join_key(key, "loader_generator"))
+def _epoch(value: object, key: str, header: SavedLoader) -> Mapping[str, Any]:
+    """Check an epoch record's fields."""
+    fields = read_mapping(value, key, required=(), optional=_EPOCH_KEYS[header.kind])
     if "loader_state" in fields or "loader_class" in fields:  # "own_state"
         check_own_state(read_own_state(fields, key), join_key(key, "loader_state"), header.workers, header.per_epoch)
-    return fields, iterator_rng
+    return fields
 
 
 def _each(value: object, key: str, check: Callable[[object, str], object]) -> None:
