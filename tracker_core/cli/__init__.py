@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tracker_core._version import __version__
@@ -16,6 +16,7 @@ from tracker_core.checkpoints._weights_lifetime import read_weights_lifetime
 from tracker_core.data._device_rng import device_rng_facts
 from tracker_core.display._history import history_facts, history_table
 from tracker_core.display._report import aligned, progress_facts, progress_table
+from tracker_core.state._schema import flat_leaves
 
 _FORMATS = {
     "lightning": "Lightning checkpoint",
@@ -177,25 +178,12 @@ def _differences(a: ProgressCheckpoint, b: ProgressCheckpoint) -> list[tuple[str
         found.append(("ranks", len(a.entries), len(b.entries)))
     for rank, (entry_a, entry_b) in enumerate(zip(a.entries, b.entries, strict=False)):
         prefix = f"rank{rank}." if ranks > 1 else ""
-        flat_a, flat_b = _flat(entry_a["progress"]), _flat(entry_b["progress"])
+        flat_a, flat_b = flat_leaves(entry_a["progress"]), flat_leaves(entry_b["progress"])
         for key in sorted(set(flat_a) | set(flat_b)):
             value_a, value_b = flat_a.get(key, _MISSING), flat_b.get(key, _MISSING)
             if value_a != value_b:
                 found.append((prefix + key, value_a, value_b))
     return found
-
-
-def _flat(value: object, prefix: str = "") -> dict[str, object]:
-    """Leaves of nested dicts and lists by dotted key (list items by index; an empty one is a leaf)."""
-    items: Iterable[tuple[object, object]] = ()
-    if isinstance(value, dict):
-        items = value.items()
-    elif isinstance(value, list):
-        items = enumerate(value)
-    flat: dict[str, object] = {}
-    for key, item in items:
-        flat.update(_flat(item, f"{prefix}.{key}" if prefix else str(key)))
-    return flat or {prefix: value}
 
 
 def _shown(value: object) -> str:

@@ -13,9 +13,8 @@ _COLUMNS = ("run", "kind", "world", "batch", "accum", "batches", "samples", "ste
 
 
 def history_facts(progress: dict[str, Any]) -> dict[str, Any]:
-    """The ledger of ``progress`` (a ``Progress.state_dict()``, of any schema version) with its totals, as
-    docs/cli.md's ``history --json`` lists them (``goodput``: None before any time was recorded);
-    ``ProgressStateError`` if the state is damaged."""
+    """The ledger of ``progress`` (a ``Progress.state_dict()``) with its totals, as docs/cli.md's ``history --json``
+    lists them (``goodput``: None before any time was recorded); ``ProgressStateError`` if the state is damaged."""
     ledger = parse(progress).state["ledger"]
     earlier = ledger["earlier"]
     runs = [{"number": earlier["runs"] + i, **entry} for i, entry in enumerate(ledger["runs"])]

@@ -31,7 +31,7 @@ def _summed(items: list[dict[str, int]]) -> dict[str, int]:
 
 
 def _loaded(progress: dict[str, Any]) -> ProgressView:
-    """The view of ``progress`` loaded (an older state migrated); ``ProgressStateError`` if it is damaged."""
+    """The view of ``progress`` loaded; ``ProgressStateError`` if it is damaged."""
     loaded = Progress()
     loaded.load_state_dict(progress)
     return loaded.view
@@ -78,7 +78,7 @@ def progress_table(progress: dict[str, Any]) -> str:
         rows.append(("", "samples", *_scoped(stage["samples"])))
         rows.append(("", "seconds", *_rounded(timed.seconds, 2)))
         rows.append(("", "samples/s", *_rounded(timed.samples_per_second, 1)))
-        if timed.tokens.lifetime:  # from the loaded view: an older state has no tokens
+        if timed.tokens.lifetime:  # a stage that counted no tokens shows none
             rows.append(("", "tokens", *map(str, timed.tokens)))
             rows.append(("", "non-padding tokens", *map(str, timed.non_padding_tokens)))
             rows.append(("", "tokens/s", *_rounded(timed.tokens_per_second, 1)))

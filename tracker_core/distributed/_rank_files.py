@@ -96,8 +96,7 @@ def with_rank_files(
 ) -> object:
     """``entry`` with its index of rank files replaced by a :class:`RankFiles` reading them lazily; any other
     entry as it is. ``checkpoint``: the path (or URL) it was read from, if known; ``folders``: other folders to
-    look in. A malformed index, or files found nowhere, raise ``ProgressStateError`` naming ``ranks``.
-    """
+    look in. A malformed index, or files found nowhere, raise ``ProgressStateError`` naming ``ranks``."""
     if not isinstance(entry, Mapping) or not is_index(entry.get("ranks")):
         return entry
     return {**entry, "ranks": RankFiles.of(entry["ranks"], checkpoint, folders=folders)}

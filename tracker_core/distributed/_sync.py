@@ -27,8 +27,7 @@ def _progress_of(source: Progress | ProgressView) -> Progress:
 def reduce_state(progress: Progress | ProgressView, op: str = "sum") -> dict[str, Any]:
     """Every count of ``progress`` (a Progress or its view) reduced over all ranks by ``op`` (``sum``, ``min`` or
     ``max``) in one ``all_reduce``, in state_dict layout: a report, not a state to load (docs/distributed.md).
-    ``where``, ``run.kind`` and ``anomalies`` are this rank's; times reduce by ``op`` too.
-    """
+    ``where``, ``run.kind`` and ``anomalies`` are this rank's; times reduce by ``op`` too."""
     if op not in _OPS:
         raise ValueError(f"unknown reduce op {op!r}; expected sum, min or max")
     live = _progress_of(progress)

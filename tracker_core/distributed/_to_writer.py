@@ -17,11 +17,8 @@ _WRITER = 0  # the rank that writes the checkpoint file (Lightning's and Ignite'
 
 
 def gather_to_writer(obj: Any | None) -> list[Any] | None:
-    """On the writer (rank 0): every rank's ``obj`` (None where a rank had none), index = rank; elsewhere None.
-
-    Collective: every rank calls it, with None when it has nothing to send. One 8-byte ``all_reduce`` (MAX)
-    finds the longest pickle (0: None everywhere, nothing more sent); one ``gather`` brings each, padded to it.
-    """
+    """Collective (every rank calls it, with None when it has nothing to send): on the writer (rank 0) every
+    rank's ``obj``, index = rank; elsewhere None. Each pickle is padded to the longest, found by one ``all_reduce``."""
     if not (dist.is_available() and dist.is_initialized()):
         return None if obj is None else [obj]
     data = b"" if obj is None else pickle.dumps(obj)

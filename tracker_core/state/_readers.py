@@ -1,6 +1,5 @@
 """Strict readers of plain data: each takes a value and the dotted key path it was found at, and returns it
-typed or raises :class:`ProgressStateError` naming that key (``keys_under`` prefixes the keys of a part's).
-"""
+typed or raises :class:`ProgressStateError` naming that key (``keys_under`` prefixes the keys of a part's)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tracker_core._errors import ProgressStateError
@@ -283,12 +283,18 @@ def unpack(progress: Progress, counts: Sequence[int]) -> dict[str, Any]:
 def count_paths(progress: Progress) -> list[str]:
     """The key path of each count :func:`pack` gives, e.g. ``stages.train.batches.run.processed``: every int that
     ``state_dict()`` holds but ``schema_version`` and the ledger's."""
-    return _int_paths({key: value for key, value in dump(progress).items() if key not in ("schema_version", "ledger")})
+    state = {key: value for key, value in dump(progress).items() if key not in ("schema_version", "ledger")}
+    return [path for path, value in flat_leaves(state).items() if type(value) is int]
 
 
-def _int_paths(value: Any, key: str = "") -> list[str]:
-    if type(value) is dict:
-        return [path for name, item in value.items() for path in _int_paths(item, join_key(key, name))]
-    if type(value) is list:
-        return [path for i, item in enumerate(value) for path in _int_paths(item, join_key(key, str(i)))]
-    return [key] if type(value) is int else []
+def flat_leaves(value: object, prefix: str = "") -> dict[str, object]:
+    """Leaves of nested dicts and lists by dotted key (list items by index; an empty one is a leaf)."""
+    items: Iterable[tuple[object, object]] = ()
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    flat: dict[str, object] = {}
+    for key, item in items:
+        flat.update(flat_leaves(item, join_key(prefix, str(key))))
+    return flat or {prefix: value}
