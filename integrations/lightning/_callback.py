@@ -161,9 +161,8 @@ class ProgressTracker(StageHooks):
             resume.hook_setup_data(fit_loop, self._track_train_loaders, self._setup_data_returned, self._anomaly)
 
     def _setup_data_returned(self) -> None:
-        """Lightning's ``setup_data`` built the train iterators: the tracker undoes a resumed build's draws, but for
-        the global RNGs where Lightning prefetched a batch too (a loader without a length): the RNG check names those.
-        """
+        """Lightning's ``setup_data`` built the train iterators: undo a resumed build's draws (not the global RNGs'
+        where it prefetched a batch, for a loader without a length: the RNG check names those)."""
         trainer = self._trainer()
         if trainer is not None and resume.train_iterator(trainer.fit_loop) is not None:  # none when it trains nothing
             prefetched = any(batches_in(loader) is None for loader in self._train_loaders)
