@@ -15,7 +15,11 @@ import pytest
 pytest.importorskip("accelerate")
 
 import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
 
+from tracker_core.integrations.accelerate import AcceleratorProgress
+
+from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator, seed
 from helpers.accelerate_reseed import BATCHES, train
 from helpers.rng_warnings import rng_warnings
 
@@ -67,3 +71,29 @@ def test_a_resume_at_an_epoch_boundary_where_the_sampler_draws_is_exact_and_sile
     messages, weights = _resume(tmp_path, EPOCH_END)
     assert messages == []
     assert all(torch.equal(a, b) for a, b in zip(weights, straight, strict=True))
+
+
+def test_a_reseed_after_load_state_is_kept_at_the_first_resumed_batch_and_warned(tmp_path: Path) -> None:
+    train(tmp_path / "saved", save_at=MID_EPOCH)
+    seed(7)
+    accelerator = fresh_accelerator(Setup(stateful=True))  # the objects of accelerate_reseed.train
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = StatefulDataLoader(Indexed(10), batch_size=3, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    progress = AcceleratorProgress(accelerator)
+    accelerator.register_for_checkpointing(progress)
+    progress.track_train_loader(loader)
+    at_first_batch: list[torch.Tensor] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        accelerator.load_state(str(tmp_path / "saved"))
+        torch.manual_seed(0)
+        with progress.fit(2) as fit:
+            for _epoch in fit.epochs():
+                for _batch in progress.train(loader):
+                    at_first_batch.append(torch.get_rng_state())
+                    break
+                break
+    assert torch.equal(at_first_batch[0], torch.manual_seed(0).get_state())  # the build's draws undone, the reseed not
+    assert [_LOOP in message for message in rng_warnings(caught)] == [True]

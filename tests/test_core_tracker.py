@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -214,6 +215,42 @@ def test_checkpoint_state_dict_with_a_distributed_sampler_carries_every_ranks_en
     tracker.track_train_loader(loader)
     entry = tracker.checkpoint_state_dict()
     assert [rank["progress"] for rank in entry["ranks"]] == [entry["progress"]]
+
+
+def _sharded(seed: int) -> tuple[Tracker, DataLoader[Any]]:
+    """A tracked StatefulDataLoader over a DistributedSampler: the loop's ``iter()`` builds a resumed iterator."""
+    torch.manual_seed(seed)
+    dataset = _Indexed()
+    loader = _stateful()(dataset, batch_size=3, sampler=DistributedSampler(dataset, 1, 0, shuffle=True, seed=0))
+    tracker = Tracker()
+    tracker.track_train_loader(loader)
+    return tracker, loader
+
+
+_RESEEDS: dict[str, tuple[Callable[[], object], Callable[[], float]]] = {
+    "torch": (lambda: torch.manual_seed(0), lambda: torch.rand(1).item()),
+    "random": (lambda: random.seed(0), random.random),
+}
+
+
+@pytest.mark.parametrize("generator", list(_RESEEDS))
+def test_a_reseed_between_the_load_and_the_first_batch_of_a_hand_written_loop_is_kept(generator: str) -> None:
+    reseed, draw = _RESEEDS[generator]
+    tracker, loader = _sharded(seed=0)
+    hand_fit(tracker, loader, 1, lambda batch: batch[0].tolist(), after_batch=lambda: True)
+    entry = tracker.state_dict()  # after the first of 4 batches
+    tracker, loader = _sharded(seed=999)
+    tracker.load_state_dict(entry)
+    reseed()
+    drawn: list[float] = []
+
+    def step(batch: Any) -> list[int]:
+        drawn.append(draw())
+        return list(batch[0].tolist())
+
+    hand_fit(tracker, loader, 1, step, after_batch=lambda: True)
+    reseed()
+    assert drawn == [draw()]  # the build's draws undone, the reseed not
 
 
 def test_a_checkpoint_between_epochs_does_not_replay_the_finished_epoch() -> None:

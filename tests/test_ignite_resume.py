@@ -23,12 +23,13 @@ pytest.importorskip("torchdata")
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
-from torch.utils.data import BatchSampler, RandomSampler
+from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tracker_core import InexactResumeWarning
 
 from helpers.ignite_oracle import Oracle
-from helpers.ignite_program import Config, Program, build, resume, save_every_iteration
+from helpers.ignite_program import TRAIN_SIZE, Config, Indexed, Program, build, resume, save_every_iteration
 from helpers.ledger import without_ledger
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
@@ -287,6 +288,35 @@ def test_a_draw_in_an_epoch_started_handler_of_a_mid_epoch_resume_warns(folder: 
     resumed.trainer.add_event_handler(Events.EPOCH_STARTED, lambda: torch.rand(1))  # not run mid-epoch before
     with pytest.warns(InexactResumeWarning, match="in a STARTED or EPOCH_STARTED handler"):
         resumed.run()
+
+
+def _sharded(seed: int) -> Program:
+    """A program whose StatefulDataLoader shuffles by a DistributedSampler: Ignite builds its resumed iterator."""
+    program = build(Config(stateful=True), seed=seed)
+    data = Indexed(TRAIN_SIZE)
+    sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=0)
+    program.loader = StatefulDataLoader(data, batch_size=3, sampler=sampler)
+    program.trainer.add_event_handler(Events.EPOCH_STARTED, lambda e: sampler.set_epoch(e.state.epoch - 1))
+    return program
+
+
+def test_a_reseed_in_an_epoch_started_handler_of_a_distributed_sampler_mid_epoch_resume_is_kept_and_warned(
+    tmp_path: Path,
+) -> None:
+    saved = _sharded(seed=0)
+    checkpoint = Checkpoint(saved.to_save(), DiskSaver(str(tmp_path)), filename_pattern="{name}.pt")
+    saved.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=6), checkpoint)
+    saved.run()
+    resumed = _sharded(seed=1234)
+    Checkpoint.load_objects(resumed.to_save(), str(tmp_path / "checkpoint.pt"))
+    resumed.trainer.add_event_handler(Events.EPOCH_STARTED, lambda: torch.manual_seed(0))
+    at_first_batch: list[torch.Tensor] = []
+    resumed.trainer.add_event_handler(
+        Events.ITERATION_STARTED(once=7), lambda: at_first_batch.append(torch.get_rng_state())
+    )
+    with pytest.warns(InexactResumeWarning, match="in a STARTED or EPOCH_STARTED handler"):
+        resumed.run()
+    assert torch.equal(at_first_batch[0], torch.manual_seed(0).get_state())  # the build's draws undone, the reseed not
 
 
 @pytest.mark.parametrize("iteration", [6, 8], ids=["mid-epoch", "epoch-end"])

@@ -149,10 +149,17 @@ class Tracker:
             return self.gathered_state_dict(epoch_ended=epoch_ended)
         return self.state_dict(epoch_ended=epoch_ended)
 
+    def train_iterators_building(self) -> None:
+        """The framework is about to build the iterators of the train loaders it resumes inside an epoch (see
+        :meth:`train_iterators_built`): the global RNGs put back after the build are those of now, so a reseed since
+        the load stays. Call it right before the build, after the user's code (without it: those the load left)."""
+        for position in self._loaders.values():
+            position.iterator_building()
+
     def train_iterators_built(self, *, prefetched: bool = False) -> None:
         """The framework built the iterators of the train loaders whose state it restored, resuming inside an epoch,
-        before its first batch: their builds' draws are undone (the global RNGs and the loaders' order generators put
-        back as the load left them), so the run draws what the uninterrupted one drew. ``prefetched``: it fetched a
+        before its first batch: their builds' draws are undone (the global RNGs put back as at the load or at
+        :meth:`train_iterators_building`, the order generators as the load left them). ``prefetched``: it fetched a
         batch too, whose draws stay (the global RNGs are not put back). A loader not built: the framework dropped the
         state it restored, nothing is put back. Nothing once a train batch began since the load (docs/adapters.md)."""
         loaded = self._loaded

@@ -202,6 +202,7 @@ class AcceleratorProgress:
         batch_index = self.view.train.dataloaders[index].batches.epoch  # the turner made the loader's counts
         outside = False
         over = False  # the loop body handed the batch back: its step is over (counts only while mine is in flight)
+        self._tracker.train_iterators_building()  # the user's code before the pass ran: its reseed stays
         try:
             for batch in loader:
                 try:

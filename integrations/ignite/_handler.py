@@ -288,9 +288,11 @@ class ProgressHandler:
         if continues and self._loaders.round_robin is not None:
             self._loaders.round_robin.resume_at(view.train.batches.epoch.completed)
         if continues:  # a resumed build the tracker did not make (a DistributedSampler's) takes nothing from the RNGs
-            _at_first_batch(engine, self._tracker.train_iterators_built)
+            # Ignite builds it after EPOCH_STARTED, whose handlers so far (the user's, a reseed) run before this one.
+            _once(engine, Events.EPOCH_STARTED, self._tracker.train_iterators_building)
+            _once(engine, Events.GET_BATCH_STARTED, self._tracker.train_iterators_built)
         if continues and not plain and self._rng_check.armed:  # the RNGs compared again before the first fetch
-            _at_first_batch(engine, partial(self._rng_check.check, _BEFORE_FIRST_BATCH, last=True))
+            _once(engine, Events.GET_BATCH_STARTED, partial(self._rng_check.check, _BEFORE_FIRST_BATCH, last=True))
         else:  # a resume at an epoch boundary draws legitimately before its first batch (the next epoch's sampler)
             self._rng_check.forget()
 
@@ -370,11 +372,11 @@ def _align_engine(engine: Engine, view: ProgressView, replayed: bool) -> bool:
     return consumed > 0
 
 
-def _at_first_batch(engine: Engine, call: Callable[[], object]) -> None:
-    """Call ``call`` once, before the resumed epoch's first fetch (Ignite built its iterator after EPOCH_STARTED)."""
+def _once(engine: Engine, event: Events, call: Callable[[], object]) -> None:
+    """Call ``call`` at the next ``event`` only (the resumed epoch's EPOCH_STARTED or its first GET_BATCH_STARTED)."""
 
-    def first_batch(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
-        engine.remove_event_handler(first_batch, Events.GET_BATCH_STARTED)
+    def once(engine: Engine) -> None:  # the engine as Ignite's argument: none held here
+        engine.remove_event_handler(once, event)
         call()
 
-    engine.add_event_handler(Events.GET_BATCH_STARTED, first_batch)
+    engine.add_event_handler(event, once)

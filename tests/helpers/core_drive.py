@@ -380,6 +380,7 @@ def hand_fit(
     while tracker.view.train.epochs.lifetime.completed < epochs:
         train.epoch_ready()
         train.epoch_started()
+        tracker.train_iterators_building()  # a reseed before the build stays
         batches = iter(loader)
         tracker.train_iterators_built()  # a resumed build the tracker did not make takes nothing from the RNGs
         for batch in batches:

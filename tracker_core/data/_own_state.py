@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import torch
@@ -17,7 +16,7 @@ from tracker_core._errors import InexactResumeWarning, ProgressStateError
 from tracker_core.counting import _clock
 from tracker_core.data._epoch import EpochRecord, FastForward, Site
 from tracker_core.data._fast_forward import describe, warn_reading_again
-from tracker_core.data._rng import GlobalRng, preserved_global_rng
+from tracker_core.data._rng import GlobalRng
 from tracker_core.data._torch_compat import live_iterator
 from tracker_core.data._torchdata_state import class_name, read_own_state
 from tracker_core.state._codec import from_plain, to_plain
@@ -35,15 +34,15 @@ def is_stateful(obj: object) -> bool:
 class OwnState:
     """Leaves the position to the loader's own state, through its public ``state_dict`` / ``load_state_dict``: saved
     and handed back here (the resumed iterator built at the load, see :meth:`arm`), or by the framework (Lightning,
-    Accelerate), which tells the tracker once it built the resumed iterator (``Tracker.train_iterators_built``). Either
-    way the build's draws are undone: the global RNG and the order's loaded generators go back to what the load left,
-    so the build takes nothing from the training's random stream."""
+    Accelerate), which tells the tracker right before and after it builds the resumed iterator
+    (``Tracker.train_iterators_building`` / ``train_iterators_built``). Either way the build's draws are undone: the
+    global RNG goes back to what it was right before the build, the order's loaded generators to what the load left."""
 
     saves_state = True  # False: the framework saves and restores the loader's state
     fast_forward: FastForward | None = None  # the last resume's, when it read batches again
     on_fast_forward: Callable[[float], None] | None = None  # told the seconds of each; not pickled
     _armed = False  # a load resumed an epoch: forget() drops the loader's iterator built from it
-    # The RNGs the framework's resumed build puts back, the batches it reads again and when the load began (µs).
+    # The RNGs the framework's resumed build puts back, the batches it reads again and when they began (µs).
     _settle: tuple[GlobalRng, _States, int, int] | None = None
     _read_again_by: Callable[[], object] | None = None  # weakly, the iterator of a resume that read batches again
 
@@ -77,8 +76,8 @@ class OwnState:
     def arm(self, record: EpochRecord | None, skip: int, inside: bool, loaded: frozenset[str]) -> None:
         """Resume ``record`` after ``skip`` batches (None: the next epoch is new; ``inside``: not at its end). A state
         saved here is handed to the loader and its iterator built now, by ``state_dict()`` (a StatefulDataLoader's next
-        ``iter()`` reuses it), under the global RNG put back after it; the ``loaded`` generators (by path) are set back
-        as the checkpoint left them. A state the framework restores: noted for :meth:`iterator_built`."""
+        ``iter()`` reuses it), then settled as :meth:`iterator_built` does; the ``loaded`` generators (by path) are set
+        back as the checkpoint left them. A state the framework restores: noted for :meth:`iterator_built`."""
         loader = self.site.loader
         # A load, even of an empty state, drops the iterator a StatefulDataLoader keeps (one its state_dict() built
         # before the first epoch, or its persistent workers').
@@ -91,46 +90,44 @@ class OwnState:
         generators = self.site.chain.generators(loader.generator)
         noted = tuple((g, g.get_state()) for path, g in generators.items() if path in loaded)
         read = skip if isinstance(loader.dataset, IterableDataset) and not is_stateful(loader.dataset) else 0
+        if read:
+            warn_reading_again(loader, read)
+        settle = (GlobalRng.capture(), noted, read, _clock.now_us())
+        if record.state is not None:
+            loader.load_state_dict(record.state)  # type: ignore[attr-defined]
         # A sampler the framework sets the epoch of (DistributedSampler) draws the resumed order when the framework
         # builds the iterator, after its set_epoch: then, as with a state the framework restores, it tells the tracker.
-        if record.state is None or (inside and self.site.chain.epoch_set()):
-            if record.state is not None:
-                loader.load_state_dict(record.state)  # type: ignore[attr-defined]
-            if skip and (record.state is not None or not self.saves_state):  # (between epochs, a new one draws)
-                self._settle = (GlobalRng.capture(), noted, read, _clock.now_us())
-            if read:
-                warn_reading_again(loader, read)
-            return
-        with preserved_global_rng(), self._reading_again(read):
-            loader.load_state_dict(record.state)  # type: ignore[attr-defined]
+        if record.state is not None and not (inside and self.site.chain.epoch_set()):
             loader.state_dict()  # type: ignore[attr-defined]
-        _set_states(noted)
-        self._note_read_again(read)
+            self._put_back(*settle)
+        elif skip and (record.state is not None or not self.saves_state):  # (between epochs, a new one draws)
+            self._settle = settle
+
+    def iterator_building(self) -> None:
+        """The framework is about to build the resumed epoch's iterator: the global RNG to put back after the build is
+        the one of now (a reseed since the load stays), and the batches it reads again are timed from now."""
+        if self._settle is not None:
+            self._settle = (GlobalRng.capture(), *self._settle[1:3], _clock.now_us())
 
     def iterator_built(self, prefetched: bool = False) -> None:
-        """The framework built the resumed epoch's iterator: put back the global RNG (not where it ``prefetched`` a
-        batch, whose draws stay) and the loaded generators; the batches it read again are timed from the load. Not
-        built: the framework dropped the state it restored (its next iterator begins an epoch, drawing anew)."""
+        """The framework built the resumed epoch's iterator: put back the global RNG as the load (or
+        :meth:`iterator_building`) left it, not where it ``prefetched`` a batch, whose draws stay, and the loaded
+        generators. Not built: the framework dropped the state it restored (its next iterator begins an epoch)."""
         settle, self._settle = self._settle, None
-        if settle is None or live_iterator(self.site.loader) is None:
-            return
-        rng, noted, read, began_us = settle
+        if settle is not None and live_iterator(self.site.loader) is not None:
+            self._put_back(*settle, prefetched=prefetched)
+
+    def _put_back(self, rng: GlobalRng, noted: _States, read: int, began_us: int, prefetched: bool = False) -> None:
+        """Undo a resumed build's draws; count the ``read`` batches it read again since ``began_us``."""
         if not prefetched:
             rng.apply()
         _set_states(noted)
         if read:
-            self._count_fast_forward(read, (_clock.now_us() - began_us) / 1e6)
-            self._note_read_again(read)
-
-    def _note_read_again(self, read: int) -> None:
-        """Note (weakly) the iterator of a resume that read ``read`` batches again: torchdata counts them twice."""
-        live = live_iterator(self.site.loader) if read else None
+            self.fast_forward = FastForward(read, (_clock.now_us() - began_us) / 1e6)
+            if self.on_fast_forward is not None:  # the progress's time, on the clock of all its times
+                self.on_fast_forward(self.fast_forward.seconds)
+        live = live_iterator(self.site.loader) if read else None  # torchdata counts the batches read again twice
         self._read_again_by = None if live is None else weakref.ref(live)
-
-    def _count_fast_forward(self, batches: int, seconds: float) -> None:
-        self.fast_forward = FastForward(batches, seconds)
-        if self.on_fast_forward is not None:  # the progress's time, on the clock of all its times
-            self.on_fast_forward(seconds)
 
     def forget(self) -> None:
         """A loaded state not resumed after all: the loader drops the iterator built from it (its next epoch is new)."""
@@ -138,18 +135,6 @@ class OwnState:
         if self._armed:
             self.site.loader.load_state_dict({})  # type: ignore[attr-defined]
             self._armed = False
-
-    @contextmanager
-    def _reading_again(self, batches: int) -> Iterator[None]:
-        """Warn (before it starts) that the block reads ``batches`` batches again, time it into ``fast_forward`` and
-        tell ``on_fast_forward`` the seconds (the progress records them); with no batch to read, only run it."""
-        if batches <= 0:
-            yield
-            return
-        warn_reading_again(self.site.loader, batches)
-        began_us = _clock.now_us()
-        yield
-        self._count_fast_forward(batches, (_clock.now_us() - began_us) / 1e6)
 
     def epoch_to_plain(self) -> dict[str, Any]:
         """The saved epoch record: the loader's state, unless the framework saves it (then empty)."""

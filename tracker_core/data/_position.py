@@ -185,6 +185,11 @@ class LoaderPosition:
         if self._own is not None:
             self._own.forget()
 
+    def iterator_building(self) -> None:
+        """The framework is about to build the resumed epoch's iterator (``OwnState.iterator_building``)."""
+        if self._own is not None:
+            self._own.iterator_building()
+
     def iterator_built(self, prefetched: bool = False) -> None:
         """The framework built the resumed epoch's iterator (before its first batch; ``prefetched``: and fetched a
         batch): the draws of the build are undone (``OwnState.iterator_built``)."""
