@@ -73,7 +73,11 @@ def test_a_resume_at_an_epoch_boundary_where_the_sampler_draws_is_exact_and_sile
     assert all(torch.equal(a, b) for a, b in zip(weights, straight, strict=True))
 
 
-def test_a_reseed_after_load_state_is_kept_at_the_first_resumed_batch_and_warned(tmp_path: Path) -> None:
+def _first_resumed_batch_rng(
+    tmp_path: Path, reseed: bool = False, save: bool = False
+) -> tuple[torch.Tensor, list[str]]:
+    """The global RNG state at the first batch resumed from a mid-epoch checkpoint (``reseed``: ``manual_seed(0)``
+    after ``load_state``; ``save``: then a ``save_state``), and the RNG warnings."""
     train(tmp_path / "saved", save_at=MID_EPOCH)
     seed(7)
     accelerator = fresh_accelerator(Setup(stateful=True))  # the objects of accelerate_reseed.train
@@ -88,12 +92,33 @@ def test_a_reseed_after_load_state_is_kept_at_the_first_resumed_batch_and_warned
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         accelerator.load_state(str(tmp_path / "saved"))
-        torch.manual_seed(0)
+        if reseed:
+            torch.manual_seed(0)
+        if save:
+            accelerator.save_state(str(tmp_path / "again"))
         with progress.fit(2) as fit:
             for _epoch in fit.epochs():
                 for _batch in progress.train(loader):
                     at_first_batch.append(torch.get_rng_state())
                     break
                 break
-    assert torch.equal(at_first_batch[0], torch.manual_seed(0).get_state())  # the build's draws undone, the reseed not
-    assert [_LOOP in message for message in rng_warnings(caught)] == [True]
+    return at_first_batch[0], rng_warnings(caught)
+
+
+def test_a_reseed_after_load_state_is_kept_at_the_first_resumed_batch_and_warned(tmp_path: Path) -> None:
+    rng, messages = _first_resumed_batch_rng(tmp_path, reseed=True)
+    assert torch.equal(rng, torch.manual_seed(0).get_state())  # the build's draws undone, the reseed not
+    assert [_LOOP in message for message in messages] == [True]
+
+
+def test_a_save_between_load_state_and_the_first_resumed_batch_changes_no_draw(tmp_path: Path) -> None:
+    # Accelerate's save builds the restored loader's iterator (state_dict()), drawing; the tracker undoes it
+    rng, messages = _first_resumed_batch_rng(tmp_path / "saved-again", save=True)
+    assert torch.equal(rng, _first_resumed_batch_rng(tmp_path / "resumed")[0])
+    assert messages == []
+
+
+def test_a_reseed_then_a_save_before_the_first_resumed_batch_keeps_the_reseed(tmp_path: Path) -> None:
+    rng, messages = _first_resumed_batch_rng(tmp_path, reseed=True, save=True)
+    assert torch.equal(rng, torch.manual_seed(0).get_state())
+    assert [_LOOP in message for message in messages] == [True]

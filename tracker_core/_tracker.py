@@ -112,7 +112,9 @@ class Tracker:
         # framework may already have built the next epoch's iterator: nothing of it is consumed.
         in_train_epoch = reenters_train_epoch(train._epochs.lifetime())
         in_epoch = in_train_epoch and not epoch_ended  # an ended epoch's batches are all consumed
-        self.train_iterators_built()  # a resumed iterator the framework's save built (its state_dict() does) drew
+        if self._resumed_epoch_unbegun():  # a resumed iterator the framework's save builds (its state_dict()) draws
+            for resumed in self._loaders.values():
+                resumed.built_for_save()
         rng = expanded(GlobalRng.capture())
         loaders: list[dict[str, Any]] = []
         for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
@@ -162,11 +164,14 @@ class Tracker:
         :meth:`train_iterators_building`, the order generators as the load left them). ``prefetched``: it fetched a
         batch too, whose draws stay (the global RNGs are not put back). A loader not built: the framework dropped the
         state it restored, nothing is put back. Nothing once a train batch began since the load (docs/adapters.md)."""
+        if self._resumed_epoch_unbegun():
+            for position in self._loaders.values():
+                position.iterator_built(prefetched)
+
+    def _resumed_epoch_unbegun(self) -> bool:
+        """A load resumed the train loaders and no train batch began since."""
         loaded = self._loaded
-        if loaded is None or self.progress.train.view.batches.lifetime.ready != loaded.batches_ready:
-            return
-        for position in self._loaders.values():
-            position.iterator_built(prefetched)
+        return loaded is not None and self.progress.train.view.batches.lifetime.ready == loaded.batches_ready
 
     def forget_loaded_positions(self) -> None:
         """The framework begins a new run instead of resuming the loaded one: no loader replays the loaded epoch."""
@@ -210,7 +215,7 @@ class Tracker:
         """Arm the train loaders registered next at the positions of the last :meth:`load_state_dict`
         (docs/adapters.md). False, changing nothing, if nothing was loaded or a train batch began since."""
         loaded = self._loaded
-        if loaded is None or self.progress.train.view.batches.lifetime.ready != loaded.batches_ready:
+        if loaded is None or not self._resumed_epoch_unbegun():
             return False
         self._pending = dict(loaded.parts)
         self._undo = None

@@ -117,6 +117,15 @@ class OwnState:
         if settle is not None and live_iterator(self.site.loader) is not None:
             self._put_back(*settle, prefetched=prefetched)
 
+    def built_for_save(self) -> None:
+        """A save before the resumed epoch's first batch: where the framework restored the state and saves it after
+        the tracker's entry (Accelerate), its iterator is built now, as the framework's ``state_dict()`` is about to;
+        the build's draws are undone either way (:meth:`iterator_built`), a reseed since the load kept."""
+        if self._settle is not None and not self.saves_state and live_iterator(self.site.loader) is None:
+            self.iterator_building()
+            self.site.loader.state_dict()  # type: ignore[attr-defined]
+        self.iterator_built()
+
     def _put_back(self, rng: GlobalRng, noted: _States, read: int, began_us: int, prefetched: bool = False) -> None:
         """Undo a resumed build's draws; count the ``read`` batches it read again since ``began_us``."""
         if not prefetched:

@@ -196,6 +196,11 @@ class LoaderPosition:
         if self._own is not None:
             self._own.iterator_built(prefetched)
 
+    def built_for_save(self) -> None:
+        """A save before the resumed epoch's first batch (``OwnState.built_for_save``)."""
+        if self._own is not None:
+            self._own.built_for_save()
+
     def undo_point(self) -> Callable[[], None]:
         """A call that disarms this position and puts back its generators' states as they are now (nothing if its
         loader is gone by then): a load that arms it can be undone."""
