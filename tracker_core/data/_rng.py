@@ -63,7 +63,7 @@ class GlobalRng:
     torch_state: torch.Tensor | Seeded
     python_state: tuple[Any, ...]
     numpy_state: tuple[Any, ...] | None
-    devices: tuple[DeviceStates, ...] = ()
+    devices: DeviceStates
 
     @classmethod
     def capture(cls) -> GlobalRng:
@@ -107,7 +107,7 @@ class GlobalRng:
             torch_state = read_generator_state(torch_state, join_key(key, "torch"))
         python_state = _python_state(fields["python"], join_key(key, "python"))
         numpy_state = None if fields["numpy"] is None else _numpy_state(fields["numpy"], join_key(key, "numpy"))
-        devices = devices_from_plain(fields["devices"], join_key(key, "devices")) if "devices" in fields else ()
+        devices = devices_from_plain(fields["devices"], join_key(key, "devices")) if "devices" in fields else {}
         return cls(torch_state, python_state, numpy_state, devices)
 
 
