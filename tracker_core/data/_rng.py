@@ -53,12 +53,9 @@ _PYTHON_FORMATS = (2, 3)  # the versions Random.setstate reads (2: Python 2's, i
 
 @dataclass(frozen=True)
 class GlobalRng:
-    """The global generators' states, in memory (``capture`` / ``apply``): ``torch.get_rng_state()``,
-    ``random.getstate()``, NumPy's ``get_state()`` and those of initialised accelerators (``devices``).
-
-    Read from plain data, ``torch_state`` may be a :class:`Seeded` seed (applied with ``manual_seed``), and Python's
-    and NumPy's words stay packed (bytes, or checked base64 text) until applied.
-    """
+    """The global generators' states in memory (``capture`` / ``apply``): torch CPU, ``random``, NumPy and initialised
+    accelerators. Read from plain data, ``torch_state`` may be a :class:`Seeded` seed (applied with ``manual_seed``),
+    and Python's and NumPy's words stay packed (bytes, or checked base64 text) until applied."""
 
     torch_state: torch.Tensor | Seeded
     python_state: tuple[Any, ...]

@@ -1,7 +1,6 @@
 """A saved train-loader state checked without its loader, so that an entry whose loaders are registered after the
 load (Lightning, Ignite), or a file ``progress-tracker`` reads, is refused before anything is applied
-(``LoaderPosition.check`` adds the checks against the live loader). Keys are relative to the loader's state.
-"""
+(``LoaderPosition.check`` adds the checks against the live loader). Keys are relative to the loader's state."""
 
 from __future__ import annotations
 
