@@ -134,7 +134,7 @@ def test_a_gpu_checkpoint_on_a_cpu_only_machine_still_applies_the_cpu_generators
 def test_the_real_device_modules_capture_nothing_on_a_cpu_only_machine() -> None:
     if any(generators.is_available() for generators in _device_rng.DEVICE_KINDS.values()):
         pytest.skip("this machine has an accelerator")
-    assert _device_rng.capture_devices() == ()
+    assert _device_rng.capture_devices() == {}
 
 
 def test_the_accelerator_torch_reports_is_captured_beside_cuda_xpu_and_mps(monkeypatch: pytest.MonkeyPatch) -> None:

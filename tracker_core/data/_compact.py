@@ -65,13 +65,9 @@ def expand_rng(value: object, key: str = "") -> Any:
 
 
 def compact_loader(state: Mapping[str, Any]) -> dict[str, Any]:
-    """A loader state with its blobs short."""
-    out = dict(state)
+    """A loader state as written (each generator state base64 text) with its blobs short."""
+    out = dict(state, generators={path: short_text(blob_bytes(text, "")) for path, text in state["generators"].items()})
     epoch = state["epoch"]
-    for path in _generator_paths(state):
-        text = _get(state, path)
-        if isinstance(text, str):
-            _put(out, path, short_text(blob_bytes(text, "")))
     if epoch is not None and epoch.get("loader_state") is not None:
         sampler = _sampler_state(state)
 
@@ -91,11 +87,12 @@ def expand_loader(value: object, key: str = "") -> Any:
     if not is_mapping(value):
         return value
     out = dict(value)
-    epoch = value.get("epoch")
-    for path in _generator_paths(value):
-        text = _get(out, path)
-        if isinstance(text, str):
-            _put(out, path, _expanded(text, join_key(key, ".".join(map(str, path))), None))
+    epoch, generators = value.get("epoch"), value.get("generators")
+    if is_mapping(generators):  # anything malformed as it is, for its reader to refuse
+        out["generators"] = {
+            path: _expanded(text, join_key(key, f"generators.{path}"), None) if isinstance(text, str) else text
+            for path, text in generators.items()
+        }
     if is_mapping(epoch) and "loader_state" in epoch:  # its tensors base64 again, for its decoder
         sampler = _sampler_state(out)
 
@@ -126,12 +123,6 @@ def _tensor_texts(value: object, text: Callable[[Mapping[str, Any], str], object
     if len(value) == 1 and is_mapping(tensor) and isinstance(tensor.get("data"), str):
         return {_TENSOR: dict(tensor, data=text(tensor, join_key(key, f"{_TENSOR}.data")))}
     return {name: _tensor_texts(item, text, join_key(key, str(name)), depth + 1) for name, item in value.items()}
-
-
-def _generator_paths(state: Mapping[str, Any]) -> list[tuple[str, ...]]:
-    """The paths of a loader state's generator states (those in ``epoch.loader_state`` aside)."""
-    generators = state.get("generators")
-    return [("generators", path) for path in generators] if is_mapping(generators) else []
 
 
 def _expanded(text: str, key: str, base: bytes | None) -> object:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import torch
@@ -74,41 +73,36 @@ DEVICE_KINDS: dict[str, DeviceGenerators] = {kind: _TorchDeviceModule(kind) for 
 """The device kinds captured, by name; tests substitute an entry to exercise these paths without a GPU."""
 
 
-@dataclass(frozen=True)
-class DeviceStates:
-    """The generator state of every device of one kind, index = device."""
-
-    kind: str
-    states: tuple[torch.Tensor, ...]
+DeviceStates = dict[str, tuple[torch.Tensor, ...]]
+"""The generator state of every device of each kind, by kind (index = device)."""
 
 
-def capture_devices() -> tuple[DeviceStates, ...]:
+def capture_devices() -> DeviceStates:
     """The states of every initialised device kind (nothing on a CPU-only machine)."""
-    found = []
-    for kind, generators in DEVICE_KINDS.items():
-        if generators.is_initialized():
-            count = generators.device_count()
-            found.append(DeviceStates(kind, tuple(generators.get_rng_state(i).clone() for i in range(count))))
-    return tuple(found)
+    return {
+        kind: tuple(generators.get_rng_state(i).clone() for i in range(generators.device_count()))
+        for kind, generators in DEVICE_KINDS.items()
+        if generators.is_initialized()
+    }
 
 
-def apply_devices(saved: tuple[DeviceStates, ...]) -> None:
+def apply_devices(saved: DeviceStates) -> None:
     """Set each saved device kind's generators; a kind this machine lacks, or has another number of, is reported
     with a warning and not applied."""
-    for entry in saved:
-        count = _devices_here(entry.kind)
-        if count != len(entry.states):
-            here = f"{count} {entry.kind} device(s)" if count else f"no {entry.kind} device"
+    for kind, states in saved.items():
+        count = _devices_here(kind)
+        if count != len(states):
+            here = f"{count} {kind} device(s)" if count else f"no {kind} device"
             warnings.warn(
-                f"the checkpoint holds {entry.kind} generator states of {len(entry.states)} device(s), but this "
+                f"the checkpoint holds {kind} generator states of {len(states)} device(s), but this "
                 f"machine has {here}: they are not applied, so random draws on such a device "
                 "would not continue as in the saved run",
                 UserWarning,
                 stacklevel=3,
             )
             continue
-        for device, state in enumerate(entry.states):
-            DEVICE_KINDS[entry.kind].set_rng_state(state, device)
+        for device, state in enumerate(states):
+            DEVICE_KINDS[kind].set_rng_state(state, device)
 
 
 def _devices_here(kind: str) -> int:
@@ -117,15 +111,15 @@ def _devices_here(kind: str) -> int:
     return generators.device_count() if generators is not None and generators.is_available() else 0
 
 
-def devices_to_plain(saved: tuple[DeviceStates, ...]) -> dict[str, list[str]]:
+def devices_to_plain(saved: DeviceStates) -> dict[str, list[str]]:
     """``{kind: [base64 state per device]}``."""
-    return {entry.kind: [tensor_to_text(state) for state in entry.states] for entry in saved}
+    return {kind: [tensor_to_text(state) for state in states] for kind, states in saved.items()}
 
 
-def devices_from_plain(value: object, key: str) -> tuple[DeviceStates, ...]:
+def devices_from_plain(value: object, key: str) -> DeviceStates:
     """Validate ``{kind: [base64, ...]}``, changing nothing: each state of a kind present here must have its
     generator's size; a kind absent here, or saved by another number of devices, is reported, not applied."""
-    found = []
+    found: DeviceStates = {}
     for kind, kind_key, states in _saved_kinds(value, key, known=DEVICE_KINDS):
         tensors = tuple(text_to_byte_tensor(state, join_key(kind_key, str(i))) for i, state in enumerate(states))
         count = _devices_here(kind)
@@ -136,8 +130,8 @@ def devices_from_plain(value: object, key: str) -> tuple[DeviceStates, ...]:
                     raise ProgressStateError(
                         join_key(kind_key, str(i)), f"a {kind} generator state has {size} bytes, got {tensor.numel()}"
                     )
-        found.append(DeviceStates(kind, tensors))
-    return tuple(found)
+        found[kind] = tensors
+    return found
 
 
 def device_rng_facts(rng: object) -> list[dict[str, Any]]:

@@ -11,11 +11,8 @@ from tracker_core.data._rng import GlobalRng, expanded
 
 
 class ResumeRngCheck:
-    """Remembers the global RNGs a load restored, compares them where the adapter says, warns once.
-
-    ``load`` names the call to seed before (``"Checkpoint.load_objects"``); docs/adapters.md says where an adapter
-    calls :meth:`loaded`, :meth:`check` and :meth:`forget`.
-    """
+    """Remembers the global RNGs a load restored, compares them where the adapter says (docs/adapters.md), warns
+    once; ``load`` names the call to seed before (``"Checkpoint.load_objects"``)."""
 
     GENERATORS: tuple[str, ...] = ("torch", "python", "numpy", "devices")
     """The global generators a check compares, by their keys in a saved snapshot (``devices``: accelerators')."""

@@ -53,17 +53,14 @@ _PYTHON_FORMATS = (2, 3)  # the versions Random.setstate reads (2: Python 2's, i
 
 @dataclass(frozen=True)
 class GlobalRng:
-    """The global generators' states, in memory (``capture`` / ``apply``): ``torch.get_rng_state()``,
-    ``random.getstate()``, NumPy's ``get_state()`` and those of initialised accelerators (``devices``).
-
-    Read from plain data, ``torch_state`` may be a :class:`Seeded` seed (applied with ``manual_seed``), and Python's
-    and NumPy's words stay packed (bytes, or checked base64 text) until applied.
-    """
+    """The global generators' states in memory (``capture`` / ``apply``): torch CPU, ``random``, NumPy and initialised
+    accelerators. Read from plain data, ``torch_state`` may be a :class:`Seeded` seed (applied with ``manual_seed``),
+    and Python's and NumPy's words stay packed (bytes, or checked base64 text) until applied."""
 
     torch_state: torch.Tensor | Seeded
     python_state: tuple[Any, ...]
     numpy_state: tuple[Any, ...] | None
-    devices: tuple[DeviceStates, ...] = ()
+    devices: DeviceStates
 
     @classmethod
     def capture(cls) -> GlobalRng:
@@ -107,7 +104,7 @@ class GlobalRng:
             torch_state = read_generator_state(torch_state, join_key(key, "torch"))
         python_state = _python_state(fields["python"], join_key(key, "python"))
         numpy_state = None if fields["numpy"] is None else _numpy_state(fields["numpy"], join_key(key, "numpy"))
-        devices = devices_from_plain(fields["devices"], join_key(key, "devices")) if "devices" in fields else ()
+        devices = devices_from_plain(fields["devices"], join_key(key, "devices")) if "devices" in fields else {}
         return cls(torch_state, python_state, numpy_state, devices)
 
 

@@ -1,11 +1,10 @@
 """A saved train-loader state checked without its loader, so that an entry whose loaders are registered after the
 load (Lightning, Ignite), or a file ``progress-tracker`` reads, is refused before anything is applied
-(``LoaderPosition.check`` adds the checks against the live loader). Keys are relative to the loader's state.
-"""
+(``LoaderPosition.check`` adds the checks against the live loader). Keys are relative to the loader's state."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -103,35 +102,22 @@ def check_saved_loader(state: object, key: str = "") -> SavedLoader:
 
 def check_saved_epoch(header: SavedLoader, key: str = "") -> SavedLoader:
     """The rest of :func:`check_saved_loader` once the header is read: the generators and the epoch record."""
-    _each(header.fields["generators"], join_key(key, "generators"), _generator_state)
-    epoch = None
-    if header.fields["epoch"] is not None:
-        epoch = _epoch(header.fields["epoch"], join_key(key, "epoch"), header)
+    generators, generators_key = header.fields["generators"], join_key(key, "generators")
+    if not isinstance(generators, Mapping):
+        raise ProgressStateError(generators_key, f"expected a mapping, got {type(generators).__name__}")
+    for path, value in generators.items():  # by path: a CPU generator's state, or an accelerator generator's 16 bytes
+        value_key = join_key(generators_key, read_str(path, generators_key))
+        if len(blob_bytes_of(value, value_key)) != _ACCELERATOR_GENERATOR_BYTES:
+            read_generator_state(value, value_key)  # checked on a scratch generator
+    epoch, epoch_key = header.fields["epoch"], join_key(key, "epoch")
+    if epoch is not None:
+        epoch = read_mapping(epoch, epoch_key, required=(), optional=_EPOCH_KEYS[header.kind])
+        if "loader_state" in epoch or "loader_class" in epoch:  # "own_state"
+            own = read_own_state(epoch, epoch_key)
+            check_own_state(own, join_key(epoch_key, "loader_state"), header.workers, header.per_epoch)
     if header.skip and epoch is None and header.kind != "plain":
         raise ProgressStateError(
             join_key(key, "batches_consumed"),
             f"must be 0 in a state saved before any batch was drawn, got {header.skip}",
         )
     return replace(header, epoch=epoch)
-
-
-def _epoch(value: object, key: str, header: SavedLoader) -> Mapping[str, Any]:
-    """Check an epoch record's fields."""
-    fields = read_mapping(value, key, required=(), optional=_EPOCH_KEYS[header.kind])
-    if "loader_state" in fields or "loader_class" in fields:  # "own_state"
-        check_own_state(read_own_state(fields, key), join_key(key, "loader_state"), header.workers, header.per_epoch)
-    return fields
-
-
-def _each(value: object, key: str, check: Callable[[object, str], object]) -> None:
-    """``check(item, its key)`` for each item of a mapping keyed by path."""
-    if not isinstance(value, Mapping):
-        raise ProgressStateError(key, f"expected a mapping, got {type(value).__name__}")
-    for path, item in value.items():
-        check(item, join_key(key, read_str(path, key)))
-
-
-def _generator_state(value: object, key: str) -> None:
-    """A CPU generator's state (checked on a scratch generator) or an accelerator generator's 16 bytes."""
-    if len(blob_bytes_of(value, key)) != _ACCELERATOR_GENERATOR_BYTES:
-        read_generator_state(value, key)

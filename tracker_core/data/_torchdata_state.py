@@ -1,6 +1,5 @@
 """A loader's own saved state (kind ``"own_state"``) read back, and a torchdata 0.11 ``StatefulDataLoader``'s layout
-checked as data before torchdata loads it, which is only when the resumed iterator is built: too late to refuse it.
-"""
+checked as data before torchdata loads it, which is only when the resumed iterator is built: too late to refuse it."""
 
 from __future__ import annotations
 
