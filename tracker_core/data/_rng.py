@@ -7,8 +7,7 @@ import binascii
 import random
 import struct
 import warnings
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,13 +233,3 @@ def _numpy_state(value: object, key: str) -> tuple[Any, ...]:
     if algorithm != _NP_ALGORITHM:  # all that RandomState.set_state checks beyond the fields read above
         raise ProgressStateError(join_key(key, "algorithm"), f"expected {_NP_ALGORITHM!r}, got {shown(algorithm)}")
     return (algorithm, keys, pos, has_gauss, cached)
-
-
-@contextmanager
-def preserved_global_rng() -> Iterator[None]:
-    """Run a block, then put the three global generators back as they were before it."""
-    saved = GlobalRng.capture()
-    try:
-        yield
-    finally:
-        saved.apply()
