@@ -17,12 +17,9 @@ def require(module: str, extra: str) -> ModuleType:
 
 
 def check_attributes(framework: str, version: str, owners: dict[str, tuple[type, tuple[str, ...]]]) -> None:
-    """Raise ``ImportError`` naming ``framework version`` if a class attribute the adapter relies on is gone.
-
-    ``owners`` maps a display name (e.g. ``"_FitLoop"``) to a class and the class attributes a compat module
-    touches. Attributes an instance gets in ``__init__`` are listed in the module's ``INSTANCE_ATTRIBUTES``
-    and checked on real instances by ``tests/test_compat_instances.py``.
-    """
+    """Raise ``ImportError`` naming ``framework version`` if a class attribute the adapter relies on is gone. ``owners``
+    maps a display name (e.g. ``"_FitLoop"``) to a class and the class attributes a compat module touches; those an
+    instance gets in ``__init__`` are in the module's ``INSTANCE_ATTRIBUTES`` (tests/test_compat_instances.py)."""
     missing = [
         f"{name}.{attribute}"
         for name, (owner, attributes) in owners.items()

@@ -183,8 +183,6 @@ class ProgressHandler:
         self.__init__()  # type: ignore[misc]
         self._tracker.progress.load_state_dict(state["progress"])
 
-    # --- checkpoint -----------------------------------------------------------------------
-
     def state_dict(self) -> dict[str, Any]:
         """Plain progress entry plus the partial gradients the next optimizer step would use."""
         progress = self._tracker.progress
@@ -241,8 +239,6 @@ class ProgressHandler:
         self._restored = self._tracker.progress.state_dict()  # this rank's part of a gathered entry
         if not self._deterministic:
             self._rng_check.loaded()
-
-    # --- resume ---------------------------------------------------------------------------
 
     def _start_run(self, engine: Engine) -> None:
         """Begin, continue or re-enter the fit run, following Ignite's state (docs/ignite.md, ``engine.state``)."""
