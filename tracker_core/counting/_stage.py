@@ -120,7 +120,10 @@ class StageProgress:
 
     def batch_started(self) -> None:
         """The batch's start hooks are done."""
-        self._batches.mark_started()
+        batches = self._batches
+        if batches.started == batches.ready:
+            raise EventOrderError(f"{self.name} batch: started before it was ready")
+        batches.started += 1
         self._progress._where = self._at_batch_started
 
     def batch_processed(self, samples: int, dataloader: int = 0) -> None:
@@ -134,7 +137,10 @@ class StageProgress:
 
     def batch_completed(self) -> None:
         """The batch's end hooks are done."""
-        self._batches.mark_completed()
+        batches = self._batches
+        if batches.completed == batches.processed:
+            raise EventOrderError(f"{self.name} batch: completed before it was processed")
+        batches.completed += 1
         self._progress._where = self._at_batch_completed
 
     def batch_begin(self) -> None:
