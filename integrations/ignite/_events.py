@@ -73,7 +73,7 @@ def _add_batch_handlers(
     def iteration_completed() -> None:
         ended = state.batch
         try:  # several train loaders: the batch counts to the one it came from
-            stage.batch_end_of(ended, _dataloader_index(loaders))
+            stage.batch_end(samples_in(ended), _dataloader_index(loaders))
         except EventOrderError:
             end_out_of_order(ended)
         if type(ended) is not tokens.tokenless_type:  # most batches: no call
