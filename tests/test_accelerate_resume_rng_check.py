@@ -15,12 +15,8 @@ import pytest
 pytest.importorskip("accelerate")
 
 import torch
-from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tracker_core.integrations.accelerate import AcceleratorProgress
-
-from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator, seed
-from helpers.accelerate_reseed import BATCHES, train
+from helpers.accelerate_reseed import BATCHES, program, train
 from helpers.rng_warnings import rng_warnings
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
@@ -79,15 +75,7 @@ def _first_resumed_batch_rng(
     """The global RNG state at the first batch resumed from a mid-epoch checkpoint (``reseed``: ``manual_seed(0)``
     after ``load_state``; ``save``: then a ``save_state``), and the RNG warnings."""
     train(tmp_path / "saved", save_at=MID_EPOCH)
-    seed(7)
-    accelerator = fresh_accelerator(Setup(stateful=True))  # the objects of accelerate_reseed.train
-    model = torch.nn.Linear(4, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = StatefulDataLoader(Indexed(10), batch_size=3, shuffle=True)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    progress = AcceleratorProgress(accelerator)
-    accelerator.register_for_checkpointing(progress)
-    progress.track_train_loader(loader)
+    accelerator, _model, _optimizer, loader, progress = program(resume=True)
     at_first_batch: list[torch.Tensor] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -8,8 +8,10 @@ mid-epoch save resumes at its batch), 2 epochs, input dropout: any change of the
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
+from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -20,12 +22,9 @@ from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator, seed
 BATCHES = 4  # an epoch: 3, 3, 3, 1 samples
 
 
-def train(path: Path, save_at: int | None = None, after_load: str = "", epoch_draw: bool = False) -> list[torch.Tensor]:
-    """Train, saving to ``path`` after train batch ``save_at`` (0-based over the run) and stopping there;
-    without ``save_at``, resume from ``path`` if it exists. ``after_load``: ``"set_seed"`` or
-    ``"manual_seed"`` right after ``load_state``. ``epoch_draw``: the epoch loop's body draws once
-    before its train pass (in every run). Returns the final weights."""
-    resume = save_at is None and path.exists()
+def program(resume: bool) -> tuple[Accelerator, torch.nn.Module, torch.optim.Optimizer, Any, AcceleratorProgress]:
+    """The program's accelerator, model, optimizer, prepared loader (tracked) and progress, seeded as a first run
+    or (``resume``) as a resumed one, before its ``load_state``."""
     seed(7 if resume else 0)
     accelerator = fresh_accelerator(Setup(stateful=True))
     torch.manual_seed(0)  # the same initial weights in every run
@@ -38,6 +37,16 @@ def train(path: Path, save_at: int | None = None, after_load: str = "", epoch_dr
     progress = AcceleratorProgress(accelerator)
     accelerator.register_for_checkpointing(progress)
     progress.track_train_loader(loader)
+    return accelerator, model, optimizer, loader, progress
+
+
+def train(path: Path, save_at: int | None = None, after_load: str = "", epoch_draw: bool = False) -> list[torch.Tensor]:
+    """Train, saving to ``path`` after train batch ``save_at`` (0-based over the run) and stopping there;
+    without ``save_at``, resume from ``path`` if it exists. ``after_load``: ``"set_seed"`` or
+    ``"manual_seed"`` right after ``load_state``. ``epoch_draw``: the epoch loop's body draws once
+    before its train pass (in every run). Returns the final weights."""
+    resume = save_at is None and path.exists()
+    accelerator, model, optimizer, loader, progress = program(resume)
     if resume:
         accelerator.load_state(str(path))
         if after_load == "set_seed":
