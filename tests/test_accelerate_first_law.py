@@ -61,15 +61,15 @@ def test_an_accelerator_holding_a_progress_pickles_and_the_copy_keeps_counting()
     assert view.train.batches.lifetime == PhaseCounts(4, 4, 4, 4)
 
 
-def test_a_pickled_progress_continues_its_run_in_the_copy() -> None:
+def test_a_progress_pickled_with_its_accelerator_continues_its_run_in_the_copy() -> None:
     accelerator, model, optimizer, loader = _prepared()
     progress = AcceleratorProgress(accelerator)
     _train_epochs(progress, accelerator, model, optimizer, loader, 1)
-    copied = pickle.loads(pickle.dumps((progress, model, optimizer, loader)))
-    progress2, model2, optimizer2, loader2 = copied
+    copied = pickle.loads(pickle.dumps((progress, accelerator, model, optimizer, loader)))
+    progress2, accelerator2, model2, optimizer2, loader2 = copied
     real_steps = []
     optimizer2.optimizer.register_step_post_hook(lambda *_: real_steps.append(1))
-    _train_epochs(progress2, progress2._accelerator, model2, optimizer2, loader2, 1)
+    _train_epochs(progress2, accelerator2, model2, optimizer2, loader2, 1)
     assert progress2.view.train.batches.lifetime.completed == 8
     assert progress2.view.train.optimizer_steps.epoch == len(real_steps) > 0  # the copy's optimizer is counted
     assert progress.view.train.batches.lifetime.completed == 4

@@ -23,8 +23,7 @@ _POLL_S = 0.02
 class ProgressFiles:
     """Writes and reads this process's progress files; keeps the heartbeat (``heartbeat``: its path, None: no file)."""
 
-    def __init__(self, accelerator: Any, tracker: Tracker, heartbeat: str | None) -> None:
-        self._accelerator = accelerator
+    def __init__(self, tracker: Tracker, heartbeat: str | None) -> None:
         self._tracker = tracker
         self._heartbeat = heartbeat
         self.next_save_iteration: int | None = None  # after a load_state
@@ -40,6 +39,7 @@ class ProgressFiles:
 
     def save(
         self,
+        accelerator: Any,
         models: list[torch.nn.Module],
         output_dir: str,
         tracker: dict[str, Any],
@@ -48,7 +48,6 @@ class ProgressFiles:
         registered: bool,
     ) -> None:
         """At ``save_state``'s pre-hook: this process's progress (``tracker``: its entry), now or at :meth:`commit`."""
-        accelerator = self._accelerator
         saved = checkpoint.SavedProgress(
             world_size=accelerator.num_processes,
             tracker=tracker,
@@ -71,9 +70,8 @@ class ProgressFiles:
             (directory, saved), self._pending = self._pending, None
             _commit(directory, saved)
 
-    def load(self, models: list[torch.nn.Module], input_dir: str) -> checkpoint.SavedCheckpoint:
+    def load(self, accelerator: Any, models: list[torch.nn.Module], input_dir: str) -> checkpoint.SavedCheckpoint:
         """At ``load_state``'s pre-hook: check the folder and load its progress and gradients, or change nothing."""
-        accelerator = self._accelerator
         found = checkpoint.read_checkpoint(input_dir, accelerator.process_index, accelerator.num_processes)
         entry: dict[str, Any] = found.own.tracker
         if found.ranks is not None:

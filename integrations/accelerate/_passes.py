@@ -17,8 +17,7 @@ from tracker_core.adapter import accelerate_checkpoint as checkpoint
 class TrainPasses:
     """The prepared train loaders (by train dataloader index) and their passes in the current epoch."""
 
-    def __init__(self, accelerator: Any, tracker: Tracker) -> None:
-        self._accelerator = accelerator
+    def __init__(self, tracker: Tracker) -> None:
         self._tracker = tracker
         self._loaders: dict[int, Any] = {}  # train dataloader index -> the prepared loader
         self._pass_start: dict[int, int | None] = {}  # index -> loader.iteration when its pass of this epoch began
@@ -67,11 +66,11 @@ class TrainPasses:
         if index not in self._finished:
             _warn_if_order_drawn_again(loader, index, "resuming")
 
-    def begin(self, loader: Iterable[Any], index: int) -> bool:
+    def begin(self, loader: Iterable[Any], index: int, accelerator: Any) -> bool:
         """Track ``loader`` and begin its pass; False when nothing is left of it (restored after its end)."""
         self.track(loader, index)
         if self._restored_step is not None:  # after Accelerate's load_state restored the old geometry's
-            self._accelerator.step, self._restored_step = self._restored_step, None
+            accelerator.step, self._restored_step = self._restored_step, None
         pass_start = self._pass_start[index] = getattr(loader, "iteration", None)
         if index not in self._finished:
             return True

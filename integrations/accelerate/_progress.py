@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO, overload
@@ -55,9 +56,11 @@ class AcceleratorProgress:
         count_tokens: Callable[[Any], int | tuple[int, int]] | None = None,
         heartbeat: str | os.PathLike[str] | None = None,
     ) -> None:
-        self._accelerator = accelerator
+        # weak: the Accelerator holds this progress (its hooks, its registered objects), and one the user drops is
+        # freed at once, its loaders' worker processes with it
+        self._accelerator_ref = weakref.ref(accelerator)
         self._tracker = Tracker()
-        self._files = ProgressFiles(accelerator, self._tracker, None if heartbeat is None else os.fspath(heartbeat))
+        self._files = ProgressFiles(self._tracker, None if heartbeat is None else os.fspath(heartbeat))
         self._progress = self._tracker.progress
         self._train = self._progress.train
         self._tokens = {
@@ -69,7 +72,7 @@ class AcceleratorProgress:
         self._fit: Fit | None = None  # the open fit run, None outside one
         self._fit_epoch = 0  # the epoch the open fit last began
         self._in_flight: TrainBatch | None = None  # the train batch handed to a loop body
-        self._passes = TrainPasses(accelerator, self._tracker)
+        self._passes = TrainPasses(self._tracker)
         self._rng_check = ResumeRngCheck(load="accelerator.load_state")  # compared when the fit begins
         self._check_rng_at_pass = False  # and when the first train pass of the resumed epoch begins
         self._evaluations = EvaluationPasses(self._progress, self._tokens, self._rng_check)
@@ -106,13 +109,23 @@ class AcceleratorProgress:
         if state != _REGISTERED_STATE:
             raise ProgressStateError("", f"expected AcceleratorProgress.state_dict()'s note, got {state!r}")
 
+    @property
+    def _accelerator(self) -> Any:
+        accelerator = self._accelerator_ref()
+        if accelerator is None:
+            raise ReferenceError("the Accelerator this AcceleratorProgress tracks was freed")
+        return accelerator
+
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled without the display (it holds a stream); optimizers pickle without torch's step hooks."""
-        return {**self.__dict__, "_display": None, "_hooked_optimizers": 0, "_check_skips": no_scaler}
+        """Pickled with its Accelerator and without the display (it holds a stream); optimizers pickle without
+        torch's step hooks."""
+        state = {**self.__dict__, "_display": None, "_hooked_optimizers": 0, "_check_skips": no_scaler}
+        state["_accelerator_ref"] = self._accelerator
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Register with the unpickled Accelerator; optimizers are hooked again when the next loop begins."""
-        self.__dict__.update(state)
+        self.__dict__.update(state, _accelerator_ref=weakref.ref(state["_accelerator_ref"]))
         attach(self._accelerator, self._progress)
 
     def fit(self, max_epochs: int) -> Fit:
@@ -194,7 +207,7 @@ class AcceleratorProgress:
             self._rng_check.check(f"{where} (e.g. in the epoch loop's body before it)")
         self._rng_check.forget()  # spent; else a new epoch draws first
         self._hook_optimizers()
-        if not self._passes.begin(loader, index):  # nothing is left of the pass
+        if not self._passes.begin(loader, index, self._accelerator):  # nothing is left of the pass
             return
         mine = TrainBatch(index)  # this pass's batch in a loop body, reused batch after batch
         train, accelerator, tokens = self._train, self._accelerator, self._tokens["train"]
@@ -313,6 +326,7 @@ class AcceleratorProgress:
             batch.processed = True
         entry = self._tracker.state_dict()
         self._files.save(
+            self._accelerator,
             models,
             output_dir,
             entry,
@@ -336,7 +350,7 @@ class AcceleratorProgress:
 
     def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
         """Load the progress before Accelerate loads anything; a loop still open counts nothing more."""
-        found = self._files.load(models, input_dir)
+        found = self._files.load(self._accelerator, models, input_dir)
         self._in_flight, self._fit, self._evaluations.open = None, None, None
         resuming_epoch = self.view.train.epochs.lifetime.in_flight
         if found.ranks is None:  # Accelerate restores the same RNGs after this hook (saved at one instant)
