@@ -20,8 +20,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 _WORKERS = Setup(num_workers=2, stateful=True, torchdata=True)
 
 
-def _dropped_run_leaves(**kwargs: object) -> tuple[bool, set[object]]:
-    """Whether the run's Accelerator is freed as the user drops it, and the worker processes still running then."""
+def _dropped_run_leaves(keep_progress: bool = False, **kwargs: object) -> tuple[bool, set[object]]:
+    """Whether the run's Accelerator is freed as the user drops it (``keep_progress``: all but the progress), and the
+    worker processes still running then."""
     run(Setup(epochs=1))  # first: torch's imports on a first use leave frames behind
     gc.collect()
     before = set(multiprocessing.active_children())  # other tests' in this process
@@ -29,9 +30,11 @@ def _dropped_run_leaves(**kwargs: object) -> tuple[bool, set[object]]:
     try:
         result = run(_WORKERS, **kwargs)  # type: ignore[arg-type]
         accelerator = weakref.ref(result.accelerator)
+        kept = result.progress if keep_progress else None
         del result
         return accelerator() is None, set(multiprocessing.active_children()) - before
     finally:
+        del kept
         gc.enable()
 
 
@@ -45,6 +48,10 @@ def test_an_accelerator_dropped_after_a_resume_mid_epoch_is_freed_with_its_loade
         True,
         set(),
     )
+
+
+def test_a_progress_kept_after_its_accelerator_is_dropped_leaves_no_loader_worker_running(tmp_path: Path) -> None:
+    assert _dropped_run_leaves(keep_progress=True, stop=StopAt(1), save_dir=str(tmp_path)) == (True, set())
 
 
 def test_a_progress_whose_accelerator_was_freed_refuses_a_fit_naming_it() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -19,13 +20,21 @@ class TrainPasses:
 
     def __init__(self, tracker: Tracker) -> None:
         self._tracker = tracker
-        self._loaders: dict[int, Any] = {}  # train dataloader index -> the prepared loader
+        # train dataloader index -> the prepared loader; weak: a loader the user drops ends its workers at once
+        self._loaders: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         self._pass_start: dict[int, int | None] = {}  # index -> loader.iteration when its pass of this epoch began
         self._restored_iterations: dict[int, int] = {}  # index -> loader.iteration to set before the next pass
         self._finished: set[int] = set()  # restored mid-epoch after the pass yielded its last batch
         self.left: set[int] = set()  # those whose pass the loop left before its end
         self._resumed: dict[int, int] = {}  # index -> batches its pass in the epoch load_state resumes skips
         self._restored_step: int | None = None  # accelerator.step after an elastic load, set when the pass begins
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with its loaders."""
+        return {**self.__dict__, "_loaders": dict(self._loaders)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _loaders=weakref.WeakValueDictionary(state["_loaders"]))
 
     def track(self, loader: object, index: int) -> None:
         """Position the prepared loader's inner torch DataLoader (a DataLoaderShard only poses as one)."""
