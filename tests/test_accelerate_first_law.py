@@ -290,3 +290,11 @@ def test_a_resume_of_a_save_after_the_train_loop_of_a_plain_loader_was_left_earl
     assert [batch[4] for batch in epoch_0] == [batch[4] for batch in stopped.train]  # Accelerate's pass counter too
     # The program's own count of passes it cut (saved with the checkpoint) counts the restarted pass twice.
     assert all("passes run to their end" in disagreement for disagreement in resumed.disagreements)
+
+
+def test_a_list_of_batches_trains_and_is_counted_like_a_loader() -> None:
+    accelerator, model, optimizer, loader = _prepared()
+    progress = AcceleratorProgress(accelerator)
+    batches = list(loader)  # an iterable that takes no weak reference
+    _train_epochs(progress, accelerator, model, optimizer, batches, 2)
+    assert progress.view.train.batches.lifetime == PhaseCounts(8, 8, 8, 8)

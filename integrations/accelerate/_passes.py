@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -20,8 +20,7 @@ class TrainPasses:
 
     def __init__(self, tracker: Tracker) -> None:
         self._tracker = tracker
-        # train dataloader index -> the prepared loader; weak: a loader the user drops ends its workers at once
-        self._loaders: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self._loaders: dict[int, Callable[[], Any]] = {}  # train dataloader index -> the prepared loader, as _held
         self._pass_start: dict[int, int | None] = {}  # index -> loader.iteration when its pass of this epoch began
         self._restored_iterations: dict[int, int] = {}  # index -> loader.iteration to set before the next pass
         self._finished: set[int] = set()  # restored mid-epoch after the pass yielded its last batch
@@ -31,14 +30,19 @@ class TrainPasses:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled with its loaders."""
-        return {**self.__dict__, "_loaders": dict(self._loaders)}
+        return {**self.__dict__, "_loaders": self._live()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _loaders=weakref.WeakValueDictionary(state["_loaders"]))
+        self.__dict__.update(state, _loaders={i: _held(loader) for i, loader in state["_loaders"].items()})
+
+    def _live(self) -> dict[int, Any]:
+        """The tracked loaders the user still holds, by train dataloader index."""
+        held = {index: loader() for index, loader in self._loaders.items()}
+        return {index: loader for index, loader in held.items() if loader is not None}
 
     def track(self, loader: object, index: int) -> None:
         """Position the prepared loader's inner torch DataLoader (a DataLoaderShard only poses as one)."""
-        self._loaders[index] = loader
+        self._loaders[index] = _held(loader)
         restored = self._restored_iterations.pop(index, None)
         if restored is not None and hasattr(loader, "iteration"):
             loader.iteration = restored
@@ -99,8 +103,9 @@ class TrainPasses:
         """The epoch ends: passes of the resumed epoch that never began start the next epoch from the beginning."""
         if self._resumed or self._finished:
             self._tracker.forget_loaded_positions()
+        live = self._live()
         for index in self._resumed:
-            start_from_the_beginning(self._loaders.get(index))
+            start_from_the_beginning(live.get(index))
         self._resumed.clear()
         self._finished.clear()
 
@@ -109,8 +114,9 @@ class TrainPasses:
         iterations: list[checkpoint.LoaderIteration | None] = []
         in_epoch = self._tracker.progress.view.train.epochs.lifetime.in_flight
         counts = self._tracker.progress.view.train.dataloaders
-        for index in range(max(self._loaders, default=-1) + 1):
-            loader = self._loaders.get(index)
+        live = self._live()
+        for index in range(max(live, default=-1) + 1):
+            loader = live.get(index)
             now = getattr(loader, "iteration", None)
             begun = index in self._pass_start  # else its flags are the last epoch's
             finished = begun and bool(getattr(loader, "end_of_dataloader", False))
@@ -153,7 +159,7 @@ class TrainPasses:
             return []
         view = self._tracker.progress.view
         self._restored_iterations.update({i: it.pass_start for i, it in saved.items() if it.pass_start is not None})
-        self._restored_step, finished = _mapped_passes(view.resume_mapping, self._loaders)
+        self._restored_step, finished = _mapped_passes(view.resume_mapping, self._live())
         over = {i for i, it in saved.items() if finished.get(i, it.finished)}
         plain = self._restarting(entry, over)
         if plain:  # the epoch restarts; accelerator.step goes on from the saved (or mapped) one
@@ -163,6 +169,15 @@ class TrainPasses:
         left = [i for i, it in saved.items() if it.left]
         _warn_if_inexact(iterations, self._finished, left, "load_state of a checkpoint saved after")
         return []
+
+
+def _held(loader: object) -> Callable[[], Any]:
+    """A weak reference to ``loader`` (one the user drops ends its workers at once); a list or other iterable that
+    takes none is held."""
+    try:
+        return weakref.ref(loader)
+    except TypeError:
+        return lambda: loader
 
 
 def torch_loader(loader: object) -> Any:
