@@ -207,10 +207,10 @@ class AcceleratorProgress:
             self._rng_check.check(f"{where} (e.g. in the epoch loop's body before it)")
         self._rng_check.forget()  # spent; else a new epoch draws first
         self._hook_optimizers()
-        if not self._passes.begin(loader, index, self._accelerator):  # nothing is left of the pass
+        train, accelerator, tokens = self._train, self._accelerator, self._tokens["train"]
+        if not self._passes.begin(loader, index, accelerator):  # nothing is left of the pass
             return
         mine = TrainBatch(index)  # this pass's batch in a loop body, reused batch after batch
-        train, accelerator, tokens = self._train, self._accelerator, self._tokens["train"]
         turn = train.batch_turner(index)  # ends the batch in flight and begins the next (ValueError: index < 0)
         batch_index = self.view.train.dataloaders[index].batches.epoch  # the turner made the loader's counts
         outside = False
@@ -324,15 +324,15 @@ class AcceleratorProgress:
             self._train.batch_processed_of(batch.batch, batch.loader)
             self._tokens["train"](batch.batch)
             batch.processed = True
-        entry = self._tracker.state_dict()
+        entry, accelerator = self._tracker.state_dict(), self._accelerator
         self._files.save(
-            self._accelerator,
+            accelerator,
             models,
             output_dir,
             entry,
             self._passes.saved_iterations(entry),
             self._evaluations.saved_rng(),
-            registered=any(obj is self for obj in registered_objects(self._accelerator)),
+            registered=any(obj is self for obj in registered_objects(accelerator)),
         )
 
     def _restart_epoch(self, plain: list[int]) -> None:
