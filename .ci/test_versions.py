@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "versions"
 
-# The ends of each declared range, as the package index offered them on 2026-12-03
-# (`pip index versions <package>`). Update them when a range or the index changes.
+# The ends of each declared range, as the package index offered them on 2026-12-03 (pytorch-lightning on
+# 2026-12-06; `pip index versions <package>`). Update them when a range or the index changes.
 RANGES: dict[str, tuple[str, str]] = {
-    "pytorch-lightning": ("2.5.0", "2.6.6"),  # >=2.5,<3
+    "pytorch-lightning": ("2.6.0", "2.6.6"),  # >=2.6,<3
     "pytorch-ignite": ("0.5.5", "0.5.5"),  # >=0.5.5,<0.6
     "accelerate": ("1.15.0", "1.16.0"),  # >=1.15,<2
     "torchdata": ("0.11.0", "0.11.0"),  # >=0.11,<0.12
@@ -34,12 +34,12 @@ RANGES: dict[str, tuple[str, str]] = {
 }
 # The compat checks (test_architecture imports every _compat module) and each package's fast tests.
 TESTS: dict[str, list[str]] = {
+    # Every Lightning test, and the conformance tests that run the three frameworks side by side.
     "pytorch-lightning": [
         "tests/test_architecture.py",
-        "tests/test_lightning_counting.py",
-        "tests/test_lightning_passenger.py",
-        "tests/test_lightning_resume.py",
-        "tests/test_lightning_scheduler_steps.py",
+        *sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/test_lightning_*.py")),
+        "tests/test_conformance.py",
+        "tests/test_display_frameworks.py",
     ],
     "pytorch-ignite": ["tests/test_architecture.py", "tests/test_ignite_counting.py"],
     # Every Accelerate test that runs from the installed wheel (the two-process and elastic ones start helper
@@ -56,7 +56,7 @@ TESTS: dict[str, list[str]] = {
         "tests/test_accelerate_scheduler_steps.py",
     ],
     "torchdata": ["tests/test_data_position.py"],
-    "rich": ["tests/test_display_core.py"],
+    "rich": ["tests/test_display_core.py", "tests/test_display_frameworks.py", "tests/test_display_tokens.py"],
 }
 
 

@@ -54,9 +54,7 @@ def discards_setup_iterator(trainer: pl.Trainer) -> bool:
     """In ``on_train_epoch_start``: True if Lightning builds this epoch's train iterator anew, not reading the one
     ``setup_data`` built."""
     fit_loop = trainer.fit_loop
-    # Lightning 2.5 has no is_resuming: its epoch loop builds a new iterator unless restarting.
-    resuming = getattr(fit_loop, "is_resuming", False)
-    return trainer.current_epoch > 0 and not resuming and not fit_loop.epoch_loop.restarting
+    return trainer.current_epoch > 0 and not fit_loop.is_resuming and not fit_loop.epoch_loop.restarting
 
 
 def reached_max_steps(trainer: pl.Trainer, global_step: int | None = None) -> bool:
