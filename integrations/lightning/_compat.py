@@ -286,7 +286,7 @@ def _check(package: str) -> None:
         package,
         str(version),
         {
-            "_FitLoop": (fit_loop, ("_load_combined_loader_states", "setup_data")),
+            "_FitLoop": (fit_loop, ("_load_combined_loader_states", "setup_data", "is_resuming")),
             "_TrainingEpochLoop": (epoch_loop, ("_should_check_val_fx",)),
             "CombinedLoader": (combined, ("limits",)),
         },
