@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from types import ModuleType
 
 
@@ -30,4 +31,15 @@ def check_attributes(framework: str, version: str, owners: dict[str, tuple[type,
         raise ImportError(
             f"tracker-core's {framework} adapter relies on {', '.join(missing)}, which {framework} {version} "
             "does not have: install a version in the range tracker-core declares"
+        )
+
+
+def check_version(framework: str, version: str, lowest: tuple[int, int]) -> None:
+    """Raise ``ImportError`` naming ``framework version`` if it is below ``lowest`` (major, minor), where the adapter's
+    tests fail; a version that does not start with ``major.minor`` is not checked."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    if found is not None and (int(found[1]), int(found[2])) < lowest:
+        raise ImportError(
+            f"tracker-core's {framework} adapter needs {framework} {lowest[0]}.{lowest[1]} or later (its tests fail "
+            f"with older versions), not {version}: install a version in the range tracker-core declares"
         )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tracker_core.integrations._extra import check_attributes
+from tracker_core.integrations._extra import check_attributes, check_version
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,6 +52,16 @@ def test_a_missing_framework_attribute_is_named_with_the_framework_version() -> 
     check_attributes("frameworkx", "9.9", {"Engine": (Engine, ("kept",))})
     with pytest.raises(ImportError, match=r"Engine\.gone, which frameworkx 9\.9 does not have"):
         check_attributes("frameworkx", "9.9", {"Engine": (Engine, ("kept", "gone"))})
+
+
+def test_a_framework_older_than_the_adapters_lowest_version_is_refused_naming_it() -> None:
+    check_version("frameworkx", "2.6.0", (2, 6))
+    check_version("frameworkx", "3.0.0rc1", (2, 6))
+    check_version("frameworkx", "?", (2, 6))  # no version to compare
+    with pytest.raises(
+        ImportError, match=r"needs frameworkx 2\.6 or later \(its tests fail with older versions\), not 2\.5\.5"
+    ):
+        check_version("frameworkx", "2.5.5", (2, 6))
 
 
 # Modules and attributes that look into the interpreter (frames, bytecode, the garbage collector, signal handlers).

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tracker_core.adapter import batches_in
-from tracker_core.integrations._extra import check_attributes
+from tracker_core.integrations._extra import check_attributes, check_version
 from tracker_core.integrations.lightning._bases import installed
 
 if TYPE_CHECKING:
@@ -277,11 +277,15 @@ def train_iterator(fit_loop: _FitLoop) -> object:
 INSTANCE_ATTRIBUTES = {"_FitLoop": ("_combined_loader", "_data_fetcher"), "CombinedLoader": ("_mode", "_iterator")}
 
 
+_LOWEST_VERSION = (2, 6)  # pyproject.toml's floor: below it Lightning tests fail (make test-versions)
+
+
 def _check(package: str) -> None:
     fit_loop = importlib.import_module(f"{package}.loops.fit_loop")._FitLoop
     epoch_loop = importlib.import_module(f"{package}.loops.training_epoch_loop")._TrainingEpochLoop
     combined = importlib.import_module(f"{package}.utilities.combined_loader").CombinedLoader
     version: Any = getattr(importlib.import_module(package), "__version__", "?")
+    check_version(package, str(version), _LOWEST_VERSION)
     check_attributes(
         package,
         str(version),
