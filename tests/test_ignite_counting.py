@@ -101,6 +101,23 @@ def test_evaluator_runs_during_fit_are_validate_epochs_whose_counts_survive_igni
     assert program.progress.view.run.counts == PhaseCounts(1, 1, 1, 1)  # all inside the one fit run
 
 
+def test_an_evaluator_run_on_its_own_before_fit_leaves_the_fit_run_whole_when_fit_runs_it_again() -> None:
+    program = build(Config(), seed=0)
+    program.evaluator.run(DataLoader(Indexed(VAL_SIZE, seed=1), batch_size=2))  # a sanity check before training
+    view, state = program.progress.view, program.trainer.state
+
+    @program.trainer.on(Events.EPOCH_COMPLETED)
+    def check() -> None:
+        assert view.run.kind == "fit" and view.run.counts.in_flight
+        assert view.train.batches.run.completed == state.iteration
+
+    program.run()
+    assert view.run.counts == PhaseCounts(2, 2, 2, 2)
+    assert [run["kind"] for run in view.state_dict()["ledger"]["runs"]] == ["validate", "fit"]
+    assert view.validate.epochs.lifetime.completed == EPOCHS + 1
+    assert view.anomalies == ()
+
+
 def test_an_evaluator_run_outside_fit_is_a_run_of_its_stage_and_lifetime_counts_carry_over() -> None:
     progress = ProgressHandler()
     tester = _counting_engine(progress, "test")

@@ -67,6 +67,13 @@ def test_ignite_a_terminated_run_ends_stopped_early_and_a_completed_one_complete
     assert ledger[0]["end"]["batches"] == 2 and ledger[0]["global_batch_size"] > 0
 
 
+def test_ignite_a_run_that_reaches_max_iters_inside_an_epoch_ends_completed() -> None:
+    program = build(Config(), seed=0)
+    program.trainer.run(program.loader, max_iters=6)  # 4 batches an epoch: Ignite ends it firing TERMINATE
+    (fit,) = [run for run in _runs(program.progress.view) if run["kind"] == "fit"]
+    assert fit["ended"] == "completed" and fit["end"]["batches"] == 6
+
+
 def _raise_at_iteration(program: Any, iteration: int, exception: BaseException) -> None:
     def raise_it() -> None:
         raise exception

@@ -144,8 +144,10 @@ def _add_run_end_handlers(
 
     def terminated(engine: Engine) -> None:
         batch_terminated()
-        if owns_run() and progress.view.run.counts.in_flight:
-            progress.note_run_end("stopped_early")  # engine.terminate(): the run ends before max_epochs
+        state = engine.state
+        reached = state.max_iters is not None and state.iteration >= state.max_iters  # Ignite's own TERMINATE
+        if owns_run() and progress.view.run.counts.in_flight and not reached:
+            progress.note_run_end("stopped_early")  # engine.terminate(): the run ends before its limit
         if engine.should_terminate == "skip_completed":  # Ignite fires no COMPLETED
             completed()
         elif owns_run():
@@ -192,22 +194,25 @@ def attach_stage(
     """An evaluation or inference engine: its epochs are ``name``'s, in a run of its own when none is in flight;
     what an exception cut is closed at its next STARTED, after ``before_start()``."""
     stage = progress.stage(name)
-    own = [False]
+    own = [-1]  # the lifetime number (runs ready) of the last run this engine began of its own; -1: none
+
+    def owns_run() -> bool:
+        return own[0] == progress.view.run.counts.ready
 
     def started(engine: Engine) -> None:
         if before_start is not None:
             before_start()
         cut = close_cut(stage, samples_in(engine.state.batch))
-        if own[0] and progress.view.run.counts.in_flight:  # this engine's own run, cut by an exception
+        if owns_run() and progress.view.run.counts.in_flight:  # this engine's own run, cut by an exception
             process_run(progress)
             progress.run_completed()
             cut = f"{cut}; the {name} run was cut" if cut else f"the {name} run was cut"
         if cut:
             progress.note_anomaly(f"{cut} (by an exception, seen at the next run)", framework="Ignite")
-        own[0] = not progress.view.run.counts.in_flight
-        if own[0]:
+        if not progress.view.run.counts.in_flight:  # else inside another engine's run (a fit's)
             progress.run_ready(name)
             progress.run_started()
+            own[0] = progress.view.run.counts.ready
 
     add_handlers(
         engine,
@@ -215,7 +220,7 @@ def attach_stage(
         progress=progress,
         count_tokens=count_tokens,
         started=started,
-        owns_run=lambda: own[0],
+        owns_run=owns_run,
     )
 
 
