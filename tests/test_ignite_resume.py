@@ -239,6 +239,40 @@ def test_mid_epoch_checkpoint_with_an_epoch_length_other_than_the_loaders_warns(
     assert saved and any("epoch_length" in str(w.message) for w in caught)
 
 
+def _epoch_end_save_warnings(epoch_length: int) -> list[str]:
+    program = build(Config(stateful=True), seed=0)
+    saved: list[dict[str, Any]] = []
+    program.trainer.add_event_handler(
+        Events.EPOCH_COMPLETED(once=1), lambda: saved.append(program.progress.state_dict())
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program.trainer.run(program.loader, max_epochs=2, epoch_length=epoch_length)
+    assert saved
+    return [str(w.message) for w in caught if issubclass(w.category, InexactResumeWarning)]
+
+
+def test_a_checkpoint_at_an_epoch_end_inside_the_loaders_pass_warns() -> None:
+    assert any("epoch_length (2)" in message for message in _epoch_end_save_warnings(epoch_length=2))  # 4 batches
+
+
+def test_a_checkpoint_at_an_epoch_end_that_is_also_the_loaders_pass_end_does_not_warn() -> None:
+    assert _epoch_end_save_warnings(epoch_length=8) == []  # two passes of the 4-batch loader
+
+
+def test_a_checkpoint_at_the_epoch_end_of_an_epoch_ended_by_terminate_epoch_warns() -> None:
+    program = build(Config(stateful=True), seed=0)
+    saved: list[dict[str, Any]] = []
+    program.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=6), lambda: program.trainer.terminate_epoch())
+    program.trainer.add_event_handler(
+        Events.EPOCH_COMPLETED(once=2), lambda: saved.append(program.progress.state_dict())
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program.run()
+    assert saved and any("terminate_epoch()" in str(w.message) for w in caught)
+
+
 def test_resume_from_a_checkpoint_saved_after_terminate_continues_the_cut_epoch_and_the_fit_run(
     tmp_path: Path,
 ) -> None:
@@ -331,4 +365,6 @@ def test_a_stateful_dataloader_built_after_load_objects_warns_naming_it_and_the_
     with pytest.warns(InexactResumeWarning, match="building its StatefulDataLoader after the load") as caught:
         resumed.run()
     (warning,) = [w for w in caught if w.category is InexactResumeWarning]  # one, naming the cause and the fix
-    assert str(warning.message).endswith("Build the train loader before Checkpoint.load_objects")
+    assert str(warning.message).endswith(
+        "Build the train loader before Checkpoint.load_objects and draw nothing between it and run()"
+    )

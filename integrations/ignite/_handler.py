@@ -54,10 +54,11 @@ __all__ = ["ProgressHandler"]
 
 _BEFORE_FIRST_BATCH = "in a STARTED or EPOCH_STARTED handler of the resumed run"
 _BUILT_AFTER_LOAD = (
-    "the global RNG state changed between Checkpoint.load_objects and the trainer's run() by exactly the draw of "
-    "building its StatefulDataLoader after the load (a shuffling one draws its sampler's seed from the global RNG "
-    "when constructed): its data order is restored all the same, but the resumed run's dropout, augmentation and "
-    "other random draws now differ from the uninterrupted run. Build the train loader before Checkpoint.load_objects"
+    "the global RNG state changed between Checkpoint.load_objects and the trainer's run() by exactly the draws "
+    "that building its StatefulDataLoader after the load makes (a shuffling one draws its sampler's seed when "
+    "constructed); other draws there, such as iterating a DataLoader, look the same. The data order is "
+    "restored all the same, but the resumed run's dropout, augmentation and other random draws now differ from the "
+    "uninterrupted run. Build the train loader before Checkpoint.load_objects and draw nothing between it and run()"
 )
 
 
@@ -315,17 +316,27 @@ class ProgressHandler:
         progress.run_started()
 
     def _warn_if_inexact(self, trainer: Engine) -> None:
-        """Warn when a mid-epoch checkpoint cannot resume at the same data position (a DeterministicEngine: once)."""
-        if not self.view.is_mid_epoch or (self._deterministic and self._warned_inexact):
+        """Warn when a checkpoint cannot resume at the same data position: mid-epoch, or between epochs that end inside
+        the loader's pass (a DeterministicEngine: once)."""
+        if self._deterministic and self._warned_inexact:
             return
-        loader = trainer.state.dataloader
+        mid_epoch, state = self.view.is_mid_epoch, trainer.state
+        loader = state.dataloader
         length = batches_in(loader) if isinstance(loader, DataLoader) else None
-        if length is not None and trainer.state.epoch_length != length:
+        if length and state.epoch_length != length and (mid_epoch or state.iteration % length):
             problem = (
-                f"the trainer's epoch_length ({trainer.state.epoch_length}) differs from the length of its "
+                f"the trainer's epoch_length ({state.epoch_length}) differs from the length of its "
                 f"DataLoader ({length}): Ignite then carries one loader iterator across epochs, and a "
-                "mid-epoch checkpoint cannot resume at the same data position"
+                "checkpoint inside the loader's pass cannot resume at the same data position"
             )
+        elif trainer.should_terminate_single_epoch and trainer.last_event_name == Events.EPOCH_COMPLETED:
+            problem = (
+                "a checkpoint at the EPOCH_COMPLETED of an epoch ended by terminate_epoch(): Ignite built the next "
+                "epoch's iterator at TERMINATE_SINGLE_EPOCH, drawing its order, and a resume draws it again; save at "
+                "TERMINATE_SINGLE_EPOCH with terminate_epoch(skip_epoch_completed=True), or inside the next epoch"
+            )
+        elif not mid_epoch:
+            return
         elif self._deterministic_problem:  # set for a DeterministicEngine only
             problem = self._deterministic_problem
         elif not self._deterministic and _fetched_unstepped(trainer, self.view) and any_own_state(loader):
