@@ -6,9 +6,10 @@ from __future__ import annotations
 import tempfile
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.state import AcceleratorState, GradientState
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 import tracker_core
 from tracker_core.integrations.accelerate import AcceleratorProgress
@@ -18,11 +19,14 @@ def train(checkpoint: str, stop_after: int | None = None, resume: bool = False) 
     AcceleratorState._reset_state(True)  # a fresh Accelerator in this process, as in a new one
     GradientState._reset_state()
     torch.manual_seed(0)
-    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    # A StatefulDataLoader keeps its position (its shuffle a sampler with a state of its own), and
+    # use_stateful_dataloader keeps it stateful through prepare(): a save inside an epoch resumes at its batch
+    config = DataLoaderConfiguration(use_stateful_dataloader=True)
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2, dataloader_config=config)
     data = TensorDataset(torch.randn(10, 4), torch.randn(10, 1))
     model = torch.nn.Linear(4, 1)
     model, optimizer, loader = accelerator.prepare(
-        model, torch.optim.SGD(model.parameters(), lr=0.1), DataLoader(data, batch_size=3, shuffle=True)
+        model, torch.optim.SGD(model.parameters(), lr=0.1), StatefulDataLoader(data, batch_size=3, shuffle=True)
     )
     progress = AcceleratorProgress(accelerator)
     accelerator.register_for_checkpointing(progress)

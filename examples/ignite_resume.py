@@ -11,6 +11,7 @@ import torch
 from ignite.engine import Engine, Events, create_supervised_trainer
 from ignite.handlers import Checkpoint, DiskSaver
 from torch.utils.data import DataLoader, TensorDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 import tracker_core
 from tracker_core.integrations.ignite import ProgressHandler
@@ -26,7 +27,7 @@ def make(seed: int) -> tuple[Engine, dict[str, object], DataLoader[tuple[torch.T
     progress.attach(trainer, optimizers=[optimizer])
     g = torch.Generator().manual_seed(0)  # the data are the same in every process
     data = TensorDataset(torch.randn(22, 4, generator=g), torch.randn(22, 1, generator=g))
-    loader = DataLoader(data, batch_size=4, shuffle=True)
+    loader = StatefulDataLoader(data, batch_size=4, shuffle=True)  # resumes at its batch
     return trainer, {"trainer": trainer, "model": model, "optimizer": optimizer, "progress": progress}, loader
 
 

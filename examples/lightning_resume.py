@@ -13,6 +13,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 import tracker_core
 from tracker_core.integrations.lightning import ProgressTracker
@@ -52,7 +53,7 @@ def make(seed: int, *callbacks: pl.Callback) -> tuple[pl.Trainer, Regression, Da
         accelerator="cpu", max_epochs=3, accumulate_grad_batches=2, callbacks=[ProgressTracker(), *callbacks],
         enable_progress_bar=False, logger=False, enable_model_summary=False, enable_checkpointing=False,
     )  # fmt: skip
-    return trainer, Regression(), DataLoader(data, batch_size=4, shuffle=True)
+    return trainer, Regression(), StatefulDataLoader(data, batch_size=4, shuffle=True)  # resumes at its batch
 
 
 def main() -> None:
