@@ -273,6 +273,22 @@ def test_a_checkpoint_at_the_epoch_end_of_an_epoch_ended_by_terminate_epoch_warn
     assert saved and any("terminate_epoch()" in str(w.message) for w in caught)
 
 
+def test_a_checkpoint_in_an_epoch_whose_data_set_data_replaced_warns() -> None:
+    config = Config(stateful=True)
+    program = build(config, seed=0)
+    saved: list[dict[str, Any]] = []
+    program.trainer.add_event_handler(
+        Events.ITERATION_COMPLETED(once=6), lambda: program.trainer.set_data(config.loader())
+    )
+    program.trainer.add_event_handler(
+        Events.ITERATION_COMPLETED(once=7), lambda: saved.append(program.progress.state_dict())
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program.run()
+    assert saved and any("set_data()" in str(w.message) for w in caught)
+
+
 def test_resume_from_a_checkpoint_saved_after_terminate_continues_the_cut_epoch_and_the_fit_run(
     tmp_path: Path,
 ) -> None:

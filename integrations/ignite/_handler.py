@@ -337,6 +337,11 @@ class ProgressHandler:
             )
         elif not mid_epoch:
             return
+        elif id(loader) != self._loaders.tracked_id and not self._deterministic:
+            problem = (
+                "a checkpoint in an epoch whose data set_data() replaced: the position saved is not one of the new "
+                "data, and a resume reads it from another batch; call set_data() at EPOCH_STARTED"
+            )
         elif self._deterministic_problem:  # set for a DeterministicEngine only
             problem = self._deterministic_problem
         elif not self._deterministic and _fetched_unstepped(trainer, self.view) and any_own_state(loader):

@@ -21,10 +21,12 @@ class Loaders:
         self._tracker = tracker
         self._refused: dict[int, object] = {}  # id -> the loader (kept, so the id stays its own)
         self.round_robin: RoundRobin | None = None  # the trainer's data, when it is a RoundRobin
+        self.tracked_id = 0  # id() of the data tracked last: set_data() inside an epoch hands over other data
 
     def track(self, data: object) -> None:
         """Register the trainer's data: a loader as train dataloader 0, a RoundRobin's loaders as 0, 1, ..."""
         self.round_robin = data if isinstance(data, RoundRobin) else None
+        self.tracked_id = id(data)
         for index, loader in enumerate(loaders_in(data)):
             if loader is None or id(loader) in self._refused:
                 continue
