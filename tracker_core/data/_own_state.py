@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import torch
-from torch.utils.data import IterableDataset, RandomSampler
+from torch.utils.data import IterableDataset, RandomSampler, SubsetRandomSampler, WeightedRandomSampler
 
 from tracker_core._errors import InexactResumeWarning, ProgressStateError
 from tracker_core.counting import _clock
@@ -23,6 +23,9 @@ from tracker_core.state._codec import from_plain, to_plain
 
 # "own_state": positioned by the loader's own state; "plain": a DataLoader without one, resumed between epochs only.
 LoaderKind = Literal["own_state", "plain"]
+# torch's samplers that draw their order from an RNG (their generator, else the global one) each time they are iterated,
+# with no state of their own; exact types: a subclass may keep one (torchdata's own samplers keep theirs).
+_DRAWN_WHEN_ITERATED = (RandomSampler, WeightedRandomSampler, SubsetRandomSampler)
 
 
 def is_stateful(obj: object) -> bool:
@@ -62,16 +65,19 @@ class OwnState:
             return None
         return EpochRecord(read_again=self._read_again_by is not None and self._read_again_by() is live)
 
-    def order_drawn_again(self, skip: int) -> bool:
-        """An order from torch's own ``RandomSampler`` under an index sampler without a state of its own, which a
-        resume after ``skip`` batches draws again (at 0 workers, not before the first batch) from the global RNG as the
-        checkpoint left it, not as the epoch began."""
+    def order_drawn_again(self, skip: int) -> str | None:
+        """The type name of a sampler of torch's that draws its order when iterated (``_DRAWN_WHEN_ITERATED``) under an
+        index sampler without a state of its own: torchdata resumes it after ``skip`` batches by iterating it again (at
+        0 workers, not before the first batch), drawing another order from its RNG as the checkpoint left it, not as
+        the epoch began. None if there is none."""
         loader = self.site.loader
         if not skip and not loader.num_workers:
-            return False
+            return None
         index_sampler = loader.sampler if loader.batch_sampler is None else loader.batch_sampler
+        if is_stateful(index_sampler):
+            return None
         samplers = self.site.chain.samplers().values()
-        return not is_stateful(index_sampler) and any(type(s) is RandomSampler for s in samplers)
+        return next((type(s).__name__ for s in samplers if type(s) in _DRAWN_WHEN_ITERATED), None)
 
     def arm(self, record: EpochRecord | None, skip: int, inside: bool, loaded: frozenset[str]) -> None:
         """Resume ``record`` after ``skip`` batches (None: the next epoch is new; ``inside``: not at its end). A state
@@ -85,8 +91,9 @@ class OwnState:
         self._armed, self._settle, self.fast_forward, self._read_again_by = record is not None, None, None, None
         if record is None:
             return
-        if inside and self.order_drawn_again(skip):
-            warn_order_drawn_again(loader, "resuming")
+        drawn = self.order_drawn_again(skip) if inside else None
+        if drawn is not None:
+            warn_order_drawn_again(loader, "resuming", drawn)
         generators = self.site.chain.generators(loader.generator)
         noted = tuple((g, g.get_state()) for path, g in generators.items() if path in loaded)
         read = skip if isinstance(loader.dataset, IterableDataset) and not is_stateful(loader.dataset) else 0
@@ -183,13 +190,15 @@ def warn_counted_twice(loader: Any) -> None:
     )
 
 
-def warn_order_drawn_again(loader: Any, doing: str) -> None:
-    """The trade of :meth:`OwnState.order_drawn_again`, named at a mid-epoch save and at its resume."""
+def warn_order_drawn_again(loader: Any, doing: str, sampler: str) -> None:
+    """The trade of :meth:`OwnState.order_drawn_again` (``sampler``: its type name), named at a mid-epoch save and at
+    its resume."""
     warnings.warn(
-        f"{doing} {describe(loader)} mid-epoch by its own state: its RandomSampler has no state of its own, so the "
-        "resumed loader draws the epoch's order again, from the global RNG as restored, not as the epoch began: the "
-        "rest of the epoch's order and later random draws differ from the uninterrupted run. Give it a sampler with a "
-        "state (StatefulDataLoader(shuffle=True) builds one)",
+        f"{doing} {describe(loader)} mid-epoch by its own state: its {sampler} has no state of its own, so the "
+        "resumed loader draws the epoch's order again, from its RNG (its generator, else the global one) as restored, "
+        "not as the epoch began: the rest of the epoch is read in another order than the uninterrupted run's. Give it "
+        "a sampler with a state of its own (state_dict / load_state_dict), such as torchdata's "
+        "(StatefulDataLoader(shuffle=True) builds one)",
         InexactResumeWarning,
         stacklevel=3,
     )

@@ -28,12 +28,13 @@ def warn_plain_mid_epoch(loader: Any, doing: str, batches: int) -> None:
     )
 
 
-def warn_persistent_workers(loader: Any) -> None:
-    """Started persistent workers keep their seeds and iterator across epochs; a resumed process starts new ones."""
+def warn_persistent_workers(loader: Any, doing: str) -> None:
+    """Started persistent workers keep their seeds and iterator across epochs; a resumed process starts new ones (a
+    plain loader: at every save; one with its own state: at a save between epochs, and at its resume)."""
     warnings.warn(
-        f"saving {describe(loader)} with persistent workers started: they keep their seeds and their iterator "
+        f"{doing} {describe(loader)} with persistent workers started: they keep their seeds and their iterator "
         "across epochs, and a resumed process starts new ones, which draw the next epoch's order and the workers' "
         "seeds again (without persistent workers, a resume between epochs is exact)",
         InexactResumeWarning,
-        stacklevel=4,
+        stacklevel=3,
     )

@@ -41,6 +41,7 @@ class ParsedLoader:
     skip: int
     generators: _Generators
     record: EpochRecord | None
+    workers_restarted: bool = False  # saved with persistent workers started, resumed at the next epoch: new ones
 
 
 class LoaderPosition:
@@ -133,10 +134,17 @@ class LoaderPosition:
         else:
             record = own.saved_record(batches_consumed)
             if batches_consumed != per_epoch and (batches_consumed > 0 if in_epoch is None else in_epoch):
-                if own.order_drawn_again(batches_consumed):
-                    warn_order_drawn_again(loader, "saving")
+                drawn = own.order_drawn_again(batches_consumed)
+                if drawn is not None:
+                    warn_order_drawn_again(loader, "saving", drawn)
                 if record is not None and record.read_again:
                     warn_counted_twice(loader)
+            elif (  # between epochs, or at an epoch's end this position does not restore: new workers start the next
+                loader.persistent_workers
+                and live_iterator(loader) is not None
+                and (not own.saves_state or batches_consumed != per_epoch)
+            ):
+                warn_persistent_workers(loader, "saving")
         generators = self._generators()
         epoch: dict[str, Any] | None = None if record is None else {}  # a plain loader's record is empty
         if record is not None and own is not None:
@@ -159,7 +167,7 @@ class LoaderPosition:
         """A plain loader's epoch record: an empty one when saved inside an epoch (warned), else None."""
         loader = self.loader
         if live_iterator(loader) is not None:  # kept by persistent workers, once started
-            warn_persistent_workers(loader)
+            warn_persistent_workers(loader, "saving")
         if batches_consumed == per_epoch or not (batches_consumed > 0 if in_epoch is None else in_epoch):
             return None
         warn_plain_mid_epoch(loader, "saving", batches_consumed)
@@ -225,6 +233,8 @@ class LoaderPosition:
             if parsed.record is not None:
                 warn_plain_mid_epoch(self.loader, "resuming", parsed.skip)
             return
+        if parsed.workers_restarted:
+            warn_persistent_workers(self.loader, "resuming from a save of")
         inside = 0 < parsed.skip != self._batches_per_epoch()
         self._own.arm(parsed.record, parsed.skip, inside, frozenset(parsed.generators))
 
@@ -238,7 +248,12 @@ class LoaderPosition:
         record = None
         if saved.epoch is not None:
             record = EpochRecord() if self._own is None else self._own.read_epoch(saved.epoch)
-        return ParsedLoader(saved.skip, generators, record if resume_epoch else None)
+        own = self._own
+        # A state saved once a persistent loader's workers started, whose next epoch new workers start: one saved
+        # between epochs (dropped here), or at an epoch's end that the framework restores rather than this position.
+        ended = not resume_epoch or (saved.skip == saved.per_epoch and own is not None and not own.saves_state)
+        restarted = ended and own is not None and record is not None and self.loader.persistent_workers
+        return ParsedLoader(saved.skip, generators, record if resume_epoch else None, restarted)
 
     def _check_header(self, header: SavedLoader) -> _Generators:
         """Check a saved state's top-level fields against this loader; its generators and their saved states."""
