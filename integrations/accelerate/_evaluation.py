@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +11,11 @@ from tracker_core import InexactResumeWarning, Progress, StageProgress
 from tracker_core.adapter import GlobalRng, ResumeRngCheck, TokenCounter, samples_in
 from tracker_core.integrations.accelerate._fit import Batch
 from tracker_core.integrations.accelerate._passes import start_from_the_beginning
+
+_NOT_RERUN = (
+    "the resumed loop goes on with the next train batch, so that evaluation is not rerun (its remaining batches, "
+    "their random draws and its counts are left out); save after the evaluation ends instead"
+)
 
 
 @dataclass(slots=True)
@@ -75,9 +80,18 @@ class EvaluationPasses:
             raise
         self._end(evaluation)
 
-    def saved_rng(self) -> tuple[str, GlobalRng] | None:
-        """What ``save_state`` keeps of the open evaluation, its stage and starting RNGs; warns as its resume will."""
+    def saved_rng(self, train_loader: int | None) -> tuple[str, GlobalRng] | None:
+        """What ``save_state`` keeps of the open evaluation, its stage and starting RNGs (None if it is nested in the
+        loop body of a batch of train dataloader ``train_loader``: not rerun); warns as its resume will."""
         evaluation = self.open
+        if evaluation is not None and train_loader is not None:
+            warnings.warn(
+                f"save_state inside the pass of {evaluation.stage.name} dataloader {evaluation.loader}, nested in the "
+                f"loop body of train dataloader {train_loader}'s pass: {_NOT_RERUN}",
+                InexactResumeWarning,
+                stacklevel=4,
+            )
+            return None
         if evaluation is not None and evaluation.stateful:
             warnings.warn(
                 f"save_state inside the pass of {evaluation.stage.name} dataloader {evaluation.loader}, a "
@@ -86,6 +100,21 @@ class EvaluationPasses:
                 stacklevel=4,
             )
         return None if evaluation is None else (evaluation.stage.name, evaluation.rng)
+
+    def restore(self, saved_rng: tuple[str, GlobalRng] | None, entry: Mapping[str, Any]) -> None:
+        """At ``load_state`` of the tracker ``entry``: the RNGs to put back at the next evaluation if it reruns the
+        one saved mid-way (``saved_rng``); warns if an evaluation nested in a train pass was (none saved)."""
+        self.restored_rng = saved_rng
+        stages = entry["progress"]["stages"]
+        for name in ("validate", "test", "predict"):
+            epochs = stages[name]["epochs"]["lifetime"]
+            if saved_rng is None and epochs["ready"] != epochs["completed"]:
+                warnings.warn(
+                    f"load_state of a checkpoint saved inside a {name} pass nested in the loop body of a train pass: "
+                    + _NOT_RERUN,
+                    InexactResumeWarning,
+                    stacklevel=4,
+                )
 
     def end_left_open(self) -> None:
         """End a pass left suspended (e.g. by an exception's traceback), as a break would."""

@@ -109,10 +109,11 @@ class TrainPasses:
         self._resumed.clear()
         self._finished.clear()
 
-    def saved_iterations(self, entry: Mapping[str, Any]) -> list[checkpoint.LoaderIteration | None]:
-        """Each train loader's pass counter for ``save_state`` (None: none), beside the tracker ``entry``; warns."""
+    def saved_iterations(self, entry: Mapping[str, Any], in_epoch: bool) -> list[checkpoint.LoaderIteration | None]:
+        """Each train loader's pass counter for ``save_state`` (None: none), beside the tracker ``entry`` (``in_epoch``:
+        taken inside a train epoch the record has ended since); warns."""
         iterations: list[checkpoint.LoaderIteration | None] = []
-        in_epoch = self._tracker.progress.view.train.epochs.lifetime.in_flight
+        in_epoch = in_epoch or self._tracker.progress.view.train.epochs.lifetime.in_flight
         counts = self._tracker.progress.view.train.dataloaders
         live = self._live()
         for index in range(max(live, default=-1) + 1):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
@@ -72,6 +73,8 @@ class AcceleratorProgress:
         self._fit: Fit | None = None  # the open fit run, None outside one
         self._fit_epoch = 0  # the epoch the open fit last began
         self._in_flight: TrainBatch | None = None  # the train batch handed to a loop body
+        # the entry (and its held-back warnings) when the last fit was left inside a train pass, until a run begins
+        self._cut_fit: tuple[dict[str, Any], list[Warning | str]] | None = None
         self._passes = TrainPasses(self._tracker)
         self._rng_check = ResumeRngCheck(load="accelerator.load_state")  # compared when the fit begins
         self._check_rng_at_pass = False  # and when the first train pass of the resumed epoch begins
@@ -161,6 +164,11 @@ class AcceleratorProgress:
             self._leave_pass(self._in_flight)
         if ended is None and (self._fit_epoch + 1 < fit.max_epochs or self._passes.left):  # left before its end
             ended = "stopped_early"
+        if self._passes.left:  # inside a train pass: a save_state after the block saves the progress of now
+            with warnings.catch_warnings(record=True) as held_back:
+                warnings.simplefilter("always")
+                entry = self._tracker.state_dict()
+            self._cut_fit = entry, [warning.message for warning in held_back]
         self._end_fit(ended)
 
     def _end_train_epoch(self) -> None:
@@ -227,6 +235,7 @@ class AcceleratorProgress:
                         turn(done)  # ends the batch before and begins this one: one call
                     else:
                         self._tracker.train_iterators_built()  # a resumed pass's iterator is built: its draws undone
+                        self._evaluations.restored_rng = None  # a later evaluation is not the one saved mid-way
                         self._end_train_batch()  # the batch before, of another pass or processed by a save
                         train.batch_begin()
                         turn = train.batch_turner(index)  # anew: a load (which makes new counts) leads here
@@ -295,6 +304,7 @@ class AcceleratorProgress:
 
     def _begin_run(self, kind: str) -> bool:
         """Begin a ``kind`` run unless a fit is open (False), continuing the prepared models' ``track_lifetime``."""
+        self._cut_fit = None
         if self._fit is not None:
             return False
         for model in prepared_models(self._accelerator):
@@ -324,14 +334,15 @@ class AcceleratorProgress:
             self._train.batch_processed_of(batch.batch, batch.loader)
             self._tokens["train"](batch.batch)
             batch.processed = True
-        entry, accelerator = self._tracker.state_dict(), self._accelerator
+        cut, accelerator = self._cut_fit, self._accelerator
+        entry = self._tracker.state_dict() if cut is None else _warned_now(*cut)
         self._files.save(
             accelerator,
             models,
             output_dir,
             entry,
-            self._passes.saved_iterations(entry),
-            self._evaluations.saved_rng(),
+            self._passes.saved_iterations(entry, in_epoch=cut is not None),
+            self._evaluations.saved_rng(None if batch is None else batch.loader),
             registered=any(obj is self for obj in registered_objects(accelerator)),
         )
 
@@ -351,16 +362,23 @@ class AcceleratorProgress:
     def _on_load(self, models: list[torch.nn.Module], input_dir: str) -> None:
         """Load the progress before Accelerate loads anything; a loop still open counts nothing more."""
         found = self._files.load(self._accelerator, models, input_dir)
-        self._in_flight, self._fit, self._evaluations.open = None, None, None
+        self._in_flight, self._fit, self._evaluations.open, self._cut_fit = None, None, None, None
         resuming_epoch = self.view.train.epochs.lifetime.in_flight
         if found.ranks is None:  # Accelerate restores the same RNGs after this hook (saved at one instant)
             self._rng_check.loaded()
         else:  # another world size: this rank's RNGs come from another saved rank than Accelerate's file
             self._rng_check.forget()
         self._check_rng_at_pass = resuming_epoch
-        self._evaluations.restored_rng = found.own.evaluation_rng
         entry = found.own.tracker if found.ranks is None else found.ranks[0].tracker
+        self._evaluations.restore(found.own.evaluation_rng, entry)
         plain = self._passes.restore(found.own.loader_iterations, resuming_epoch, entry)
         if plain:
             self._restart_epoch(plain)
         rewind_trackers(self._accelerator, self.view.global_step)  # init_trackers' trackers continue at this step
+
+
+def _warned_now(entry: dict[str, Any], held_back: list[Warning | str]) -> dict[str, Any]:
+    """``entry``, taken earlier, for the ``save_state`` under way, which gives the warnings its taking held back."""
+    for warning in held_back:
+        warnings.warn(warning, stacklevel=4)
+    return entry

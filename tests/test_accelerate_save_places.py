@@ -1,0 +1,79 @@
+"""Saves a loop reaches by nesting or leaving its passes (docs/accelerate.md, "Limits" and "A passenger"): inside a
+validation nested in the train pass's body (its resume goes on with the next train batch: warned, and a later
+validation's RNGs are left alone), and after the ``with progress.fit(n)`` block was left in the middle of an epoch (saved
+as inside the block: the resume continues the cut epoch)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+pytest.importorskip("accelerate")
+pytest.importorskip("torchdata")
+
+from tracker_core import InexactResumeWarning
+
+from helpers.accelerate_save_places import leaving_the_fit, resumed_exactly, validating
+
+pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
+
+NOT_RERUN = "so that evaluation is not rerun"
+
+
+def test_a_save_state_inside_a_validation_nested_in_the_train_pass_warns_that_it_is_not_rerun(tmp_path: Path) -> None:
+    with pytest.warns(
+        InexactResumeWarning, match=f"nested in the loop body of train dataloader 0's pass: .*{NOT_RERUN}"
+    ):
+        validating("nested", save_dir=str(tmp_path))
+
+
+def test_a_load_state_of_a_save_inside_a_nested_validation_warns_that_it_is_not_rerun(tmp_path: Path) -> None:
+    with pytest.warns(InexactResumeWarning):
+        validating("nested", save_dir=str(tmp_path))
+    with pytest.warns(InexactResumeWarning, match=f"saved inside a validate pass nested in .*{NOT_RERUN}"):
+        validating("nested", load_dir=str(tmp_path))
+
+
+def test_no_validation_after_resuming_a_save_inside_a_nested_validation_moves_the_global_rng(tmp_path: Path) -> None:
+    with pytest.warns(InexactResumeWarning):
+        validating("nested", save_dir=str(tmp_path))
+    with pytest.warns(InexactResumeWarning):
+        resumed = validating("nested", load_dir=str(tmp_path))
+    assert resumed.evaluations_moving_rng == []
+
+
+def test_a_validation_after_resumed_train_batches_leaves_the_rngs_of_the_one_saved_mid_way_unused(
+    tmp_path: Path,
+) -> None:
+    # Saved in a validation after the loop broke out of the pass: the resumed epoch trains the pass's remaining
+    # batches first, so the next validation is another one.
+    with pytest.warns(InexactResumeWarning):
+        validating("after-break", save_dir=str(tmp_path))
+    with pytest.warns(InexactResumeWarning):
+        resumed = validating("after-break", load_dir=str(tmp_path))
+    assert resumed.evaluations_moving_rng == []
+
+
+@pytest.mark.parametrize("how", ["interrupt", "break"])
+@pytest.mark.parametrize("stop_after", [1, 5], ids=["epoch0", "epoch1"])
+def test_a_save_state_after_the_fit_block_was_left_mid_epoch_resumes_exactly(
+    how: Literal["interrupt", "break"], stop_after: int, tmp_path: Path
+) -> None:
+    reference = leaving_the_fit(how)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InexactResumeWarning)  # the pass was left (the resumed one yields its rest)
+        stopped = leaving_the_fit(how, stop_after=stop_after, save_dir=str(tmp_path))
+        resumed = leaving_the_fit(how, load_dir=str(tmp_path))
+    assert resumed_exactly(reference, stopped, resumed)
+
+
+def test_a_save_state_after_the_fit_block_was_left_mid_epoch_of_a_plain_dataloader_warns_at_save_and_load(
+    tmp_path: Path,
+) -> None:
+    with pytest.warns(InexactResumeWarning, match="saving DataLoader over Indexed"):
+        leaving_the_fit("interrupt", stateful=False, stop_after=5, save_dir=str(tmp_path))
+    with pytest.warns(InexactResumeWarning, match="resuming DataLoader over Indexed"):
+        leaving_the_fit("interrupt", stateful=False, load_dir=str(tmp_path))
