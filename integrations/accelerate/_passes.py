@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 from accelerate.data_loader import BatchSamplerShard, SeedableRandomSampler, SkipBatchSampler, SkipDataLoader
-from torch.utils.data import RandomSampler
+from torch.utils.data import RandomSampler, SubsetRandomSampler, WeightedRandomSampler
 
 from tracker_core import InexactResumeWarning, Tracker
 from tracker_core.adapter import accelerate_checkpoint as checkpoint
@@ -239,13 +239,14 @@ def _warn_if_inexact(
 
 def _warn_if_order_drawn_again(loader: object, index: int, doing: str) -> None:
     """Warn if ``loader`` (a prepared StatefulDataLoader) shuffles by a sampler with a generator of its own (torchdata's
-    RandomSampler; torch's is the core's to warn of) under Accelerate's ``BatchSamplerShard`` (several processes)."""
+    RandomSampler; torch's samplers are the core's to warn of) under Accelerate's ``BatchSamplerShard`` (several
+    processes)."""
     shard = getattr(torch_loader(loader), "batch_sampler", None)
     sampler = getattr(getattr(shard, "batch_sampler", None), "sampler", None)
     if (
         not getattr(loader, "use_stateful_dataloader", False)
         or not isinstance(shard, BatchSamplerShard)
-        or isinstance(sampler, RandomSampler)
+        or isinstance(sampler, (RandomSampler, WeightedRandomSampler, SubsetRandomSampler))
         or not isinstance(getattr(sampler, "generator", None), torch.Generator)
     ):
         return
