@@ -276,6 +276,33 @@ def test_a_checkpoint_saved_after_a_max_steps_fit_says_where_lightning_resumes_i
     assert first.at == (2, done)  # as said; the run that saved it would have gone on in epoch 1 or at epoch 2's start
 
 
+def test_a_checkpoint_saved_after_a_fit_stopped_inside_an_epoch_says_lightning_trains_the_whole_next_epoch(
+    tmp_path: Path,
+) -> None:
+    pl = importlib.import_module("pytorch_lightning")
+
+    class StopAt(pl.Callback):  # type: ignore[misc,name-defined]
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            trainer.should_stop = trainer.global_step == 6  # after batch 2 of epoch 1 (0-based), as EarlyStopping
+
+    class Batches(pl.Callback):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            self.at: list[tuple[int, int]] = []
+
+        def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+            self.at.append((trainer.current_epoch, batch_idx))
+
+    stopped = program_trainer([ProgressTracker(), StopAt()], max_epochs=4)
+    stopped.fit(_PlainSgd(), _loader(stateful=True))
+    with pytest.warns(InexactResumeWarning, match=r"ended \(a stop\) at batch 2 of epoch 1 .* trains all of epoch 2"):
+        stopped.save_checkpoint(tmp_path / "stopped.ckpt")
+    batches = Batches()
+    program_trainer([ProgressTracker(), batches], max_epochs=3).fit(
+        _PlainSgd(), _loader(stateful=True), ckpt_path=tmp_path / "stopped.ckpt"
+    )
+    assert batches.at == [(2, 0), (2, 1), (2, 2), (2, 3)]  # as said
+
+
 def test_a_new_stateful_loader_given_to_a_fit_continued_after_a_fit_that_trained_nothing_reads_on_from_the_position(
     tmp_path: Path,
 ) -> None:

@@ -26,6 +26,7 @@ from tracker_core.integrations.lightning import ProgressTracker
 from helpers.ledger import without_ledger
 from helpers.lightning_oracle import Oracle
 from helpers.lightning_program import Crashing, Indexed, IndexedStream, Recording, trainer, weights
+from helpers.lightning_reseed import Noisy
 
 EPOCHS = 2
 BATCHES = 4  # 10 samples in batches of 3: 3, 3, 3, 1
@@ -103,6 +104,7 @@ def _loader(config: str) -> DataLoader:
     workers = 2 if "workers" in config else 0
     cls = StatefulDataLoader if "stateful" in config else DataLoader
     data = (SizedStream() if "sized" in config else IndexedStream()) if "stream" in config else Indexed()
+    data = Noisy() if "noisy" in config else data
     kwargs: dict[str, Any] = {"num_workers": workers}
     if "distributed" in config:  # the user's own: Lightning sets its epoch after it built the resumed iterator
         kwargs["sampler"] = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True)
@@ -111,9 +113,22 @@ def _loader(config: str) -> DataLoader:
     return cls(data, batch_size=3, shuffle=shuffle, **kwargs)
 
 
+class _BuildsItsLoader(Recording):
+    """Builds its train loader in ``train_dataloader()``, which Lightning calls after ``fit(ckpt_path=...)`` loaded."""
+
+    def __init__(self, config: str) -> None:
+        super().__init__()
+        self.config = config
+        self.loader: DataLoader | None = None
+
+    def train_dataloader(self) -> DataLoader:
+        self.loader = _loader(self.config)
+        return self.loader
+
+
 def _fit(config: str, seed: int, kill_at: int | None = None, path: Path | None = None) -> Outcome:
     torch.manual_seed(seed)
-    model = Recording()
+    model = _BuildsItsLoader(config) if "in-module" in config else Recording()
     oracle = Oracle()
     callbacks: list[pl.Callback] = [ProgressTracker(), oracle]
     if kill_at is not None:
@@ -124,13 +139,18 @@ def _fit(config: str, seed: int, kill_at: int | None = None, path: Path | None =
         callbacks.insert(0 if "killer-first" in config else 1, killer)
     accumulate = 3 if "accumulate" in config else 1
     validation: dict[str, Any] = {"val_check_interval": 2} if "validate" in config else {"limit_val_batches": 0}
+    if "validate-every-2-epochs" in config:
+        validation = {"check_val_every_n_epoch": 2}
     fit = trainer(callbacks, max_epochs=EPOCHS, accumulate_grad_batches=accumulate, **validation)
-    val = DataLoader(Indexed(7), batch_size=3) if "validate" in config else None
-    train = _loader(config)
+    persistent: dict[str, Any] = {"num_workers": 1, "persistent_workers": True, "multiprocessing_context": "fork"}
+    val_workers = persistent if "persistent-validation" in config else {}
+    val = DataLoader(Indexed(7), batch_size=3, **val_workers) if "validate" in config else None
+    train = None if isinstance(model, _BuildsItsLoader) else _loader(config)
     with contextlib.suppress(Killed):
         fit.fit(model, train, val, ckpt_path=None if kill_at is not None else path)
     tracker = next(c for c in callbacks if isinstance(c, ProgressTracker))
-    return Outcome(model.seen, weights(model), tracker.state_dict()["progress"], train, oracle.disagreements)
+    loader = model.loader if isinstance(model, _BuildsItsLoader) else train
+    return Outcome(model.seen, weights(model), tracker.state_dict()["progress"], loader, oracle.disagreements)
 
 
 _reference: dict[str, Outcome] = {}
@@ -216,6 +236,34 @@ def test_a_plain_dataloader_saved_inside_an_epoch_warns_and_lightning_reads_that
     _assert_plain_epoch_read_from_its_start(config, at, tmp_path)
 
 
+# check_val_every_n_epoch=2, saved in on_train_batch_end at epoch 0's last batch: Lightning's restart counts a
+# validation of epoch 1 as run at its first batch, building the validation iterator (its base seed a global-RNG draw)
+# where the uninterrupted run builds none
+VALIDATES_NEXT = "stateful-shuffle-validate-every-2-epochs"
+
+
+def test_a_resume_at_the_last_batch_of_an_epoch_before_a_validating_one_undoes_the_validation_iterators_draw(
+    tmp_path: Path,
+) -> None:
+    _assert_resumes_exactly(VALIDATES_NEXT, BATCHES - 1, tmp_path)
+
+
+@pytest.mark.parametrize("config", [f"{VALIDATES_NEXT}-noisy", f"{VALIDATES_NEXT}-persistent-validation"])
+def test_a_validation_iterator_built_at_the_first_resumed_batch_is_warned_where_its_draw_cannot_be_undone(
+    config: str, tmp_path: Path
+) -> None:
+    """noisy: the dataset draws from the global RNG as the batch is read (no workers), after that build;
+    persistent-validation: the loader keeps that iterator (persistent workers), and its validation builds none."""
+    straight = _straight(config)
+    path = tmp_path / "end.ckpt"
+    first = _fit(config, seed=0, kill_at=BATCHES - 1, path=path)
+    fix = r"builds the validation dataloader's iterator there.*generator=torch\.Generator\(\)"
+    with pytest.warns(InexactResumeWarning, match=fix):
+        resumed = _fit(config, seed=1234, path=path)
+    assert first.seen + resumed.seen == straight.seen  # the data resumes exactly, the random draws do not
+    assert not all(torch.equal(a, b) for a, b in zip(resumed.weights, straight.weights, strict=True))
+
+
 @pytest.mark.parametrize("at", range(BATCHES))
 def test_checkpoint_inside_an_accumulation_window_resumes_exactly(at: int, tmp_path: Path) -> None:
     _assert_resumes_exactly("stateful-shuffle-accumulate", BATCHES + at, tmp_path)
@@ -224,6 +272,16 @@ def test_checkpoint_inside_an_accumulation_window_resumes_exactly(at: int, tmp_p
 @pytest.mark.parametrize("at", [1, BATCHES - 1, BATCHES + 2])
 @pytest.mark.parametrize("config", ["stateful", "stateful-shuffle", "stateful-shuffle-workers"])
 def test_stateful_and_multiprocess_loaders_resume_exactly(config: str, at: int, tmp_path: Path) -> None:
+    _assert_resumes_exactly(config, at, tmp_path)
+
+
+@pytest.mark.parametrize("at", [1, BATCHES - 1, BATCHES + 2])
+@pytest.mark.parametrize("config", ["stateful-shuffle-in-module", "stateful-shuffle-workers-in-module"])
+def test_a_shuffling_stateful_dataloader_built_in_train_dataloader_resumes_exactly(
+    config: str, at: int, tmp_path: Path
+) -> None:
+    """Its sampler draws its seed from the global RNG when built: Lightning builds it after the load, the uninterrupted
+    run before its checkpoint, so the tracker undoes that draw (silently)."""
     _assert_resumes_exactly(config, at, tmp_path)
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import warnings
 from typing import Any, TypeGuard
 
-import torch
 from torch.utils.data import DataLoader
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
-from tracker_core.adapter import GlobalRng, ResumeRngCheck, batches_in
+from tracker_core.adapter import ResumeRngCheck, batches_in
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 
 
@@ -48,18 +47,7 @@ def builds_drew(data: object, rng_check: ResumeRngCheck) -> bool:
     """True when, of the RNGs ``rng_check`` remembers, only torch's moved, by exactly the draws of building the loaders
     of ``data`` that have their own state (a ``StatefulDataLoader(shuffle=True)`` draws its sampler's seed:
     docs/ignite.md)."""
-    loaded = rng_check.loaded_state
-    if loaded is None or not isinstance(loaded.torch_state, torch.Tensor):
-        return False
-    if rng_check.moved_since(GlobalRng.capture()) != ("torch",):
-        return False
-    generator, now = torch.Generator(), torch.get_rng_state()
-    generator.set_state(loaded.torch_state)
-    for _ in filter(has_own_state, loaders_in(data)):
-        torch.empty((), dtype=torch.int64).random_(generator=generator)
-        if torch.equal(generator.get_state(), now):
-            return True
-    return False
+    return rng_check.drew_only(sum(map(has_own_state, loaders_in(data))))
 
 
 def loaders_in(data: object) -> tuple[object, ...]:

@@ -86,6 +86,7 @@ class ProgressTracker(StageHooks):
         self._reenter = False  # a fit entry was loaded: on_fit_start re-enters its run
         self._restart: resume.Restart | None = None  # what Lightning's restart does with the fit checkpoint loaded
         self._resumed_untrained = False  # the last fit was resumed at max_steps: it trained nothing
+        self._closed_at_restart: int | None = None  # resumed at this epoch's last batch: Lightning closes it
         self._rng = ResumeRngChecks()
         self._elastic_entry: dict[str, Any] | None = None  # saved at another world size: loaded at setup_data
         self._train_loaders: list[object] = []  # held: the tracker's positions need them until the next fit
@@ -242,6 +243,8 @@ class ProgressTracker(StageHooks):
                     resume.load_loader_states_again(trainer.fit_loop)  # a loader's own state: where it was loaded
                 else:
                     inexact.warn_continues_untrained()
+        if loaded:  # before the positions note the RNGs that they put back after the iterator's build
+            self._rng.undo_loader_builds(loaders)
         for index, loader in enumerate(loaders):  # Lightning's loops restore a loader's own state
             self.tracker.track_train_loader(loader, index, framework_restores_state=True)
         if not loaded:
@@ -267,6 +270,7 @@ class ProgressTracker(StageHooks):
             inexact.warn_epoch_uncounted(self.tracker, restart.epoch_consumed)  # (after a finished fit none is)
         if restart.closes_epoch and not finished:  # Lightning counts it finished and starts the next, without hooks
             self._train.close_epoch()
+            self._closed_at_restart = None if restart.no_epoch_counted else restart.epoch
             if epoch_over and not restart.no_epoch_counted:  # it builds that epoch's iterator before its set_epoch
                 resume.set_sampler_epoch(loaders, restart.epoch + 1)
         inexact.warn_if_cut_batch_restored(restart.cut_batch, loaders)
@@ -283,6 +287,12 @@ class ProgressTracker(StageHooks):
         # from the state Lightning restored before this hook (a restored last_epoch is no step)
         count_scheduler_steps(self.tracker.progress.train, [c.scheduler for c in trainer.lr_scheduler_configs])
         self._rng.arm_first_batch_check(trainer)
+        closed, self._closed_at_restart = self._closed_at_restart, None
+        built = None if closed is None else resume.validation_built_at_restart(trainer, closed)
+        if closed is not None and built is not None and built.persistent_workers:  # its validation reuses it
+            inexact.warn_validation_built_at_restart(closed, persistent=True)
+        elif closed is not None and built is not None:
+            self._rng.await_validation_build(closed)
         if self._gradients is not None:
             restore_gradients(pl_module.parameters(), self._gradients)
             self._gradients = None

@@ -8,6 +8,8 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from torch.utils.data import DataLoader
+
 from tracker_core.adapter import batches_in
 from tracker_core.integrations._extra import check_attributes, check_version
 from tracker_core.integrations.lightning._bases import installed
@@ -36,6 +38,22 @@ def validation_due(trainer: pl.Trainer) -> bool:
     last = fit_loop.epoch_loop.batch_progress.current.ready >= trainer.num_training_batches
     epoch_validates = every is not None and (trainer.current_epoch + 1) % every == 0
     return bool(last and epoch_validates and trainer.enable_validation and sum(trainer.num_val_batches) > 0)
+
+
+def validation_built_at_restart(trainer: pl.Trainer, epoch: int) -> DataLoader[Any] | None:
+    """Resumed at the last batch of epoch ``epoch``, saved in ``on_train_batch_end``, where ``epoch`` validated nothing
+    and the next epoch validates: Lightning counts a validation as run at that epoch's first batch
+    (``_TrainingEpochLoop.advance``, its batch index reset), building the iterator of the first validation loader (a
+    sequential ``CombinedLoader`` builds that one only). That loader if it is a ``DataLoader`` without a generator of
+    its own (its base seed is one draw from the global RNG), else None."""
+    every, batch = trainer.check_val_every_n_epoch, trainer.val_check_batch
+    if every is None or (epoch + 1) % every == 0 or (epoch + 2) % every or batch in (None, float("inf")):
+        return None
+    loaders = trainer.val_dataloaders
+    loaders = list(loaders.values()) if isinstance(loaders, dict) else loaders
+    first = loaders[0] if isinstance(loaders, list | tuple) and loaders else loaders
+    validates = trainer.enable_validation and sum(trainer.num_val_batches) > 0
+    return first if validates and isinstance(first, DataLoader) and first.generator is None else None
 
 
 def fetches_in_step(trainer: pl.Trainer) -> bool:

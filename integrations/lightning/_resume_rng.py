@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from tracker_core import InexactResumeWarning
 from tracker_core.adapter import GlobalRng, ResumeRngCheck
 from tracker_core.integrations.lightning import _compat as resume
+from tracker_core.integrations.lightning._resume_warnings import warn_validation_built_at_restart
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
@@ -48,6 +49,8 @@ class ResumeRngChecks:
         self._built_iterator: Callable[[], object] = nothing
         self._restarts = False  # mid-epoch, a plain loader's epoch is read from its start (see await_build)
         self.after_cut: GlobalRng | None = None  # loaded inside a validation batch: see validation_ended
+        # Lightning builds a validation iterator at the resumed epoch's first batch: the epoch closed, the RNGs before
+        self._validation_build: tuple[int, GlobalRng | None] | None = None
 
     def __getstate__(self) -> dict[str, object]:
         """Without the trainer (``ProgressTracker.__getstate__``)."""
@@ -57,6 +60,15 @@ class ResumeRngChecks:
         """A fit's entry was loaded: remember the RNGs it restored."""
         self._check = ResumeRngCheck(load=_SEED_BEFORE)
         self._check.loaded()
+
+    def undo_loader_builds(self, loaders: list[object]) -> None:
+        """A fit loaded, its train ``loaders`` set up: if only their builds' draws moved the RNGs since the load (a
+        ``StatefulDataLoader(shuffle=True)`` built in ``train_dataloader()``), undo them, as the uninterrupted run
+        made them before its checkpoint."""
+        check = self._check
+        loaded = None if check is None else check.loaded_state
+        if check is not None and loaded is not None and check.drew_only(sum(map(resume.has_own_state, loaders))):
+            loaded.apply()
 
     def before_first_iter(self) -> ResumeRngCheck | None:
         """Lightning is about to build the resumed run's train iterator: compare, and remember the RNGs as now."""
@@ -91,6 +103,8 @@ class ResumeRngChecks:
         trainer = self._trainer()
         if trainer is None:
             return
+        if self._validation_build is not None:  # the last call before that build
+            self._validation_build = (self._validation_build[0], GlobalRng.capture())
         self._hooks_over(trainer)
         if not self._await_build:
             return
@@ -123,6 +137,26 @@ class ResumeRngChecks:
         if self.at_setup is not None and resume.discards_setup_iterator(trainer):
             self.undo_setup_draws()
         self.at_setup = None
+
+    def await_validation_build(self, epoch: int) -> None:
+        """``on_train_start`` of a fit resumed at the last batch of ``epoch``, which Lightning closed: it builds a
+        validation iterator at the next epoch's first batch, one global-RNG draw (``validation_built_at_restart``)."""
+        self._validation_build = (epoch, None)
+
+    def train_batch_start(self) -> None:
+        """A train batch starts: the draws of Lightning's setup_data iterator stand; the draw of a validation iterator
+        built before the resumed run's first batch is undone where nothing else drew since, else warned."""
+        self.at_setup = None
+        build, self._validation_build = self._validation_build, None
+        epoch, before = (0, None) if build is None else build
+        if before is None:
+            return
+        check = ResumeRngCheck(load=_SEED_BEFORE)
+        check.loaded(before)
+        if check.drew_only(1):  # the uninterrupted run builds none there
+            before.apply()
+        elif check.moved_since(GlobalRng.capture()):
+            warn_validation_built_at_restart(epoch)
 
     def undo_setup_draws(self) -> None:
         """A resumed fit ended before a batch read the iterator Lightning built in setup_data: undo its draws."""

@@ -21,12 +21,15 @@ def warn_inexact_save(tracker: Tracker, trainer: pl.Trainer, layout: TrainLayout
     train = tracker.view.train
     epochs, done = train.epochs.lifetime, train.batches.epoch.processed
     ended = epochs.ready == epochs.completed > 0 and done > 0  # after the fit: its last epoch is closed
-    if ended and (resume.reached_max_steps(trainer) or done < trainer.num_training_batches):
+    at_max_steps = resume.reached_max_steps(trainer)
+    if ended and (at_max_steps or done < trainer.num_training_batches):
+        # at max_steps Lightning's restart keeps the epoch's batch count; after a stop it begins the next epoch
+        goes_on = f"goes on at batch {done} of" if at_max_steps else "trains all of"
         _inexact(
-            f"checkpoint saved after a fit that ended (max_steps, or a stop) at batch {done} of epoch "
-            f"{epochs.completed - 1} (0-based): resuming from it, Lightning counts that epoch as finished and "
-            f"goes on at batch {done} of epoch {epochs.completed}, so the resumed run's epochs and train data "
-            "differ from the run that saved it from there"
+            f"checkpoint saved after a fit that ended ({'max_steps' if at_max_steps else 'a stop'}) at batch {done} "
+            f"of epoch {epochs.completed - 1} (0-based): resuming from it, Lightning counts that epoch as finished "
+            f"and {goes_on} epoch {epochs.completed}, so the resumed run's epochs and train data differ from the run "
+            "that saved it from there"
         )
     if tracker.view.is_mid_epoch and layout is not None and layout[0] == "max_size_cycle":
         for index, batches in enumerate(layout[2]):
@@ -63,6 +66,27 @@ def warn_saved_in_validation() -> None:
         "stopped (Lightning re-reads it from its first batch when saved inside a batch, or counts it finished when "
         "saved between batches), so that validation's batches and metrics differ from the uninterrupted run's "
         "(docs/lightning.md, Limits)"
+    )
+
+
+def warn_validation_built_at_restart(epoch: int, persistent: bool = False) -> None:
+    """Lightning builds a validation iterator before the resumed run's first batch, whose draw the tracker cannot undo:
+    others came after it (``ResumeRngChecks.train_batch_start``), or the loader keeps it (``persistent``)."""
+    why = (
+        "that loader's workers persist, so the validation of that epoch reuses the iterator instead of building it "
+        "as the uninterrupted run does"
+        if persistent
+        else "other draws came after it before the batch (a shuffled DataLoader's sampler or the dataset without "
+        "workers, an on_train_batch_start hook), so it cannot be undone"
+    )
+    _inexact(
+        f"resumed from a checkpoint saved in on_train_batch_end at the last batch of epoch {epoch} (0-based), which "
+        f"validated nothing, where epoch {epoch + 1} validates: Lightning's restart counts a validation as run at the "
+        "first resumed batch and builds the validation dataloader's iterator there, drawing its base seed from the "
+        f"global RNG where the uninterrupted run draws nothing; {why}, and the resumed run's data order and random "
+        "draws may differ. Give each validation DataLoader a generator of its own (generator=torch.Generator()), or "
+        "save in on_train_epoch_end (docs/lightning.md, Limits)",
+        stacklevel=3,
     )
 
 

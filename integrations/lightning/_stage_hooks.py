@@ -123,7 +123,7 @@ class StageHooks(CallbackBase):
             self._anomaly(f"on_train_batch_start: {error}")
         if self._combined is not None:
             self._combined.batch = batch
-        self._rng.at_setup = None  # Lightning iterates the setup_data iterator: its draws stand
+        self._rng.train_batch_start()
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         self._step_began("on_before_backward")

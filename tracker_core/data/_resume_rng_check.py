@@ -6,6 +6,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Collection
 
+import torch
+
 from tracker_core._errors import InexactResumeWarning
 from tracker_core.data._rng import GlobalRng, expanded
 
@@ -46,6 +48,23 @@ class ResumeRngCheck:
             return ()
         loaded, plain = expanded(self._loaded), expanded(earlier)
         return tuple(name for name in self.GENERATORS if plain.get(name) != loaded.get(name))
+
+    def drew_only(self, draws: int) -> bool:
+        """True if, since :meth:`loaded`, only torch's generator moved, by 1 to ``draws`` draws of one int64 each (what
+        building a ``StatefulDataLoader(shuffle=True)`` draws, its sampler's seed, or a DataLoader's iterator, its base
+        seed); a reseed is not that."""
+        loaded = self._loaded
+        if loaded is None or not isinstance(loaded.torch_state, torch.Tensor):
+            return False
+        if self.moved_since(GlobalRng.capture()) != ("torch",):
+            return False
+        generator, now = torch.Generator(), torch.get_rng_state()
+        generator.set_state(loaded.torch_state)
+        for _ in range(draws):
+            torch.empty((), dtype=torch.int64).random_(generator=generator)
+            if torch.equal(generator.get_state(), now):
+                return True
+        return False
 
     def check(self, where: str, *, last: bool = False, generators: Collection[str] = GENERATORS) -> bool:
         """True, with one ``InexactResumeWarning`` naming ``where``, if ``generators`` moved since the load. After a
