@@ -33,6 +33,7 @@ from tracker_core.integrations.lightning import ProgressTracker
 
 from helpers import ignite_program
 from helpers.lightning_program import Indexed, Recording, trainer, weights
+from helpers.loader_workers import end_workers
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:'set_vital' is deprecated"),
@@ -71,6 +72,7 @@ def test_ignite_epoch_completed_save_of_persistent_workers_warns_at_the_save_and
         reference.run()
     with pytest.warns(InexactResumeWarning, match=f"^resuming from a save of StatefulDataLoader .* {SAVED}"):
         resumed = _ignite_resumed(tmp_path)
+    end_workers(reference.loader, resumed.loader)
     assert resumed.seen != reference.seen[4:]  # new workers draw the next epoch's order again, as warned
 
 
@@ -79,6 +81,7 @@ def test_ignite_save_of_persistent_workers_at_an_epochs_last_iteration_resumes_e
     reference = _ignite(seed=0, folder=tmp_path, event=Events.ITERATION_COMPLETED(once=4))
     reference.run()
     resumed = _ignite_resumed(tmp_path)
+    end_workers(reference.loader, resumed.loader)
     assert resumed.seen == reference.seen[4:]
     assert all(torch.equal(a, b) for a, b in zip(resumed.weights().values(), reference.weights().values()))
 
@@ -103,8 +106,9 @@ class _SaveFirstEpochEnd(pl.Callback):
 
 def _lightning(callbacks: list[pl.Callback], checkpoint: Path | None = None) -> Recording:
     torch.manual_seed(0)
-    model = Recording()
-    trainer([ProgressTracker(), *callbacks], max_epochs=3).fit(model, _persistent(Indexed()), ckpt_path=checkpoint)
+    model, loader = Recording(), _persistent(Indexed())
+    trainer([ProgressTracker(), *callbacks], max_epochs=3).fit(model, loader, ckpt_path=checkpoint)
+    end_workers(loader)  # persistent workers: ended now, not by a later test's garbage collection (5 s each)
     return model
 
 
