@@ -1,5 +1,6 @@
 """The framework examples in examples/ do what their docstrings say: a run checkpointed mid-epoch and resumed in
-fresh objects ends with the uninterrupted run's weights (each prints whether it does)."""
+fresh objects ends with the uninterrupted run's weights (each prints whether it does). Three processes of about 5 s:
+``make conformance``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.conformance_only import conformance_only
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -16,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("example", "framework"),
     [("lightning_resume", "pytorch_lightning"), ("ignite_resume", "ignite"), ("accelerate_resume", "accelerate")],
 )
+@conformance_only
 def test_the_resume_example_ends_with_the_uninterrupted_runs_weights(example: str, framework: str) -> None:
     pytest.importorskip(framework)
     pytest.importorskip("torchdata")
