@@ -289,10 +289,11 @@ class ProgressTracker(StageHooks):
         self._rng.arm_first_batch_check(trainer)
         closed, self._closed_at_restart = self._closed_at_restart, None
         built = None if closed is None else resume.validation_built_at_restart(trainer, closed)
-        if closed is not None and built is not None and built.persistent_workers:  # its validation reuses it
-            inexact.warn_validation_built_at_restart(closed, persistent=True)
-        elif closed is not None and built is not None:
-            self._rng.await_validation_build(closed)
+        if closed is not None and built is not None:
+            if built.persistent_workers:  # its validation reuses it
+                inexact.warn_validation_built_at_restart(closed, persistent=True)
+            else:
+                self._rng.await_validation_build(closed)
         if self._gradients is not None:
             restore_gradients(pl_module.parameters(), self._gradients)
             self._gradients = None
