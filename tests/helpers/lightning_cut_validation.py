@@ -24,7 +24,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from tracker_core.integrations.lightning import ProgressTracker
 
 from helpers.lightning_program import Indexed
-from helpers.loader_workers import end_workers
+from helpers.loader_workers import end_stopped_fit
 
 
 class Stop(Exception):
@@ -119,7 +119,7 @@ def fit(
     validation = [DataLoader(Indexed(n), batch_size=3, **extra) for n in val_sizes]
     with contextlib.suppress(Stop):
         trainer.fit(model, train, validation, ckpt_path=path if resume else None)
-    end_workers(train)
+    end_stopped_fit(trainer)
     return Outcome(
         train_seen,
         val_seen,

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 from tracker_core.integrations.lightning import ProgressTracker
 
 from helpers.lightning_program import Indexed, IndexedStream
-from helpers.loader_workers import end_workers
+from helpers.loader_workers import end_stopped_fit
 
 BATCHES = 4  # an epoch: 3, 3, 3, 1 samples
 
@@ -216,5 +216,5 @@ def fit(
         train = [_loader(kind, noisy_data, workers, generator) for _ in range(loaders)]
         validation = DataLoader(Indexed(), batch_size=3) if in_validation else None
         trainer.fit(model, train[0] if loaders == 1 else train, validation, ckpt_path=path if resume else None)
-    end_workers(*train)
+    end_stopped_fit(trainer)
     return [p.detach().clone() for p in model.parameters()]
