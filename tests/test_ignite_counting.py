@@ -343,6 +343,14 @@ def test_a_second_trainer_cannot_attach() -> None:
         _counting_engine(progress)
 
 
+@pytest.mark.parametrize(("first", "second"), [("validate", "test"), ("train", "validate"), ("test", "test")])
+def test_an_engine_attached_again_is_refused_naming_its_stage(first: str, second: str) -> None:
+    progress = ProgressHandler()
+    engine = _counting_engine(progress, first)
+    with pytest.raises(ValueError, match=f"already attached to this ProgressHandler, as '{first}'"):
+        progress.attach(engine, stage=second)
+
+
 def test_create_supervised_trainer_is_tracked_without_user_changes() -> None:
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

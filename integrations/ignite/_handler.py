@@ -77,6 +77,7 @@ class ProgressHandler:
         self._parameters: list[torch.nn.Parameter] = []
         self._several_optimizers = False
         self._trainer: weakref.ref[Engine] | None = None  # weak: an engine the user drops is freed at once
+        self._stages: weakref.WeakKeyDictionary[Engine, str] = weakref.WeakKeyDictionary()  # each engine's stage
         self._dataloader: DataLoader[Any] | None = None  # the trainer's, if given to attach()
         self._restored: dict[str, Any] | None = None  # loaded progress, until the trainer's next STARTED
         self._loaded_for_evaluation = False  # saved at another world size, loaded with no trainer attached
@@ -111,6 +112,8 @@ class ProgressHandler:
         (``tracker_core.track_lifetime``), continued by each ``run()``."""
         if stage not in tuple(Stage):
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(Stage)}")
+        if engine in self._stages:
+            raise ValueError(f"this engine is already attached to this ProgressHandler, as {self._stages[engine]!r}")
         bind = None if model is None else partial(bind_lifetime, model, self._tracker.progress)  # at each STARTED
         if stage == "train":
             self._attach_trainer(engine, optimizers, scaler, dataloader, schedulers, bind)
@@ -118,6 +121,7 @@ class ProgressHandler:
             raise ValueError("optimizers, schedulers, a scaler and a dataloader belong to the train engine only")
         else:
             attach_stage(engine, self._tracker.progress, stage, self._count_tokens, bind)
+        self._stages[engine] = stage
         register(engine, self._tracker.progress)
 
     def _attach_trainer(
