@@ -316,6 +316,12 @@ class AcceleratorProgress:
     def track_train_loader(self, loader: object, index: int = 0) -> None:
         """Make the prepared train ``loader`` (train dataloader number ``index``) resumable mid-epoch, as :meth:`train`
         does; before ``load_state``, so that a saved position that does not fit it is refused there."""
+        if issubclass(type(loader), torch.utils.data.DataLoader):  # type(): a prepared loader only poses as one
+            raise ValueError(
+                f"track_train_loader takes the loader accelerator.prepare() returned, which the loop iterates: train "
+                f"dataloader {index} is a {type(loader).__name__} Accelerate did not prepare, whose restored position "
+                "the loop would miss. Pass the prepared one (nothing was changed; one never prepared needs no call)"
+            )
         self._passes.track(loader, index)
 
     def _hook_optimizers(self) -> None:
