@@ -34,6 +34,7 @@ SETUPS = {
     "torchdata-sequential": Setup(shuffle=False, stateful=True, torchdata=True),
     "torchdata-shuffled-2-workers": Setup(num_workers=2, stateful=True, torchdata=True),
     "torchdata-accumulate-3-of-5": Setup(samples=13, accumulation=3, stateful=True, torchdata=True),
+    "torchdata-never-prepared": Setup(stateful=True, torchdata=True, prepared=False),
     "shuffled": Setup(),
     "sequential": Setup(shuffle=False),
     "shuffled-2-workers": Setup(num_workers=2),
@@ -65,6 +66,11 @@ def _assert_resumes_exactly(setup: Setup, stop: StopAt, directory: Path, seed_va
 @pytest.mark.parametrize("name", ["torchdata-shuffled", "torchdata-sequential", "torchdata-shuffled-2-workers"])
 def test_save_state_after_any_train_batch_of_an_epoch_of_a_stateful_dataloader_resumes_exactly(name, batch, tmp_path):
     _assert_resumes_exactly(SETUPS[name], StopAt(batch), tmp_path)
+
+
+@pytest.mark.parametrize("batch", [5, 6], ids=lambda b: f"epoch1-batch{b - 4}")
+def test_a_stateful_dataloader_never_prepared_resumes_exactly_without_track_train_loader(batch, tmp_path):
+    _assert_resumes_exactly(SETUPS["torchdata-never-prepared"], StopAt(batch), tmp_path)
 
 
 @pytest.mark.parametrize("batch", [3, 7], ids=["epoch0", "epoch1"])

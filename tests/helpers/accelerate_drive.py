@@ -66,6 +66,7 @@ class Setup:
     optimizers: int = 1
     iterable: bool = False
     torchdata: bool = False  # the train loader is torchdata's StatefulDataLoader (with ``stateful``: exact mid-epoch)
+    prepared: bool = True  # the train loader goes through accelerator.prepare (else iterated as built: one process)
 
 
 @dataclass
@@ -130,14 +131,17 @@ def run(
             Indexed(setup.samples), batch_size=setup.batch_size, shuffle=setup.shuffle, num_workers=setup.num_workers
         )
     val_loader = DataLoader(Indexed(7), batch_size=3)
-    prepared = accelerator.prepare(*models, *optimizers, train_loader, val_loader)
+    loaders = [train_loader, val_loader] if setup.prepared else [val_loader]
+    prepared = accelerator.prepare(*models, *optimizers, *loaders)
     models = list(prepared[: setup.optimizers])
     optimizers = list(prepared[setup.optimizers : 2 * setup.optimizers])
-    train_loader, val_loader = prepared[-2:]
+    val_loader = prepared[-1]
     progress = AcceleratorProgress(accelerator)
     if registered:  # its saves are committed
         accelerator.register_for_checkpointing(progress)
-    progress.track_train_loader(train_loader)
+    if setup.prepared:  # one never prepared is tracked by progress.train() (track_train_loader refuses it)
+        train_loader = prepared[-2]
+        progress.track_train_loader(train_loader)
     if load_dir is not None:
         accelerator.load_state(load_dir)
         accelerator.project_configuration.iteration = progress.next_save_iteration  # automatic naming continues
