@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 from tracker_core.integrations.accelerate import AcceleratorProgress, _files
 
 from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator, seed
+from helpers.rank_exit import exit_rank
 
 
 def main(folder: str, main_only: bool) -> None:
@@ -50,3 +51,4 @@ def main(folder: str, main_only: bool) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2:] == ["main-only"])
+    exit_rank()

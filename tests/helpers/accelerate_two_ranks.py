@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from accelerate import Accelerator, PartialState
+from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
 import tracker_core
@@ -29,6 +29,7 @@ from tracker_core import InexactResumeWarning
 from tracker_core.integrations.accelerate import AcceleratorProgress
 
 from helpers.accelerate_drive import Indexed, Setup, StopAt, fresh_accelerator, run, seed
+from helpers.rank_exit import exit_rank
 
 ELASTIC_SAMPLES = 24
 ELASTIC_EPOCHS = 3
@@ -169,7 +170,4 @@ def main(directory: str, out: str, mode: str, world_one_checkpoint: str | None =
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
-    # What PyTorch asks of a distributed script before it exits: a process group left to the interpreter's exit
-    # may abort it ("terminate called without an active exception", pytorch/pytorch#190489).
-    # tests/test_two_rank_exits.py exits without it, after the tracker's collectives.
-    PartialState().destroy_process_group()
+    exit_rank()

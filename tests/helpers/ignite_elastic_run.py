@@ -30,6 +30,7 @@ from tracker_core import ProgressStateError
 
 from helpers.ignite_idist_run import SAMPLES, Program
 from helpers.ignite_program import Indexed
+from helpers.rank_exit import exit_rank
 
 # name: (checkpoint iteration, batch size at world size 1, how the loader is made); "stateful" cases resume
 # SAVED/stateful-<iteration>.pt into a StatefulDataLoader over the same sampler, the others SAVED/plain-<iteration>.pt
@@ -108,6 +109,7 @@ def _grow(local_rank: int, out: Path) -> None:
             [w.category.__name__, str(w.message)] for w in caught if "elastic" in str(w.message)
         ]
     torch.save(runs, out / f"grow-rank{idist.get_rank()}.pt")
+    exit_rank()
 
 
 def main(saved: Path, out: Path) -> None:

@@ -33,6 +33,7 @@ from tracker_core import InexactResumeWarning
 from tracker_core.integrations.ignite import ProgressHandler, RankFilesSaver
 
 from helpers.ignite_program import Indexed
+from helpers.rank_exit import exit_rank
 
 SAMPLES = 24  # 12 per rank: 4 batches of 3 per rank and epoch
 EPOCHS = 2
@@ -146,6 +147,7 @@ def _straight(local_rank: int, folder: Path) -> None:
         runs[config] = program.run()
     torch.save(runs, folder / f"straight-rank{idist.get_rank()}.pt")
     _uneven(folder)
+    exit_rank()
 
 
 def _uneven(folder: Path) -> None:
@@ -182,6 +184,7 @@ def _resume(local_rank: int, folder: Path) -> None:
                 str(w.message) for w in caught if issubclass(w.category, InexactResumeWarning)
             ]
     torch.save(runs, folder / f"resume-rank{idist.get_rank()}.pt")
+    exit_rank()
 
 
 def main(folder: Path) -> None:

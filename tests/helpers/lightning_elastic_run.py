@@ -32,6 +32,7 @@ from tracker_core import InexactResumeWarning, ProgressStateError, get_progress
 from tracker_core.integrations.lightning import ProgressTracker
 
 from helpers.lightning_program import Indexed, Recording
+from helpers.rank_exit import exit_rank
 
 SAMPLES = 24
 BATCH = 3  # per rank when saving at world size 2
@@ -236,5 +237,6 @@ def main(phase: str, folder: Path) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], Path(sys.argv[2]))
-    if torch.distributed.is_initialized():  # what PyTorch asks of a script before it exits (pytorch/pytorch#190489)
-        torch.distributed.destroy_process_group()
+    if torch.distributed.is_initialized():  # rank 0 leaves once rank 1 wrote its file too
+        torch.distributed.barrier()
+    exit_rank()
