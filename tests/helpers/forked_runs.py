@@ -3,8 +3,8 @@
 A fresh interpreter spends ~3-4 s importing torch and a framework; a fork of one that already did starts at once.
 The server (``python -m helpers.forked_runs MODULE...``, started by :class:`ForkServer`) imports the modules it is
 given, then per request forks a child that changes to the request's folder, reads nothing, writes its stdout to
-/dev/null and its stderr to a file, runs the module as ``__main__`` and exits like a process of its own
-(finalized, exit code from ``SystemExit`` or 1 on an exception).
+/dev/null and its stderr to a file, runs the module as ``__main__`` and ends as ``python -m`` would: an exception
+or ``SystemExit`` leaves the interpreter with its traceback or code, and the interpreter finalizes.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 _POLL_S = 0.01
 
@@ -69,39 +68,35 @@ def _serve(modules: list[str]) -> None:
         os.close(handle)
         pid = os.fork()
         if pid == 0:
-            sys.exit(_child(request["argv"], request["cwd"], stderr_path))
+            _run_as_main(request["argv"], request["cwd"], stderr_path)
         rc = _wait(pid, request["timeout"])
         stderr = Path(stderr_path).read_text(errors="replace")
         os.unlink(stderr_path)
         print(json.dumps({"rc": rc, "stderr": stderr}), flush=True)
 
 
-def _child(argv: list[str], cwd: str, stderr_path: str) -> int:
+def _run_as_main(argv: list[str], cwd: str, stderr_path: str) -> NoReturn:
+    """In the forked child: run ``argv[0]`` as ``__main__``; what it raises leaves this process as from ``python -m``."""
     os.chdir(cwd)
     quiet = os.open(os.devnull, os.O_RDWR)
     os.dup2(quiet, 0)
     os.dup2(quiet, 1)
     os.dup2(os.open(stderr_path, os.O_WRONLY), 2)
     sys.argv = list(argv)
-    try:
-        runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
-    except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
-    except BaseException:
-        traceback.print_exc()
-        return 1
-    return 0
+    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+    sys.exit(0)
 
 
 def _wait(pid: int, timeout: float) -> int:
+    """The exit code of child ``pid``, killed (-9) if it runs past ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
+    while (ended := os.waitpid(pid, os.WNOHANG))[0] == 0:
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
+            ended = os.waitpid(pid, 0)
+            break
         time.sleep(_POLL_S)
+    return os.waitstatus_to_exitcode(ended[1])
 
 
 if __name__ == "__main__":
