@@ -26,8 +26,10 @@ from helpers.accelerate_oracle import Config, Stop, run
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
 
 
-def _prepared(samples: int = 10, accumulation: int = 2) -> tuple[object, object, object, object]:
-    accelerator = fresh_accelerator(Setup(accumulation=accumulation))
+def _prepared(
+    samples: int = 10, accumulation: int = 2, stateful: bool = False
+) -> tuple[object, object, object, object]:
+    accelerator = fresh_accelerator(Setup(accumulation=accumulation, stateful=stateful))
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
     model, optimizer, loader = accelerator.prepare(
@@ -174,6 +176,35 @@ def test_breaking_out_of_the_epochs_loop_ends_the_run_and_a_new_one_begins() -> 
     with progress.fit(2) as again:
         assert list(again.epochs()) == [0, 1]
     assert progress.view.run.counts == PhaseCounts(2, 2, 2, 2)
+
+
+def _two_passes_an_epoch(progress, accelerator, model, optimizer, loader, at_second_pass_batch_1) -> None:
+    with progress.fit(2) as fit:
+        for _epoch in fit.epochs():
+            for second in (False, True):
+                for n, (_ids, x, y) in enumerate(progress.train(loader)):
+                    _step(accelerator, model, optimizer, x, y)
+                    if second and n == 1 and at_second_pass_batch_1() is False:
+                        return
+
+
+def test_a_save_in_a_second_pass_over_a_stateful_loader_in_one_epoch_warns_and_training_goes_on(
+    tmp_path: Path,
+) -> None:
+    accelerator, model, optimizer, loader = _prepared(accumulation=1, stateful=True)
+    progress = AcceleratorProgress(accelerator)
+    save = lambda: accelerator.save_state(str(tmp_path / "saved"))  # noqa: E731
+    with pytest.warns(tracker_core.InexactResumeWarning, match="after 6 batches of an epoch, more than its 4"):
+        _two_passes_an_epoch(progress, accelerator, model, optimizer, loader, save)
+    assert progress.view.train.batches.lifetime.completed == 16
+
+
+def test_leaving_the_fit_in_a_second_pass_over_a_stateful_loader_in_one_epoch_ends_the_run() -> None:
+    accelerator, model, optimizer, loader = _prepared(accumulation=1, stateful=True)
+    progress = AcceleratorProgress(accelerator)
+    _two_passes_an_epoch(progress, accelerator, model, optimizer, loader, lambda: False)
+    assert progress.view.train.batches.lifetime.completed == 6
+    assert progress.view.run.counts == PhaseCounts(1, 1, 1, 1)
 
 
 def test_a_fit_kept_open_is_ended_when_a_new_one_begins() -> None:

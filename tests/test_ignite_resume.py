@@ -240,6 +240,23 @@ def test_mid_epoch_checkpoint_with_an_epoch_length_other_than_the_loaders_warns(
     assert saved and any("epoch_length" in str(w.message) for w in caught)
 
 
+def test_a_stateful_dataloader_saved_past_its_length_in_a_longer_epoch_warns_trains_on_and_resumes_exactly(
+    tmp_path: Path,
+) -> None:
+    reference = build(Config(stateful=True), seed=0)
+    save_every_iteration(reference, tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reference.trainer.run(reference.loader, max_epochs=3, epoch_length=6)  # 6 batches of a 4-batch loader
+    assert reference.trainer.state.iteration == 18
+    assert any("after 5 batches of an epoch, more than its 4" in str(w.message) for w in caught)
+    for iteration in (5, 6, 11):  # the epoch's count past the loader's length
+        resumed = build(Config(stateful=True), seed=1234)
+        Checkpoint.load_objects(resumed.to_save(), str(tmp_path / f"{iteration}.pt"))
+        resumed.trainer.run(resumed.loader)
+        _assert_same(resumed, reference, iteration)
+
+
 def _epoch_end_save_warnings(epoch_length: int) -> list[str]:
     program = build(Config(stateful=True), seed=0)
     saved: list[dict[str, Any]] = []

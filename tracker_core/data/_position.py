@@ -15,7 +15,14 @@ from torch.utils.data import DataLoader, IterableDataset
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import compact_loader, expand_loader
 from tracker_core.data._epoch import EpochRecord, FastForward, Site
-from tracker_core.data._own_state import LoaderKind, OwnState, is_stateful, warn_counted_twice, warn_order_drawn_again
+from tracker_core.data._own_state import (
+    LoaderKind,
+    OwnState,
+    is_stateful,
+    warn_counted_twice,
+    warn_order_drawn_again,
+    warn_read_again_in_epoch,
+)
 from tracker_core.data._plain import warn_persistent_workers, warn_plain_mid_epoch
 from tracker_core.data._saved_loader import (
     STATE_VERSION,
@@ -114,9 +121,10 @@ class LoaderPosition:
 
     def state_dict(self, *, batches_consumed: int, in_epoch: bool | None = None) -> dict[str, Any]:
         """Plain data: the generators, the loader's own state, plus ``batches_consumed``, the epoch's batches whose
-        training steps completed (between epochs, 0 or the finished epoch's length). ``ValueError`` if it is negative,
-        or above an epoch's length for a loader with its own state (a plain loader counted past it, read whole after a
-        mid-epoch resume, is saved as inside its epoch). ``in_epoch``: an epoch has begun and not ended (a loader saved
+        training steps completed (between epochs, 0 or the finished epoch's length). ``ValueError`` if it is negative.
+        Counted past an epoch's length, the framework read the loader again within its epoch: a plain loader is saved
+        as inside its epoch, one with its own state at that count within its current pass (warned: its state holds
+        that pass only). ``in_epoch``: an epoch has begun and not ended (a loader saved
         there, even before its first batch, resumes inside it: a plain one is warned); None: inside an epoch if some but
         not all of its batches were consumed."""
         if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, int):
@@ -129,9 +137,10 @@ class LoaderPosition:
             # A loop that reads a plain loader whole after a mid-epoch resume counts past its length: still inside.
             record = self._plain_record(batches_consumed, per_epoch, in_epoch)
             batches_consumed = batches_consumed if per_epoch is None else min(batches_consumed, per_epoch)
-        elif per_epoch is not None and batches_consumed > per_epoch:
-            raise ValueError(f"batches_consumed={batches_consumed} exceeds the {per_epoch} batches of an epoch")
         else:
+            if per_epoch is not None and batches_consumed > per_epoch:
+                warn_read_again_in_epoch(loader, batches_consumed, per_epoch)
+                batches_consumed = batches_consumed % per_epoch if per_epoch else 0
             record = own.saved_record(batches_consumed)
             if batches_consumed != per_epoch and (batches_consumed > 0 if in_epoch is None else in_epoch):
                 drawn = own.order_drawn_again(batches_consumed)
