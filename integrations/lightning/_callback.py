@@ -92,6 +92,8 @@ class ProgressTracker(StageHooks):
         self._train_loaders: list[object] = []  # held: the tracker's positions need them until the next fit
         self._combined: CombinedBatches | None = None  # several train loaders
         self._run_begun = False  # this call's run is counted (a call that runs no loop is counted at teardown)
+        self._fit_starting = False  # between a fit's setup and on_fit_start (where Lightning's tuners run)
+        self._saved_starting = False  # this fit saved a checkpoint there: a tuner's, which it restores (an undo)
         self._cut_by = ""  # an exception ended the last call: what, and in which call (settled at the next call)
         self._validation_restart = ""  # read from a fit checkpoint's loops: see validation_at_load
         # where the train run scope of this Trainer's fit began (what continue_run_scope returned)
@@ -157,6 +159,7 @@ class ProgressTracker(StageHooks):
         attach(trainer, self.tracker.progress)
         if self._rank_files:
             rank_parts.wrap_checkpoint_io(trainer)  # each rank's entry in its own file beside the checkpoint
+        self._fit_starting, self._saved_starting = stage == _FIT, False
         if stage == _FIT:
             fit_loop = trainer.fit_loop
             resume.hook_setup_data(fit_loop, self._track_train_loaders, self._setup_data_returned, self._anomaly)
@@ -197,6 +200,7 @@ class ProgressTracker(StageHooks):
     # fit -------------------------------------------------------------------------------------
     @passenger
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._fit_starting = self._saved_starting = False
         resume.fit_starts(trainer.fit_loop)
         self._loggers.forget()
         progress = self.tracker.progress
@@ -337,6 +341,7 @@ class ProgressTracker(StageHooks):
         """The core's entry, caught up with what Lightning marked before our hook ran (with several processes a
         collective, gathering every rank's)."""
         trainer = self._trainer()
+        self._saved_starting = self._fit_starting
         if trainer is not None and trainer.state.fn == _FIT:
             try:
                 self._catch_up(trainer)
@@ -382,6 +387,8 @@ class ProgressTracker(StageHooks):
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
+        if self._restores_tuner_checkpoint():
+            return
         rank_parts.refuse_unread_rank_files(checkpoint.get("callbacks", {}).get(STATE_KEY), self._rank_files)
         if STATE_KEY not in checkpoint.get("callbacks", {}):
             warnings.warn(
@@ -399,9 +406,17 @@ class ProgressTracker(StageHooks):
             self._validation_restart = "finish" if self._restart.finishes_validation else "skip"
             self._loggers.rewind(trainer, checkpoint)  # the loggers continue at the checkpoint's step
 
+    def _restores_tuner_checkpoint(self) -> bool:
+        """True for a checkpoint this fit saved before its start, loaded there: Lightning's tuners (``BatchSizeFinder``,
+        ``LearningRateFinder``) save one, run their trials without callbacks and restore it; the record never left
+        it, and Lightning alone leaves the trials' RNG draws and loader states in place: nothing is loaded."""
+        return self._fit_starting and self._saved_starting
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load the entry (``ProgressStateError`` on damage, before anything runs); an evaluation loads only this
         rank's progress, a fit's entry of another world size waits for the train loaders (``_elastic``)."""
+        if self._restores_tuner_checkpoint():
+            return
         rank_parts.refuse_unread_rank_files(state_dict, self._rank_files)
         trainer = self._trainer()
         self._elastic_entry = None
