@@ -32,6 +32,7 @@ class Tracker:
         "_loaded",
         "_loaders",
         "_pending",
+        "_tracked_rng",
         "_undo",
         "_untracked",
         "progress",
@@ -44,6 +45,7 @@ class Tracker:
         self._pending: dict[int, tuple[SavedLoader, bool]] = {}  # loaded, waiting for their loader
         self._undo: _Undo | None = None  # the last load's changes while a part waits; None for resume_loaded_again
         self._loaded: _LoadedParts | None = None  # the last load's loader parts (see resume_loaded_again)
+        self._tracked_rng: GlobalRng | None = None  # the global RNGs when a train loader was last tracked
 
     @property
     def view(self) -> ProgressView:
@@ -69,6 +71,8 @@ class Tracker:
         self._untracked.pop(index, None)
         self._loaders[index] = position
         position.report_fast_forwards(self.progress._count_fast_forward)
+        position.note_tracked()
+        self._tracked_rng = GlobalRng.capture()
         if parsed is None:
             return
         if self._undo is not None:
@@ -102,26 +106,32 @@ class Tracker:
             )
             return None
 
-    def state_dict(self, *, epoch_ended: bool = False) -> dict[str, Any]:
+    def state_dict(self, *, epoch_ended: bool = False, before_build: bool = False) -> dict[str, Any]:
         """Plain data for the checkpoint (docs/schema.md); its time counts in ``microseconds.checkpoint_save``.
-        ``epoch_ended``: the framework knows the train epoch's data was read to its end (saved as between epochs)."""
+        ``epoch_ended``: the framework knows the train epoch's data was read to its end (saved as between epochs).
+        ``before_build``: the framework built the train iterators since it last tracked their loaders, and no batch
+        read them: the RNGs (global, the loaders' generators) are saved as they were then, for a resumed run builds
+        them again (and no epoch is in flight for the loaders)."""
         began = _clock.now_us()
         train = self.progress.train
         counts = train._dataloaders
         # Outside a train epoch a load restores only generators (nothing is replayed), and the
         # framework may already have built the next epoch's iterator: nothing of it is consumed.
         in_train_epoch = reenters_train_epoch(train._epochs.lifetime())
-        in_epoch = in_train_epoch and not epoch_ended  # an ended epoch's batches are all consumed
+        # an ended epoch's batches are all consumed; before the build, none (it is built again)
+        in_epoch = in_train_epoch and not epoch_ended and not before_build
         if self._resumed_epoch_unbegun():  # a resumed iterator the framework's save builds (its state_dict()) draws
             for resumed in self._loaders.values():
                 resumed.built_for_save()
-        rng = expanded(GlobalRng.capture())
+        saved_rng = expanded(self._tracked_rng if before_build and self._tracked_rng else GlobalRng.capture())
         loaders: list[dict[str, Any]] = []
         for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
             consumed = counts[index].batches.scopes().epoch if in_train_epoch and index < len(counts) else 0
             position = self._loaders.get(index)
             if position is not None:
-                loaders.append(position.state_dict(batches_consumed=consumed, in_epoch=in_epoch))
+                loaders.append(
+                    position.state_dict(batches_consumed=consumed, in_epoch=in_epoch, as_tracked=before_build)
+                )
             else:
                 loaders.append({"kind": "untracked"})
                 if consumed and in_epoch and self.view.train.is_mid_epoch:
@@ -133,23 +143,23 @@ class Tracker:
                         stacklevel=2,
                     )
         self.progress._count_since(self.progress._checkpoint_save_seconds, began)
-        return {"progress": self.progress.state_dict(), "train_loaders": loaders, "rng": compact_rng(rng)}
+        return {"progress": self.progress.state_dict(), "train_loaders": loaders, "rng": compact_rng(saved_rng)}
 
-    def gathered_state_dict(self, *, epoch_ended: bool = False) -> dict[str, Any]:
+    def gathered_state_dict(self, *, epoch_ended: bool = False, before_build: bool = False) -> dict[str, Any]:
         """Collective: on rank 0 :meth:`state_dict` plus ``"ranks"``, every rank's entry (also in a world of one);
         elsewhere :meth:`state_dict` (docs/distributed.md)."""
-        mine = self.state_dict(epoch_ended=epoch_ended)
+        mine = self.state_dict(epoch_ended=epoch_ended, before_build=before_build)
         began = _clock.now_us()
         ranks = gather_to_writer(mine)
         self.progress._count_since(self.progress._checkpoint_save_seconds, began)  # in the next checkpoint's entry
         return mine if ranks is None else {**ranks[0], "ranks": ranks}
 
-    def checkpoint_state_dict(self, *, epoch_ended: bool = False) -> dict[str, Any]:
+    def checkpoint_state_dict(self, *, epoch_ended: bool = False, before_build: bool = False) -> dict[str, Any]:
         """The entry to store in a checkpoint: :meth:`gathered_state_dict` (collective) when several processes run
         or a train loader is sharded across ranks (so another world size can map it), else :meth:`state_dict`."""
         if world()[0] > 1 or any(position.distributed_info() is not None for position in self._loaders.values()):
-            return self.gathered_state_dict(epoch_ended=epoch_ended)
-        return self.state_dict(epoch_ended=epoch_ended)
+            return self.gathered_state_dict(epoch_ended=epoch_ended, before_build=before_build)
+        return self.state_dict(epoch_ended=epoch_ended, before_build=before_build)
 
     def train_iterators_building(self) -> None:
         """The framework is about to build the iterators of the train loaders it resumes inside an epoch (see

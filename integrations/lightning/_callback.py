@@ -94,6 +94,7 @@ class ProgressTracker(StageHooks):
         self._run_begun = False  # this call's run is counted (a call that runs no loop is counted at teardown)
         self._fit_starting = False  # between a fit's setup and on_fit_start (where Lightning's tuners run)
         self._saved_starting = False  # this fit saved a checkpoint there: a tuner's, which it restores (an undo)
+        self._new_fit = False  # this fit starts Lightning's fit counters afresh
         self._cut_by = ""  # an exception ended the last call: what, and in which call (settled at the next call)
         self._validation_restart = ""  # read from a fit checkpoint's loops: see validation_at_load
         # where the train run scope of this Trainer's fit began (what continue_run_scope returned)
@@ -208,6 +209,7 @@ class ProgressTracker(StageHooks):
         # Lightning restores its loop counters after this hook: a loaded entry says they will carry on
         loaded, self._reenter = self._reenter, False
         carry_on = loaded or resume.fit_counters_carry_on(trainer)
+        self._new_fit = not carry_on
         reentered = carry_on and reenter_last_run(progress, _FIT)
         progress.run_ready(_FIT)
         if carry_on and not reentered:
@@ -351,7 +353,8 @@ class ProgressTracker(StageHooks):
                 inexact.warn_saved_in_validation()
             # Lightning knows the epoch's last batch (it fetched ahead), where a loader's length may be unknown.
             epoch_ended = resume.on_train_batch_end(trainer) and trainer.is_last_batch
-            return self.tracker.checkpoint_state_dict(epoch_ended=epoch_ended)
+            unread = self._new_fit and resume.no_batch_fetched(trainer)  # a resumed fit builds its iterator again
+            return self.tracker.checkpoint_state_dict(epoch_ended=epoch_ended, before_build=unread)
         return self.tracker.checkpoint_state_dict()
 
     def _catch_up(self, trainer: pl.Trainer) -> None:

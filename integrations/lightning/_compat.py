@@ -68,6 +68,11 @@ def fit_counters_carry_on(trainer: pl.Trainer) -> bool:
     return trainer.global_step > 0 or fit_loop.epoch_progress.total.ready > 0 or fit_loop.total_batch_idx >= 0
 
 
+def no_batch_fetched(trainer: pl.Trainer) -> bool:
+    """True before the fit loop fetched its first train batch."""
+    return bool(trainer.fit_loop.total_batch_idx < 0)
+
+
 def discards_setup_iterator(trainer: pl.Trainer) -> bool:
     """In ``on_train_epoch_start``: True if Lightning builds this epoch's train iterator anew, not reading the one
     ``setup_data`` built."""

@@ -75,6 +75,7 @@ class LoaderPosition:
             raise ValueError("in_order=False with workers yields batches in a racy order; it cannot resume exactly")
         self._site = Site(loader)
         self._own = OwnState(self._site) if own else None  # None: a plain loader
+        self._tracked: dict[str, torch.Tensor] = {}  # its generators' states when last tracked (note_tracked)
         _POSITIONS[loader] = self
 
     @classmethod
@@ -119,14 +120,21 @@ class LoaderPosition:
 
     # --- saving -------------------------------------------------------------------------
 
-    def state_dict(self, *, batches_consumed: int, in_epoch: bool | None = None) -> dict[str, Any]:
+    def note_tracked(self) -> None:
+        """The framework is about to build the loader's iterator: remember its generators' states of now."""
+        self._tracked = {path: g.get_state() for path, g in self._generators().items()}
+
+    def state_dict(
+        self, *, batches_consumed: int, in_epoch: bool | None = None, as_tracked: bool = False
+    ) -> dict[str, Any]:
         """Plain data: the generators, the loader's own state, plus ``batches_consumed``, the epoch's batches whose
         training steps completed (between epochs, 0 or the finished epoch's length). ``ValueError`` if it is negative.
         Counted past an epoch's length, the framework read the loader again within its epoch: a plain loader is saved
         as inside its epoch, one with its own state at that count within its current pass (warned: its state holds
         that pass only). ``in_epoch``: an epoch has begun and not ended (a loader saved
         there, even before its first batch, resumes inside it: a plain one is warned); None: inside an epoch if some but
-        not all of its batches were consumed."""
+        not all of its batches were consumed. ``as_tracked``: its generators as :meth:`note_tracked` saw them (the
+        iterator built since, which no batch read, is built again by a resumed run)."""
         if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, int):
             raise TypeError(f"batches_consumed must be an int, got {type(batches_consumed).__name__}")
         if batches_consumed < 0:
@@ -164,7 +172,10 @@ class LoaderPosition:
             "batches_consumed": batches_consumed,
             "batches_per_epoch": per_epoch,
             "num_workers": loader.num_workers,
-            "generators": {path: tensor_to_text(g.get_state()) for path, g in generators.items()},
+            "generators": {
+                path: tensor_to_text(self._tracked.get(path, g.get_state()) if as_tracked else g.get_state())
+                for path, g in generators.items()
+            },
             "epoch": epoch,
             "distributed": self.distributed_info(),
         }
