@@ -99,3 +99,17 @@ def test_the_schedulers_the_user_drops_after_the_fit_are_freed_while_their_recor
     gc.collect()
     assert [ref() for ref in refs] == [None] * 3
     assert view.train.scheduler_steps.lifetime == 3 * EPOCHS
+
+
+@pytest.mark.parametrize("swa_first", [False, True], ids=["tracker-listed-first", "swa-listed-first"])
+def test_the_scheduler_stochastic_weight_averaging_puts_in_is_counted_beside_the_one_it_replaced(
+    swa_first: bool,
+) -> None:
+    torch.manual_seed(0)
+    swa = pl.callbacks.StochasticWeightAveraging(swa_lrs=0.05, swa_epoch_start=2)
+    tracker = ProgressTracker()
+    fit = trainer([swa, tracker] if swa_first else [tracker, swa], max_epochs=4, limit_val_batches=0)
+    fit.fit(Scheduled(["epoch"]), loader())
+    assert [type(config.scheduler).__name__ for config in fit.lr_scheduler_configs] == ["SWALR"]
+    # each epoch's end steps one scheduler: the StepLR before the swap, the SWALR after it
+    assert get_progress(fit).train.scheduler_steps.lifetime == 4

@@ -19,7 +19,6 @@ from tracker_core.adapter import (
     bind_lifetime,
     capture_gradients,
     continue_run_scope,
-    count_scheduler_steps,
     keep_heartbeat,
     read_heartbeat,
     reenter_last_run,
@@ -81,6 +80,7 @@ class ProgressTracker(StageHooks):
         self._drivers()
         self._trainer: Callable[[], pl.Trainer | None] = nothing
         self._step_hooks: list[RemovableHandle] = []
+        self._fit_schedulers: list[object] = []  # held during the fit (see StageHooks._count_schedulers)
         self._gradients: list[torch.Tensor | None] | None = None  # loaded, restored at on_train_start
         self._loaded = False  # an entry was loaded; Lightning's restart not yet reconciled
         self._reenter = False  # a fit entry was loaded: on_fit_start re-enters its run
@@ -136,7 +136,7 @@ class ProgressTracker(StageHooks):
         """Plain data: the progress state instead of the live record, no trainer reference or optimizer hooks."""
         drivers = ("_train", "_validate", "_test", "_predict")
         state = {name: value for name, value in self.__dict__.items() if name not in drivers}
-        live: dict[str, object] = {"_trainer": nothing, "_step_hooks": [], "_train_loaders": []}
+        live: dict[str, object] = {"_trainer": nothing, "_step_hooks": [], "_train_loaders": [], "_fit_schedulers": []}
         return {**state, **live, "tracker": self.tracker.progress.state_dict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -176,7 +176,7 @@ class ProgressTracker(StageHooks):
 
     @passenger
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._remove_step_hooks()
+        self._release_fit_objects()
         self._rng.after_cut = None
         kind = str(getattr(stage, "value", stage))  # Lightning passes its TrainerFn (a str enum)
         if kind != _FIT and not self._run_begun:  # Lightning skipped a loop over zero batches: still a run
@@ -189,14 +189,15 @@ class ProgressTracker(StageHooks):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """Note the exception; what it cut is closed at the next call on this Trainer, so that a checkpoint written
         after it (``OnExceptionCheckpoint``) holds the record as it was, as Lightning's loops do."""
-        self._remove_step_hooks()
+        self._release_fit_objects()
         self.tracker.progress.note_run_end("interrupted" if isinstance(exception, KeyboardInterrupt) else "crashed")
         self._cut_by = f"{type(exception).__name__} in {getattr(trainer.state.fn, 'value', trainer.state.fn)}"
 
-    def _remove_step_hooks(self) -> None:
+    def _release_fit_objects(self) -> None:
+        """Remove the optimizer step hooks and let go of the schedulers held during the fit."""
         for handle in self._step_hooks:
             handle.remove()
-        self._step_hooks = []
+        self._step_hooks, self._fit_schedulers = [], []
 
     # fit -------------------------------------------------------------------------------------
     @passenger
@@ -224,7 +225,7 @@ class ProgressTracker(StageHooks):
         self._fit_scope = continue_run_scope(progress.train)  # re-entered: where the continued run's scope began
         progress.run_started()
         self._run_begun = True
-        self._remove_step_hooks()
+        self._release_fit_objects()
         self._step_hooks = count_optimizer_steps(progress.train, trainer.optimizers)
 
     def _track_train_loaders(self, loaders: list[object]) -> bool:
@@ -291,7 +292,7 @@ class ProgressTracker(StageHooks):
     @passenger
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # from the state Lightning restored before this hook (a restored last_epoch is no step)
-        count_scheduler_steps(self.tracker.progress.train, [c.scheduler for c in trainer.lr_scheduler_configs])
+        self._count_schedulers(trainer)
         self._rng.arm_first_batch_check(trainer)
         closed, self._closed_at_restart = self._closed_at_restart, None
         built = None if closed is None else resume.validation_built_at_restart(trainer, closed)
@@ -322,7 +323,7 @@ class ProgressTracker(StageHooks):
 
     @passenger
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._remove_step_hooks()
+        self._release_fit_objects()
         self._train.settle()
         progress = self.tracker.progress
         runs = progress.view.run.counts

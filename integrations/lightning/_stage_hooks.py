@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import torch
 
 from tracker_core import EventOrderError, Tracker
-from tracker_core.adapter import bind_lifetime
+from tracker_core.adapter import bind_lifetime, count_scheduler_steps
 from tracker_core.integrations.lightning._bases import CallbackBase
 from tracker_core.integrations.lightning._combined_batches import CombinedBatches
 from tracker_core.integrations.lightning._resume_rng import ResumeRngChecks
@@ -112,6 +112,7 @@ class StageHooks(CallbackBase):
     _trainer: Callable[[], pl.Trainer | None]
     _run_begun: bool  # this call's run is counted
     _anomaly: Callable[[str], None]
+    _fit_schedulers: list[object]  # the schedulers counted, held until the fit ends
 
     # The per-batch hooks guard inline (a try costs nothing in Python 3.11; a wrapper costs a call)
     def on_train_batch_start(
@@ -124,6 +125,16 @@ class StageHooks(CallbackBase):
         if self._combined is not None:
             self._combined.batch = batch
         self._rng.train_batch_start()
+        if batch_idx == 0:  # after every on_train_epoch_start hook
+            self._count_schedulers(trainer)
+
+    def _count_schedulers(self, trainer: pl.Trainer) -> None:
+        """Count the steps of the schedulers Lightning steps now (a callback may replace them at an epoch's start:
+        ``StochasticWeightAveraging`` puts in its ``SWALR``); what those counted until now stepped stays counted:
+        they are held until the fit ends (Lightning drops a replaced one before the tracker reads its last step)."""
+        schedulers: list[object] = [c.scheduler for c in trainer.lr_scheduler_configs]
+        count_scheduler_steps(self.tracker.progress.train, schedulers)
+        self._fit_schedulers = schedulers
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
         self._step_began("on_before_backward")
