@@ -185,6 +185,22 @@ def test_a_finished_run_continued_from_its_checkpoint_keeps_lightnings_step_and_
     _agrees(oracle)
 
 
+def test_a_fit_from_a_checkpoint_saved_after_a_test_call_notes_lightnings_step_and_epoch(tmp_path: Path) -> None:
+    config = Config()
+    first = trainer(config, [ProgressTracker()])
+    module = model(config)
+    first.fit(module, _loader())
+    first.test(module, _loader(7))
+    first.save_checkpoint(tmp_path / "after_test.ckpt")
+    longer = dataclass_replace(config, max_epochs=3)
+    second = trainer(longer, [ProgressTracker()])
+    with pytest.warns(RuntimeWarning, match=r"global_step 8, epoch 2\)"):
+        second.fit(model(longer), _loader(), ckpt_path=tmp_path / "after_test.ckpt")
+    view = get_progress(second)
+    assert (second.global_step, view.global_step) == (12, 4)  # the run scope starts at 0 (docs/lightning.md)
+    assert view.train.batches.lifetime.completed == 12
+
+
 def test_a_finished_fit_continued_on_the_same_trainer_keeps_lightnings_step_and_epoch() -> None:
     config = Config()
     oracle = Oracle()

@@ -216,11 +216,14 @@ class ProgressTracker(StageHooks):
         if carry_on and not reentered:
             if self._fit_scope is not None and not loaded:  # validate/test/predict came in between
                 continue_run_scope(progress.train, self._fit_scope)
-            else:
+            else:  # a loaded checkpoint's counters are Lightning's once it restored its loops, after this hook
+                restart = self._restart if loaded else None
+                step, epoch = (trainer.global_step, trainer.current_epoch)
+                if restart is not None:
+                    step, epoch = restart.global_step, restart.epoch
                 self._anomaly(
-                    f"this fit continues Lightning's counters of an earlier fit (global_step {trainer.global_step}, "
-                    f"epoch {trainer.current_epoch}) that the record did not count as its last run: run-scope "
-                    "counts start at 0"
+                    f"this fit continues Lightning's counters of an earlier fit (global_step {step}, epoch {epoch}) "
+                    "that the record did not count as its last run: run-scope counts start at 0"
                 )
         self._fit_scope = continue_run_scope(progress.train)  # re-entered: where the continued run's scope began
         progress.run_started()
