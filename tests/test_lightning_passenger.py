@@ -3,6 +3,7 @@ Lightning's counters at every hook (the oracle) — issue 13, items 1-8 and 17, 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import io
@@ -25,7 +26,7 @@ from tracker_core.integrations.lightning import GRADIENTS_KEY, STATE_KEY, Progre
 from helpers.ledger import without_ledger
 from helpers.lightning_matrix import PACKAGES, Config, Planned, model, trainer
 from helpers.lightning_oracle import Oracle
-from helpers.lightning_program import Indexed, Recording
+from helpers.lightning_program import Indexed, Recording, SaveAndStop, Stop
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -248,8 +249,47 @@ def test_manual_optimization_steps_belong_to_their_batch_and_leave_no_accumulati
 
     fit = trainer(config, [ProgressTracker(), SaveMidEpoch()])
     fit.fit(model(config), _loader())
-    assert GRADIENTS_KEY not in torch.load(tmp_path / "mid.ckpt", weights_only=True)
     assert get_progress(fit).train.accumulating_batches == 0
+
+
+class _AccumulatingByHand(Recording):
+    """Two optimizers: the first accumulates over 2 batches by hand, the second steps at every batch."""
+
+    def __init__(self) -> None:
+        super().__init__(manual=True)
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        self.seen.append([int(i) for i in batch[2]])
+        first, second = self.optimizers()  # type: ignore[misc]
+        loss = self.loss(batch)
+        self.manual_backward(loss / 2, retain_graph=True)  # into both layers' gradients
+        if batch_idx % 2 == 1:
+            first.step()
+            first.zero_grad()
+        self.second.zero_grad()
+        self.manual_backward(loss, inputs=list(self.second.parameters()))
+        second.step()
+        second.zero_grad()
+
+
+# global_step counts both optimizers' steps: 1 after batch 0 (the first one's window open), 3 after batch 1 (closed)
+@pytest.mark.parametrize("at", [1, 3])
+def test_a_resume_where_one_of_several_optimizers_accumulates_by_hand_is_exact(at: int, tmp_path: Path) -> None:
+    def fit(seed: int, *callbacks: Any, ckpt_path: Path | None = None) -> Any:
+        torch.manual_seed(seed)
+        module = _AccumulatingByHand()
+        with contextlib.suppress(Stop):
+            trainer(Config(max_epochs=2), [ProgressTracker(), *callbacks]).fit(
+                module, _resumable_loader(), ckpt_path=ckpt_path
+            )
+        return module
+
+    straight = fit(0)
+    first = fit(0, SaveAndStop(tmp_path / "mid.ckpt", at))
+    resumed = fit(1234, ckpt_path=tmp_path / "mid.ckpt")
+    assert (GRADIENTS_KEY in torch.load(tmp_path / "mid.ckpt", weights_only=True)) is (at == 1)
+    assert first.seen + resumed.seen == straight.seen
+    assert all(torch.equal(a, b) for a, b in zip(resumed.parameters(), straight.parameters(), strict=True))
 
 
 # 6 ----------------------------------------------------------------------------------------------

@@ -381,7 +381,13 @@ class ProgressTracker(StageHooks):
         if trainer.state.fn != _FIT:
             return
         keep_heartbeat(self.tracker.progress, self._heartbeat)
-        gradients = capture_gradients(pl_module.parameters()) if self.tracker.view.is_mid_accumulation else None
+        # gradients the next step adds to: in an accumulation window, or any left with several optimizers (one may
+        # accumulate by hand while another steps: the record's window closes at each step)
+        pending = self.tracker.view.is_mid_accumulation or (
+            len(trainer.optimizers) > 1
+            and any(p.grad is not None and bool(p.grad.any()) for p in pl_module.parameters())
+        )
+        gradients = capture_gradients(pl_module.parameters()) if pending else None
         if trainer.world_size > 1:
             gradients = rank_parts.every_rank(gradients)
         if gradients is not None:
