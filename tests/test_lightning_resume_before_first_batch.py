@@ -32,10 +32,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 class _SaveInHookAndStop(pl.Callback):
-    """Saves ``path`` in the first call of ``hook``, then stops the fit at its first train batch."""
+    """Saves ``path`` in ``hook`` of train epoch ``epoch``, then stops the fit at its next train batch."""
 
-    def __init__(self, hook: str, path: Path) -> None:
-        self.hook, self.path, self.saved = hook, path, False
+    def __init__(self, hook: str, path: Path, epoch: int = 0) -> None:
+        self.hook, self.path, self.epoch, self.saved = hook, path, epoch, False
 
     def on_train_start(self, trainer: pl.Trainer, *args: Any) -> None:
         self._save(trainer, "on_train_start")
@@ -44,7 +44,7 @@ class _SaveInHookAndStop(pl.Callback):
         self._save(trainer, "on_train_epoch_start")
 
     def _save(self, trainer: pl.Trainer, hook: str) -> None:
-        if hook == self.hook and not self.saved:
+        if hook == self.hook and trainer.current_epoch == self.epoch and not self.saved:
             trainer.save_checkpoint(self.path)
             self.saved = True
 
@@ -79,3 +79,13 @@ def test_a_checkpoint_before_a_new_fits_first_batch_resumes_exactly_without_warn
     assert all(torch.equal(a, b) for a, b in zip(weights(resumed_module), weights(straight_module), strict=True))
     resumed_view, straight_view = get_progress(resumed).state_dict(), get_progress(straight).state_dict()
     assert without_ledger(resumed_view) == without_ledger(straight_view)
+
+
+def test_a_checkpoint_in_the_epoch_start_of_a_later_epoch_warns_that_lightning_trains_one_epoch_fewer(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "epoch_1_start.ckpt"
+    with pytest.warns(InexactResumeWarning, match="on_train_epoch_start of epoch 1 .* one epoch fewer"):
+        _fit(True, 0, _SaveInHookAndStop("on_train_epoch_start", path, epoch=1))
+    resumed, module = _fit(True, 1234, ckpt_path=path)
+    assert (resumed.current_epoch, module.seen) == (2, [])  # of max_epochs=2: epoch 1 counted as trained, untrained

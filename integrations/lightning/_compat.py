@@ -27,6 +27,12 @@ def on_train_batch_end(trainer: pl.Trainer) -> bool:
     return bool(current.ready == current.started == current.processed == current.completed + 1)
 
 
+def in_train_epoch_start(trainer: pl.Trainer) -> bool:
+    """True inside ``on_train_epoch_start`` hooks (Lightning marked the epoch ready, not started)."""
+    current: Any = trainer.fit_loop.epoch_progress.current
+    return bool(current.ready == current.started + 1)
+
+
 def validation_due(trainer: pl.Trainer) -> bool:
     """True if a validation follows the batch now ending (Lightning skips it when resuming from here)."""
     fit_loop = trainer.fit_loop

@@ -52,6 +52,12 @@ def warn_inexact_save(tracker: Tracker, trainer: pl.Trainer, layout: TrainLayout
             "yields restarts at 0 when it resumes (and with accumulate_grad_batches > 1 Lightning zeroes and "
             "steps gradients by that count), so a step that uses it runs differently from an uninterrupted run"
         )
+    if trainer.current_epoch > 0 and resume.in_train_epoch_start(trainer):
+        _inexact(
+            f"checkpoint saved in on_train_epoch_start of epoch {trainer.current_epoch} (0-based): resuming from it, "
+            "Lightning counts that epoch as trained and goes on with the next, so the resumed run trains one epoch "
+            "fewer than the run that saved it (save in on_train_epoch_end of the epoch before, or in a batch)"
+        )
     if resume.on_train_batch_end(trainer) and resume.validation_due(trainer):
         _inexact(
             "checkpoint saved in on_train_batch_end before a due validation: Lightning skips that "
