@@ -33,6 +33,11 @@ def in_train_epoch_start(trainer: pl.Trainer) -> bool:
     return bool(current.ready == current.started + 1)
 
 
+def schedules_accumulation(trainer: pl.Trainer) -> bool:
+    """True if a ``GradientAccumulationScheduler`` sets ``accumulate_grad_batches`` in ``on_train_epoch_start``."""
+    return any("GradientAccumulationScheduler" in {k.__name__ for k in type(c).__mro__} for c in trainer.callbacks)
+
+
 def validation_due(trainer: pl.Trainer) -> bool:
     """True if a validation follows the batch now ending (Lightning skips it when resuming from here)."""
     fit_loop = trainer.fit_loop

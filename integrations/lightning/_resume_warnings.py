@@ -58,6 +58,12 @@ def warn_inexact_save(tracker: Tracker, trainer: pl.Trainer, layout: TrainLayout
             "Lightning counts that epoch as trained and goes on with the next, so the resumed run trains one epoch "
             "fewer than the run that saved it (save in on_train_epoch_end of the epoch before, or in a batch)"
         )
+    if tracker.view.is_mid_epoch and trainer.accumulate_grad_batches != 1 and resume.schedules_accumulation(trainer):
+        _inexact(
+            "mid-epoch checkpoint with a GradientAccumulationScheduler: Lightning resumes inside the epoch without "
+            "its on_train_epoch_start hooks, so the scheduler does not set this epoch's accumulate_grad_batches "
+            f"({trainer.accumulate_grad_batches}): the resumed epoch steps after every batch, as without the tracker"
+        )
     if resume.on_train_batch_end(trainer) and resume.validation_due(trainer):
         _inexact(
             "checkpoint saved in on_train_batch_end before a due validation: Lightning skips that "
