@@ -35,7 +35,8 @@ def in_train_epoch_start(trainer: pl.Trainer) -> bool:
 
 def schedules_accumulation(trainer: pl.Trainer) -> bool:
     """True if a ``GradientAccumulationScheduler`` sets ``accumulate_grad_batches`` in ``on_train_epoch_start``."""
-    return any("GradientAccumulationScheduler" in {k.__name__ for k in type(c).__mro__} for c in trainer.callbacks)
+    callbacks: list[Any] = getattr(trainer, "callbacks", [])  # set in Trainer.__init__, not declared
+    return any("GradientAccumulationScheduler" in {k.__name__ for k in type(c).__mro__} for c in callbacks)
 
 
 def validation_due(trainer: pl.Trainer) -> bool:
