@@ -25,6 +25,7 @@ class TrainPasses:
         self._restored_iterations: dict[int, int] = {}  # index -> loader.iteration to set before the next pass
         self._finished: set[int] = set()  # restored mid-epoch after the pass yielded its last batch
         self.left: set[int] = set()  # those whose pass the loop left before its end
+        self._read_again: set[int] = set()  # those whose pass began again in the epoch
         self._resumed: dict[int, int] = {}  # index -> batches its pass in the epoch load_state resumes skips
         self._restored_step: int | None = None  # accelerator.step after an elastic load, set when the pass begins
 
@@ -84,6 +85,8 @@ class TrainPasses:
         self.track(loader, index)
         if self._restored_step is not None:  # after Accelerate's load_state restored the old geometry's
             accelerator.step, self._restored_step = self._restored_step, None
+        if index in self._pass_start:
+            self._read_again.add(index)
         pass_start = self._pass_start[index] = getattr(loader, "iteration", None)
         if index not in self._finished:
             return True
@@ -98,6 +101,7 @@ class TrainPasses:
         """A train epoch begins: no pass of it has begun or been left."""
         self._pass_start.clear()
         self.left.clear()
+        self._read_again.clear()
 
     def end_epoch(self) -> None:
         """The epoch ends: passes of the resumed epoch that never began start the next epoch from the beginning."""
@@ -129,6 +133,15 @@ class TrainPasses:
         over = {i for i, it in enumerate(iterations) if it and it.finished}
         if in_epoch and not self._restarting(entry, over):
             _warn_if_inexact(iterations, over, sorted(self.left), "save_state after")
+        if in_epoch and self._read_again:
+            warnings.warn(
+                f"save_state after train dataloader(s) {', '.join(map(str, sorted(self._read_again)))} began another "
+                "pass in this epoch: the checkpoint holds the position in the pass in flight, not how many passes the "
+                "loop made, so a resumed loop that reads a loader twice an epoch reads the rest of this pass, then "
+                "all of its next one",
+                InexactResumeWarning,
+                stacklevel=4,
+            )
         return iterations
 
     def _restarting(self, entry: Mapping[str, Any], over: set[int]) -> list[int]:

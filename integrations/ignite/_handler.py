@@ -46,6 +46,7 @@ from tracker_core.integrations.ignite._loaders import (
     any_own_state,
     builds_drew,
     finish_replay,
+    has_own_state,
     has_plain_loader,
 )
 from tracker_core.integrations.ignite._steps import count_trainer_steps
@@ -327,7 +328,9 @@ class ProgressHandler:
         mid_epoch, state = self.view.is_mid_epoch, trainer.state
         loader = state.dataloader
         length = batches_in(loader) if isinstance(loader, DataLoader) else None
-        if length and state.epoch_length != length and (mid_epoch or state.iteration % length):
+        # inside an epoch a loader with its own state resumes inside its pass; at an epoch's end it is saved as ended
+        inside_pass = (mid_epoch and not has_own_state(loader)) or (not mid_epoch and state.iteration % (length or 1))
+        if length and state.epoch_length != length and inside_pass:
             problem = (
                 f"the trainer's epoch_length ({state.epoch_length}) differs from the length of its "
                 f"DataLoader ({length}): Ignite then carries one loader iterator across epochs, and a "

@@ -190,18 +190,6 @@ def warn_counted_twice(loader: Any) -> None:
     )
 
 
-def warn_read_again_in_epoch(loader: Any, batches: int, per_epoch: int) -> None:
-    """Saved after more batches of an epoch than the loader has: the framework read it again within the epoch (an
-    Ignite ``epoch_length`` above its length, a loop over it twice an epoch)."""
-    warnings.warn(
-        f"saving {describe(loader)} after {batches} batches of an epoch, more than its {per_epoch}: the framework "
-        "read it again within the epoch, and its own state holds only the pass in flight, so a resume continues "
-        "that pass, which may not be where the uninterrupted run goes on",
-        InexactResumeWarning,
-        stacklevel=3,
-    )
-
-
 def warn_order_drawn_again(loader: Any, doing: str, sampler: str) -> None:
     """The trade of :meth:`OwnState.order_drawn_again` (``sampler``: its type name), named at a mid-epoch save and at
     its resume."""

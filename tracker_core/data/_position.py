@@ -15,14 +15,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from tracker_core._errors import ProgressStateError
 from tracker_core.data._compact import compact_loader, expand_loader
 from tracker_core.data._epoch import EpochRecord, FastForward, Site
-from tracker_core.data._own_state import (
-    LoaderKind,
-    OwnState,
-    is_stateful,
-    warn_counted_twice,
-    warn_order_drawn_again,
-    warn_read_again_in_epoch,
-)
+from tracker_core.data._own_state import LoaderKind, OwnState, is_stateful, warn_counted_twice, warn_order_drawn_again
 from tracker_core.data._plain import warn_persistent_workers, warn_plain_mid_epoch
 from tracker_core.data._saved_loader import (
     STATE_VERSION,
@@ -130,11 +123,11 @@ class LoaderPosition:
         """Plain data: the generators, the loader's own state, plus ``batches_consumed``, the epoch's batches whose
         training steps completed (between epochs, 0 or the finished epoch's length). ``ValueError`` if it is negative.
         Counted past an epoch's length, the framework read the loader again within its epoch: a plain loader is saved
-        as inside its epoch, one with its own state at that count within its current pass (warned: its state holds
-        that pass only). ``in_epoch``: an epoch has begun and not ended (a loader saved
-        there, even before its first batch, resumes inside it: a plain one is warned); None: inside an epoch if some but
-        not all of its batches were consumed. ``as_tracked``: its generators as :meth:`note_tracked` saw them (the
-        iterator built since, which no batch read, is built again by a resumed run)."""
+        as inside its epoch, one with its own state at that count within its pass in flight. ``in_epoch``: an epoch
+        has begun and not ended (a loader saved there, even before its first batch, resumes inside it: a plain one is
+        warned); None: inside an epoch if some but not all of its batches were consumed. ``as_tracked``: its
+        generators as :meth:`note_tracked` saw them (the iterator built since, which no batch read, is built again by
+        a resumed run)."""
         if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, int):
             raise TypeError(f"batches_consumed must be an int, got {type(batches_consumed).__name__}")
         if batches_consumed < 0:
@@ -146,8 +139,7 @@ class LoaderPosition:
             record = self._plain_record(batches_consumed, per_epoch, in_epoch)
             batches_consumed = batches_consumed if per_epoch is None else min(batches_consumed, per_epoch)
         else:
-            if per_epoch is not None and batches_consumed > per_epoch:
-                warn_read_again_in_epoch(loader, batches_consumed, per_epoch)
+            if per_epoch is not None and batches_consumed > per_epoch:  # its own state holds the pass in flight
                 batches_consumed = batches_consumed % per_epoch if per_epoch else 0
             record = own.saved_record(batches_consumed)
             if batches_consumed != per_epoch and (batches_consumed > 0 if in_epoch is None else in_epoch):
