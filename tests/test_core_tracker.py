@@ -323,6 +323,20 @@ def test_a_mid_epoch_checkpoint_of_a_loader_that_is_not_a_dataloader_warns_that_
     assert entry["train_loaders"] == [{"kind": "untracked"}]
 
 
+def test_a_mid_epoch_checkpoint_of_a_loader_never_given_warns_that_it_was_not_given() -> None:
+    tracker = Tracker()  # Ignite's run(None): the process function fetches its own batches
+    train = tracker.progress.train
+    tracker.progress.run_ready("fit")
+    train.epoch_ready()
+    train.epoch_started()
+    train.batch_ready()
+    train.batch_started()
+    train.batch_processed(2)
+    with pytest.warns(InexactResumeWarning, match="train dataloader 0 was not given to the tracker, so"):
+        entry = tracker.state_dict()
+    assert entry["train_loaders"] == [{"kind": "untracked"}]
+
+
 def test_a_checkpoint_between_epochs_of_a_loader_that_is_not_a_dataloader_does_not_warn() -> None:
     tracker = Tracker()
     tracker.track_train_loader([torch.zeros(2)] * 3)

@@ -135,10 +135,11 @@ class Tracker:
             else:
                 loaders.append({"kind": "untracked"})
                 if consumed and in_epoch and self.view.train.is_mid_epoch:
+                    name = self._untracked.get(index)
+                    what = "was not given to the tracker" if name is None else f"({name}) is not a torch DataLoader"
                     warnings.warn(
-                        f"train dataloader {index} ({self._untracked.get(index, 'unknown')}) is not a torch "
-                        "DataLoader, so this mid-epoch checkpoint cannot resume at its batch position: the "
-                        "resumed epoch will read this loader from its start",
+                        f"train dataloader {index} {what}, so this mid-epoch checkpoint cannot resume at its batch "
+                        "position: the resumed epoch will read this loader from its start",
                         InexactResumeWarning,
                         stacklevel=2,
                     )
