@@ -308,9 +308,8 @@ def test_a_plain_dataloader_saved_mid_epoch_warns_at_the_save_and_at_the_resume_
     assert len(list(fresh_loader)) == 4  # a loop over the loader reads its epoch whole
 
 
-def test_a_mid_epoch_checkpoint_of_a_loader_that_is_not_a_dataloader_warns_that_it_cannot_resume_exactly() -> None:
-    tracker = Tracker()
-    tracker.track_train_loader([torch.zeros(2)] * 3)
+def _inside_a_batch(tracker: Tracker) -> None:
+    """A fit's first epoch, its first batch processed (2 samples)."""
     train = tracker.progress.train
     tracker.progress.run_ready("fit")
     train.epoch_ready()
@@ -318,6 +317,12 @@ def test_a_mid_epoch_checkpoint_of_a_loader_that_is_not_a_dataloader_warns_that_
     train.batch_ready()
     train.batch_started()
     train.batch_processed(2)
+
+
+def test_a_mid_epoch_checkpoint_of_a_loader_that_is_not_a_dataloader_warns_that_it_cannot_resume_exactly() -> None:
+    tracker = Tracker()
+    tracker.track_train_loader([torch.zeros(2)] * 3)
+    _inside_a_batch(tracker)
     with pytest.warns(InexactResumeWarning, match="not a torch DataLoader"):
         entry = tracker.state_dict()
     assert entry["train_loaders"] == [{"kind": "untracked"}]
@@ -325,13 +330,7 @@ def test_a_mid_epoch_checkpoint_of_a_loader_that_is_not_a_dataloader_warns_that_
 
 def test_a_mid_epoch_checkpoint_of_a_loader_never_given_warns_that_it_was_not_given() -> None:
     tracker = Tracker()  # Ignite's run(None): the process function fetches its own batches
-    train = tracker.progress.train
-    tracker.progress.run_ready("fit")
-    train.epoch_ready()
-    train.epoch_started()
-    train.batch_ready()
-    train.batch_started()
-    train.batch_processed(2)
+    _inside_a_batch(tracker)
     with pytest.warns(InexactResumeWarning, match="train dataloader 0 was not given to the tracker, so"):
         entry = tracker.state_dict()
     assert entry["train_loaders"] == [{"kind": "untracked"}]
