@@ -144,3 +144,21 @@ def test_breaking_out_of_an_evaluation_ends_its_epoch_and_run():
     assert view.validate.batches.lifetime == PhaseCounts(1, 1, 1, 1)
     assert view.validate.epochs.lifetime == PhaseCounts(1, 1, 1, 1)
     assert view.run.kind == "validate" and view.run.counts == PhaseCounts(1, 1, 1, 1)
+
+
+def test_the_optimizer_prepared_after_free_memory_is_counted():
+    accelerator = fresh_accelerator(Setup(accumulation=1))
+    progress = AcceleratorProgress(accelerator)
+    batches = [(torch.randn(3, 4), torch.randn(3, 1)) for _ in range(5)]
+    for _fit in range(2):  # free_memory() empties Accelerate's lists: the second prepare() puts a new optimizer first
+        accelerator.free_memory()
+        model = torch.nn.Linear(4, 1)
+        model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        with progress.fit(1) as fit:
+            for _epoch in fit.epochs():
+                for x, y in fit.train(batches):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+        assert progress.view.global_step == 5
+    assert progress.view.train.optimizer_steps.lifetime == 10

@@ -14,8 +14,13 @@ import pytest
 pytest.importorskip("accelerate")
 pytest.importorskip("torchdata")
 
-from tracker_core import InexactResumeWarning
+import torch
+from torch.utils.data import DataLoader
 
+from tracker_core import InexactResumeWarning
+from tracker_core.integrations.accelerate import AcceleratorProgress
+
+from helpers.accelerate_drive import Indexed, Setup, fresh_accelerator
 from helpers.accelerate_save_places import leaving_the_fit, resumed_exactly, validating
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
@@ -77,3 +82,26 @@ def test_a_save_state_after_the_fit_block_was_left_mid_epoch_of_a_plain_dataload
         leaving_the_fit("interrupt", stateful=False, stop_after=5, save_dir=str(tmp_path))
     with pytest.warns(InexactResumeWarning, match="resuming DataLoader over Indexed"):
         leaving_the_fit("interrupt", stateful=False, load_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize(("at", "warns"), [(3, True), (2, False)], ids=["window-end", "inside-window"])
+def test_a_save_state_before_the_optimizer_step_of_a_windows_last_batch_warns_that_the_step_is_lost(
+    at: int, warns: bool, tmp_path: Path
+) -> None:
+    accelerator = fresh_accelerator(Setup(accumulation=3, stateful=True))  # batch 3 ends the first window
+    model = torch.nn.Linear(4, 1)
+    loader = DataLoader(Indexed(18), batch_size=3)
+    model, optimizer, loader = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader)
+    progress = AcceleratorProgress(accelerator)
+    with warnings.catch_warnings(record=True) as caught, progress.fit(1) as fit:
+        warnings.simplefilter("always")
+        for _epoch in fit.epochs():
+            for batch, (_ids, x, y) in enumerate(fit.train(loader), start=1):
+                with accelerator.accumulate(model):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    if batch == at:
+                        accelerator.save_state(str(tmp_path / "saved"))
+                    optimizer.step()
+                    optimizer.zero_grad()
+    lost = [w for w in caught if "before its optimizer step" in str(w.message)]
+    assert len(lost) == int(warns)

@@ -4,6 +4,7 @@ scheduler step, through a checkpoint."""
 from __future__ import annotations
 
 import gc
+import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 pytest.importorskip("ignite")
 
 import torch
-from ignite.engine import Engine, Events
+from ignite.engine import Engine, EventEnum, Events
 from ignite.handlers import (
     Checkpoint,
     ConcatScheduler,
@@ -173,6 +174,18 @@ def test_a_handler_not_attached_to_the_trainer_is_refused_naming_it() -> None:
         ProgressHandler().attach(Engine(lambda e, b: None), schedulers=[program.momentum])
 
 
+def test_a_handler_attached_to_a_custom_event_is_refused_naming_the_custom_event() -> None:
+    class StepEvents(EventEnum):
+        OPTIMIZER_STEPPED = "optimizer_stepped"
+
+    program = _program()
+    trainer = Engine(lambda e, b: None)
+    trainer.register_events(*StepEvents)
+    trainer.add_event_handler(StepEvents.OPTIMIZER_STEPPED, program.momentum)
+    with pytest.raises(ValueError, match="the PiecewiseLinear in schedulers is attached to a custom event"):
+        ProgressHandler().attach(trainer, schedulers=[program.momentum])
+
+
 def test_the_scheduler_handlers_are_left_as_they_were() -> None:
     program = _program()
     assert type(program.lr) is LRScheduler and type(program.momentum) is PiecewiseLinear
@@ -188,3 +201,22 @@ def test_the_schedulers_the_user_drops_are_freed_with_the_trainer_while_the_hand
     gc.collect()
     assert [ref() for ref in refs] == [None] * 6
     assert handler.view.train.scheduler_steps.lifetime == changes
+
+
+@pytest.mark.parametrize(("iteration", "warns"), [(2, True), (4, False)], ids=["mid-epoch", "epoch-last-batch"])
+def test_a_checkpoint_with_a_scheduler_on_epoch_started_warns_that_a_mid_epoch_resume_calls_it_again(
+    iteration: int, warns: bool
+) -> None:
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    trainer = Engine(lambda engine, batch: None)
+    scheduler = PiecewiseLinear(optimizer, "lr", milestones_values=[(0, 0.1), (3, 0.01)])
+    trainer.add_event_handler(Events.EPOCH_STARTED, scheduler)
+    progress = ProgressHandler()
+    progress.attach(trainer, optimizers=[optimizer], schedulers=[scheduler])
+    trainer.add_event_handler(Events.ITERATION_COMPLETED(once=iteration), lambda: progress.state_dict())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.run([0] * BATCHES, max_epochs=2)
+    again = [w for w in caught if "PiecewiseLinear on EPOCH_STARTED" in str(w.message)]
+    assert len(again) == int(warns)

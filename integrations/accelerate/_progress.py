@@ -11,7 +11,7 @@ from typing import Any, Literal, TextIO, overload
 
 import torch
 
-from tracker_core import EventOrderError, ProgressStateError, ProgressView, StageProgress, Tracker
+from tracker_core import EventOrderError, InexactResumeWarning, ProgressStateError, ProgressView, StageProgress, Tracker
 from tracker_core.adapter import (
     Display,
     ResumeRngCheck,
@@ -68,7 +68,7 @@ class AcceleratorProgress:
             name: TokenCounter(self._progress.stage(name), count_tokens)
             for name in ("train", "validate", "test", "predict")
         }
-        self._hooked_optimizers = 0
+        self._hooked_optimizers: list[weakref.ref[Any]] = []  # the prepared optimizers counted, by index
         self._check_skips: Callable[[], None] = no_scaler  # the GradScaler's skip check, once per train batch
         self._fit: Fit | None = None  # the open fit run, None outside one
         self._fit_epoch = 0  # the epoch the open fit last began
@@ -122,7 +122,7 @@ class AcceleratorProgress:
     def __getstate__(self) -> dict[str, Any]:
         """Pickled with its Accelerator and without the display (it holds a stream); optimizers pickle without
         torch's step hooks."""
-        state = {**self.__dict__, "_display": None, "_hooked_optimizers": 0, "_check_skips": no_scaler}
+        state = {**self.__dict__, "_display": None, "_hooked_optimizers": [], "_check_skips": no_scaler}
         state["_accelerator_ref"] = self._accelerator
         return state
 
@@ -336,6 +336,7 @@ class AcceleratorProgress:
     def _on_save(self, models: list[torch.nn.Module], weights: list[Any], output_dir: str) -> None:
         batch = self._in_flight
         if batch is not None and not batch.processed:  # saved from the loop body: the batch's step is done
+            _warn_if_step_to_come(self._accelerator, self._train.stepped_in_batch)
             self._check_skips()
             self._train.batch_processed_of(batch.batch, batch.loader)
             self._tokens["train"](batch.batch)
@@ -388,3 +389,15 @@ def _warned_now(entry: dict[str, Any], held_back: list[Warning | str]) -> dict[s
     for warning in held_back:
         warnings.warn(warning, stacklevel=4)
     return entry
+
+
+def _warn_if_step_to_come(accelerator: Any, stepped: bool) -> None:
+    """A ``save_state`` in the loop body of a batch that ends an accumulation window, before its optimizer step."""
+    if accelerator.gradient_accumulation_steps > 1 and accelerator.sync_gradients and not stepped:
+        warnings.warn(
+            "save_state in the loop body of a batch that ends a gradient accumulation window (sync_gradients), "
+            "before its optimizer step: the checkpoint counts the batch as trained but holds neither that step nor "
+            "the window's gradients, so the resumed run never takes it. Save after optimizer.step()",
+            InexactResumeWarning,
+            stacklevel=4,
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -10,15 +11,21 @@ from tracker_core.adapter import count_scheduler_steps, count_skipped_steps
 from tracker_core.integrations.accelerate._compat import prepared_optimizers, prepared_schedulers
 
 
-def hook_optimizers(accelerator: Any, train: TrainStageProgress, hooked: int) -> tuple[int, Callable[[], None]]:
-    """Count the real steps of the prepared optimizers after the first ``hooked``, and from now on every prepared
-    scheduler's. Returns how many optimizers are hooked and the GradScaler's skip check, once per train batch."""
+def hook_optimizers(
+    accelerator: Any, train: TrainStageProgress, hooked: list[weakref.ref[Any]]
+) -> tuple[list[weakref.ref[Any]], Callable[[], None]]:
+    """Count the real steps of each prepared optimizer not in ``hooked`` (weak references to those hooked, by index:
+    ``free_memory()`` empties Accelerate's list, and the next ``prepare()`` puts new ones there), and from now on
+    every prepared scheduler's. Returns the hooked optimizers and the GradScaler's skip check, once per train batch."""
     inner = [getattr(prepared, "optimizer", prepared) for prepared in prepared_optimizers(accelerator)]
-    count_optimizer_steps(train, inner[hooked:], first_index=hooked)
+    for index, optimizer in enumerate(inner):
+        if index >= len(hooked) or hooked[index]() is not optimizer:
+            count_optimizer_steps(train, [optimizer], first_index=index)
+    hooked = [weakref.ref(optimizer) for optimizer in inner]
     scaler = accelerator.scaler
     check_skips = no_scaler if scaler is None else count_skipped_steps(train, scaler, inner)
     count_scheduler_steps(train, [getattr(s, "scheduler", s) for s in prepared_schedulers(accelerator)])
-    return len(inner), check_skips
+    return hooked, check_skips
 
 
 def no_scaler() -> None:

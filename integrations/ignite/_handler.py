@@ -88,6 +88,7 @@ class ProgressHandler:
         self._heartbeat = None if heartbeat is None else os.fspath(heartbeat)
         self._deterministic = False  # the trainer is a DeterministicEngine (_deterministic.py)
         self._deterministic_problem = ""  # why its own mid-epoch resume of its data is inexact, from STARTED
+        self._schedulers_at_epoch_start: list[str] = []  # param schedulers a mid-epoch resume calls again
         self._warned_inexact = False  # the DeterministicEngine's warning, once
 
     @property
@@ -156,7 +157,9 @@ class ProgressHandler:
         count_optimizer_steps(progress.train, optimizers)
         self._several_optimizers = len(optimizers) > 1
         scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
-        count_steps = count_trainer_steps(engine, progress.train, optimizers, scaler, schedulers)
+        count_steps, self._schedulers_at_epoch_start = count_trainer_steps(
+            engine, progress.train, optimizers, scaler, schedulers
+        )
         # Each parameter the optimizers step, once, in the order of their groups.
         found = {id(p): p for optimizer in optimizers for group in optimizer.param_groups for p in group["params"]}
         self._parameters = list(found.values())
@@ -357,6 +360,12 @@ class ProgressHandler:
                 f"a checkpoint at {event} (iteration {trainer.state.iteration}), after the "
                 "batch was fetched and before its step ended: a StatefulDataLoader's state is saved after that "
                 "batch, so the resumed run does not train it; checkpoint at ITERATION_COMPLETED"
+            )
+        elif self._schedulers_at_epoch_start and state.epoch_length and state.iteration % state.epoch_length:
+            problem = (
+                f"a mid-epoch checkpoint with the param scheduler(s) {', '.join(self._schedulers_at_epoch_start)} on "
+                "EPOCH_STARTED: Ignite fires EPOCH_STARTED again when it resumes inside the epoch, so they step once "
+                "more than in the uninterrupted run (as any EPOCH_STARTED handler runs again)"
             )
         else:
             return
