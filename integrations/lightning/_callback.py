@@ -283,7 +283,7 @@ class ProgressTracker(StageHooks):
             self._closed_at_restart = None if restart.no_epoch_counted else restart.epoch
             if epoch_over and not restart.no_epoch_counted:  # it builds that epoch's iterator before its set_epoch
                 resume.set_sampler_epoch(loaders, restart.epoch + 1)
-        inexact.warn_if_cut_batch_restored(restart.cut_batch, loaders)
+        inexact.warn_restored_loaders(restart.cut_batch, loaders)
         view = self.tracker.view
         continues = view.is_mid_epoch and not restart.epoch_consumed
         restarts = not all(resume.has_own_state(loader) for loader in loaders)  # plain ones
@@ -395,7 +395,7 @@ class ProgressTracker(StageHooks):
         inexact.warn_inexact_save(self.tracker, trainer, None if self._combined is None else self._combined.layout)
         batches: Any = trainer.fit_loop.epoch_loop.batch_progress.current  # typed as a tracker without these phases
         cut = batches.ready - 1 if batches.ready > batches.processed else None
-        inexact.warn_if_cut_batch_restored(cut, self._train_loaders)
+        inexact.warn_restored_loaders(cut, self._train_loaders)
 
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]

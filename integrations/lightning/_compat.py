@@ -33,10 +33,30 @@ def in_train_epoch_start(trainer: pl.Trainer) -> bool:
     return bool(current.ready == current.started + 1)
 
 
-def schedules_accumulation(trainer: pl.Trainer) -> bool:
-    """True if a ``GradientAccumulationScheduler`` sets ``accumulate_grad_batches`` in ``on_train_epoch_start``."""
+def acting_at_epoch_start(trainer: pl.Trainer) -> list[str]:
+    """The names of Lightning's callbacks that act in ``on_train_epoch_start`` (which a mid-epoch resume does not
+    run): a ``GradientAccumulationScheduler`` accumulating in this epoch, a ``BaseFinetuning``."""
     callbacks: list[Any] = getattr(trainer, "callbacks", [])  # set in Trainer.__init__, not declared
-    return any("GradientAccumulationScheduler" in {k.__name__ for k in type(c).__mro__} for c in callbacks)
+    found = []
+    for callback in callbacks:
+        bases = {k.__name__ for k in type(callback).__mro__}
+        if "BaseFinetuning" in bases or (
+            "GradientAccumulationScheduler" in bases and trainer.accumulate_grad_batches > 1
+        ):
+            found.append(type(callback).__name__)
+    return found
+
+
+def plateau_at_epoch_end(trainer: pl.Trainer) -> bool:
+    """True if a ``ReduceLROnPlateau`` is stepped at each epoch's end (Lightning skips that at a resumed one's)."""
+    return any(config.reduce_on_plateau and config.interval == "epoch" for config in trainer.lr_scheduler_configs)
+
+
+def wrapped_for_ddp(loader: object) -> bool:
+    """True if Lightning wrapped the loader's sampler in its ``DistributedSamplerWrapper`` (a sampler that is not
+    torch's own, under ``use_distributed_sampler``)."""
+    samplers = (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None))
+    return any("DistributedSamplerWrapper" in {k.__name__ for k in type(s).__mro__} for s in samplers)
 
 
 def validation_due(trainer: pl.Trainer) -> bool:

@@ -58,11 +58,17 @@ def warn_inexact_save(tracker: Tracker, trainer: pl.Trainer, layout: TrainLayout
             "Lightning counts that epoch as trained and goes on with the next, so the resumed run trains one epoch "
             "fewer than the run that saved it (save in on_train_epoch_end of the epoch before, or in a batch)"
         )
-    if tracker.view.is_mid_epoch and trainer.accumulate_grad_batches != 1 and resume.schedules_accumulation(trainer):
+    for name in resume.acting_at_epoch_start(trainer) if tracker.view.is_mid_epoch else ():
         _inexact(
-            "mid-epoch checkpoint with a GradientAccumulationScheduler: Lightning resumes inside the epoch without "
-            "its on_train_epoch_start hooks, so the scheduler does not set this epoch's accumulate_grad_batches "
-            f"({trainer.accumulate_grad_batches}): the resumed epoch steps after every batch, as without the tracker"
+            f"mid-epoch checkpoint with a {name}, which acts in on_train_epoch_start: Lightning resumes inside the "
+            "epoch without those hooks, so what it sets there for this epoch (a GradientAccumulationScheduler's "
+            "accumulate_grad_batches, a BaseFinetuning's freezing and unfreezing) is not set, and the resumed run "
+            "trains otherwise than the uninterrupted one, as without the tracker"
+        )
+    if tracker.view.is_mid_epoch and resume.plateau_at_epoch_end(trainer):
+        _inexact(
+            "mid-epoch checkpoint with a ReduceLROnPlateau stepped at each epoch's end: Lightning does not step it at "
+            "the end of an epoch it resumed inside, so the resumed run's learning rate differs, as without the tracker"
         )
     if resume.on_train_batch_end(trainer) and resume.validation_due(trainer):
         _inexact(
@@ -155,14 +161,23 @@ def warn_if_restored_ahead(loaders: list[object]) -> None:
             )
 
 
-def warn_if_cut_batch_restored(cut: int | None, loaders: list[object]) -> None:
-    """Warned at save and resume: train batch ``cut`` was fetched, its step not ended (None: no such batch)."""
+def warn_restored_loaders(cut: int | None, loaders: list[object]) -> None:
+    """Warned at save and resume, of the train loaders with a state of their own, which Lightning restores: train
+    batch ``cut`` was fetched, its step not ended (None: no such batch); a sampler Lightning wrapped for DDP."""
     for index, loader in enumerate(loaders):
         if cut is not None and resume.has_own_state(loader):
             _inexact(
                 f"checkpoint saved before the step of train batch {cut} of the epoch ended (in on_train_batch_start "
                 f"or inside the step): train dataloader {index} has a state of its own, which Lightning saved after "
                 "that batch and restores, so the resumed epoch skips it"
+            )
+        if resume.has_own_state(loader) and resume.wrapped_for_ddp(loader):
+            _inexact(
+                f"train dataloader {index} has a state of its own, and Lightning wrapped its sampler for DDP in a "
+                "DistributedSamplerWrapper, which has none: a resume iterates the wrapper again, which draws the "
+                "order of a shuffling sampler (StatefulDataLoader(shuffle=True)) again, so the resumed run reads "
+                "other samples. Give the loader a DistributedSampler yourself, with "
+                "Trainer(use_distributed_sampler=False)"
             )
 
 
