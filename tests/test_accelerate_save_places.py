@@ -105,3 +105,29 @@ def test_a_save_state_before_the_optimizer_step_of_a_windows_last_batch_warns_th
                     optimizer.zero_grad()
     lost = [w for w in caught if "before its optimizer step" in str(w.message)]
     assert len(lost) == int(warns)
+
+
+def test_a_stateful_loader_prepared_after_load_state_warns_that_its_epoch_is_read_from_its_start(
+    tmp_path: Path,
+) -> None:
+    def program(load: bool) -> None:
+        accelerator = fresh_accelerator(Setup(accumulation=1, stateful=True))
+        model = torch.nn.Linear(4, 1)
+        model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        progress = AcceleratorProgress(accelerator)
+        accelerator.register_for_checkpointing(progress)
+        if load:
+            accelerator.load_state(str(tmp_path / "saved"))
+        loader = accelerator.prepare(DataLoader(Indexed(12), batch_size=3, shuffle=True))  # after the load
+        with progress.fit(1) as fit:
+            for _epoch in fit.epochs():
+                for batch, (_ids, x, y) in enumerate(fit.train(loader), start=1):
+                    accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+                    optimizer.step()
+                    optimizer.zero_grad()
+                    if batch == 2 and not load:
+                        accelerator.save_state(str(tmp_path / "saved"))
+
+    program(load=False)
+    with pytest.warns(InexactResumeWarning, match="train dataloader 0 has no state restored: it was prepared after"):
+        program(load=True)

@@ -79,6 +79,16 @@ class TrainPasses:
         del self._resumed[index]
         if index not in self._finished:
             _warn_if_order_drawn_again(loader, index, "resuming")
+        restores = getattr(loader, "use_stateful_dataloader", False)
+        if restores and index not in self._finished and getattr(torch_loader(loader), "next_iter_state", 0) is None:
+            warnings.warn(  # a StatefulDataLoader's restored state waits in next_iter_state until its next iter()
+                f"train dataloader {index} has no state restored: it was prepared after accelerator.load_state, "
+                "which restores the loaders prepared before it only, so the resumed epoch reads it from its first "
+                f"batch, its {resumed} batches trained before the checkpoint counted again. Prepare it before "
+                "load_state",
+                InexactResumeWarning,
+                stacklevel=4,
+            )
 
     def begin(self, loader: Iterable[Any], index: int, accelerator: Any) -> bool:
         """Track ``loader`` and begin its pass; False when nothing is left of it (restored after its end)."""
