@@ -123,7 +123,9 @@ class Tracker:
         if self._resumed_epoch_unbegun():  # a resumed iterator the framework's save builds (its state_dict()) draws
             for resumed in self._loaders.values():
                 resumed.built_for_save()
-        saved_rng = expanded(self._tracked_rng if before_build and self._tracked_rng else GlobalRng.capture())
+        saved_rng = expanded(
+            self._tracked_rng if before_build and self._tracked_rng is not None else GlobalRng.capture()
+        )
         loaders: list[dict[str, Any]] = []
         for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
             consumed = counts[index].batches.scopes().epoch if in_train_epoch and index < len(counts) else 0

@@ -332,8 +332,11 @@ class ProgressHandler:
         loader = state.dataloader
         length = batches_in(loader) if isinstance(loader, DataLoader) else None
         # inside an epoch a loader with its own state resumes inside its pass; at an epoch's end it is saved as ended
-        inside_pass = (mid_epoch and not has_own_state(loader)) or (not mid_epoch and state.iteration % (length or 1))
-        if length and state.epoch_length != length and inside_pass:
+        if (
+            length
+            and state.epoch_length != length
+            and ((mid_epoch and not has_own_state(loader)) or (not mid_epoch and state.iteration % length))
+        ):
             problem = (
                 f"the trainer's epoch_length ({state.epoch_length}) differs from the length of its "
                 f"DataLoader ({length}): Ignite then carries one loader iterator across epochs, and a "

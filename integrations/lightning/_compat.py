@@ -37,14 +37,12 @@ def acting_at_epoch_start(trainer: pl.Trainer) -> list[str]:
     """The names of Lightning's callbacks that act in ``on_train_epoch_start`` (which a mid-epoch resume does not
     run): a ``GradientAccumulationScheduler`` accumulating in this epoch, a ``BaseFinetuning``."""
     callbacks: list[Any] = getattr(trainer, "callbacks", [])  # set in Trainer.__init__, not declared
-    found = []
-    for callback in callbacks:
-        bases = {k.__name__ for k in type(callback).__mro__}
-        if "BaseFinetuning" in bases or (
-            "GradientAccumulationScheduler" in bases and trainer.accumulate_grad_batches > 1
-        ):
-            found.append(type(callback).__name__)
-    return found
+    accumulating = trainer.accumulate_grad_batches > 1
+    return [
+        type(callback).__name__
+        for callback in callbacks
+        if _is_a(callback, "BaseFinetuning") or (accumulating and _is_a(callback, "GradientAccumulationScheduler"))
+    ]
 
 
 def plateau_at_epoch_end(trainer: pl.Trainer) -> bool:
@@ -56,7 +54,12 @@ def wrapped_for_ddp(loader: object) -> bool:
     """True if Lightning wrapped the loader's sampler in its ``DistributedSamplerWrapper`` (a sampler that is not
     torch's own, under ``use_distributed_sampler``)."""
     samplers = (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None))
-    return any("DistributedSamplerWrapper" in {k.__name__ for k in type(s).__mro__} for s in samplers)
+    return any(_is_a(sampler, "DistributedSamplerWrapper") for sampler in samplers)
+
+
+def _is_a(obj: object, name: str) -> bool:
+    """True if one of ``obj``'s classes is named ``name`` (Lightning's, of whichever installed package made it)."""
+    return any(cls.__name__ == name for cls in type(obj).__mro__)
 
 
 def validation_due(trainer: pl.Trainer) -> bool:
