@@ -7,9 +7,11 @@ RNGs differently, so identical dropout proves the RNG state was restored too.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -236,6 +238,30 @@ def test_a_save_state_inside_a_stateful_validation_pass_warns_that_its_restart_i
         InexactResumeWarning, match="save_state inside the pass of validate dataloader 0, a StatefulDataLoader"
     ):
         run(SETUPS["stateful"], stop=StopAt(3, validating=True), save_dir=str(tmp_path))
+
+
+def test_a_stateful_validation_loader_saved_mid_way_in_a_later_pass_resumes_exactly_unwarned(tmp_path):
+    # A later pass builds its iterator as it begins, as the restarted pass does.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InexactResumeWarning)
+        reference = _reference(SETUPS["stateful"])
+        stopped = run(SETUPS["stateful"], stop=StopAt(7, validating=True), save_dir=str(tmp_path))
+        resumed = run(SETUPS["stateful"], load_dir=str(tmp_path), seed_value=7)
+    assert stopped.val_ids[:-2] + resumed.val_ids == reference.val_ids  # the cut pass is read again whole
+    assert stopped.train_ids + resumed.train_ids == reference.train_ids
+    assert all(torch.equal(a, b) for a, b in zip(resumed.weights, reference.weights, strict=True))
+    assert resumed.state == reference.state
+
+
+def test_a_stateful_validation_loader_shuffled_by_its_own_generator_warns_that_a_later_pass_restarts_inexactly(
+    tmp_path,
+):
+    # Its generator is restored as the save left it, not as the pass began: the restart draws another order.
+    setup = dataclasses.replace(SETUPS["stateful"], val_generator=True)
+    with pytest.warns(InexactResumeWarning, match="save_state inside the pass .* RandomSampler draws its order"):
+        run(setup, stop=StopAt(7, validating=True), save_dir=str(tmp_path))
+    with pytest.warns(InexactResumeWarning, match="validate dataloader 0 is a StatefulDataLoader .* RandomSampler"):
+        run(setup, load_dir=str(tmp_path), seed_value=7)
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,12 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from tracker_core import InexactResumeWarning, Progress, StageProgress
 from tracker_core.adapter import GlobalRng, ResumeRngCheck, TokenCounter, samples_in
 from tracker_core.integrations.accelerate._fit import Batch
-from tracker_core.integrations.accelerate._passes import start_from_the_beginning
+from tracker_core.integrations.accelerate._passes import TORCH_SHUFFLERS, start_from_the_beginning, torch_loader
 
 _NOT_RERUN = (
     "the resumed loop goes on with the next train batch, so that evaluation is not rerun (its remaining batches, "
@@ -26,7 +28,7 @@ class Evaluation:
     loader: int  # dataloader index
     own_run: bool  # a validate/test/predict run of its own, outside epochs()
     rng: GlobalRng  # the global RNGs when it began
-    stateful: bool  # its loader is a StatefulDataLoader whose state save_state saves (use_stateful_dataloader)
+    restart: str | None  # why a restart of it from a save inside it is inexact; None: exact
     samples: int = -1  # of the batch in the loop body; -1: none
     batch: Any = None  # the batch in the loop body (its tokens are counted when it ends)
 
@@ -53,17 +55,15 @@ class EvaluationPasses:
             restored[1].apply()  # after load_state, whose own RNG file holds the save instant's RNGs
         own_run = begin_run(stage.name)
         first_pass = self._progress.view.stage(stage.name).epochs.lifetime.completed == 0
-        if start_from_the_beginning(loader) and (restored is not None or first_pass):
+        why = _inexact_restart(loader, first_pass)
+        if start_from_the_beginning(loader) and why is not None and (restored is not None or first_pass):
             warnings.warn(
                 f"{stage.name} dataloader {index} is a StatefulDataLoader that Accelerate's load_state restored "
-                "before this pass, which begins from its first batch: a new iterator draws the global RNG and "
-                "its sampler continues from its restored state, where the saving run used the iterator that "
-                "prepare() built (first pass) or the state when the interrupted evaluation began",
+                f"before this pass, which begins from its first batch: {why}",
                 InexactResumeWarning,
                 stacklevel=3,
             )
-        stateful = bool(getattr(loader, "use_stateful_dataloader", False))
-        evaluation = self.open = Evaluation(stage, index, own_run, GlobalRng.capture(), stateful)
+        evaluation = self.open = Evaluation(stage, index, own_run, GlobalRng.capture(), why)
         stage.epoch_ready()
         stage.epoch_started()
         try:
@@ -92,10 +92,10 @@ class EvaluationPasses:
                 stacklevel=4,
             )
             return None
-        if evaluation is not None and evaluation.stateful:
+        if evaluation is not None and evaluation.restart is not None:
             warnings.warn(
                 f"save_state inside the pass of {evaluation.stage.name} dataloader {evaluation.loader}, a "
-                "StatefulDataLoader whose state Accelerate saves: the resumed pass restarts in another order",
+                f"StatefulDataLoader whose state Accelerate saves: the resumed pass restarts, {evaluation.restart}",
                 InexactResumeWarning,
                 stacklevel=4,
             )
@@ -137,3 +137,23 @@ class EvaluationPasses:
         if evaluation.own_run:
             self._progress.run_processed()
             self._progress.run_completed()
+
+
+def _inexact_restart(loader: object, first_pass: bool) -> str | None:
+    """Why an evaluation pass of a prepared ``loader`` begun again from its first batch after a load differs from the
+    saving run's, or None: only a StatefulDataLoader's (use_stateful_dataloader) in its stage's first pass, or over
+    torch's sampler with a generator of its own, does."""
+    if not getattr(loader, "use_stateful_dataloader", False):
+        return None
+    if first_pass:
+        return (
+            "and its new iterator draws the global RNG where the saving run's first pass read the one prepare() built"
+        )
+    batches = getattr(torch_loader(loader), "batch_sampler", None)
+    sampler = getattr(getattr(batches, "batch_sampler", batches), "sampler", None)  # under a BatchSamplerShard too
+    if isinstance(sampler, TORCH_SHUFFLERS) and isinstance(getattr(sampler, "generator", None), torch.Generator):
+        return (
+            f"and its {type(sampler).__name__} draws its order from its generator as the save left it, not as the "
+            "pass began"
+        )
+    return None

@@ -14,6 +14,8 @@ from torch.utils.data import RandomSampler, SubsetRandomSampler, WeightedRandomS
 from tracker_core import InexactResumeWarning, Tracker
 from tracker_core.adapter import accelerate_checkpoint as checkpoint
 
+TORCH_SHUFFLERS = (RandomSampler, WeightedRandomSampler, SubsetRandomSampler)  # torch's samplers drawing an order
+
 
 class TrainPasses:
     """The prepared train loaders (by train dataloader index) and their passes in the current epoch."""
@@ -269,7 +271,7 @@ def _warn_if_order_drawn_again(loader: object, index: int, doing: str) -> None:
     if (
         not getattr(loader, "use_stateful_dataloader", False)
         or not isinstance(shard, BatchSamplerShard)
-        or isinstance(sampler, (RandomSampler, WeightedRandomSampler, SubsetRandomSampler))
+        or isinstance(sampler, TORCH_SHUFFLERS)
         or not isinstance(getattr(sampler, "generator", None), torch.Generator)
     ):
         return

@@ -67,6 +67,7 @@ class Setup:
     iterable: bool = False
     torchdata: bool = False  # the train loader is torchdata's StatefulDataLoader (with ``stateful``: exact mid-epoch)
     prepared: bool = True  # the train loader goes through accelerator.prepare (else iterated as built: one process)
+    val_generator: bool = False  # the validation loader shuffles by a generator of its own
 
 
 @dataclass
@@ -81,7 +82,8 @@ class Result:
 
 @dataclass(frozen=True)
 class StopAt:
-    """Save and stop after train batch ``batch`` (global, 0-based) or, with ``validating``, after that val batch of epoch 0."""
+    """Save and stop after train batch ``batch`` (global, 0-based) or, with ``validating``, after the second val batch
+    of the validation that follows it (``batch`` the last of an epoch)."""
 
     batch: int
     validating: bool = False
@@ -130,7 +132,8 @@ def run(
         train_loader = kind(
             Indexed(setup.samples), batch_size=setup.batch_size, shuffle=setup.shuffle, num_workers=setup.num_workers
         )
-    val_loader = DataLoader(Indexed(7), batch_size=3)
+    generator = torch.Generator().manual_seed(3) if setup.val_generator else None
+    val_loader = DataLoader(Indexed(7), batch_size=3, shuffle=setup.val_generator, generator=generator)
     loaders = [train_loader, val_loader] if setup.prepared else [val_loader]
     prepared = accelerator.prepare(*models, *optimizers, *loaders)
     models = list(prepared[: setup.optimizers])
