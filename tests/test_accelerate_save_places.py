@@ -107,10 +107,10 @@ def test_a_save_state_before_the_optimizer_step_of_a_windows_last_batch_warns_th
     assert len(lost) == int(warns)
 
 
-def test_a_stateful_loader_prepared_after_load_state_warns_that_its_epoch_is_read_from_its_start(
+def test_a_stateful_loader_prepared_after_load_state_warns_that_its_epoch_is_read_from_its_start_and_restarts_it(
     tmp_path: Path,
 ) -> None:
-    def program(load: bool) -> None:
+    def program(load: bool) -> AcceleratorProgress:
         accelerator = fresh_accelerator(Setup(accumulation=1, stateful=True))
         model = torch.nn.Linear(4, 1)
         model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
@@ -121,13 +121,20 @@ def test_a_stateful_loader_prepared_after_load_state_warns_that_its_epoch_is_rea
         loader = accelerator.prepare(DataLoader(Indexed(12), batch_size=3, shuffle=True))  # after the load
         with progress.fit(1) as fit:
             for _epoch in fit.epochs():
-                for batch, (_ids, x, y) in enumerate(fit.train(loader), start=1):
+                for index, (_ids, x, y) in fit.train(loader, with_index=True):
+                    indices.append(index)
                     accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
                     optimizer.step()
                     optimizer.zero_grad()
-                    if batch == 2 and not load:
+                    if index == 1 and not load:
                         accelerator.save_state(str(tmp_path / "saved"))
+        return progress
 
+    indices: list[int] = []
     program(load=False)
+    indices.clear()
     with pytest.warns(InexactResumeWarning, match="train dataloader 0 has no state restored: it was prepared after"):
-        program(load=True)
+        resumed = program(load=True)
+    assert indices == [0, 1, 2, 3]  # its epoch restarts, read whole, and so do its counts
+    assert resumed.view.train.batches.lifetime.completed == 6  # the two trained before the checkpoint stay
+    assert any("prepared after accelerator.load_state" in anomaly for anomaly in resumed.view.anomalies)

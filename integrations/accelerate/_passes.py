@@ -59,11 +59,13 @@ class TrainPasses:
         restores = bool(getattr(loader, "use_stateful_dataloader", False))  # Accelerate saves the loader's state
         self._tracker.track_train_loader(inner, index, framework_restores_state=restores)
 
-    def check_resumed(self, loader: object, index: int) -> None:
-        """In the resumed epoch, refuse a loader made by ``skip_first_batches``; warn if it draws its order again."""
+    def check_resumed(self, loader: object, index: int) -> bool:
+        """In the resumed epoch, refuse a loader made by ``skip_first_batches``; warn if it draws its order again.
+        True if it has no state restored (prepared after ``load_state``) and is the first of the epoch to begin: it
+        is read from its first batch, and the caller restarts the epoch."""
         resumed = self._resumed.get(index)
         if resumed is None:
-            return
+            return False
         samplers = (getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None))
         skips = [s.skip_batches for s in samplers if isinstance(s, SkipBatchSampler)]
         skipping = getattr(loader, "skip_batches", 0)
@@ -78,6 +80,7 @@ class TrainPasses:
                 "skip_first_batches call and pass the prepared loader: progress.train() yields exactly the batches "
                 "not yet trained. Nothing was trained"
             )
+        first = not self._pass_start  # no pass of the resumed epoch began yet
         del self._resumed[index]
         if index not in self._finished:
             _warn_if_order_drawn_again(loader, index, "resuming")
@@ -86,11 +89,13 @@ class TrainPasses:
             warnings.warn(  # a StatefulDataLoader's restored state waits in next_iter_state until its next iter()
                 f"train dataloader {index} has no state restored: it was prepared after accelerator.load_state, "
                 "which restores the loaders prepared before it only, so the resumed epoch reads it from its first "
-                f"batch, its {resumed} batches trained before the checkpoint counted again. Prepare it before "
+                f"batch, its {resumed} batches trained before the checkpoint trained again. Prepare it before "
                 "load_state",
                 InexactResumeWarning,
                 stacklevel=4,
             )
+            return first
+        return False
 
     def begin(self, loader: Iterable[Any], index: int, accelerator: Any) -> bool:
         """Track ``loader`` and begin its pass; False when nothing is left of it (restored after its end)."""

@@ -208,7 +208,11 @@ class AcceleratorProgress:
         return self._shown(self._train_pass(loader, index, with_index), "train", loader)
 
     def _train_pass(self, loader: Iterable[Batch], index: int, with_index: bool) -> Generator[Any, None, None]:
-        self._passes.check_resumed(loader, index)
+        if self._passes.check_resumed(loader, index) and self._fit is not None:  # its epoch restarts: so do its counts
+            self._restart_epoch([index], "a StatefulDataLoader prepared after accelerator.load_state")
+            self._progress.run_ready("fit")  # re-entered: counts nothing
+            self._progress.run_started()
+            self._begin_train_epoch(self._fit_epoch)
         if self._check_rng_at_pass:  # it resumes the saved epoch: nothing may have drawn since the load
             self._check_rng_at_pass = False
             where = "between accelerator.load_state and the first train pass of the resumed epoch"
@@ -353,16 +357,17 @@ class AcceleratorProgress:
             registered=any(obj is self for obj in registered_objects(accelerator)),
         )
 
-    def _restart_epoch(self, plain: list[int]) -> None:
-        """Accelerate's loop reads the ``plain`` loaders saved inside their pass whole: the resumed epoch restarts (the
-        core warned). ``accelerator.step`` and the partial gradients stay as loaded, as in Accelerate's own loop."""
-        trained = ", ".join(f"{self.view.train.dataloaders[i].batches.epoch} of train dataloader {i}" for i in plain)
+    def _restart_epoch(self, whole: list[int], why: str = "a plain DataLoader") -> None:
+        """Accelerate's loop reads the ``whole`` loaders saved inside their pass from their first batch (``why``): the
+        resumed epoch restarts (warned). ``accelerator.step`` and the partial gradients stay as loaded, as in
+        Accelerate's own loop."""
+        trained = ", ".join(f"{self.view.train.dataloaders[i].batches.epoch} of train dataloader {i}" for i in whole)
         epoch = self.view.epoch_index
         self._check_rng_at_pass = False  # a new order is drawn: nothing to compare
         abandon_in_flight(self._progress, reenter=True)  # the fit run goes on; the unfinished epoch is dropped
         self._progress.note_anomaly(  # recorded, not warned again
             f"accelerator.load_state restarted train epoch {epoch} from its first batch: it was saved after {trained} "
-            "(a plain DataLoader, which Accelerate's loop reads whole); those batches stay trained and counted in the "
+            f"({why}, which Accelerate's loop reads whole); those batches stay trained and counted in the "
             "lifetime counts, the epoch's counts start again"
         )
 
