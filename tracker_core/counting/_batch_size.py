@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from torch import Tensor
 
@@ -33,14 +32,11 @@ def samples_in(batch: object) -> int:
 def _first_tensor_size(batch: object) -> int | None:
     if isinstance(batch, Tensor):
         return batch.shape[0] if batch.dim() else 1
-    items: Iterable[Any]
     if isinstance(batch, Mapping):
-        items = batch.values()
-    elif isinstance(batch, (list, tuple)):
-        items = batch
-    else:
+        batch = batch.values()
+    elif not isinstance(batch, (list, tuple)):
         return None
-    for item in items:
+    for item in batch:
         size = _first_tensor_size(item)
         if size is not None:
             return size

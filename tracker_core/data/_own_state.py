@@ -59,8 +59,7 @@ class OwnState:
     def saved_record(self, batches_consumed: int) -> EpochRecord | None:
         """The record of the epoch saved, which the loader's state fills at the save; None before the loader's first
         epoch."""
-        loader = self.site.loader
-        live = live_iterator(loader)
+        live = live_iterator(self.site.loader)
         if not batches_consumed and live is None and not self._armed:
             return None
         return EpochRecord(read_again=self._read_again_by is not None and self._read_again_by() is live)
@@ -137,7 +136,8 @@ class OwnState:
         """Undo a resumed build's draws; count the ``read`` batches it read again since ``began_us``."""
         if not prefetched:
             rng.apply()
-        _set_states(noted)
+        for generator, state in noted:
+            generator.set_state(state)
         if read:
             self.fast_forward = FastForward(read, (_clock.now_us() - began_us) / 1e6)
             if self.on_fast_forward is not None:  # the progress's time, on the clock of all its times
@@ -171,11 +171,6 @@ class OwnState:
 
 
 _States = tuple[tuple[torch.Generator, torch.Tensor], ...]  # generators and the states to set them to
-
-
-def _set_states(states: _States) -> None:
-    for generator, state in states:
-        generator.set_state(state)
 
 
 def warn_counted_twice(loader: Any) -> None:

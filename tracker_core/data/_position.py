@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from tracker_core._errors import ProgressStateError
+from tracker_core.counting._batch_size import batches_in
 from tracker_core.data._compact import compact_loader, expand_loader
 from tracker_core.data._epoch import EpochRecord, FastForward, Site
 from tracker_core.data._own_state import LoaderKind, OwnState, is_stateful, warn_counted_twice, warn_order_drawn_again
@@ -155,9 +156,8 @@ class LoaderPosition:
             ):
                 warn_persistent_workers(loader, "saving")
         generators = self._generators()
-        epoch: dict[str, Any] | None = None if record is None else {}  # a plain loader's record is empty
-        if record is not None and own is not None:
-            epoch = own.epoch_to_plain()
+        # A plain loader's record is empty.
+        epoch = None if record is None else {} if own is None else own.epoch_to_plain()
         state = {
             "version": STATE_VERSION,
             "kind": self.kind,
@@ -316,9 +316,5 @@ class LoaderPosition:
         return self._site.chain.generators(self.loader.generator)
 
     def _batches_per_epoch(self) -> int | None:
-        if isinstance(self.loader.dataset, IterableDataset):
-            return None  # len() of an iterable loader is a hint, and calling it arms a warning
-        try:
-            return len(self.loader)
-        except TypeError:
-            return None
+        # len() of an iterable loader is a hint, and calling it arms a warning
+        return None if isinstance(self.loader.dataset, IterableDataset) else batches_in(self.loader)

@@ -34,14 +34,12 @@ def read_own_state(fields: Mapping[str, Any], key: str) -> tuple[str, Mapping[st
     return name, state
 
 
-def check_own_state(saved: tuple[str, Mapping[str, Any]], key: str, workers: int, per_epoch: int | None) -> Any:
-    """The decoded state of :func:`read_own_state`; a torchdata ``StatefulDataLoader``'s is checked too (another
+def check_own_state(saved: tuple[str, Mapping[str, Any]], key: str, workers: int, per_epoch: int | None) -> None:
+    """Decode the state of :func:`read_own_state`; a torchdata ``StatefulDataLoader``'s is checked too (another
     loader's layout is its own business: only bounded, by the decoder)."""
-    name, plain = saved
-    state = from_plain(plain, key)
-    if name == TORCHDATA_LOADER:
+    state = from_plain(saved[1], key)
+    if saved[0] == TORCHDATA_LOADER:
         check_stateful_state(state, key, workers, per_epoch)
-    return state
 
 
 # torchdata 0.11 StatefulDataLoader layouts (num_workers == 0, and > 0): the main process's keys, and the rest
