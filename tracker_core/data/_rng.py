@@ -82,8 +82,7 @@ class GlobalRng:
                 UserWarning,
                 stacklevel=2,
             )
-        if self.devices:
-            apply_devices(self.devices)
+        apply_devices(self.devices)
 
     def to_plain(self) -> dict[str, Any]:
         """``{"version": 2, "torch", "python", "numpy"}`` (``numpy`` may be None), plus ``"devices"``
