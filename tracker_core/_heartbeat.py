@@ -98,6 +98,5 @@ def _parse(raw: object) -> dict[str, Any]:
     entries = read_list(fields["entries"], "entries")
     if not entries:
         raise ProgressStateError("entries", "empty; a heartbeat holds at least the entry of the process that wrote it")
-    last = len(entries) - 1
-    parsed = [read_entry(entry, f"entries.{i}", last=i == last) for i, entry in enumerate(entries)]
+    parsed = [read_entry(entry, f"entries.{i}", last=i == len(entries) - 1) for i, entry in enumerate(entries)]
     return {"run": read_int(fields["run"], "run", minimum=0), "entries": parsed}

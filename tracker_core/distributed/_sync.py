@@ -92,9 +92,6 @@ def check_divergence(
     gathered = [torch.empty_like(packed) for _ in range(dist.get_world_size())]
     run_collective(lambda: dist.all_gather(gathered, packed), [packed, *gathered])
     index = {path: i for i, path in enumerate(paths)}
-    found = []
-    for key in keys:
-        values = tuple(int(rank_values[index[key]]) for rank_values in gathered)
-        if len(set(values)) > 1:
-            found.append(Divergence(key, values))
-    return found
+    by_rank = [values.tolist() for values in gathered]
+    found = (Divergence(key, tuple(values[index[key]] for values in by_rank)) for key in keys)
+    return [divergence for divergence in found if len(set(divergence.values)) > 1]

@@ -39,8 +39,7 @@ def bind_lifetime(model: torch.nn.Module, progress: Progress) -> bool:
     tracked = [module for module in model.modules() if is_tracked(module)]
     saved = [read_lifetime(getattr(module, BUFFER), BUFFER) for module in tracked]
     for module in tracked:
-        bindings: list[Progress] = getattr(module, _BINDINGS)
-        bindings[:] = [progress]
+        getattr(module, _BINDINGS)[:] = [progress]
     furthest = max((state for state in saved if state is not None), key=train_batches, default=None)
     if furthest is None or train_batches(furthest) <= progress.view.train.batches.lifetime.completed:
         return False
@@ -65,13 +64,9 @@ def read_lifetime(buffer: object, key: str) -> dict[str, Any] | None:
 def lifetimes_in(weights: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The lifetime progress states ``weights`` (a ``state_dict()``, or a safetensors file's tensors) carry by buffer
     name, e.g. ``{"net.tracker_core_lifetime": state}``, empty buffers left out; a damaged one raises naming it."""
-    found = {}
-    for name in weights:  # only the buffers are read: ``weights`` may load each tensor when asked for it
-        if name.rpartition(".")[2] == BUFFER:
-            state = read_lifetime(weights[name], name)
-            if state is not None:
-                found[name] = state
-    return found
+    # only the buffers are read: ``weights`` may load each tensor when asked for it
+    states = {name: read_lifetime(weights[name], name) for name in weights if name.rpartition(".")[2] == BUFFER}
+    return {name: state for name, state in states.items() if state is not None}
 
 
 def without_lifetime(weights: Mapping[str, Any]) -> dict[str, Any]:
