@@ -76,7 +76,7 @@ class Tracker:
         if parsed is None:
             return
         if self._undo is not None:
-            self._undo.keep(position)
+            self._undo.put_back.append(position.undo_point())
         position.arm(parsed)
         if not self._pending:
             self._undo = None
@@ -215,7 +215,7 @@ class Tracker:
         loaded.rng.apply()
         for position, parsed in loaded.ready.values():
             if undo is not None:
-                undo.keep(position)
+                undo.put_back.append(position.undo_point())
             position.arm(parsed)
         self._pending = pending
         self._loaded = _LoadedParts(loaded.parts, self.progress.train.view.batches.lifetime.ready)
@@ -315,10 +315,6 @@ class _Undo:
     parts: tuple[dict[int, tuple[SavedLoader, bool]], _Undo | None, _LoadedParts | None]
     # Each loader the load armed: the call that puts it back as before the load.
     put_back: list[Callable[[], None]] = dataclasses.field(default_factory=list)
-
-    def keep(self, position: LoaderPosition) -> None:
-        """Keep what arming ``position`` changes."""
-        self.put_back.append(position.undo_point())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,6 +35,7 @@ TENSOR_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in 
 MAX_DEPTH = 64  # nesting of dicts and lists in decoded plain data
 MAX_LIST_LENGTH = 100_000  # items of one list or dict
 MAX_NODES = 1_000_000  # values in one decoded state, all levels together
+_TOO_MANY = f"more than {MAX_NODES} values in all; a saved state holds far fewer"
 MAX_BLOB_BYTES = 64 * 2**20  # one base64 blob (a tensor's bytes, an RNG state)
 MAX_TENSOR_DIMS = 16
 _MAX_BLOB_TEXT = 4 * ((MAX_BLOB_BYTES + 2) // 3)
@@ -165,7 +166,7 @@ def check_plain(value: object, key: str = "") -> None:
 def _from_plain(value: Any, key: str, depth: int, budget: list[int], decode: bool) -> Any:
     budget[0] -= 1
     if budget[0] < 0:
-        raise ProgressStateError(key, f"more than {MAX_NODES} values in all; a saved state holds far fewer")
+        raise ProgressStateError(key, _TOO_MANY)
     if value is None or isinstance(value, (bool, float, str)):
         return value
     if isinstance(value, int):
@@ -197,9 +198,7 @@ def _from_plain(value: Any, key: str, depth: int, budget: list[int], decode: boo
         if kind in _SCALARS or (kind is int and INT64_MIN <= item <= UINT64_MAX):  # most values: no call, no key
             budget[0] -= 1
             if budget[0] < 0:
-                raise ProgressStateError(
-                    join_key(key, name), f"more than {MAX_NODES} values in all; a saved state holds far fewer"
-                )
+                raise ProgressStateError(join_key(key, name), _TOO_MANY)
         else:
             item = _from_plain(item, join_key(key, name), depth + 1, budget, decode)
         if decode:
