@@ -44,10 +44,10 @@ from tracker_core.integrations.ignite._events import CountTokens, add_handlers, 
 from tracker_core.integrations.ignite._loaders import (
     Loaders,
     any_own_state,
-    builds_drew,
     finish_replay,
     has_own_state,
     has_plain_loader,
+    loaders_in,
 )
 from tracker_core.integrations.ignite._steps import count_trainer_steps
 
@@ -274,7 +274,8 @@ class ProgressHandler:
             progress.run_started()
             return
         if track:
-            if builds_drew(engine.state.dataloader, self._rng_check):  # a train loader built after the load
+            # only a train loader built after the load moved the RNGs (a StatefulDataLoader(shuffle=True) draws a seed)
+            if self._rng_check.drew_only(sum(map(has_own_state, loaders_in(engine.state.dataloader)))):
                 self._rng_check.forget()
                 warnings.warn(_BUILT_AFTER_LOAD, InexactResumeWarning, stacklevel=2)
             else:

@@ -8,7 +8,7 @@ from typing import Any, TypeGuard
 from torch.utils.data import DataLoader
 
 from tracker_core import InexactResumeWarning, ProgressStateError, Tracker
-from tracker_core.adapter import ResumeRngCheck, batches_in
+from tracker_core.adapter import batches_in
 from tracker_core.integrations.ignite._round_robin import RoundRobin
 
 
@@ -41,13 +41,6 @@ class Loaders:
                     InexactResumeWarning,
                     stacklevel=2,
                 )
-
-
-def builds_drew(data: object, rng_check: ResumeRngCheck) -> bool:
-    """True when, of the RNGs ``rng_check`` remembers, only torch's moved, by exactly the draws of building the loaders
-    of ``data`` that have their own state (a ``StatefulDataLoader(shuffle=True)`` draws its sampler's seed:
-    docs/ignite.md)."""
-    return rng_check.drew_only(sum(map(has_own_state, loaders_in(data))))
 
 
 def loaders_in(data: object) -> tuple[object, ...]:
