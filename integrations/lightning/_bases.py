@@ -23,8 +23,7 @@ def _combined(name: str, attribute: str) -> type:
     packages = installed()
     module_name, _, class_name = attribute.rpartition(".")
     bases = tuple(getattr(importlib.import_module(f"{package}.{module_name}"), class_name) for package in packages)
-    doc = f"``{attribute}`` of {', '.join(packages)}."
-    return type(name, bases, {"__module__": __name__, "__doc__": doc})
+    return type(name, bases, {"__module__": __name__, "__doc__": f"``{attribute}`` of {', '.join(packages)}."})
 
 
 if TYPE_CHECKING:

@@ -218,9 +218,8 @@ class ProgressTracker(StageHooks):
                 continue_run_scope(progress.train, self._fit_scope)
             else:  # a loaded checkpoint's counters are Lightning's once it restored its loops, after this hook
                 restart = self._restart if loaded else None
-                step, epoch = (trainer.global_step, trainer.current_epoch)
-                if restart is not None:
-                    step, epoch = restart.global_step, restart.epoch
+                step = trainer.global_step if restart is None else restart.global_step
+                epoch = trainer.current_epoch if restart is None else restart.epoch
                 self._anomaly(
                     f"this fit continues Lightning's counters of an earlier fit (global_step {step}, epoch {epoch}) "
                     "that the record did not count as its last run: run-scope counts start at 0"

@@ -93,8 +93,7 @@ def validation_built_at_restart(trainer: pl.Trainer, epoch: int) -> DataLoader[A
 
 def fetches_in_step(trainer: pl.Trainer) -> bool:
     """True if the train step fetches its own batches (``training_step(dataloader_iter)``)."""
-    fetcher = trainer.fit_loop._data_fetcher
-    return type(fetcher).__name__ == "_DataLoaderIterDataFetcher"
+    return type(trainer.fit_loop._data_fetcher).__name__ == "_DataLoaderIterDataFetcher"
 
 
 def fit_counters_carry_on(trainer: pl.Trainer) -> bool:

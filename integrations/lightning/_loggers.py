@@ -90,8 +90,7 @@ class LoggerRewind:
                 writer.writeheader()
                 writer.writerows(kept)
             return
-        rows = self._csv_rows.get(path, [])  # deleted by the writer when it opened
-        for row in rows:
+        for row in self._csv_rows.get(path, []):  # deleted by the writer when it opened
             if int(row["step"]) < step:
                 values = {key: value for key, value in row.items() if key != "step" and value != ""}
                 logger.log_metrics(values, int(row["step"]))
