@@ -51,8 +51,6 @@ from tracker_core.integrations.ignite._loaders import (
 )
 from tracker_core.integrations.ignite._steps import count_trainer_steps
 
-__all__ = ["ProgressHandler"]
-
 _BEFORE_FIRST_BATCH = "in a STARTED or EPOCH_STARTED handler of the resumed run"
 _BUILT_AFTER_LOAD = (
     "the global RNG state changed between Checkpoint.load_objects and the trainer's run() by exactly the draws "

@@ -40,8 +40,6 @@ from tracker_core.integrations.lightning._stage_hooks import _FIT, StageHooks, p
 if TYPE_CHECKING:
     import pytorch_lightning as pl
 
-__all__ = ["GRADIENTS_KEY", "STATE_KEY", "ProgressTracker"]
-
 STATE_KEY = LIGHTNING_STATE_KEY
 """Where the progress entry lives: ``checkpoint["callbacks"][STATE_KEY]``."""
 GRADIENTS_KEY = LIGHTNING_GRADIENTS_KEY
