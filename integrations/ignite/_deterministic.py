@@ -41,8 +41,7 @@ def load_progress(progress: Progress, entry: object) -> None:
                 f"saved by {len(ranks)} processes, loading on {size}: a DeterministicEngine positions its data "
                 "by its own iteration count, so it resumes at the saved world size only",
             )
-        prefix = f"ranks.{rank}"
-        entry = ranks[rank]
+        prefix, entry = f"ranks.{rank}", ranks[rank]
     fields = read_mapping(entry, prefix, required=_ENTRY_KEYS, optional=() if prefix else ("ranks",))
     try:
         progress.load_state_dict(fields["progress"])
