@@ -440,3 +440,17 @@ def test_validate_state_dict_leaves_the_global_rngs_alone() -> None:
     torch.manual_seed(1)
     Tracker().validate_state_dict(entry)
     assert torch.equal(torch.rand(1), expected)
+
+
+def test_a_state_dict_before_the_build_holds_the_rngs_as_at_train_iterators_building() -> None:
+    loader = DataLoader(_Indexed(), batch_size=3, shuffle=True, generator=torch.Generator().manual_seed(1))
+    tracker = Tracker()
+    tracker.track_train_loader(loader)
+    torch.manual_seed(3)
+    tracker.train_iterators_building()
+    at_building = tracker.state_dict()
+    iter(loader)  # the build draws the loader's generator
+    torch.rand(1)  # and anything after it the global RNG
+    before_build = tracker.state_dict(before_build=True)
+    assert before_build["rng"] == at_building["rng"] != tracker.state_dict()["rng"]
+    assert before_build["train_loaders"] == at_building["train_loaders"] != tracker.state_dict()["train_loaders"]

@@ -32,7 +32,7 @@ class Tracker:
         "_loaded",
         "_loaders",
         "_pending",
-        "_tracked_rng",
+        "_rng_before_build",
         "_undo",
         "_untracked",
         "progress",
@@ -45,7 +45,7 @@ class Tracker:
         self._pending: dict[int, tuple[SavedLoader, bool]] = {}  # loaded, waiting for their loader
         self._undo: _Undo | None = None  # the last load's changes while a part waits; None for resume_loaded_again
         self._loaded: _LoadedParts | None = None  # the last load's loader parts (see resume_loaded_again)
-        self._tracked_rng: GlobalRng | None = None  # the global RNGs when a train loader was last tracked
+        self._rng_before_build: GlobalRng | None = None  # the global RNGs at the last train_iterators_building
 
     @property
     def view(self) -> ProgressView:
@@ -71,8 +71,6 @@ class Tracker:
         self._untracked.pop(index, None)
         self._loaders[index] = position
         position.report_fast_forwards(self.progress._count_fast_forward)
-        position.note_tracked()
-        self._tracked_rng = GlobalRng.capture()
         if parsed is None:
             return
         if self._undo is not None:
@@ -109,9 +107,9 @@ class Tracker:
     def state_dict(self, *, epoch_ended: bool = False, before_build: bool = False) -> dict[str, Any]:
         """Plain data for the checkpoint (docs/schema.md); its time counts in ``microseconds.checkpoint_save``.
         ``epoch_ended``: the framework knows the train epoch's data was read to its end (saved as between epochs).
-        ``before_build``: the framework built the train iterators since it last tracked their loaders, and no batch
-        read them: the RNGs (global, the loaders' generators) are saved as they were then, for a resumed run builds
-        them again (and no epoch is in flight for the loaders)."""
+        ``before_build``: the framework built the train iterators since :meth:`train_iterators_building`, and no
+        batch read them: the RNGs (global, the loaders' generators) are saved as they were then, for a resumed run
+        builds them again (and no epoch is in flight for the loaders)."""
         began = _clock.now_us()
         train = self.progress.train
         counts = train._dataloaders
@@ -123,16 +121,15 @@ class Tracker:
         if self._resumed_epoch_unbegun():  # a resumed iterator the framework's save builds (its state_dict()) draws
             for resumed in self._loaders.values():
                 resumed.built_for_save()
-        saved_rng = expanded(
-            self._tracked_rng if before_build and self._tracked_rng is not None else GlobalRng.capture()
-        )
+        before = self._rng_before_build if before_build else None
+        saved_rng = expanded(GlobalRng.capture() if before is None else before)
         loaders: list[dict[str, Any]] = []
         for index in range(max([len(counts), *(i + 1 for i in self._loaders), *(i + 1 for i in self._untracked)])):
             consumed = counts[index].batches.scopes().epoch if in_train_epoch and index < len(counts) else 0
             position = self._loaders.get(index)
             if position is not None:
                 loaders.append(
-                    position.state_dict(batches_consumed=consumed, in_epoch=in_epoch, as_tracked=before_build)
+                    position.state_dict(batches_consumed=consumed, in_epoch=in_epoch, before_build=before_build)
                 )
             else:
                 loaders.append({"kind": "untracked"})
@@ -165,9 +162,11 @@ class Tracker:
         return self.state_dict(epoch_ended=epoch_ended, before_build=before_build)
 
     def train_iterators_building(self) -> None:
-        """The framework is about to build the iterators of the train loaders it resumes inside an epoch (see
-        :meth:`train_iterators_built`): the global RNGs put back after the build are those of now, so a reseed since
-        the load stays. Call it right before the build, after the user's code (without it: those the load left)."""
+        """The framework is about to build the iterators of the train loaders. Resumed inside an epoch (see
+        :meth:`train_iterators_built`), the global RNGs put back after the build are those of now, so a reseed since
+        the load stays (without it: those the load left); a save with ``before_build`` holds the RNGs of now. Call it
+        right before the build, after the user's code."""
+        self._rng_before_build = GlobalRng.capture()
         for position in self._loaders.values():
             position.iterator_building()
 

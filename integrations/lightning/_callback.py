@@ -254,6 +254,8 @@ class ProgressTracker(StageHooks):
             self._rng.undo_loader_builds(loaders)
         for index, loader in enumerate(loaders):  # Lightning's loops restore a loader's own state
             self.tracker.track_train_loader(loader, index, framework_restores_state=True)
+        if self._new_fit:  # a checkpoint before its first batch holds the RNGs of now (before_build)
+            self.tracker.train_iterators_building()
         if not loaded:
             return False
         if self._elastic_entry is not None:

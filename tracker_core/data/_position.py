@@ -69,7 +69,7 @@ class LoaderPosition:
             raise ValueError("in_order=False with workers yields batches in a racy order; it cannot resume exactly")
         self._site = Site(loader)
         self._own = OwnState(self._site) if own else None  # None: a plain loader
-        self._tracked: dict[str, torch.Tensor] = {}  # its generators' states when last tracked (note_tracked)
+        self._before_build: dict[str, torch.Tensor] = {}  # its generators' states at iterator_building
         _POSITIONS[loader] = self
 
     @classmethod
@@ -114,20 +114,16 @@ class LoaderPosition:
 
     # --- saving -------------------------------------------------------------------------
 
-    def note_tracked(self) -> None:
-        """The framework is about to build the loader's iterator: remember its generators' states of now."""
-        self._tracked = {path: g.get_state() for path, g in self._generators().items()}
-
     def state_dict(
-        self, *, batches_consumed: int, in_epoch: bool | None = None, as_tracked: bool = False
+        self, *, batches_consumed: int, in_epoch: bool | None = None, before_build: bool = False
     ) -> dict[str, Any]:
         """Plain data: the generators, the loader's own state, plus ``batches_consumed``, the epoch's batches whose
         training steps completed (between epochs, 0 or the finished epoch's length). ``ValueError`` if it is negative.
         Counted past an epoch's length, the framework read the loader again within its epoch: a plain loader is saved
         as inside its epoch, one with its own state at that count within its pass in flight. ``in_epoch``: an epoch
         has begun and not ended (a loader saved there, even before its first batch, resumes inside it: a plain one is
-        warned); None: inside an epoch if some but not all of its batches were consumed. ``as_tracked``: its
-        generators as :meth:`note_tracked` saw them (the iterator built since, which no batch read, is built again by
+        warned); None: inside an epoch if some but not all of its batches were consumed. ``before_build``: its
+        generators as at :meth:`iterator_building` (the iterator built since, which no batch read, is built again by
         a resumed run)."""
         if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, int):
             raise TypeError(f"batches_consumed must be an int, got {type(batches_consumed).__name__}")
@@ -156,6 +152,7 @@ class LoaderPosition:
             ):
                 warn_persistent_workers(loader, "saving")
         generators = self._generators()
+        before = self._before_build if before_build else {}
         # A plain loader's record is empty.
         epoch = None if record is None else {} if own is None else own.epoch_to_plain()
         state = {
@@ -165,7 +162,7 @@ class LoaderPosition:
             "batches_per_epoch": per_epoch,
             "num_workers": loader.num_workers,
             "generators": {
-                path: tensor_to_text(self._tracked.get(path, g.get_state()) if as_tracked else g.get_state())
+                path: tensor_to_text(self._before_build[path] if path in before else g.get_state())
                 for path, g in generators.items()
             },
             "epoch": epoch,
@@ -206,7 +203,9 @@ class LoaderPosition:
             self._own.forget()
 
     def iterator_building(self) -> None:
-        """The framework is about to build the resumed epoch's iterator (``OwnState.iterator_building``)."""
+        """The framework is about to build the loader's iterator: its generators' states of now are kept (for
+        :meth:`state_dict`'s ``before_build``), and a resumed epoch's too (``OwnState.iterator_building``)."""
+        self._before_build = {path: g.get_state() for path, g in self._generators().items()}
         if self._own is not None:
             self._own.iterator_building()
 
