@@ -66,7 +66,7 @@ def plain_loop(ns: Namespace) -> None:
     import torch
     from torch.utils.data import DataLoader
 
-    ns["loader"] = DataLoader(torch.arange(10.0), batch_size=3, shuffle=True)
+    ns["loader"] = DataLoader(_tensors(10), batch_size=3, shuffle=True)
     ns["checkpoint"] = {}
 
 
