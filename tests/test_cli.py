@@ -377,6 +377,21 @@ def test_diff_across_formats_compares_the_numbers(saved: Saved, capsys: pytest.C
     assert code == 0, out
 
 
+def test_diff_leaves_out_wall_clock_times_and_the_run_ledger(
+    saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def later(value: Any, key: str = "") -> Any:  # the same training, timed otherwise (its ledger too)
+        if isinstance(value, dict):
+            return {k: later(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [later(item) for item in value]
+        return value + 7 if key.endswith("microseconds") and isinstance(value, int) and value else value
+
+    path = saved.ignite / "checkpoint_4.pt"
+    torch.save(later(torch.load(path, weights_only=True)), tmp_path / "timed_otherwise.pt")
+    assert main(["diff", str(path), str(tmp_path / "timed_otherwise.pt")]) == 0, capsys.readouterr()
+
+
 def test_diff_of_a_damaged_checkpoint_exits_2(saved: Saved, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _copy(saved.ignite / "checkpoint_2.pt", tmp_path)
     _cut_in_half(path)

@@ -16,6 +16,7 @@ from tracker_core.checkpoints._weights_lifetime import read_weights_lifetime
 from tracker_core.data._device_rng import device_rng_facts
 from tracker_core.display._history import history_facts, history_table
 from tracker_core.display._report import aligned, progress_facts, progress_table
+from tracker_core.state._comparable import comparable_state
 from tracker_core.state._schema import flat_leaves
 
 _FORMATS = {
@@ -171,14 +172,15 @@ def _diff(path_a: str, path_b: str) -> int:
 
 
 def _differences(a: ProgressCheckpoint, b: ProgressCheckpoint) -> list[tuple[str, object, object]]:
-    """(dotted key, value in a, value in b) for every progress count that differs, rank by rank."""
+    """(dotted key, value in a, value in b) for every progress count that differs, rank by rank (wall-clock times
+    and the run ledger left out: two runs of one training compare equal)."""
     ranks = max(len(a.entries), len(b.entries))
     found: list[tuple[str, object, object]] = []
     if len(a.entries) != len(b.entries):
         found.append(("ranks", len(a.entries), len(b.entries)))
     for rank, (entry_a, entry_b) in enumerate(zip(a.entries, b.entries, strict=False)):
         prefix = f"rank{rank}." if ranks > 1 else ""
-        flat_a, flat_b = flat_leaves(entry_a["progress"]), flat_leaves(entry_b["progress"])
+        flat_a, flat_b = (flat_leaves(comparable_state(entry["progress"])) for entry in (entry_a, entry_b))
         for key in sorted(set(flat_a) | set(flat_b)):
             value_a, value_b = flat_a.get(key, _MISSING), flat_b.get(key, _MISSING)
             if value_a != value_b:
