@@ -63,7 +63,6 @@ def dataset(ns: Namespace) -> None:
 
 
 def plain_loop(ns: Namespace) -> None:
-    import torch
     from torch.utils.data import DataLoader
 
     ns["loader"] = DataLoader(_tensors(10), batch_size=3, shuffle=True)
