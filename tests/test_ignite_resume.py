@@ -27,7 +27,7 @@ from ignite.handlers import Checkpoint, DiskSaver
 from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from tracker_core import InexactResumeWarning
+from tracker_core import InexactResumeWarning, ProgressStateError
 
 from helpers.ignite_oracle import Oracle
 from helpers.ignite_program import TRAIN_SIZE, Config, Indexed, Program, build, resume, save_every_iteration
@@ -172,6 +172,22 @@ def test_checkpoint_in_an_unfinished_accumulation_window_carries_the_partial_gra
     after_step = torch.load(where / "6.pt", weights_only=True)["progress"]["gradients"]
     assert len(mid_window) == 4 and all(isinstance(g, torch.Tensor) for g in mid_window)
     assert after_step == []
+
+
+@pytest.mark.parametrize("gradients", [[], None, 0], ids=["none", "None", "zero"])
+def test_a_mid_window_checkpoint_with_damaged_gradients_is_refused_naming_them_and_nothing_changes(
+    gradients: Any, folder: Path, tmp_path: Path
+) -> None:
+    _, where = _reference(Config(accumulation=3), folder)
+    saved = torch.load(where / "5.pt", weights_only=True)
+    saved["progress"]["gradients"] = gradients
+    torch.save(saved, tmp_path / "damaged.pt")
+    resumed = build(Config(accumulation=3), seed=1)
+    rng = torch.get_rng_state()
+    with pytest.raises(ProgressStateError, match=r"^progress state 'gradients': "):
+        Checkpoint.load_objects({"progress": resumed.progress}, str(tmp_path / "damaged.pt"))
+    assert resumed.progress.view.train.batches.lifetime.completed == 0
+    assert torch.equal(torch.get_rng_state(), rng)
 
 
 def test_resume_from_the_runs_last_iteration_records_the_new_run_ignite_starts(folder: Path) -> None:

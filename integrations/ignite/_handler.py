@@ -235,14 +235,21 @@ class ProgressHandler:
             check_loader_given(entry, self._dataloader)
             load = partial(self._tracker.load_state_dict, entry)
         # The saved partial gradients are put back and the entry loaded, or neither (load raising).
-        if not state["gradients"]:
+        gradients = state["gradients"]
+        if not isinstance(gradients, list | tuple):
+            raise ProgressStateError("gradients", f"expected a list, got {type(gradients).__name__}")
+        if not gradients and _inside_a_window(entry):
+            raise ProgressStateError(
+                "gradients", "none saved, but the progress was saved inside an accumulation window, which holds them"
+            )
+        if not gradients:
             load()
         elif not self._parameters:
             raise ProgressStateError(
                 "gradients", "partial gradients were saved: attach the trainer with its optimizers before loading"
             )
         else:
-            restore_gradients(self._parameters, state["gradients"], then=load)
+            restore_gradients(self._parameters, gradients, then=load)
         self._restored = self._tracker.progress.state_dict()  # this rank's part of a gathered entry
         if not self._deterministic:
             self._rng_check.loaded()
@@ -410,3 +417,12 @@ def _once(engine: Engine, event: Events, call: Callable[[], object]) -> None:
         call()
 
     engine.add_event_handler(event, once)
+
+
+def _inside_a_window(entry: object) -> bool:
+    """Whether the saved progress ``entry`` was saved inside an accumulation window (False where it does not read
+    so: the load refuses a malformed entry)."""
+    try:
+        return bool(entry["progress"]["stages"]["train"]["accumulating_batches"])  # type: ignore[index]
+    except (KeyError, TypeError, IndexError):
+        return False
