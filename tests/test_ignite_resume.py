@@ -211,6 +211,19 @@ def test_resume_from_checkpoint_at_epoch_completed_matches_the_uninterrupted_run
     _assert_same(resume(Config(), tmp_path / "checkpoint.pt"), reference, 8)
 
 
+def test_a_stateful_loader_also_in_to_save_warns_at_a_resume_from_an_epoch_end(tmp_path: Path) -> None:
+    # torchdata resumes a state saved between epochs drawing the global RNG otherwise: the handler's entry suffices.
+    reference = build(Config(stateful=True), seed=0)
+    to_save = {**reference.to_save(), "loader": reference.loader}
+    checkpoint = Checkpoint(to_save, DiskSaver(str(tmp_path), require_empty=False), filename_pattern="{name}.pt")
+    reference.trainer.add_event_handler(Events.EPOCH_COMPLETED(once=2), checkpoint)
+    reference.run()
+    resumed = build(Config(stateful=True), seed=1234)
+    Checkpoint.load_objects({**resumed.to_save(), "loader": resumed.loader}, str(tmp_path / "checkpoint.pt"))
+    with pytest.warns(InexactResumeWarning, match="train dataloader 0 had a state of its own loaded besides"):
+        resumed.run()
+
+
 def _resume_from_validation(event: Any, config: Config, tmp_path: Path) -> tuple[Program, Program]:
     """Checkpoint on the evaluator's ``event`` during the second validation; resume from it."""
     reference = build(config, seed=0)

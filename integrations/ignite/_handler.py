@@ -285,6 +285,8 @@ class ProgressHandler:
                 warnings.warn(_BUILT_AFTER_LOAD, InexactResumeWarning, stacklevel=2)
             else:
                 self._rng_check.check("between Checkpoint.load_objects and the trainer's run()")
+            if not view.train.is_mid_epoch:
+                _warn_if_loaded_elsewhere(engine.state.dataloader)
             self._loaders.track(engine.state.dataloader)
         if not view.run.counts.in_flight:  # saved at COMPLETED (after terminate(), or max_epochs raised now)
             reenter_last_run(progress, "fit")
@@ -426,3 +428,17 @@ def _inside_a_window(entry: object) -> bool:
         return bool(entry["progress"]["stages"]["train"]["accumulating_batches"])  # type: ignore[index]
     except (KeyError, TypeError, IndexError):
         return False
+
+
+def _warn_if_loaded_elsewhere(data: object) -> None:
+    """Warn if a loader resumed between epochs had a state of its own loaded besides the handler's entry."""
+    for index, loader in enumerate(loaders_in(data)):
+        if getattr(loader, "next_iter_state", None):  # a StatefulDataLoader's loaded state, waiting for its iter()
+            warnings.warn(
+                f"train dataloader {index} had a state of its own loaded besides the ProgressHandler's entry (is it "
+                "in Checkpoint's to_save?): saved between epochs, torchdata resumes it drawing the global RNG "
+                "otherwise than the uninterrupted run's next epoch (other dropout, augmentation). Leave the loader out "
+                "of to_save: the handler's entry holds its state",
+                InexactResumeWarning,
+                stacklevel=3,
+            )
