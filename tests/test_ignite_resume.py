@@ -224,6 +224,16 @@ def test_a_stateful_loader_also_in_to_save_warns_at_a_resume_from_an_epoch_end(t
         resumed.run()
 
 
+def test_a_checkpoint_after_terminate_epoch_in_the_same_iteration_warns(tmp_path: Path) -> None:
+    # The resume reads the rest of the epoch, which the run that stopped it skipped.
+    program = build(Config(stateful=True), seed=0)
+    program.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=2), lambda engine: engine.terminate_epoch())
+    checkpoint = Checkpoint(program.to_save(), DiskSaver(str(tmp_path), require_empty=False))
+    program.trainer.add_event_handler(Events.ITERATION_COMPLETED(once=2), checkpoint)
+    with pytest.warns(InexactResumeWarning, match="a checkpoint after terminate_epoch"):
+        program.run()
+
+
 def _resume_from_validation(event: Any, config: Config, tmp_path: Path) -> tuple[Program, Program]:
     """Checkpoint on the evaluator's ``event`` during the second validation; resume from it."""
     reference = build(config, seed=0)

@@ -363,6 +363,11 @@ class ProgressHandler:
                 "a checkpoint in an epoch whose data set_data() replaced: the position saved is not one of the new "
                 "data, and a resume reads it from another batch; call set_data() at EPOCH_STARTED"
             )
+        elif trainer.should_terminate_single_epoch:
+            problem = (
+                "a checkpoint after terminate_epoch() in this epoch: the resume reads the rest of the epoch, which the "
+                "run that stopped it skips; save at TERMINATE_SINGLE_EPOCH, or inside the next epoch"
+            )
         elif self._deterministic_problem:  # set for a DeterministicEngine only
             problem = self._deterministic_problem
         elif not self._deterministic and _fetched_unstepped(trainer, self.view) and any_own_state(loader):
