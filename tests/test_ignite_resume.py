@@ -439,3 +439,10 @@ def test_a_stateful_dataloader_built_after_load_objects_warns_naming_it_and_the_
     assert str(warning.message).endswith(
         "Build the train loader before Checkpoint.load_objects and draw nothing between it and run()"
     )
+
+
+def test_ignite_state_continued_without_a_recorded_run_is_noted_as_such() -> None:
+    program = build(Config(), seed=0)  # Ignite's state from a checkpoint that held no progress entry
+    program.trainer.load_state_dict({"iteration": 5, "max_epochs": 3, "epoch_length": len(program.loader)})
+    with pytest.warns(RuntimeWarning, match="of a run the record did not count: this fit run's counts start at 0"):
+        program.run()

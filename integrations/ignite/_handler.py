@@ -323,9 +323,10 @@ class ProgressHandler:
             if view.run.counts.in_flight:
                 abandon_in_flight(progress, reenter=False)
         elif not reenter_last_run(progress, "fit"):
+            last = f"after a {view.run.kind} run" if view.run.kind else "of a run the record did not count"
             progress.note_anomaly(
-                f"Ignite continued its state at iteration {engine.state.iteration} after a {view.run.kind} run: "
-                "this fit run's counts start at 0",
+                f"Ignite continued its state at iteration {engine.state.iteration} {last}: this fit run's counts "
+                "start at 0",
                 framework="Ignite",
             )
         progress.run_ready("fit")
