@@ -7,6 +7,7 @@ optimizer step, and a 2-process Accelerate save. Tests copy what they damage.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -350,6 +351,24 @@ def test_a_file_holding_pickled_objects_is_refused_without_running_them(
 def test_a_missing_path_and_bad_arguments_exit_with_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "no such file" in _error(["inspect", str(tmp_path / "nothing.ckpt")], capsys)
     assert main(["frobnicate"]) == 2
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(
+    saved: Saved, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sink = (tmp_path / "sink").open("w")
+
+    class ClosedPipe(io.StringIO):  # what `progress-tracker inspect ... | head` writes to once head is done
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self) -> int:
+            return sink.fileno()
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["inspect", "--json", str(saved.ignite / "checkpoint_4.pt")]) == 1
+    assert capsys.readouterr().err == ""
+    sink.close()
 
 
 # diff ---------------------------------------------------------------------------------------

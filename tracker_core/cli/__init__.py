@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -45,6 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "history":
             return _history(args.path, args.json)
         return _diff(args.a, args.b)
+    except BrokenPipeError:  # the reader stopped reading (``| head``): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit fails no more
+        return 1
     except (CheckpointFileError, OSError) as error:  # an OSError: e.g. a folder it may not list; it names the path
         print(f"progress-tracker: error: {error}", file=sys.stderr)
         return 2
