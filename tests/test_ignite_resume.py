@@ -253,6 +253,19 @@ def _resume_from_validation(event: Any, config: Config, tmp_path: Path) -> tuple
     return reference, resumed
 
 
+def test_an_evaluator_continuing_its_loaded_state_mid_epoch_is_noted(tmp_path: Path) -> None:
+    # An evaluator in to_save, saved inside its epoch: Ignite runs only its remaining batches next time.
+    reference = build(Config(), seed=0)
+    to_save = {**reference.to_save(), "evaluator": reference.evaluator}
+    checkpoint = Checkpoint(to_save, DiskSaver(str(tmp_path), require_empty=False), filename_pattern="{name}.pt")
+    reference.evaluator.add_event_handler(Events.ITERATION_COMPLETED(once=2), checkpoint)
+    reference.run()
+    resumed = build(Config(), seed=1234)
+    Checkpoint.load_objects({**resumed.to_save(), "evaluator": resumed.evaluator}, str(tmp_path / "checkpoint.pt"))
+    with pytest.warns(RuntimeWarning, match="the validate engine continues its loaded state at iteration 2"):
+        resumed.run()
+
+
 def test_resume_from_checkpoint_at_evaluator_completed_matches_the_uninterrupted_run(tmp_path: Path) -> None:
     reference, resumed = _resume_from_validation(Events.COMPLETED, Config(), tmp_path)
     _assert_same(resumed, reference, 8)

@@ -209,6 +209,13 @@ def attach_stage(
             cut = f"{cut}; the {name} run was cut" if cut else f"the {name} run was cut"
         if cut:
             progress.note_anomaly(f"{cut} (by an exception, seen at the next run)", framework="Ignite")
+        length, iteration = engine.state.epoch_length, engine.state.iteration
+        if length and iteration % length:  # its state was loaded mid-epoch (e.g. from Checkpoint's to_save)
+            progress.note_anomaly(
+                f"the {name} engine continues its loaded state at iteration {iteration}: this {name} epoch counts "
+                f"only the batches it runs, not its first {iteration % length} (leave evaluators out of to_save)",
+                framework="Ignite",
+            )
         if not progress.view.run.counts.in_flight:  # else inside another engine's run (a fit's)
             progress.run_ready(name)
             progress.run_started()
