@@ -241,15 +241,7 @@ class ProgressTracker(StageHooks):
         layout = resume.train_layout(trainer.fit_loop)
         self._combined = None if layout is None else CombinedBatches(layout)
         if not loaded:
-            # a fit continued after a resumed one that trained nothing
-            if resume.closes_restored_epoch(trainer.fit_loop) and not resume.reached_max_steps(trainer):
-                self._train.close_epoch()
-            # mid-epoch, its data resumes at the checkpoint's position, as fit(ckpt_path=...) would
-            if untrained and self.tracker.view.is_mid_epoch:
-                if self.tracker.resume_loaded_again():
-                    resume.load_loader_states_again(trainer.fit_loop)  # a loader's own state: where it was loaded
-                else:
-                    inexact.warn_continues_untrained()
+            _continue_unloaded(self.tracker, self._train, trainer, untrained)
         if loaded:  # before the positions note the RNGs that they put back after the iterator's build
             self._rng.undo_loader_builds(loaders)
         for index, loader in enumerate(loaders):  # Lightning's loops restore a loader's own state
@@ -447,3 +439,15 @@ class ProgressTracker(StageHooks):
             self._elastic_entry = state_dict
         self._reset_drivers()
         self._loaded = self._reenter = trainer is None or trainer.state.fn == _FIT
+
+
+def _continue_unloaded(tracker: Tracker, train: StageDriver, trainer: pl.Trainer, untrained: bool) -> None:
+    """A fit with nothing loaded, continued after a resumed one (``untrained``: that trained nothing)."""
+    if resume.closes_restored_epoch(trainer.fit_loop) and not resume.reached_max_steps(trainer):
+        train.close_epoch()
+    # mid-epoch, its data resumes at the checkpoint's position, as fit(ckpt_path=...) would
+    if untrained and tracker.view.is_mid_epoch:
+        if tracker.resume_loaded_again():
+            resume.load_loader_states_again(trainer.fit_loop)  # a loader's own state: where it was loaded
+        else:
+            inexact.warn_continues_untrained()
