@@ -331,6 +331,20 @@ def test_checkpoint_without_the_progress_entry_raises_naming_the_key() -> None:
         ProgressHandler().load_state_dict({"gradients": []})
 
 
+def test_two_trainers_sharing_an_optimizer_each_count_only_their_own_steps() -> None:
+    # A warm-up trainer, then the main one, on one model and optimizer, each with its own handler.
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader([(torch.zeros(4), torch.zeros(1))] * 6, batch_size=2)
+    handlers = [ProgressHandler(), ProgressHandler()]
+    trainers = [create_supervised_trainer(model, optimizer, torch.nn.MSELoss()) for _ in handlers]
+    for handler, trainer in zip(handlers, trainers, strict=True):
+        handler.attach(trainer, optimizers=[optimizer])
+    trainers[0].run(loader, max_epochs=1)
+    trainers[1].run(loader, max_epochs=2)
+    assert [handler.view.global_step for handler in handlers] == [3, 6]
+
+
 def test_saved_partial_gradients_need_the_optimizers_attached_before_loading() -> None:
     with pytest.raises(ProgressStateError, match="attach the trainer"):
         ProgressHandler().load_state_dict({"progress_tracker": {}, "gradients": [torch.zeros(1)]})

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from ignite.engine import DeterministicEngine, Engine, Events
 from torch.utils.data import DataLoader
+from torch.utils.hooks import RemovableHandle
 
 from tracker_core import (
     InexactResumeWarning,
@@ -152,7 +153,13 @@ class ProgressHandler:
             self._tracker.track_train_loader(dataloader)
             self._dataloader = dataloader
         progress = self._tracker.progress
-        count_optimizer_steps(progress.train, optimizers)
+        step_hooks: list[RemovableHandle] = []
+
+        def count_optimizer_steps_while(running: bool) -> None:  # another trainer may step a shared optimizer
+            for hook in step_hooks:
+                hook.remove()
+            step_hooks[:] = count_optimizer_steps(progress.train, optimizers) if running else []
+
         self._several_optimizers = len(optimizers) > 1
         scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
         count_steps, self._schedulers_at_epoch_start = count_trainer_steps(
@@ -172,6 +179,7 @@ class ProgressHandler:
             self._start_run(trainer)
             keep_heartbeat(progress, self._heartbeat)
             count_steps()
+            count_optimizer_steps_while(running=True)
 
         add_handlers(
             engine,
@@ -181,6 +189,8 @@ class ProgressHandler:
             loaders=None if self._deterministic else self._loaders,  # a DeterministicEngine positions its data itself
             started=started,
         )
+        for end in (Events.COMPLETED, Events.TERMINATE):
+            engine.add_event_handler(end, count_optimizer_steps_while, running=False)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (or deep-copied) without its engines: the progress, loaded back as from a checkpoint."""
