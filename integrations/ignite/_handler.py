@@ -20,6 +20,7 @@ from tracker_core import (
     ProgressView,
     Stage,
     Tracker,
+    TrainStageProgress,
     count_optimizer_steps,
 )
 from tracker_core.adapter import (
@@ -153,13 +154,7 @@ class ProgressHandler:
             self._tracker.track_train_loader(dataloader)
             self._dataloader = dataloader
         progress = self._tracker.progress
-        step_hooks: list[RemovableHandle] = []
-
-        def count_optimizer_steps_while(running: bool) -> None:  # another trainer may step a shared optimizer
-            for hook in step_hooks:
-                hook.remove()
-            step_hooks[:] = count_optimizer_steps(progress.train, optimizers) if running else []
-
+        count_steps_from_now = _count_steps_while_running(engine, progress.train, optimizers)
         self._several_optimizers = len(optimizers) > 1
         scaler = scaler if scaler is not None else getattr(engine.state, "scaler", None)
         count_steps, self._schedulers_at_epoch_start = count_trainer_steps(
@@ -179,7 +174,7 @@ class ProgressHandler:
             self._start_run(trainer)
             keep_heartbeat(progress, self._heartbeat)
             count_steps()
-            count_optimizer_steps_while(running=True)
+            count_steps_from_now()
 
         add_handlers(
             engine,
@@ -189,8 +184,6 @@ class ProgressHandler:
             loaders=None if self._deterministic else self._loaders,  # a DeterministicEngine positions its data itself
             started=started,
         )
-        for end in (Events.COMPLETED, Events.TERMINATE):
-            engine.add_event_handler(end, count_optimizer_steps_while, running=False)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (or deep-copied) without its engines: the progress, loaded back as from a checkpoint."""
@@ -458,3 +451,20 @@ def _warn_if_loaded_elsewhere(data: object) -> None:
                 InexactResumeWarning,
                 stacklevel=3,
             )
+
+
+def _count_steps_while_running(
+    engine: Engine, train: TrainStageProgress, optimizers: Sequence[torch.optim.Optimizer]
+) -> Callable[[], None]:
+    """Count the ``optimizers``' steps from the call it returns (at STARTED) to the end of ``engine``'s run: another
+    trainer may step a shared optimizer."""
+    hooks: list[RemovableHandle] = []
+
+    def count(running: bool = True) -> None:
+        for hook in hooks:
+            hook.remove()
+        hooks[:] = count_optimizer_steps(train, optimizers) if running else []
+
+    for end in (Events.COMPLETED, Events.TERMINATE):
+        engine.add_event_handler(end, count, running=False)
+    return count
