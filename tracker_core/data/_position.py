@@ -162,7 +162,7 @@ class LoaderPosition:
             "batches_per_epoch": per_epoch,
             "num_workers": loader.num_workers,
             "generators": {
-                path: tensor_to_text(self._before_build[path] if path in before else g.get_state())
+                path: tensor_to_text(before[path] if path in before else g.get_state())
                 for path, g in generators.items()
             },
             "epoch": epoch,
