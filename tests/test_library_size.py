@@ -13,7 +13,7 @@ SOURCES = sorted([*ROOT.glob("tracker_core/**/*.py"), *ROOT.glob("integrations/*
 
 # Lines of tracker_core/ and integrations/ (`find tracker_core integrations -name '*.py' | xargs wc -l`) on
 # 2026-12-07; issue 26's goal: 11,000.
-LINES = 12_504
+LINES = 12_509
 CLASS_LINES = 400
 FUNCTION_LINES = 60
 ADAPTER_NAMES = 30

@@ -12,7 +12,7 @@ import torch
 from tracker_core import InexactResumeWarning, Progress, StageProgress
 from tracker_core.adapter import GlobalRng, ResumeRngCheck, TokenCounter, samples_in
 from tracker_core.integrations.accelerate._fit import Batch
-from tracker_core.integrations.accelerate._passes import TORCH_SHUFFLERS, start_from_the_beginning, torch_loader
+from tracker_core.integrations.accelerate._passes import TORCH_SHUFFLERS, index_sampler, start_from_the_beginning
 
 _NOT_RERUN = (
     "the resumed loop goes on with the next train batch, so that evaluation is not rerun (its remaining batches, "
@@ -149,8 +149,7 @@ def _inexact_restart(loader: object, first_pass: bool) -> str | None:
         return (
             "and its new iterator draws the global RNG where the saving run's first pass read the one prepare() built"
         )
-    batches = getattr(torch_loader(loader), "batch_sampler", None)
-    sampler = getattr(getattr(batches, "batch_sampler", batches), "sampler", None)  # under a BatchSamplerShard too
+    sampler = index_sampler(loader)
     if isinstance(sampler, TORCH_SHUFFLERS) and isinstance(getattr(sampler, "generator", None), torch.Generator):
         return (
             f"and its {type(sampler).__name__} draws its order from its generator as the save left it, not as the "

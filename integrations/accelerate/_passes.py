@@ -267,12 +267,18 @@ def _warn_if_inexact(
         )
 
 
+def index_sampler(loader: object) -> object:
+    """The sampler of indices a prepared ``loader`` batches, under Accelerate's ``BatchSamplerShard`` too; or None."""
+    batches = getattr(torch_loader(loader), "batch_sampler", None)
+    return getattr(getattr(batches, "batch_sampler", batches), "sampler", None)
+
+
 def _warn_if_order_drawn_again(loader: object, index: int, doing: str) -> None:
     """Warn if ``loader`` (a prepared StatefulDataLoader) shuffles by a sampler with a generator of its own (torchdata's
     RandomSampler; torch's samplers are the core's to warn of) under Accelerate's ``BatchSamplerShard`` (several
     processes)."""
     shard = getattr(torch_loader(loader), "batch_sampler", None)
-    sampler = getattr(getattr(shard, "batch_sampler", None), "sampler", None)
+    sampler = index_sampler(loader)
     if (
         not getattr(loader, "use_stateful_dataloader", False)
         or not isinstance(shard, BatchSamplerShard)
